@@ -1,0 +1,238 @@
+//! The audit log: what writ records about every request and every file it touches.
+//!
+//! A request record per mutating call (batch or direct write) and an operation record per file,
+//! with the written content kept beside it (the original tool's "code log"). Operations are
+//! written ahead: `pending` before the file is touched, then `succeeded` or `failed`, so a crash
+//! in between is visible and [`crate::files::reconcile_pending`] can settle it against the disk.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// What produced an operation's content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileKind {
+    Code,
+    Image,
+    Direct,
+}
+
+/// What happened to the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationKind {
+    Created,
+    Updated,
+    Unchanged,
+    Failed,
+}
+
+/// Where the operation stands. `Pending` means recorded but the write not yet confirmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationStatus {
+    Pending,
+    Succeeded,
+    Failed,
+}
+
+/// Where a request stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestStatus {
+    Running,
+    Success,
+    PartialSuccess,
+    Error,
+}
+
+macro_rules! str_enum {
+    ($t:ty { $($v:ident => $s:literal),+ $(,)? }) => {
+        impl $t {
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$v => $s),+ }
+            }
+        }
+        impl std::str::FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($s => Ok(Self::$v),)+
+                    other => Err(format!("unknown {}: {other}", stringify!($t))),
+                }
+            }
+        }
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+str_enum!(FileKind { Code => "code", Image => "image", Direct => "direct" });
+str_enum!(OperationKind { Created => "created", Updated => "updated", Unchanged => "unchanged", Failed => "failed" });
+str_enum!(OperationStatus { Pending => "pending", Succeeded => "succeeded", Failed => "failed" });
+str_enum!(RequestStatus { Running => "running", Success => "success", PartialSuccess => "partial_success", Error => "error" });
+
+/// One model's answer for one file, as recorded and as returned to the caller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct CandidateRecord {
+    pub model: String,
+    pub ok: bool,
+    pub latency_ms: u64,
+    /// Whether the extracted code parsed; `None` when no parser exists for the language.
+    pub parsed: Option<bool>,
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    pub cost: Option<f64>,
+    /// The model layer's error class (`rate_limited`, `unauthorized`, …) when the call failed.
+    pub error_class: Option<String>,
+    pub error: Option<String>,
+}
+
+/// A request as it is first recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRequest {
+    pub id: Uuid,
+    pub received_at: DateTime<Utc>,
+    /// The route, e.g. `PUT /files/{path}` or `POST /write_codebase`.
+    pub route: String,
+    /// The API key id of the caller (never the key), when auth is on.
+    pub caller: Option<String>,
+    pub idempotency_key: Option<String>,
+    /// SHA-256 of the request body, so an idempotent replay with another body is detected.
+    pub body_sha256: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestRecord {
+    pub id: Uuid,
+    pub received_at: DateTime<Utc>,
+    pub route: String,
+    pub caller: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub body_sha256: Option<String>,
+    pub status: RequestStatus,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub duration_ms: Option<i64>,
+    /// The response body returned to the caller, kept for idempotent replay.
+    pub response: Option<serde_json::Value>,
+}
+
+/// One file touched by one request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Operation {
+    pub id: Uuid,
+    pub request_id: Uuid,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub filename: String,
+    pub kind: FileKind,
+    pub operation: OperationKind,
+    pub status: OperationStatus,
+    pub chosen_model: Option<String>,
+    /// `single_candidate`, `arbiter`, `arbiter_failed_first_viable`, `fallback`, or `direct`.
+    pub selection: Option<String>,
+    pub arbiter_reason: Option<String>,
+    pub candidates: Vec<CandidateRecord>,
+    /// Hash of the file before this operation, if it existed.
+    pub previous_sha256: Option<String>,
+    pub sha256: Option<String>,
+    pub bytes: Option<i64>,
+    pub error: Option<String>,
+    pub duration_ms: Option<i64>,
+}
+
+/// How an operation ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperationOutcome {
+    pub status: OperationStatus,
+    pub operation: OperationKind,
+    pub error: Option<String>,
+    pub finished_at: DateTime<Utc>,
+    pub duration_ms: Option<i64>,
+}
+
+/// Filters of `GET /operations`. All are optional and combine with AND.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OperationFilter {
+    pub request_id: Option<Uuid>,
+    pub filename: Option<String>,
+    pub status: Option<OperationStatus>,
+    /// Matches `chosen_model`.
+    pub model: Option<String>,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// An opaque position in the newest-first listing; the store decides what it encodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor(pub String);
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperationPage {
+    pub operations: Vec<Operation>,
+    pub next_cursor: Option<Cursor>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached or refused the statement for reasons outside the caller.
+    #[error("audit store unavailable: {0}")]
+    Unavailable(String),
+    /// A unique key (idempotency key, id) already exists.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// A cursor the store did not issue.
+    #[error("invalid cursor")]
+    InvalidCursor,
+    #[error("audit store error: {0}")]
+    Other(String),
+}
+
+/// The audit store. PostgreSQL and SQLite implement it in `writ-store`; one conformance suite
+/// runs against both.
+#[async_trait]
+pub trait AuditStore: Send + Sync + 'static {
+    /// Backend name for reports (`postgres`, `sqlite`).
+    fn backend(&self) -> &'static str;
+    /// Cheap round trip, for `/readyz`.
+    async fn ping(&self) -> Result<(), StoreError>;
+    /// Applies the migrations this build knows (idempotent; safe with several replicas starting).
+    async fn migrate(&self) -> Result<(), StoreError>;
+    /// Whether every migration this build knows has been applied.
+    async fn is_migrated(&self) -> Result<bool, StoreError>;
+
+    /// Fails with [`StoreError::Conflict`] if `(caller, idempotency_key)` is already recorded.
+    async fn insert_request(&self, req: &NewRequest) -> Result<(), StoreError>;
+    async fn finish_request(
+        &self,
+        id: Uuid,
+        status: RequestStatus,
+        duration_ms: i64,
+        response: Option<&serde_json::Value>,
+    ) -> Result<(), StoreError>;
+    async fn get_request(&self, id: Uuid) -> Result<Option<RequestRecord>, StoreError>;
+    async fn find_request_by_idempotency_key(
+        &self,
+        caller: Option<&str>,
+        key: &str,
+    ) -> Result<Option<RequestRecord>, StoreError>;
+
+    /// Records an operation in whatever state it is given, with the content written (if any).
+    async fn insert_operation(&self, op: &Operation, content: Option<&[u8]>) -> Result<(), StoreError>;
+    /// Moves an operation to its final state.
+    async fn complete_operation(&self, id: Uuid, outcome: &OperationOutcome) -> Result<(), StoreError>;
+    async fn get_operation(&self, id: Uuid) -> Result<Option<(Operation, Option<Vec<u8>>)>, StoreError>;
+    /// Newest first; `limit` is already bounded by the caller.
+    async fn list_operations(
+        &self,
+        filter: &OperationFilter,
+        cursor: Option<&Cursor>,
+        limit: u32,
+    ) -> Result<OperationPage, StoreError>;
+    /// Operations still `pending` (oldest first), for reconciliation after a crash.
+    async fn pending_operations(&self) -> Result<Vec<Operation>, StoreError>;
+}

@@ -1,0 +1,262 @@
+//! Recorded writes: the one way writ changes a file.
+//!
+//! Order of events, so that no file is ever written without its audit record:
+//! 1. check the target (sandbox, directory, parent) — nothing touched yet;
+//! 2. take the path's lock, read the current content, check `create`/`If-Match`;
+//! 3. record the operation as `pending`, with the new content — if the store fails, stop (503);
+//! 4. write atomically;
+//! 5. mark the operation `succeeded` (or `failed`). If this last update fails the file is
+//!    written and its pending record holds its hash and content: [`reconcile_pending`] settles it.
+
+use std::time::Instant;
+
+use chrono::Utc;
+use uuid::Uuid;
+
+use crate::audit::{
+    AuditStore, CandidateRecord, FileKind, Operation, OperationKind, OperationOutcome, OperationStatus, StoreError,
+};
+use crate::content::sha256_hex;
+use crate::path::SandboxPath;
+use crate::workspace::{Workspace, WorkspaceError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteMode {
+    /// Fails if the file exists.
+    Create,
+    /// Creates or replaces.
+    #[default]
+    Overwrite,
+    /// Appends to the existing content (creates the file if absent).
+    Append,
+}
+
+/// What the caller wants written.
+#[derive(Debug, Clone)]
+pub struct WriteSpec {
+    pub path: SandboxPath,
+    pub content: Vec<u8>,
+    pub mode: WriteMode,
+    /// Refuse unless the current content has this SHA-256 (hex).
+    pub expected_sha256: Option<String>,
+    pub create_dirs: bool,
+}
+
+/// Provenance recorded with the operation (which models, how the winner was chosen).
+#[derive(Debug, Clone, Default)]
+pub struct Provenance {
+    pub chosen_model: Option<String>,
+    pub selection: Option<String>,
+    pub arbiter_reason: Option<String>,
+    pub candidates: Vec<CandidateRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteReceipt {
+    pub operation_id: Uuid,
+    pub operation: OperationKind,
+    pub bytes: usize,
+    pub sha256: String,
+    pub previous_sha256: Option<String>,
+    /// The full content now in the file (after an append, the whole file).
+    pub content: Vec<u8>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+    #[error("'{path}' already exists (mode=create)")]
+    AlreadyExists { path: String },
+    #[error("'{path}' changed: expected sha256 {expected}, found {actual}")]
+    PreconditionFailed { path: String, expected: String, actual: String },
+    #[error("the audit log cannot record this write, so it was not made: {0}")]
+    AuditUnavailable(#[source] StoreError),
+}
+
+/// Writes `spec` through `workspace`, recording it in `store` first. See the module docs.
+pub async fn recorded_write(
+    store: &dyn AuditStore,
+    workspace: &dyn Workspace,
+    request_id: Uuid,
+    kind: FileKind,
+    spec: WriteSpec,
+    provenance: Provenance,
+) -> Result<WriteReceipt, WriteError> {
+    let started = Instant::now();
+    workspace.check_target(&spec.path, spec.create_dirs).await?;
+    let _lock = workspace.lock(&spec.path).await;
+
+    let current = workspace.read(&spec.path).await?;
+    let previous_sha256 = current.as_deref().map(sha256_hex);
+    if spec.mode == WriteMode::Create && current.is_some() {
+        return Err(WriteError::AlreadyExists { path: spec.path.to_string() });
+    }
+    if let Some(expected) = &spec.expected_sha256 {
+        let actual = previous_sha256.clone().unwrap_or_else(|| "absent".to_string());
+        if !expected.eq_ignore_ascii_case(&actual) {
+            return Err(WriteError::PreconditionFailed { path: spec.path.to_string(), expected: expected.clone(), actual });
+        }
+    }
+
+    let content = match (spec.mode, current.as_deref()) {
+        (WriteMode::Append, Some(old)) => [old, spec.content.as_slice()].concat(),
+        _ => spec.content,
+    };
+    let sha256 = sha256_hex(&content);
+    let operation = match &current {
+        None => OperationKind::Created,
+        Some(old) if *old == content => OperationKind::Unchanged,
+        Some(_) => OperationKind::Updated,
+    };
+
+    let mut op = Operation {
+        id: Uuid::now_v7(),
+        request_id,
+        created_at: Utc::now(),
+        finished_at: None,
+        filename: spec.path.as_str().to_string(),
+        kind,
+        operation,
+        status: OperationStatus::Pending,
+        chosen_model: provenance.chosen_model,
+        selection: provenance.selection,
+        arbiter_reason: provenance.arbiter_reason,
+        candidates: provenance.candidates,
+        previous_sha256: previous_sha256.clone(),
+        sha256: Some(sha256.clone()),
+        bytes: Some(content.len() as i64),
+        error: None,
+        duration_ms: None,
+    };
+
+    if operation == OperationKind::Unchanged {
+        // Nothing to write: record the outcome in one step.
+        op.status = OperationStatus::Succeeded;
+        op.finished_at = Some(Utc::now());
+        op.duration_ms = Some(started.elapsed().as_millis() as i64);
+        store.insert_operation(&op, Some(&content)).await.map_err(WriteError::AuditUnavailable)?;
+        return Ok(receipt(&op, content, previous_sha256));
+    }
+
+    store.insert_operation(&op, Some(&content)).await.map_err(WriteError::AuditUnavailable)?;
+
+    if let Err(err) = workspace.write_atomic(&spec.path, &content, spec.create_dirs).await {
+        let outcome = OperationOutcome {
+            status: OperationStatus::Failed,
+            operation: OperationKind::Failed,
+            error: Some(err.to_string()),
+            finished_at: Utc::now(),
+            duration_ms: Some(started.elapsed().as_millis() as i64),
+        };
+        if let Err(store_err) = store.complete_operation(op.id, &outcome).await {
+            // The pending record stays; reconciliation will find the file unchanged and fail it.
+            tracing::warn!(operation_id = %op.id, error = %store_err, "could not record a failed write");
+        }
+        return Err(err.into());
+    }
+
+    let outcome = OperationOutcome {
+        status: OperationStatus::Succeeded,
+        operation,
+        error: None,
+        finished_at: Utc::now(),
+        duration_ms: Some(started.elapsed().as_millis() as i64),
+    };
+    if let Err(store_err) = store.complete_operation(op.id, &outcome).await {
+        tracing::warn!(operation_id = %op.id, error = %store_err, "write done but its record is still pending; reconciliation will settle it");
+    }
+    Ok(receipt(&op, content, previous_sha256))
+}
+
+fn receipt(op: &Operation, content: Vec<u8>, previous_sha256: Option<String>) -> WriteReceipt {
+    WriteReceipt {
+        operation_id: op.id,
+        operation: op.operation,
+        bytes: content.len(),
+        sha256: op.sha256.clone().unwrap_or_default(),
+        previous_sha256,
+        content,
+    }
+}
+
+/// Records an operation that failed before anything could be written (e.g. no candidate).
+pub async fn record_failure(
+    store: &dyn AuditStore,
+    request_id: Uuid,
+    kind: FileKind,
+    filename: &str,
+    error: &str,
+    provenance: Provenance,
+) -> Result<Uuid, StoreError> {
+    let now = Utc::now();
+    let op = Operation {
+        id: Uuid::now_v7(),
+        request_id,
+        created_at: now,
+        finished_at: Some(now),
+        filename: filename.to_string(),
+        kind,
+        operation: OperationKind::Failed,
+        status: OperationStatus::Failed,
+        chosen_model: provenance.chosen_model,
+        selection: provenance.selection,
+        arbiter_reason: provenance.arbiter_reason,
+        candidates: provenance.candidates,
+        previous_sha256: None,
+        sha256: None,
+        bytes: None,
+        error: Some(error.to_string()),
+        duration_ms: Some(0),
+    };
+    store.insert_operation(&op, None).await?;
+    Ok(op.id)
+}
+
+/// What reconciliation decided for each pending operation.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReconcileReport {
+    pub confirmed: usize,
+    pub failed: usize,
+}
+
+/// Settles operations left `pending` by a crash: if the file on disk has the recorded hash the
+/// write happened (`succeeded`), otherwise it did not (`failed`, "interrupted").
+pub async fn reconcile_pending(
+    store: &dyn AuditStore,
+    workspace: &dyn Workspace,
+) -> Result<ReconcileReport, StoreError> {
+    let mut report = ReconcileReport::default();
+    for op in store.pending_operations().await? {
+        let on_disk = match SandboxPath::parse(&op.filename) {
+            Ok(path) => {
+                let _lock = workspace.lock(&path).await;
+                workspace.read(&path).await.ok().flatten().map(|b| sha256_hex(&b))
+            }
+            Err(_) => None,
+        };
+        let landed = on_disk.is_some() && on_disk == op.sha256;
+        let outcome = if landed {
+            report.confirmed += 1;
+            OperationOutcome {
+                status: OperationStatus::Succeeded,
+                operation: op.operation,
+                error: None,
+                finished_at: Utc::now(),
+                duration_ms: op.duration_ms,
+            }
+        } else {
+            report.failed += 1;
+            OperationOutcome {
+                status: OperationStatus::Failed,
+                operation: OperationKind::Failed,
+                error: Some("interrupted before the write completed; the file on disk was left as it was".to_string()),
+                finished_at: Utc::now(),
+                duration_ms: op.duration_ms,
+            }
+        };
+        store.complete_operation(op.id, &outcome).await?;
+    }
+    Ok(report)
+}

@@ -1,0 +1,24 @@
+//! The synthesis core of writ.
+//!
+//! It owns the words of the domain and the rules that do not depend on how a request arrived:
+//! - [`path`]: a workspace-relative path that has already been checked lexically ([`SandboxPath`]).
+//! - [`audit`]: the audit log's records and the [`AuditStore`] trait (PostgreSQL and SQLite live in `writ-store`).
+//! - [`workspace`]: the [`Workspace`] trait for the sandboxed `REPO_DIR` (implemented in `writ-workspace`).
+//! - [`model`]: the [`ModelClient`] trait and the typed chat request/response (implemented in `writ-models`).
+//! - [`files`]: recorded writes — every write is in the audit log before it is acknowledged —
+//!   shared by the direct file routes and the synthesis pipeline.
+//! - [`content`]: hashing and the text helpers (UTF-8 checks, numbered previews) both use.
+//!
+//! Nothing here knows HTTP or SQL: the HTTP surface, MCP and the CLI all drive this crate.
+
+pub mod audit;
+pub mod content;
+pub mod files;
+pub mod model;
+pub mod path;
+pub mod workspace;
+
+pub use audit::{AuditStore, StoreError};
+pub use model::ModelClient;
+pub use path::{PathError, SandboxPath};
+pub use workspace::{Workspace, WorkspaceError};

@@ -1,0 +1,173 @@
+//! The model layer as the core sees it: one chat call, typed, with a classified error.
+//!
+//! `writ-models` implements [`ModelClient`] for OpenRouter and any OpenAI-compatible endpoint;
+//! tests drive it against the fake upstream in `writ-fake-upstream`.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn system(content: impl Into<String>) -> Self {
+        Self { role: Role::System, content: content.into() }
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        Self { role: Role::User, content: content.into() }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<ChatMessage>,
+    pub temperature: Option<f32>,
+    pub max_tokens: Option<u32>,
+    pub seed: Option<u64>,
+    /// An OpenAI `response_format` object, e.g. `{"type":"json_schema",...}` for the arbiter.
+    pub response_format: Option<serde_json::Value>,
+    /// `["image","text"]` for image generation.
+    pub modalities: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    /// Provider-reported cost in credits (OpenRouter: USD).
+    pub cost: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ChatResponse {
+    pub content: String,
+    /// Image data URLs (`data:image/png;base64,...`).
+    pub images: Vec<String>,
+    pub finish_reason: Option<String>,
+    pub usage: Usage,
+    pub generation_id: Option<String>,
+    /// Wall time of the whole call, retries included.
+    pub latency: Duration,
+    /// Time to the first content byte of the successful attempt, when streamed.
+    pub time_to_first_token: Option<Duration>,
+    pub attempts: u32,
+}
+
+/// Why a model call failed. Retryable classes may succeed on another attempt; permanent ones never.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    // retryable
+    RequestTimeout,
+    RateLimited,
+    ServerError,
+    Timeout,
+    Network,
+    MidStream,
+    BadResponse,
+    // permanent
+    BadRequest,
+    Unauthorized,
+    PaymentRequired,
+    Forbidden,
+    NotFound,
+    // decided by writ, not the provider
+    CircuitOpen,
+    DeadlineExceeded,
+    Cancelled,
+}
+
+impl ErrorClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RequestTimeout => "request_timeout",
+            Self::RateLimited => "rate_limited",
+            Self::ServerError => "server_error",
+            Self::Timeout => "timeout",
+            Self::Network => "network",
+            Self::MidStream => "mid_stream",
+            Self::BadResponse => "bad_response",
+            Self::BadRequest => "bad_request",
+            Self::Unauthorized => "unauthorized",
+            Self::PaymentRequired => "payment_required",
+            Self::Forbidden => "forbidden",
+            Self::NotFound => "not_found",
+            Self::CircuitOpen => "circuit_open",
+            Self::DeadlineExceeded => "deadline_exceeded",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether another attempt at the same model may succeed.
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            Self::RequestTimeout
+                | Self::RateLimited
+                | Self::ServerError
+                | Self::Timeout
+                | Self::Network
+                | Self::MidStream
+                | Self::BadResponse
+        )
+    }
+
+    /// Whether the model (or the key) is unusable until someone changes configuration:
+    /// the fallback pipeline skips such models.
+    pub fn is_permanent(self) -> bool {
+        matches!(
+            self,
+            Self::BadRequest | Self::Unauthorized | Self::PaymentRequired | Self::Forbidden | Self::NotFound
+        )
+    }
+}
+
+impl std::fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("model '{model}' failed ({class}{}): {message}", status.map(|s| format!(", HTTP {s}")).unwrap_or_default())]
+pub struct ModelError {
+    pub model: String,
+    pub class: ErrorClass,
+    pub status: Option<u16>,
+    /// The provider's own message, kept verbatim (secrets are never in it: we never echo the key).
+    pub message: String,
+    pub attempts: u32,
+    pub latency: Duration,
+}
+
+/// Whether a provider can serve calls, for `/readyz`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProviderReadiness {
+    pub name: String,
+    pub ready: bool,
+    pub detail: String,
+}
+
+#[async_trait]
+pub trait ModelClient: Send + Sync + 'static {
+    /// One chat completion, retried as the client's policy allows. Dropping the future cancels
+    /// the upstream HTTP request.
+    async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, ModelError>;
+
+    /// Whether the provider looks usable (e.g. not after a 401/402).
+    fn readiness(&self) -> ProviderReadiness;
+}

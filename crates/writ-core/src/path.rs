@@ -1,0 +1,179 @@
+//! Lexical checks of a caller's path, before the filesystem is touched.
+//!
+//! A [`SandboxPath`] is relative, normalised (`./a/../b.py` → `b.py`), free of NUL bytes and
+//! never climbs above the root. What the filesystem resolves (symlinks planted inside the root)
+//! is checked again by the workspace implementation at open time: a lexical check alone was the
+//! path-prefix bypass of the reference MCP filesystem server.
+
+use std::fmt;
+
+/// Longest path we accept, in bytes; Linux's PATH_MAX is 4096 and the root is prepended.
+pub const MAX_PATH_BYTES: usize = 1024;
+/// Longest single component, in bytes (NAME_MAX on Linux filesystems).
+pub const MAX_COMPONENT_BYTES: usize = 255;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    #[error("path is empty")]
+    Empty,
+    #[error("path contains a NUL byte")]
+    NulByte,
+    #[error("path must be relative to REPO_DIR, got an absolute path")]
+    Absolute,
+    #[error("path leaves REPO_DIR through '..'")]
+    EscapesRoot,
+    #[error("path is {len} bytes long, at most {MAX_PATH_BYTES} are allowed")]
+    TooLong { len: usize },
+    #[error("a path component is {len} bytes long, at most {MAX_COMPONENT_BYTES} are allowed")]
+    ComponentTooLong { len: usize },
+    #[error("path names the workspace root itself, not a file")]
+    IsRoot,
+}
+
+/// A path relative to `REPO_DIR` that passed the lexical checks. Components are joined with `/`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SandboxPath(String);
+
+impl SandboxPath {
+    /// Parses a path naming a file (the root itself is refused).
+    pub fn parse(raw: &str) -> Result<Self, PathError> {
+        let p = Self::parse_dir(raw)?;
+        if p.is_root() {
+            return Err(PathError::IsRoot);
+        }
+        Ok(p)
+    }
+
+    /// Parses a path naming a directory; `""` and `"."` name the root.
+    pub fn parse_dir(raw: &str) -> Result<Self, PathError> {
+        if raw.contains('\0') {
+            return Err(PathError::NulByte);
+        }
+        if raw.len() > MAX_PATH_BYTES {
+            return Err(PathError::TooLong { len: raw.len() });
+        }
+        // Windows-style separators and drive letters are refused as absolute rather than guessed at.
+        if raw.starts_with('/') || raw.starts_with('\\') || looks_like_drive(raw) {
+            return Err(PathError::Absolute);
+        }
+        let mut parts: Vec<&str> = Vec::new();
+        for comp in raw.split('/') {
+            match comp {
+                "" | "." => {}
+                ".." => {
+                    if parts.pop().is_none() {
+                        return Err(PathError::EscapesRoot);
+                    }
+                }
+                c => {
+                    if c.len() > MAX_COMPONENT_BYTES {
+                        return Err(PathError::ComponentTooLong { len: c.len() });
+                    }
+                    parts.push(c);
+                }
+            }
+        }
+        Ok(SandboxPath(parts.join("/")))
+    }
+
+    /// Parses a file path, additionally refusing the empty string outright.
+    pub fn parse_nonempty(raw: &str) -> Result<Self, PathError> {
+        if raw.trim().is_empty() {
+            return Err(PathError::Empty);
+        }
+        Self::parse(raw)
+    }
+
+    pub fn root() -> Self {
+        SandboxPath(String::new())
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn components(&self) -> impl Iterator<Item = &str> {
+        self.0.split('/').filter(|c| !c.is_empty())
+    }
+
+    /// The parent directory (the root for a top-level file).
+    pub fn parent(&self) -> SandboxPath {
+        match self.0.rfind('/') {
+            Some(i) => SandboxPath(self.0[..i].to_string()),
+            None => SandboxPath::root(),
+        }
+    }
+
+    /// The last component.
+    pub fn file_name(&self) -> &str {
+        match self.0.rfind('/') {
+            Some(i) => &self.0[i + 1..],
+            None => &self.0,
+        }
+    }
+
+    /// Lower-cased extension without the dot, if any.
+    pub fn extension(&self) -> Option<String> {
+        let name = self.file_name();
+        let dot = name.rfind('.')?;
+        if dot == 0 {
+            return None;
+        }
+        Some(name[dot + 1..].to_ascii_lowercase())
+    }
+}
+
+fn looks_like_drive(raw: &str) -> bool {
+    let b = raw.as_bytes();
+    b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':'
+}
+
+impl fmt::Display for SandboxPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_empty() { "." } else { &self.0 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn dot_segments_are_normalised_so_duplicates_are_detectable() {
+        assert_eq!(SandboxPath::parse("./a.py").unwrap().as_str(), "a.py");
+        assert_eq!(SandboxPath::parse("src//x/../a.py").unwrap().as_str(), "src/a.py");
+    }
+
+    #[test]
+    fn attacks_are_refused_with_their_reason() {
+        assert_eq!(SandboxPath::parse("/etc/passwd"), Err(PathError::Absolute));
+        assert_eq!(SandboxPath::parse("../x"), Err(PathError::EscapesRoot));
+        assert_eq!(SandboxPath::parse("a/../../x"), Err(PathError::EscapesRoot));
+        assert_eq!(SandboxPath::parse("a\0b"), Err(PathError::NulByte));
+        assert_eq!(SandboxPath::parse_nonempty(""), Err(PathError::Empty));
+        assert_eq!(SandboxPath::parse("a/.."), Err(PathError::IsRoot));
+        assert_eq!(SandboxPath::parse("C:evil"), Err(PathError::Absolute));
+        assert!(matches!(SandboxPath::parse(&"a".repeat(300)), Err(PathError::ComponentTooLong { .. })));
+    }
+
+    #[test]
+    fn extension_is_lower_cased_and_dotfiles_have_none() {
+        assert_eq!(SandboxPath::parse("x/Logo.PNG").unwrap().extension().as_deref(), Some("png"));
+        assert_eq!(SandboxPath::parse(".env").unwrap().extension(), None);
+    }
+
+    proptest! {
+        #[test]
+        fn a_parsed_path_never_climbs_or_is_absolute(raw in "[a-z./\\\\\u{e9}\u{2044}]{0,40}") {
+            if let Ok(p) = SandboxPath::parse_dir(&raw) {
+                prop_assert!(!p.as_str().starts_with('/'));
+                prop_assert!(p.components().all(|c| c != ".." && c != "."));
+            }
+        }
+    }
+}

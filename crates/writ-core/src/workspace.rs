@@ -1,0 +1,78 @@
+//! The sandboxed workspace (`REPO_DIR`) as the core sees it.
+//!
+//! Implementations must resolve every path beneath the root at open time (symlinks included),
+//! write atomically and durably (temp file in the same directory, fsync, rename, fsync of the
+//! directory), and never leave a temp file behind on failure.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use crate::path::{PathError, SandboxPath};
+
+/// Held while one path is being written; writers of one path queue on it.
+pub type PathLock = tokio::sync::OwnedMutexGuard<()>;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DirEntry {
+    pub name: String,
+    pub size: u64,
+    pub is_dir: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    #[error("{0}")]
+    Path(#[from] PathError),
+    #[error("'{path}' resolves outside REPO_DIR (through a symlink)")]
+    Escapes { path: String },
+    #[error("'{path}' does not exist")]
+    NotFound { path: String },
+    #[error("parent directory '{parent}' of '{path}' does not exist (set create_dirs=true to create it)")]
+    ParentMissing { path: String, parent: String },
+    #[error("'{path}' is a directory, not a file")]
+    IsDirectory { path: String },
+    #[error("'{path}' is not a directory")]
+    NotADirectory { path: String },
+    #[error("'{path}' is not a regular file")]
+    SpecialFile { path: String },
+    #[error("no space left on the device while writing '{path}'")]
+    NoSpace { path: String },
+    #[error("I/O error on '{path}': {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+#[async_trait]
+pub trait Workspace: Send + Sync + 'static {
+    /// Absolute path of `REPO_DIR`, for reports (`write_path`).
+    fn root(&self) -> &Path;
+
+    /// Serialises writers of one path within this process.
+    async fn lock(&self, path: &SandboxPath) -> PathLock;
+
+    /// Entries of a directory, sorted by name.
+    async fn list(&self, dir: &SandboxPath) -> Result<Vec<DirEntry>, WorkspaceError>;
+
+    /// The file's bytes, `None` when it does not exist. A directory or special file is an error.
+    async fn read(&self, path: &SandboxPath) -> Result<Option<Vec<u8>>, WorkspaceError>;
+
+    /// Checks, without changing anything, that `path` could be written: it resolves beneath the
+    /// root, is not a directory or special file, and its parent exists (or `create_dirs`).
+    async fn check_target(&self, path: &SandboxPath, create_dirs: bool) -> Result<(), WorkspaceError>;
+
+    /// Replaces the file's content atomically and durably, creating parents if `create_dirs`.
+    async fn write_atomic(
+        &self,
+        path: &SandboxPath,
+        content: &[u8],
+        create_dirs: bool,
+    ) -> Result<(), WorkspaceError>;
+
+    /// Writes and removes a probe file, for `/readyz` and `writ check`.
+    async fn probe_writable(&self) -> Result<(), WorkspaceError>;
+}
