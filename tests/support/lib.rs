@@ -1,1 +1,170 @@
-//! placeholder
+//! Test support: start the real writ server on a loopback port against a fresh database, and
+//! talk to it over real HTTP.
+//!
+//! Each [`TestApp`] gets its own `REPO_DIR` (a temp dir) and its own database: a new SQLite file,
+//! or a new PostgreSQL database named by a UUID (see `writ_store::testing`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+use reqwest::{Client, Response};
+use tempfile::TempDir;
+use writ_server::{Application, Settings};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+pub struct TestApp {
+    pub address: String,
+    pub client: Client,
+    pub database_url: String,
+    pub backend: Backend,
+    pub repo_dir: PathBuf,
+    /// Keeps the temp dirs alive for the test's duration.
+    _dirs: Vec<TempDir>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+/// Settings for a test server: port 0, a temp REPO_DIR, a fresh database.
+pub async fn test_settings(backend: Backend) -> (Settings, Vec<TempDir>) {
+    let repo = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let database_url = match backend {
+        Backend::Sqlite => writ_store::testing::fresh_sqlite_url(data.path()),
+        Backend::Postgres => writ_store::testing::fresh_postgres_url().await,
+    };
+    let repo_dir = repo.path().to_str().unwrap().to_string();
+    let vars = [
+        ("WRIT_ADDR", "127.0.0.1:0".to_string()),
+        ("REPO_DIR", repo_dir),
+        ("DATABASE_URL", database_url),
+    ];
+    let settings = Settings::load(None, &|name| {
+        vars.iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.clone())
+    })
+    .unwrap();
+    (settings, vec![repo, data])
+}
+
+pub async fn spawn_app(backend: Backend) -> TestApp {
+    let (settings, dirs) = test_settings(backend).await;
+    spawn_with(settings, dirs, backend).await
+}
+
+pub async fn spawn_with(settings: Settings, dirs: Vec<TempDir>, backend: Backend) -> TestApp {
+    let database_url = settings.database_url.clone();
+    let app = Application::build(settings)
+        .await
+        .expect("the server builds");
+    let repo_dir = app.state().workspace.root().to_path_buf();
+    let address = format!("http://{}", app.local_addr());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until(async move {
+        let _ = rx.await;
+    }));
+    TestApp {
+        address,
+        client: http_client(),
+        database_url,
+        backend,
+        repo_dir,
+        _dirs: dirs,
+        shutdown: Some(tx),
+        server: Some(server),
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.address, path)
+    }
+
+    pub async fn get(&self, path: &str) -> Response {
+        self.client.get(self.url(path)).send().await.unwrap()
+    }
+
+    pub async fn put_file(
+        &self,
+        path: &str,
+        query: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> Response {
+        let q = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{query}")
+        };
+        self.client
+            .put(self.url(&format!("/files/{path}{q}")))
+            .header("content-type", "text/plain")
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn json(&self, path: &str) -> (u16, serde_json::Value) {
+        let r = self.get(path).await;
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    /// Every file under REPO_DIR (relative paths), for "nothing else was touched" assertions.
+    pub fn files_on_disk(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        walk(&self.repo_dir, &self.repo_dir, &mut out);
+        out.sort();
+        out
+    }
+
+    /// Stops the server gracefully and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(h) = self.server.take() {
+            h.await.unwrap().unwrap();
+        }
+    }
+}
+
+/// reqwest is built without a bundled TLS provider (we pick ring to avoid compiling aws-lc);
+/// install it before the first client is made.
+pub fn http_client() -> Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Client::builder().build().expect("an HTTP client")
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() && !p.is_symlink() {
+            walk(root, &p, out);
+        } else {
+            out.push(p.strip_prefix(root).unwrap().to_string_lossy().into_owned());
+        }
+    }
+}
+
+/// Runs each listed `async fn(TestApp)` against SQLite and against PostgreSQL.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),+ $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test] async fn $name() { super::$name($crate::spawn_app($crate::Backend::Sqlite).await).await; })+
+        }
+        mod postgres {
+            $(#[tokio::test] async fn $name() { super::$name($crate::spawn_app($crate::Backend::Postgres).await).await; })+
+        }
+    };
+}

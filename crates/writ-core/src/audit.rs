@@ -222,10 +222,21 @@ pub trait AuditStore: Send + Sync + 'static {
     ) -> Result<Option<RequestRecord>, StoreError>;
 
     /// Records an operation in whatever state it is given, with the content written (if any).
-    async fn insert_operation(&self, op: &Operation, content: Option<&[u8]>) -> Result<(), StoreError>;
+    async fn insert_operation(
+        &self,
+        op: &Operation,
+        content: Option<&[u8]>,
+    ) -> Result<(), StoreError>;
     /// Moves an operation to its final state.
-    async fn complete_operation(&self, id: Uuid, outcome: &OperationOutcome) -> Result<(), StoreError>;
-    async fn get_operation(&self, id: Uuid) -> Result<Option<(Operation, Option<Vec<u8>>)>, StoreError>;
+    async fn complete_operation(
+        &self,
+        id: Uuid,
+        outcome: &OperationOutcome,
+    ) -> Result<(), StoreError>;
+    async fn get_operation(
+        &self,
+        id: Uuid,
+    ) -> Result<Option<(Operation, Option<Vec<u8>>)>, StoreError>;
     /// Newest first; `limit` is already bounded by the caller.
     async fn list_operations(
         &self,

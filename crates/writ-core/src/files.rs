@@ -14,7 +14,8 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use crate::audit::{
-    AuditStore, CandidateRecord, FileKind, Operation, OperationKind, OperationOutcome, OperationStatus, StoreError,
+    AuditStore, CandidateRecord, FileKind, Operation, OperationKind, OperationOutcome,
+    OperationStatus, StoreError,
 };
 use crate::content::sha256_hex;
 use crate::path::SandboxPath;
@@ -70,7 +71,11 @@ pub enum WriteError {
     #[error("'{path}' already exists (mode=create)")]
     AlreadyExists { path: String },
     #[error("'{path}' changed: expected sha256 {expected}, found {actual}")]
-    PreconditionFailed { path: String, expected: String, actual: String },
+    PreconditionFailed {
+        path: String,
+        expected: String,
+        actual: String,
+    },
     #[error("the audit log cannot record this write, so it was not made: {0}")]
     AuditUnavailable(#[source] StoreError),
 }
@@ -91,12 +96,20 @@ pub async fn recorded_write(
     let current = workspace.read(&spec.path).await?;
     let previous_sha256 = current.as_deref().map(sha256_hex);
     if spec.mode == WriteMode::Create && current.is_some() {
-        return Err(WriteError::AlreadyExists { path: spec.path.to_string() });
+        return Err(WriteError::AlreadyExists {
+            path: spec.path.to_string(),
+        });
     }
     if let Some(expected) = &spec.expected_sha256 {
-        let actual = previous_sha256.clone().unwrap_or_else(|| "absent".to_string());
+        let actual = previous_sha256
+            .clone()
+            .unwrap_or_else(|| "absent".to_string());
         if !expected.eq_ignore_ascii_case(&actual) {
-            return Err(WriteError::PreconditionFailed { path: spec.path.to_string(), expected: expected.clone(), actual });
+            return Err(WriteError::PreconditionFailed {
+                path: spec.path.to_string(),
+                expected: expected.clone(),
+                actual,
+            });
         }
     }
 
@@ -136,13 +149,22 @@ pub async fn recorded_write(
         op.status = OperationStatus::Succeeded;
         op.finished_at = Some(Utc::now());
         op.duration_ms = Some(started.elapsed().as_millis() as i64);
-        store.insert_operation(&op, Some(&content)).await.map_err(WriteError::AuditUnavailable)?;
+        store
+            .insert_operation(&op, Some(&content))
+            .await
+            .map_err(WriteError::AuditUnavailable)?;
         return Ok(receipt(&op, content, previous_sha256));
     }
 
-    store.insert_operation(&op, Some(&content)).await.map_err(WriteError::AuditUnavailable)?;
+    store
+        .insert_operation(&op, Some(&content))
+        .await
+        .map_err(WriteError::AuditUnavailable)?;
 
-    if let Err(err) = workspace.write_atomic(&spec.path, &content, spec.create_dirs).await {
+    if let Err(err) = workspace
+        .write_atomic(&spec.path, &content, spec.create_dirs)
+        .await
+    {
         let outcome = OperationOutcome {
             status: OperationStatus::Failed,
             operation: OperationKind::Failed,
@@ -223,16 +245,37 @@ pub struct ReconcileReport {
 
 /// Settles operations left `pending` by a crash: if the file on disk has the recorded hash the
 /// write happened (`succeeded`), otherwise it did not (`failed`, "interrupted").
+///
+/// Only operations older than `min_age` are touched, so that a replica does not settle a write
+/// another replica is making right now; at start-up a single replica may pass zero.
 pub async fn reconcile_pending(
     store: &dyn AuditStore,
     workspace: &dyn Workspace,
+    min_age: std::time::Duration,
 ) -> Result<ReconcileReport, StoreError> {
     let mut report = ReconcileReport::default();
+    let cutoff =
+        Utc::now() - chrono::Duration::from_std(min_age).unwrap_or(chrono::Duration::zero());
     for op in store.pending_operations().await? {
+        if op.created_at > cutoff {
+            continue;
+        }
         let on_disk = match SandboxPath::parse(&op.filename) {
             Ok(path) => {
-                let _lock = workspace.lock(&path).await;
-                workspace.read(&path).await.ok().flatten().map(|b| sha256_hex(&b))
+                let lock = workspace.lock(&path).await;
+                // The write may have finished while we waited for its lock: look again.
+                match store.get_operation(op.id).await? {
+                    Some((now, _)) if now.status == OperationStatus::Pending => {}
+                    _ => continue,
+                }
+                let hash = workspace
+                    .read(&path)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|b| sha256_hex(&b));
+                drop(lock);
+                hash
             }
             Err(_) => None,
         };
@@ -251,7 +294,10 @@ pub async fn reconcile_pending(
             OperationOutcome {
                 status: OperationStatus::Failed,
                 operation: OperationKind::Failed,
-                error: Some("interrupted before the write completed; the file on disk was left as it was".to_string()),
+                error: Some(
+                    "interrupted before the write completed; the file on disk was left as it was"
+                        .to_string(),
+                ),
                 finished_at: Utc::now(),
                 duration_ms: op.duration_ms,
             }

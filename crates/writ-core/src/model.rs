@@ -24,10 +24,16 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn system(content: impl Into<String>) -> Self {
-        Self { role: Role::System, content: content.into() }
+        Self {
+            role: Role::System,
+            content: content.into(),
+        }
     }
     pub fn user(content: impl Into<String>) -> Self {
-        Self { role: Role::User, content: content.into() }
+        Self {
+            role: Role::User,
+            content: content.into(),
+        }
     }
 }
 
@@ -131,7 +137,11 @@ impl ErrorClass {
     pub fn is_permanent(self) -> bool {
         matches!(
             self,
-            Self::BadRequest | Self::Unauthorized | Self::PaymentRequired | Self::Forbidden | Self::NotFound
+            Self::BadRequest
+                | Self::Unauthorized
+                | Self::PaymentRequired
+                | Self::Forbidden
+                | Self::NotFound
         )
     }
 }

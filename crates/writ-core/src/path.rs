@@ -146,7 +146,10 @@ mod tests {
     #[test]
     fn dot_segments_are_normalised_so_duplicates_are_detectable() {
         assert_eq!(SandboxPath::parse("./a.py").unwrap().as_str(), "a.py");
-        assert_eq!(SandboxPath::parse("src//x/../a.py").unwrap().as_str(), "src/a.py");
+        assert_eq!(
+            SandboxPath::parse("src//x/../a.py").unwrap().as_str(),
+            "src/a.py"
+        );
     }
 
     #[test]
@@ -158,12 +161,21 @@ mod tests {
         assert_eq!(SandboxPath::parse_nonempty(""), Err(PathError::Empty));
         assert_eq!(SandboxPath::parse("a/.."), Err(PathError::IsRoot));
         assert_eq!(SandboxPath::parse("C:evil"), Err(PathError::Absolute));
-        assert!(matches!(SandboxPath::parse(&"a".repeat(300)), Err(PathError::ComponentTooLong { .. })));
+        assert!(matches!(
+            SandboxPath::parse(&"a".repeat(300)),
+            Err(PathError::ComponentTooLong { .. })
+        ));
     }
 
     #[test]
     fn extension_is_lower_cased_and_dotfiles_have_none() {
-        assert_eq!(SandboxPath::parse("x/Logo.PNG").unwrap().extension().as_deref(), Some("png"));
+        assert_eq!(
+            SandboxPath::parse("x/Logo.PNG")
+                .unwrap()
+                .extension()
+                .as_deref(),
+            Some("png")
+        );
         assert_eq!(SandboxPath::parse(".env").unwrap().extension(), None);
     }
 

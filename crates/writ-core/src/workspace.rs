@@ -29,7 +29,9 @@ pub enum WorkspaceError {
     Escapes { path: String },
     #[error("'{path}' does not exist")]
     NotFound { path: String },
-    #[error("parent directory '{parent}' of '{path}' does not exist (set create_dirs=true to create it)")]
+    #[error(
+        "parent directory '{parent}' of '{path}' does not exist (set create_dirs=true to create it)"
+    )]
     ParentMissing { path: String, parent: String },
     #[error("'{path}' is a directory, not a file")]
     IsDirectory { path: String },
@@ -63,7 +65,11 @@ pub trait Workspace: Send + Sync + 'static {
 
     /// Checks, without changing anything, that `path` could be written: it resolves beneath the
     /// root, is not a directory or special file, and its parent exists (or `create_dirs`).
-    async fn check_target(&self, path: &SandboxPath, create_dirs: bool) -> Result<(), WorkspaceError>;
+    async fn check_target(
+        &self,
+        path: &SandboxPath,
+        create_dirs: bool,
+    ) -> Result<(), WorkspaceError>;
 
     /// Replaces the file's content atomically and durably, creating parents if `create_dirs`.
     async fn write_atomic(

@@ -1,1 +1,19 @@
-//! placeholder
+//! The HTTP surface of writ and the `writ` binary's commands.
+//!
+//! - [`config`]: settings from the environment and `writ.toml`.
+//! - [`startup`]: [`startup::Application`] — build (store, migrations, workspace, listener) and run.
+//! - [`routes`]: the route table and one module per resource; handlers translate HTTP to the core.
+//! - [`error`]: the API error type and its JSON body; [`extract`]: extractors that name bad fields.
+//! - [`telemetry`]: logging, request ids, metrics. [`check`]: `writ check`.
+
+pub mod check;
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod routes;
+pub mod startup;
+pub mod state;
+pub mod telemetry;
+
+pub use config::Settings;
+pub use startup::Application;

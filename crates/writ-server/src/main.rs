@@ -1,1 +1,107 @@
-fn main() {}
+//! The `writ` binary: `serve` (default), `migrate`, `check`.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use writ_server::{Application, Settings, check, telemetry};
+
+#[derive(Debug, Parser)]
+#[command(name = "writ", version, about = "Multi-model code synthesis service")]
+struct Cli {
+    /// Config file (default: ./writ.toml when present). Environment variables win over it.
+    #[arg(long, global = true, env = "WRIT_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start the HTTP server (the default).
+    Serve {
+        /// Listen address; overrides WRIT_ADDR.
+        #[arg(long)]
+        addr: Option<SocketAddr>,
+    },
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Print a pre-flight report; exit 1 when something a write needs is missing.
+    Check,
+}
+
+fn main() -> ExitCode {
+    telemetry::init_logging();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            // The whole cause chain, once.
+            let _ = writeln!(std::io::stderr(), "writ: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let mut settings = Settings::from_env(cli.config.as_deref())?;
+    match cli.command.unwrap_or(Command::Serve { addr: None }) {
+        Command::Serve { addr } => {
+            if let Some(addr) = addr {
+                settings.addr = addr;
+            }
+            let app = Application::build(settings).await?;
+            app.run_until(shutdown_signal()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Migrate => {
+            let store = writ_store::connect(&settings.database_url).await?;
+            store.migrate().await.context("applying migrations")?;
+            let _ = writeln!(
+                std::io::stdout(),
+                "migrations applied to {}",
+                writ_store::redact_url(&settings.database_url)
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check => {
+            let lines = check::run_checks(&settings).await;
+            let ok = check::print_report(&lines, &mut std::io::stdout())?;
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    tracing::info!("shutdown signal received; finishing in-flight requests");
+}

@@ -1,1 +1,98 @@
-//! placeholder
+//! The audit store: the PostgreSQL and SQLite implementations of [`writ_core::AuditStore`].
+//!
+//! - [`connect`] picks the backend from `DATABASE_URL` at start-up and hands back the trait object
+//!   the rest of writ talks to; nothing outside this crate names a backend.
+//! - [`postgres`] ([`PgStore`]) and [`sqlite`] ([`SqliteStore`]) own their SQL. Both use runtime
+//!   queries (no live database at build time) and build dynamic filters with bound parameters.
+//! - `error` turns sqlx errors into [`StoreError`] without ever quoting a bound value, and
+//!   [`redact_url`] keeps passwords out of every message.
+//! - `listing` holds what both backends share about reading rows back: the column lists, the
+//!   cursor format of the newest-first listing, and the decoding of enum columns.
+//! - [`testing`] makes fresh databases for tests (this crate's and other crates').
+//!
+//! The schemas live in `migrations/postgres` and `migrations/sqlite` at the workspace root and are
+//! embedded into the binary at compile time.
+
+// First, so that its column-list macros are in scope for the backends.
+#[macro_use]
+mod listing;
+mod error;
+pub mod postgres;
+pub mod sqlite;
+pub mod testing;
+mod url;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use postgres::PgStore;
+pub use sqlite::SqliteStore;
+pub use url::redact_url;
+use writ_core::{AuditStore, StoreError};
+
+/// Which implementation a `DATABASE_URL` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+impl Backend {
+    /// Reads the scheme of `database_url`: `postgres://`, `postgresql://`, `sqlite://` or `sqlite:`.
+    pub fn from_url(database_url: &str) -> Result<Self, StoreError> {
+        let lower = database_url.trim_start().to_ascii_lowercase();
+        if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
+            Ok(Self::Postgres)
+        } else if lower.starts_with("sqlite:") {
+            Ok(Self::Sqlite)
+        } else {
+            Err(StoreError::Other(format!(
+                "DATABASE_URL must start with postgres://, postgresql://, sqlite:// or sqlite: ({})",
+                url::describe_scheme(database_url)
+            )))
+        }
+    }
+}
+
+/// Connects to the audit store named by `database_url` (the value of `DATABASE_URL`).
+///
+/// SQLite creates the file if it is missing. The connection is tried at once, so a database that
+/// is down fails start-up with [`StoreError::Unavailable`] in a few seconds rather than at the
+/// first write. The schema is not touched: call [`AuditStore::migrate`] for that.
+pub async fn connect(database_url: &str) -> Result<Arc<dyn AuditStore>, StoreError> {
+    let store: Arc<dyn AuditStore> = match Backend::from_url(database_url)? {
+        Backend::Postgres => Arc::new(PgStore::connect(database_url).await?),
+        Backend::Sqlite => Arc::new(SqliteStore::connect(database_url).await?),
+    };
+    tracing::info!(backend = store.backend(), url = %redact_url(database_url), "audit store connected");
+    Ok(store)
+}
+
+/// Whether every up-migration `migrator` embeds is recorded as applied with the same checksum.
+/// A checksum mismatch counts as "not migrated": the schema is not the one this build expects,
+/// and [`AuditStore::migrate`] would refuse to run.
+fn migrations_applied(migrator: &sqlx::migrate::Migrator, applied: &[(i64, Vec<u8>)]) -> bool {
+    migrator
+        .iter()
+        .filter(|migration| !migration.migration_type.is_down_migration())
+        .all(|migration| {
+            applied.iter().any(|(version, checksum)| {
+                *version == migration.version && **checksum == *migration.checksum
+            })
+        })
+}
+
+/// Opens and closes one connection, so that a database that is down is reported with its cause
+/// ("connection refused", "password authentication failed") within `timeout`; a pool retries until
+/// its acquire timeout and then only says that it timed out.
+async fn probe<C: sqlx::Connection>(options: &C::Options, timeout: Duration) -> Result<(), String> {
+    match tokio::time::timeout(timeout, C::connect_with(options)).await {
+        Ok(Ok(connection)) => {
+            // The database answered; a failed goodbye on this throwaway connection changes nothing.
+            drop(sqlx::Connection::close(connection).await);
+            Ok(())
+        }
+        Ok(Err(err)) => Err(err.to_string()),
+        Err(_) => Err(format!("no connection within {} s", timeout.as_secs())),
+    }
+}

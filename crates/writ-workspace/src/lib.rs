@@ -1,1 +1,188 @@
-//! placeholder
+//! The sandboxed workspace: `REPO_DIR` as writ reads and writes it.
+//!
+//! [`SandboxedWorkspace`] implements [`writ_core::Workspace`]. Its paths arrive already checked
+//! lexically ([`SandboxPath`]); what this crate adds is the check the filesystem alone can make.
+//! Every access goes through one `cap_std::fs::Dir` opened on the canonical root, which resolves
+//! each path beneath it with `openat2(RESOLVE_BENEATH)` (or cap-std's emulation on older kernels),
+//! so a symlink planted inside the root is refused at open time if it leads outside.
+//!
+//! Symlinks, in short:
+//! - a relative symlink that stays inside the root is followed, as a directory on the way to a
+//!   path and as the file `read` returns;
+//! - any symlink that leads outside is `Escapes` — and so is every *absolute* symlink, even one
+//!   naming a place inside the root, because `RESOLVE_BENEATH` refuses absolute links outright;
+//! - a symlink as the *final* component of a write target is refused (`Escapes` if it leads
+//!   outside, `SpecialFile` otherwise): the atomic rename would replace the link, not its target;
+//! - `list` reports a symlink as itself (never followed).
+//!
+//! Modules:
+//! - `ops`: the synchronous operations, each resolving from the root `Dir`;
+//! - `locks`: per-path write locks whose table shrinks as paths are released;
+//! - `errors`: cap-std's `io::Error`s as [`WorkspaceError`]s.
+
+mod errors;
+mod locks;
+mod ops;
+
+use std::hash::{BuildHasher, Hasher};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use cap_std::fs::Dir;
+use writ_core::workspace::{DirEntry, PathLock};
+use writ_core::{SandboxPath, Workspace, WorkspaceError};
+
+use crate::locks::PathLocks;
+
+/// How long a temp-file-shaped file must have been left untouched before
+/// [`SandboxedWorkspace::remove_stale_temp_files`] takes it for debris: far longer than any write
+/// holds its temp file, so a write in flight never loses it.
+pub const STALE_TEMP_FILE_AGE: Duration = Duration::from_secs(10 * 60);
+
+/// `REPO_DIR`, reachable only through a capability on its root directory.
+#[derive(Debug)]
+pub struct SandboxedWorkspace {
+    /// The canonical root, for reports; never used to reach files (that would bypass the sandbox).
+    root_path: PathBuf,
+    /// The capability every access goes through, shared with the blocking tasks that use it.
+    root: Arc<Dir>,
+    /// Writers of one path queue here.
+    locks: PathLocks,
+}
+
+impl SandboxedWorkspace {
+    /// Opens `root` as the workspace, creating it (and its parents) if missing.
+    ///
+    /// This is the only place ambient authority is used: from here on, the process reaches the
+    /// workspace only through the returned value's directory handle.
+    pub async fn open(root: impl AsRef<Path>) -> Result<SandboxedWorkspace, WorkspaceError> {
+        let root = root.as_ref().to_path_buf();
+        let shown = root.display().to_string();
+        let io_error = |source: io::Error| WorkspaceError::Io {
+            path: shown.clone(),
+            source,
+        };
+
+        tokio::fs::create_dir_all(&root).await.map_err(io_error)?;
+        let root_path = tokio::fs::canonicalize(&root).await.map_err(io_error)?;
+        let to_open = root_path.clone();
+        let dir = tokio::task::spawn_blocking(move || {
+            Dir::open_ambient_dir(&to_open, cap_std::ambient_authority())
+        })
+        .await
+        .map_err(|e| io_error(io::Error::other(e)))?
+        .map_err(io_error)?;
+
+        Ok(SandboxedWorkspace {
+            root_path,
+            root: Arc::new(dir),
+            locks: PathLocks::default(),
+        })
+    }
+
+    /// Removes the temp files an interrupted write left behind (see [`STALE_TEMP_FILE_AGE`]) and
+    /// returns how many it removed. Meant for start-up, before requests are served.
+    ///
+    /// Writes go through cap-std-ext's `atomic_write`, whose temp file is anonymous (O_TMPFILE)
+    /// for nearly its whole life but is named with a bare UUIDv4 for an instant before its rename
+    /// (and throughout the write on filesystems without O_TMPFILE); a crash in that window leaves
+    /// it. The name carries no mark of ours, so a user's extension-less file named exactly like a
+    /// lowercase UUIDv4 and untouched for ten minutes would be removed too.
+    pub async fn remove_stale_temp_files(&self) -> usize {
+        let root = Arc::clone(&self.root);
+        tokio::task::spawn_blocking(move || {
+            ops::remove_stale_temp_files(&root, STALE_TEMP_FILE_AGE)
+        })
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "the stale temp file sweep did not finish");
+            0
+        })
+    }
+
+    /// Runs `op` on the blocking pool with the root `Dir`.
+    ///
+    /// Once started, the operation runs to its end even if the caller's future is dropped, so a
+    /// client hanging up never interrupts a write half-way (not that a half-way write would show:
+    /// the rename is what publishes it).
+    async fn run<T, F>(&self, shown: &str, op: F) -> Result<T, WorkspaceError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Dir) -> Result<T, WorkspaceError> + Send + 'static,
+    {
+        let root = Arc::clone(&self.root);
+        tokio::task::spawn_blocking(move || op(&root))
+            .await
+            .map_err(|e| WorkspaceError::Io {
+                path: shown.to_owned(),
+                source: io::Error::other(e),
+            })?
+    }
+}
+
+#[async_trait]
+impl Workspace for SandboxedWorkspace {
+    fn root(&self) -> &Path {
+        &self.root_path
+    }
+
+    async fn lock(&self, path: &SandboxPath) -> PathLock {
+        self.locks.lock(path).await
+    }
+
+    async fn list(&self, dir: &SandboxPath) -> Result<Vec<DirEntry>, WorkspaceError> {
+        let owned = dir.clone();
+        self.run(&dir.to_string(), move |root| ops::list(root, &owned))
+            .await
+    }
+
+    async fn read(&self, path: &SandboxPath) -> Result<Option<Vec<u8>>, WorkspaceError> {
+        let owned = path.clone();
+        self.run(path.as_str(), move |root| ops::read(root, &owned))
+            .await
+    }
+
+    async fn check_target(
+        &self,
+        path: &SandboxPath,
+        create_dirs: bool,
+    ) -> Result<(), WorkspaceError> {
+        let owned = path.clone();
+        self.run(path.as_str(), move |root| {
+            ops::check_target(root, &owned, create_dirs)
+        })
+        .await
+    }
+
+    async fn write_atomic(
+        &self,
+        path: &SandboxPath,
+        content: &[u8],
+        create_dirs: bool,
+    ) -> Result<(), WorkspaceError> {
+        let owned = path.clone();
+        let content = content.to_vec();
+        self.run(path.as_str(), move |root| {
+            ops::write_atomic(root, &owned, &content, create_dirs)
+        })
+        .await
+    }
+
+    async fn probe_writable(&self) -> Result<(), WorkspaceError> {
+        let name = format!("{}{}", ops::PROBE_PREFIX, random_suffix());
+        let shown = name.clone();
+        self.run(&shown, move |root| ops::probe_writable(root, &name))
+            .await
+    }
+}
+
+/// Enough randomness that concurrent probes (several replicas on one volume) do not share a name;
+/// std's per-instance SipHash keys supply it without another dependency.
+fn random_suffix() -> String {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    format!("{:016x}", hasher.finish())
+}

@@ -1,0 +1,15 @@
+# Builds the writ binary and runs it on a slim Debian. (No Docker engine runs on the project's
+# CI machines, so this file is exercised by users, not by CI.)
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked --bin writ
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/target/release/writ /usr/local/bin/writ
+WORKDIR /data
+ENV REPO_DIR=/data/workspace WRIT_ADDR=0.0.0.0:8080
+EXPOSE 8080
+ENTRYPOINT ["writ"]
+CMD ["serve"]

@@ -1,0 +1,163 @@
+//! `writ check`: a pre-flight report a person can read, and an exit code a script can use.
+
+use std::io::Write;
+
+use writ_core::Workspace;
+
+use crate::config::Settings;
+
+#[derive(Debug)]
+pub struct Line {
+    pub ok: bool,
+    /// Whether a write needs this; a failed optional line is a warning, not a failure.
+    pub required: bool,
+    pub name: &'static str,
+    pub detail: String,
+}
+
+/// Runs every check; never panics, never changes anything but a probe file in `REPO_DIR`.
+pub async fn run_checks(settings: &Settings) -> Vec<Line> {
+    let mut lines = vec![Line {
+        ok: true,
+        required: true,
+        name: "configuration",
+        detail: match &settings.config_file {
+            Some(p) => format!("read from the environment and {}", p.display()),
+            None => "read from the environment (no writ.toml)".to_string(),
+        },
+    }];
+
+    let url = writ_store::redact_url(&settings.database_url);
+    let database = match writ_store::connect(&settings.database_url).await {
+        Err(e) => Line {
+            ok: false,
+            required: true,
+            name: "database",
+            detail: format!("{url}: not reachable: {e}"),
+        },
+        Ok(store) => match store.is_migrated().await {
+            Ok(true) => Line {
+                ok: true,
+                required: true,
+                name: "database",
+                detail: format!("{url}: reachable, migrated"),
+            },
+            Ok(false) => Line {
+                ok: false,
+                required: true,
+                name: "database",
+                detail: format!(
+                    "{url}: reachable but not migrated; run `writ migrate` (writ serve also migrates at start)"
+                ),
+            },
+            Err(e) => Line {
+                ok: false,
+                required: true,
+                name: "database",
+                detail: format!("{url}: {e}"),
+            },
+        },
+    };
+    lines.push(database);
+
+    let repo = settings.repo_dir.display().to_string();
+    let repo_line = match writ_workspace::SandboxedWorkspace::open(&settings.repo_dir).await {
+        Err(e) => Line {
+            ok: false,
+            required: true,
+            name: "repo_dir",
+            detail: format!("REPO_DIR {repo}: cannot be created or opened: {e}"),
+        },
+        Ok(ws) => match ws.probe_writable().await {
+            Ok(()) => Line {
+                ok: true,
+                required: true,
+                name: "repo_dir",
+                detail: format!("REPO_DIR {}: exists, writable", ws.root().display()),
+            },
+            Err(e) => Line {
+                ok: false,
+                required: true,
+                name: "repo_dir",
+                detail: format!("REPO_DIR {}: not writable: {e}", ws.root().display()),
+            },
+        },
+    };
+    lines.push(repo_line);
+
+    let models = if settings.code_list.is_empty() {
+        Line {
+            ok: false,
+            required: false,
+            name: "models",
+            detail: "CODE_LIST is empty: direct file routes work, POST /write_codebase needs CODE_LIST (and CODE_MODEL for the arbiter)".into(),
+        }
+    } else {
+        Line {
+            ok: true,
+            required: true,
+            name: "models",
+            detail: format!(
+                "candidates {}; arbiter {}; fallback {}",
+                settings.code_list.join(", "),
+                settings
+                    .code_model
+                    .as_deref()
+                    .unwrap_or("(none: first viable candidate wins)"),
+                settings.code_gen_model.as_deref().unwrap_or("(none)")
+            ),
+        }
+    };
+    lines.push(models);
+
+    if !settings.code_list.is_empty() {
+        let key_line = match settings.model_problem() {
+            Some(problem) => Line {
+                ok: false,
+                required: true,
+                name: "provider",
+                detail: problem,
+            },
+            None => Line {
+                ok: true,
+                required: true,
+                name: "provider",
+                detail: format!(
+                    "{} ({})",
+                    settings.openrouter_base_url,
+                    if settings.openrouter_api_key.is_some() {
+                        "OPENROUTER_API_KEY set"
+                    } else {
+                        "no key needed for this endpoint"
+                    }
+                ),
+            },
+        };
+        lines.push(key_line);
+    }
+    lines
+}
+
+/// Prints the report; returns whether every required check passed.
+pub fn print_report(lines: &[Line], out: &mut dyn Write) -> std::io::Result<bool> {
+    writeln!(out, "writ check")?;
+    for l in lines {
+        let mark = match (l.ok, l.required) {
+            (true, _) => "ok  ",
+            (false, true) => "FAIL",
+            (false, false) => "warn",
+        };
+        writeln!(out, "  [{mark}] {:<13} {}", l.name, l.detail)?;
+    }
+    let ok = lines.iter().all(|l| l.ok || !l.required);
+    writeln!(
+        out,
+        "{}",
+        if ok {
+            "ready to write"
+        } else {
+            "not ready: fix the FAIL lines above"
+        }
+    )?;
+    Ok(ok)
+}

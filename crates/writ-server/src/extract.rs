@@ -1,0 +1,146 @@
+//! Extractors whose rejections are API errors naming the offending field.
+
+use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+/// `Query<T>` whose errors say which parameter is wrong.
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(ApiQuery(v)),
+            Err(rejection) => Err(query_error(&rejection)),
+        }
+    }
+}
+
+fn query_error(rejection: &QueryRejection) -> ApiError {
+    let text = rejection.body_text();
+    let detail = text
+        .strip_prefix("Failed to deserialize query string: ")
+        .unwrap_or(&text)
+        .to_string();
+    let mut err = ApiError::bad_request(
+        "invalid_parameter",
+        format!("invalid query parameter: {detail}"),
+    );
+    if let Some(field) = field_in(&detail) {
+        err = err.with_field(field);
+    }
+    err
+}
+
+/// `Json<T>` whose errors name the unknown or invalid field and the limit.
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(ApiJson(v)),
+            Err(rejection) => Err(json_error(&rejection)),
+        }
+    }
+}
+
+fn json_error(rejection: &JsonRejection) -> ApiError {
+    match rejection {
+        JsonRejection::MissingJsonContentType(_) => ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the request body as JSON with Content-Type: application/json",
+        ),
+        JsonRejection::BytesRejection(b) => body_error(b, 0),
+        other => {
+            let text = other.body_text();
+            let detail = text
+                .strip_prefix("Failed to deserialize the JSON body into the target type: ")
+                .or_else(|| text.strip_prefix("Failed to parse the request body as JSON: "))
+                .unwrap_or(&text)
+                .to_string();
+            let mut err = ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_body",
+                detail.clone(),
+            );
+            if let Some(field) = field_in(&detail) {
+                err = err.with_field(field);
+            }
+            err
+        }
+    }
+}
+
+/// The body could not be read: over the size limit, or the connection failed.
+pub fn body_error(rejection: &BytesRejection, limit: usize) -> ApiError {
+    let text = rejection.body_text();
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        let limit_text = if limit > 0 {
+            format!("{limit} bytes")
+        } else {
+            "the configured limit".to_string()
+        };
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body is larger than {limit_text} (WRIT_MAX_BODY_BYTES)"),
+        )
+        .with_field("body");
+    }
+    ApiError::bad_request("invalid_body", text).with_field("body")
+}
+
+/// Pulls the field name out of serde's messages: "unknown field `x`", "missing field `y`", or
+/// the path prefix "files[0].filename: …" that serde_path_to_error-style messages carry.
+fn field_in(message: &str) -> Option<String> {
+    for marker in ["unknown field `", "missing field `"] {
+        if let Some(start) = message.find(marker) {
+            let rest = &message[start + marker.len()..];
+            if let Some(end) = rest.find('`') {
+                let name = &rest[..end];
+                // axum prefixes the JSON path ("files[0]: unknown field `x`"): keep it.
+                let prefix = message[..start].trim().trim_end_matches(':').trim();
+                return Some(if prefix.is_empty() || prefix.contains(' ') {
+                    name.to_string()
+                } else if prefix == name || prefix.ends_with(&format!(".{name}")) {
+                    // The path already ends with the field itself.
+                    prefix.to_string()
+                } else {
+                    format!("{prefix}.{name}")
+                });
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::field_in;
+
+    #[test]
+    fn field_names_are_found_in_serde_messages() {
+        assert_eq!(
+            field_in("unknown field `colour`, expected one of `dir`").as_deref(),
+            Some("colour")
+        );
+        assert_eq!(
+            field_in("files[0]: unknown field `x`, expected `filename`").as_deref(),
+            Some("files[0].x")
+        );
+        assert_eq!(field_in("invalid type: string").as_deref(), None);
+        assert_eq!(
+            field_in("sort: unknown field `sort`, expected one of `a`").as_deref(),
+            Some("sort")
+        );
+    }
+}

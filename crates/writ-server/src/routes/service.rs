@@ -1,0 +1,151 @@
+//! Service routes: liveness, readiness, metrics and the OpenAPI document.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::state::AppState;
+
+/// The spec, checked in at the repository root; a test keeps it in step with the routes.
+pub const OPENAPI_YAML: &str = include_str!("../../../../openapi.yaml");
+
+const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The process is alive.
+pub async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+#[derive(Debug, Serialize)]
+pub struct Check {
+    pub ok: bool,
+    /// Whether a failure of this check makes the service not ready.
+    pub required: bool,
+    pub detail: String,
+}
+
+/// One entry per check; 503 when a check that writes need fails.
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    let (database, repo_dir) = tokio::join!(check_database(&state), check_repo_dir(&state));
+    let provider = check_provider(&state);
+    let ready = [&database, &repo_dir, &provider]
+        .iter()
+        .all(|c| c.ok || !c.required);
+    let body = json!({
+        "status": if ready { "ready" } else { "not_ready" },
+        "checks": {"database": database, "repo_dir": repo_dir, "provider": provider},
+    });
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+pub async fn check_database(state: &AppState) -> Check {
+    let backend = state.store.backend();
+    let result = tokio::time::timeout(CHECK_TIMEOUT, async {
+        state.store.ping().await?;
+        state.store.is_migrated().await
+    })
+    .await;
+    match result {
+        Ok(Ok(true)) => Check {
+            ok: true,
+            required: true,
+            detail: format!("{backend}: reachable, migrated"),
+        },
+        Ok(Ok(false)) => Check {
+            ok: false,
+            required: true,
+            detail: format!("{backend}: reachable but not migrated (run `writ migrate`)"),
+        },
+        Ok(Err(e)) => Check {
+            ok: false,
+            required: true,
+            detail: format!("{backend}: {e}"),
+        },
+        Err(_) => Check {
+            ok: false,
+            required: true,
+            detail: format!("{backend}: no answer within {}s", CHECK_TIMEOUT.as_secs()),
+        },
+    }
+}
+
+pub async fn check_repo_dir(state: &AppState) -> Check {
+    let root = state.workspace.root().display().to_string();
+    match tokio::time::timeout(CHECK_TIMEOUT, state.workspace.probe_writable()).await {
+        Ok(Ok(())) => Check {
+            ok: true,
+            required: true,
+            detail: format!("{root}: writable"),
+        },
+        Ok(Err(e)) => Check {
+            ok: false,
+            required: true,
+            detail: format!("{root}: not writable: {e}"),
+        },
+        Err(_) => Check {
+            ok: false,
+            required: true,
+            detail: format!("{root}: no answer within {}s", CHECK_TIMEOUT.as_secs()),
+        },
+    }
+}
+
+/// Model-backed writes need the provider; direct file routes do not. So the provider only makes
+/// writ not ready when models are configured but unusable.
+pub fn check_provider(state: &AppState) -> Check {
+    let settings = &state.settings;
+    if settings.code_list.is_empty() {
+        return Check {
+            ok: false,
+            required: false,
+            detail: "no models configured (CODE_LIST is empty): POST /write_codebase is unavailable, direct file routes work".into(),
+        };
+    }
+    if let Some(problem) = settings.model_problem() {
+        return Check {
+            ok: false,
+            required: true,
+            detail: problem,
+        };
+    }
+    if let Some(models) = &state.models {
+        let r = models.readiness();
+        return Check {
+            ok: r.ready,
+            required: true,
+            detail: format!("{}: {}", r.name, r.detail),
+        };
+    }
+    Check {
+        ok: true,
+        required: true,
+        detail: format!("{} configured", settings.openrouter_base_url),
+    }
+}
+
+/// Prometheus text exposition.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+/// The OpenAPI document of this server.
+pub async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/yaml")], OPENAPI_YAML).into_response()
+}

@@ -1,0 +1,109 @@
+//! The `writ` binary's `migrate` and `check` commands, run as a user would.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Output};
+
+fn writ(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_writ"));
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "warn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn check_passes_after_migrate_on_the_embedded_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/writ.db", dir.path().display());
+    let repo = dir.path().join("workspace");
+    let env = [
+        ("DATABASE_URL", db.as_str()),
+        ("REPO_DIR", repo.to_str().unwrap()),
+    ];
+
+    let before = writ(&["check"], &env);
+    assert!(
+        !before.status.success(),
+        "an unmigrated database fails the check:\n{}",
+        text(&before)
+    );
+    assert!(text(&before).contains("writ migrate"), "{}", text(&before));
+
+    let migrate = writ(&["migrate"], &env);
+    assert!(migrate.status.success(), "{}", text(&migrate));
+
+    let after = writ(&["check"], &env);
+    assert!(after.status.success(), "{}", text(&after));
+    assert!(text(&after).contains("[ok  ] repo_dir"), "{}", text(&after));
+    assert!(
+        text(&after).contains("[warn] models"),
+        "no models is a warning, not a failure:\n{}",
+        text(&after)
+    );
+}
+
+#[test]
+fn check_explains_an_unwritable_repo_dir_in_plain_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("a-file");
+    std::fs::write(&blocker, "not a directory").unwrap();
+    let repo = blocker.join("workspace");
+    let db = format!("sqlite://{}/writ.db", dir.path().display());
+    let out = writ(
+        &["check"],
+        &[("DATABASE_URL", &db), ("REPO_DIR", repo.to_str().unwrap())],
+    );
+    assert!(!out.status.success());
+    let t = text(&out);
+    assert!(
+        t.contains("[FAIL] repo_dir") && t.contains("REPO_DIR"),
+        "{t}"
+    );
+}
+
+#[test]
+fn check_names_the_missing_provider_key_and_never_prints_a_present_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/writ.db", dir.path().display());
+    let repo = dir.path().join("ws");
+    let base = [
+        ("DATABASE_URL", db.as_str()),
+        ("REPO_DIR", repo.to_str().unwrap()),
+        ("CODE_LIST", "openai/gpt-x,anthropic/claude-y"),
+    ];
+    assert!(writ(&["migrate"], &base).status.success());
+
+    let out = writ(&["check"], &base);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("OPENROUTER_API_KEY is not set"),
+        "{}",
+        text(&out)
+    );
+
+    let mut with_key = base.to_vec();
+    with_key.push(("OPENROUTER_API_KEY", "sk-or-v1-verysecretvalue"));
+    let out = writ(&["check"], &with_key);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!text(&out).contains("verysecretvalue"));
+}
+
+#[test]
+fn a_bad_setting_is_refused_naming_the_variable() {
+    let out = writ(&["check"], &[("WRIT_ADDR", "not-an-address")]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("WRIT_ADDR"), "{}", text(&out));
+}

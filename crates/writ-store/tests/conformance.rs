@@ -1,0 +1,1025 @@
+//! The audit store conformance suite: one set of behaviours every [`AuditStore`] must have, run
+//! against PostgreSQL and SQLite alike, plus the few checks that only make sense per backend
+//! (connection settings, query plans) and the connection errors of [`writ_store::connect`].
+//!
+//! Each behaviour is a generic `async fn(&dyn AuditStore)`; `conformance_suite!` turns it into a
+//! `#[tokio::test]` per backend, each on a fresh database (a new PostgreSQL database per test, a new
+//! SQLite file in a temp dir). PostgreSQL must be reachable: these tests fail, never skip, without
+//! it (see `writ_store::testing`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde_json::json;
+use tempfile::TempDir;
+use uuid::Uuid;
+use writ_core::audit::{
+    CandidateRecord, Cursor, FileKind, NewRequest, Operation, OperationFilter, OperationKind,
+    OperationOutcome, OperationStatus, RequestStatus,
+};
+use writ_core::{AuditStore, StoreError};
+use writ_store::testing::{fresh_postgres_url, fresh_sqlite_url};
+use writ_store::{PgStore, SqliteStore};
+
+// ---------------------------------------------------------------------------------------------
+// Harness
+
+/// A store on a database of its own, and whatever must outlive it.
+struct Fresh {
+    store: Arc<dyn AuditStore>,
+    /// Holds the SQLite file's directory until the test ends.
+    _dir: Option<TempDir>,
+}
+
+async fn fresh_postgres() -> Fresh {
+    let url = fresh_postgres_url().await;
+    Fresh {
+        store: writ_store::connect(&url).await.unwrap(),
+        _dir: None,
+    }
+}
+
+async fn fresh_sqlite() -> Fresh {
+    let dir = tempfile::tempdir().unwrap();
+    let url = fresh_sqlite_url(dir.path());
+    Fresh {
+        store: writ_store::connect(&url).await.unwrap(),
+        _dir: Some(dir),
+    }
+}
+
+/// Generates `mod $backend` with one `#[tokio::test]` per behaviour. `unmigrated` behaviours get
+/// an empty database; `migrated` ones get the schema applied.
+macro_rules! conformance_suite {
+    ($backend:ident, $name:literal, $open:path) => {
+        mod $backend {
+            #[tokio::test]
+            async fn the_backend_names_itself_and_answers_a_ping() {
+                let fresh = $open().await;
+                assert_eq!(fresh.store.backend(), $name);
+                fresh.store.ping().await.unwrap();
+            }
+
+            conformance_suite!(@unmigrated $open;
+                migrate_is_idempotent_and_is_migrated_flips_from_false_to_true,
+            );
+
+            conformance_suite!(@migrated $open;
+                a_request_round_trips_through_insert_finish_and_get,
+                finishing_an_unknown_request_is_an_error,
+                a_duplicate_idempotency_key_is_a_conflict_even_without_a_caller,
+                requests_without_an_idempotency_key_never_conflict,
+                a_request_is_found_by_its_caller_and_idempotency_key,
+                an_operation_is_stored_with_its_content_bytes_and_candidates,
+                an_operation_without_content_reads_back_with_none,
+                a_duplicate_operation_id_is_a_conflict_and_leaves_the_first_intact,
+                completing_an_operation_records_its_outcome,
+                completing_an_unknown_operation_is_an_error,
+                pending_operations_lists_only_pending_ones_oldest_first,
+                listing_is_newest_first_and_pages_with_a_cursor,
+                a_page_that_ends_exactly_at_the_last_row_has_no_next_cursor,
+                listing_filters_by_request_id,
+                listing_filters_by_filename,
+                listing_filters_by_status,
+                listing_filters_by_model,
+                listing_since_is_inclusive_and_until_is_exclusive,
+                listing_combines_filters_with_and_and_pages_within_them,
+                an_unparseable_cursor_is_rejected,
+            );
+        }
+    };
+    (@unmigrated $open:path; $($test:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $test() {
+                let fresh = $open().await;
+                super::$test(&*fresh.store).await;
+            }
+        )*
+    };
+    (@migrated $open:path; $($test:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $test() {
+                let fresh = $open().await;
+                fresh.store.migrate().await.unwrap();
+                super::$test(&*fresh.store).await;
+            }
+        )*
+    };
+}
+
+conformance_suite!(postgres, "postgres", super::fresh_postgres);
+conformance_suite!(sqlite, "sqlite", super::fresh_sqlite);
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+
+/// Now, at the microsecond precision both backends keep, so records compare equal after a round trip.
+fn now() -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).unwrap()
+}
+
+fn new_request(caller: Option<&str>, idempotency_key: Option<&str>) -> NewRequest {
+    NewRequest {
+        id: Uuid::now_v7(),
+        received_at: now(),
+        route: "POST /write_codebase".into(),
+        caller: caller.map(Into::into),
+        idempotency_key: idempotency_key.map(Into::into),
+        body_sha256: Some("ab".repeat(32)),
+    }
+}
+
+fn candidates() -> Vec<CandidateRecord> {
+    vec![
+        CandidateRecord {
+            model: "model-a".into(),
+            ok: true,
+            latency_ms: 1234,
+            parsed: Some(true),
+            prompt_tokens: Some(812),
+            completion_tokens: Some(3000),
+            cost: Some(0.0123),
+            error_class: None,
+            error: None,
+        },
+        CandidateRecord {
+            model: "model-b".into(),
+            ok: false,
+            latency_ms: 30_000,
+            parsed: None,
+            error_class: Some("rate_limited".into()),
+            error: Some("429 from upstream".into()),
+            ..CandidateRecord::default()
+        },
+    ]
+}
+
+fn operation(request_id: Uuid, filename: &str) -> Operation {
+    Operation {
+        id: Uuid::now_v7(),
+        request_id,
+        created_at: now(),
+        finished_at: None,
+        filename: filename.into(),
+        kind: FileKind::Code,
+        operation: OperationKind::Created,
+        status: OperationStatus::Pending,
+        chosen_model: Some("model-a".into()),
+        selection: Some("arbiter".into()),
+        arbiter_reason: Some("parses and handles the edge case".into()),
+        candidates: candidates(),
+        previous_sha256: None,
+        sha256: Some("cd".repeat(32)),
+        bytes: Some(5),
+        error: None,
+        duration_ms: None,
+    }
+}
+
+/// Inserts `count` operations of one request, oldest first, and returns them in insertion order.
+async fn insert_operations(
+    store: &dyn AuditStore,
+    count: usize,
+    shape: impl Fn(usize, &mut Operation),
+) -> Vec<Operation> {
+    let request_id = Uuid::now_v7();
+    let mut inserted = Vec::with_capacity(count);
+    for i in 0..count {
+        let mut op = operation(request_id, &format!("src/file_{i}.py"));
+        shape(i, &mut op);
+        store.insert_operation(&op, None).await.unwrap();
+        inserted.push(op);
+    }
+    inserted
+}
+
+fn ids(ops: &[Operation]) -> Vec<Uuid> {
+    ops.iter().map(|op| op.id).collect()
+}
+
+/// The ids of `ops` newest first, as the listing returns them.
+fn newest_first(ops: &[&Operation]) -> Vec<Uuid> {
+    ops.iter().rev().map(|op| op.id).collect()
+}
+
+/// Every operation the filter lists, following cursors to the end with a small page size.
+async fn list_all(store: &dyn AuditStore, filter: &OperationFilter) -> Vec<Uuid> {
+    let mut listed = Vec::new();
+    let mut cursor: Option<Cursor> = None;
+    loop {
+        let page = store
+            .list_operations(filter, cursor.as_ref(), 3)
+            .await
+            .unwrap();
+        listed.extend(ids(&page.operations));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return listed,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Migrations
+
+async fn migrate_is_idempotent_and_is_migrated_flips_from_false_to_true(store: &dyn AuditStore) {
+    assert!(!store.is_migrated().await.unwrap());
+    store.migrate().await.unwrap();
+    assert!(store.is_migrated().await.unwrap());
+    store.migrate().await.unwrap();
+    assert!(store.is_migrated().await.unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests
+
+async fn a_request_round_trips_through_insert_finish_and_get(store: &dyn AuditStore) {
+    let req = new_request(Some("key-1"), Some("idem-1"));
+    store.insert_request(&req).await.unwrap();
+
+    let running = store.get_request(req.id).await.unwrap().unwrap();
+    assert_eq!(running.id, req.id);
+    assert_eq!(running.received_at, req.received_at);
+    assert_eq!(running.route, req.route);
+    assert_eq!(running.caller, req.caller);
+    assert_eq!(running.idempotency_key, req.idempotency_key);
+    assert_eq!(running.body_sha256, req.body_sha256);
+    assert_eq!(running.status, RequestStatus::Running);
+    assert_eq!(
+        (running.finished_at, running.duration_ms, running.response),
+        (None, None, None)
+    );
+
+    let response =
+        json!({"results": [{"filename": "a.py", "ok": true, "cost": 0.5}], "note": "ünïcode"});
+    store
+        .finish_request(req.id, RequestStatus::PartialSuccess, 842, Some(&response))
+        .await
+        .unwrap();
+
+    let finished = store.get_request(req.id).await.unwrap().unwrap();
+    assert_eq!(finished.status, RequestStatus::PartialSuccess);
+    assert_eq!(finished.duration_ms, Some(842));
+    assert_eq!(finished.response, Some(response));
+    assert!(finished.finished_at.unwrap() >= req.received_at);
+
+    assert_eq!(store.get_request(Uuid::now_v7()).await.unwrap(), None);
+}
+
+async fn finishing_an_unknown_request_is_an_error(store: &dyn AuditStore) {
+    let err = store
+        .finish_request(Uuid::now_v7(), RequestStatus::Success, 1, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Other(message) if message.contains("no request")),
+        "{err:?}"
+    );
+}
+
+async fn a_duplicate_idempotency_key_is_a_conflict_even_without_a_caller(store: &dyn AuditStore) {
+    store
+        .insert_request(&new_request(Some("key-1"), Some("idem")))
+        .await
+        .unwrap();
+    let err = store
+        .insert_request(&new_request(Some("key-1"), Some("idem")))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+
+    // The same key is another caller's to use.
+    store
+        .insert_request(&new_request(Some("key-2"), Some("idem")))
+        .await
+        .unwrap();
+
+    store
+        .insert_request(&new_request(None, Some("idem")))
+        .await
+        .unwrap();
+    let err = store
+        .insert_request(&new_request(None, Some("idem")))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+}
+
+async fn requests_without_an_idempotency_key_never_conflict(store: &dyn AuditStore) {
+    for caller in [None, None, Some("key-1"), Some("key-1")] {
+        store
+            .insert_request(&new_request(caller, None))
+            .await
+            .unwrap();
+    }
+}
+
+async fn a_request_is_found_by_its_caller_and_idempotency_key(store: &dyn AuditStore) {
+    let with_caller = new_request(Some("key-1"), Some("idem"));
+    let without_caller = new_request(None, Some("idem"));
+    store.insert_request(&with_caller).await.unwrap();
+    store.insert_request(&without_caller).await.unwrap();
+
+    let found = store
+        .find_request_by_idempotency_key(Some("key-1"), "idem")
+        .await
+        .unwrap();
+    assert_eq!(found.map(|r| r.id), Some(with_caller.id));
+    let found = store
+        .find_request_by_idempotency_key(None, "idem")
+        .await
+        .unwrap();
+    assert_eq!(found.map(|r| r.id), Some(without_caller.id));
+
+    assert_eq!(
+        store
+            .find_request_by_idempotency_key(Some("key-2"), "idem")
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .find_request_by_idempotency_key(Some("key-1"), "other")
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operations
+
+async fn an_operation_is_stored_with_its_content_bytes_and_candidates(store: &dyn AuditStore) {
+    let req = new_request(None, None);
+    store.insert_request(&req).await.unwrap();
+    let mut op = operation(req.id, "src/main.py");
+    op.previous_sha256 = Some("ef".repeat(32));
+    // Not UTF-8, with a NUL: content is bytes, not text.
+    let content: &[u8] = &[b'p', 0x00, 0xff, 0xfe, b'\n'];
+
+    store.insert_operation(&op, Some(content)).await.unwrap();
+
+    let (stored, stored_content) = store.get_operation(op.id).await.unwrap().unwrap();
+    assert_eq!(stored, op);
+    assert_eq!(stored_content.as_deref(), Some(content));
+    assert_eq!(store.get_operation(Uuid::now_v7()).await.unwrap(), None);
+}
+
+async fn an_operation_without_content_reads_back_with_none(store: &dyn AuditStore) {
+    let mut op = operation(Uuid::now_v7(), "src/failed.py");
+    op.status = OperationStatus::Failed;
+    op.operation = OperationKind::Failed;
+    op.chosen_model = None;
+    op.candidates = Vec::new();
+    op.error = Some("every candidate failed".into());
+
+    store.insert_operation(&op, None).await.unwrap();
+
+    let (stored, content) = store.get_operation(op.id).await.unwrap().unwrap();
+    assert_eq!(stored, op);
+    assert_eq!(content, None);
+}
+
+async fn a_duplicate_operation_id_is_a_conflict_and_leaves_the_first_intact(
+    store: &dyn AuditStore,
+) {
+    let op = operation(Uuid::now_v7(), "a.py");
+    store.insert_operation(&op, Some(b"first")).await.unwrap();
+
+    let mut again = op.clone();
+    again.filename = "b.py".into();
+    let err = store
+        .insert_operation(&again, Some(b"second"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+
+    let (stored, content) = store.get_operation(op.id).await.unwrap().unwrap();
+    assert_eq!(stored.filename, "a.py");
+    assert_eq!(content.as_deref(), Some(&b"first"[..]));
+}
+
+async fn completing_an_operation_records_its_outcome(store: &dyn AuditStore) {
+    let op = operation(Uuid::now_v7(), "src/lib.rs");
+    store
+        .insert_operation(&op, Some(b"fn main() {}"))
+        .await
+        .unwrap();
+    let outcome = OperationOutcome {
+        status: OperationStatus::Succeeded,
+        operation: OperationKind::Updated,
+        error: None,
+        finished_at: now(),
+        duration_ms: Some(17),
+    };
+
+    store.complete_operation(op.id, &outcome).await.unwrap();
+
+    let (stored, _) = store.get_operation(op.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, OperationStatus::Succeeded);
+    assert_eq!(stored.operation, OperationKind::Updated);
+    assert_eq!(stored.finished_at, Some(outcome.finished_at));
+    assert_eq!(stored.duration_ms, Some(17));
+    assert_eq!(stored.error, None);
+
+    let failed = OperationOutcome {
+        status: OperationStatus::Failed,
+        operation: OperationKind::Failed,
+        error: Some("disk full".into()),
+        finished_at: now(),
+        duration_ms: None,
+    };
+    store.complete_operation(op.id, &failed).await.unwrap();
+    let (stored, _) = store.get_operation(op.id).await.unwrap().unwrap();
+    assert_eq!(
+        (stored.status, stored.error.as_deref()),
+        (OperationStatus::Failed, Some("disk full"))
+    );
+}
+
+async fn completing_an_unknown_operation_is_an_error(store: &dyn AuditStore) {
+    let outcome = OperationOutcome {
+        status: OperationStatus::Succeeded,
+        operation: OperationKind::Created,
+        error: None,
+        finished_at: now(),
+        duration_ms: None,
+    };
+    let err = store
+        .complete_operation(Uuid::now_v7(), &outcome)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Other(message) if message.contains("no operation")),
+        "{err:?}"
+    );
+}
+
+async fn pending_operations_lists_only_pending_ones_oldest_first(store: &dyn AuditStore) {
+    let ops = insert_operations(store, 5, |i, op| {
+        if i == 1 {
+            op.status = OperationStatus::Succeeded;
+        }
+    })
+    .await;
+    let outcome = OperationOutcome {
+        status: OperationStatus::Failed,
+        operation: OperationKind::Failed,
+        error: Some("crashed".into()),
+        finished_at: now(),
+        duration_ms: None,
+    };
+    store.complete_operation(ops[3].id, &outcome).await.unwrap();
+
+    let pending = store.pending_operations().await.unwrap();
+
+    assert_eq!(ids(&pending), vec![ops[0].id, ops[2].id, ops[4].id]);
+    assert_eq!(pending[0], ops[0]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Listing
+
+async fn listing_is_newest_first_and_pages_with_a_cursor(store: &dyn AuditStore) {
+    let ops = insert_operations(store, 25, |_, _| {}).await;
+    let everything = OperationFilter::default();
+
+    let first = store.list_operations(&everything, None, 10).await.unwrap();
+    let second = store
+        .list_operations(&everything, first.next_cursor.as_ref(), 10)
+        .await
+        .unwrap();
+    let third = store
+        .list_operations(&everything, second.next_cursor.as_ref(), 10)
+        .await
+        .unwrap();
+
+    assert_eq!(first.operations.len(), 10);
+    assert_eq!(second.operations.len(), 10);
+    assert_eq!(third.operations.len(), 5);
+    assert!(first.next_cursor.is_some() && second.next_cursor.is_some());
+    assert_eq!(third.next_cursor, None);
+    let listed: Vec<Uuid> = [first, second, third]
+        .iter()
+        .flat_map(|page| ids(&page.operations))
+        .collect();
+    assert_eq!(
+        listed.iter().collect::<HashSet<_>>().len(),
+        25,
+        "no duplicates"
+    );
+    assert_eq!(
+        listed,
+        newest_first(&ops.iter().collect::<Vec<_>>()),
+        "newest first, no gaps"
+    );
+    // The rows come back whole, not just their ids.
+    let (newest, _) = store.get_operation(ops[24].id).await.unwrap().unwrap();
+    assert_eq!(newest, ops[24]);
+}
+
+async fn a_page_that_ends_exactly_at_the_last_row_has_no_next_cursor(store: &dyn AuditStore) {
+    insert_operations(store, 4, |_, _| {}).await;
+    let everything = OperationFilter::default();
+
+    let first = store.list_operations(&everything, None, 2).await.unwrap();
+    let second = store
+        .list_operations(&everything, first.next_cursor.as_ref(), 2)
+        .await
+        .unwrap();
+
+    assert_eq!(second.operations.len(), 2);
+    assert_eq!(second.next_cursor, None);
+    let all = store.list_operations(&everything, None, 4).await.unwrap();
+    assert_eq!((all.operations.len(), all.next_cursor), (4, None));
+}
+
+async fn listing_filters_by_request_id(store: &dyn AuditStore) {
+    let (one, other) = (Uuid::now_v7(), Uuid::now_v7());
+    let ops = insert_operations(store, 8, |i, op| {
+        op.request_id = if i % 2 == 0 { one } else { other }
+    })
+    .await;
+
+    let filter = OperationFilter {
+        request_id: Some(one),
+        ..OperationFilter::default()
+    };
+
+    let expected: Vec<&Operation> = ops.iter().filter(|op| op.request_id == one).collect();
+    assert_eq!(list_all(store, &filter).await, newest_first(&expected));
+}
+
+async fn listing_filters_by_filename(store: &dyn AuditStore) {
+    let ops = insert_operations(store, 9, |i, op| op.filename = format!("src/f{}.py", i % 3)).await;
+
+    let filter = OperationFilter {
+        filename: Some("src/f1.py".into()),
+        ..OperationFilter::default()
+    };
+
+    let expected: Vec<&Operation> = ops.iter().filter(|op| op.filename == "src/f1.py").collect();
+    assert_eq!(expected.len(), 3);
+    assert_eq!(list_all(store, &filter).await, newest_first(&expected));
+    let prefix_only = OperationFilter {
+        filename: Some("src/f1".into()),
+        ..OperationFilter::default()
+    };
+    assert!(
+        list_all(store, &prefix_only).await.is_empty(),
+        "filename matches exactly"
+    );
+}
+
+async fn listing_filters_by_status(store: &dyn AuditStore) {
+    let ops = insert_operations(store, 9, |i, op| {
+        op.status = [
+            OperationStatus::Pending,
+            OperationStatus::Succeeded,
+            OperationStatus::Failed,
+        ][i % 3];
+    })
+    .await;
+
+    for status in [
+        OperationStatus::Pending,
+        OperationStatus::Succeeded,
+        OperationStatus::Failed,
+    ] {
+        let filter = OperationFilter {
+            status: Some(status),
+            ..OperationFilter::default()
+        };
+        let expected: Vec<&Operation> = ops.iter().filter(|op| op.status == status).collect();
+        assert_eq!(
+            list_all(store, &filter).await,
+            newest_first(&expected),
+            "{status}"
+        );
+    }
+}
+
+async fn listing_filters_by_model(store: &dyn AuditStore) {
+    let ops = insert_operations(store, 9, |i, op| {
+        op.chosen_model = [Some("model-a"), Some("model-ab"), None][i % 3].map(Into::into);
+    })
+    .await;
+
+    let filter = OperationFilter {
+        model: Some("model-a".into()),
+        ..OperationFilter::default()
+    };
+
+    let expected: Vec<&Operation> = ops
+        .iter()
+        .filter(|op| op.chosen_model.as_deref() == Some("model-a"))
+        .collect();
+    assert_eq!(list_all(store, &filter).await, newest_first(&expected));
+}
+
+async fn listing_since_is_inclusive_and_until_is_exclusive(store: &dyn AuditStore) {
+    let t0 = now() - TimeDelta::hours(1);
+    let at = |seconds: i64| t0 + TimeDelta::seconds(seconds);
+    let ops = insert_operations(store, 4, |i, op| op.created_at = at(i as i64)).await;
+
+    let since = OperationFilter {
+        since: Some(at(1)),
+        ..OperationFilter::default()
+    };
+    let until = OperationFilter {
+        until: Some(at(1)),
+        ..OperationFilter::default()
+    };
+    let window = OperationFilter {
+        since: Some(at(1)),
+        until: Some(at(3)),
+        ..OperationFilter::default()
+    };
+    let between_rows = OperationFilter {
+        since: Some(at(1) + TimeDelta::microseconds(1)),
+        ..OperationFilter::default()
+    };
+
+    assert_eq!(
+        list_all(store, &since).await,
+        newest_first(&[&ops[1], &ops[2], &ops[3]])
+    );
+    assert_eq!(list_all(store, &until).await, newest_first(&[&ops[0]]));
+    assert_eq!(
+        list_all(store, &window).await,
+        newest_first(&[&ops[1], &ops[2]])
+    );
+    assert_eq!(
+        list_all(store, &between_rows).await,
+        newest_first(&[&ops[2], &ops[3]])
+    );
+}
+
+async fn listing_combines_filters_with_and_and_pages_within_them(store: &dyn AuditStore) {
+    let request_id = Uuid::now_v7();
+    let ops = insert_operations(store, 30, |i, op| {
+        op.request_id = if i % 5 == 0 {
+            Uuid::now_v7()
+        } else {
+            request_id
+        };
+        op.filename = if i % 2 == 0 {
+            "a.py".into()
+        } else {
+            "b.py".into()
+        };
+        op.status = if i % 3 == 0 {
+            OperationStatus::Failed
+        } else {
+            OperationStatus::Succeeded
+        };
+    })
+    .await;
+
+    let filter = OperationFilter {
+        request_id: Some(request_id),
+        filename: Some("a.py".into()),
+        status: Some(OperationStatus::Succeeded),
+        model: Some("model-a".into()),
+        since: Some(ops[0].created_at),
+        until: Some(now() + TimeDelta::seconds(1)),
+    };
+
+    let expected: Vec<&Operation> = ops
+        .iter()
+        .filter(|op| {
+            op.request_id == request_id
+                && op.filename == "a.py"
+                && op.status == OperationStatus::Succeeded
+        })
+        .collect();
+    assert!(expected.len() > 3, "spans several pages of 3");
+    assert_eq!(list_all(store, &filter).await, newest_first(&expected));
+}
+
+async fn an_unparseable_cursor_is_rejected(store: &dyn AuditStore) {
+    insert_operations(store, 2, |_, _| {}).await;
+    for text in ["", "garbage", "-3", "0", "1.5", "99999999999999999999999"] {
+        let err = store
+            .list_operations(&OperationFilter::default(), Some(&Cursor(text.into())), 10)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::InvalidCursor),
+            "{text:?}: {err:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connecting
+
+mod connecting {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unreachable_postgres_is_unavailable_within_seconds_and_the_password_stays_hidden() {
+        let started = Instant::now();
+
+        let err = match writ_store::connect("postgres://postgres:secretpw@127.0.0.1:1/x").await {
+            Ok(_) => panic!("connected to a closed port"),
+            Err(err) => err,
+        };
+
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            started.elapsed()
+        );
+        assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+        let text = format!("{err} {err:?}");
+        assert!(!text.contains("secretpw"), "{text}");
+        assert!(text.contains("127.0.0.1:1"), "says where it tried: {text}");
+    }
+
+    #[tokio::test]
+    async fn an_unknown_url_scheme_names_database_url_and_the_accepted_schemes() {
+        let err = match writ_store::connect("mysql://root:hunter2@db/audit").await {
+            Ok(_) => panic!("accepted a MySQL URL"),
+            Err(err) => err,
+        };
+
+        let StoreError::Other(message) = &err else {
+            panic!("{err:?}")
+        };
+        for needle in [
+            "DATABASE_URL",
+            "postgres://",
+            "postgresql://",
+            "sqlite:",
+            "mysql",
+        ] {
+            assert!(message.contains(needle), "{needle} missing from {message}");
+        }
+        assert!(!message.contains("hunter2"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn a_missing_sqlite_file_is_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nested-name.db");
+
+        let store = writ_store::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+
+        store.migrate().await.unwrap();
+        assert!(path.exists());
+    }
+
+    #[tokio::test]
+    async fn an_in_memory_sqlite_database_keeps_its_schema_across_pool_connections() {
+        let store = writ_store::connect("sqlite::memory:").await.unwrap();
+        store.migrate().await.unwrap();
+
+        // Concurrent reads open more than one pool connection: each must see the same database.
+        let mut reads = tokio::task::JoinSet::new();
+        for _ in 0..8 {
+            let store = Arc::clone(&store);
+            reads.spawn(async move { store.pending_operations().await });
+        }
+        while let Some(read) = reads.join_next().await {
+            read.unwrap().unwrap();
+        }
+        assert!(store.is_migrated().await.unwrap());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-backend: connection settings and query plans at scale
+
+/// The listings whose plans are checked, with the index each one is expected to walk when it is
+/// selective. Seeded data: 20k operations, 2k requests, 1k filenames, 5 models, 1 in 500 pending.
+fn planned_listings(
+    request_id: Uuid,
+) -> Vec<(&'static str, OperationFilter, Option<&'static str>)> {
+    let recent = Utc::now() - TimeDelta::minutes(10);
+    vec![
+        ("everything", OperationFilter::default(), None),
+        (
+            "request_id",
+            OperationFilter {
+                request_id: Some(request_id),
+                ..OperationFilter::default()
+            },
+            Some("operations_request_id_seq_idx"),
+        ),
+        (
+            "filename",
+            OperationFilter {
+                filename: Some("src/file_7.py".into()),
+                ..OperationFilter::default()
+            },
+            Some("operations_filename_seq_idx"),
+        ),
+        (
+            "pending",
+            OperationFilter {
+                status: Some(OperationStatus::Pending),
+                ..OperationFilter::default()
+            },
+            Some("operations_"),
+        ),
+        (
+            "succeeded",
+            OperationFilter {
+                status: Some(OperationStatus::Succeeded),
+                ..OperationFilter::default()
+            },
+            None,
+        ),
+        (
+            "model",
+            OperationFilter {
+                model: Some("model-3".into()),
+                ..OperationFilter::default()
+            },
+            None,
+        ),
+        (
+            "since",
+            OperationFilter {
+                since: Some(recent),
+                ..OperationFilter::default()
+            },
+            None,
+        ),
+        (
+            "until",
+            OperationFilter {
+                until: Some(Utc::now() - TimeDelta::hours(5)),
+                ..OperationFilter::default()
+            },
+            None,
+        ),
+    ]
+}
+
+/// The request id the seeding SQL gives to operations with `g % 2000 = 7`.
+fn seeded_request_id() -> Uuid {
+    Uuid::parse_str("00000000-0000-0000-0000-000000000007").unwrap()
+}
+
+mod postgres_only {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_filtered_listing_over_20k_rows_walks_an_index_not_the_table() {
+        let store = PgStore::connect(&fresh_postgres_url().await).await.unwrap();
+        store.migrate().await.unwrap();
+        sqlx::query(
+            "INSERT INTO operations (id, request_id, created_at, filename, kind, operation, status, chosen_model) \
+             SELECT gen_random_uuid(), \
+                    ('00000000-0000-0000-0000-' || lpad(to_hex(g % 2000), 12, '0'))::uuid, \
+                    now() - make_interval(secs => 20000 - g), \
+                    'src/file_' || (g % 1000) || '.py', 'code', 'created', \
+                    CASE WHEN g % 500 = 0 THEN 'pending' ELSE 'succeeded' END, \
+                    'model-' || (g % 5) \
+             FROM generate_series(1, 20000) AS g",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+        sqlx::query("ANALYZE operations")
+            .execute(store.pool())
+            .await
+            .unwrap();
+
+        let page = store
+            .list_operations(&OperationFilter::default(), None, 50)
+            .await
+            .unwrap();
+        let cursor = page.next_cursor.unwrap();
+        for (name, filter, index) in planned_listings(seeded_request_id()) {
+            for cursor in [None, Some(&cursor)] {
+                let plan = store
+                    .explain_list_operations(&filter, cursor, 50)
+                    .await
+                    .unwrap();
+                assert!(!plan.contains("Seq Scan"), "{name}: {plan}");
+                if let Some(index) = index {
+                    assert!(plan.contains(index), "{name} should use {index}: {plan}");
+                }
+            }
+        }
+        let listed = store
+            .list_operations(
+                &OperationFilter {
+                    request_id: Some(seeded_request_id()),
+                    ..OperationFilter::default()
+                },
+                None,
+                50,
+            )
+            .await
+            .unwrap();
+        assert_eq!(listed.operations.len(), 10);
+    }
+}
+
+mod sqlite_only {
+    use super::*;
+
+    #[tokio::test]
+    async fn connections_use_wal_full_sync_foreign_keys_and_a_busy_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::connect(&fresh_sqlite_url(dir.path()))
+            .await
+            .unwrap();
+
+        let mut conn = store.pool().acquire().await.unwrap();
+        let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        let foreign_keys: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        let busy_timeout: i64 = sqlx::query_scalar("PRAGMA busy_timeout")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+
+        assert_eq!(journal, "wal");
+        assert_eq!(synchronous, 2, "FULL");
+        assert_eq!(foreign_keys, 1);
+        assert!(busy_timeout >= 1000, "{busy_timeout} ms");
+    }
+
+    #[tokio::test]
+    async fn a_filtered_listing_over_20k_rows_walks_an_index_instead_of_sorting_the_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::connect(&fresh_sqlite_url(dir.path()))
+            .await
+            .unwrap();
+        store.migrate().await.unwrap();
+        let now_micros = Utc::now().timestamp_micros();
+        sqlx::query(
+            "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 20000) \
+             INSERT INTO operations (id, request_id, created_at, filename, kind, operation, status, chosen_model) \
+             SELECT randomblob(16), \
+                    unhex(printf('%032x', n % 2000)), \
+                    ?1 - (20000 - n) * 1000000, \
+                    'src/file_' || (n % 1000) || '.py', 'code', 'created', \
+                    CASE WHEN n % 500 = 0 THEN 'pending' ELSE 'succeeded' END, \
+                    'model-' || (n % 5) \
+             FROM g",
+        )
+        .bind(now_micros)
+        .execute(store.pool())
+        .await
+        .unwrap();
+        sqlx::query("ANALYZE").execute(store.pool()).await.unwrap();
+
+        let page = store
+            .list_operations(&OperationFilter::default(), None, 50)
+            .await
+            .unwrap();
+        let cursor = page.next_cursor.unwrap();
+        for (name, filter, index) in planned_listings(seeded_request_id()) {
+            for cursor in [None, Some(&cursor)] {
+                let plan = store
+                    .explain_list_operations(&filter, cursor, 50)
+                    .await
+                    .unwrap();
+                let full_scan = plan.lines().any(|step| step.trim() == "SCAN operations");
+                assert!(
+                    !(full_scan && plan.contains("TEMP B-TREE")),
+                    "{name} sorts the table: {plan}"
+                );
+                if let Some(index) = index {
+                    assert!(plan.contains(index), "{name} should use {index}: {plan}");
+                }
+            }
+        }
+        let listed = store
+            .list_operations(
+                &OperationFilter {
+                    request_id: Some(seeded_request_id()),
+                    ..OperationFilter::default()
+                },
+                None,
+                50,
+            )
+            .await
+            .unwrap();
+        assert_eq!(listed.operations.len(), 10);
+    }
+}

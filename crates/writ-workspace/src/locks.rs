@@ -1,0 +1,77 @@
+//! Per-path write locks: writers of one path queue behind each other within this process.
+//!
+//! The table holds one async mutex per path that someone currently holds or waits for, and
+//! nothing else: an entry that only the table itself references is dropped on the next call, so
+//! the table never grows beyond the set of paths in use.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use writ_core::SandboxPath;
+use writ_core::workspace::PathLock;
+
+#[derive(Debug, Default)]
+pub(crate) struct PathLocks {
+    /// A std mutex is enough: it is held only to look up or insert an entry, never across `.await`.
+    table: Mutex<HashMap<SandboxPath, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl PathLocks {
+    pub(crate) async fn lock(&self, path: &SandboxPath) -> PathLock {
+        let entry = {
+            // A panic while holding the table cannot leave it inconsistent (every update is a
+            // single map operation), so a poisoned table is still usable.
+            let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+            // Clones are made only under the table's lock, so a count of 1 means no holder, no
+            // waiter, and no one about to become either.
+            table.retain(|_, mutex| Arc::strong_count(mutex) > 1);
+            Arc::clone(table.entry(path.clone()).or_default())
+        };
+        entry.lock_owned().await
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.table
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(raw: &str) -> SandboxPath {
+        SandboxPath::parse(raw).unwrap()
+    }
+
+    #[tokio::test]
+    async fn released_paths_leave_the_table_on_the_next_lock() {
+        let locks = PathLocks::default();
+        for i in 0..100 {
+            drop(locks.lock(&path(&format!("f{i}.txt"))).await);
+        }
+        let _held = locks.lock(&path("last.txt")).await;
+        assert_eq!(locks.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_held_path_is_kept_and_makes_the_next_writer_wait() {
+        let locks = Arc::new(PathLocks::default());
+        let held = locks.lock(&path("a.txt")).await;
+        drop(locks.lock(&path("b.txt")).await);
+
+        let waiter = {
+            let locks = Arc::clone(&locks);
+            tokio::spawn(async move { drop(locks.lock(&path("a.txt")).await) })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished());
+        drop(held);
+        waiter.await.unwrap();
+        drop(locks.lock(&path("c.txt")).await);
+        assert_eq!(locks.len(), 1);
+    }
+}
