@@ -6,3 +6,4 @@ mod files;
 mod openapi;
 mod operations;
 mod service;
+mod write_codebase;

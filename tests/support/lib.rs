@@ -24,6 +24,8 @@ pub struct TestApp {
     pub database_url: String,
     pub backend: Backend,
     pub repo_dir: PathBuf,
+    /// The fake model provider, when the app was started with models.
+    pub fake: Option<writ_fake_upstream::FakeUpstream>,
     /// Keeps the temp dirs alive for the test's duration.
     _dirs: Vec<TempDir>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
@@ -32,6 +34,44 @@ pub struct TestApp {
 
 /// Settings for a test server: port 0, a temp REPO_DIR, a fresh database.
 pub async fn test_settings(backend: Backend) -> (Settings, Vec<TempDir>) {
+    test_settings_with(backend, &[]).await
+}
+
+/// Candidate models, arbiter and fallback model the fake serves in tests.
+pub const MODELS: [&str; 3] = ["alpha/one", "beta/two", "gamma/three"];
+pub const ARBITER: &str = "judge/arbiter";
+pub const FALLBACK: &str = "rescue/gen";
+
+/// A test server whose models are served by a fresh fake upstream, with short retry waits.
+pub async fn spawn_app_with_models(backend: Backend) -> TestApp {
+    let fake = writ_fake_upstream::FakeUpstream::start()
+        .await
+        .expect("the fake upstream starts");
+    let base = fake.base_url();
+    let list = MODELS.join(",");
+    let (settings, dirs) = test_settings_with(
+        backend,
+        &[
+            ("OPENROUTER_BASE_URL", base.as_str()),
+            ("CODE_LIST", list.as_str()),
+            ("CODE_MODEL", ARBITER),
+            ("CODE_GEN_MODEL", FALLBACK),
+            ("WRIT_MODEL_MAX_ATTEMPTS", "2"),
+            ("WRIT_MODEL_BACKOFF_MS", "10"),
+            ("WRIT_FALLBACK_BACKOFF_MS", "10"),
+        ],
+    )
+    .await;
+    let mut app = spawn_with(settings, dirs, backend).await;
+    app.fake = Some(fake);
+    app
+}
+
+/// Like [`test_settings`], with extra variables.
+pub async fn test_settings_with(
+    backend: Backend,
+    extra: &[(&str, &str)],
+) -> (Settings, Vec<TempDir>) {
     let repo = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
     let database_url = match backend {
@@ -39,11 +79,12 @@ pub async fn test_settings(backend: Backend) -> (Settings, Vec<TempDir>) {
         Backend::Postgres => writ_store::testing::fresh_postgres_url().await,
     };
     let repo_dir = repo.path().to_str().unwrap().to_string();
-    let vars = [
+    let mut vars = vec![
         ("WRIT_ADDR", "127.0.0.1:0".to_string()),
         ("REPO_DIR", repo_dir),
         ("DATABASE_URL", database_url),
     ];
+    vars.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
     let settings = Settings::load(None, &|name| {
         vars.iter()
             .find(|(k, _)| *k == name)
@@ -75,6 +116,7 @@ pub async fn spawn_with(settings: Settings, dirs: Vec<TempDir>, backend: Backend
         database_url,
         backend,
         repo_dir,
+        fake: None,
         _dirs: dirs,
         shutdown: Some(tx),
         server: Some(server),
@@ -108,6 +150,25 @@ impl TestApp {
             .send()
             .await
             .unwrap()
+    }
+
+    /// The fake upstream (panics if the app has none).
+    pub fn fake(&self) -> &writ_fake_upstream::FakeUpstream {
+        self.fake
+            .as_ref()
+            .expect("this app was started with spawn_app_with_models")
+    }
+
+    pub async fn post_write_codebase(&self, body: &serde_json::Value) -> (u16, serde_json::Value) {
+        let r = self
+            .client
+            .post(self.url("/write_codebase"))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
     pub async fn json(&self, path: &str) -> (u16, serde_json::Value) {
@@ -159,6 +220,14 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
 /// Runs each listed `async fn(TestApp)` against SQLite and against PostgreSQL.
 #[macro_export]
 macro_rules! on_both_backends {
+    (with_models: $($name:ident),+ $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test] async fn $name() { super::$name($crate::spawn_app_with_models($crate::Backend::Sqlite).await).await; })+
+        }
+        mod postgres {
+            $(#[tokio::test] async fn $name() { super::$name($crate::spawn_app_with_models($crate::Backend::Postgres).await).await; })+
+        }
+    };
     ($($name:ident),+ $(,)?) => {
         mod sqlite {
             $(#[tokio::test] async fn $name() { super::$name($crate::spawn_app($crate::Backend::Sqlite).await).await; })+

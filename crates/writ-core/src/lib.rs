@@ -22,3 +22,4 @@ pub use audit::{AuditStore, StoreError};
 pub use model::ModelClient;
 pub use path::{PathError, SandboxPath};
 pub use workspace::{Workspace, WorkspaceError};
+pub mod synthesis;

@@ -79,6 +79,9 @@ pub trait Workspace: Send + Sync + 'static {
         create_dirs: bool,
     ) -> Result<(), WorkspaceError>;
 
+    /// Removes a regular file (durably: the directory is synced). Absent is not an error.
+    async fn remove(&self, path: &SandboxPath) -> Result<(), WorkspaceError>;
+
     /// Writes and removes a probe file, for `/readyz` and `writ check`.
     async fn probe_writable(&self) -> Result<(), WorkspaceError>;
 }

@@ -20,18 +20,28 @@ pub fn answer_for(step: &Step, prompt: &str) -> Option<Answer> {
         Step::Code { lang, code, prose } => {
             let block = fenced(lang, code);
             if *prose {
-                format!("Here is the implementation you asked for:\n\n{block}\nIt has no dependencies beyond the standard library.")
+                format!(
+                    "Here is the implementation you asked for:\n\n{block}\nIt has no dependencies beyond the standard library."
+                )
             } else {
                 block
             }
         }
-        Step::Verdict { choice, reason } => serde_json::json!({ "choice": choice, "reason": reason }).to_string(),
+        Step::Verdict { choice, reason } => {
+            serde_json::json!({ "choice": choice, "reason": reason }).to_string()
+        }
         Step::Image { data_url, content } => {
-            return Some(Answer { content: content.clone(), images: vec![data_url.clone()] });
+            return Some(Answer {
+                content: content.clone(),
+                images: vec![data_url.clone()],
+            });
         }
         _ => return None,
     };
-    Some(Answer { content, images: Vec::new() })
+    Some(Answer {
+        content,
+        images: Vec::new(),
+    })
 }
 
 fn fenced(lang: &str, code: &str) -> String {
@@ -42,16 +52,34 @@ fn fenced(lang: &str, code: &str) -> String {
 /// A fenced, syntactically valid snippet in the language the prompt mentions.
 pub fn auto_answer(prompt: &str) -> String {
     let (lang, code) = match guess_language(prompt) {
-        "rust" => ("rust", "fn main() {\n    println!(\"hello from the fake upstream\");\n}"),
-        "typescript" => ("typescript", "export function greet(name: string): string {\n  return `hello ${name}`;\n}"),
-        "javascript" => ("javascript", "export function greet(name) {\n  return `hello ${name}`;\n}"),
-        "go" => ("go", "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tfmt.Println(\"hello from the fake upstream\")\n}"),
+        "rust" => (
+            "rust",
+            "fn main() {\n    println!(\"hello from the fake upstream\");\n}",
+        ),
+        "typescript" => (
+            "typescript",
+            "export function greet(name: string): string {\n  return `hello ${name}`;\n}",
+        ),
+        "javascript" => (
+            "javascript",
+            "export function greet(name) {\n  return `hello ${name}`;\n}",
+        ),
+        "go" => (
+            "go",
+            "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tfmt.Println(\"hello from the fake upstream\")\n}",
+        ),
         "json" => ("json", "{\n  \"hello\": \"from the fake upstream\"\n}"),
         "toml" => ("toml", "[package]\nname = \"fake\"\nversion = \"0.1.0\""),
         "yaml" => ("yaml", "hello: from the fake upstream"),
-        "html" => ("html", "<!doctype html>\n<html><body><p>hello</p></body></html>"),
+        "html" => (
+            "html",
+            "<!doctype html>\n<html><body><p>hello</p></body></html>",
+        ),
         "css" => ("css", "body {\n  margin: 0;\n}"),
-        _ => ("python", "def greet(name: str) -> str:\n    return f\"hello {name}\"\n\n\nif __name__ == \"__main__\":\n    print(greet(\"world\"))"),
+        _ => (
+            "python",
+            "def greet(name: str) -> str:\n    return f\"hello {name}\"\n\n\nif __name__ == \"__main__\":\n    print(greet(\"world\"))",
+        ),
     };
     fenced(lang, code)
 }
@@ -91,9 +119,19 @@ mod tests {
 
     #[test]
     fn the_language_is_guessed_from_the_prompt() {
-        assert_eq!(guess_language("Write a Rust function that parses ints"), "rust");
-        assert_eq!(guess_language("create src/app.ts exporting greet"), "typescript");
-        assert_eq!(guess_language("a Go program printing hello"), "python", "bare 'go' is too common a word");
+        assert_eq!(
+            guess_language("Write a Rust function that parses ints"),
+            "rust"
+        );
+        assert_eq!(
+            guess_language("create src/app.ts exporting greet"),
+            "typescript"
+        );
+        assert_eq!(
+            guess_language("a Go program printing hello"),
+            "python",
+            "bare 'go' is too common a word"
+        );
         assert_eq!(guess_language("write main.go"), "go");
         assert_eq!(guess_language("sort a list"), "python");
     }
@@ -101,7 +139,10 @@ mod tests {
     #[test]
     fn the_auto_answer_is_a_fenced_block() {
         let answer = auto_answer("in rust please");
-        assert!(answer.starts_with("```rust\n") && answer.ends_with("```\n"), "{answer}");
+        assert!(
+            answer.starts_with("```rust\n") && answer.ends_with("```\n"),
+            "{answer}"
+        );
     }
 
     #[test]

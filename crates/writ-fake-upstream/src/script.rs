@@ -26,17 +26,27 @@ pub struct Script {
 impl Script {
     /// The same step for every call.
     pub fn always(step: Step) -> Self {
-        Self { then: Some(step), ..Self::default() }
+        Self {
+            then: Some(step),
+            ..Self::default()
+        }
     }
 
     /// These steps in order, then the automatic answer.
     pub fn steps(steps: impl IntoIterator<Item = Step>) -> Self {
-        Self { steps: steps.into_iter().collect(), ..Self::default() }
+        Self {
+            steps: steps.into_iter().collect(),
+            ..Self::default()
+        }
     }
 
     /// `times` answers with HTTP `status`, then `step` for every later call.
     pub fn fail_then(times: usize, status: u16, step: Step) -> Self {
-        Self { steps: vec![Step::status(status); times], then: Some(step), ..Self::default() }
+        Self {
+            steps: vec![Step::status(status); times],
+            then: Some(step),
+            ..Self::default()
+        }
     }
 
     /// What to answer once `steps` are used up.
@@ -129,51 +139,88 @@ pub enum Step {
 
 impl Step {
     pub fn text(content: impl Into<String>) -> Self {
-        Self::Text { content: content.into() }
+        Self::Text {
+            content: content.into(),
+        }
     }
 
     pub fn code(lang: impl Into<String>, code: impl Into<String>) -> Self {
-        Self::Code { lang: lang.into(), code: code.into(), prose: false }
+        Self::Code {
+            lang: lang.into(),
+            code: code.into(),
+            prose: false,
+        }
     }
 
     pub fn code_in_prose(lang: impl Into<String>, code: impl Into<String>) -> Self {
-        Self::Code { lang: lang.into(), code: code.into(), prose: true }
+        Self::Code {
+            lang: lang.into(),
+            code: code.into(),
+            prose: true,
+        }
     }
 
     pub fn verdict(choice: impl Into<serde_json::Value>, reason: impl Into<String>) -> Self {
-        Self::Verdict { choice: choice.into(), reason: reason.into() }
+        Self::Verdict {
+            choice: choice.into(),
+            reason: reason.into(),
+        }
     }
 
     pub fn image(data_url: impl Into<String>) -> Self {
-        Self::Image { data_url: data_url.into(), content: String::new() }
+        Self::Image {
+            data_url: data_url.into(),
+            content: String::new(),
+        }
     }
 
     pub fn status(status: u16) -> Self {
-        Self::Status { status, body: None, retry_after: None }
+        Self::Status {
+            status,
+            body: None,
+            retry_after: None,
+        }
     }
 
     /// An HTTP error with a `Retry-After` header, verbatim (seconds or an HTTP date).
     pub fn status_with_retry_after(status: u16, retry_after: impl Into<String>) -> Self {
-        Self::Status { status, body: None, retry_after: Some(retry_after.into()) }
+        Self::Status {
+            status,
+            body: None,
+            retry_after: Some(retry_after.into()),
+        }
     }
 
     /// An HTTP error with this exact body.
     pub fn status_with_body(status: u16, body: impl Into<String>) -> Self {
-        Self::Status { status, body: Some(body.into()), retry_after: None }
+        Self::Status {
+            status,
+            body: Some(body.into()),
+            retry_after: None,
+        }
     }
 
     pub fn error_in_200(code: u16, message: impl Into<String>) -> Self {
-        Self::ErrorIn200 { code, message: message.into() }
+        Self::ErrorIn200 {
+            code,
+            message: message.into(),
+        }
     }
 
     pub fn stream_mid_error(after_chunks: usize, message: impl Into<String>) -> Self {
-        Self::StreamMidError { after_chunks, message: message.into() }
+        Self::StreamMidError {
+            after_chunks,
+            message: message.into(),
+        }
     }
 
     /// This step, answered after `latency`.
     #[must_use]
     pub fn after(self, latency: Latency) -> Self {
-        Self::Delayed { latency, step: Box::new(self) }
+        Self::Delayed {
+            latency,
+            step: Box::new(self),
+        }
     }
 }
 
@@ -291,11 +338,23 @@ mod tests {
         assert_eq!(flaky.trickle, Some(Duration::from_millis(20)));
         assert_eq!(
             flaky.latency,
-            Some(Latency::heavy_tail(Duration::from_millis(200), Duration::from_secs(3)))
+            Some(Latency::heavy_tail(
+                Duration::from_millis(200),
+                Duration::from_secs(3)
+            ))
         );
         assert_eq!(file.models["judge"].then, Some(Step::verdict(1, "shorter")));
-        let again: ScriptFile = serde_json::from_str(&serde_json::to_string(&file).unwrap()).unwrap();
+        let again: ScriptFile =
+            serde_json::from_str(&serde_json::to_string(&file).unwrap()).unwrap();
         assert_eq!(again, file);
+    }
+
+    #[test]
+    fn the_example_bench_script_parses() {
+        let file: ScriptFile =
+            serde_json::from_str(include_str!("../bench-script.example.json")).unwrap();
+        assert_eq!(file.models.len(), 5);
+        assert!(file.default.is_some());
     }
 
     #[test]
@@ -310,7 +369,10 @@ mod tests {
         samples.sort();
         let median = samples[samples.len() / 2];
         let p99 = samples[samples.len() * 99 / 100];
-        assert!((70..=140).contains(&median.as_millis()), "median {median:?}");
+        assert!(
+            (70..=140).contains(&median.as_millis()),
+            "median {median:?}"
+        );
         assert!((500..=2000).contains(&p99.as_millis()), "p99 {p99:?}");
     }
 }

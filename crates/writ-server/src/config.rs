@@ -46,6 +46,16 @@ pub struct Settings {
     pub read_max_chars: usize,
     /// A pending operation older than this is settled against the disk by the reconciler.
     pub reconcile_after: Duration,
+    /// Attempts per model call, the first included (`WRIT_MODEL_MAX_ATTEMPTS`).
+    pub model_max_attempts: u32,
+    /// Bound on one model call, retries included (`WRIT_MODEL_DEADLINE_SECS`).
+    pub model_deadline: Duration,
+    /// First retry wait cap (`WRIT_MODEL_BACKOFF_MS`); doubles per attempt.
+    pub model_backoff: Duration,
+    /// Completion token cap per candidate (`WRIT_MAX_TOKENS`).
+    pub max_tokens: u32,
+    /// Wait before the second fallback model (`WRIT_FALLBACK_BACKOFF_MS`); doubles after each.
+    pub fallback_backoff: Duration,
     /// Which config file was read, if any (for `writ check`).
     pub config_file: Option<PathBuf>,
 }
@@ -119,6 +129,19 @@ impl Settings {
             reconcile_after: Duration::from_secs(
                 parse_num(&get, "WRIT_RECONCILE_AFTER_SECS", 30)? as u64
             ),
+            model_max_attempts: parse_num(&get, "WRIT_MODEL_MAX_ATTEMPTS", 3)?.max(1) as u32,
+            model_deadline: Duration::from_secs(
+                parse_num(&get, "WRIT_MODEL_DEADLINE_SECS", 120)? as u64
+            ),
+            model_backoff: Duration::from_millis(
+                parse_num(&get, "WRIT_MODEL_BACKOFF_MS", 500)? as u64
+            ),
+            max_tokens: parse_num(&get, "WRIT_MAX_TOKENS", 8_000)? as u32,
+            fallback_backoff: Duration::from_millis(parse_num(
+                &get,
+                "WRIT_FALLBACK_BACKOFF_MS",
+                500,
+            )? as u64),
             config_file: file_used,
         })
     }
@@ -142,6 +165,15 @@ impl Settings {
             }
         }
         all
+    }
+
+    /// Whether calls would go to OpenRouter without a key.
+    pub fn provider_key_missing(&self) -> bool {
+        let missing = self
+            .openrouter_api_key
+            .as_ref()
+            .is_none_or(|k| k.expose_secret().trim().is_empty());
+        missing && self.provider_is_openrouter()
     }
 
     /// What stops a model-backed write (`POST /write_codebase`), naming the variable to set.

@@ -11,6 +11,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use tokio::net::TcpListener;
 use writ_core::files::reconcile_pending;
+use writ_core::synthesis::{SynthesisConfig, Synthesizer};
 
 use crate::config::Settings;
 use crate::routes;
@@ -57,6 +58,8 @@ impl Application {
             );
         }
 
+        let (models, synthesizer) = build_models(&settings, &store, &workspace);
+
         let listener = TcpListener::bind(settings.addr)
             .await
             .with_context(|| format!("binding {}", settings.addr))?;
@@ -65,7 +68,8 @@ impl Application {
             settings: Arc::new(settings),
             store,
             workspace,
-            models: None,
+            models,
+            synthesizer,
             metrics: telemetry::metrics_handle(),
         };
         Ok(Self {
@@ -101,6 +105,52 @@ impl Application {
         reconciler.abort();
         result.context("serving HTTP")
     }
+}
+
+/// The model client and the synthesizer over it. A client that cannot be built (a TLS set-up
+/// failure) leaves writ serving the direct routes, with the reason in the log and in `/readyz`.
+fn build_models(
+    settings: &Settings,
+    store: &Arc<dyn writ_core::AuditStore>,
+    workspace: &Arc<dyn writ_core::Workspace>,
+) -> (
+    Option<Arc<dyn writ_core::ModelClient>>,
+    Option<Arc<Synthesizer>>,
+) {
+    let retry = writ_models::RetryPolicy {
+        max_attempts: settings.model_max_attempts,
+        initial_backoff: settings.model_backoff,
+        max_backoff: settings.model_backoff.saturating_mul(16),
+        total_deadline: settings.model_deadline,
+    };
+    let config = writ_models::ClientConfig {
+        base_url: settings.openrouter_base_url.clone(),
+        api_key: settings.openrouter_api_key.clone(),
+        retry,
+        ..writ_models::ClientConfig::default()
+    };
+    let client: Arc<dyn writ_core::ModelClient> = match writ_models::OpenRouterClient::new(config) {
+        Ok(c) => Arc::new(c),
+        Err(e) => {
+            tracing::error!(error = %e, "the model client could not be built; POST /write_codebase is unavailable");
+            return (None, None);
+        }
+    };
+    let synthesis = SynthesisConfig {
+        candidates: settings.code_list.clone(),
+        arbiter: settings.code_model.clone(),
+        fallback: settings.code_gen_model.clone(),
+        max_tokens: settings.max_tokens,
+        fallback_backoff: settings.fallback_backoff,
+        ..SynthesisConfig::default()
+    };
+    let synthesizer = Synthesizer {
+        models: client.clone(),
+        store: store.clone(),
+        workspace: workspace.clone(),
+        config: synthesis,
+    };
+    (Some(client), Some(Arc::new(synthesizer)))
 }
 
 /// The full router with its layers, for `run_until` and for in-process tests.

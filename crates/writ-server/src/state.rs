@@ -16,6 +16,8 @@ pub struct AppState {
     pub workspace: Arc<dyn Workspace>,
     /// Present when models are configured; `/readyz` asks it whether the provider is usable.
     pub models: Option<Arc<dyn ModelClient>>,
+    /// Runs `write_codebase` batches; `None` when no model client could be built.
+    pub synthesizer: Option<Arc<writ_core::synthesis::Synthesizer>>,
     /// Renders `/metrics`.
     pub metrics: PrometheusHandle,
 }

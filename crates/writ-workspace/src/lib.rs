@@ -171,6 +171,12 @@ impl Workspace for SandboxedWorkspace {
         .await
     }
 
+    async fn remove(&self, path: &SandboxPath) -> Result<(), WorkspaceError> {
+        let owned = path.clone();
+        self.run(path.as_str(), move |root| ops::remove(root, &owned))
+            .await
+    }
+
     async fn probe_writable(&self) -> Result<(), WorkspaceError> {
         let name = format!("{}{}", ops::PROBE_PREFIX, random_suffix());
         let shown = name.clone();

@@ -150,6 +150,23 @@ pub(crate) fn write_atomic(
     Ok(())
 }
 
+/// Removes a regular file beneath the root and syncs its directory; a missing file is fine.
+pub(crate) fn remove(root: &Dir, path: &SandboxPath) -> Result<(), WorkspaceError> {
+    match check_parents(root, path, false) {
+        Ok(_) => {}
+        Err(WorkspaceError::ParentMissing { .. }) => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    match root.symlink_metadata(path.as_str()) {
+        Ok(meta) => refuse_non_file(path, &meta)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(from_io(path.as_str(), e)),
+    }
+    root.remove_file(path.as_str())
+        .map_err(|e| from_io(path.as_str(), e))?;
+    sync_dir(root, path.parent().as_str()).map_err(|e| from_io(path.as_str(), e))
+}
+
 pub(crate) fn probe_writable(root: &Dir, name: &str) -> Result<(), WorkspaceError> {
     let written =
         root.atomic_write_with_perms(name, b"writ probe\n", Permissions::from_mode(0o600));

@@ -4,6 +4,7 @@
 pub mod files;
 pub mod operations;
 pub mod service;
+pub mod synthesis;
 
 use axum::Router;
 use axum::routing::{MethodRouter, get};
@@ -25,7 +26,7 @@ impl Route {
 }
 
 pub fn api_routes() -> Vec<Route> {
-    use axum::routing::put;
+    use axum::routing::{post, put};
     vec![
         Route {
             method: "GET",
@@ -61,6 +62,11 @@ pub fn api_routes() -> Vec<Route> {
             method: "PUT",
             path: "/files/{*path}",
             handler: put(files::put_file),
+        },
+        Route {
+            method: "POST",
+            path: "/write_codebase",
+            handler: post(synthesis::write_codebase),
         },
         Route {
             method: "GET",

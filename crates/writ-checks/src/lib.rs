@@ -1,0 +1,26 @@
+//! Pure text checks on model answers, used by the synthesis core on every
+//! candidate and fuzzed as hostile input: no IO, no async, no panics.
+//!
+//! - [`language`]: which language a file path is in, its name and fence tags.
+//! - [`extract`]: getting the file's code out of a plain-text answer.
+//! - [`mojibake`]: repairing UTF-8 text that was decoded as Windows-1252.
+//! - [`normalise`](mod@normalise): one shape for code (line endings, BOM, final newline).
+//! - [`syntax`]: whether code parses, where writ has a parser.
+//! - [`candidate`]: all of the above applied to one answer.
+//! - [`verdict`]: reading the arbiter's choice among distinct candidates.
+
+pub mod candidate;
+pub mod extract;
+pub mod language;
+pub mod mojibake;
+pub mod normalise;
+pub mod syntax;
+pub mod verdict;
+
+pub use candidate::{CheckedCandidate, Rejection, check_candidate};
+pub use extract::extract_code;
+pub use language::Language;
+pub use mojibake::repair_mojibake;
+pub use normalise::normalise;
+pub use syntax::{MAX_PARSE_BYTES, PARSE_TIME_LIMIT, syntax_ok};
+pub use verdict::{Verdict, parse_verdict};

@@ -1,0 +1,312 @@
+//! The `write_codebase` request: its wire shape, and [`Batch`], the validated form.
+//!
+//! A `Batch` that exists is already 1–5 files, each with a sandbox-checked path, a non-empty
+//! description, and no two files targeting the same path after normalisation. Every refusal names
+//! the field (`files[2].filename`) and the limit.
+
+use serde::Deserialize;
+
+use crate::path::SandboxPath;
+
+pub const MAX_FILES: usize = 5;
+pub const MAX_DESCRIPTION_CHARS: usize = 20_000;
+pub const MAX_TASK_DESCRIPTION_CHARS: usize = 50_000;
+pub const MAX_IMPORTS: usize = 100;
+pub const MAX_MODELS: usize = 8;
+
+/// The JSON body, as sent. Unknown keys anywhere are refused.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WriteCodebaseRequest {
+    pub command: String,
+    #[serde(default)]
+    pub task_description: Option<String>,
+    pub files: Vec<FileRequest>,
+    #[serde(default)]
+    pub options: Option<BatchOptions>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileRequest {
+    #[serde(default)]
+    pub filename: Option<String>,
+    #[serde(default)]
+    pub code_description: Option<String>,
+    #[serde(default)]
+    pub external_imports: Vec<String>,
+    #[serde(default)]
+    pub internal_imports: Vec<String>,
+    #[serde(default)]
+    pub expected_sha256: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BatchOptions {
+    /// Overrides `CODE_LIST` for this batch.
+    #[serde(default)]
+    pub models: Option<Vec<String>>,
+    /// Overrides `CODE_MODEL` for this batch.
+    #[serde(default)]
+    pub arbiter_model: Option<String>,
+    /// Return the chosen content without writing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Write all files of the batch or none.
+    #[serde(default)]
+    pub atomic: bool,
+}
+
+/// What kind of output a file needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetKind {
+    Code,
+    /// Raster images go to the image model (not built yet: a per-file error).
+    Image,
+}
+
+/// One validated file of a batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileSpec {
+    pub index: usize,
+    pub path: SandboxPath,
+    pub kind: TargetKind,
+    pub description: String,
+    pub external_imports: Vec<String>,
+    pub internal_imports: Vec<String>,
+    pub expected_sha256: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub task_description: Option<String>,
+    pub files: Vec<FileSpec>,
+    pub options: BatchOptions,
+}
+
+/// A refusal of the request, naming the field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct BatchError {
+    pub field: String,
+    pub message: String,
+}
+
+fn refuse(field: impl Into<String>, message: impl Into<String>) -> BatchError {
+    BatchError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+const IMAGE_EXTENSIONS: &[&str] = &["png", "jpg", "jpeg", "gif", "webp"];
+
+impl Batch {
+    pub fn parse(req: WriteCodebaseRequest) -> Result<Batch, BatchError> {
+        if req.command != "write_codebase" {
+            return Err(refuse(
+                "command",
+                format!("must be \"write_codebase\", got \"{}\"", req.command),
+            ));
+        }
+        if req.files.is_empty() {
+            return Err(refuse("files", "at least 1 file is required, got 0"));
+        }
+        if req.files.len() > MAX_FILES {
+            return Err(refuse(
+                "files",
+                format!(
+                    "at most {MAX_FILES} files per batch, got {}",
+                    req.files.len()
+                ),
+            ));
+        }
+        if let Some(task) = &req.task_description {
+            let n = task.chars().count();
+            if n > MAX_TASK_DESCRIPTION_CHARS {
+                return Err(refuse(
+                    "task_description",
+                    format!("at most {MAX_TASK_DESCRIPTION_CHARS} characters, got {n}"),
+                ));
+            }
+        }
+        let options = req.options.unwrap_or_default();
+        if let Some(models) = &options.models {
+            if models.is_empty() || models.len() > MAX_MODELS {
+                return Err(refuse(
+                    "options.models",
+                    format!("between 1 and {MAX_MODELS} models, got {}", models.len()),
+                ));
+            }
+            if let Some(i) = models.iter().position(|m| m.trim().is_empty()) {
+                return Err(refuse(format!("options.models[{i}]"), "must not be empty"));
+            }
+        }
+        if options
+            .arbiter_model
+            .as_deref()
+            .is_some_and(|m| m.trim().is_empty())
+        {
+            return Err(refuse(
+                "options.arbiter_model",
+                "must not be empty when given",
+            ));
+        }
+
+        let mut files: Vec<FileSpec> = Vec::with_capacity(req.files.len());
+        for (i, f) in req.files.into_iter().enumerate() {
+            let field = |name: &str| format!("files[{i}].{name}");
+            let raw = f.filename.unwrap_or_default();
+            if raw.trim().is_empty() {
+                return Err(refuse(
+                    field("filename"),
+                    "is required and must not be empty",
+                ));
+            }
+            let path =
+                SandboxPath::parse(&raw).map_err(|e| refuse(field("filename"), e.to_string()))?;
+            let description = f.code_description.unwrap_or_default();
+            if description.trim().is_empty() {
+                return Err(refuse(
+                    field("code_description"),
+                    "is required and must not be empty",
+                ));
+            }
+            let n = description.chars().count();
+            if n > MAX_DESCRIPTION_CHARS {
+                return Err(refuse(
+                    field("code_description"),
+                    format!("at most {MAX_DESCRIPTION_CHARS} characters, got {n}"),
+                ));
+            }
+            for (name, list) in [
+                ("external_imports", &f.external_imports),
+                ("internal_imports", &f.internal_imports),
+            ] {
+                if list.len() > MAX_IMPORTS {
+                    return Err(refuse(
+                        field(name),
+                        format!("at most {MAX_IMPORTS} entries, got {}", list.len()),
+                    ));
+                }
+            }
+            let expected_sha256 = match f.expected_sha256 {
+                None => None,
+                Some(h) => {
+                    let h = h.trim().to_ascii_lowercase();
+                    if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+                        return Err(refuse(
+                            field("expected_sha256"),
+                            "must be a SHA-256 as 64 hex digits",
+                        ));
+                    }
+                    Some(h)
+                }
+            };
+            if let Some(other) = files.iter().find(|o| o.path == path) {
+                return Err(refuse(
+                    field("filename"),
+                    format!(
+                        "'{raw}' targets the same file as files[{}] ('{}')",
+                        other.index, other.path
+                    ),
+                ));
+            }
+            let kind = match path.extension() {
+                Some(ext) if IMAGE_EXTENSIONS.contains(&ext.as_str()) => TargetKind::Image,
+                _ => TargetKind::Code,
+            };
+            files.push(FileSpec {
+                index: i,
+                path,
+                kind,
+                description,
+                external_imports: f.external_imports,
+                internal_imports: f.internal_imports,
+                expected_sha256,
+            });
+        }
+        Ok(Batch {
+            task_description: req.task_description.filter(|t| !t.trim().is_empty()),
+            files,
+            options,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(json: serde_json::Value) -> Result<Batch, BatchError> {
+        Batch::parse(serde_json::from_value(json).unwrap())
+    }
+
+    fn file(name: &str) -> serde_json::Value {
+        serde_json::json!({"filename": name, "code_description": "does things"})
+    }
+
+    #[test]
+    fn six_files_are_refused_naming_the_limit() {
+        let files: Vec<_> = (0..6).map(|i| file(&format!("f{i}.py"))).collect();
+        let err =
+            req(serde_json::json!({"command": "write_codebase", "files": files})).unwrap_err();
+        assert_eq!(err.field, "files");
+        assert_eq!(err.message, "at most 5 files per batch, got 6");
+    }
+
+    #[test]
+    fn the_same_file_twice_after_normalisation_is_refused() {
+        let err = req(serde_json::json!({"command": "write_codebase", "files": [file("a.py"), file("./a.py")]})).unwrap_err();
+        assert_eq!(err.field, "files[1].filename");
+        assert!(err.message.contains("files[0]"), "{err}");
+    }
+
+    #[test]
+    fn each_refusal_names_its_field() {
+        let cases = [
+            (
+                serde_json::json!({"command": "write", "files": [file("a.py")]}),
+                "command",
+            ),
+            (
+                serde_json::json!({"command": "write_codebase", "files": []}),
+                "files",
+            ),
+            (
+                serde_json::json!({"command": "write_codebase", "files": [{"filename": "", "code_description": "x"}]}),
+                "files[0].filename",
+            ),
+            (
+                serde_json::json!({"command": "write_codebase", "files": [{"filename": "a.py", "code_description": " "}]}),
+                "files[0].code_description",
+            ),
+            (
+                serde_json::json!({"command": "write_codebase", "files": [file("a.py"), file("../x.py")]}),
+                "files[1].filename",
+            ),
+            (
+                serde_json::json!({"command": "write_codebase", "files": [{"filename": "a.py", "code_description": "x", "expected_sha256": "abc"}]}),
+                "files[0].expected_sha256",
+            ),
+            (
+                serde_json::json!({"command": "write_codebase", "files": [file("a.py")], "options": {"models": []}}),
+                "options.models",
+            ),
+        ];
+        for (body, field) in cases {
+            assert_eq!(req(body.clone()).unwrap_err().field, field, "{body}");
+        }
+    }
+
+    #[test]
+    fn raster_images_are_told_apart_from_code_and_svg_is_code() {
+        let b = req(serde_json::json!({"command": "write_codebase", "files": [file("logo.PNG"), file("icon.svg"), file("a.py")]})).unwrap();
+        let kinds: Vec<_> = b.files.iter().map(|f| f.kind).collect();
+        assert_eq!(
+            kinds,
+            vec![TargetKind::Image, TargetKind::Code, TargetKind::Code]
+        );
+    }
+}

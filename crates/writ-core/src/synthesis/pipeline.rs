@@ -1,0 +1,766 @@
+//! The pipeline of one batch.
+//!
+//! Per code file, concurrently: prompt → every candidate model at once (a failing model never
+//! aborts the others) → candidate checks (extract, normalise, parse; duplicates count once;
+//! candidates that do not parse lose to those that do) → selection (one viable: taken; several:
+//! the arbiter, shown shuffled and anonymous; none: the fallback models one after another,
+//! skipping those whose failure was permanent) → a recorded write.
+//!
+//! [`Synthesizer::submit`] wraps a run with what must survive the process: the request record,
+//! the idempotency key, and the stored response.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use rand::seq::SliceRandom;
+use uuid::Uuid;
+use writ_checks::Language;
+
+use crate::audit::{
+    AuditStore, CandidateRecord, FileKind, NewRequest, Operation, OperationFilter, StoreError,
+};
+use crate::content::sha256_hex;
+use crate::files::{Provenance, WriteMode, WriteSpec, record_failure, recorded_write};
+use crate::model::{ChatMessage, ChatRequest, ErrorClass, ModelClient};
+use crate::synthesis::batch::{Batch, BatchError, FileSpec, TargetKind};
+use crate::synthesis::prompt;
+use crate::synthesis::response::{BatchResponse, FileResult, Selection};
+use crate::workspace::Workspace;
+
+/// Which models to ask and how; from `CODE_LIST`, `CODE_MODEL`, `CODE_GEN_MODEL`.
+#[derive(Debug, Clone)]
+pub struct SynthesisConfig {
+    pub candidates: Vec<String>,
+    /// The arbiter; the first candidate model when unset.
+    pub arbiter: Option<String>,
+    /// Tried first when every candidate failed.
+    pub fallback: Option<String>,
+    pub max_tokens: u32,
+    pub temperature: f32,
+    /// Wait before the second fallback attempt; doubles after each.
+    pub fallback_backoff: Duration,
+    /// How many recent audit operations the prompt shows.
+    pub recent_operations: u32,
+}
+
+impl Default for SynthesisConfig {
+    fn default() -> Self {
+        SynthesisConfig {
+            candidates: Vec::new(),
+            arbiter: None,
+            fallback: None,
+            max_tokens: 8_000,
+            temperature: 0.2,
+            fallback_backoff: Duration::from_millis(500),
+            recent_operations: 10,
+        }
+    }
+}
+
+pub struct Synthesizer {
+    pub models: Arc<dyn ModelClient>,
+    pub store: Arc<dyn AuditStore>,
+    pub workspace: Arc<dyn Workspace>,
+    pub config: SynthesisConfig,
+}
+
+/// Who is asking and how to recognise a repeat.
+#[derive(Debug, Clone)]
+pub struct Submission {
+    pub request_id: Uuid,
+    pub caller: Option<String>,
+    pub idempotency_key: Option<String>,
+    /// SHA-256 of the request body as received.
+    pub body_sha256: String,
+    pub batch: Batch,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error(transparent)]
+    Invalid(#[from] BatchError),
+    #[error("Idempotency-Key was already used with a different request body")]
+    IdempotencyConflict,
+    #[error("a request with this Idempotency-Key is still running")]
+    InProgress,
+    #[error("the audit log cannot record this batch, so it was not started: {0}")]
+    Audit(#[source] StoreError),
+}
+
+/// What the selection step produced for one file.
+struct Chosen {
+    code: String,
+    model: String,
+    selection: Selection,
+    reason: Option<String>,
+}
+
+/// One candidate model's answer after the checks.
+struct Candidate {
+    record: CandidateRecord,
+    /// The normalised code when the candidate is viable.
+    code: Option<String>,
+    class: Option<ErrorClass>,
+}
+
+impl Synthesizer {
+    /// Runs a batch with its request record and idempotency key. Returns the response body and
+    /// whether it is a replay of a stored one.
+    pub async fn submit(&self, sub: Submission) -> Result<(serde_json::Value, bool), SubmitError> {
+        if let Some(found) = self.replay(&sub).await? {
+            return Ok((found, true));
+        }
+        self.check_targets(&sub.batch).await?;
+        let record = NewRequest {
+            id: sub.request_id,
+            received_at: chrono::Utc::now(),
+            route: "POST /write_codebase".to_string(),
+            caller: sub.caller.clone(),
+            idempotency_key: sub.idempotency_key.clone(),
+            body_sha256: Some(sub.body_sha256.clone()),
+        };
+        match self.store.insert_request(&record).await {
+            Ok(()) => {}
+            // Another request with the same key got in first.
+            Err(StoreError::Conflict(_)) if sub.idempotency_key.is_some() => {
+                return match self.replay(&sub).await? {
+                    Some(found) => Ok((found, true)),
+                    None => Err(SubmitError::InProgress),
+                };
+            }
+            Err(e) => return Err(SubmitError::Audit(e)),
+        }
+        let response = self.run(sub.request_id, &sub.batch).await;
+        let body = serde_json::to_value(&response).unwrap_or(serde_json::Value::Null);
+        if let Err(e) = self
+            .store
+            .finish_request(
+                sub.request_id,
+                response.status,
+                response.duration_ms as i64,
+                Some(&body),
+            )
+            .await
+        {
+            tracing::warn!(error = %e, "batch done but its request record could not be closed");
+        }
+        Ok((body, false))
+    }
+
+    async fn replay(&self, sub: &Submission) -> Result<Option<serde_json::Value>, SubmitError> {
+        let Some(key) = &sub.idempotency_key else {
+            return Ok(None);
+        };
+        let found = self
+            .store
+            .find_request_by_idempotency_key(sub.caller.as_deref(), key)
+            .await
+            .map_err(SubmitError::Audit)?;
+        match found {
+            None => Ok(None),
+            Some(r) if r.body_sha256.as_deref() != Some(sub.body_sha256.as_str()) => {
+                Err(SubmitError::IdempotencyConflict)
+            }
+            Some(r) => match r.response {
+                Some(body) => Ok(Some(body)),
+                None => Err(SubmitError::InProgress),
+            },
+        }
+    }
+
+    /// What the filesystem says about each target (symlinks out, directories), before any model is called.
+    async fn check_targets(&self, batch: &Batch) -> Result<(), BatchError> {
+        for f in &batch.files {
+            if let Err(e) = self.workspace.check_target(&f.path, true).await {
+                return Err(BatchError {
+                    field: format!("files[{}].filename", f.index),
+                    message: e.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs every file of the batch and writes the results (unless `dry_run`).
+    pub async fn run(&self, request_id: Uuid, batch: &Batch) -> BatchResponse {
+        let started = Instant::now();
+        let recent = match self
+            .store
+            .list_operations(
+                &OperationFilter::default(),
+                None,
+                self.config.recent_operations,
+            )
+            .await
+        {
+            Ok(page) => page.operations,
+            Err(e) => {
+                tracing::warn!(error = %e, "no recent operations for the prompts: audit store unavailable");
+                Vec::new()
+            }
+        };
+        let atomic = batch.options.atomic && !batch.options.dry_run;
+
+        let generated: Vec<(Result<Chosen, String>, Vec<CandidateRecord>)> = if atomic {
+            join_all(batch.files.iter().map(|f| self.generate(batch, f, &recent))).await
+        } else {
+            Vec::new()
+        };
+
+        let results: Vec<FileResult> = if atomic {
+            self.write_atomically(request_id, batch, generated).await
+        } else {
+            let recent = &recent;
+            join_all(batch.files.iter().map(|f| async move {
+                let (chosen, candidates) = self.generate(batch, f, recent).await;
+                self.finish_file(request_id, batch, f, chosen, candidates)
+                    .await
+            }))
+            .await
+        };
+        let write_path = self.workspace.root().display().to_string();
+        BatchResponse::assemble(
+            request_id,
+            write_path,
+            results,
+            started.elapsed().as_millis() as u64,
+        )
+    }
+
+    /// Writes one file's chosen content (or records its failure) and builds its result.
+    async fn finish_file(
+        &self,
+        request_id: Uuid,
+        batch: &Batch,
+        file: &FileSpec,
+        chosen: Result<Chosen, String>,
+        candidates: Vec<CandidateRecord>,
+    ) -> FileResult {
+        let kind = kind_name(file);
+        let chosen = match chosen {
+            Ok(c) => c,
+            Err(error) => {
+                let mut result =
+                    FileResult::failed(file.path.as_str(), kind, error.clone(), candidates.clone());
+                if !batch.options.dry_run {
+                    let prov = Provenance {
+                        candidates,
+                        ..Provenance::default()
+                    };
+                    match record_failure(
+                        self.store.as_ref(),
+                        request_id,
+                        file_kind(file),
+                        file.path.as_str(),
+                        &error,
+                        prov,
+                    )
+                    .await
+                    {
+                        Ok(id) => result.operation_id = Some(id),
+                        Err(e) => tracing::warn!(error = %e, "could not record a failed file"),
+                    }
+                }
+                return result;
+            }
+        };
+        if batch.options.dry_run {
+            return FileResult {
+                filename: file.path.to_string(),
+                kind: kind.to_string(),
+                success: true,
+                operation: None,
+                bytes: Some(chosen.code.len()),
+                sha256: Some(sha256_hex(chosen.code.as_bytes())),
+                chosen_model: Some(chosen.model),
+                selection: Some(chosen.selection),
+                arbiter_reason: chosen.reason,
+                candidates,
+                operation_id: None,
+                error: None,
+                content: Some(chosen.code),
+            };
+        }
+        let spec = WriteSpec {
+            path: file.path.clone(),
+            content: chosen.code.clone().into_bytes(),
+            mode: WriteMode::Overwrite,
+            expected_sha256: file.expected_sha256.clone(),
+            create_dirs: true,
+        };
+        let provenance = Provenance {
+            chosen_model: Some(chosen.model.clone()),
+            selection: Some(chosen.selection.as_str().to_string()),
+            arbiter_reason: chosen.reason.clone(),
+            candidates: candidates.clone(),
+        };
+        match recorded_write(
+            self.store.as_ref(),
+            self.workspace.as_ref(),
+            request_id,
+            file_kind(file),
+            spec,
+            provenance.clone(),
+        )
+        .await
+        {
+            Ok(receipt) => {
+                metrics::counter!("writ_writes_total", "kind" => kind, "operation" => receipt.operation.as_str()).increment(1);
+                FileResult {
+                    filename: file.path.to_string(),
+                    kind: kind.to_string(),
+                    success: true,
+                    operation: Some(receipt.operation),
+                    bytes: Some(receipt.bytes),
+                    sha256: Some(receipt.sha256),
+                    chosen_model: Some(chosen.model),
+                    selection: Some(chosen.selection),
+                    arbiter_reason: chosen.reason,
+                    candidates,
+                    operation_id: Some(receipt.operation_id),
+                    error: None,
+                    content: None,
+                }
+            }
+            Err(err) => {
+                metrics::counter!("writ_writes_total", "kind" => kind, "operation" => "failed")
+                    .increment(1);
+                let message = err.to_string();
+                let mut result =
+                    FileResult::failed(file.path.as_str(), kind, message.clone(), candidates);
+                result.chosen_model = Some(chosen.model);
+                result.selection = Some(chosen.selection);
+                result.arbiter_reason = chosen.reason;
+                // A refused write (If-Match, audit down) made no operation record of its own.
+                if let Ok(id) = record_failure(
+                    self.store.as_ref(),
+                    request_id,
+                    file_kind(file),
+                    file.path.as_str(),
+                    &message,
+                    provenance,
+                )
+                .await
+                {
+                    result.operation_id = Some(id);
+                }
+                result
+            }
+        }
+    }
+
+    /// `atomic`: every file is generated first; if one failed nothing is written; if a write
+    /// fails, the files already written are put back as they were.
+    async fn write_atomically(
+        &self,
+        request_id: Uuid,
+        batch: &Batch,
+        generated: Vec<(Result<Chosen, String>, Vec<CandidateRecord>)>,
+    ) -> Vec<FileResult> {
+        let first_failure = generated
+            .iter()
+            .zip(&batch.files)
+            .find_map(|((c, _), f)| c.as_ref().err().map(|e| (f, e.clone())));
+        if let Some((failed, why)) = first_failure {
+            let mut results = Vec::new();
+            for ((chosen, candidates), f) in generated.into_iter().zip(&batch.files) {
+                let error = match chosen {
+                    Err(e) => e,
+                    Ok(_) => format!(
+                        "not written: the batch is atomic and files[{}] ('{}') failed: {why}",
+                        failed.index, failed.path
+                    ),
+                };
+                results.push(
+                    self.finish_file(request_id, batch, f, Err(error), candidates)
+                        .await,
+                );
+            }
+            return results;
+        }
+
+        let mut results: Vec<FileResult> = Vec::new();
+        let mut written: Vec<(&FileSpec, Option<Vec<u8>>)> = Vec::new();
+        let mut broke: Option<String> = None;
+        for ((chosen, candidates), f) in generated.into_iter().zip(&batch.files) {
+            if let Some(why) = &broke {
+                let error =
+                    format!("not written: the batch is atomic and an earlier write failed: {why}");
+                results.push(
+                    self.finish_file(request_id, batch, f, Err(error), candidates)
+                        .await,
+                );
+                continue;
+            }
+            let before = self.workspace.read(&f.path).await.ok().flatten();
+            let result = self
+                .finish_file(request_id, batch, f, chosen, candidates)
+                .await;
+            if result.success {
+                written.push((f, before));
+            } else {
+                broke = Some(result.error.clone().unwrap_or_default());
+            }
+            results.push(result);
+        }
+        if let Some(why) = broke {
+            for (f, before) in written.into_iter().rev() {
+                self.roll_back(request_id, f, before, &why).await;
+                if let Some(r) = results.iter_mut().find(|r| r.filename == f.path.as_str()) {
+                    r.success = false;
+                    r.error = Some(format!(
+                        "rolled back: the batch is atomic and a later write failed: {why}"
+                    ));
+                }
+            }
+        }
+        results
+    }
+
+    async fn roll_back(
+        &self,
+        request_id: Uuid,
+        file: &FileSpec,
+        before: Option<Vec<u8>>,
+        why: &str,
+    ) {
+        let outcome = match before {
+            Some(previous) => {
+                let spec = WriteSpec {
+                    path: file.path.clone(),
+                    content: previous,
+                    mode: WriteMode::Overwrite,
+                    expected_sha256: None,
+                    create_dirs: false,
+                };
+                let prov = Provenance {
+                    selection: Some("rollback".into()),
+                    ..Provenance::default()
+                };
+                recorded_write(
+                    self.store.as_ref(),
+                    self.workspace.as_ref(),
+                    request_id,
+                    file_kind(file),
+                    spec,
+                    prov,
+                )
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+            }
+            None => {
+                let removed = self
+                    .workspace
+                    .remove(&file.path)
+                    .await
+                    .map_err(|e| e.to_string());
+                let note = format!(
+                    "rolled back (atomic batch; a later write failed: {why}): the file was removed"
+                );
+                let prov = Provenance {
+                    selection: Some("rollback".into()),
+                    ..Provenance::default()
+                };
+                if let Err(e) = record_failure(
+                    self.store.as_ref(),
+                    request_id,
+                    file_kind(file),
+                    file.path.as_str(),
+                    &note,
+                    prov,
+                )
+                .await
+                {
+                    tracing::warn!(error = %e, "could not record a rollback");
+                }
+                removed
+            }
+        };
+        if let Err(e) = outcome {
+            tracing::error!(file = %file.path, error = %e, "rollback of an atomic batch failed");
+        }
+    }
+
+    /// Produces one file's content: candidates, checks, selection, fallback.
+    async fn generate(
+        &self,
+        batch: &Batch,
+        file: &FileSpec,
+        recent: &[Operation],
+    ) -> (Result<Chosen, String>, Vec<CandidateRecord>) {
+        if file.kind == TargetKind::Image {
+            return (
+                Err(format!(
+                    "'{}' is an image: image generation is not available in this version of writ",
+                    file.path
+                )),
+                Vec::new(),
+            );
+        }
+        let language = Language::from_path(file.path.as_str());
+        let current = match self.workspace.read(&file.path).await {
+            Ok(bytes) => bytes,
+            Err(e) => return (Err(e.to_string()), Vec::new()),
+        };
+        if let Some(expected) = &file.expected_sha256 {
+            let actual = current
+                .as_deref()
+                .map(sha256_hex)
+                .unwrap_or_else(|| "absent".into());
+            if &actual != expected {
+                return (
+                    Err(format!(
+                        "'{}' changed: expected sha256 {expected}, found {actual}; no model was called",
+                        file.path
+                    )),
+                    Vec::new(),
+                );
+            }
+        }
+        let current_text = current.as_deref().map(String::from_utf8_lossy);
+        let messages =
+            prompt::candidate_messages(batch, file, language, current_text.as_deref(), recent);
+
+        let models = batch
+            .options
+            .models
+            .clone()
+            .unwrap_or_else(|| self.config.candidates.clone());
+        let answers = join_all(
+            models
+                .iter()
+                .map(|m| self.ask(m, messages.clone(), language)),
+        )
+        .await;
+        let mut records: Vec<CandidateRecord> = answers.iter().map(|c| c.record.clone()).collect();
+
+        // Viable, distinct, in model-list order; those that parse beat those that do not.
+        let mut viable: Vec<(&str, &str, Option<bool>)> = Vec::new();
+        for c in &answers {
+            if let Some(code) = &c.code
+                && !viable.iter().any(|(_, seen, _)| *seen == code.as_str())
+            {
+                viable.push((c.record.model.as_str(), code.as_str(), c.record.parsed));
+            }
+        }
+        if viable.iter().any(|(_, _, parsed)| *parsed != Some(false)) {
+            viable.retain(|(_, _, parsed)| *parsed != Some(false));
+        }
+
+        let chosen = match viable.len() {
+            0 => {
+                let (fallback, extra) = self.fallback(&models, &answers, messages, language).await;
+                records.extend(extra);
+                fallback
+            }
+            1 => Ok(Chosen {
+                code: viable[0].1.to_string(),
+                model: viable[0].0.to_string(),
+                selection: Selection::SingleCandidate,
+                reason: None,
+            }),
+            _ => Ok(self
+                .arbitrate(batch, file, language, &models, &viable)
+                .await),
+        };
+        (chosen, records)
+    }
+
+    /// One candidate model: the call, then the checks.
+    async fn ask(&self, model: &str, messages: Vec<ChatMessage>, language: Language) -> Candidate {
+        let started = Instant::now();
+        let req = ChatRequest {
+            model: model.to_string(),
+            messages,
+            temperature: Some(self.config.temperature),
+            max_tokens: Some(self.config.max_tokens),
+            ..ChatRequest::default()
+        };
+        match self.models.chat(req).await {
+            Ok(resp) => {
+                let mut record = CandidateRecord {
+                    model: model.to_string(),
+                    ok: false,
+                    latency_ms: resp.latency.as_millis() as u64,
+                    parsed: None,
+                    prompt_tokens: resp.usage.prompt_tokens,
+                    completion_tokens: resp.usage.completion_tokens,
+                    cost: resp.usage.cost,
+                    error_class: None,
+                    error: None,
+                };
+                match writ_checks::check_candidate(&resp.content, language) {
+                    Ok(checked) => {
+                        record.ok = true;
+                        record.parsed = checked.parsed;
+                        Candidate {
+                            record,
+                            code: Some(checked.code),
+                            class: None,
+                        }
+                    }
+                    Err(rejection) => {
+                        record.error_class = Some("no_code".into());
+                        record.error = Some(rejection.to_string());
+                        Candidate {
+                            record,
+                            code: None,
+                            class: None,
+                        }
+                    }
+                }
+            }
+            Err(err) => Candidate {
+                record: CandidateRecord {
+                    model: model.to_string(),
+                    ok: false,
+                    latency_ms: started.elapsed().as_millis() as u64,
+                    error_class: Some(err.class.as_str().to_string()),
+                    error: Some(err.to_string()),
+                    ..CandidateRecord::default()
+                },
+                code: None,
+                class: Some(err.class),
+            },
+        }
+    }
+
+    /// Several distinct viable candidates: ask the arbiter, shuffled and anonymous.
+    async fn arbitrate(
+        &self,
+        batch: &Batch,
+        file: &FileSpec,
+        language: Language,
+        models: &[String],
+        viable: &[(&str, &str, Option<bool>)],
+    ) -> Chosen {
+        let mut order: Vec<usize> = (0..viable.len()).collect();
+        order.shuffle(&mut rand::rng());
+        let shown: Vec<&str> = order.iter().map(|&i| viable[i].1).collect();
+        let arbiter = batch
+            .options
+            .arbiter_model
+            .clone()
+            .or_else(|| self.config.arbiter.clone())
+            .or_else(|| models.first().cloned())
+            .unwrap_or_default();
+        let req = ChatRequest {
+            model: arbiter.clone(),
+            messages: prompt::arbiter_messages(batch, file, language, &shown),
+            temperature: Some(0.0),
+            max_tokens: Some(1_000),
+            response_format: Some(prompt::verdict_schema(shown.len())),
+            ..ChatRequest::default()
+        };
+        let failure = match self.models.chat(req).await {
+            Ok(resp) => match writ_checks::parse_verdict(&resp.content, shown.len()) {
+                Some(v) => {
+                    let (model, code, _) = viable[order[v.choice - 1]];
+                    return Chosen {
+                        code: code.to_string(),
+                        model: model.to_string(),
+                        selection: Selection::Arbiter,
+                        reason: Some(v.reason),
+                    };
+                }
+                None => format!("the arbiter {arbiter} gave no usable verdict"),
+            },
+            Err(e) => format!("the arbiter failed: {e}"),
+        };
+        tracing::warn!(file = %file.path, reason = %failure, "arbiter failed; taking the first viable candidate");
+        let (model, code, _) = viable[0];
+        Chosen {
+            code: code.to_string(),
+            model: model.to_string(),
+            selection: Selection::ArbiterFailedFirstViable,
+            reason: Some(failure),
+        }
+    }
+
+    /// Every candidate failed: `CODE_GEN_MODEL`, then the list's models, one after another with
+    /// backoff, skipping models whose failure was permanent. A rejected key or exhausted credit
+    /// ends it at once: no other model can succeed with the same key.
+    async fn fallback(
+        &self,
+        models: &[String],
+        first_round: &[Candidate],
+        messages: Vec<ChatMessage>,
+        language: Language,
+    ) -> (Result<Chosen, String>, Vec<CandidateRecord>) {
+        let provider_refused = |c: &Option<ErrorClass>| {
+            matches!(
+                c,
+                Some(ErrorClass::Unauthorized | ErrorClass::PaymentRequired)
+            )
+        };
+        let mut extra = Vec::new();
+        let mut last_error = first_round
+            .iter()
+            .find_map(|c| c.record.error.clone())
+            .unwrap_or_else(|| "no candidate produced usable code".to_string());
+        if first_round.iter().any(|c| provider_refused(&c.class)) {
+            return (
+                Err(format!(
+                    "every candidate failed and the provider refused the key: {last_error}"
+                )),
+                extra,
+            );
+        }
+        let mut order: Vec<&String> = Vec::new();
+        for m in self.config.fallback.iter().chain(models) {
+            let permanent = first_round
+                .iter()
+                .any(|c| &c.record.model == m && c.class.is_some_and(ErrorClass::is_permanent));
+            if !permanent && !order.contains(&m) {
+                order.push(m);
+            }
+        }
+        let mut wait = self.config.fallback_backoff;
+        for (i, model) in order.into_iter().enumerate() {
+            if i > 0 {
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(10));
+            }
+            let c = self.ask(model, messages.clone(), language).await;
+            let refused = provider_refused(&c.class);
+            extra.push(c.record.clone());
+            if let Some(code) = c.code {
+                return (
+                    Ok(Chosen {
+                        code,
+                        model: model.clone(),
+                        selection: Selection::Fallback,
+                        reason: None,
+                    }),
+                    extra,
+                );
+            }
+            last_error = c.record.error.unwrap_or(last_error);
+            if refused {
+                break;
+            }
+        }
+        (
+            Err(format!(
+                "every candidate and fallback model failed; last error: {last_error}"
+            )),
+            extra,
+        )
+    }
+}
+
+fn kind_name(file: &FileSpec) -> &'static str {
+    match file.kind {
+        TargetKind::Code => "code",
+        TargetKind::Image => "image",
+    }
+}
+
+fn file_kind(file: &FileSpec) -> FileKind {
+    match file.kind {
+        TargetKind::Code => FileKind::Code,
+        TargetKind::Image => FileKind::Image,
+    }
+}

@@ -1,0 +1,188 @@
+//! The prompts: one per file for the candidate models, one per contested file for the arbiter.
+//!
+//! Models answer in plain text with the whole file in one fenced block — never as a JSON or
+//! tool-call argument, which is where large contents get truncated or mangled.
+
+use writ_checks::Language;
+
+use crate::audit::Operation;
+use crate::model::ChatMessage;
+use crate::synthesis::batch::{Batch, FileSpec};
+
+/// Longest current content shown to a model for an update; past it the file is cut with a note.
+const MAX_CURRENT_CHARS: usize = 60_000;
+
+pub const CANDIDATE_SYSTEM: &str = "You are a senior software engineer who writes complete, working source files. \
+Answer with the entire content of the requested file in exactly one fenced code block tagged with its language. \
+Do not elide anything, do not write placeholders such as \"rest of the code here\", and do not add a second code block.";
+
+/// Everything a candidate model sees for one file.
+pub fn candidate_messages(
+    batch: &Batch,
+    file: &FileSpec,
+    language: Language,
+    current: Option<&str>,
+    recent: &[Operation],
+) -> Vec<ChatMessage> {
+    let mut p = String::new();
+    p.push_str(&format!(
+        "Write the file `{}` ({}).\n\n",
+        file.path,
+        language.name()
+    ));
+    p.push_str("## What the file must contain and do\n");
+    p.push_str(file.description.trim());
+    p.push_str("\n\n");
+    if let Some(task) = &batch.task_description {
+        p.push_str("## The overall task these files serve\n");
+        p.push_str(task.trim());
+        p.push_str("\n\n");
+    }
+    if !file.external_imports.is_empty() {
+        p.push_str(&format!(
+            "## External dependencies to use\n{}\n\n",
+            file.external_imports.join(", ")
+        ));
+    }
+    if !file.internal_imports.is_empty() {
+        p.push_str(&format!(
+            "## Modules of this project it imports\n{}\n\n",
+            file.internal_imports.join(", ")
+        ));
+    }
+    let others: Vec<&FileSpec> = batch.files.iter().filter(|f| f.path != file.path).collect();
+    if !others.is_empty() {
+        p.push_str("## Other files written in the same batch (make them fit together)\n");
+        for o in others {
+            p.push_str(&format!(
+                "- `{}`: {}\n",
+                o.path,
+                one_line(&o.description, 300)
+            ));
+        }
+        p.push('\n');
+    }
+    if let Some(current) = current {
+        let (shown, cut) = crate::content::truncate_chars(current, MAX_CURRENT_CHARS);
+        p.push_str(
+            "## The file exists; this is its current content — return the whole updated file\n",
+        );
+        p.push_str(&fence(shown, language));
+        if cut {
+            p.push_str(&format!(
+                "(current content cut at {MAX_CURRENT_CHARS} characters)\n"
+            ));
+        }
+        p.push('\n');
+    }
+    if !recent.is_empty() {
+        p.push_str("## Recent operations in this repository (newest first)\n");
+        for op in recent {
+            p.push_str(&format!(
+                "- {} `{}` {}{}\n",
+                op.created_at.format("%Y-%m-%d %H:%M"),
+                op.filename,
+                op.operation,
+                op.chosen_model
+                    .as_deref()
+                    .map(|m| format!(" by {m}"))
+                    .unwrap_or_default()
+            ));
+        }
+        p.push('\n');
+    }
+    let tag = language.fence_tags().first().copied().unwrap_or("");
+    p.push_str(&format!(
+        "Answer with the complete file in one ```{tag} block."
+    ));
+    vec![ChatMessage::system(CANDIDATE_SYSTEM), ChatMessage::user(p)]
+}
+
+pub const ARBITER_SYSTEM: &str = "You are a strict code reviewer choosing the best of several candidate versions of one file. \
+Judge correctness first, then completeness against the description, then clarity. \
+Answer only with a JSON object {\"choice\": N, \"reason\": \"...\"} where N is the number of the best candidate.";
+
+/// The arbiter's prompt: each candidate under `Candidate N` (N from 1) in the order given —
+/// the caller shuffles — and without model names, since judges favour positions and names.
+pub fn arbiter_messages(
+    batch: &Batch,
+    file: &FileSpec,
+    language: Language,
+    candidates: &[&str],
+) -> Vec<ChatMessage> {
+    let mut p = String::new();
+    p.push_str(&format!(
+        "The file `{}` ({}) must do this:\n{}\n\n",
+        file.path,
+        language.name(),
+        file.description.trim()
+    ));
+    if let Some(task) = &batch.task_description {
+        p.push_str(&format!(
+            "It serves this task:\n{}\n\n",
+            one_line(task, 2_000)
+        ));
+    }
+    for (i, code) in candidates.iter().enumerate() {
+        p.push_str(&format!("## Candidate {}\n", i + 1));
+        p.push_str(&fence(code, language));
+        p.push('\n');
+    }
+    p.push_str(&format!(
+        "Which candidate is best? Answer only with {{\"choice\": N, \"reason\": \"one or two sentences\"}}, N between 1 and {}.",
+        candidates.len()
+    ));
+    vec![ChatMessage::system(ARBITER_SYSTEM), ChatMessage::user(p)]
+}
+
+/// The JSON schema asked of the arbiter (`response_format`); providers that ignore it still
+/// get the instruction in the prompt, and the verdict parser accepts JSON in prose too.
+pub fn verdict_schema(n: usize) -> serde_json::Value {
+    serde_json::json!({
+        "type": "json_schema",
+        "json_schema": {
+            "name": "verdict",
+            "strict": true,
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "choice": {"type": "integer", "minimum": 1, "maximum": n},
+                    "reason": {"type": "string"}
+                },
+                "required": ["choice", "reason"],
+                "additionalProperties": false
+            }
+        }
+    })
+}
+
+/// A fence longer than any backtick run inside the code, so the code cannot close it early.
+fn fence(code: &str, language: Language) -> String {
+    let longest = code.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let ticks = "`".repeat(longest.max(2) + 1);
+    let tag = language.fence_tags().first().copied().unwrap_or("");
+    let nl = if code.ends_with('\n') { "" } else { "\n" };
+    format!("{ticks}{tag}\n{code}{nl}{ticks}\n")
+}
+
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let (cut, was_cut) = crate::content::truncate_chars(&flat, max);
+    if was_cut {
+        format!("{cut}…")
+    } else {
+        cut.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fence_is_longer_than_any_backtick_run_in_the_code() {
+        let f = fence("x = '```'\n", Language::Python);
+        assert!(f.starts_with("````python\n"), "{f}");
+        assert!(f.ends_with("\n````\n"));
+    }
+}

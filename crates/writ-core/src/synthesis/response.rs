@@ -1,0 +1,132 @@
+//! The answer to `write_codebase`, the same for HTTP, MCP and the CLI.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::audit::{CandidateRecord, OperationKind, RequestStatus};
+
+/// How a file's content was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Selection {
+    /// One distinct viable candidate: no arbiter call needed.
+    SingleCandidate,
+    /// The arbiter chose.
+    Arbiter,
+    /// The arbiter failed or answered nonsense: the first viable candidate in model-list order.
+    ArbiterFailedFirstViable,
+    /// Every candidate failed; a fallback model produced it.
+    Fallback,
+}
+
+impl Selection {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SingleCandidate => "single_candidate",
+            Self::Arbiter => "arbiter",
+            Self::ArbiterFailedFirstViable => "arbiter_failed_first_viable",
+            Self::Fallback => "fallback",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counts {
+    pub total: usize,
+    pub succeeded: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileResult {
+    pub filename: String,
+    /// `code` or `image`.
+    pub kind: String,
+    pub success: bool,
+    pub operation: Option<OperationKind>,
+    pub bytes: Option<usize>,
+    pub sha256: Option<String>,
+    pub chosen_model: Option<String>,
+    pub selection: Option<Selection>,
+    pub arbiter_reason: Option<String>,
+    pub candidates: Vec<CandidateRecord>,
+    pub operation_id: Option<Uuid>,
+    pub error: Option<String>,
+    /// The chosen content, only for `dry_run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+impl FileResult {
+    pub fn failed(
+        filename: &str,
+        kind: &str,
+        error: impl Into<String>,
+        candidates: Vec<CandidateRecord>,
+    ) -> Self {
+        FileResult {
+            filename: filename.to_string(),
+            kind: kind.to_string(),
+            success: false,
+            operation: None,
+            bytes: None,
+            sha256: None,
+            chosen_model: None,
+            selection: None,
+            arbiter_reason: None,
+            candidates,
+            operation_id: None,
+            error: Some(error.into()),
+            content: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchResponse {
+    pub status: RequestStatus,
+    pub request_id: Uuid,
+    /// Absolute path of `REPO_DIR`.
+    pub write_path: String,
+    pub total_files: usize,
+    pub succeeded: usize,
+    pub code_files: Counts,
+    pub image_files: Counts,
+    pub results: Vec<FileResult>,
+    pub duration_ms: u64,
+}
+
+impl BatchResponse {
+    pub fn assemble(
+        request_id: Uuid,
+        write_path: String,
+        results: Vec<FileResult>,
+        duration_ms: u64,
+    ) -> Self {
+        let count = |kind: &str| Counts {
+            total: results.iter().filter(|r| r.kind == kind).count(),
+            succeeded: results
+                .iter()
+                .filter(|r| r.kind == kind && r.success)
+                .count(),
+        };
+        let succeeded = results.iter().filter(|r| r.success).count();
+        let status = if succeeded == results.len() {
+            RequestStatus::Success
+        } else if succeeded == 0 {
+            RequestStatus::Error
+        } else {
+            RequestStatus::PartialSuccess
+        };
+        BatchResponse {
+            status,
+            request_id,
+            write_path,
+            total_files: results.len(),
+            succeeded,
+            code_files: count("code"),
+            image_files: count("image"),
+            results,
+            duration_ms,
+        }
+    }
+}
