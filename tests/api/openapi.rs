@@ -40,3 +40,83 @@ async fn the_server_serves_the_checked_in_spec() {
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../openapi.yaml")).unwrap();
     assert_eq!(served, on_disk);
 }
+
+/// Every `required` property of the named schema (and of the schemas it references for nested
+/// objects and arrays) is present in `value`, and no property is there that the schema lacks.
+fn assert_matches_schema(
+    spec: &yaml_serde::Value,
+    name: &str,
+    value: &serde_json::Value,
+    at: &str,
+) {
+    let schema = &spec["components"]["schemas"][name];
+    let props = schema["properties"].as_mapping().unwrap();
+    let obj = value
+        .as_object()
+        .unwrap_or_else(|| panic!("{at}: not an object: {value}"));
+    for req in schema["required"].as_sequence().into_iter().flatten() {
+        let key = req.as_str().unwrap();
+        assert!(
+            obj.contains_key(key),
+            "{at}: '{key}' is required by {name} but missing: {value}"
+        );
+    }
+    for (key, v) in obj {
+        let prop = props
+            .get(yaml_serde::Value::String(key.clone()))
+            .unwrap_or_else(|| panic!("{at}: '{key}' is not in schema {name}"));
+        let target = prop["$ref"]
+            .as_str()
+            .or_else(|| prop["items"]["$ref"].as_str());
+        if let Some(r) = target {
+            let child = r.rsplit('/').next().unwrap();
+            match v {
+                serde_json::Value::Array(items) => {
+                    for (i, item) in items.iter().enumerate() {
+                        assert_matches_schema(spec, child, item, &format!("{at}.{key}[{i}]"));
+                    }
+                }
+                serde_json::Value::Object(_) => {
+                    assert_matches_schema(spec, child, v, &format!("{at}.{key}"))
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn real_answers_have_the_shapes_the_spec_describes() {
+    use writ_fake_upstream::{Script, Step};
+    let spec = spec();
+    let app = writ_tests::spawn_app_with_models(Backend::Sqlite).await;
+    for (i, m) in writ_tests::MODELS.iter().enumerate() {
+        app.fake()
+            .script(m, Script::always(Step::code("python", format!("v = {i}"))));
+    }
+    app.fake().script(
+        writ_tests::ARBITER,
+        Script::always(Step::verdict(1, "fine")),
+    );
+    let (_, batch) = app
+        .post_write_codebase(&serde_json::json!({"command": "write_codebase",
+            "files": [{"filename": "a.py", "code_description": "d"}, {"filename": "b.png", "code_description": "d"}]}))
+        .await;
+    assert_matches_schema(&spec, "WriteCodebaseResponse", &batch, "write_codebase");
+
+    let put: serde_json::Value = app
+        .put_file("a.py", "", "v = 9\n")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_matches_schema(&spec, "WriteResult", &put, "put");
+    let (_, ops) = app.json("/operations").await;
+    for (i, op) in ops["operations"].as_array().unwrap().iter().enumerate() {
+        assert_matches_schema(&spec, "Operation", op, &format!("operations[{i}]"));
+    }
+    let (_, ready) = app.json("/readyz").await;
+    assert_matches_schema(&spec, "Readiness", &ready, "readyz");
+    let (_, err) = app.json("/operations?limit=0").await;
+    assert_matches_schema(&spec, "Error", &err, "error");
+}

@@ -192,6 +192,19 @@ async fn a_rejected_key_is_answered_within_seconds_without_retries(app: TestApp)
         ops["operations"][0]["filename"], "k.py",
         "failures are in the audit log too"
     );
+    let (status, ready) = app.json("/readyz").await;
+    assert_eq!(
+        status, 503,
+        "a rejected key makes the provider not ready: {ready}"
+    );
+    assert_eq!(ready["checks"]["provider"]["ok"], false);
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("writ_model_calls_total") && l.contains(MODELS[0])),
+        "per-model call metrics are exported: {metrics}"
+    );
 }
 
 async fn prose_and_mojibake_are_cleaned_from_candidates(app: TestApp) {
