@@ -13,6 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+
+use crate::synthesis::fanout::{self, CallSettings, Candidate};
+use crate::synthesis::progress::{Event, ProgressSink};
 use rand::seq::SliceRandom;
 use uuid::Uuid;
 use writ_checks::Language;
@@ -96,18 +99,14 @@ struct Chosen {
     reason: Option<String>,
 }
 
-/// One candidate model's answer after the checks.
-struct Candidate {
-    record: CandidateRecord,
-    /// The normalised code when the candidate is viable.
-    code: Option<String>,
-    class: Option<ErrorClass>,
-}
-
 impl Synthesizer {
     /// Runs a batch with its request record and idempotency key. Returns the response body and
     /// whether it is a replay of a stored one.
-    pub async fn submit(&self, sub: Submission) -> Result<(serde_json::Value, bool), SubmitError> {
+    pub async fn submit(
+        &self,
+        sub: Submission,
+        sink: &dyn ProgressSink,
+    ) -> Result<(serde_json::Value, bool), SubmitError> {
         if let Some(found) = self.replay(&sub).await? {
             return Ok((found, true));
         }
@@ -131,7 +130,7 @@ impl Synthesizer {
             }
             Err(e) => return Err(SubmitError::Audit(e)),
         }
-        let response = self.run(sub.request_id, &sub.batch).await;
+        let response = self.run(sub.request_id, &sub.batch, sink).await;
         let body = serde_json::to_value(&response).unwrap_or(serde_json::Value::Null);
         if let Err(e) = self
             .store
@@ -183,8 +182,16 @@ impl Synthesizer {
     }
 
     /// Runs every file of the batch and writes the results (unless `dry_run`).
-    pub async fn run(&self, request_id: Uuid, batch: &Batch) -> BatchResponse {
+    pub async fn run(
+        &self,
+        request_id: Uuid,
+        batch: &Batch,
+        sink: &dyn ProgressSink,
+    ) -> BatchResponse {
         let started = Instant::now();
+        sink.emit(Event::Queued {
+            files: batch.files.iter().map(|f| f.path.to_string()).collect(),
+        });
         let recent = match self
             .store
             .list_operations(
@@ -203,33 +210,74 @@ impl Synthesizer {
         let atomic = batch.options.atomic && !batch.options.dry_run;
 
         let generated: Vec<(Result<Chosen, String>, Vec<CandidateRecord>)> = if atomic {
-            join_all(batch.files.iter().map(|f| self.generate(batch, f, &recent))).await
+            join_all(
+                batch
+                    .files
+                    .iter()
+                    .map(|f| self.generate(batch, f, &recent, sink)),
+            )
+            .await
         } else {
             Vec::new()
         };
 
         let results: Vec<FileResult> = if atomic {
-            self.write_atomically(request_id, batch, generated).await
+            self.write_atomically(request_id, batch, generated, sink)
+                .await
         } else {
             let recent = &recent;
             join_all(batch.files.iter().map(|f| async move {
-                let (chosen, candidates) = self.generate(batch, f, recent).await;
-                self.finish_file(request_id, batch, f, chosen, candidates)
+                let (chosen, candidates) = self.generate(batch, f, recent, sink).await;
+                self.finish_file(request_id, batch, f, chosen, candidates, sink)
                     .await
             }))
             .await
         };
         let write_path = self.workspace.root().display().to_string();
-        BatchResponse::assemble(
+        let response = BatchResponse::assemble(
             request_id,
             write_path,
             results,
             started.elapsed().as_millis() as u64,
-        )
+        );
+        sink.emit(Event::Done {
+            status: response.status.as_str().to_string(),
+        });
+        response
     }
 
     /// Writes one file's chosen content (or records its failure) and builds its result.
     async fn finish_file(
+        &self,
+        request_id: Uuid,
+        batch: &Batch,
+        file: &FileSpec,
+        chosen: Result<Chosen, String>,
+        candidates: Vec<CandidateRecord>,
+        sink: &dyn ProgressSink,
+    ) -> FileResult {
+        let result = self
+            .write_file(request_id, batch, file, chosen, candidates)
+            .await;
+        sink.emit(match (&result.error, result.success) {
+            (None, true) => Event::FileWritten {
+                file: result.filename.clone(),
+                operation: result
+                    .operation
+                    .map(|o| o.as_str().to_string())
+                    .unwrap_or_else(|| "dry_run".into()),
+                bytes: result.bytes.unwrap_or(0),
+                sha256: result.sha256.clone().unwrap_or_default(),
+            },
+            (error, _) => Event::FileFailed {
+                file: result.filename.clone(),
+                error: error.clone().unwrap_or_default(),
+            },
+        });
+        result
+    }
+
+    async fn write_file(
         &self,
         request_id: Uuid,
         batch: &Batch,
@@ -357,6 +405,7 @@ impl Synthesizer {
         request_id: Uuid,
         batch: &Batch,
         generated: Vec<(Result<Chosen, String>, Vec<CandidateRecord>)>,
+        sink: &dyn ProgressSink,
     ) -> Vec<FileResult> {
         let first_failure = generated
             .iter()
@@ -373,7 +422,7 @@ impl Synthesizer {
                     ),
                 };
                 results.push(
-                    self.finish_file(request_id, batch, f, Err(error), candidates)
+                    self.finish_file(request_id, batch, f, Err(error), candidates, sink)
                         .await,
                 );
             }
@@ -388,14 +437,14 @@ impl Synthesizer {
                 let error =
                     format!("not written: the batch is atomic and an earlier write failed: {why}");
                 results.push(
-                    self.finish_file(request_id, batch, f, Err(error), candidates)
+                    self.finish_file(request_id, batch, f, Err(error), candidates, sink)
                         .await,
                 );
                 continue;
             }
             let before = self.workspace.read(&f.path).await.ok().flatten();
             let result = self
-                .finish_file(request_id, batch, f, chosen, candidates)
+                .finish_file(request_id, batch, f, chosen, candidates, sink)
                 .await;
             if result.success {
                 written.push((f, before));
@@ -489,7 +538,11 @@ impl Synthesizer {
         batch: &Batch,
         file: &FileSpec,
         recent: &[Operation],
+        sink: &dyn ProgressSink,
     ) -> (Result<Chosen, String>, Vec<CandidateRecord>) {
+        sink.emit(Event::FileStarted {
+            file: file.path.to_string(),
+        });
         if file.kind == TargetKind::Image {
             return (
                 Err(format!(
@@ -528,10 +581,14 @@ impl Synthesizer {
             .models
             .clone()
             .unwrap_or_else(|| self.config.candidates.clone());
-        let answers = join_all(
-            models
-                .iter()
-                .map(|m| self.ask(m, messages.clone(), language)),
+        let (answers, _waited) = fanout::fan_out(
+            self.models.as_ref(),
+            &models,
+            &messages,
+            language,
+            self.call_settings(),
+            file.path.as_str(),
+            sink,
         )
         .await;
         let mut records: Vec<CandidateRecord> = answers.iter().map(|c| c.record.clone()).collect();
@@ -551,7 +608,9 @@ impl Synthesizer {
 
         let chosen = match viable.len() {
             0 => {
-                let (fallback, extra) = self.fallback(&models, &answers, messages, language).await;
+                let (fallback, extra) = self
+                    .fallback(&models, &answers, messages, language, file, sink)
+                    .await;
                 records.extend(extra);
                 fallback
             }
@@ -562,68 +621,16 @@ impl Synthesizer {
                 reason: None,
             }),
             _ => Ok(self
-                .arbitrate(batch, file, language, &models, &viable)
+                .arbitrate(batch, file, language, &models, &viable, sink)
                 .await),
         };
         (chosen, records)
     }
 
-    /// One candidate model: the call, then the checks.
-    async fn ask(&self, model: &str, messages: Vec<ChatMessage>, language: Language) -> Candidate {
-        let started = Instant::now();
-        let req = ChatRequest {
-            model: model.to_string(),
-            messages,
-            temperature: Some(self.config.temperature),
-            max_tokens: Some(self.config.max_tokens),
-            ..ChatRequest::default()
-        };
-        match self.models.chat(req).await {
-            Ok(resp) => {
-                let mut record = CandidateRecord {
-                    model: model.to_string(),
-                    ok: false,
-                    latency_ms: resp.latency.as_millis() as u64,
-                    parsed: None,
-                    prompt_tokens: resp.usage.prompt_tokens,
-                    completion_tokens: resp.usage.completion_tokens,
-                    cost: resp.usage.cost,
-                    error_class: None,
-                    error: None,
-                };
-                match writ_checks::check_candidate(&resp.content, language) {
-                    Ok(checked) => {
-                        record.ok = true;
-                        record.parsed = checked.parsed;
-                        Candidate {
-                            record,
-                            code: Some(checked.code),
-                            class: None,
-                        }
-                    }
-                    Err(rejection) => {
-                        record.error_class = Some("no_code".into());
-                        record.error = Some(rejection.to_string());
-                        Candidate {
-                            record,
-                            code: None,
-                            class: None,
-                        }
-                    }
-                }
-            }
-            Err(err) => Candidate {
-                record: CandidateRecord {
-                    model: model.to_string(),
-                    ok: false,
-                    latency_ms: started.elapsed().as_millis() as u64,
-                    error_class: Some(err.class.as_str().to_string()),
-                    error: Some(err.to_string()),
-                    ..CandidateRecord::default()
-                },
-                code: None,
-                class: Some(err.class),
-            },
+    fn call_settings(&self) -> CallSettings {
+        CallSettings {
+            temperature: self.config.temperature,
+            max_tokens: self.config.max_tokens,
         }
     }
 
@@ -635,6 +642,7 @@ impl Synthesizer {
         language: Language,
         models: &[String],
         viable: &[(&str, &str, Option<bool>)],
+        sink: &dyn ProgressSink,
     ) -> Chosen {
         let mut order: Vec<usize> = (0..viable.len()).collect();
         order.shuffle(&mut rand::rng());
@@ -654,10 +662,21 @@ impl Synthesizer {
             response_format: Some(prompt::verdict_schema(shown.len())),
             ..ChatRequest::default()
         };
+        sink.emit(Event::ArbiterStarted {
+            file: file.path.to_string(),
+            model: arbiter.clone(),
+            candidates: shown.len(),
+        });
         let failure = match self.models.chat(req).await {
             Ok(resp) => match writ_checks::parse_verdict(&resp.content, shown.len()) {
                 Some(v) => {
                     let (model, code, _) = viable[order[v.choice - 1]];
+                    sink.emit(Event::ArbiterChose {
+                        file: file.path.to_string(),
+                        candidate: v.choice,
+                        model: model.to_string(),
+                        reason: v.reason.clone(),
+                    });
                     return Chosen {
                         code: code.to_string(),
                         model: model.to_string(),
@@ -671,6 +690,12 @@ impl Synthesizer {
         };
         tracing::warn!(file = %file.path, reason = %failure, "arbiter failed; taking the first viable candidate");
         let (model, code, _) = viable[0];
+        sink.emit(Event::ArbiterChose {
+            file: file.path.to_string(),
+            candidate: 0,
+            model: model.to_string(),
+            reason: failure.clone(),
+        });
         Chosen {
             code: code.to_string(),
             model: model.to_string(),
@@ -688,6 +713,8 @@ impl Synthesizer {
         first_round: &[Candidate],
         messages: Vec<ChatMessage>,
         language: Language,
+        file: &FileSpec,
+        sink: &dyn ProgressSink,
     ) -> (Result<Chosen, String>, Vec<CandidateRecord>) {
         let provider_refused = |c: &Option<ErrorClass>| {
             matches!(
@@ -723,7 +750,19 @@ impl Synthesizer {
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(10));
             }
-            let c = self.ask(model, messages.clone(), language).await;
+            let c = fanout::fan_out(
+                self.models.as_ref(),
+                std::slice::from_ref(model),
+                &messages,
+                language,
+                self.call_settings(),
+                file.path.as_str(),
+                sink,
+            )
+            .await
+            .0
+            .pop();
+            let Some(c) = c else { break };
             let refused = provider_refused(&c.class);
             extra.push(c.record.clone());
             if let Some(code) = c.code {

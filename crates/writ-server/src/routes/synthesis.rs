@@ -62,7 +62,11 @@ pub async fn write_codebase(
     };
     // Its own task: a client that hangs up must not cancel a batch half-way; it completes, is
     // recorded, and can be fetched later by idempotency key or from /operations.
-    let task = tokio::spawn(async move { synthesizer.submit(submission).await });
+    let task = tokio::spawn(async move {
+        synthesizer
+            .submit(submission, &writ_core::synthesis::NoProgress)
+            .await
+    });
     let (body, replayed) = task
         .await
         .map_err(ApiError::internal)?

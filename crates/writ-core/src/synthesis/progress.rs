@@ -1,0 +1,83 @@
+//! Progress events of a batch, for the event stream, the dashboard and the CLI.
+//!
+//! The pipeline emits; a [`ProgressSink`] decides where events go (the store, for replay by
+//! `Last-Event-ID`, and live subscribers). Emitting never fails the batch.
+
+use serde::{Deserialize, Serialize};
+
+/// One step of a batch. `file` is the workspace-relative path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    Queued {
+        files: Vec<String>,
+    },
+    FileStarted {
+        file: String,
+    },
+    CandidateStarted {
+        file: String,
+        model: String,
+    },
+    CandidateFinished {
+        file: String,
+        model: String,
+        latency_ms: u64,
+        ok: bool,
+        /// The model layer's error class, or `no_code`, when not ok.
+        error_class: Option<String>,
+        parsed: Option<bool>,
+    },
+    ArbiterStarted {
+        file: String,
+        model: String,
+        candidates: usize,
+    },
+    ArbiterChose {
+        file: String,
+        candidate: usize,
+        model: String,
+        reason: String,
+    },
+    FileWritten {
+        file: String,
+        operation: String,
+        bytes: usize,
+        sha256: String,
+    },
+    FileFailed {
+        file: String,
+        error: String,
+    },
+    Done {
+        status: String,
+    },
+}
+
+impl Event {
+    /// The SSE `event:` name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::Queued { .. } => "queued",
+            Event::FileStarted { .. } => "file_started",
+            Event::CandidateStarted { .. } => "candidate_started",
+            Event::CandidateFinished { .. } => "candidate_finished",
+            Event::ArbiterStarted { .. } => "arbiter_started",
+            Event::ArbiterChose { .. } => "arbiter_chose",
+            Event::FileWritten { .. } => "file_written",
+            Event::FileFailed { .. } => "file_failed",
+            Event::Done { .. } => "done",
+        }
+    }
+}
+
+pub trait ProgressSink: Send + Sync {
+    fn emit(&self, event: Event);
+}
+
+/// Drops every event (CLI one-shots, tests that do not look).
+pub struct NoProgress;
+
+impl ProgressSink for NoProgress {
+    fn emit(&self, _event: Event) {}
+}
