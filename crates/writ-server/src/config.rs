@@ -56,8 +56,35 @@ pub struct Settings {
     pub max_tokens: u32,
     /// Wait before the second fallback model (`WRIT_FALLBACK_BACKOFF_MS`); doubles after each.
     pub fallback_backoff: Duration,
+    /// When a fan-out stops waiting for slow candidates (`WRIT_STRAGGLER_ENOUGH`,
+    /// `WRIT_STRAGGLER_EXTRA_MS` or `WRIT_STRAGGLER_EXTRA_FACTOR`); waits for all by default.
+    pub straggler: writ_core::synthesis::StragglerPolicy,
     /// Which config file was read, if any (for `writ check`).
     pub config_file: Option<PathBuf>,
+    /// API keys and limits (issue 6): who may call, how often, how much at once.
+    pub guard: crate::limits::GuardSettings,
+    /// The embedded model (issue 8): whether it may be the default, where it lives, how it runs.
+    pub local: LocalSettings,
+    /// Which provider serves the models and why, in words, for `/readyz` and `writ check`.
+    pub models_reason: String,
+}
+
+/// `WRIT_LOCAL_*`: the embedded llama.cpp model, writ's "works offline" default provider.
+#[derive(Debug, Clone)]
+pub struct LocalSettings {
+    /// `WRIT_LOCAL_MODEL=auto` (default): the embedded model serves when neither
+    /// `OPENROUTER_API_KEY` nor `CODE_LIST` is set; `off`: never.
+    pub enabled: bool,
+    /// `WRIT_LOCAL_MODEL_PATH`; fetched there on first use when missing.
+    pub model_path: PathBuf,
+    /// `WRIT_LOCAL_WORKERS`: generations at once.
+    pub workers: usize,
+    /// `WRIT_LOCAL_THREADS`: ggml threads per worker (0 = half the cores).
+    pub threads: usize,
+    /// `WRIT_LOCAL_CONTEXT_TOKENS`: prompt + completion window.
+    pub context_tokens: u32,
+    /// `WRIT_LOCAL_MAX_TOKENS`: completion cap per call, whatever `WRIT_MAX_TOKENS` says.
+    pub max_tokens: u32,
 }
 
 impl Settings {
@@ -100,6 +127,53 @@ impl Settings {
             });
         }
 
+        let local = LocalSettings {
+            enabled: match get("WRIT_LOCAL_MODEL").as_deref().map(str::trim) {
+                None | Some("auto") => true,
+                Some("off") => false,
+                Some(other) => {
+                    return Err(ConfigError::Invalid {
+                        name: "WRIT_LOCAL_MODEL",
+                        message: format!("'{other}' must be auto or off"),
+                    });
+                }
+            },
+            model_path: get("WRIT_LOCAL_MODEL_PATH")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| writ_local::fetch::default_model_path(env)),
+            workers: parse_num(&get, "WRIT_LOCAL_WORKERS", 1)?.max(1),
+            threads: parse_num(&get, "WRIT_LOCAL_THREADS", 0)?,
+            context_tokens: parse_num(&get, "WRIT_LOCAL_CONTEXT_TOKENS", 4096)?.clamp(512, 8192)
+                as u32,
+            max_tokens: parse_num(&get, "WRIT_LOCAL_MAX_TOKENS", 1024)?.max(1) as u32,
+        };
+        let key_set = get("OPENROUTER_API_KEY").is_some_and(|k| !k.trim().is_empty());
+        let mut code_list: Vec<String> = get("CODE_LIST")
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut code_model = get("CODE_MODEL");
+        let mut code_gen_model = get("CODE_GEN_MODEL");
+        let models_reason = if !code_list.is_empty() {
+            "CODE_LIST names the candidate models".to_string()
+        } else if !local.enabled {
+            "CODE_LIST is not set and WRIT_LOCAL_MODEL=off".to_string()
+        } else if key_set {
+            "OPENROUTER_API_KEY is set but CODE_LIST is not; the embedded model is used only when neither is set".to_string()
+        } else {
+            // The "works offline" default, the way SQLite is the default audit store.
+            code_list = writ_local::default_candidates();
+            code_model.get_or_insert_with(|| writ_local::SMOLLM2_135M.to_string());
+            // A fourth seed: when no candidate parses, the fallback samples once more.
+            code_gen_model.get_or_insert_with(|| format!("{}@t0.4,s4", writ_local::SMOLLM2_135M));
+            "embedded model (the offline default): neither OPENROUTER_API_KEY nor CODE_LIST is set; set them to use OpenRouter, or WRIT_LOCAL_MODEL=off".to_string()
+        };
+
         Ok(Settings {
             repo_dir: PathBuf::from(
                 get("REPO_DIR").unwrap_or_else(|| DEFAULT_REPO_DIR.to_string()),
@@ -110,17 +184,9 @@ impl Settings {
                 .unwrap_or_else(|| DEFAULT_BASE_URL.to_string())
                 .trim_end_matches('/')
                 .to_string(),
-            code_list: get("CODE_LIST")
-                .map(|v| {
-                    v.split(',')
-                        .map(str::trim)
-                        .filter(|s| !s.is_empty())
-                        .map(String::from)
-                        .collect()
-                })
-                .unwrap_or_default(),
-            code_model: get("CODE_MODEL"),
-            code_gen_model: get("CODE_GEN_MODEL"),
+            code_list,
+            code_model,
+            code_gen_model,
             image_model: get("IMAGE_MODEL"),
             addr,
             max_body_bytes: parse_num(&get, "WRIT_MAX_BODY_BYTES", 10 * 1024 * 1024)?,
@@ -142,7 +208,11 @@ impl Settings {
                 "WRIT_FALLBACK_BACKOFF_MS",
                 500,
             )? as u64),
+            straggler: straggler_policy(&get)?,
             config_file: file_used,
+            guard: crate::limits::GuardSettings::load(&get)?,
+            local,
+            models_reason,
         })
     }
 
@@ -169,11 +239,31 @@ impl Settings {
 
     /// Whether calls would go to OpenRouter without a key.
     pub fn provider_key_missing(&self) -> bool {
+        self.provider_key_missing_for(None)
+    }
+
+    /// Whether calls for `requested` models (else the configured ones) would go to OpenRouter
+    /// without a key; `local/…` models never need one.
+    pub fn provider_key_missing_for(&self, requested: Option<&[String]>) -> bool {
         let missing = self
             .openrouter_api_key
             .as_ref()
             .is_none_or(|k| k.expose_secret().trim().is_empty());
-        missing && self.provider_is_openrouter()
+        let any_remote = match requested {
+            Some(models) => models.iter().any(|m| !writ_local::is_local(m)),
+            None => self
+                .configured_models()
+                .iter()
+                .any(|m| !writ_local::is_local(m)),
+        };
+        missing && self.provider_is_openrouter() && any_remote
+    }
+
+    /// Whether any configured model is served by the embedded model.
+    pub fn uses_local_model(&self) -> bool {
+        self.configured_models()
+            .iter()
+            .any(|m| writ_local::is_local(m))
     }
 
     /// What stops a model-backed write (`POST /write_codebase`), naming the variable to set.
@@ -184,17 +274,49 @@ impl Settings {
                     .into(),
             );
         }
-        let key_missing = self
-            .openrouter_api_key
-            .as_ref()
-            .is_none_or(|k| k.expose_secret().trim().is_empty());
-        if key_missing && self.provider_is_openrouter() {
+        if self.provider_key_missing() {
             return Some(
-                "OPENROUTER_API_KEY is not set, and CODE_LIST names OpenRouter models".into(),
+                "OPENROUTER_API_KEY is not set, and the configured models include OpenRouter ones"
+                    .into(),
             );
         }
         None
     }
+}
+
+/// The deployment's straggler policy; each refusal names the variable at fault.
+fn straggler_policy(
+    get: &dyn Fn(&str) -> Option<String>,
+) -> Result<writ_core::synthesis::StragglerPolicy, ConfigError> {
+    let extra_ms = get("WRIT_STRAGGLER_EXTRA_MS")
+        .map(|v| {
+            v.trim().parse::<u64>().map_err(|_| ConfigError::Invalid {
+                name: "WRIT_STRAGGLER_EXTRA_MS",
+                message: format!("'{v}' is not a whole number of milliseconds"),
+            })
+        })
+        .transpose()?;
+    let extra_factor = get("WRIT_STRAGGLER_EXTRA_FACTOR")
+        .map(|v| {
+            v.trim().parse::<f64>().map_err(|_| ConfigError::Invalid {
+                name: "WRIT_STRAGGLER_EXTRA_FACTOR",
+                message: format!("'{v}' is not a number"),
+            })
+        })
+        .transpose()?;
+    writ_core::synthesis::StragglerPolicy::from_parts(
+        get("WRIT_STRAGGLER_ENOUGH").as_deref(),
+        extra_ms,
+        extra_factor,
+    )
+    .map_err(|e| ConfigError::Invalid {
+        name: match e.field {
+            "enough" => "WRIT_STRAGGLER_ENOUGH",
+            "extra_factor" => "WRIT_STRAGGLER_EXTRA_FACTOR",
+            _ => "WRIT_STRAGGLER_EXTRA_MS",
+        },
+        message: e.message,
+    })
 }
 
 fn parse_num(
@@ -260,12 +382,99 @@ mod tests {
     }
 
     #[test]
+    fn the_straggler_policy_waits_for_all_unless_configured_and_names_a_bad_variable() {
+        use writ_core::synthesis::fanout::{Enough, Extra};
+        let s = Settings::load(None, &env_of(&[])).unwrap();
+        assert_eq!(s.straggler, writ_core::synthesis::StragglerPolicy::WaitAll);
+        let s = Settings::load(
+            None,
+            &env_of(&[
+                ("WRIT_STRAGGLER_ENOUGH", "all_but_slowest"),
+                ("WRIT_STRAGGLER_EXTRA_FACTOR", "0.5"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            s.straggler,
+            writ_core::synthesis::StragglerPolicy::CutOff {
+                enough: Enough::AllButSlowest,
+                extra: Extra::Relative(0.5)
+            }
+        );
+        let err = Settings::load(
+            None,
+            &env_of(&[
+                ("WRIT_STRAGGLER_ENOUGH", "2"),
+                ("WRIT_STRAGGLER_EXTRA_MS", "soon"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().starts_with("WRIT_STRAGGLER_EXTRA_MS:"),
+            "{err}"
+        );
+        let err = Settings::load(None, &env_of(&[("WRIT_STRAGGLER_ENOUGH", "2")])).unwrap_err();
+        assert!(
+            err.to_string().starts_with("WRIT_STRAGGLER_EXTRA_MS:"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn defaults_are_the_embedded_ones() {
         let s = Settings::load(None, &env_of(&[])).unwrap();
         assert_eq!(s.database_url, DEFAULT_DATABASE_URL);
         assert_eq!(s.repo_dir, PathBuf::from("./workspace"));
         assert_eq!(s.addr.to_string(), DEFAULT_ADDR);
+        assert_eq!(s.code_list, writ_local::default_candidates());
+        assert_eq!(s.code_model.as_deref(), Some(writ_local::SMOLLM2_135M));
+        assert_eq!(s.model_problem(), None, "the embedded model needs no key");
+        assert!(
+            s.models_reason.contains("embedded model"),
+            "{}",
+            s.models_reason
+        );
+    }
+
+    #[test]
+    fn the_embedded_default_gives_way_to_a_key_a_code_list_or_the_off_switch() {
+        let s = Settings::load(None, &env_of(&[("OPENROUTER_API_KEY", "sk-or-x")])).unwrap();
+        assert!(s.code_list.is_empty());
         assert!(s.model_problem().unwrap().contains("CODE_LIST"));
+        let s = Settings::load(None, &env_of(&[("CODE_LIST", "openai/gpt-x")])).unwrap();
+        assert_eq!(s.code_list, vec!["openai/gpt-x"]);
+        assert!(s.model_problem().unwrap().contains("OPENROUTER_API_KEY"));
+        let s = Settings::load(None, &env_of(&[("WRIT_LOCAL_MODEL", "off")])).unwrap();
+        assert!(s.code_list.is_empty());
+        assert!(s.models_reason.contains("WRIT_LOCAL_MODEL=off"));
+        let err = Settings::load(None, &env_of(&[("WRIT_LOCAL_MODEL", "maybe")])).unwrap_err();
+        assert!(err.to_string().starts_with("WRIT_LOCAL_MODEL:"), "{err}");
+    }
+
+    #[test]
+    fn local_models_never_need_the_key_but_a_remote_one_in_the_mix_does() {
+        let s = Settings::load(
+            None,
+            &env_of(&[(
+                "CODE_LIST",
+                "local/smollm2-135m@t0.3,local/smollm2-135m@t0.8",
+            )]),
+        )
+        .unwrap();
+        assert_eq!(s.model_problem(), None);
+        assert!(s.uses_local_model());
+        let s = Settings::load(
+            None,
+            &env_of(&[
+                ("CODE_LIST", "local/smollm2-135m"),
+                ("CODE_MODEL", "openai/gpt-x"),
+            ]),
+        )
+        .unwrap();
+        assert!(s.model_problem().unwrap().contains("OPENROUTER_API_KEY"));
+        let s = Settings::load(None, &env_of(&[])).unwrap();
+        assert!(s.provider_key_missing_for(Some(&["openai/gpt-x".to_string()])));
+        assert!(!s.provider_key_missing_for(Some(&["local/smollm2-135m".to_string()])));
     }
 
     #[test]

@@ -4,12 +4,16 @@
 //! - [`startup`]: [`startup::Application`] — build (store, migrations, workspace, listener) and run.
 //! - [`routes`]: the route table and one module per resource; handlers translate HTTP to the core.
 //! - [`error`]: the API error type and its JSON body; [`extract`]: extractors that name bad fields.
-//! - [`telemetry`]: logging, request ids, metrics. [`check`]: `writ check`.
+//! - [`auth`]: the bearer-key layer over every route; [`limits`]: rate, concurrency and size limits.
+//! - [`telemetry`]: logging, request ids, metrics. [`check`]: `writ check`; [`keys_cli`]: `writ keys`.
 
+pub mod auth;
 pub mod check;
 pub mod config;
 pub mod error;
 pub mod extract;
+pub mod keys_cli;
+pub mod limits;
 pub mod routes;
 pub mod startup;
 pub mod state;

@@ -1,4 +1,4 @@
-//! The `writ` binary: `serve` (default), `migrate`, `check`.
+//! The `writ` binary: `serve` (default), `migrate`, `check`, `keys`.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -26,11 +26,36 @@ enum Command {
         /// Listen address; overrides WRIT_ADDR.
         #[arg(long)]
         addr: Option<SocketAddr>,
+        /// Serve on a non-loopback address even with no API keys configured.
+        #[arg(long)]
+        insecure: bool,
+    },
+    /// Manage API keys (stored hashed in the audit database).
+    Keys {
+        #[command(subcommand)]
+        command: writ_server::keys_cli::KeysCommand,
     },
     /// Apply database migrations and exit.
     Migrate,
     /// Print a pre-flight report; exit 1 when something a write needs is missing.
     Check,
+}
+
+/// The README's one run command must work offline on a fresh machine: when the embedded model
+/// will serve, get its file now (once per machine) rather than on the first request. A failure
+/// is logged and left to `/readyz`; the direct file routes work without a model.
+async fn fetch_local_model(settings: &Settings) {
+    #[cfg(feature = "local-model")]
+    if settings.local.enabled && settings.uses_local_model() {
+        let path = settings.local.model_path.clone();
+        match tokio::task::spawn_blocking(move || writ_local::fetch::ensure_model(&path)).await {
+            Ok(Ok(path)) => tracing::info!(path = %path.display(), "embedded model ready"),
+            Ok(Err(e)) => tracing::error!(error = %e, "the embedded model is not available"),
+            Err(e) => tracing::error!(error = %e, "fetching the embedded model panicked"),
+        }
+    }
+    #[cfg(not(feature = "local-model"))]
+    let _ = settings;
 }
 
 fn main() -> ExitCode {
@@ -55,14 +80,33 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let mut settings = Settings::from_env(cli.config.as_deref())?;
-    match cli.command.unwrap_or(Command::Serve { addr: None }) {
-        Command::Serve { addr } => {
+    match cli.command.unwrap_or(Command::Serve {
+        addr: None,
+        insecure: false,
+    }) {
+        Command::Serve { addr, insecure } => {
             if let Some(addr) = addr {
                 settings.addr = addr;
             }
+            settings.guard.insecure = insecure;
+            fetch_local_model(&settings).await;
             let app = Application::build(settings).await?;
             app.run_until(shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Keys { command } => {
+            let ok = writ_server::keys_cli::run(
+                &settings,
+                command,
+                &mut std::io::stdin().lock(),
+                &mut std::io::stdout(),
+            )
+            .await?;
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         Command::Migrate => {
             let store = writ_store::connect(&settings.database_url).await?;

@@ -2,15 +2,20 @@
 //! settles operations a crash left pending, and binds its listener (port 0 in tests);
 //! [`Application::run_until`] serves until the shutdown future resolves, then drains.
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use tokio::net::TcpListener;
 use writ_core::files::reconcile_pending;
+use writ_core::synthesis::runner::{EventHub, JobRunner, fail_stale_jobs};
+
+/// A job whose heartbeat is older than this is taken for dead (six missed heartbeats).
+const STALE_JOB_AFTER: Duration = Duration::from_secs(30);
 use writ_core::synthesis::{SynthesisConfig, Synthesizer};
 
 use crate::config::Settings;
@@ -58,7 +63,29 @@ impl Application {
             );
         }
 
+        // Jobs whose process died are failed with a reason, never left "running" forever. Same
+        // rule as above: on SQLite every unfinished job is from a dead run.
+        let hub = EventHub::default();
+        let stale_after = if store.backend() == "sqlite" { Duration::ZERO } else { STALE_JOB_AFTER };
+        let failed_jobs = fail_stale_jobs(store.as_ref(), stale_after, Some(&hub))
+            .await
+            .context("failing jobs interrupted by an earlier run")?;
+        if failed_jobs > 0 {
+            tracing::warn!(jobs = failed_jobs, "failed jobs interrupted by an earlier run");
+        }
+
         let (models, synthesizer) = build_models(&settings, &store, &workspace);
+        let runner = synthesizer.clone().map(|synthesizer| {
+            Arc::new(JobRunner { synthesizer, hub: hub.clone() })
+        });
+
+        let keys_configured = !settings.guard.api_keys.is_empty()
+            || store
+                .any_keys()
+                .await
+                .context("reading the API keys in the store")?;
+        refuse_open_exposure(&settings, keys_configured)?;
+        let guard = settings.guard.clone();
 
         let listener = TcpListener::bind(settings.addr)
             .await
@@ -70,7 +97,11 @@ impl Application {
             workspace,
             models,
             synthesizer,
+            runner,
+            hub,
             metrics: telemetry::metrics_handle(),
+            auth: Arc::new(crate::auth::AuthSwitch::new(keys_configured)),
+            limits: Arc::new(crate::limits::Limits::new(guard)),
         };
         Ok(Self {
             listener,
@@ -97,11 +128,45 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let reconciler = tokio::spawn(reconcile_periodically(self.state.clone()));
+        let limits = self.state.limits.clone();
+        let grace = self.state.settings.guard.shutdown_grace;
         let app = app(self.state);
         tracing::info!(addr = %self.local_addr, "writ listening");
-        let result = axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await;
+        // After the signal: no new connections, in-flight requests get `grace` to finish, then
+        // writ exits anyway (an unfinished write stays `pending` and is settled at the next start).
+        let (stopping_tx, mut stopping) = tokio::sync::oneshot::channel::<Instant>();
+        let signal = async move {
+            shutdown.await;
+            let _ = stopping_tx.send(Instant::now());
+        };
+        let serve = axum::serve(self.listener, app)
+            .with_graceful_shutdown(signal)
+            .into_future();
+        tokio::pin!(serve);
+        let mut stopping_at = None;
+        let result = tokio::select! {
+            r = &mut serve => r,
+            Ok(at) = &mut stopping => {
+                stopping_at = Some(at);
+                tokio::select! {
+                    r = &mut serve => r,
+                    _ = tokio::time::sleep(grace) => {
+                        tracing::warn!(grace_secs = grace.as_secs(), "shutdown grace period over with requests still open; exiting");
+                        Ok(())
+                    }
+                }
+            }
+        };
+        // Batches whose callers hung up run on in their own tasks: they get what is left of the grace.
+        let since = stopping_at
+            .or_else(|| stopping.try_recv().ok())
+            .unwrap_or_else(Instant::now);
+        if !limits.drain(grace.saturating_sub(since.elapsed())).await {
+            tracing::warn!(
+                batches = limits.batches_in_flight(),
+                "shutdown grace period over with batches unfinished; their pending operations are settled at the next start"
+            );
+        }
         reconciler.abort();
         result.context("serving HTTP")
     }
@@ -136,12 +201,16 @@ fn build_models(
             return (None, None);
         }
     };
+    let client = with_local_model(settings, client);
     let synthesis = SynthesisConfig {
         candidates: settings.code_list.clone(),
         arbiter: settings.code_model.clone(),
         fallback: settings.code_gen_model.clone(),
         max_tokens: settings.max_tokens,
         fallback_backoff: settings.fallback_backoff,
+        straggler: settings.straggler,
+        max_file_bytes: settings.guard.max_file_bytes,
+        batch_deadline: settings.guard.batch_deadline,
         ..SynthesisConfig::default()
     };
     let synthesizer = Synthesizer {
@@ -151,6 +220,70 @@ fn build_models(
         config: synthesis,
     };
     (Some(client), Some(Arc::new(synthesizer)))
+}
+
+/// One client for the pipeline: `local/…` ids go to the embedded model (issue 8), the rest to
+/// `remote`. The embedded model's workers start idle; the model is read on its first call.
+fn with_local_model(
+    settings: &Settings,
+    remote: Arc<dyn writ_core::ModelClient>,
+) -> Arc<dyn writ_core::ModelClient> {
+    let local = if settings.local.enabled {
+        start_local_model(settings)
+    } else {
+        None
+    };
+    let remote_in_use = settings
+        .configured_models()
+        .iter()
+        .any(|m| !writ_local::is_local(m));
+    Arc::new(writ_local::RoutingClient {
+        local,
+        remote,
+        remote_in_use,
+    })
+}
+
+#[cfg(feature = "local-model")]
+fn start_local_model(settings: &Settings) -> Option<Arc<dyn writ_core::ModelClient>> {
+    let mut config = writ_local::LocalConfig::new(settings.local.model_path.clone());
+    config.workers = settings.local.workers;
+    if settings.local.threads > 0 {
+        config.threads = settings.local.threads;
+    }
+    config.context_tokens = settings.local.context_tokens;
+    config.max_tokens = settings.local.max_tokens.min(settings.max_tokens.max(1));
+    config.deadline = settings.model_deadline;
+    match writ_local::LocalClient::start(config) {
+        Ok(c) => Some(Arc::new(c)),
+        Err(e) => {
+            tracing::error!(error = %e, "the embedded model's workers could not start");
+            None
+        }
+    }
+}
+
+#[cfg(not(feature = "local-model"))]
+fn start_local_model(_: &Settings) -> Option<Arc<dyn writ_core::ModelClient>> {
+    None
+}
+
+/// writ writes files and spends provider credit: on an address other machines can reach it must
+/// not run without keys, unless the operator said so explicitly.
+fn refuse_open_exposure(settings: &Settings, keys_configured: bool) -> anyhow::Result<()> {
+    if settings.addr.ip().is_loopback() || keys_configured {
+        return Ok(());
+    }
+    if settings.guard.insecure {
+        tracing::warn!(addr = %settings.addr, "serving on a non-loopback address WITHOUT API keys (--insecure)");
+        return Ok(());
+    }
+    anyhow::bail!(
+        "WRIT_ADDR {} is not a loopback address and no API keys are configured: create one with \
+         `writ keys create NAME` (or set WRIT_API_KEYS), or pass `writ serve --insecure` to serve \
+         without keys anyway",
+        settings.addr
+    )
 }
 
 /// The full router with its layers, for `run_until` and for in-process tests.
@@ -163,6 +296,12 @@ pub fn app(state: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(limit))
+        // Outside the routes (so no route can forget it), inside the request context (so a 401
+        // still carries a request id and is counted).
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::auth::require_key,
+        ))
         .layer(axum::middleware::from_fn(telemetry::request_context))
         .with_state(state)
 }
@@ -192,6 +331,9 @@ async fn reconcile_periodically(state: AppState) {
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "reconciliation skipped: audit store unavailable"),
+        }
+        if let Err(e) = fail_stale_jobs(state.store.as_ref(), STALE_JOB_AFTER, Some(&state.hub)).await {
+            tracing::warn!(error = %e, "stale-job sweep skipped: audit store unavailable");
         }
     }
 }

@@ -18,6 +18,14 @@ pub struct AppState {
     pub models: Option<Arc<dyn ModelClient>>,
     /// Runs `write_codebase` batches; `None` when no model client could be built.
     pub synthesizer: Option<Arc<writ_core::synthesis::Synthesizer>>,
+    /// Runs every batch as a job (persisted, with progress events); `None` without a synthesizer.
+    pub runner: Option<Arc<writ_core::synthesis::runner::JobRunner>>,
+    /// Wakes event-stream subscribers in this process when a job has new events.
+    pub hub: writ_core::synthesis::runner::EventHub,
     /// Renders `/metrics`.
     pub metrics: PrometheusHandle,
+    /// Whether API keys are required (see [`crate::auth`]).
+    pub auth: Arc<crate::auth::AuthSwitch>,
+    /// Rate, concurrency and in-flight counters (see [`crate::limits`]).
+    pub limits: Arc<crate::limits::Limits>,
 }

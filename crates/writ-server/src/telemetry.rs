@@ -10,7 +10,7 @@ use axum::extract::{MatchedPath, Request};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -42,7 +42,17 @@ pub fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let recorder = PrometheusBuilder::new().build_recorder();
+            // A real histogram, not the exporter's default summary, so replicas can be aggregated;
+            // the buckets span a sub-millisecond overhead up to a pathological second.
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full(crate::routes::synthesis::BATCH_OVERHEAD.to_string()),
+                    &[
+                        0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0,
+                    ],
+                )
+                .unwrap_or_else(|_| PrometheusBuilder::new());
+            let recorder = builder.build_recorder();
             let handle = recorder.handle();
             // Fails only if another recorder is installed, in which case ours just stays local.
             let _ = metrics::set_global_recorder(recorder);

@@ -49,9 +49,18 @@ fn check_passes_after_migrate_on_the_embedded_defaults() {
     assert!(after.status.success(), "{}", text(&after));
     assert!(text(&after).contains("[ok  ] repo_dir"), "{}", text(&after));
     assert!(
-        text(&after).contains("[warn] models"),
-        "no models is a warning, not a failure:\n{}",
+        text(&after).contains("[ok  ] provider      embedded llama.cpp (local/smollm2-135m)")
+            && text(&after).contains("neither OPENROUTER_API_KEY nor CODE_LIST is set"),
+        "no key and no CODE_LIST: the embedded model, and why:\n{}",
         text(&after)
+    );
+
+    let off = writ(&["check"], &[env[0], env[1], ("WRIT_LOCAL_MODEL", "off")]);
+    assert!(off.status.success(), "{}", text(&off));
+    assert!(
+        text(&off).contains("[warn] models") && text(&off).contains("WRIT_LOCAL_MODEL=off"),
+        "with the embedded model off, no models is a warning, not a failure:\n{}",
+        text(&off)
     );
 }
 

@@ -3,6 +3,8 @@
 //! The schema is `migrations/postgres`. Timestamps are `TIMESTAMPTZ` (microseconds), UUIDs native,
 //! candidates and responses `JSONB`, file contents `BYTEA` in their own table.
 
+mod jobs;
+
 use std::str::FromStr;
 use std::time::Duration;
 

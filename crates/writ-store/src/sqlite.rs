@@ -7,6 +7,8 @@
 //! Durability over speed: WAL with `synchronous=FULL`, so an acknowledged write survives a power
 //! cut. Writers are serialised by SQLite; `busy_timeout` makes them queue instead of failing.
 
+mod jobs;
+
 use std::str::FromStr;
 use std::time::Duration;
 

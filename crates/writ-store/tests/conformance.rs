@@ -89,6 +89,13 @@ macro_rules! conformance_suite {
                 listing_since_is_inclusive_and_until_is_exclusive,
                 listing_combines_filters_with_and_and_pages_within_them,
                 an_unparseable_cursor_is_rejected,
+                a_job_moves_from_queued_to_running_to_done_and_keeps_its_response,
+                a_finished_job_is_not_ended_twice,
+                stale_jobs_are_the_unfinished_ones_whose_heartbeat_stopped,
+                job_events_replay_after_a_sequence_number_in_order,
+                an_api_key_round_trips_and_is_found_by_id,
+                revoking_a_key_keeps_it_listed_with_the_first_revocation_time,
+                a_duplicate_api_key_id_is_a_conflict,
             );
         }
     };
@@ -721,6 +728,72 @@ async fn an_unparseable_cursor_is_rejected(store: &dyn AuditStore) {
 // ---------------------------------------------------------------------------------------------
 // Connecting
 
+async fn a_job_moves_from_queued_to_running_to_done_and_keeps_its_response(store: &dyn AuditStore) {
+    use writ_core::jobs::{JobStatus, NewJob};
+    let id = Uuid::now_v7();
+    let job = NewJob { id, created_at: now(), is_async: true, files: vec!["a.py".into(), "b.rs".into()] };
+    store.insert_job(&job).await.unwrap();
+    let got = store.get_job(id).await.unwrap().unwrap();
+    assert_eq!(got.status, JobStatus::Queued);
+    assert_eq!(got.files, vec!["a.py", "b.rs"]);
+    assert!(got.is_async);
+    store.heartbeat_job(id, JobStatus::Running).await.unwrap();
+    assert_eq!(store.get_job(id).await.unwrap().unwrap().status, JobStatus::Running);
+    let response = json!({"status": "success", "results": []});
+    assert!(store.finish_job(id, JobStatus::Done, Some("success"), Some(&response), None).await.unwrap());
+    let got = store.get_job(id).await.unwrap().unwrap();
+    assert_eq!(got.status, JobStatus::Done);
+    assert_eq!(got.batch_status.as_deref(), Some("success"));
+    assert_eq!(got.response, Some(response));
+    assert!(got.finished_at.is_some());
+    let listed = store.list_jobs(10).await.unwrap();
+    assert_eq!(listed[0].id, id);
+    assert_eq!(listed[0].response, None, "listings leave the bodies out");
+}
+
+async fn a_finished_job_is_not_ended_twice(store: &dyn AuditStore) {
+    use writ_core::jobs::{JobStatus, NewJob};
+    let id = Uuid::now_v7();
+    store.insert_job(&NewJob { id, created_at: now(), is_async: false, files: vec![] }).await.unwrap();
+    assert!(store.finish_job(id, JobStatus::Failed, None, None, Some("interrupted")).await.unwrap());
+    assert!(!store.finish_job(id, JobStatus::Done, Some("success"), None, None).await.unwrap());
+    let got = store.get_job(id).await.unwrap().unwrap();
+    assert_eq!(got.status, JobStatus::Failed);
+    assert_eq!(got.error.as_deref(), Some("interrupted"));
+    store.heartbeat_job(id, JobStatus::Running).await.unwrap();
+    assert_eq!(store.get_job(id).await.unwrap().unwrap().status, JobStatus::Failed, "a heartbeat never revives a finished job");
+}
+
+async fn stale_jobs_are_the_unfinished_ones_whose_heartbeat_stopped(store: &dyn AuditStore) {
+    use writ_core::jobs::{JobStatus, NewJob};
+    let old = now() - TimeDelta::minutes(10);
+    let stale = Uuid::now_v7();
+    let finished = Uuid::now_v7();
+    let fresh = Uuid::now_v7();
+    for (id, at) in [(stale, old), (finished, old), (fresh, now())] {
+        store.insert_job(&NewJob { id, created_at: at, is_async: true, files: vec![] }).await.unwrap();
+    }
+    store.finish_job(finished, JobStatus::Done, Some("success"), None, None).await.unwrap();
+    let found: Vec<Uuid> = store.stale_jobs(now() - TimeDelta::minutes(1)).await.unwrap().iter().map(|j| j.id).collect();
+    assert_eq!(found, vec![stale]);
+}
+
+async fn job_events_replay_after_a_sequence_number_in_order(store: &dyn AuditStore) {
+    use writ_core::jobs::JobEvent;
+    let id = Uuid::now_v7();
+    for seq in 1..=5 {
+        let event = JobEvent { job_id: id, seq, created_at: now(), name: format!("e{seq}"), data: json!({"n": seq}) };
+        store.append_job_event(&event).await.unwrap();
+    }
+    let after_two = store.job_events(id, 2, 100).await.unwrap();
+    assert_eq!(after_two.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3, 4, 5]);
+    assert_eq!(after_two[0].name, "e3");
+    assert_eq!(after_two[0].data, json!({"n": 3}));
+    assert_eq!(store.job_events(id, 0, 2).await.unwrap().len(), 2);
+    let dup = JobEvent { job_id: id, seq: 3, created_at: now(), name: "again".into(), data: json!(null) };
+    assert!(matches!(store.append_job_event(&dup).await, Err(StoreError::Conflict(_))));
+}
+
 mod connecting {
     use super::*;
 
@@ -1022,4 +1095,52 @@ mod sqlite_only {
             .unwrap();
         assert_eq!(listed.operations.len(), 10);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// API keys (KeyStore)
+
+fn key_record(id: &str, name: &str, at: DateTime<Utc>) -> writ_core::keys::ApiKeyRecord {
+    writ_core::keys::ApiKeyRecord {
+        id: id.to_string(),
+        name: name.to_string(),
+        secret_sha256: format!("{:0>64}", id),
+        // Microseconds: what both backends keep.
+        created_at: DateTime::from_timestamp_micros(at.timestamp_micros()).unwrap(),
+        revoked_at: None,
+    }
+}
+
+async fn an_api_key_round_trips_and_is_found_by_id(store: &dyn AuditStore) {
+    assert!(!store.any_keys().await.unwrap());
+    assert_eq!(store.find_key("0123456789ab").await.unwrap(), None);
+    let t0 = Utc::now();
+    let a = key_record("0123456789ab", "ci bot", t0);
+    let b = key_record("ba9876543210", "alice", t0 + TimeDelta::seconds(1));
+    store.create_key(&b).await.unwrap();
+    store.create_key(&a).await.unwrap();
+    assert!(store.any_keys().await.unwrap());
+    assert_eq!(store.find_key(&a.id).await.unwrap(), Some(a.clone()));
+    assert_eq!(store.list_keys().await.unwrap(), vec![a, b], "oldest first");
+}
+
+async fn revoking_a_key_keeps_it_listed_with_the_first_revocation_time(store: &dyn AuditStore) {
+    let a = key_record("0123456789ab", "ci bot", Utc::now());
+    store.create_key(&a).await.unwrap();
+    let first = DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).unwrap();
+    assert!(store.revoke_key(&a.id, first).await.unwrap());
+    assert!(store.revoke_key(&a.id, first + TimeDelta::seconds(5)).await.unwrap());
+    assert!(!store.revoke_key("ffffffffffff", first).await.unwrap(), "unknown id");
+    let found = store.find_key(&a.id).await.unwrap().unwrap();
+    assert_eq!(found.revoked_at, Some(first));
+    assert_eq!(store.list_keys().await.unwrap().len(), 1);
+    assert!(store.any_keys().await.unwrap(), "a revoked key still counts: auth stays on");
+}
+
+async fn a_duplicate_api_key_id_is_a_conflict(store: &dyn AuditStore) {
+    let a = key_record("0123456789ab", "first", Utc::now());
+    store.create_key(&a).await.unwrap();
+    let again = key_record("0123456789ab", "second", Utc::now());
+    assert!(matches!(store.create_key(&again).await, Err(StoreError::Conflict(_))));
+    assert_eq!(store.find_key(&a.id).await.unwrap().unwrap().name, "first");
 }

@@ -7,6 +7,7 @@
 use serde::Deserialize;
 
 use crate::path::SandboxPath;
+use crate::synthesis::fanout::StragglerPolicy;
 
 pub const MAX_FILES: usize = 5;
 pub const MAX_DESCRIPTION_CHARS: usize = 20_000;
@@ -56,6 +57,41 @@ pub struct BatchOptions {
     /// Write all files of the batch or none.
     #[serde(default)]
     pub atomic: bool,
+    /// Answer 202 with a job id at once instead of waiting (same as `Prefer: respond-async`).
+    #[serde(default, rename = "async")]
+    pub run_async: bool,
+    /// Overrides the deployment's straggler policy (`WRIT_STRAGGLER_*`) for this batch.
+    #[serde(default)]
+    pub straggler: Option<StragglerOptions>,
+}
+
+/// `options.straggler` as sent: when to stop waiting for the slowest candidates.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StragglerOptions {
+    /// `"all"` (wait for every model), `"all_but_slowest"`, or a count of viable candidates.
+    #[serde(default)]
+    pub enough: Option<serde_json::Value>,
+    /// Then wait at most this many milliseconds for the rest...
+    #[serde(default)]
+    pub extra_ms: Option<u64>,
+    /// ...or this multiple of the first viable candidate's latency.
+    #[serde(default)]
+    pub extra_factor: Option<f64>,
+}
+
+impl StragglerOptions {
+    /// The validated policy, or a refusal naming the sub-field under `options.straggler`.
+    pub fn policy(&self) -> Result<StragglerPolicy, BatchError> {
+        let enough = match &self.enough {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            Some(serde_json::Value::Number(n)) => Some(n.to_string()),
+            Some(other) => Some(other.to_string()),
+        };
+        StragglerPolicy::from_parts(enough.as_deref(), self.extra_ms, self.extra_factor)
+            .map_err(|e| refuse(format!("options.straggler.{}", e.field), e.message))
+    }
 }
 
 /// What kind of output a file needs.
@@ -152,6 +188,10 @@ impl Batch {
                 "options.arbiter_model",
                 "must not be empty when given",
             ));
+        }
+
+        if let Some(straggler) = &options.straggler {
+            straggler.policy()?;
         }
 
         let mut files: Vec<FileSpec> = Vec::with_capacity(req.files.len());
@@ -298,6 +338,47 @@ mod tests {
         for (body, field) in cases {
             assert_eq!(req(body.clone()).unwrap_err().field, field, "{body}");
         }
+    }
+
+    #[test]
+    fn a_bad_straggler_setting_is_refused_naming_its_field_and_limit() {
+        let with = |straggler: serde_json::Value| {
+            req(
+                serde_json::json!({"command": "write_codebase", "files": [file("a.py")], "options": {"straggler": straggler}}),
+            )
+        };
+        let err = with(serde_json::json!({"enough": 9, "extra_ms": 10})).unwrap_err();
+        assert_eq!(err.field, "options.straggler.enough");
+        assert!(err.message.contains("from 1 to 8"), "{err}");
+        let err = with(serde_json::json!({"enough": 2, "extra_ms": 700_000})).unwrap_err();
+        assert_eq!(
+            (err.field.as_str(), err.message.as_str()),
+            ("options.straggler.extra_ms", "at most 600000, got 700000")
+        );
+        let err = with(serde_json::json!({"enough": 2})).unwrap_err();
+        assert_eq!(err.field, "options.straggler.extra_ms");
+        let err = with(
+            serde_json::json!({"enough": "all_but_slowest", "extra_ms": 5, "extra_factor": 1.0}),
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "options.straggler.extra_factor");
+    }
+
+    #[test]
+    fn a_straggler_policy_is_read_from_a_count_or_a_keyword() {
+        let b = req(serde_json::json!({"command": "write_codebase", "files": [file("a.py")], "options": {"straggler": {"enough": 2, "extra_factor": 0.5}}})).unwrap();
+        assert_eq!(
+            b.options.straggler.unwrap().policy().unwrap(),
+            StragglerPolicy::CutOff {
+                enough: crate::synthesis::fanout::Enough::Count(2),
+                extra: crate::synthesis::fanout::Extra::Relative(0.5)
+            }
+        );
+        let b = req(serde_json::json!({"command": "write_codebase", "files": [file("a.py")], "options": {"straggler": {"enough": "all"}}})).unwrap();
+        assert_eq!(
+            b.options.straggler.unwrap().policy().unwrap(),
+            StragglerPolicy::WaitAll
+        );
     }
 
     #[test]

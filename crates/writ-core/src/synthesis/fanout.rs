@@ -1,14 +1,137 @@
 //! Fan-out: one file's prompt to every candidate model at once, each answer checked as it
 //! arrives. A failing model never aborts the others.
+//!
+//! Also owns the straggler policy: once enough viable candidates are in, the rest get a bounded
+//! extra wait, then their calls are dropped (which cancels the HTTP requests) and recorded as
+//! `cancelled` candidates. The default waits for every model.
 
 use std::time::{Duration, Instant};
 
-use futures::future::join_all;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use writ_checks::Language;
 
 use crate::audit::CandidateRecord;
 use crate::model::{ChatMessage, ChatRequest, ErrorClass, ModelClient};
 use crate::synthesis::progress::{Event, ProgressSink};
+
+/// Longest extra wait a policy may ask for; beyond it the model deadline bounds the call anyway.
+pub const MAX_STRAGGLER_EXTRA_MS: u64 = 600_000;
+/// Largest multiple of the first viable candidate's latency a policy may wait.
+pub const MAX_STRAGGLER_EXTRA_FACTOR: f64 = 100.0;
+
+/// When a fan-out stops waiting for its slowest candidates.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum StragglerPolicy {
+    /// Wait for every candidate (the original behaviour, and the default).
+    #[default]
+    WaitAll,
+    /// Once `enough` viable candidates are in, wait at most `extra` for the rest.
+    CutOff { enough: Enough, extra: Extra },
+}
+
+/// How many viable candidates are enough to start the extra wait.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Enough {
+    Count(usize),
+    /// Every model but one (at least one).
+    AllButSlowest,
+}
+
+/// How long the rest may still take once enough viable candidates are in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Extra {
+    Fixed(Duration),
+    /// This multiple of the first viable candidate's latency.
+    Relative(f64),
+}
+
+/// A refusal of a straggler setting, naming the sub-field (`enough`, `extra_ms`, `extra_factor`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl StragglerPolicy {
+    /// Builds a policy from its three settings as sent (`options.straggler`) or configured
+    /// (`WRIT_STRAGGLER_*`). `enough`: `all` (wait for every model), a count of 1–8, or
+    /// `all_but_slowest`; then exactly one of `extra_ms` and `extra_factor`.
+    pub fn from_parts(
+        enough: Option<&str>,
+        extra_ms: Option<u64>,
+        extra_factor: Option<f64>,
+    ) -> Result<Self, PolicyError> {
+        let refuse = |field, message: String| PolicyError { field, message };
+        let enough = match enough.map(str::trim) {
+            None | Some("all") => {
+                if extra_ms.is_some() || extra_factor.is_some() {
+                    return Err(refuse(
+                        "enough",
+                        "is required (a count of viable candidates, or \"all_but_slowest\") when an extra wait is given".into(),
+                    ));
+                }
+                return Ok(StragglerPolicy::WaitAll);
+            }
+            Some("all_but_slowest") => Enough::AllButSlowest,
+            Some(other) => match other.parse::<usize>() {
+                Ok(n) if (1..=crate::synthesis::batch::MAX_MODELS).contains(&n) => Enough::Count(n),
+                _ => {
+                    return Err(refuse(
+                        "enough",
+                        format!(
+                            "must be \"all\", \"all_but_slowest\" or a count from 1 to {}, got \"{other}\"",
+                            crate::synthesis::batch::MAX_MODELS
+                        ),
+                    ));
+                }
+            },
+        };
+        let extra = match (extra_ms, extra_factor) {
+            (Some(_), Some(_)) => {
+                return Err(refuse(
+                    "extra_factor",
+                    "give either extra_ms or extra_factor, not both".into(),
+                ));
+            }
+            (None, None) => {
+                return Err(refuse(
+                    "extra_ms",
+                    "an extra wait is required: extra_ms (absolute) or extra_factor (relative to the first viable candidate)".into(),
+                ));
+            }
+            (Some(ms), None) if ms > MAX_STRAGGLER_EXTRA_MS => {
+                return Err(refuse(
+                    "extra_ms",
+                    format!("at most {MAX_STRAGGLER_EXTRA_MS}, got {ms}"),
+                ));
+            }
+            (Some(ms), None) => Extra::Fixed(Duration::from_millis(ms)),
+            (None, Some(f))
+                if !(f.is_finite() && (0.0..=MAX_STRAGGLER_EXTRA_FACTOR).contains(&f)) =>
+            {
+                return Err(refuse(
+                    "extra_factor",
+                    format!("between 0 and {MAX_STRAGGLER_EXTRA_FACTOR}, got {f}"),
+                ));
+            }
+            (None, Some(f)) => Extra::Relative(f),
+        };
+        Ok(StragglerPolicy::CutOff { enough, extra })
+    }
+
+    /// Viable candidates needed before the extra wait starts, for a fan-out over `models`
+    /// models; `None` waits for all.
+    fn threshold(&self, models: usize) -> Option<usize> {
+        match self {
+            StragglerPolicy::WaitAll => None,
+            StragglerPolicy::CutOff { enough, .. } => Some(match enough {
+                Enough::Count(n) => (*n).min(models),
+                Enough::AllButSlowest => models.saturating_sub(1).max(1),
+            }),
+        }
+    }
+}
 
 /// One candidate model's answer after the checks.
 pub struct Candidate {
@@ -27,7 +150,12 @@ pub struct CallSettings {
 }
 
 /// Asks every model in `models` at once; returns their candidates in model-list order and the
-/// wall time the fan-out took (what the batch waited for upstream).
+/// wall time the fan-out took (what the batch waited for upstream). Under a cut-off `policy`,
+/// calls still running at the deadline are dropped and come back as `cancelled` candidates.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one fan-out needs each of these; a struct would only rename them"
+)]
 pub async fn fan_out(
     client: &dyn ModelClient,
     models: &[String],
@@ -36,26 +164,100 @@ pub async fn fan_out(
     call: CallSettings,
     file: &str,
     sink: &dyn ProgressSink,
+    policy: StragglerPolicy,
 ) -> (Vec<Candidate>, Duration) {
     let started = Instant::now();
-    let answers = join_all(models.iter().map(|m| async move {
-        sink.emit(Event::CandidateStarted {
-            file: file.to_string(),
-            model: m.clone(),
-        });
-        let c = ask(client, m, messages.to_vec(), language, call).await;
-        sink.emit(Event::CandidateFinished {
-            file: file.to_string(),
-            model: m.clone(),
-            latency_ms: c.record.latency_ms,
-            ok: c.record.ok,
-            error_class: c.record.error_class.clone(),
-            parsed: c.record.parsed,
-        });
-        c
-    }))
-    .await;
-    (answers, started.elapsed())
+    let mut pending: FuturesUnordered<_> = models
+        .iter()
+        .enumerate()
+        .map(|(i, m)| async move {
+            sink.emit(Event::CandidateStarted {
+                file: file.to_string(),
+                model: m.clone(),
+            });
+            let c = ask(client, m, messages.to_vec(), language, call).await;
+            sink.emit(Event::CandidateFinished {
+                file: file.to_string(),
+                model: m.clone(),
+                latency_ms: c.record.latency_ms,
+                ok: c.record.ok,
+                error_class: c.record.error_class.clone(),
+                parsed: c.record.parsed,
+            });
+            (i, c)
+        })
+        .collect();
+    let mut answers: Vec<Option<Candidate>> = models.iter().map(|_| None).collect();
+    let threshold = policy.threshold(models.len());
+    let mut viable = 0usize;
+    let mut first_viable: Option<Duration> = None;
+    let mut deadline: Option<tokio::time::Instant> = None;
+    loop {
+        let next = match deadline {
+            None => pending.next().await,
+            Some(at) => match tokio::time::timeout_at(at, pending.next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+        };
+        let Some((i, c)) = next else { break };
+        if c.code.is_some() {
+            viable += 1;
+            first_viable.get_or_insert_with(|| started.elapsed());
+        }
+        answers[i] = Some(c);
+        if deadline.is_none()
+            && let (Some(needed), StragglerPolicy::CutOff { extra, .. }) = (threshold, policy)
+            && viable >= needed
+        {
+            let wait = match extra {
+                Extra::Fixed(d) => d,
+                Extra::Relative(f) => first_viable.unwrap_or_default().mul_f64(f),
+            };
+            deadline = Some(tokio::time::Instant::now() + wait);
+        }
+    }
+    // Dropping the unfinished futures cancels their HTTP requests.
+    drop(pending);
+    let waited = started.elapsed();
+    let answers = answers
+        .into_iter()
+        .zip(models)
+        .map(|(answer, model)| {
+            answer.unwrap_or_else(|| {
+                let c = cut_off(model, waited, viable);
+                sink.emit(Event::CandidateFinished {
+                    file: file.to_string(),
+                    model: model.clone(),
+                    latency_ms: c.record.latency_ms,
+                    ok: false,
+                    error_class: c.record.error_class.clone(),
+                    parsed: None,
+                });
+                c
+            })
+        })
+        .collect();
+    (answers, waited)
+}
+
+/// The record of a call the straggler policy gave up on.
+fn cut_off(model: &str, waited: Duration, viable: usize) -> Candidate {
+    Candidate {
+        record: CandidateRecord {
+            model: model.to_string(),
+            ok: false,
+            latency_ms: waited.as_millis() as u64,
+            error_class: Some(ErrorClass::Cancelled.as_str().to_string()),
+            error: Some(format!(
+                "model '{model}' was cut off by the straggler policy after {} ms: {viable} viable candidate(s) were already in",
+                waited.as_millis()
+            )),
+            ..CandidateRecord::default()
+        },
+        code: None,
+        class: Some(ErrorClass::Cancelled),
+    }
 }
 
 /// One candidate model: the call, then the checks.
@@ -120,5 +322,22 @@ pub async fn ask(
             code: None,
             class: Some(err.class),
         },
+    }
+}
+
+/// Time one file spent waiting on upstream calls (candidates, arbiter, fallback), so a batch's
+/// own overhead is its duration minus the slowest file's upstream time.
+#[derive(Debug, Default)]
+pub struct UpstreamClock(std::sync::atomic::AtomicU64);
+
+impl UpstreamClock {
+    pub fn add(&self, waited: Duration) {
+        let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        self.0
+            .fetch_add(micros, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn total(&self) -> Duration {
+        Duration::from_micros(self.0.load(std::sync::atomic::Ordering::Relaxed))
     }
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 
-use crate::synthesis::fanout::{self, CallSettings, Candidate};
+use crate::synthesis::fanout::{self, CallSettings, Candidate, StragglerPolicy, UpstreamClock};
 use crate::synthesis::progress::{Event, ProgressSink};
 use rand::seq::SliceRandom;
 use uuid::Uuid;
@@ -45,6 +45,12 @@ pub struct SynthesisConfig {
     pub fallback_backoff: Duration,
     /// How many recent audit operations the prompt shows.
     pub recent_operations: u32,
+    /// A chosen candidate larger than this fails its file instead of being written (`WRIT_MAX_FILE_BYTES`).
+    pub max_file_bytes: usize,
+    /// Files run at once, so each file's generation is bounded by this (`WRIT_BATCH_DEADLINE_SECS`).
+    pub batch_deadline: Duration,
+    /// When a fan-out stops waiting for slow candidates (`WRIT_STRAGGLER_*`; `options.straggler`).
+    pub straggler: StragglerPolicy,
 }
 
 impl Default for SynthesisConfig {
@@ -57,6 +63,9 @@ impl Default for SynthesisConfig {
             temperature: 0.2,
             fallback_backoff: Duration::from_millis(500),
             recent_operations: 10,
+            max_file_bytes: 1024 * 1024,
+            batch_deadline: Duration::from_secs(600),
+            straggler: StragglerPolicy::WaitAll,
         }
     }
 }
@@ -91,6 +100,16 @@ pub enum SubmitError {
     Audit(#[source] StoreError),
 }
 
+/// A submitted batch's answer.
+#[derive(Debug)]
+pub struct Submitted {
+    pub body: serde_json::Value,
+    /// The body is a stored answer replayed for a repeated `Idempotency-Key`.
+    pub replayed: bool,
+    /// The batch's critical path of upstream calls (zero for a replay).
+    pub upstream: Duration,
+}
+
 /// What the selection step produced for one file.
 struct Chosen {
     code: String,
@@ -107,8 +126,34 @@ impl Synthesizer {
         sub: Submission,
         sink: &dyn ProgressSink,
     ) -> Result<(serde_json::Value, bool), SubmitError> {
-        if let Some(found) = self.replay(&sub).await? {
-            return Ok((found, true));
+        self.submit_timed(sub, sink)
+            .await
+            .map(|s| (s.body, s.replayed))
+    }
+
+    /// [`Self::submit`], also telling how long the batch waited on upstream calls.
+    pub async fn submit_timed(
+        &self,
+        sub: Submission,
+        sink: &dyn ProgressSink,
+    ) -> Result<Submitted, SubmitError> {
+        if let Some(replay) = self.prepare(&sub).await? {
+            return Ok(replay);
+        }
+        Ok(self.execute(&sub, sink).await)
+    }
+
+    /// What must hold before a batch is accepted, checked without calling any model: a repeated
+    /// `Idempotency-Key` (its stored answer is returned as `Some`), the targets on disk, and the
+    /// request record. An async caller gets its 202 only after this.
+    pub async fn prepare(&self, sub: &Submission) -> Result<Option<Submitted>, SubmitError> {
+        let replayed = |body| Submitted {
+            body,
+            replayed: true,
+            upstream: Duration::ZERO,
+        };
+        if let Some(found) = self.replay(sub).await? {
+            return Ok(Some(replayed(found)));
         }
         self.check_targets(&sub.batch).await?;
         let record = NewRequest {
@@ -120,16 +165,20 @@ impl Synthesizer {
             body_sha256: Some(sub.body_sha256.clone()),
         };
         match self.store.insert_request(&record).await {
-            Ok(()) => {}
+            Ok(()) => Ok(None),
             // Another request with the same key got in first.
             Err(StoreError::Conflict(_)) if sub.idempotency_key.is_some() => {
-                return match self.replay(&sub).await? {
-                    Some(found) => Ok((found, true)),
+                match self.replay(sub).await? {
+                    Some(found) => Ok(Some(replayed(found))),
                     None => Err(SubmitError::InProgress),
-                };
+                }
             }
-            Err(e) => return Err(SubmitError::Audit(e)),
+            Err(e) => Err(SubmitError::Audit(e)),
         }
+    }
+
+    /// Runs a prepared batch to its end and stores its answer on the request record.
+    pub async fn execute(&self, sub: &Submission, sink: &dyn ProgressSink) -> Submitted {
         let response = self.run(sub.request_id, &sub.batch, sink).await;
         let body = serde_json::to_value(&response).unwrap_or(serde_json::Value::Null);
         if let Err(e) = self
@@ -144,7 +193,11 @@ impl Synthesizer {
         {
             tracing::warn!(error = %e, "batch done but its request record could not be closed");
         }
-        Ok((body, false))
+        Submitted {
+            body,
+            replayed: false,
+            upstream: response.upstream,
+        }
     }
 
     async fn replay(&self, sub: &Submission) -> Result<Option<serde_json::Value>, SubmitError> {
@@ -208,13 +261,19 @@ impl Synthesizer {
             }
         };
         let atomic = batch.options.atomic && !batch.options.dry_run;
+        let clocks: Vec<UpstreamClock> = batch
+            .files
+            .iter()
+            .map(|_| UpstreamClock::default())
+            .collect();
 
         let generated: Vec<(Result<Chosen, String>, Vec<CandidateRecord>)> = if atomic {
             join_all(
                 batch
                     .files
                     .iter()
-                    .map(|f| self.generate(batch, f, &recent, sink)),
+                    .zip(&clocks)
+                    .map(|(f, clock)| self.generate(batch, f, &recent, sink, clock)),
             )
             .await
         } else {
@@ -226,20 +285,33 @@ impl Synthesizer {
                 .await
         } else {
             let recent = &recent;
-            join_all(batch.files.iter().map(|f| async move {
-                let (chosen, candidates) = self.generate(batch, f, recent, sink).await;
-                self.finish_file(request_id, batch, f, chosen, candidates, sink)
-                    .await
-            }))
+            join_all(
+                batch
+                    .files
+                    .iter()
+                    .zip(&clocks)
+                    .map(|(f, clock)| async move {
+                        let (chosen, candidates) =
+                            self.generate(batch, f, recent, sink, clock).await;
+                        self.finish_file(request_id, batch, f, chosen, candidates, sink)
+                            .await
+                    }),
+            )
             .await
         };
         let write_path = self.workspace.root().display().to_string();
-        let response = BatchResponse::assemble(
+        let mut response = BatchResponse::assemble(
             request_id,
             write_path,
             results,
             started.elapsed().as_millis() as u64,
         );
+        // Files run concurrently: the batch's critical upstream path is its slowest file's.
+        response.upstream = clocks
+            .iter()
+            .map(UpstreamClock::total)
+            .max()
+            .unwrap_or_default();
         sink.emit(Event::Done {
             status: response.status.as_str().to_string(),
         });
@@ -533,12 +605,50 @@ impl Synthesizer {
     }
 
     /// Produces one file's content: candidates, checks, selection, fallback.
+    /// [`Self::generate_unbounded`] within the batch deadline and the file size limit: past the
+    /// deadline the file stops waiting on models and fails; an oversized winner fails its file.
     async fn generate(
         &self,
         batch: &Batch,
         file: &FileSpec,
         recent: &[Operation],
         sink: &dyn ProgressSink,
+        upstream: &UpstreamClock,
+    ) -> (Result<Chosen, String>, Vec<CandidateRecord>) {
+        let deadline = self.config.batch_deadline;
+        let limit = self.config.max_file_bytes;
+        match tokio::time::timeout(
+            deadline,
+            self.generate_unbounded(batch, file, recent, sink, upstream),
+        )
+        .await
+        {
+            Err(_) => (
+                Err(format!(
+                    "the batch deadline of {} s (WRIT_BATCH_DEADLINE_SECS) passed before a candidate was chosen; nothing was written",
+                    deadline.as_secs()
+                )),
+                Vec::new(),
+            ),
+            Ok((Ok(chosen), candidates)) if chosen.code.len() > limit => (
+                Err(format!(
+                    "the chosen candidate from '{}' is {} bytes, above the limit of {limit} (WRIT_MAX_FILE_BYTES); nothing was written",
+                    chosen.model,
+                    chosen.code.len()
+                )),
+                candidates,
+            ),
+            Ok(generated) => generated,
+        }
+    }
+
+    async fn generate_unbounded(
+        &self,
+        batch: &Batch,
+        file: &FileSpec,
+        recent: &[Operation],
+        sink: &dyn ProgressSink,
+        upstream: &UpstreamClock,
     ) -> (Result<Chosen, String>, Vec<CandidateRecord>) {
         sink.emit(Event::FileStarted {
             file: file.path.to_string(),
@@ -581,7 +691,14 @@ impl Synthesizer {
             .models
             .clone()
             .unwrap_or_else(|| self.config.candidates.clone());
-        let (answers, _waited) = fanout::fan_out(
+        // Validated at the edge; a stored policy that no longer parses falls back to the deployment's.
+        let policy = batch
+            .options
+            .straggler
+            .as_ref()
+            .and_then(|s| s.policy().ok())
+            .unwrap_or(self.config.straggler);
+        let (answers, waited) = fanout::fan_out(
             self.models.as_ref(),
             &models,
             &messages,
@@ -589,8 +706,10 @@ impl Synthesizer {
             self.call_settings(),
             file.path.as_str(),
             sink,
+            policy,
         )
         .await;
+        upstream.add(waited);
         let mut records: Vec<CandidateRecord> = answers.iter().map(|c| c.record.clone()).collect();
 
         // Viable, distinct, in model-list order; those that parse beat those that do not.
@@ -608,9 +727,11 @@ impl Synthesizer {
 
         let chosen = match viable.len() {
             0 => {
+                let fallback_started = Instant::now();
                 let (fallback, extra) = self
                     .fallback(&models, &answers, messages, language, file, sink)
                     .await;
+                upstream.add(fallback_started.elapsed());
                 records.extend(extra);
                 fallback
             }
@@ -621,7 +742,7 @@ impl Synthesizer {
                 reason: None,
             }),
             _ => Ok(self
-                .arbitrate(batch, file, language, &models, &viable, sink)
+                .arbitrate(batch, file, language, &models, &viable, sink, upstream)
                 .await),
         };
         (chosen, records)
@@ -643,6 +764,7 @@ impl Synthesizer {
         models: &[String],
         viable: &[(&str, &str, Option<bool>)],
         sink: &dyn ProgressSink,
+        upstream: &UpstreamClock,
     ) -> Chosen {
         let mut order: Vec<usize> = (0..viable.len()).collect();
         order.shuffle(&mut rand::rng());
@@ -667,7 +789,10 @@ impl Synthesizer {
             model: arbiter.clone(),
             candidates: shown.len(),
         });
-        let failure = match self.models.chat(req).await {
+        let asked = Instant::now();
+        let verdict = self.models.chat(req).await;
+        upstream.add(asked.elapsed());
+        let failure = match verdict {
             Ok(resp) => match writ_checks::parse_verdict(&resp.content, shown.len()) {
                 Some(v) => {
                     let (model, code, _) = viable[order[v.choice - 1]];
@@ -758,6 +883,7 @@ impl Synthesizer {
                 self.call_settings(),
                 file.path.as_str(),
                 sink,
+                StragglerPolicy::WaitAll,
             )
             .await
             .0

@@ -93,6 +93,10 @@ pub struct BatchResponse {
     pub image_files: Counts,
     pub results: Vec<FileResult>,
     pub duration_ms: u64,
+    /// The batch's critical path of upstream calls (its slowest file's candidates, arbiter and
+    /// fallback); not part of the answer, it is how writ's own overhead is measured.
+    #[serde(skip)]
+    pub upstream: std::time::Duration,
 }
 
 impl BatchResponse {
@@ -127,6 +131,7 @@ impl BatchResponse {
             image_files: count("image"),
             results,
             duration_ms,
+            upstream: std::time::Duration::ZERO,
         }
     }
 }

@@ -167,6 +167,7 @@ struct WriteAnswer {
 pub async fn put_file(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
+    caller: Option<axum::Extension<crate::auth::Caller>>,
     Path(raw): Path<String>,
     ApiQuery(params): ApiQuery<WriteParams>,
     headers: HeaderMap,
@@ -206,13 +207,15 @@ pub async fn put_file(
     };
     // Run the recorded write in its own task: a client hanging up must not cancel it half-way
     // between the audit record and the file.
-    let task = tokio::spawn(async move { write_recorded(state, request_id, spec).await });
+    let caller = caller.map(|axum::Extension(c)| c.0);
+    let task = tokio::spawn(async move { write_recorded(state, request_id, caller, spec).await });
     task.await.map_err(ApiError::internal)?
 }
 
 async fn write_recorded(
     state: AppState,
     request_id: Uuid,
+    caller: Option<String>,
     spec: WriteSpec,
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
@@ -225,7 +228,7 @@ async fn write_recorded(
         id: request_id,
         received_at: Utc::now(),
         route: "PUT /files/{path}".to_string(),
-        caller: None,
+        caller,
         idempotency_key: None,
         body_sha256: Some(sha256_hex(&spec.content)),
     };

@@ -2,6 +2,7 @@
 //! and the OpenAPI test walks the same list, so a route cannot be added without the spec noticing.
 
 pub mod files;
+pub mod jobs;
 pub mod operations;
 pub mod service;
 pub mod synthesis;
@@ -67,6 +68,21 @@ pub fn api_routes() -> Vec<Route> {
             method: "POST",
             path: "/write_codebase",
             handler: post(synthesis::write_codebase),
+        },
+        Route {
+            method: "GET",
+            path: "/jobs",
+            handler: get(jobs::list_jobs),
+        },
+        Route {
+            method: "GET",
+            path: "/jobs/{id}",
+            handler: get(jobs::get_job),
+        },
+        Route {
+            method: "GET",
+            path: "/jobs/{id}/events",
+            handler: get(jobs::job_events),
         },
         Route {
             method: "GET",

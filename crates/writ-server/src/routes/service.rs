@@ -108,7 +108,10 @@ pub fn check_provider(state: &AppState) -> Check {
         return Check {
             ok: false,
             required: false,
-            detail: "no models configured (CODE_LIST is empty): POST /write_codebase is unavailable, direct file routes work".into(),
+            detail: format!(
+                "no models configured ({}): POST /write_codebase is unavailable, direct file routes work",
+                settings.models_reason
+            ),
         };
     }
     if let Some(problem) = settings.model_problem() {
@@ -123,7 +126,8 @@ pub fn check_provider(state: &AppState) -> Check {
         return Check {
             ok: r.ready,
             required: true,
-            detail: format!("{}: {}", r.name, r.detail),
+            // Which provider is active and why (the embedded model is a default, not a choice).
+            detail: format!("{}: {}; why: {}", r.name, r.detail, settings.models_reason),
         };
     }
     Check {

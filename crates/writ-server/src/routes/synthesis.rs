@@ -6,7 +6,9 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use std::time::Instant;
 use writ_core::content::sha256_hex;
+use writ_core::synthesis::runner::Started;
 use writ_core::synthesis::{Batch, Submission, SubmitError, WriteCodebaseRequest};
 
 use crate::error::{ApiError, store_error};
@@ -16,14 +18,21 @@ use crate::telemetry::RequestId;
 
 const IDEMPOTENCY_KEY: &str = "idempotency-key";
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+/// writ's own time on a batch in milliseconds (3 decimals): its duration minus the critical
+/// path of its upstream calls.
+pub const OVERHEAD_HEADER: &str = "x-writ-overhead-ms";
+/// The same, as a Prometheus histogram (replays excluded: they make no upstream calls).
+pub const BATCH_OVERHEAD: &str = "writ_batch_overhead_seconds";
 
 /// Write up to five files, each chosen among several models' candidates.
 pub async fn write_codebase(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
+    caller: Option<axum::Extension<crate::auth::Caller>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let started = Instant::now();
     let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;
     let Json(req) = Json::<WriteCodebaseRequest>::from_bytes(&body).map_err(|e| json_error(&e))?;
     let batch = Batch::parse(req).map_err(|e| {
@@ -36,18 +45,16 @@ pub async fn write_codebase(
     })?;
     let idempotency_key = idempotency_key(&headers)?;
 
-    let Some(synthesizer) = state.synthesizer.clone() else {
-        return Err(unavailable(
-            "no model provider could be set up; see the server log and `writ check`",
-        ));
-    };
     let no_models = batch.options.models.is_none() && state.settings.code_list.is_empty();
     if no_models {
         return Err(unavailable(
             "no candidate models are configured: set CODE_LIST (or send options.models)",
         ));
     }
-    if state.settings.provider_key_missing() {
+    if state
+        .settings
+        .provider_key_missing_for(batch.options.models.as_deref())
+    {
         return Err(unavailable(
             "OPENROUTER_API_KEY is not set, and the models are served by OpenRouter",
         ));
@@ -55,28 +62,90 @@ pub async fn write_codebase(
 
     let submission = Submission {
         request_id,
-        caller: None,
+        caller: caller.map(|axum::Extension(c)| c.0),
         idempotency_key,
         body_sha256: sha256_hex(&body),
         batch,
     };
     // Its own task: a client that hangs up must not cancel a batch half-way; it completes, is
     // recorded, and can be fetched later by idempotency key or from /operations.
-    let task = tokio::spawn(async move {
-        synthesizer
-            .submit(submission, &writ_core::synthesis::NoProgress)
-            .await
-    });
-    let (body, replayed) = task
+    // Refused at once rather than queued; the permit travels with the task it bounds.
+    let permit = state.limits.admit_batch(submission.caller.as_deref())?;
+    let Some(runner) = state.runner.clone() else {
+        return Err(unavailable(
+            "no model provider could be set up; see the server log and `writ check`",
+        ));
+    };
+    let is_async = prefers_async(&headers) || submission.batch.options.run_async;
+    // In its own task: a client hanging up must not cancel the checks and records of `start`
+    // half-way; the batch itself then runs in the runner's task.
+    let started_job = tokio::spawn(async move { runner.start(submission, is_async).await })
         .await
         .map_err(ApiError::internal)?
         .map_err(submit_error)?;
-    let mut resp = (StatusCode::OK, Json(body)).into_response();
-    if replayed {
+    let done = match started_job {
+        Started::Replayed(done) => done,
+        Started::Running { job_id, handle } => {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            // The in-flight permit lives as long as the batch, not as long as this request.
+            tokio::spawn(async move {
+                let _permit = permit;
+                let _ = tx.send(handle.await);
+            });
+            if is_async {
+                return Ok(accepted(job_id));
+            }
+            rx.await
+                .map_err(ApiError::internal)?
+                .map_err(ApiError::internal)?
+        }
+    };
+    let mut resp = (StatusCode::OK, Json(done.body)).into_response();
+    if done.replayed {
         resp.headers_mut()
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
+    // Measured after the body is serialised, so it covers all of writ's own work on the batch.
+    let overhead = started.elapsed().saturating_sub(done.upstream);
+    if !done.replayed {
+        metrics::histogram!(BATCH_OVERHEAD).record(overhead.as_secs_f64());
+    }
+    if let Ok(v) = HeaderValue::from_str(&format!("{:.3}", overhead.as_secs_f64() * 1000.0)) {
+        resp.headers_mut().insert(OVERHEAD_HEADER, v);
+    }
     Ok(resp)
+}
+
+/// `Prefer: respond-async` (RFC 7240), possibly among other preferences.
+fn prefers_async(headers: &HeaderMap) -> bool {
+    headers.get_all("prefer").iter().any(|v| {
+        v.to_str()
+            .map(|s| {
+                s.split(',')
+                    .any(|p| p.trim().eq_ignore_ascii_case("respond-async"))
+            })
+            .unwrap_or(false)
+    })
+}
+
+/// 202 with where to follow the job.
+fn accepted(job_id: uuid::Uuid) -> Response {
+    let location = format!("/jobs/{job_id}");
+    let body = serde_json::json!({
+        "job_id": job_id,
+        "status": "queued",
+        "location": location,
+        "events": format!("{location}/events"),
+    });
+    let mut resp = (StatusCode::ACCEPTED, Json(body)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        resp.headers_mut().insert(axum::http::header::LOCATION, v);
+    }
+    resp.headers_mut().insert(
+        "preference-applied",
+        HeaderValue::from_static("respond-async"),
+    );
+    resp
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {

@@ -1,0 +1,15 @@
+//! The writ benchmark suite (`writ-bench`, run by `scripts/bench`).
+//!
+//! writ and `writ-fake-upstream` run as separate processes on loopback, as in production; this
+//! crate drives load over HTTP and reads the kernel's accounts of CPU time and peak memory.
+//! - [`stats`]: percentiles and how numbers are printed;
+//! - [`procfs`]: CPU seconds and peak RSS of a process;
+//! - [`load`]: open- and closed-loop load, one sample per batch;
+//! - [`procs`]: starting and stopping the fake upstream and writ;
+//! - [`scenarios`]: the four tables (overhead, ceiling, stragglers, audit path).
+
+pub mod load;
+pub mod procfs;
+pub mod procs;
+pub mod scenarios;
+pub mod stats;

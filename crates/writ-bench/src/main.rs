@@ -1,0 +1,89 @@
+//! `writ-bench`: runs the benchmark suite and prints BENCHMARKS.md's tables on stdout.
+//!
+//! Needs the release binaries (`cargo build --release --bin writ --bin writ-fake-upstream`) and,
+//! for the PostgreSQL rows, a server at `WRIT_TEST_PG_URL` (default: local, trust auth).
+//! `scripts/bench` builds, runs and writes BENCHMARKS.md.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Parser;
+use writ_bench::procs::Fake;
+use writ_bench::scenarios::{self, Backend, Plan};
+
+#[derive(Debug, Parser)]
+#[command(about = "writ's benchmark suite: overhead, ceiling, stragglers, audit path")]
+struct Args {
+    /// Directory with the `writ` and `writ-fake-upstream` release binaries.
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// A smoke run: every scenario for a second or two.
+    #[arg(long)]
+    quick: bool,
+    /// SQLite only (no PostgreSQL needed).
+    #[arg(long)]
+    sqlite_only: bool,
+    /// Run only these tables (overhead, ceiling, stragglers, audit); all by default.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let args = Args::parse();
+    let bin_dir = args
+        .bin_dir
+        .clone()
+        .unwrap_or_else(writ_bench::procs::default_bin_dir);
+    let mut plan = if args.quick {
+        Plan::quick(bin_dir)
+    } else {
+        Plan::full(bin_dir)
+    };
+    if args.sqlite_only {
+        plan.backends = vec![Backend::Sqlite];
+    }
+    let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
+    let fake = Fake::start(&plan.bin_dir, plan.latency_ms).await?;
+    let mut out = std::io::stdout();
+    let mut section = |title: &str, table: &str| -> std::io::Result<()> {
+        writeln!(out, "### {title}\n\n{table}")?;
+        out.flush()
+    };
+    if wanted("overhead") {
+        let t = scenarios::overhead(&plan, &fake).await?;
+        section(
+            &format!(
+                "1. Overhead (open loop; fake latency {} ms per call, critical path {} ms)",
+                plan.latency_ms,
+                2 * plan.latency_ms
+            ),
+            &t,
+        )?;
+    }
+    if wanted("ceiling") {
+        let t = scenarios::ceiling(&plan, &fake).await?;
+        section("2. Ceiling (closed loop, 5 files × 3 models + arbiter)", &t)?;
+    }
+    if wanted("stragglers") {
+        let t = scenarios::stragglers(&plan, &fake).await?;
+        section(
+            &format!(
+                "3. Stragglers (1 file; two candidates at {0} ms, one heavy-tailed: median {0} ms, p99 {1} ms; arbiter {0} ms; open loop {2}/s)",
+                plan.latency_ms,
+                plan.latency_ms * 10,
+                plan.straggler_rate
+            ),
+            &t,
+        )?;
+    }
+    if wanted("audit") {
+        let t = scenarios::audit_path(&plan).await?;
+        section(
+            "4. Audit path alone (request row + pending operation + completion)",
+            &t,
+        )?;
+    }
+    Ok(())
+}

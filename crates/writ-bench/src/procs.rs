@@ -1,0 +1,171 @@
+//! The processes under test: the fake upstream (scripted, fixed or heavy-tailed latency) and
+//! writ, each started from the release binaries and killed when dropped.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Candidate models the fake serves with a fixed latency, and the arbiter.
+pub const MODELS: [&str; 3] = ["bench/alpha", "bench/beta", "bench/gamma"];
+pub const ARBITER: &str = "bench/judge";
+/// Same as `bench/gamma`, with a heavy-tailed latency (p99 ≈ 10× the median).
+pub const STRAGGLER: &str = "bench/straggler";
+
+/// The fake's script: three candidates that each answer different valid Python (so the arbiter
+/// is always asked) after `latency_ms`, an arbiter that picks the first, and a straggler.
+pub fn script(latency_ms: u64) -> Value {
+    let fixed = json!({"kind": "fixed", "ms": latency_ms});
+    let code = |body: &str| json!({"kind": "code", "lang": "python", "code": format!("def add(a: int, b: int) -> int:\n    {body}\n")});
+    json!({
+        "models": {
+            MODELS[0]: {"then": code("return a + b"), "latency": fixed},
+            MODELS[1]: {"then": code("return b + a"), "latency": fixed},
+            MODELS[2]: {"then": code("return sum((a, b))"), "latency": fixed},
+            STRAGGLER: {"then": code("return sum((a, b))"),
+                        "latency": {"kind": "heavy_tail", "median_ms": latency_ms, "p99_ms": latency_ms * 10}},
+            ARBITER: {"then": {"kind": "verdict", "choice": 1, "reason": "the most direct"}, "latency": fixed},
+        }
+    })
+}
+
+pub struct Fake {
+    pub base_url: String,
+    pub pid: u32,
+    _child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Fake {
+    pub async fn start(bin_dir: &Path, latency_ms: u64) -> anyhow::Result<Fake> {
+        let dir = tempfile::tempdir()?;
+        let script_path = dir.path().join("script.json");
+        std::fs::write(&script_path, serde_json::to_vec(&script(latency_ms))?)?;
+        let mut child = Command::new(bin_dir.join("writ-fake-upstream"))
+            .args(["--addr", "127.0.0.1:0", "--script"])
+            .arg(&script_path)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting writ-fake-upstream (build it with `cargo build --release`)")?;
+        let pid = child.id().unwrap_or_default();
+        let stdout = child.stdout.take().context("the fake's stdout")?;
+        let mut line = String::new();
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            BufReader::new(stdout).read_line(&mut line),
+        )
+        .await
+        .context("the fake did not print its URL within 10 s")??;
+        Ok(Fake {
+            base_url: line.trim().to_string(),
+            pid,
+            _child: child,
+            _dir: dir,
+        })
+    }
+
+    /// Forgets the calls recorded so far, so the fake's memory stays flat over a long run.
+    pub async fn forget_calls(&self, client: &reqwest::Client) {
+        let root = self.base_url.trim_end_matches("/v1");
+        let _ = client.delete(format!("{root}/_fake/calls")).send().await;
+    }
+}
+
+/// A running writ server over its own `REPO_DIR`.
+pub struct Writ {
+    pub base_url: String,
+    pub pid: u32,
+    child: Child,
+    _repo: tempfile::TempDir,
+}
+
+impl Writ {
+    pub async fn start(
+        bin_dir: &Path,
+        fake: &Fake,
+        database_url: &str,
+        extra_env: &[(&str, &str)],
+    ) -> anyhow::Result<Writ> {
+        let repo = tempfile::tempdir()?;
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut cmd = Command::new(bin_dir.join("writ"));
+        cmd.args(["serve", "--addr", &addr])
+            .env("REPO_DIR", repo.path())
+            .env("DATABASE_URL", database_url)
+            .env("OPENROUTER_BASE_URL", &fake.base_url)
+            .env("CODE_LIST", MODELS.join(","))
+            .env("CODE_MODEL", ARBITER)
+            .env("WRIT_LOCAL_MODEL", "off")
+            // Logging off, as the gateways this is compared with are measured.
+            .env("RUST_LOG", "warn")
+            // The bench is the only client: the per-caller guards would measure themselves.
+            .env("WRIT_RATE_LIMIT_PER_MIN", "100000000")
+            .env("WRIT_RATE_LIMIT_BURST", "100000000")
+            .env("WRIT_MAX_BATCHES_PER_KEY", "100000")
+            .env("WRIT_MAX_BATCHES_IN_FLIGHT", "100000")
+            .env_remove("OPENROUTER_API_KEY")
+            .env_remove("WRIT_CONFIG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        let child = cmd
+            .spawn()
+            .context("starting writ (build it with `cargo build --release`)")?;
+        let pid = child.id().unwrap_or_default();
+        let base_url = format!("http://{addr}");
+        let client = reqwest::Client::new();
+        let started = Instant::now();
+        loop {
+            if let Ok(r) = client.get(format!("{base_url}/readyz")).send().await
+                && r.status().is_success()
+            {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                anyhow::bail!("writ was not ready within 30 s on {base_url}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(Writ {
+            base_url,
+            pid,
+            child,
+            _repo: repo,
+        })
+    }
+
+    pub async fn stop(mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
+}
+
+/// Where the release binaries are: `--bin-dir`, else `target/release` of the workspace.
+pub fn default_bin_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bench_script_is_one_the_fake_upstream_accepts() {
+        let parsed: writ_fake_upstream::ScriptFile =
+            serde_json::from_value(script(50)).expect("a valid script file");
+        assert_eq!(parsed.models.len(), 5);
+        assert!(parsed.models.contains_key(STRAGGLER));
+    }
+}

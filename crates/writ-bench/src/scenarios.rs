@@ -1,0 +1,387 @@
+//! The four measurements, each producing one Markdown table.
+//!
+//! Every scenario keeps its own time bound (`Plan`), so the whole suite stays within minutes on
+//! two cores; `--quick` shrinks every bound for a smoke run.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use uuid::Uuid;
+use writ_core::audit::{
+    AuditStore, FileKind, NewRequest, Operation, OperationKind, OperationOutcome, OperationStatus,
+};
+
+use crate::load::{Sample, Target, batch_body, closed_loop, open_loop};
+use crate::procfs;
+use crate::procs::{ARBITER, Fake, MODELS, STRAGGLER, Writ};
+use crate::stats::{Summary, millis, ms};
+
+/// What to run and for how long.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub bin_dir: PathBuf,
+    /// The fake's fixed latency for every candidate and the arbiter.
+    pub latency_ms: u64,
+    pub overhead_rates: Vec<f64>,
+    pub overhead_secs: f64,
+    pub ceiling_concurrency: Vec<usize>,
+    pub ceiling_secs: f64,
+    pub straggler_rate: f64,
+    pub straggler_secs: f64,
+    pub audit_secs: f64,
+    pub backends: Vec<Backend>,
+}
+
+impl Plan {
+    pub fn full(bin_dir: PathBuf) -> Plan {
+        Plan {
+            bin_dir,
+            latency_ms: 50,
+            overhead_rates: vec![10.0, 50.0, 200.0],
+            overhead_secs: 8.0,
+            ceiling_concurrency: vec![1, 4, 16, 64, 256, 500],
+            ceiling_secs: 8.0,
+            straggler_rate: 20.0,
+            straggler_secs: 15.0,
+            audit_secs: 5.0,
+            backends: vec![Backend::Sqlite, Backend::Postgres],
+        }
+    }
+
+    pub fn quick(bin_dir: PathBuf) -> Plan {
+        Plan {
+            overhead_rates: vec![10.0],
+            overhead_secs: 1.0,
+            ceiling_concurrency: vec![1, 8],
+            ceiling_secs: 1.0,
+            straggler_rate: 10.0,
+            straggler_secs: 2.0,
+            audit_secs: 1.0,
+            ..Plan::full(bin_dir)
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "SQLite",
+            Backend::Postgres => "PostgreSQL",
+        }
+    }
+
+    /// A new, empty database: a file in `dir`, or a fresh PostgreSQL database.
+    async fn fresh_url(self, dir: &std::path::Path) -> String {
+        match self {
+            Backend::Sqlite => writ_store::testing::fresh_sqlite_url(dir),
+            Backend::Postgres => writ_store::testing::fresh_postgres_url().await,
+        }
+    }
+}
+
+fn body_with(files: usize, options: Value) -> Arc<dyn Fn(u64) -> Value + Send + Sync> {
+    // A run id keeps paths unique across rows that share a REPO_DIR.
+    let run = Uuid::now_v7().simple().to_string();
+    Arc::new(move |seq| {
+        let mut body = batch_body(seq, files, options.clone());
+        for f in body["files"].as_array_mut().into_iter().flatten() {
+            if let Some(name) = f["filename"].as_str() {
+                f["filename"] = Value::String(format!("{run}/{name}"));
+            }
+        }
+        body
+    })
+}
+
+fn errors(samples: &[Sample]) -> usize {
+    samples.iter().filter(|s| !s.ok).count()
+}
+
+/// Table 1: writ's overhead per batch at fixed arrival rates.
+pub async fn overhead(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
+    let mut out = String::new();
+    let critical = 2 * plan.latency_ms;
+    writeln!(
+        out,
+        "| backend | batch | rate (batches/s) | batches | errors | overhead p50 (ms) | p90 | p99 | client-side added p50 (ms) | p99 |"
+    )?;
+    writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+    for &backend in &plan.backends {
+        for files in [1usize, 5] {
+            let data = tempfile::tempdir()?;
+            let url = backend.fresh_url(data.path()).await;
+            let writ = Writ::start(&plan.bin_dir, fake, &url, &[]).await?;
+            let target = Target::new(&writ.base_url)?;
+            // Warm the connection pools and the page cache before measuring.
+            let _ = open_loop(
+                &target,
+                20.0,
+                Duration::from_secs(1),
+                body_with(files, json!({})),
+            )
+            .await;
+            for &rate in &plan.overhead_rates {
+                let (samples, _) = open_loop(
+                    &target,
+                    rate,
+                    Duration::from_secs_f64(plan.overhead_secs),
+                    body_with(files, json!({})),
+                )
+                .await;
+                let oh: Vec<f64> = samples.iter().filter_map(|s| s.overhead_ms).collect();
+                let oh = Summary::of(&oh);
+                let added: Vec<f64> = samples
+                    .iter()
+                    .map(|s| millis(s.latency) - critical as f64)
+                    .collect();
+                let added = Summary::of(&added);
+                writeln!(
+                    out,
+                    "| {} | {files} file(s) × 3 models | {rate} | {} | {} | {} | {} | {} | {} | {} |",
+                    backend.name(),
+                    samples.len(),
+                    errors(&samples),
+                    ms(oh.p50),
+                    ms(oh.p90),
+                    ms(oh.p99),
+                    ms(added.p50),
+                    ms(added.p99)
+                )?;
+                fake.forget_calls(&reqwest::Client::new()).await;
+            }
+            writ.stop().await;
+        }
+    }
+    Ok(out)
+}
+
+/// Table 2: the ceiling, closed loop, five-file batches.
+pub async fn ceiling(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
+    let ticks = procfs::ticks_per_sec();
+    let mut out = String::new();
+    writeln!(
+        out,
+        "| backend | concurrency | batches/s | upstream calls/s | writ CPU ms/batch | writ peak RSS (MB) | errors | batch p50 (ms) | p99 |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+    for &backend in &plan.backends {
+        let data = tempfile::tempdir()?;
+        let url = backend.fresh_url(data.path()).await;
+        let writ = Writ::start(&plan.bin_dir, fake, &url, &[]).await?;
+        let target = Target::new(&writ.base_url)?;
+        let _ = closed_loop(&target, 8, Duration::from_secs(1), body_with(5, json!({}))).await;
+        for &concurrency in &plan.ceiling_concurrency {
+            procfs::reset_peak_rss(writ.pid)?;
+            let cpu_before = procfs::cpu_time(writ.pid, ticks)?;
+            let (samples, elapsed) = closed_loop(
+                &target,
+                concurrency,
+                Duration::from_secs_f64(plan.ceiling_secs),
+                body_with(5, json!({})),
+            )
+            .await;
+            let cpu = procfs::cpu_time(writ.pid, ticks)?.saturating_sub(cpu_before);
+            let rss = procfs::peak_rss(writ.pid)?;
+            let n = samples.len().max(1) as f64;
+            let calls: u64 = samples.iter().map(|s| s.upstream_calls).sum();
+            let lat: Vec<f64> = samples.iter().map(|s| millis(s.latency)).collect();
+            let lat = Summary::of(&lat);
+            writeln!(
+                out,
+                "| {} | {concurrency} | {:.0} | {:.0} | {:.2} | {:.0} | {} | {} | {} |",
+                backend.name(),
+                samples.len() as f64 / elapsed.as_secs_f64(),
+                calls as f64 / elapsed.as_secs_f64(),
+                millis(cpu) / n,
+                rss as f64 / (1024.0 * 1024.0),
+                errors(&samples),
+                ms(lat.p50),
+                ms(lat.p99),
+            )?;
+            fake.forget_calls(&reqwest::Client::new()).await;
+        }
+        writ.stop().await;
+    }
+    Ok(out)
+}
+
+/// The policies the straggler table compares, as sent in `options.straggler`.
+pub fn straggler_policies() -> Vec<(&'static str, Value)> {
+    vec![
+        ("wait for all (default)", json!(null)),
+        (
+            "all_but_slowest, extra 0.5× first viable",
+            json!({"enough": "all_but_slowest", "extra_factor": 0.5}),
+        ),
+        (
+            "all_but_slowest, extra 20 ms",
+            json!({"enough": "all_but_slowest", "extra_ms": 20}),
+        ),
+        ("enough 1, extra 0 ms", json!({"enough": 1, "extra_ms": 0})),
+    ]
+}
+
+/// Table 3: one of three candidates heavy-tailed; batch latency with and without the policy.
+pub async fn stragglers(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
+    let mut out = String::new();
+    writeln!(
+        out,
+        "| policy (`options.straggler`) | batches | errors | batch p50 (ms) | p90 | p99 | p99 / p50 | candidates cut off | arbiter asked |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+    let data = tempfile::tempdir()?;
+    let url = Backend::Sqlite.fresh_url(data.path()).await;
+    let writ = Writ::start(&plan.bin_dir, fake, &url, &[]).await?;
+    let target = Target::new(&writ.base_url)?;
+    let models = json!([MODELS[0], MODELS[1], STRAGGLER]);
+    for (name, policy) in straggler_policies() {
+        let mut options = json!({"models": models, "arbiter_model": ARBITER});
+        if !policy.is_null() {
+            options["straggler"] = policy;
+        }
+        let (samples, _) = open_loop(
+            &target,
+            plan.straggler_rate,
+            Duration::from_secs_f64(plan.straggler_secs),
+            body_with(1, options),
+        )
+        .await;
+        let lat: Vec<f64> = samples.iter().map(|s| millis(s.latency)).collect();
+        let lat = Summary::of(&lat);
+        let candidates: u64 = samples.iter().map(|s| s.candidates).sum();
+        let cancelled: u64 = samples.iter().map(|s| s.cancelled).sum();
+        let arbiter = samples
+            .iter()
+            .filter(|s| s.upstream_calls > s.candidates)
+            .count();
+        writeln!(
+            out,
+            "| {name} | {} | {} | {} | {} | {} | {:.2} | {:.1}% | {:.0}% |",
+            samples.len(),
+            errors(&samples),
+            ms(lat.p50),
+            ms(lat.p90),
+            ms(lat.p99),
+            lat.p99 / lat.p50,
+            100.0 * cancelled as f64 / candidates.max(1) as f64,
+            100.0 * arbiter as f64 / samples.len().max(1) as f64,
+        )?;
+        fake.forget_calls(&reqwest::Client::new()).await;
+    }
+    writ.stop().await;
+    Ok(out)
+}
+
+/// Table 4: the audit path alone — operations recorded (pending, then succeeded) per second.
+pub async fn audit_path(plan: &Plan) -> anyhow::Result<String> {
+    let mut out = String::new();
+    writeln!(
+        out,
+        "| backend | concurrency | operations/s | per operation p50 (ms) | p99 | errors |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|")?;
+    for &backend in &plan.backends {
+        let data = tempfile::tempdir()?;
+        let url = backend.fresh_url(data.path()).await;
+        let store = writ_store::connect(&url).await?;
+        store.migrate().await?;
+        for concurrency in [1usize, 32] {
+            let deadline = Instant::now() + Duration::from_secs_f64(plan.audit_secs);
+            let started = Instant::now();
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..concurrency {
+                let store = store.clone();
+                tasks.spawn(async move {
+                    let mut lat = Vec::new();
+                    let mut failed = 0usize;
+                    while Instant::now() < deadline {
+                        match record_one(store.as_ref()).await {
+                            Ok(d) => lat.push(millis(d)),
+                            Err(_) => failed += 1,
+                        }
+                    }
+                    (lat, failed)
+                });
+            }
+            let mut lat = Vec::new();
+            let mut failed = 0;
+            while let Some(done) = tasks.join_next().await {
+                let (l, f) = done.unwrap_or_default();
+                lat.extend(l);
+                failed += f;
+            }
+            let elapsed = started.elapsed().as_secs_f64();
+            let s = Summary::of(&lat);
+            writeln!(
+                out,
+                "| {} | {concurrency} | {:.0} | {} | {} | {failed} |",
+                backend.name(),
+                lat.len() as f64 / elapsed,
+                ms(s.p50),
+                ms(s.p99),
+            )?;
+        }
+    }
+    Ok(out)
+}
+
+/// One audited write as `recorded_write` makes it, without the file: the request row once per
+/// operation here (the worst case, a one-file batch), the pending operation with its content,
+/// then its completion.
+async fn record_one(store: &dyn AuditStore) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let request_id = Uuid::now_v7();
+    store
+        .insert_request(&NewRequest {
+            id: request_id,
+            received_at: chrono::Utc::now(),
+            route: "POST /write_codebase".into(),
+            caller: None,
+            idempotency_key: None,
+            body_sha256: None,
+        })
+        .await?;
+    let content = b"def add(a: int, b: int) -> int:\n    return a + b\n";
+    let op = Operation {
+        id: Uuid::now_v7(),
+        request_id,
+        created_at: chrono::Utc::now(),
+        finished_at: None,
+        filename: format!("bench/{request_id}.py"),
+        kind: FileKind::Code,
+        operation: OperationKind::Created,
+        status: OperationStatus::Pending,
+        chosen_model: Some(MODELS[0].into()),
+        selection: Some("arbiter".into()),
+        arbiter_reason: Some("the most direct".into()),
+        candidates: Vec::new(),
+        previous_sha256: None,
+        sha256: Some(writ_core::content::sha256_hex(content)),
+        bytes: Some(content.len() as i64),
+        error: None,
+        duration_ms: None,
+    };
+    store.insert_operation(&op, Some(content)).await?;
+    store
+        .complete_operation(
+            op.id,
+            &OperationOutcome {
+                status: OperationStatus::Succeeded,
+                operation: OperationKind::Created,
+                error: None,
+                finished_at: chrono::Utc::now(),
+                duration_ms: Some(1),
+            },
+        )
+        .await?;
+    Ok(started.elapsed())
+}

@@ -1,0 +1,115 @@
+//! Jobs: every `write_codebase` batch, synchronous or not, as a row that outlives the process,
+//! with the progress events it emitted.
+//!
+//! A job's id is its request id. A replica running a job refreshes `heartbeat_at`; a job whose
+//! heartbeat stopped (its replica crashed or was killed) is found by [`JobStore::stale_jobs`] and
+//! failed with a reason, never silently lost. Events are numbered per job from 1, so
+//! `Last-Event-ID` can replay what a subscriber missed, from any replica.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::audit::StoreError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    Queued,
+    Running,
+    /// Ran to the end; the batch's own status is in `batch_status`.
+    Done,
+    /// Interrupted (crash, restart, shutdown) before it ended; `error` says why.
+    Failed,
+}
+
+impl JobStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Done => "done",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Done | Self::Failed)
+    }
+}
+
+impl std::str::FromStr for JobStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "queued" => Ok(Self::Queued),
+            "running" => Ok(Self::Running),
+            "done" => Ok(Self::Done),
+            "failed" => Ok(Self::Failed),
+            other => Err(format!("unknown job status: {other}")),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    pub id: Uuid,
+    pub created_at: DateTime<Utc>,
+    /// Whether the caller asked not to wait (`Prefer: respond-async`).
+    pub is_async: bool,
+    /// The batch's file paths, for listings.
+    pub files: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: Uuid,
+    pub status: JobStatus,
+    pub is_async: bool,
+    pub files: Vec<String>,
+    pub created_at: DateTime<Utc>,
+    pub heartbeat_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// `success`, `partial_success` or `error` once done.
+    pub batch_status: Option<String>,
+    /// The same body the synchronous call returns, once done.
+    pub response: Option<serde_json::Value>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobEvent {
+    pub job_id: Uuid,
+    /// 1, 2, 3, … per job; the SSE `id:`.
+    pub seq: i64,
+    pub created_at: DateTime<Utc>,
+    /// The SSE `event:` name.
+    pub name: String,
+    pub data: serde_json::Value,
+}
+
+#[async_trait]
+pub trait JobStore: Send + Sync {
+    async fn insert_job(&self, job: &NewJob) -> Result<(), StoreError>;
+    /// Moves a queued job to running, or refreshes a running job's heartbeat.
+    async fn heartbeat_job(&self, id: Uuid, status: JobStatus) -> Result<(), StoreError>;
+    /// Ends a job. Only a job not already final is changed (a stale-job sweep and the job's own
+    /// end must not overwrite each other); returns whether this call ended it.
+    async fn finish_job(
+        &self,
+        id: Uuid,
+        status: JobStatus,
+        batch_status: Option<&str>,
+        response: Option<&serde_json::Value>,
+        error: Option<&str>,
+    ) -> Result<bool, StoreError>;
+    async fn get_job(&self, id: Uuid) -> Result<Option<Job>, StoreError>;
+    /// Newest first, without response bodies.
+    async fn list_jobs(&self, limit: u32) -> Result<Vec<Job>, StoreError>;
+    /// Jobs still queued or running whose heartbeat is older than `before`.
+    async fn stale_jobs(&self, before: DateTime<Utc>) -> Result<Vec<Job>, StoreError>;
+    async fn append_job_event(&self, event: &JobEvent) -> Result<(), StoreError>;
+    /// Events with `seq > after`, in order, at most `limit`.
+    async fn job_events(&self, id: Uuid, after: i64, limit: u32) -> Result<Vec<JobEvent>, StoreError>;
+}

