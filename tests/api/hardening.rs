@@ -52,7 +52,11 @@ async fn send(app: &TestApp, key: Option<&str>, method: &str, path: &str) -> req
     rb.send().await.unwrap()
 }
 
-async fn post_batch(app: &TestApp, key: Option<&str>, body: &Value) -> (u16, Value, Option<String>) {
+async fn post_batch(
+    app: &TestApp,
+    key: Option<&str>,
+    body: &Value,
+) -> (u16, Value, Option<String>) {
     let mut rb = app.client.post(app.url("/write_codebase")).json(body);
     if let Some(k) = key {
         rb = rb.bearer_auth(k);
@@ -66,14 +70,6 @@ async fn post_batch(app: &TestApp, key: Option<&str>, body: &Value) -> (u16, Val
     (status, r.json().await.unwrap_or(Value::Null), retry)
 }
 
-/// Temp files the atomic writer might leave behind (it names them `.…tmp…` or uses O_TMPFILE).
-fn leftovers(app: &TestApp) -> Vec<String> {
-    app.files_on_disk()
-        .into_iter()
-        .filter(|f| f.contains(".tmp") || f.starts_with('.'))
-        .collect()
-}
-
 // ---------------------------------------------------------------------------------------------
 // Access
 
@@ -83,7 +79,7 @@ async fn with_a_configured_key_every_route_but_the_probes_refuses_a_caller_witho
     let entry = keys::config_entry(&key.key).unwrap();
     let app = spawn_guarded(Backend::Sqlite, &[("WRIT_API_KEYS", entry.as_str())]).await;
 
-    for open in ["/healthz", "/readyz"] {
+    for open in writ_server::auth::OPEN_PATHS {
         let r = send(&app, None, "GET", open).await;
         assert_ne!(r.status(), 401, "{open} stays open");
     }
@@ -91,16 +87,31 @@ async fn with_a_configured_key_every_route_but_the_probes_refuses_a_caller_witho
     // Every route in the table, plus one that does not exist: none may answer without a key.
     let mut targets: Vec<(String, String)> = writ_server::routes::api_routes()
         .iter()
-        .filter(|r| !["/healthz", "/readyz"].contains(&r.path))
-        .map(|r| (r.method.to_string(), r.openapi_path().replace("{path}", "a.txt").replace("{id}", "0196f0c4-0000-7000-8000-000000000000")))
+        .filter(|r| !writ_server::auth::OPEN_PATHS.contains(&r.path))
+        .map(|r| {
+            (
+                r.method.to_string(),
+                r.openapi_path()
+                    .replace("{path}", "a.txt")
+                    .replace("{id}", "0196f0c4-0000-7000-8000-000000000000"),
+            )
+        })
         .collect();
     targets.push(("GET".into(), "/no/such/route".into()));
     for (method, path) in &targets {
-        for presented in [None, Some("Bearer"), Some(wrong.as_str()), Some("writ_nothex_x")] {
+        for presented in [
+            None,
+            Some("Bearer"),
+            Some(wrong.as_str()),
+            Some("writ_nothex_x"),
+        ] {
             let r = send(&app, presented, method, path).await;
             assert_eq!(r.status(), 401, "{method} {path} with {presented:?}");
             assert!(
-                r.headers()["www-authenticate"].to_str().unwrap().starts_with("Bearer"),
+                r.headers()["www-authenticate"]
+                    .to_str()
+                    .unwrap()
+                    .starts_with("Bearer"),
                 "{method} {path}"
             );
             let body: Value = r.json().await.unwrap();
@@ -108,11 +119,18 @@ async fn with_a_configured_key_every_route_but_the_probes_refuses_a_caller_witho
             assert_eq!(body["error"]["field"], "Authorization");
         }
     }
-    assert!(app.files_on_disk().is_empty(), "nothing was written without a key");
+    assert!(
+        app.files_on_disk().is_empty(),
+        "nothing was written without a key"
+    );
 
     let r = send(&app, Some(&key.key), "PUT", "/files/a.txt").await;
     assert_eq!(r.status(), 201);
-    let request_id = r.headers()["x-request-id"].to_str().unwrap().parse().unwrap();
+    let request_id = r.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     let store = writ_store::connect(&app.database_url).await.unwrap();
     let recorded = store.get_request(request_id).await.unwrap().unwrap();
     assert_eq!(
@@ -132,14 +150,21 @@ async fn a_key_issued_in_the_store_admits_its_holder_until_it_is_revoked() {
     let key = keys::generate("alice");
     store.create_key(&key.record).await.unwrap();
     assert_eq!(send(&app, None, "GET", "/operations").await.status(), 401);
-    assert_eq!(send(&app, Some(&key.key), "GET", "/operations").await.status(), 200);
+    assert_eq!(
+        send(&app, Some(&key.key), "GET", "/operations")
+            .await
+            .status(),
+        200
+    );
 
     store
         .revoke_key(&key.record.id, chrono::Utc::now())
         .await
         .unwrap();
     assert_eq!(
-        send(&app, Some(&key.key), "GET", "/operations").await.status(),
+        send(&app, Some(&key.key), "GET", "/operations")
+            .await
+            .status(),
         401,
         "a revoked key is refused"
     );
@@ -159,7 +184,10 @@ async fn writ_refuses_a_non_loopback_address_without_keys_unless_told_insecure()
         .err()
         .expect("refused");
     let msg = format!("{err:#}");
-    assert!(msg.contains("WRIT_ADDR") && msg.contains("--insecure"), "{msg}");
+    assert!(
+        msg.contains("WRIT_ADDR") && msg.contains("--insecure"),
+        "{msg}"
+    );
 
     settings.guard.insecure = true;
     writ_server::Application::build(settings.clone())
@@ -188,15 +216,27 @@ async fn a_key_past_its_rate_is_answered_429_with_retry_after() {
     )
     .await;
     for _ in 0..3 {
-        assert_eq!(send(&app, Some(&key.key), "GET", "/files").await.status(), 200);
+        assert_eq!(
+            send(&app, Some(&key.key), "GET", "/files").await.status(),
+            200
+        );
     }
     let r = send(&app, Some(&key.key), "GET", "/files").await;
     assert_eq!(r.status(), 429);
-    let secs: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    let secs: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!((1..=10).contains(&secs), "{secs}");
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], "rate_limited");
-    assert!(body["error"]["message"].as_str().unwrap().contains("WRIT_RATE_LIMIT_PER_MIN"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("WRIT_RATE_LIMIT_PER_MIN")
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -225,7 +265,14 @@ async fn batches_beyond_the_per_key_and_global_limits_are_refused_at_once_not_qu
         let url = app.url("/write_codebase");
         let k = key.key.clone();
         tokio::spawn(async move {
-            client.post(url).bearer_auth(k).json(&one_file("slow.py")).send().await.unwrap().status()
+            client
+                .post(url)
+                .bearer_auth(k)
+                .json(&one_file("slow.py"))
+                .send()
+                .await
+                .unwrap()
+                .status()
         })
     };
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -235,7 +282,10 @@ async fn batches_beyond_the_per_key_and_global_limits_are_refused_at_once_not_qu
     assert_eq!(status, 429, "{body}");
     assert_eq!(body["error"]["code"], "too_many_batches");
     assert!(retry.is_some());
-    assert!(started.elapsed() < Duration::from_millis(500), "refused at once");
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "refused at once"
+    );
 
     assert_eq!(slow.await.unwrap(), 200);
     assert_eq!(app.files_on_disk(), vec!["slow.py"]);
@@ -252,13 +302,26 @@ async fn without_keys_the_process_wide_batch_limit_answers_503_with_retry_after(
     let slow = {
         let client = app.client.clone();
         let url = app.url("/write_codebase");
-        tokio::spawn(async move { client.post(url).json(&one_file("slow.py")).send().await.unwrap().status() })
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .json(&one_file("slow.py"))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        })
     };
     tokio::time::sleep(Duration::from_millis(400)).await;
     let (status, body, retry) = post_batch(&app, None, &one_file("second.py")).await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"]["code"], "busy");
-    assert!(body["error"]["message"].as_str().unwrap().contains("WRIT_MAX_BATCHES_IN_FLIGHT"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("WRIT_MAX_BATCHES_IN_FLIGHT")
+    );
     assert_eq!(retry.as_deref(), Some("5"));
     assert_eq!(slow.await.unwrap(), 200);
     assert!(!app.repo_dir.join("second.py").exists());
@@ -267,13 +330,22 @@ async fn without_keys_the_process_wide_batch_limit_answers_503_with_retry_after(
 #[tokio::test]
 async fn a_generated_file_above_the_size_limit_fails_its_file_and_writes_nothing() {
     let app = spawn_guarded(Backend::Sqlite, &[("WRIT_MAX_FILE_BYTES", "64")]).await;
-    let big = format!("def add(a, b):\n    return a + b\n{}", "# padding\n".repeat(20));
+    let big = format!(
+        "def add(a, b):\n    return a + b\n{}",
+        "# padding\n".repeat(20)
+    );
     script_all(&app, Script::always(Step::code("python", big)));
     let (status, body, _) = post_batch(&app, None, &one_file("big.py")).await;
     assert_eq!(status, 200);
     let result = &body["results"][0];
     assert_eq!(result["success"], false, "{body}");
-    assert!(result["error"].as_str().unwrap().contains("WRIT_MAX_FILE_BYTES"), "{result}");
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .contains("WRIT_MAX_FILE_BYTES"),
+        "{result}"
+    );
     assert!(app.files_on_disk().is_empty());
 }
 
@@ -288,10 +360,19 @@ async fn a_batch_past_its_deadline_stops_waiting_on_models_and_fails_its_files_c
     let started = std::time::Instant::now();
     let (status, body, _) = post_batch(&app, None, &one_file("late.py")).await;
     assert_eq!(status, 200);
-    assert!(started.elapsed() < Duration::from_secs(4), "did not wait for the models");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "did not wait for the models"
+    );
     let result = &body["results"][0];
     assert_eq!(result["success"], false);
-    assert!(result["error"].as_str().unwrap().contains("WRIT_BATCH_DEADLINE_SECS"), "{result}");
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .contains("WRIT_BATCH_DEADLINE_SECS"),
+        "{result}"
+    );
     assert!(app.files_on_disk().is_empty());
     // The failure is in the audit log.
     let (_, ops) = app.json("/operations?status=failed").await;
@@ -324,9 +405,18 @@ async fn every_provider_error_class_fails_its_file_with_the_class_named_and_noth
         assert_eq!(status, 200, "{name}: {body}");
         let result = &body["results"][0];
         assert_eq!(result["success"], false, "{name}: {result}");
-        assert!(result["error"].as_str().is_some_and(|e| !e.is_empty()), "{name}");
-        assert!(!app.repo_dir.join(&file).exists(), "{name}: nothing written from a failed file");
-        assert!(result["operation_id"].is_string(), "{name}: the failure is recorded");
+        assert!(
+            result["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{name}"
+        );
+        assert!(
+            !app.repo_dir.join(&file).exists(),
+            "{name}: nothing written from a failed file"
+        );
+        assert!(
+            result["operation_id"].is_string(),
+            "{name}: the failure is recorded"
+        );
     }
     assert_eq!(injected, 9);
     assert!(app.files_on_disk().is_empty());
@@ -374,8 +464,16 @@ async fn the_database_lost_mid_batch_leaves_no_file_without_its_record_and_write
         let client = app.client.clone();
         let url = app.url("/write_codebase");
         tokio::spawn(async move {
-            let r = client.post(url).json(&one_file("mid.py")).send().await.unwrap();
-            (r.status().as_u16(), r.json::<Value>().await.unwrap_or(Value::Null))
+            let r = client
+                .post(url)
+                .json(&one_file("mid.py"))
+                .send()
+                .await
+                .unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<Value>().await.unwrap_or(Value::Null),
+            )
         })
     };
     // The request is recorded, the models are thinking: now the database goes away.
@@ -386,15 +484,24 @@ async fn the_database_lost_mid_batch_leaves_no_file_without_its_record_and_write
     if status == 200 {
         assert_eq!(body["results"][0]["success"], false, "{body}");
     }
-    assert!(!app.repo_dir.join("mid.py").exists(), "no file without its audit record");
+    assert!(
+        !app.repo_dir.join("mid.py").exists(),
+        "no file without its audit record"
+    );
     let (ready, _) = app.json("/readyz").await;
     assert_eq!(ready, 503);
 
     let_back(&admin, &name).await;
-    script_all(&app, Script::always(Step::code("python", "def add(a, b):\n    return a + b\n")));
+    script_all(
+        &app,
+        Script::always(Step::code("python", "def add(a, b):\n    return a + b\n")),
+    );
     let (status, body, _) = post_batch(&app, None, &one_file("after.py")).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["results"][0]["success"], true, "writes resume without a restart: {body}");
+    assert_eq!(
+        body["results"][0]["success"], true,
+        "writes resume without a restart: {body}"
+    );
     let op = body["results"][0]["operation_id"].as_str().unwrap();
     let (s, _) = app.json(&format!("/operations/{op}")).await;
     assert_eq!(s, 200, "the written file has its record");
@@ -447,20 +554,25 @@ async fn a_full_disk_fails_the_file_cleanly_with_no_partial_file_and_no_temp_fil
     let status = r.status().as_u16();
     let body: Value = r.json().await.unwrap();
     // Generated: a 90 KiB candidate.
-    let code = format!("def add(a, b):\n    return a + b\n{}", "# fill the disk\n".repeat(6000));
+    let code = format!(
+        "def add(a, b):\n    return a + b\n{}",
+        "# fill the disk\n".repeat(6000)
+    );
     script_all(&app, Script::always(Step::code("python", code)));
     let (bstatus, bbody, _) = post_batch(&app, None, &one_file("gen.py")).await;
 
+    // Everything under REPO_DIR, temp files (bare UUID names) included.
     let on_disk = app.files_on_disk();
-    let temp = leftovers(&app);
     unmount(repo.path());
 
     assert_eq!(status, 507, "{body}");
     assert_eq!(body["error"]["code"], "no_space");
     assert_eq!(bstatus, 200, "{bbody}");
     assert_eq!(bbody["results"][0]["success"], false, "{bbody}");
-    assert!(on_disk.is_empty(), "no partial file: {on_disk:?}");
-    assert!(temp.is_empty(), "no temp files: {temp:?}");
+    assert!(
+        on_disk.is_empty(),
+        "no partial file and no temp file: {on_disk:?}"
+    );
     let (_, ops) = app.json("/operations?status=pending").await;
     assert_eq!(ops["operations"], json!([]), "no operation left pending");
 }

@@ -37,10 +37,21 @@ async fn events(app: &TestApp, job: &str, last_event_id: Option<i64>) -> Vec<(i6
     if let Some(id) = last_event_id {
         req = req.header("last-event-id", id.to_string());
     }
-    let r = tokio::time::timeout(Duration::from_secs(20), req.send()).await.unwrap().unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(20), req.send())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(r.status(), 200);
-    assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
-    let text = tokio::time::timeout(Duration::from_secs(20), r.text()).await.expect("the stream ends after done").unwrap();
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let text = tokio::time::timeout(Duration::from_secs(20), r.text())
+        .await
+        .expect("the stream ends after done")
+        .unwrap();
     parse_sse(&text)
 }
 
@@ -58,7 +69,11 @@ async fn wait_done(app: &TestApp, job: &str) -> Value {
 
 async fn an_async_batch_answers_202_and_its_job_ends_with_the_synchronous_body(app: TestApp) {
     for m in MODELS {
-        app.fake().script(m, Script::always(Step::code("python", "a = 1")).with_latency(Latency::fixed(Duration::from_millis(300))));
+        app.fake().script(
+            m,
+            Script::always(Step::code("python", "a = 1"))
+                .with_latency(Latency::fixed(Duration::from_millis(300))),
+        );
     }
     let r = app
         .client
@@ -73,14 +88,20 @@ async fn an_async_batch_answers_202_and_its_job_ends_with_the_synchronous_body(a
     let body: Value = r.json().await.unwrap();
     let job = body["job_id"].as_str().unwrap().to_string();
     assert_eq!(location, format!("/jobs/{job}"));
-    assert!(!app.repo_dir.join("a.py").exists(), "answered before the models did");
+    assert!(
+        !app.repo_dir.join("a.py").exists(),
+        "answered before the models did"
+    );
 
     let done = wait_done(&app, &job).await;
     assert_eq!(done["status"], "done");
     assert_eq!(done["batch_status"], "success");
     assert_eq!(done["response"]["request_id"], job);
     assert_eq!(done["response"]["results"][0]["filename"], "a.py");
-    assert_eq!(done["response"]["results"][0]["selection"], "single_candidate");
+    assert_eq!(
+        done["response"]["results"][0]["selection"],
+        "single_candidate"
+    );
     assert!(app.repo_dir.join("a.py").exists());
     let (_, listed) = app.json("/jobs").await;
     assert_eq!(listed["jobs"][0]["id"], job.as_str());
@@ -97,26 +118,52 @@ async fn options_async_is_the_same_as_prefer_respond_async(app: TestApp) {
 
 async fn the_event_stream_tells_each_step_in_order_and_ends_after_done(app: TestApp) {
     for (i, m) in MODELS.iter().enumerate() {
-        app.fake().script(m, Script::always(Step::code("python", format!("v = {i}"))));
+        app.fake()
+            .script(m, Script::always(Step::code("python", format!("v = {i}"))));
     }
-    app.fake().script(ARBITER, Script::always(Step::verdict(1, "shortest")));
+    app.fake()
+        .script(ARBITER, Script::always(Step::verdict(1, "shortest")));
     let (status, answer) = app.post_write_codebase(&batch(&["x.py", "y.py"])).await;
     assert_eq!(status, 200, "{answer}");
     let job = answer["request_id"].as_str().unwrap().to_string();
 
     let all = events(&app, &job, None).await;
     let ids: Vec<i64> = all.iter().map(|e| e.0).collect();
-    assert_eq!(ids, (1..=all.len() as i64).collect::<Vec<_>>(), "ids count up from 1");
+    assert_eq!(
+        ids,
+        (1..=all.len() as i64).collect::<Vec<_>>(),
+        "ids count up from 1"
+    );
     let names: Vec<&str> = all.iter().map(|e| e.1.as_str()).collect();
     assert_eq!(names.first(), Some(&"queued"));
     assert_eq!(names.last(), Some(&"done"));
-    for expected in ["file_started", "candidate_started", "candidate_finished", "arbiter_started", "arbiter_chose", "file_written"] {
-        assert!(names.contains(&expected), "{expected} missing from {names:?}");
+    for expected in [
+        "file_started",
+        "candidate_started",
+        "candidate_finished",
+        "arbiter_started",
+        "arbiter_chose",
+        "file_written",
+    ] {
+        assert!(
+            names.contains(&expected),
+            "{expected} missing from {names:?}"
+        );
     }
-    assert_eq!(names.iter().filter(|n| **n == "candidate_finished").count(), 6, "3 models × 2 files");
+    assert_eq!(
+        names.iter().filter(|n| **n == "candidate_finished").count(),
+        6,
+        "3 models × 2 files"
+    );
     assert_eq!(names.iter().filter(|n| **n == "file_written").count(), 2);
     let finished = all.iter().find(|e| e.1 == "candidate_finished").unwrap();
-    assert!(finished.2["latency_ms"].is_u64() && finished.2["ok"] == true && finished.2["parsed"] == true, "{}", finished.2);
+    assert!(
+        finished.2["latency_ms"].is_u64()
+            && finished.2["ok"] == true
+            && finished.2["parsed"] == true,
+        "{}",
+        finished.2
+    );
     let chose = all.iter().find(|e| e.1 == "arbiter_chose").unwrap();
     assert_eq!(chose.2["reason"], "shortest");
     let written = all.iter().find(|e| e.1 == "file_written").unwrap();
@@ -124,7 +171,11 @@ async fn the_event_stream_tells_each_step_in_order_and_ends_after_done(app: Test
     assert_eq!(all.last().unwrap().2["status"], "success");
 
     let rest = events(&app, &job, Some(3)).await;
-    assert_eq!(rest.first().map(|e| e.0), Some(4), "Last-Event-ID replays only what came after");
+    assert_eq!(
+        rest.first().map(|e| e.0),
+        Some(4),
+        "Last-Event-ID replays only what came after"
+    );
     assert_eq!(rest.len(), all.len() - 3);
 }
 
@@ -134,15 +185,30 @@ async fn a_failed_file_is_an_event_too(app: TestApp) {
     }
     let (_, answer) = app.post_write_codebase(&batch(&["bad.py"])).await;
     let all = events(&app, answer["request_id"].as_str().unwrap(), None).await;
-    let failed = all.iter().find(|e| e.1 == "file_failed").expect("file_failed");
-    assert!(failed.2["error"].as_str().unwrap().contains("failed"), "{}", failed.2);
-    let classes: Vec<&Value> = all.iter().filter(|e| e.1 == "candidate_finished").map(|e| &e.2["error_class"]).collect();
+    let failed = all
+        .iter()
+        .find(|e| e.1 == "file_failed")
+        .expect("file_failed");
+    assert!(
+        failed.2["error"].as_str().unwrap().contains("failed"),
+        "{}",
+        failed.2
+    );
+    let classes: Vec<&Value> = all
+        .iter()
+        .filter(|e| e.1 == "candidate_finished")
+        .map(|e| &e.2["error_class"])
+        .collect();
     assert!(classes.iter().all(|c| *c == "bad_request"), "{classes:?}");
 }
 
 async fn a_subscriber_follows_a_running_batch_live(app: TestApp) {
     for m in MODELS {
-        app.fake().script(m, Script::always(Step::code("python", "slow = 1")).with_latency(Latency::fixed(Duration::from_millis(700))));
+        app.fake().script(
+            m,
+            Script::always(Step::code("python", "slow = 1"))
+                .with_latency(Latency::fixed(Duration::from_millis(700))),
+        );
     }
     let r = app
         .client
@@ -152,15 +218,37 @@ async fn a_subscriber_follows_a_running_batch_live(app: TestApp) {
         .send()
         .await
         .unwrap();
-    let job = r.json::<Value>().await.unwrap()["job_id"].as_str().unwrap().to_string();
-    let mut stream = app.client.get(app.url(&format!("/jobs/{job}/events"))).send().await.unwrap();
-    let first = tokio::time::timeout(Duration::from_secs(5), stream.chunk()).await.unwrap().unwrap().unwrap();
+    let job = r.json::<Value>().await.unwrap()["job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut stream = app
+        .client
+        .get(app.url(&format!("/jobs/{job}/events")))
+        .send()
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(5), stream.chunk())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     let first = String::from_utf8_lossy(&first).to_string();
-    assert!(first.contains("event: queued") || first.contains("event:queued"), "{first}");
+    assert!(
+        first.contains("event: queued") || first.contains("event:queued"),
+        "{first}"
+    );
     let (_, job_now) = app.json(&format!("/jobs/{job}")).await;
-    assert_ne!(job_now["status"], "done", "the first event arrived while the batch was still running");
+    assert_ne!(
+        job_now["status"], "done",
+        "the first event arrived while the batch was still running"
+    );
     let mut rest = first;
-    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(10), stream.chunk()).await.unwrap().unwrap() {
+    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(10), stream.chunk())
+        .await
+        .unwrap()
+        .unwrap()
+    {
         rest.push_str(&String::from_utf8_lossy(&chunk));
     }
     let names: Vec<String> = parse_sse(&rest).into_iter().map(|e| e.1).collect();
@@ -207,10 +295,24 @@ async fn a_job_interrupted_by_a_crash_is_failed_with_a_reason_at_the_next_start(
         })
         .await
         .unwrap();
-    store.insert_job(&NewJob { id: job, created_at: long_ago, is_async: true, files: vec!["a.py".into()] }).await.unwrap();
+    store
+        .insert_job(&NewJob {
+            id: job,
+            created_at: long_ago,
+            is_async: true,
+            files: vec!["a.py".into()],
+        })
+        .await
+        .unwrap();
     store.heartbeat_job(job, JobStatus::Running).await.unwrap();
     store
-        .append_job_event(&JobEvent { job_id: job, seq: 1, created_at: long_ago, name: "queued".into(), data: json!({"type": "queued"}) })
+        .append_job_event(&JobEvent {
+            job_id: job,
+            seq: 1,
+            created_at: long_ago,
+            name: "queued".into(),
+            data: json!({"type": "queued"}),
+        })
         .await
         .unwrap();
     // The heartbeat above is "now"; make it stale as a dead process would leave it.
@@ -220,7 +322,10 @@ async fn a_job_interrupted_by_a_crash_is_failed_with_a_reason_at_the_next_start(
     let app = spawn_with(settings, dirs, backend).await;
     let (_, body) = app.json(&format!("/jobs/{job}")).await;
     assert_eq!(body["status"], "failed", "{body}");
-    assert!(body["error"].as_str().unwrap().contains("interrupted"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("interrupted"),
+        "{body}"
+    );
     let all = events(&app, &job.to_string(), None).await;
     assert_eq!(all.last().map(|e| e.1.as_str()), Some("done"));
     assert_eq!(all.last().unwrap().2["status"], "failed");
@@ -229,11 +334,20 @@ async fn a_job_interrupted_by_a_crash_is_failed_with_a_reason_at_the_next_start(
 async fn age_heartbeat(database_url: &str, job: uuid::Uuid) {
     if database_url.starts_with("postgres") {
         let pool = sqlx::PgPool::connect(database_url).await.unwrap();
-        sqlx::query("UPDATE jobs SET heartbeat_at = now() - interval '10 minutes' WHERE id = $1").bind(job).execute(&pool).await.unwrap();
+        sqlx::query("UPDATE jobs SET heartbeat_at = now() - interval '10 minutes' WHERE id = $1")
+            .bind(job)
+            .execute(&pool)
+            .await
+            .unwrap();
     } else {
         let pool = sqlx::SqlitePool::connect(database_url).await.unwrap();
         let old = (chrono::Utc::now() - chrono::TimeDelta::minutes(10)).timestamp_micros();
-        sqlx::query("UPDATE jobs SET heartbeat_at = ?1 WHERE id = ?2").bind(old).bind(job).execute(&pool).await.unwrap();
+        sqlx::query("UPDATE jobs SET heartbeat_at = ?1 WHERE id = ?2")
+            .bind(old)
+            .bind(job)
+            .execute(&pool)
+            .await
+            .unwrap();
     }
 }
 

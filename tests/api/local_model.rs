@@ -105,3 +105,38 @@ async fn with_no_key_and_no_code_list_the_embedded_model_writes_a_python_file_th
         std::fs::read_to_string(&written).unwrap()
     );
 }
+
+#[tokio::test]
+async fn openrouter_models_without_a_key_get_503_even_under_the_embedded_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let absent = dir.path().join("never-fetched.gguf");
+    let (settings, dirs) = test_settings_with(
+        Backend::Sqlite,
+        &[
+            ("WRIT_LOCAL_MODEL", "auto"),
+            ("WRIT_LOCAL_MODEL_PATH", absent.to_str().unwrap()),
+        ],
+    )
+    .await;
+    let app = spawn_with(settings, dirs, Backend::Sqlite).await;
+    let (status, body) = app
+        .post_write_codebase(&json!({
+            "command": "write_codebase",
+            "files": [{"filename": "a.py", "code_description": "x = 1"}],
+            "options": {"models": ["openai/gpt-4.1-mini"]}
+        }))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("OPENROUTER_API_KEY"),
+        "{body}"
+    );
+    assert!(app.files_on_disk().is_empty());
+    assert!(
+        !absent.exists(),
+        "no model was fetched for a refused request"
+    );
+}

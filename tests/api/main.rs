@@ -2,9 +2,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod dashboard;
 mod files;
-mod jobs;
 mod hardening;
+mod jobs;
 mod local_model;
 mod openapi;
 mod operations;

@@ -103,9 +103,16 @@ async fn real_answers_have_the_shapes_the_spec_describes() {
             "files": [{"filename": "a.py", "code_description": "d"}, {"filename": "b.png", "code_description": "d"}]}))
         .await;
     assert_matches_schema(&spec, "WriteCodebaseResponse", &batch, "write_codebase");
-    let (_, job) = app.json(&format!("/jobs/{}", batch["request_id"].as_str().unwrap())).await;
+    let (_, job) = app
+        .json(&format!("/jobs/{}", batch["request_id"].as_str().unwrap()))
+        .await;
     assert_matches_schema(&spec, "Job", &job, "job");
-    assert_matches_schema(&spec, "WriteCodebaseResponse", &job["response"], "job.response");
+    assert_matches_schema(
+        &spec,
+        "WriteCodebaseResponse",
+        &job["response"],
+        "job.response",
+    );
     let (_, jobs) = app.json("/jobs").await;
     assert_matches_schema(&spec, "Job", &jobs["jobs"][0], "jobs[0]");
 

@@ -44,6 +44,11 @@ pub const FALLBACK: &str = "rescue/gen";
 
 /// A test server whose models are served by a fresh fake upstream, with short retry waits.
 pub async fn spawn_app_with_models(backend: Backend) -> TestApp {
+    spawn_app_with_models_and(backend, &[]).await
+}
+
+/// [`spawn_app_with_models`] with extra variables (API keys, limits, …).
+pub async fn spawn_app_with_models_and(backend: Backend, extra: &[(&str, &str)]) -> TestApp {
     let fake = writ_fake_upstream::FakeUpstream::start()
         .await
         .expect("the fake upstream starts");
@@ -59,7 +64,10 @@ pub async fn spawn_app_with_models(backend: Backend) -> TestApp {
             ("WRIT_MODEL_MAX_ATTEMPTS", "2"),
             ("WRIT_MODEL_BACKOFF_MS", "10"),
             ("WRIT_FALLBACK_BACKOFF_MS", "10"),
-        ],
+        ]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect::<Vec<_>>(),
     )
     .await;
     let mut app = spawn_with(settings, dirs, backend).await;

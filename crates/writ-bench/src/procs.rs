@@ -112,6 +112,10 @@ impl Writ {
             .env("WRIT_RATE_LIMIT_BURST", "100000000")
             .env("WRIT_MAX_BATCHES_PER_KEY", "100000")
             .env("WRIT_MAX_BATCHES_IN_FLIGHT", "100000")
+            // The defaults (4 per model, 64 in all) protect a real provider's rate limits and
+            // would cap the ceiling at ~16 five-file batches/s against a 50 ms fake.
+            .env("WRIT_MODEL_MAX_CONCURRENT_PER_MODEL", "4096")
+            .env("WRIT_MODEL_MAX_CONCURRENT", "16384")
             .env_remove("OPENROUTER_API_KEY")
             .env_remove("WRIT_CONFIG")
             .stdout(Stdio::null())

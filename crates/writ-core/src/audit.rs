@@ -195,7 +195,9 @@ pub enum StoreError {
 /// The audit store. PostgreSQL and SQLite implement it in `writ-store`; one conformance suite
 /// runs against both.
 #[async_trait]
-pub trait AuditStore: Send + Sync + 'static + crate::jobs::JobStore + crate::keys::KeyStore {
+pub trait AuditStore:
+    Send + Sync + 'static + crate::jobs::JobStore + crate::keys::KeyStore
+{
     /// Backend name for reports (`postgres`, `sqlite`).
     fn backend(&self) -> &'static str;
     /// Cheap round trip, for `/readyz`.

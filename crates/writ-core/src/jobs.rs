@@ -111,5 +111,10 @@ pub trait JobStore: Send + Sync {
     async fn stale_jobs(&self, before: DateTime<Utc>) -> Result<Vec<Job>, StoreError>;
     async fn append_job_event(&self, event: &JobEvent) -> Result<(), StoreError>;
     /// Events with `seq > after`, in order, at most `limit`.
-    async fn job_events(&self, id: Uuid, after: i64, limit: u32) -> Result<Vec<JobEvent>, StoreError>;
+    async fn job_events(
+        &self,
+        id: Uuid,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<JobEvent>, StoreError>;
 }

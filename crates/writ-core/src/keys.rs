@@ -142,7 +142,13 @@ mod tests {
 
     #[test]
     fn malformed_keys_are_refused_and_debug_hides_the_secret() {
-        for bad in ["", "writ_", "writ_abc_def", "sk-or-123", "writ_zzzzzzzzzzzz_00"] {
+        for bad in [
+            "",
+            "writ_",
+            "writ_abc_def",
+            "sk-or-123",
+            "writ_zzzzzzzzzzzz_00",
+        ] {
             assert!(PresentedKey::parse(bad).is_none(), "{bad}");
         }
         let k = generate("x");

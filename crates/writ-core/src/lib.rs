@@ -16,8 +16,8 @@
 pub mod audit;
 pub mod content;
 pub mod files;
-pub mod keys;
 pub mod jobs;
+pub mod keys;
 pub mod model;
 pub mod path;
 pub mod workspace;

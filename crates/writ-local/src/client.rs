@@ -129,6 +129,17 @@ impl ModelClient for LocalClient {
             };
             fail(class, e.to_string())
         })?;
+        // An answer cut at the cap inside its code block is a file with its end missing; a lenient
+        // parser may still accept it, so it never becomes a candidate.
+        if generated.finish_reason == "length" && crate::engine::has_open_fence(&generated.text) {
+            return Err(fail(
+                ErrorClass::BadResponse,
+                format!(
+                    "the answer reached the {}-token cap inside its code block (WRIT_LOCAL_MAX_TOKENS); a cut file is not a candidate",
+                    generated.completion_tokens
+                ),
+            ));
+        }
         metrics::counter!("writ_local_completion_tokens_total")
             .increment(generated.completion_tokens);
         Ok(ChatResponse {

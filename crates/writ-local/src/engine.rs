@@ -47,7 +47,7 @@ impl LocalConfig {
             workers: 1,
             threads: (cores / 2).max(1),
             context_tokens: 4096,
-            max_tokens: 1024,
+            max_tokens: 512,
             deadline: Duration::from_secs(120),
             queue_capacity: 64,
         }
@@ -379,6 +379,15 @@ pub(crate) fn fenced_block_closed(text: &[u8]) -> bool {
     fences >= 2 && text.ends_with('\n')
 }
 
+/// Whether the text opened a fenced block it never closed.
+pub(crate) fn has_open_fence(text: &str) -> bool {
+    text.lines()
+        .filter(|l| l.trim_start().starts_with("```"))
+        .count()
+        % 2
+        == 1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,6 +397,13 @@ mod tests {
         assert!(!fenced_block_closed(b"```python\nx = 1\n"));
         assert!(!fenced_block_closed(b"```python\nx = 1\n```"));
         assert!(fenced_block_closed(b"Here:\n```python\nx = 1\n```\n"));
+    }
+
+    #[test]
+    fn an_unclosed_fence_is_seen() {
+        assert!(has_open_fence("Here:\n```python\nx = 1"));
+        assert!(!has_open_fence("```python\nx = 1\n```"));
+        assert!(!has_open_fence("just prose"));
     }
 
     #[test]

@@ -30,16 +30,26 @@ fn ask(model: &str, max_tokens: u32) -> ChatRequest {
     }
 }
 
+/// A question whose answer has no code block, so a cap never cuts a file in half.
+fn ask_prose(model: &str, max_tokens: u32) -> ChatRequest {
+    ChatRequest {
+        messages: vec![ChatMessage::user(
+            "In one short sentence and without any code: why do programmers write tests?",
+        )],
+        ..ask(model, max_tokens)
+    }
+}
+
 #[tokio::test]
 async fn two_sampling_settings_give_two_answers_within_the_token_cap() {
     let client = client(|_| {});
     let started = Instant::now();
     let a = client
-        .chat(ask("local/smollm2-135m@t0.9,s1", 48))
+        .chat(ask_prose("local/smollm2-135m@t0.9,s1", 48))
         .await
         .unwrap();
     let b = client
-        .chat(ask("local/smollm2-135m@t0.9,s2", 48))
+        .chat(ask_prose("local/smollm2-135m@t0.9,s2", 48))
         .await
         .unwrap();
     eprintln!(
@@ -55,7 +65,7 @@ async fn two_sampling_settings_give_two_answers_within_the_token_cap() {
         assert!(!r.content.trim().is_empty());
     }
     let again = client
-        .chat(ask("local/smollm2-135m@t0.9,s1", 48))
+        .chat(ask_prose("local/smollm2-135m@t0.9,s1", 48))
         .await
         .unwrap();
     assert_eq!(
@@ -103,4 +113,48 @@ async fn an_arbiter_schema_is_answered_with_a_verdict_that_parses() {
     let choice = verdict["choice"].as_u64().unwrap();
     assert!((1..=2).contains(&choice), "{verdict}");
     assert!(!verdict["reason"].as_str().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn calls_beyond_the_queue_are_refused_at_once_while_the_first_still_runs() {
+    let client = client(|c| c.queue_capacity = 1);
+    let started = Instant::now();
+    let (a, b, c) = tokio::join!(
+        client.chat(ask_prose("local/smollm2-135m@t0.5,s1", 24)),
+        client.chat(ask_prose("local/smollm2-135m@t0.5,s2", 24)),
+        client.chat(ask_prose("local/smollm2-135m@t0.5,s3", 24)),
+    );
+    assert!(a.is_ok(), "the first call runs: {a:?}");
+    let refused: Vec<_> = [&b, &c]
+        .into_iter()
+        .filter_map(|r| r.as_ref().err())
+        .collect();
+    assert!(
+        !refused.is_empty(),
+        "one worker and one queue slot cannot take three calls"
+    );
+    for e in refused {
+        assert_eq!(e.class, ErrorClass::RateLimited, "{e}");
+        assert!(e.message.contains("queue is full"), "{e}");
+        assert!(
+            e.latency < Duration::from_millis(100),
+            "refused at once: {:?}",
+            e.latency
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[tokio::test]
+async fn an_answer_cut_inside_its_code_block_is_refused_naming_the_cap() {
+    let client = client(|_| {});
+    let mut req = ask("local/smollm2-135m", 8);
+    req.messages = vec![
+        ChatMessage::system("You answer with a single fenced Python code block and nothing else."),
+        ChatMessage::user("Write a Python function add(a, b) that returns a + b."),
+    ];
+    req.temperature = Some(0.0);
+    let err = client.chat(req).await.unwrap_err();
+    assert_eq!(err.class, ErrorClass::BadResponse, "{err}");
+    assert!(err.message.contains("WRIT_LOCAL_MAX_TOKENS"), "{err}");
 }

@@ -53,7 +53,7 @@ impl Default for ClientConfig {
             first_byte_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(30),
             stream: true,
-            max_concurrent_per_model: 4,
+            max_concurrent_per_model: 16,
             max_concurrent_total: 64,
             breaker: BreakerPolicy::default(),
         }

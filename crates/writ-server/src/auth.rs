@@ -7,6 +7,8 @@
 //! request as [`Caller`] (and from there into the audit log); the key itself is never logged.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -18,22 +20,32 @@ use crate::error::{ApiError, store_error};
 use crate::state::AppState;
 
 /// Probes that load balancers and orchestrators call without credentials.
-pub const OPEN_PATHS: [&str; 2] = ["/healthz", "/readyz"];
+// `/` is the dashboard's page: it holds no data, and asks the person for a key before it reads any.
+pub const OPEN_PATHS: [&str; 3] = ["/", "/healthz", "/readyz"];
 
 /// The key id of an authenticated caller, as a request extension.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller(pub String);
 
-/// Whether auth is on; remembers "yes" so the store is asked only until it first says so.
-#[derive(Debug, Default)]
+/// Whether auth is on. "On" is remembered for good (keys are never deleted, only revoked);
+/// "off" is trusted for [`OFF_RECHECK`], so a key made with `writ keys create` on a running
+/// server takes effect within that, without a query per request.
+#[derive(Debug)]
 pub struct AuthSwitch {
     on: AtomicBool,
+    /// When the store last said it holds no key.
+    off_checked: Mutex<Option<Instant>>,
 }
 
+/// How long a "no keys" answer from the store is trusted.
+const OFF_RECHECK: Duration = Duration::from_secs(2);
+
 impl AuthSwitch {
+    /// `on`: keys are configured at start-up; otherwise the store was just asked and had none.
     pub fn new(on: bool) -> Self {
         Self {
             on: AtomicBool::new(on),
+            off_checked: Mutex::new((!on).then(Instant::now)),
         }
     }
 
@@ -41,21 +53,34 @@ impl AuthSwitch {
         if self.on.load(Ordering::Relaxed) {
             return Ok(true);
         }
-        let any = state.store.any_keys().await.map_err(store_error)?;
-        if any {
-            self.on.store(true, Ordering::Relaxed);
+        let last_off = *self.off_checked.lock().unwrap_or_else(PoisonError::into_inner);
+        if last_off.is_some_and(|at| at.elapsed() < OFF_RECHECK) {
+            return Ok(false);
         }
-        Ok(any)
+        match state.store.any_keys().await {
+            Ok(true) => {
+                self.on.store(true, Ordering::Relaxed);
+                Ok(true)
+            }
+            Ok(false) => {
+                *self.off_checked.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some(Instant::now());
+                Ok(false)
+            }
+            // Keys live only in the store, so none can have been issued while it is unreachable:
+            // the last "no keys" answer stands, and the routes that need no database keep working.
+            Err(e) if last_off.is_some() => {
+                tracing::warn!(error = %e, "cannot re-check for API keys; auth stays off as last seen");
+                Ok(false)
+            }
+            Err(e) => Err(ApiError::audit_unavailable(&e)),
+        }
     }
 }
 
 /// Refuses a request without a valid key (when keys are configured), then takes one request
 /// from the key's rate bucket.
-pub async fn require_key(
-    State(state): State<AppState>,
-    mut req: Request,
-    next: Next,
-) -> Response {
+pub async fn require_key(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     if OPEN_PATHS.contains(&req.uri().path()) {
         return next.run(req).await;
     }
@@ -91,7 +116,9 @@ async fn authenticate(
             scheme.eq_ignore_ascii_case("bearer").then_some(token)
         })
         .and_then(PresentedKey::parse)
-        .ok_or_else(|| unauthorized("send an API key as `Authorization: Bearer writ_<id>_<secret>`"))?;
+        .ok_or_else(|| {
+            unauthorized("send an API key as `Authorization: Bearer writ_<id>_<secret>`")
+        })?;
 
     let configured = state
         .settings
@@ -101,14 +128,21 @@ async fn authenticate(
         .find(|(id, _)| *id == presented.id);
     let valid = match configured {
         Some((_, hash)) => presented.matches(hash),
-        None => match state.store.find_key(&presented.id).await.map_err(store_error)? {
+        None => match state
+            .store
+            .find_key(&presented.id)
+            .await
+            .map_err(store_error)?
+        {
             Some(record) => record.revoked_at.is_none() && presented.matches(&record.secret_sha256),
             None => false,
         },
     };
     if !valid {
         tracing::info!(key_id = %presented.id, "refused an unknown, revoked or wrong API key");
-        return Err(unauthorized("the API key is not valid (unknown, revoked or wrong)"));
+        return Err(unauthorized(
+            "the API key is not valid (unknown, revoked or wrong)",
+        ));
     }
     Ok(Some(Caller(presented.id)))
 }

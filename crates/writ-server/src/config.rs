@@ -56,6 +56,10 @@ pub struct Settings {
     pub max_tokens: u32,
     /// Wait before the second fallback model (`WRIT_FALLBACK_BACKOFF_MS`); doubles after each.
     pub fallback_backoff: Duration,
+    /// Upstream calls in flight at once per model and in total (`WRIT_MODEL_MAX_CONCURRENT_PER_MODEL`,
+    /// `WRIT_MODEL_MAX_CONCURRENT`); calls beyond wait for a slot.
+    pub model_max_concurrent_per_model: usize,
+    pub model_max_concurrent: usize,
     /// When a fan-out stops waiting for slow candidates (`WRIT_STRAGGLER_ENOUGH`,
     /// `WRIT_STRAGGLER_EXTRA_MS` or `WRIT_STRAGGLER_EXTRA_FACTOR`); waits for all by default.
     pub straggler: writ_core::synthesis::StragglerPolicy,
@@ -145,7 +149,7 @@ impl Settings {
             threads: parse_num(&get, "WRIT_LOCAL_THREADS", 0)?,
             context_tokens: parse_num(&get, "WRIT_LOCAL_CONTEXT_TOKENS", 4096)?.clamp(512, 8192)
                 as u32,
-            max_tokens: parse_num(&get, "WRIT_LOCAL_MAX_TOKENS", 1024)?.max(1) as u32,
+            max_tokens: parse_num(&get, "WRIT_LOCAL_MAX_TOKENS", 512)?.max(1) as u32,
         };
         let key_set = get("OPENROUTER_API_KEY").is_some_and(|k| !k.trim().is_empty());
         let mut code_list: Vec<String> = get("CODE_LIST")
@@ -208,6 +212,18 @@ impl Settings {
                 "WRIT_FALLBACK_BACKOFF_MS",
                 500,
             )? as u64),
+            model_max_concurrent_per_model: parse_num(
+                &get,
+                "WRIT_MODEL_MAX_CONCURRENT_PER_MODEL",
+                writ_models::ClientConfig::default().max_concurrent_per_model,
+            )?
+            .max(1),
+            model_max_concurrent: parse_num(
+                &get,
+                "WRIT_MODEL_MAX_CONCURRENT",
+                writ_models::ClientConfig::default().max_concurrent_total,
+            )?
+            .max(1),
             straggler: straggler_policy(&get)?,
             config_file: file_used,
             guard: crate::limits::GuardSettings::load(&get)?,

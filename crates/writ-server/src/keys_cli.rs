@@ -33,7 +33,9 @@ pub async fn run(
 ) -> anyhow::Result<bool> {
     if let KeysCommand::Hash = command {
         let mut line = String::new();
-        input.read_line(&mut line).context("reading the key from stdin")?;
+        input
+            .read_line(&mut line)
+            .context("reading the key from stdin")?;
         let Some(entry) = keys::config_entry(line.trim()) else {
             anyhow::bail!("stdin does not hold a writ key (writ_<12 hex>_<64 hex>)");
         };

@@ -35,6 +35,20 @@ enum Command {
         #[command(subcommand)]
         command: writ_server::keys_cli::KeysCommand,
     },
+    /// Ask a running writ to write files, with live progress (uses WRIT_URL, WRIT_API_KEY).
+    Write {
+        #[command(flatten)]
+        remote: writ_server::client::Remote,
+        #[command(flatten)]
+        args: writ_server::client::WriteArgs,
+    },
+    /// List the audit log of a running writ (same filters as GET /operations).
+    Ops {
+        #[command(flatten)]
+        remote: writ_server::client::Remote,
+        #[command(flatten)]
+        args: writ_server::client::OpsArgs,
+    },
     /// Apply database migrations and exit.
     Migrate,
     /// Print a pre-flight report; exit 1 when something a write needs is missing.
@@ -107,6 +121,18 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 ExitCode::FAILURE
             })
+        }
+        Command::Write { remote, args } => {
+            let ok = writ_server::client::write(&remote, &args, &mut std::io::stdout()).await?;
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Command::Ops { remote, args } => {
+            writ_server::client::ops(&remote, &args, &mut std::io::stdout()).await?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Migrate => {
             let store = writ_store::connect(&settings.database_url).await?;

@@ -66,17 +66,27 @@ impl Application {
         // Jobs whose process died are failed with a reason, never left "running" forever. Same
         // rule as above: on SQLite every unfinished job is from a dead run.
         let hub = EventHub::default();
-        let stale_after = if store.backend() == "sqlite" { Duration::ZERO } else { STALE_JOB_AFTER };
+        let stale_after = if store.backend() == "sqlite" {
+            Duration::ZERO
+        } else {
+            STALE_JOB_AFTER
+        };
         let failed_jobs = fail_stale_jobs(store.as_ref(), stale_after, Some(&hub))
             .await
             .context("failing jobs interrupted by an earlier run")?;
         if failed_jobs > 0 {
-            tracing::warn!(jobs = failed_jobs, "failed jobs interrupted by an earlier run");
+            tracing::warn!(
+                jobs = failed_jobs,
+                "failed jobs interrupted by an earlier run"
+            );
         }
 
         let (models, synthesizer) = build_models(&settings, &store, &workspace);
         let runner = synthesizer.clone().map(|synthesizer| {
-            Arc::new(JobRunner { synthesizer, hub: hub.clone() })
+            Arc::new(JobRunner {
+                synthesizer,
+                hub: hub.clone(),
+            })
         });
 
         let keys_configured = !settings.guard.api_keys.is_empty()
@@ -192,6 +202,8 @@ fn build_models(
         base_url: settings.openrouter_base_url.clone(),
         api_key: settings.openrouter_api_key.clone(),
         retry,
+        max_concurrent_per_model: settings.model_max_concurrent_per_model,
+        max_concurrent_total: settings.model_max_concurrent,
         ..writ_models::ClientConfig::default()
     };
     let client: Arc<dyn writ_core::ModelClient> = match writ_models::OpenRouterClient::new(config) {
@@ -332,7 +344,9 @@ async fn reconcile_periodically(state: AppState) {
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "reconciliation skipped: audit store unavailable"),
         }
-        if let Err(e) = fail_stale_jobs(state.store.as_ref(), STALE_JOB_AFTER, Some(&state.hub)).await {
+        if let Err(e) =
+            fail_stale_jobs(state.store.as_ref(), STALE_JOB_AFTER, Some(&state.hub)).await
+        {
             tracing::warn!(error = %e, "stale-job sweep skipped: audit store unavailable");
         }
     }

@@ -49,7 +49,10 @@ async fn start_writ(dir: &Path, fake: &FakeUpstream, extra: &[(&str, &str)]) -> 
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("RUST_LOG", "debug,sqlx=warn,hyper=info,h2=info")
         .env("WRIT_ADDR", format!("127.0.0.1:{port}"))
-        .env("DATABASE_URL", format!("sqlite://{}/writ.db", dir.display()))
+        .env(
+            "DATABASE_URL",
+            format!("sqlite://{}/writ.db", dir.display()),
+        )
         .env("REPO_DIR", dir.join("repo"))
         .env("OPENROUTER_BASE_URL", fake.base_url())
         .env("CODE_LIST", MODELS.join(","))
@@ -188,7 +191,9 @@ async fn sigkill_mid_batch_leaves_no_torn_or_temp_file_and_every_operation_settl
     writ.child.wait().unwrap();
 
     let restart_log = std::fs::read_to_string(&writ.log).unwrap();
-    let settled = restart_log.lines().find(|l| l.contains("settled operations left pending"));
+    let settled = restart_log
+        .lines()
+        .find(|l| l.contains("settled operations left pending"));
     eprintln!(
         "SIGKILL fault: {} operations recorded, {} files whole on disk, restart: {}",
         ops.len(),
@@ -248,10 +253,7 @@ async fn sigterm_takes_no_new_work_lets_the_in_flight_batch_finish_and_exits() {
     let sent = Instant::now();
     signal(&writ.child, "-TERM");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let refused = client()
-        .get(format!("{}/healthz", writ.base))
-        .send()
-        .await;
+    let refused = client().get(format!("{}/healthz", writ.base)).send().await;
     assert!(refused.is_err(), "no new connections after SIGTERM");
 
     let (status, body) = inflight.await.unwrap();
@@ -261,7 +263,10 @@ async fn sigterm_takes_no_new_work_lets_the_in_flight_batch_finish_and_exits() {
         if let Some(s) = writ.child.try_wait().unwrap() {
             break s;
         }
-        assert!(sent.elapsed() < Duration::from_secs(20), "writ did not exit");
+        assert!(
+            sent.elapsed() < Duration::from_secs(20),
+            "writ did not exit"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert!(code.success(), "{code:?}");
@@ -328,27 +333,95 @@ async fn neither_the_provider_key_nor_an_api_key_appears_in_any_log_or_response(
     };
     // Success, provider failures of every kind, auth failures with the key mangled, bad input.
     let key = api.key.as_str();
-    responses += &record(http.post(format!("{}/write_codebase", writ.base)).bearer_auth(key).json(&batch(&["ok.py"])).send().await.unwrap()).await;
+    responses += &record(
+        http.post(format!("{}/write_codebase", writ.base))
+            .bearer_auth(key)
+            .json(&batch(&["ok.py"]))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     for status in [401, 402, 429, 500] {
         for m in MODELS.iter().chain([&ARBITER]) {
             fake.script(m, Script::always(Step::status(status)));
         }
-        responses += &record(http.post(format!("{}/write_codebase", writ.base)).bearer_auth(key).json(&batch(&[&format!("f{status}.py")])).send().await.unwrap()).await;
+        responses += &record(
+            http.post(format!("{}/write_codebase", writ.base))
+                .bearer_auth(key)
+                .json(&batch(&[&format!("f{status}.py")]))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
     }
     let mangled = format!("{}0", &api.key[..api.key.len() - 1]);
-    responses += &record(http.get(format!("{}/operations", writ.base)).bearer_auth(&mangled).send().await.unwrap()).await;
-    responses += &record(http.get(format!("{}/operations", writ.base)).bearer_auth(key).send().await.unwrap()).await;
-    responses += &record(http.put(format!("{}/files/a.txt", writ.base)).bearer_auth(key).body(format!("no {}", "secret here")).send().await.unwrap()).await;
-    responses += &record(http.post(format!("{}/write_codebase", writ.base)).bearer_auth(key).body("{not json").send().await.unwrap()).await;
-    responses += &record(http.get(format!("{}/readyz", writ.base)).send().await.unwrap()).await;
-    responses += &record(http.get(format!("{}/metrics", writ.base)).bearer_auth(key).send().await.unwrap()).await;
+    responses += &record(
+        http.get(format!("{}/operations", writ.base))
+            .bearer_auth(&mangled)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    responses += &record(
+        http.get(format!("{}/operations", writ.base))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    responses += &record(
+        http.put(format!("{}/files/a.txt", writ.base))
+            .bearer_auth(key)
+            .body(format!("no {}", "secret here"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    responses += &record(
+        http.post(format!("{}/write_codebase", writ.base))
+            .bearer_auth(key)
+            .body("{not json")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    responses += &record(
+        http.get(format!("{}/readyz", writ.base))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    responses += &record(
+        http.get(format!("{}/metrics", writ.base))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     signal(&writ.child, "-TERM");
     writ.child.wait().unwrap();
     let log = std::fs::read_to_string(&writ.log).unwrap();
 
     assert!(log.contains("served"), "the log was captured: {log}");
-    assert!(fake.calls().iter().any(|c| c.headers.get("authorization").is_some_and(|h| h.contains(&provider_key))), "the provider key was in use");
-    for (what, secret) in [("provider key", provider_key.as_str()), ("API key secret", api_secret.as_str())] {
+    assert!(
+        fake.calls().iter().any(|c| c
+            .headers
+            .get("authorization")
+            .is_some_and(|h| h.contains(&provider_key))),
+        "the provider key was in use"
+    );
+    for (what, secret) in [
+        ("provider key", provider_key.as_str()),
+        ("API key secret", api_secret.as_str()),
+    ] {
         assert!(!log.contains(secret), "the {what} is in the server log");
         assert!(!responses.contains(secret), "the {what} is in a response");
     }
@@ -356,7 +429,10 @@ async fn neither_the_provider_key_nor_an_api_key_appears_in_any_log_or_response(
     let wal = std::fs::read(dir.path().join("writ.db-wal")).unwrap_or_default();
     for blob in [db, wal] {
         let text = String::from_utf8_lossy(&blob);
-        assert!(!text.contains(&provider_key) && !text.contains(&api_secret), "a secret is in the audit database");
+        assert!(
+            !text.contains(&provider_key) && !text.contains(&api_secret),
+            "a secret is in the audit database"
+        );
     }
 }
 
@@ -370,4 +446,94 @@ fn rand_bytes() -> [u8; 16] {
     let digest = Sha256::digest(seed);
     out.copy_from_slice(&digest[..16]);
     out
+}
+
+fn writ_keys(dir: &Path, args: &[&str], stdin: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_writ"))
+        .arg("keys")
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "warn")
+        .env("WRIT_LOCAL_MODEL", "off")
+        .env(
+            "DATABASE_URL",
+            format!("sqlite://{}/writ.db", dir.display()),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writ_keys_creates_a_key_that_admits_its_holder_and_revoke_shuts_it_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, created) = writ_keys(dir.path(), &["create", "ci bot"], "");
+    assert!(ok, "{created}");
+    let key = created
+        .lines()
+        .find_map(|l| l.strip_prefix("key: "))
+        .unwrap()
+        .to_string();
+    let id = created
+        .lines()
+        .find_map(|l| l.strip_prefix("id:  "))
+        .unwrap()
+        .to_string();
+
+    let (ok, listed) = writ_keys(dir.path(), &["list"], "");
+    assert!(
+        ok && listed.contains(&id) && listed.contains("ci bot") && listed.contains("active"),
+        "{listed}"
+    );
+    assert!(
+        !listed.contains(key.rsplit('_').next().unwrap()),
+        "list never shows a key"
+    );
+    let (ok, entry) = writ_keys(dir.path(), &["hash"], &format!("{key}\n"));
+    assert!(ok && entry.trim().starts_with(&format!("{id}:")), "{entry}");
+
+    let fake = FakeUpstream::start().await.unwrap();
+    let mut writ = start_writ(dir.path(), &fake, &[]).await;
+    let http = client();
+    let ops = format!("{}/operations", writ.base);
+    assert_eq!(http.get(&ops).send().await.unwrap().status(), 401);
+    assert_eq!(
+        http.get(&ops)
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let (ok, revoked) = writ_keys(dir.path(), &["revoke", &id], "");
+    assert!(ok, "{revoked}");
+    assert_eq!(
+        http.get(&ops)
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    let (ok, _) = writ_keys(dir.path(), &["revoke", "ffffffffffff"], "");
+    assert!(!ok, "revoking an unknown id fails");
+    writ.child.kill().unwrap();
+    writ.child.wait().unwrap();
 }

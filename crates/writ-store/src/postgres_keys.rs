@@ -47,7 +47,11 @@ impl KeyStore for PgStore {
     }
 
     async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
-        let rows = sqlx::query(concat!("SELECT ", key_columns!(), " FROM api_keys ORDER BY created_at, id"))
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            key_columns!(),
+            " FROM api_keys ORDER BY created_at, id"
+        ))
         .fetch_all(self.pool())
         .await
         .map_err(|e| from_sqlx("list api keys", e))?;
@@ -55,7 +59,11 @@ impl KeyStore for PgStore {
     }
 
     async fn find_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
-        let row = sqlx::query(concat!("SELECT ", key_columns!(), " FROM api_keys WHERE id = $1"))
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            key_columns!(),
+            " FROM api_keys WHERE id = $1"
+        ))
         .bind(id)
         .fetch_optional(self.pool())
         .await
@@ -64,14 +72,13 @@ impl KeyStore for PgStore {
     }
 
     async fn revoke_key(&self, id: &str, at: DateTime<Utc>) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $2) WHERE id = $1",
-        )
-        .bind(id)
-        .bind(at)
-        .execute(self.pool())
-        .await
-        .map_err(|e| from_sqlx("revoke api key", e))?;
+        let done =
+            sqlx::query("UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $2) WHERE id = $1")
+                .bind(id)
+                .bind(at)
+                .execute(self.pool())
+                .await
+                .map_err(|e| from_sqlx("revoke api key", e))?;
         Ok(done.rows_affected() > 0)
     }
 
@@ -80,6 +87,7 @@ impl KeyStore for PgStore {
             .fetch_one(self.pool())
             .await
             .map_err(|e| from_sqlx("count api keys", e))?;
-        row.try_get("any_key").map_err(|e| from_sqlx("count api keys", e))
+        row.try_get("any_key")
+            .map_err(|e| from_sqlx("count api keys", e))
     }
 }

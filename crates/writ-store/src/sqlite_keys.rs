@@ -54,7 +54,11 @@ impl KeyStore for SqliteStore {
     }
 
     async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
-        let rows = sqlx::query(concat!("SELECT ", key_columns!(), " FROM api_keys ORDER BY created_at, id"))
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            key_columns!(),
+            " FROM api_keys ORDER BY created_at, id"
+        ))
         .fetch_all(self.pool())
         .await
         .map_err(|e| from_sqlx("list api keys", e))?;
@@ -62,7 +66,11 @@ impl KeyStore for SqliteStore {
     }
 
     async fn find_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
-        let row = sqlx::query(concat!("SELECT ", key_columns!(), " FROM api_keys WHERE id = ?"))
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            key_columns!(),
+            " FROM api_keys WHERE id = ?"
+        ))
         .bind(id)
         .fetch_optional(self.pool())
         .await
@@ -71,12 +79,13 @@ impl KeyStore for SqliteStore {
     }
 
     async fn revoke_key(&self, id: &str, at: DateTime<Utc>) -> Result<bool, StoreError> {
-        let done = sqlx::query("UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?")
-            .bind(at.timestamp_micros())
-            .bind(id)
-            .execute(self.pool())
-            .await
-            .map_err(|e| from_sqlx("revoke api key", e))?;
+        let done =
+            sqlx::query("UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?")
+                .bind(at.timestamp_micros())
+                .bind(id)
+                .execute(self.pool())
+                .await
+                .map_err(|e| from_sqlx("revoke api key", e))?;
         Ok(done.rows_affected() > 0)
     }
 
@@ -85,7 +94,9 @@ impl KeyStore for SqliteStore {
             .fetch_one(self.pool())
             .await
             .map_err(|e| from_sqlx("count api keys", e))?;
-        let any: i64 = row.try_get("any_key").map_err(|e| from_sqlx("count api keys", e))?;
+        let any: i64 = row
+            .try_get("any_key")
+            .map_err(|e| from_sqlx("count api keys", e))?;
         Ok(any != 0)
     }
 }

@@ -731,16 +731,29 @@ async fn an_unparseable_cursor_is_rejected(store: &dyn AuditStore) {
 async fn a_job_moves_from_queued_to_running_to_done_and_keeps_its_response(store: &dyn AuditStore) {
     use writ_core::jobs::{JobStatus, NewJob};
     let id = Uuid::now_v7();
-    let job = NewJob { id, created_at: now(), is_async: true, files: vec!["a.py".into(), "b.rs".into()] };
+    let job = NewJob {
+        id,
+        created_at: now(),
+        is_async: true,
+        files: vec!["a.py".into(), "b.rs".into()],
+    };
     store.insert_job(&job).await.unwrap();
     let got = store.get_job(id).await.unwrap().unwrap();
     assert_eq!(got.status, JobStatus::Queued);
     assert_eq!(got.files, vec!["a.py", "b.rs"]);
     assert!(got.is_async);
     store.heartbeat_job(id, JobStatus::Running).await.unwrap();
-    assert_eq!(store.get_job(id).await.unwrap().unwrap().status, JobStatus::Running);
+    assert_eq!(
+        store.get_job(id).await.unwrap().unwrap().status,
+        JobStatus::Running
+    );
     let response = json!({"status": "success", "results": []});
-    assert!(store.finish_job(id, JobStatus::Done, Some("success"), Some(&response), None).await.unwrap());
+    assert!(
+        store
+            .finish_job(id, JobStatus::Done, Some("success"), Some(&response), None)
+            .await
+            .unwrap()
+    );
     let got = store.get_job(id).await.unwrap().unwrap();
     assert_eq!(got.status, JobStatus::Done);
     assert_eq!(got.batch_status.as_deref(), Some("success"));
@@ -754,14 +767,36 @@ async fn a_job_moves_from_queued_to_running_to_done_and_keeps_its_response(store
 async fn a_finished_job_is_not_ended_twice(store: &dyn AuditStore) {
     use writ_core::jobs::{JobStatus, NewJob};
     let id = Uuid::now_v7();
-    store.insert_job(&NewJob { id, created_at: now(), is_async: false, files: vec![] }).await.unwrap();
-    assert!(store.finish_job(id, JobStatus::Failed, None, None, Some("interrupted")).await.unwrap());
-    assert!(!store.finish_job(id, JobStatus::Done, Some("success"), None, None).await.unwrap());
+    store
+        .insert_job(&NewJob {
+            id,
+            created_at: now(),
+            is_async: false,
+            files: vec![],
+        })
+        .await
+        .unwrap();
+    assert!(
+        store
+            .finish_job(id, JobStatus::Failed, None, None, Some("interrupted"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .finish_job(id, JobStatus::Done, Some("success"), None, None)
+            .await
+            .unwrap()
+    );
     let got = store.get_job(id).await.unwrap().unwrap();
     assert_eq!(got.status, JobStatus::Failed);
     assert_eq!(got.error.as_deref(), Some("interrupted"));
     store.heartbeat_job(id, JobStatus::Running).await.unwrap();
-    assert_eq!(store.get_job(id).await.unwrap().unwrap().status, JobStatus::Failed, "a heartbeat never revives a finished job");
+    assert_eq!(
+        store.get_job(id).await.unwrap().unwrap().status,
+        JobStatus::Failed,
+        "a heartbeat never revives a finished job"
+    );
 }
 
 async fn stale_jobs_are_the_unfinished_ones_whose_heartbeat_stopped(store: &dyn AuditStore) {
@@ -771,10 +806,27 @@ async fn stale_jobs_are_the_unfinished_ones_whose_heartbeat_stopped(store: &dyn 
     let finished = Uuid::now_v7();
     let fresh = Uuid::now_v7();
     for (id, at) in [(stale, old), (finished, old), (fresh, now())] {
-        store.insert_job(&NewJob { id, created_at: at, is_async: true, files: vec![] }).await.unwrap();
+        store
+            .insert_job(&NewJob {
+                id,
+                created_at: at,
+                is_async: true,
+                files: vec![],
+            })
+            .await
+            .unwrap();
     }
-    store.finish_job(finished, JobStatus::Done, Some("success"), None, None).await.unwrap();
-    let found: Vec<Uuid> = store.stale_jobs(now() - TimeDelta::minutes(1)).await.unwrap().iter().map(|j| j.id).collect();
+    store
+        .finish_job(finished, JobStatus::Done, Some("success"), None, None)
+        .await
+        .unwrap();
+    let found: Vec<Uuid> = store
+        .stale_jobs(now() - TimeDelta::minutes(1))
+        .await
+        .unwrap()
+        .iter()
+        .map(|j| j.id)
+        .collect();
     assert_eq!(found, vec![stale]);
 }
 
@@ -782,16 +834,34 @@ async fn job_events_replay_after_a_sequence_number_in_order(store: &dyn AuditSto
     use writ_core::jobs::JobEvent;
     let id = Uuid::now_v7();
     for seq in 1..=5 {
-        let event = JobEvent { job_id: id, seq, created_at: now(), name: format!("e{seq}"), data: json!({"n": seq}) };
+        let event = JobEvent {
+            job_id: id,
+            seq,
+            created_at: now(),
+            name: format!("e{seq}"),
+            data: json!({"n": seq}),
+        };
         store.append_job_event(&event).await.unwrap();
     }
     let after_two = store.job_events(id, 2, 100).await.unwrap();
-    assert_eq!(after_two.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3, 4, 5]);
+    assert_eq!(
+        after_two.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![3, 4, 5]
+    );
     assert_eq!(after_two[0].name, "e3");
     assert_eq!(after_two[0].data, json!({"n": 3}));
     assert_eq!(store.job_events(id, 0, 2).await.unwrap().len(), 2);
-    let dup = JobEvent { job_id: id, seq: 3, created_at: now(), name: "again".into(), data: json!(null) };
-    assert!(matches!(store.append_job_event(&dup).await, Err(StoreError::Conflict(_))));
+    let dup = JobEvent {
+        job_id: id,
+        seq: 3,
+        created_at: now(),
+        name: "again".into(),
+        data: json!(null),
+    };
+    assert!(matches!(
+        store.append_job_event(&dup).await,
+        Err(StoreError::Conflict(_))
+    ));
 }
 
 mod connecting {
@@ -1129,18 +1199,32 @@ async fn revoking_a_key_keeps_it_listed_with_the_first_revocation_time(store: &d
     store.create_key(&a).await.unwrap();
     let first = DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).unwrap();
     assert!(store.revoke_key(&a.id, first).await.unwrap());
-    assert!(store.revoke_key(&a.id, first + TimeDelta::seconds(5)).await.unwrap());
-    assert!(!store.revoke_key("ffffffffffff", first).await.unwrap(), "unknown id");
+    assert!(
+        store
+            .revoke_key(&a.id, first + TimeDelta::seconds(5))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store.revoke_key("ffffffffffff", first).await.unwrap(),
+        "unknown id"
+    );
     let found = store.find_key(&a.id).await.unwrap().unwrap();
     assert_eq!(found.revoked_at, Some(first));
     assert_eq!(store.list_keys().await.unwrap().len(), 1);
-    assert!(store.any_keys().await.unwrap(), "a revoked key still counts: auth stays on");
+    assert!(
+        store.any_keys().await.unwrap(),
+        "a revoked key still counts: auth stays on"
+    );
 }
 
 async fn a_duplicate_api_key_id_is_a_conflict(store: &dyn AuditStore) {
     let a = key_record("0123456789ab", "first", Utc::now());
     store.create_key(&a).await.unwrap();
     let again = key_record("0123456789ab", "second", Utc::now());
-    assert!(matches!(store.create_key(&again).await, Err(StoreError::Conflict(_))));
+    assert!(matches!(
+        store.create_key(&again).await,
+        Err(StoreError::Conflict(_))
+    ));
     assert_eq!(store.find_key(&a.id).await.unwrap().unwrap().name, "first");
 }

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::audit::{AuditStore, RequestStatus, StoreError};
 use crate::jobs::{JobEvent, JobStatus, NewJob};
-use crate::synthesis::pipeline::{SubmitError, Submission, Submitted, Synthesizer};
+use crate::synthesis::pipeline::{Submission, SubmitError, Submitted, Synthesizer};
 use crate::synthesis::progress::{Event, ProgressSink};
 
 /// How often a running job refreshes its heartbeat.
@@ -30,7 +30,9 @@ pub struct EventHub {
 
 impl Default for EventHub {
     fn default() -> Self {
-        Self { tx: broadcast::channel(1024).0 }
+        Self {
+            tx: broadcast::channel(1024).0,
+        }
     }
 }
 
@@ -49,7 +51,10 @@ pub enum Started {
     /// A repeated `Idempotency-Key`: the stored answer.
     Replayed(Submitted),
     /// The job runs; await the handle for its answer, or drop it to let it run on.
-    Running { job_id: Uuid, handle: tokio::task::JoinHandle<Submitted> },
+    Running {
+        job_id: Uuid,
+        handle: tokio::task::JoinHandle<Submitted>,
+    },
 }
 
 pub struct JobRunner {
@@ -103,20 +108,32 @@ async fn run_job(synthesizer: Arc<Synthesizer>, hub: EventHub, sub: Submission) 
     let writer = tokio::spawn(write_events(store.clone(), hub.clone(), job_id, rx));
     let sink = ChannelSink { tx };
     let submitted = synthesizer.execute(&sub, &sink).await;
-    drop(sink);
-    // Every event, `done` included, is stored before the job is marked finished, so a subscriber
-    // that sees the job finished has seen all its events.
-    let _ = writer.await;
     heartbeat.abort();
 
-    let batch_status = submitted.body.get("status").and_then(|s| s.as_str()).map(str::to_string);
+    // The answer is stored before `done` is announced, so whoever reacts to `done` by reading
+    // the job finds its answer there.
+    let batch_status = submitted
+        .body
+        .get("status")
+        .and_then(|s| s.as_str())
+        .map(str::to_string);
     if let Err(e) = store
-        .finish_job(job_id, JobStatus::Done, batch_status.as_deref(), Some(&submitted.body), None)
+        .finish_job(
+            job_id,
+            JobStatus::Done,
+            batch_status.as_deref(),
+            Some(&submitted.body),
+            None,
+        )
         .await
     {
         tracing::error!(job = %job_id, error = %e, "batch done but its job record could not be closed");
     }
-    hub.notify(job_id);
+    sink.emit(Event::Done {
+        status: batch_status.unwrap_or_else(|| "error".into()),
+    });
+    drop(sink);
+    let _ = writer.await;
     submitted
 }
 
@@ -131,7 +148,12 @@ impl ProgressSink for ChannelSink {
     }
 }
 
-async fn write_events(store: Arc<dyn AuditStore>, hub: EventHub, job_id: Uuid, mut rx: mpsc::UnboundedReceiver<Event>) {
+async fn write_events(
+    store: Arc<dyn AuditStore>,
+    hub: EventHub,
+    job_id: Uuid,
+    mut rx: mpsc::UnboundedReceiver<Event>,
+) {
     let mut seq = 0_i64;
     while let Some(event) = rx.recv().await {
         seq += 1;
@@ -153,8 +175,13 @@ async fn write_events(store: Arc<dyn AuditStore>, hub: EventHub, job_id: Uuid, m
 /// Fails every unfinished job whose heartbeat is older than `older_than`: its process is gone.
 /// The request record is closed too, and a final `done` event ends any stream following it.
 /// Returns how many jobs were failed.
-pub async fn fail_stale_jobs(store: &dyn AuditStore, older_than: Duration, hub: Option<&EventHub>) -> Result<usize, StoreError> {
-    let cutoff = Utc::now() - chrono::Duration::from_std(older_than).unwrap_or(chrono::Duration::zero());
+pub async fn fail_stale_jobs(
+    store: &dyn AuditStore,
+    older_than: Duration,
+    hub: Option<&EventHub>,
+) -> Result<usize, StoreError> {
+    let cutoff =
+        Utc::now() - chrono::Duration::from_std(older_than).unwrap_or(chrono::Duration::zero());
     let mut failed = 0;
     for job in store.stale_jobs(cutoff).await? {
         let reason = format!(
@@ -163,15 +190,33 @@ pub async fn fail_stale_jobs(store: &dyn AuditStore, older_than: Duration, hub: 
             job.heartbeat_at.to_rfc3339(),
             job.id
         );
-        if !store.finish_job(job.id, JobStatus::Failed, Some("error"), None, Some(&reason)).await? {
+        if !store
+            .finish_job(
+                job.id,
+                JobStatus::Failed,
+                Some("error"),
+                None,
+                Some(&reason),
+            )
+            .await?
+        {
             continue;
         }
         failed += 1;
-        if let Err(e) = store.finish_request(job.id, RequestStatus::Error, 0, None).await {
+        if let Err(e) = store
+            .finish_request(job.id, RequestStatus::Error, 0, None)
+            .await
+        {
             tracing::warn!(job = %job.id, error = %e, "could not close the request of an interrupted job");
         }
-        let last = store.job_events(job.id, 0, u32::MAX).await.map(|e| e.last().map(|e| e.seq).unwrap_or(0)).unwrap_or(0);
-        let done = Event::Done { status: "failed".into() };
+        let last = store
+            .job_events(job.id, 0, u32::MAX)
+            .await
+            .map(|e| e.last().map(|e| e.seq).unwrap_or(0))
+            .unwrap_or(0);
+        let done = Event::Done {
+            status: "failed".into(),
+        };
         let event = JobEvent {
             job_id: job.id,
             seq: last + 1,

@@ -30,6 +30,8 @@ const MAX_LIMIT: u32 = 200;
 const POLL_EVERY: Duration = Duration::from_millis(500);
 /// Events read from the store per round.
 const EVENTS_PER_READ: u32 = 200;
+/// Polls a finished job's stream waits for its `done` event before ending without it.
+const FINAL_GRACE_POLLS: u32 = 3;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -38,7 +40,10 @@ pub struct ListParams {
 }
 
 /// Recent batches, newest first.
-pub async fn list_jobs(State(state): State<AppState>, ApiQuery(p): ApiQuery<ListParams>) -> Result<Json<Value>, ApiError> {
+pub async fn list_jobs(
+    State(state): State<AppState>,
+    ApiQuery(p): ApiQuery<ListParams>,
+) -> Result<Json<Value>, ApiError> {
     let limit = p.limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 || limit > MAX_LIMIT {
         return Err(ApiError::bad_request(
@@ -48,27 +53,46 @@ pub async fn list_jobs(State(state): State<AppState>, ApiQuery(p): ApiQuery<List
         .with_field("limit"));
     }
     let jobs = state.store.list_jobs(limit).await.map_err(store_error)?;
-    Ok(Json(json!({ "jobs": jobs.iter().map(job_json).collect::<Vec<_>>() })))
+    Ok(Json(
+        json!({ "jobs": jobs.iter().map(job_json).collect::<Vec<_>>() }),
+    ))
 }
 
 /// One batch: its state and, once done, the same body the synchronous call returns.
-pub async fn get_job(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn get_job(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let job = find(&state, &id).await?;
     Ok(Json(job_json(&job)))
 }
 
 /// Server-Sent Events of one batch; `Last-Event-ID` resumes after that event.
-pub async fn job_events(State(state): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn job_events(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let job = find(&state, &id).await?;
     let after = match headers.get("last-event-id") {
         None => 0,
-        Some(v) => v.to_str().ok().and_then(|s| s.trim().parse::<i64>().ok()).filter(|n| *n >= 0).ok_or_else(|| {
-            ApiError::bad_request("invalid_header", "Last-Event-ID must be the id of an event of this stream")
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<i64>().ok())
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_header",
+                    "Last-Event-ID must be the id of an event of this stream",
+                )
                 .with_field("Last-Event-ID")
-        })?,
+            })?,
     };
     let stream = follow(state, job.id, after);
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response())
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response())
 }
 
 struct Cursor {
@@ -77,11 +101,24 @@ struct Cursor {
     after: i64,
     wake: broadcast::Receiver<Uuid>,
     finished: bool,
+    /// Polls seen since the job was final without its `done` event.
+    grace_polls: u32,
 }
 
-fn follow(state: AppState, job: Uuid, after: i64) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+fn follow(
+    state: AppState,
+    job: Uuid,
+    after: i64,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     let wake = state.hub.subscribe();
-    let cursor = Cursor { state, job, after, wake, finished: false };
+    let cursor = Cursor {
+        state,
+        job,
+        after,
+        wake,
+        finished: false,
+        grace_polls: 0,
+    };
     stream::unfold(cursor, |mut c| async move {
         if c.finished {
             return None;
@@ -100,16 +137,16 @@ fn follow(state: AppState, job: Uuid, after: i64) -> impl Stream<Item = Result<S
                 let out: Vec<Result<SseEvent, Infallible>> = events.iter().map(|e| Ok(sse(e))).collect();
                 return Some((stream::iter(out), c));
             }
-            // Nothing new: a job that is over and has no further events ends the stream (its
-            // `done` was already sent, or was never written because the store was away).
+            // Nothing new. A job that is over announces `done` just after it is marked so; give
+            // that event a few polls to land, then end the stream anyway (the store may have
+            // lost it), so no subscriber waits forever.
             if let Ok(Some(job)) = c.state.store.get_job(c.job).await
                 && job.status.is_final()
             {
-                let again = c.state.store.job_events(c.job, c.after, 1).await.unwrap_or_default();
-                if again.is_empty() {
+                c.grace_polls += 1;
+                if c.grace_polls > FINAL_GRACE_POLLS {
                     return None;
                 }
-                continue;
             }
             wait_for(&mut c).await;
         }
@@ -146,7 +183,11 @@ fn sse(e: &JobEvent) -> SseEvent {
 
 async fn find(state: &AppState, raw: &str) -> Result<Job, ApiError> {
     let id = Uuid::parse_str(raw).map_err(|_| {
-        ApiError::bad_request("invalid_parameter", format!("id must be a UUID, got '{raw}'")).with_field("id")
+        ApiError::bad_request(
+            "invalid_parameter",
+            format!("id must be a UUID, got '{raw}'"),
+        )
+        .with_field("id")
     })?;
     state
         .store

@@ -31,6 +31,11 @@ pub fn api_routes() -> Vec<Route> {
     vec![
         Route {
             method: "GET",
+            path: "/",
+            handler: get(service::dashboard),
+        },
+        Route {
+            method: "GET",
             path: "/healthz",
             handler: get(service::healthz),
         },

@@ -149,6 +149,16 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
+/// The dashboard: one self-contained page (no build step, no CDN) that reads the same API with
+/// the key the person types in, so it works with auth on.
+pub async fn dashboard() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        include_str!("../../assets/dashboard.html"),
+    )
+        .into_response()
+}
+
 /// The OpenAPI document of this server.
 pub async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/yaml")], OPENAPI_YAML).into_response()

@@ -17,8 +17,11 @@ const JOB_COLUMNS: &str =
 
 fn job_from_row(row: &PgRow, with_response: bool) -> Result<Job, StoreError> {
     let files: Json<Vec<String>> = column(row, "files")?;
-    let response: Option<Json<serde_json::Value>> =
-        if with_response { column(row, "response")? } else { None };
+    let response: Option<Json<serde_json::Value>> = if with_response {
+        column(row, "response")?
+    } else {
+        None
+    };
     Ok(Job {
         id: column(row, "id")?,
         status: parse_column("status", column(row, "status")?)?,
@@ -85,11 +88,13 @@ impl JobStore for PgStore {
     }
 
     async fn get_job(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {JOB_COLUMNS}, response FROM jobs WHERE id = $1")))
-            .bind(id)
-            .fetch_optional(self.pool())
-            .await
-            .map_err(|err| from_sqlx("get job", err))?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {JOB_COLUMNS}, response FROM jobs WHERE id = $1"
+        )))
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(|err| from_sqlx("get job", err))?;
         row.map(|r| job_from_row(&r, true)).transpose()
     }
 
@@ -128,7 +133,12 @@ impl JobStore for PgStore {
         Ok(())
     }
 
-    async fn job_events(&self, id: Uuid, after: i64, limit: u32) -> Result<Vec<JobEvent>, StoreError> {
+    async fn job_events(
+        &self,
+        id: Uuid,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<JobEvent>, StoreError> {
         let rows = sqlx::query(
             "SELECT job_id, seq, created_at, name, data FROM job_events WHERE job_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
         )

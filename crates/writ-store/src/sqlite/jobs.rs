@@ -24,7 +24,9 @@ fn encode(name: &str, value: &impl serde::Serialize) -> Result<String, StoreErro
 
 fn job_from_row(row: &SqliteRow, with_response: bool) -> Result<Job, StoreError> {
     let response = if with_response {
-        column::<Option<&str>>(row, "response")?.map(|t| json("response", t)).transpose()?
+        column::<Option<&str>>(row, "response")?
+            .map(|t| json("response", t))
+            .transpose()?
     } else {
         None
     };
@@ -98,11 +100,13 @@ impl JobStore for SqliteStore {
     }
 
     async fn get_job(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {JOB_COLUMNS}, response FROM jobs WHERE id = ?1")))
-            .bind(id)
-            .fetch_optional(self.pool())
-            .await
-            .map_err(|err| from_sqlx("get job", err))?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {JOB_COLUMNS}, response FROM jobs WHERE id = ?1"
+        )))
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(|err| from_sqlx("get job", err))?;
         row.map(|r| job_from_row(&r, true)).transpose()
     }
 
@@ -141,7 +145,12 @@ impl JobStore for SqliteStore {
         Ok(())
     }
 
-    async fn job_events(&self, id: Uuid, after: i64, limit: u32) -> Result<Vec<JobEvent>, StoreError> {
+    async fn job_events(
+        &self,
+        id: Uuid,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<JobEvent>, StoreError> {
         let rows = sqlx::query(
             "SELECT job_id, seq, created_at, name, data FROM job_events WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
         )

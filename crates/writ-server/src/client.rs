@@ -1,0 +1,378 @@
+//! `writ write` and `writ ops`: the CLI side, talking to a running writ over HTTP.
+//!
+//! `write` starts an async batch, follows its event stream with one progress bar per file, and
+//! prints a summary table; it exits non-zero when a file failed. `ops` lists the audit log with
+//! the filters of `GET /operations`. Both read `WRIT_URL` and `WRIT_API_KEY`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+
+/// Where the server is and how to get in.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Remote {
+    /// Base URL of a running writ.
+    #[arg(
+        long,
+        env = "WRIT_URL",
+        default_value = "http://127.0.0.1:8080",
+        global = true
+    )]
+    pub url: String,
+    /// API key, when the server requires one.
+    #[arg(long, env = "WRIT_API_KEY", hide_env_values = true, global = true)]
+    pub api_key: Option<String>,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct WriteArgs {
+    /// Files as `path=description`, e.g. `src/app.py="A Flask app with /health"` (at most 5).
+    #[arg(required = true, value_name = "PATH=DESCRIPTION")]
+    pub files: Vec<String>,
+    /// The overall task the files serve.
+    #[arg(long)]
+    pub task: Option<String>,
+    /// Candidate models for this batch (repeat or comma-separate); default: the server's CODE_LIST.
+    #[arg(long = "model", value_delimiter = ',')]
+    pub models: Vec<String>,
+    /// Return the content without writing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Write all files or none.
+    #[arg(long)]
+    pub atomic: bool,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct OpsArgs {
+    #[arg(long)]
+    pub request_id: Option<String>,
+    #[arg(long)]
+    pub filename: Option<String>,
+    /// pending, succeeded or failed.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// The chosen model.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// RFC 3339, inclusive.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// RFC 3339, exclusive.
+    #[arg(long)]
+    pub until: Option<String>,
+    #[arg(long, default_value_t = 20)]
+    pub limit: u32,
+    /// The `next` cursor printed by a previous call.
+    #[arg(long)]
+    pub cursor: Option<String>,
+}
+
+fn http() -> anyhow::Result<reqwest::Client> {
+    // reqwest is built without a bundled TLS provider (ring is ours); install it once.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+        .context("building the HTTP client")
+}
+
+fn authed(req: reqwest::RequestBuilder, remote: &Remote) -> reqwest::RequestBuilder {
+    match &remote.api_key {
+        Some(key) => req.bearer_auth(key),
+        None => req,
+    }
+}
+
+/// The server's error body in plain words.
+async fn refusal(resp: reqwest::Response) -> anyhow::Error {
+    let status = resp.status();
+    let body: Value = resp.json().await.unwrap_or(Value::Null);
+    let message = body["error"]["message"].as_str().unwrap_or("no details");
+    match body["error"]["field"].as_str() {
+        Some(field) => anyhow::anyhow!("writ refused the request ({status}): {field}: {message}"),
+        None => anyhow::anyhow!("writ refused the request ({status}): {message}"),
+    }
+}
+
+/// Parses `path=description` pairs into file descriptors.
+pub fn parse_files(pairs: &[String]) -> anyhow::Result<Vec<Value>> {
+    pairs
+        .iter()
+        .map(|pair| match pair.split_once('=') {
+            Some((path, desc)) if !path.trim().is_empty() && !desc.trim().is_empty() => {
+                Ok(json!({"filename": path.trim(), "code_description": desc.trim()}))
+            }
+            _ => bail!("'{pair}' is not PATH=DESCRIPTION (e.g. src/app.py=\"A Flask app\")"),
+        })
+        .collect()
+}
+
+/// Runs `writ write`; returns whether every file succeeded.
+pub async fn write(remote: &Remote, args: &WriteArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
+    let files = parse_files(&args.files)?;
+    let mut options = json!({"async": true, "dry_run": args.dry_run, "atomic": args.atomic});
+    if !args.models.is_empty() {
+        options["models"] = json!(args.models);
+    }
+    let mut body = json!({"command": "write_codebase", "files": files, "options": options});
+    if let Some(task) = &args.task {
+        body["task_description"] = json!(task);
+    }
+    let client = http()?;
+    let base = remote.url.trim_end_matches('/');
+    let resp = authed(client.post(format!("{base}/write_codebase")), remote)
+        .json(&body)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach writ at {base} (set WRIT_URL)"))?;
+    if resp.status().as_u16() != 202 {
+        return Err(refusal(resp).await);
+    }
+    let accepted: Value = resp.json().await.context("reading the 202 answer")?;
+    let job = accepted["job_id"]
+        .as_str()
+        .context("no job_id in the answer")?
+        .to_string();
+
+    follow(&client, remote, base, &job, &args.files).await?;
+
+    let resp = authed(client.get(format!("{base}/jobs/{job}")), remote)
+        .send()
+        .await?;
+    if !resp.status().is_success() {
+        return Err(refusal(resp).await);
+    }
+    let job_state: Value = resp.json().await?;
+    if job_state["status"] == "failed" {
+        writeln!(
+            out,
+            "batch {job} failed: {}",
+            job_state["error"].as_str().unwrap_or("unknown reason")
+        )?;
+        return Ok(false);
+    }
+    let response = &job_state["response"];
+    print_summary(response, out)?;
+    Ok(response["results"]
+        .as_array()
+        .is_some_and(|r| r.iter().all(|f| f["success"] == true)))
+}
+
+/// One bar per file, moved along by the job's event stream until `done`.
+async fn follow(
+    client: &reqwest::Client,
+    remote: &Remote,
+    base: &str,
+    job: &str,
+    pairs: &[String],
+) -> anyhow::Result<()> {
+    let multi = MultiProgress::new();
+    let style = ProgressStyle::with_template("{spinner} {prefix:<28} {wide_msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner());
+    let mut bars: BTreeMap<String, ProgressBar> = BTreeMap::new();
+    for pair in pairs {
+        let path = pair
+            .split_once('=')
+            .map(|(p, _)| p.trim())
+            .unwrap_or(pair)
+            .trim_start_matches("./")
+            .to_string();
+        let bar = multi.add(ProgressBar::new_spinner());
+        bar.set_style(style.clone());
+        bar.set_prefix(path.clone());
+        bar.set_message("queued");
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bars.insert(path, bar);
+    }
+    let mut counts: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    let mut resp = authed(client.get(format!("{base}/jobs/{job}/events")), remote)
+        .send()
+        .await?;
+    if !resp.status().is_success() {
+        return Err(refusal(resp).await);
+    }
+    let mut buffer = String::new();
+    while let Some(chunk) = resp.chunk().await? {
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let Some(data) = block.lines().find_map(|l| l.strip_prefix("data:")) else {
+                continue;
+            };
+            let Ok(event) = serde_json::from_str::<Value>(data.trim()) else {
+                continue;
+            };
+            let file = event["file"].as_str().unwrap_or("").to_string();
+            let bar = bars.get(&file);
+            match event["type"].as_str().unwrap_or("") {
+                "file_started" => bar
+                    .into_iter()
+                    .for_each(|b| b.set_message("asking the models")),
+                "candidate_started" => counts.entry(file.clone()).or_default().0 += 1,
+                "candidate_finished" => {
+                    let c = counts.entry(file.clone()).or_default();
+                    c.1 += 1;
+                    if let Some(b) = bar {
+                        b.set_message(format!(
+                            "{}/{} candidates in (last: {} {} ms)",
+                            c.1,
+                            c.0,
+                            event["model"].as_str().unwrap_or("?"),
+                            event["latency_ms"]
+                        ));
+                    }
+                }
+                "arbiter_started" => bar.into_iter().for_each(|b| {
+                    b.set_message(format!(
+                        "arbiter comparing {} candidates",
+                        event["candidates"]
+                    ))
+                }),
+                "arbiter_chose" => bar.into_iter().for_each(|b| {
+                    b.set_message(format!(
+                        "arbiter chose {}",
+                        event["model"].as_str().unwrap_or("?")
+                    ))
+                }),
+                "file_written" => bar.into_iter().for_each(|b| {
+                    b.finish_with_message(format!(
+                        "✓ {} ({} bytes)",
+                        event["operation"].as_str().unwrap_or("written"),
+                        event["bytes"]
+                    ))
+                }),
+                "file_failed" => bar.into_iter().for_each(|b| {
+                    b.finish_with_message(format!(
+                        "✗ {}",
+                        event["error"].as_str().unwrap_or("failed")
+                    ))
+                }),
+                "done" => {
+                    for b in bars.values() {
+                        if !b.is_finished() {
+                            b.finish();
+                        }
+                    }
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_summary(response: &Value, out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:<32} {:<8} {:<10} {:<28} {:<28} {:>8}",
+        "FILE", "RESULT", "OPERATION", "MODEL", "SELECTION", "BYTES"
+    )?;
+    for r in response["results"].as_array().into_iter().flatten() {
+        let s = |k: &str| r[k].as_str().unwrap_or("-").to_string();
+        writeln!(
+            out,
+            "{:<32} {:<8} {:<10} {:<28} {:<28} {:>8}",
+            s("filename"),
+            if r["success"] == true { "ok" } else { "FAILED" },
+            s("operation"),
+            s("chosen_model"),
+            s("selection"),
+            r["bytes"]
+                .as_u64()
+                .map(|b| b.to_string())
+                .unwrap_or_else(|| "-".into())
+        )?;
+        if let Some(e) = r["error"].as_str() {
+            writeln!(out, "    error: {e}")?;
+        }
+    }
+    writeln!(
+        out,
+        "{}: {} of {} files written in {} ms (request {})",
+        response["status"].as_str().unwrap_or("?"),
+        response["succeeded"],
+        response["total_files"],
+        response["duration_ms"],
+        response["request_id"].as_str().unwrap_or("?")
+    )
+}
+
+/// Runs `writ ops`.
+pub async fn ops(remote: &Remote, args: &OpsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let client = http()?;
+    let base = remote.url.trim_end_matches('/');
+    let mut query: Vec<(&str, String)> = vec![("limit", args.limit.to_string())];
+    for (k, v) in [
+        ("request_id", &args.request_id),
+        ("filename", &args.filename),
+        ("status", &args.status),
+        ("model", &args.model),
+        ("since", &args.since),
+        ("until", &args.until),
+        ("cursor", &args.cursor),
+    ] {
+        if let Some(v) = v {
+            query.push((k, v.clone()));
+        }
+    }
+    let url = reqwest::Url::parse_with_params(&format!("{base}/operations"), &query)
+        .with_context(|| format!("WRIT_URL {base} is not a URL"))?;
+    let resp = authed(client.get(url), remote)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach writ at {base} (set WRIT_URL)"))?;
+    if !resp.status().is_success() {
+        return Err(refusal(resp).await);
+    }
+    let page: Value = resp.json().await?;
+    writeln!(
+        out,
+        "{:<27} {:<10} {:<10} {:<32} {:<24} {:<26} {:>8}",
+        "CREATED", "STATUS", "OPERATION", "FILE", "MODEL", "SELECTION", "BYTES"
+    )?;
+    for op in page["operations"].as_array().into_iter().flatten() {
+        let s = |k: &str| op[k].as_str().unwrap_or("-").to_string();
+        let created: String = s("created_at").chars().take(26).collect();
+        writeln!(
+            out,
+            "{:<27} {:<10} {:<10} {:<32} {:<24} {:<26} {:>8}",
+            created,
+            s("status"),
+            s("operation"),
+            s("filename"),
+            s("chosen_model"),
+            s("selection"),
+            op["bytes"]
+                .as_i64()
+                .map(|b| b.to_string())
+                .unwrap_or_else(|| "-".into())
+        )?;
+        if let Some(e) = op["error"].as_str() {
+            writeln!(out, "    error: {e}")?;
+        }
+    }
+    if let Some(next) = page["next_cursor"].as_str() {
+        writeln!(out, "more: writ ops --cursor {next}")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_arguments_split_at_the_first_equals_sign() {
+        let files = parse_files(&["src/a.py=compute x = y + 1".into()]).unwrap();
+        assert_eq!(files[0]["filename"], "src/a.py");
+        assert_eq!(files[0]["code_description"], "compute x = y + 1");
+        assert!(parse_files(&["nodescription".into()]).is_err());
+        assert!(parse_files(&["a.py=".into()]).is_err());
+    }
+}
