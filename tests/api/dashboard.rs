@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use writ_fake_upstream::{Latency, Script, Step};
 use writ_core::keys;
+use writ_fake_upstream::{Latency, Script, Step};
 use writ_tests::{ARBITER, Backend, MODELS, spawn_app_with_models_and};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -21,7 +21,8 @@ async fn a_person_watches_a_five_file_batch_in_the_browser() {
     // With auth on: the page must ask for the key in plain words, then work with it.
     let key = keys::generate("dashboard");
     let entry = keys::config_entry(&key.key).unwrap();
-    let app = spawn_app_with_models_and(Backend::Sqlite, &[("WRIT_API_KEYS", entry.as_str())]).await;
+    let app =
+        spawn_app_with_models_and(Backend::Sqlite, &[("WRIT_API_KEYS", entry.as_str())]).await;
     for (i, m) in MODELS.iter().enumerate() {
         app.fake().script(
             m,

@@ -149,7 +149,15 @@ async fn a_key_issued_in_the_store_admits_its_holder_until_it_is_revoked() {
     let store = writ_store::connect(&app.database_url).await.unwrap();
     let key = keys::generate("alice");
     store.create_key(&key.record).await.unwrap();
-    assert_eq!(send(&app, None, "GET", "/operations").await.status(), 401);
+    // A running server notices a new key within its re-check interval (2 s).
+    let issued = std::time::Instant::now();
+    while send(&app, None, "GET", "/operations").await.status() != 401 {
+        assert!(
+            issued.elapsed() < Duration::from_secs(5),
+            "the new key never turned auth on"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(
         send(&app, Some(&key.key), "GET", "/operations")
             .await

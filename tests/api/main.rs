@@ -4,6 +4,7 @@
 
 mod dashboard;
 mod files;
+mod images;
 mod hardening;
 mod jobs;
 mod local_model;

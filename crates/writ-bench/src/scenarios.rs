@@ -369,6 +369,7 @@ async fn record_one(store: &dyn AuditStore) -> anyhow::Result<Duration> {
         bytes: Some(content.len() as i64),
         error: None,
         duration_ms: None,
+        detail: None,
     };
     store.insert_operation(&op, Some(content)).await?;
     store

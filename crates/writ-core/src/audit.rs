@@ -143,6 +143,9 @@ pub struct Operation {
     pub bytes: Option<i64>,
     pub error: Option<String>,
     pub duration_ms: Option<i64>,
+    /// What else the operation needs to say (for an image: its size and format, and the model's).
+    #[serde(default)]
+    pub detail: Option<serde_json::Value>,
 }
 
 /// How an operation ended.

@@ -51,6 +51,8 @@ pub struct Provenance {
     pub selection: Option<String>,
     pub arbiter_reason: Option<String>,
     pub candidates: Vec<CandidateRecord>,
+    /// Recorded as the operation's `detail`.
+    pub detail: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -142,6 +144,7 @@ pub async fn recorded_write(
         bytes: Some(content.len() as i64),
         error: None,
         duration_ms: None,
+        detail: provenance.detail,
     };
 
     if operation == OperationKind::Unchanged {
@@ -231,6 +234,7 @@ pub async fn record_failure(
         bytes: None,
         error: Some(error.to_string()),
         duration_ms: Some(0),
+        detail: provenance.detail,
     };
     store.insert_operation(&op, None).await?;
     Ok(op.id)

@@ -92,6 +92,9 @@ pub(crate) struct Shared {
     model: Mutex<Option<Arc<LlamaModel>>>,
     /// The last load failure, cleared by a successful load.
     pub last_error: Mutex<Option<String>>,
+    /// llama.cpp may adjust the model while creating a context, so workers create theirs one
+    /// at a time.
+    context_creation: Mutex<()>,
 }
 
 impl Shared {
@@ -192,7 +195,11 @@ fn worker(rx: &Mutex<Receiver<Job>>, shared: &Shared, config: &LocalConfig) {
         .with_n_batch(512)
         .with_n_threads(config.threads.max(1) as i32)
         .with_n_threads_batch(config.threads.max(1) as i32);
-    let mut ctx = match model.new_context(backend, params) {
+    let created = {
+        let _one_at_a_time = shared.context_creation.lock();
+        model.new_context(backend, params)
+    };
+    let mut ctx = match created {
         Ok(c) => c,
         Err(e) => {
             let message = format!("creating a llama.cpp context: {e}");

@@ -16,7 +16,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use writ_core::keys::PresentedKey;
 
-use crate::error::{ApiError, store_error};
+use crate::error::ApiError;
 use crate::state::AppState;
 
 /// Probes that load balancers and orchestrators call without credentials.
@@ -53,7 +53,10 @@ impl AuthSwitch {
         if self.on.load(Ordering::Relaxed) {
             return Ok(true);
         }
-        let last_off = *self.off_checked.lock().unwrap_or_else(PoisonError::into_inner);
+        let last_off = *self
+            .off_checked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if last_off.is_some_and(|at| at.elapsed() < OFF_RECHECK) {
             return Ok(false);
         }
@@ -63,8 +66,10 @@ impl AuthSwitch {
                 Ok(true)
             }
             Ok(false) => {
-                *self.off_checked.lock().unwrap_or_else(PoisonError::into_inner) =
-                    Some(Instant::now());
+                *self
+                    .off_checked
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
                 Ok(false)
             }
             // Keys live only in the store, so none can have been issued while it is unreachable:
@@ -132,7 +137,7 @@ async fn authenticate(
             .store
             .find_key(&presented.id)
             .await
-            .map_err(store_error)?
+            .map_err(|e| ApiError::audit_unavailable(&e))?
         {
             Some(record) => record.revoked_at.is_none() && presented.matches(&record.secret_sha256),
             None => false,

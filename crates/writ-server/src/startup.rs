@@ -218,6 +218,7 @@ fn build_models(
         candidates: settings.code_list.clone(),
         arbiter: settings.code_model.clone(),
         fallback: settings.code_gen_model.clone(),
+        image_model: settings.image_model.clone(),
         max_tokens: settings.max_tokens,
         fallback_backoff: settings.fallback_backoff,
         straggler: settings.straggler,

@@ -13,7 +13,7 @@ macro_rules! operation_columns {
     () => {
         "seq, id, request_id, created_at, finished_at, filename, kind, operation, status, \
          chosen_model, selection, arbiter_reason, candidates, previous_sha256, sha256, bytes, \
-         error, duration_ms"
+         error, duration_ms, detail"
     };
 }
 

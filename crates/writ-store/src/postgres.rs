@@ -171,6 +171,7 @@ fn operation_from_row(row: &PgRow) -> Result<(i64, Operation), StoreError> {
         bytes: column(row, "bytes")?,
         error: column(row, "error")?,
         duration_ms: column(row, "duration_ms")?,
+        detail: column::<Option<Json<serde_json::Value>>>(row, "detail")?.map(|json| json.0),
     };
     Ok((column(row, "seq")?, operation))
 }
@@ -315,8 +316,8 @@ impl AuditStore for PgStore {
         sqlx::query(
             "INSERT INTO operations (id, request_id, created_at, finished_at, filename, kind, operation, \
              status, chosen_model, selection, arbiter_reason, candidates, previous_sha256, sha256, bytes, \
-             error, duration_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+             error, duration_ms, detail) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
         )
         .bind(op.id)
         .bind(op.request_id)
@@ -335,6 +336,7 @@ impl AuditStore for PgStore {
         .bind(op.bytes)
         .bind(&op.error)
         .bind(op.duration_ms)
+        .bind(op.detail.as_ref().map(Json))
         .execute(&mut *tx)
         .await
         .map_err(|err| from_sqlx("insert operation", err))?;

@@ -226,6 +226,10 @@ fn operation_from_row(row: &SqliteRow) -> Result<(i64, Operation), StoreError> {
         bytes: column(row, "bytes")?,
         error: column(row, "error")?,
         duration_ms: column(row, "duration_ms")?,
+        detail: column::<Option<&str>>(row, "detail")?
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(|err| StoreError::Other(format!("column detail: {err}")))?,
     };
     Ok((column(row, "seq")?, operation))
 }
@@ -369,6 +373,11 @@ impl AuditStore for SqliteStore {
         content: Option<&[u8]>,
     ) -> Result<(), StoreError> {
         let candidates = json_text("candidates", serde_json::to_string(&op.candidates))?;
+        let detail = op
+            .detail
+            .as_ref()
+            .map(|d| json_text("detail", serde_json::to_string(d)))
+            .transpose()?;
         let mut tx = self
             .pool
             .begin_with(BEGIN_WRITE)
@@ -377,8 +386,8 @@ impl AuditStore for SqliteStore {
         sqlx::query(
             "INSERT INTO operations (id, request_id, created_at, finished_at, filename, kind, operation, \
              status, chosen_model, selection, arbiter_reason, candidates, previous_sha256, sha256, bytes, \
-             error, duration_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+             error, duration_ms, detail) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
         )
         .bind(op.id)
         .bind(op.request_id)
@@ -397,6 +406,7 @@ impl AuditStore for SqliteStore {
         .bind(op.bytes)
         .bind(&op.error)
         .bind(op.duration_ms)
+        .bind(detail)
         .execute(&mut *tx)
         .await
         .map_err(|err| from_sqlx("insert operation", err))?;

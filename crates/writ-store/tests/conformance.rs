@@ -186,6 +186,7 @@ fn operation(request_id: Uuid, filename: &str) -> Operation {
         bytes: Some(5),
         error: None,
         duration_ms: None,
+        detail: Some(json!({"note": "kept as given"})),
     }
 }
 

@@ -7,6 +7,7 @@
 use serde::Deserialize;
 
 use crate::path::SandboxPath;
+use crate::synthesis::image::{ImageFormat, ImageOptions, ImageTarget, MAX_SIDE, MIN_SIDE};
 use crate::synthesis::fanout::StragglerPolicy;
 
 pub const MAX_FILES: usize = 5;
@@ -40,6 +41,9 @@ pub struct FileRequest {
     pub internal_imports: Vec<String>,
     #[serde(default)]
     pub expected_sha256: Option<String>,
+    /// Size and format of an image file (overrides `options.image`).
+    #[serde(default)]
+    pub image: Option<ImageOptions>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -60,6 +64,12 @@ pub struct BatchOptions {
     /// Answer 202 with a job id at once instead of waiting (same as `Prefer: respond-async`).
     #[serde(default, rename = "async")]
     pub run_async: bool,
+    /// Overrides `IMAGE_MODEL` for this batch's image files.
+    #[serde(default)]
+    pub image_model: Option<String>,
+    /// Size and format for every image file of the batch (a file's own `image` wins).
+    #[serde(default)]
+    pub image: Option<ImageOptions>,
     /// Overrides the deployment's straggler policy (`WRIT_STRAGGLER_*`) for this batch.
     #[serde(default)]
     pub straggler: Option<StragglerOptions>,
@@ -112,6 +122,8 @@ pub struct FileSpec {
     pub external_imports: Vec<String>,
     pub internal_imports: Vec<String>,
     pub expected_sha256: Option<String>,
+    /// What an image file must end up as (`None` for code).
+    pub image: Option<ImageTarget>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -134,6 +146,42 @@ fn refuse(field: impl Into<String>, message: impl Into<String>) -> BatchError {
         field: field.into(),
         message: message.into(),
     }
+}
+
+/// Size and format for an image file: the options' size (both sides or neither, within
+/// bounds) and format, which must agree with the file's extension.
+fn image_target(path: &SandboxPath, opts: Option<&ImageOptions>, field: String) -> Result<ImageTarget, BatchError> {
+    let ext = path.extension().unwrap_or_default();
+    let by_ext = ImageFormat::from_extension(&ext)
+        .ok_or_else(|| refuse(field.clone(), format!("'.{ext}' is not an image type writ can write")))?;
+    let Some(opts) = opts else {
+        return Ok(ImageTarget { size: None, format: by_ext });
+    };
+    if let Some(f) = opts.format
+        && f != by_ext
+    {
+        return Err(refuse(
+            format!("{field}.format"),
+            format!("'{}' does not match the file's extension '.{ext}'", f.as_str()),
+        ));
+    }
+    let size = match (opts.width, opts.height) {
+        (None, None) => None,
+        (Some(w), Some(h)) => {
+            for (name, v) in [("width", w), ("height", h)] {
+                if !(MIN_SIDE..=MAX_SIDE).contains(&v) {
+                    return Err(refuse(
+                        format!("{field}.{name}"),
+                        format!("must be between {MIN_SIDE} and {MAX_SIDE} pixels, got {v}"),
+                    ));
+                }
+            }
+            Some((w, h))
+        }
+        (Some(_), None) => return Err(refuse(format!("{field}.height"), "is required with width")),
+        (None, Some(_)) => return Err(refuse(format!("{field}.width"), "is required with height")),
+    };
+    Ok(ImageTarget { size, format: by_ext })
 }
 
 const IMAGE_EXTENSIONS: &[&str] = &["png", "jpg", "jpeg", "gif", "webp"];
@@ -257,6 +305,20 @@ impl Batch {
                 Some(ext) if IMAGE_EXTENSIONS.contains(&ext.as_str()) => TargetKind::Image,
                 _ => TargetKind::Code,
             };
+            let image = match kind {
+                TargetKind::Code if f.image.is_some() => {
+                    return Err(refuse(
+                        field("image"),
+                        "only image files (.png, .jpg, .jpeg, .gif, .webp) take image options",
+                    ));
+                }
+                TargetKind::Code => None,
+                TargetKind::Image => Some(image_target(
+                    &path,
+                    f.image.as_ref().or(options.image.as_ref()),
+                    if f.image.is_some() { field("image") } else { "options.image".to_string() },
+                )?),
+            };
             files.push(FileSpec {
                 index: i,
                 path,
@@ -265,6 +327,7 @@ impl Batch {
                 external_imports: f.external_imports,
                 internal_imports: f.internal_imports,
                 expected_sha256,
+                image,
             });
         }
         Ok(Batch {
@@ -379,6 +442,20 @@ mod tests {
             b.options.straggler.unwrap().policy().unwrap(),
             StragglerPolicy::WaitAll
         );
+    }
+
+    #[test]
+    fn image_options_are_checked_before_any_model_is_called() {
+        let img = |opts: serde_json::Value| serde_json::json!({"command": "write_codebase", "files": [{"filename": "logo.png", "code_description": "a logo", "image": opts}]});
+        assert_eq!(req(img(serde_json::json!({"width": 8, "height": 64}))).unwrap_err().field, "files[0].image.width");
+        assert_eq!(req(img(serde_json::json!({"width": 64}))).unwrap_err().field, "files[0].image.height");
+        assert_eq!(req(img(serde_json::json!({"format": "jpeg"}))).unwrap_err().field, "files[0].image.format");
+        let ok = req(img(serde_json::json!({"width": 64, "height": 32}))).unwrap();
+        assert_eq!(ok.files[0].image, Some(ImageTarget { size: Some((64, 32)), format: ImageFormat::Png }));
+        let code = serde_json::json!({"command": "write_codebase", "files": [{"filename": "a.py", "code_description": "x", "image": {}}]});
+        assert_eq!(req(code).unwrap_err().field, "files[0].image");
+        let batch_wide = serde_json::json!({"command": "write_codebase", "files": [file("a.jpg")], "options": {"image": {"width": 100, "height": 100}}});
+        assert_eq!(req(batch_wide).unwrap().files[0].image, Some(ImageTarget { size: Some((100, 100)), format: ImageFormat::Jpeg }));
     }
 
     #[test]

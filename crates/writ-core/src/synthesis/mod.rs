@@ -11,6 +11,7 @@
 
 pub mod batch;
 pub mod fanout;
+pub mod image;
 pub mod pipeline;
 pub mod progress;
 pub mod prompt;

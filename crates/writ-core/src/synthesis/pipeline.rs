@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use base64::Engine;
 use futures::future::join_all;
 
 use crate::synthesis::fanout::{self, CallSettings, Candidate, StragglerPolicy, UpstreamClock};
@@ -27,8 +28,9 @@ use crate::content::sha256_hex;
 use crate::files::{Provenance, WriteMode, WriteSpec, record_failure, recorded_write};
 use crate::model::{ChatMessage, ChatRequest, ErrorClass, ModelClient};
 use crate::synthesis::batch::{Batch, BatchError, FileSpec, TargetKind};
+use crate::synthesis::image::{self, ImageError, ImageFormat, ImageTarget, ShapedImage, decode_data_url};
 use crate::synthesis::prompt;
-use crate::synthesis::response::{BatchResponse, FileResult, Selection};
+use crate::synthesis::response::{BatchResponse, FileResult, ImageInfo, Selection};
 use crate::workspace::Workspace;
 
 /// Which models to ask and how; from `CODE_LIST`, `CODE_MODEL`, `CODE_GEN_MODEL`.
@@ -51,6 +53,8 @@ pub struct SynthesisConfig {
     pub batch_deadline: Duration,
     /// When a fan-out stops waiting for slow candidates (`WRIT_STRAGGLER_*`; `options.straggler`).
     pub straggler: StragglerPolicy,
+    /// The image model (`IMAGE_MODEL`).
+    pub image_model: Option<String>,
 }
 
 impl Default for SynthesisConfig {
@@ -63,6 +67,7 @@ impl Default for SynthesisConfig {
             temperature: 0.2,
             fallback_backoff: Duration::from_millis(500),
             recent_operations: 10,
+            image_model: None,
             max_file_bytes: 1024 * 1024,
             batch_deadline: Duration::from_secs(600),
             straggler: StragglerPolicy::WaitAll,
@@ -116,6 +121,17 @@ struct Chosen {
     model: String,
     selection: Selection,
     reason: Option<String>,
+    /// For an image file: the checked, shaped image (its bytes are what is written).
+    image: Option<ShapedImage>,
+}
+
+impl Chosen {
+    fn bytes(&self) -> Vec<u8> {
+        match &self.image {
+            Some(img) => img.bytes.clone(),
+            None => self.code.clone().into_bytes(),
+        }
+    }
 }
 
 impl Synthesizer {
@@ -388,25 +404,38 @@ impl Synthesizer {
                 kind: kind.to_string(),
                 success: true,
                 operation: None,
-                bytes: Some(chosen.code.len()),
-                sha256: Some(sha256_hex(chosen.code.as_bytes())),
+                bytes: Some(chosen.bytes().len()),
+                sha256: Some(sha256_hex(&chosen.bytes())),
                 chosen_model: Some(chosen.model),
                 selection: Some(chosen.selection),
                 arbiter_reason: chosen.reason,
                 candidates,
                 operation_id: None,
                 error: None,
-                content: Some(chosen.code),
+                image: chosen.image.as_ref().map(ImageInfo::from),
+                content: Some(match &chosen.image {
+                    Some(img) => format!(
+                        "data:image/{};base64,{}",
+                        img.format.as_str(),
+                        base64::engine::general_purpose::STANDARD.encode(&img.bytes)
+                    ),
+                    None => chosen.code,
+                }),
             };
         }
         let spec = WriteSpec {
             path: file.path.clone(),
-            content: chosen.code.clone().into_bytes(),
+            content: chosen.bytes(),
             mode: WriteMode::Overwrite,
             expected_sha256: file.expected_sha256.clone(),
             create_dirs: true,
         };
         let provenance = Provenance {
+            detail: chosen
+                .image
+                .as_ref()
+                .and_then(|img| serde_json::to_value(ImageInfo::from(img)).ok())
+                .map(|info| serde_json::json!({ "image": info })),
             chosen_model: Some(chosen.model.clone()),
             selection: Some(chosen.selection.as_str().to_string()),
             arbiter_reason: chosen.reason.clone(),
@@ -437,6 +466,7 @@ impl Synthesizer {
                     candidates,
                     operation_id: Some(receipt.operation_id),
                     error: None,
+                    image: chosen.image.as_ref().map(ImageInfo::from),
                     content: None,
                 }
             }
@@ -651,13 +681,7 @@ impl Synthesizer {
             file: file.path.to_string(),
         });
         if file.kind == TargetKind::Image {
-            return (
-                Err(format!(
-                    "'{}' is an image: image generation is not available in this version of writ",
-                    file.path
-                )),
-                Vec::new(),
-            );
+            return self.generate_image(batch, file, sink).await;
         }
         let language = Language::from_path(file.path.as_str());
         let current = match self.workspace.read(&file.path).await {
@@ -737,12 +761,113 @@ impl Synthesizer {
                 model: viable[0].0.to_string(),
                 selection: Selection::SingleCandidate,
                 reason: None,
+                image: None,
             }),
             _ => Ok(self
                 .arbitrate(batch, file, language, &models, &viable, sink, upstream)
                 .await),
         };
         (chosen, records)
+    }
+
+    /// An image file: one call to the image model, its answer checked and shaped.
+    async fn generate_image(
+        &self,
+        batch: &Batch,
+        file: &FileSpec,
+        sink: &dyn ProgressSink,
+    ) -> (Result<Chosen, String>, Vec<CandidateRecord>) {
+        let Some(model) = batch.options.image_model.clone().or_else(|| self.config.image_model.clone()) else {
+            return (
+                Err("no image model is configured: set IMAGE_MODEL (or send options.image_model)".to_string()),
+                Vec::new(),
+            );
+        };
+        let target = file.image.unwrap_or(ImageTarget {
+            size: None,
+            format: file
+                .path
+                .extension()
+                .and_then(|e| ImageFormat::from_extension(&e))
+                .unwrap_or(ImageFormat::Png),
+        });
+        let mut ask = format!("Create the image `{}`: {}", file.path, file.description.trim());
+        if let Some((w, h)) = target.size {
+            ask.push_str(&format!("\nSize: {w}×{h} pixels."));
+        }
+        ask.push_str(&format!("\nFormat: {}.", target.format.as_str()));
+        if let Some(task) = &batch.task_description {
+            ask.push_str(&format!("\nIt is part of this task: {}", task.trim()));
+        }
+        let req = ChatRequest {
+            model: model.clone(),
+            messages: vec![ChatMessage::user(ask)],
+            modalities: Some(vec!["image".into(), "text".into()]),
+            ..ChatRequest::default()
+        };
+        sink.emit(Event::CandidateStarted { file: file.path.to_string(), model: model.clone() });
+        let started = Instant::now();
+        let (record, chosen) = match self.models.chat(req).await {
+            Ok(resp) => {
+                let mut record = CandidateRecord {
+                    model: model.clone(),
+                    ok: false,
+                    latency_ms: resp.latency.as_millis() as u64,
+                    parsed: None,
+                    prompt_tokens: resp.usage.prompt_tokens,
+                    completion_tokens: resp.usage.completion_tokens,
+                    cost: resp.usage.cost,
+                    error_class: None,
+                    error: None,
+                };
+                let shaped = resp
+                    .images
+                    .first()
+                    .ok_or(ImageError::Missing)
+                    .and_then(|url| decode_data_url(url))
+                    .and_then(|bytes| image::shape(&bytes, target));
+                match shaped {
+                    Ok(img) => {
+                        record.ok = true;
+                        record.parsed = Some(true);
+                        let chosen = Chosen {
+                            code: String::new(),
+                            model: model.clone(),
+                            selection: Selection::SingleCandidate,
+                            reason: None,
+                            image: Some(img),
+                        };
+                        (record, Ok(chosen))
+                    }
+                    Err(e) => {
+                        record.parsed = Some(false);
+                        record.error_class = Some("bad_image".into());
+                        record.error = Some(e.to_string());
+                        (record, Err(format!("'{}': {e}", file.path)))
+                    }
+                }
+            }
+            Err(e) => {
+                let record = CandidateRecord {
+                    model: model.clone(),
+                    ok: false,
+                    latency_ms: started.elapsed().as_millis() as u64,
+                    error_class: Some(e.class.as_str().to_string()),
+                    error: Some(e.to_string()),
+                    ..CandidateRecord::default()
+                };
+                (record, Err(format!("the image model failed: {e}")))
+            }
+        };
+        sink.emit(Event::CandidateFinished {
+            file: file.path.to_string(),
+            model,
+            latency_ms: record.latency_ms,
+            ok: record.ok,
+            error_class: record.error_class.clone(),
+            parsed: record.parsed,
+        });
+        (chosen, vec![record])
     }
 
     fn call_settings(&self) -> CallSettings {
@@ -808,6 +933,7 @@ impl Synthesizer {
                         model: model.to_string(),
                         selection: Selection::Arbiter,
                         reason: Some(v.reason),
+                        image: None,
                     };
                 }
                 None => format!("the arbiter {arbiter} gave no usable verdict"),
@@ -827,6 +953,7 @@ impl Synthesizer {
             model: model.to_string(),
             selection: Selection::ArbiterFailedFirstViable,
             reason: Some(failure),
+            image: None,
         }
     }
 
@@ -899,6 +1026,7 @@ impl Synthesizer {
                         model: model.clone(),
                         selection: Selection::Fallback,
                         reason: None,
+                        image: None,
                     }),
                     extra,
                 );

@@ -51,7 +51,10 @@ pub struct FileResult {
     pub candidates: Vec<CandidateRecord>,
     pub operation_id: Option<Uuid>,
     pub error: Option<String>,
-    /// The chosen content, only for `dry_run`.
+    /// For an image file: what was written (size, format) and what the model had returned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageInfo>,
+    /// The chosen content, only for `dry_run` (an image as a data URL).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
 }
@@ -76,7 +79,32 @@ impl FileResult {
             candidates,
             operation_id: None,
             error: Some(error.into()),
+            image: None,
             content: None,
+        }
+    }
+}
+
+/// An image file's shape as written, and as the model returned it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageInfo {
+    pub width: u32,
+    pub height: u32,
+    pub format: String,
+    pub model_width: u32,
+    pub model_height: u32,
+    pub model_format: String,
+}
+
+impl From<&crate::synthesis::image::ShapedImage> for ImageInfo {
+    fn from(img: &crate::synthesis::image::ShapedImage) -> Self {
+        ImageInfo {
+            width: img.width,
+            height: img.height,
+            format: img.format.as_str().to_string(),
+            model_width: img.original_size.0,
+            model_height: img.original_size.1,
+            model_format: img.original_format.as_str().to_string(),
         }
     }
 }

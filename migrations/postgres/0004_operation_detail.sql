@@ -1,0 +1,3 @@
+-- What else an operation needs to say, as JSON: for an image file its size and format, and what
+-- the model had returned before writ resized or converted it. NULL for most operations.
+ALTER TABLE operations ADD COLUMN detail JSONB;
