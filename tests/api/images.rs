@@ -12,21 +12,36 @@ const PAINTER: &str = "paint/img";
 fn data_url(format: image::ImageFormat, mime: &str, w: u32, h: u32) -> String {
     let img = image::RgbImage::from_pixel(w, h, image::Rgb([10, 120, 200]));
     let mut out = Cursor::new(Vec::new());
-    image::DynamicImage::ImageRgb8(img).write_to(&mut out, format).unwrap();
-    format!("data:{mime};base64,{}", base64::engine::general_purpose::STANDARD.encode(out.into_inner()))
+    image::DynamicImage::ImageRgb8(img)
+        .write_to(&mut out, format)
+        .unwrap();
+    format!(
+        "data:{mime};base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(out.into_inner())
+    )
 }
 
 async fn app() -> TestApp {
-    writ_tests::spawn_app_with_models_and(writ_tests::Backend::Sqlite, &[("IMAGE_MODEL", PAINTER)]).await
+    writ_tests::spawn_app_with_models_and(writ_tests::Backend::Sqlite, &[("IMAGE_MODEL", PAINTER)])
+        .await
 }
 
 async fn a_png_python_and_svg_batch_writes_each_the_right_way(app: TestApp) {
     // The image model answers a JPEG of the wrong size: writ converts and resizes it.
-    app.fake().script(PAINTER, Script::always(Step::image(data_url(image::ImageFormat::Jpeg, "image/jpeg", 300, 200))));
+    app.fake().script(
+        PAINTER,
+        Script::always(Step::image(data_url(
+            image::ImageFormat::Jpeg,
+            "image/jpeg",
+            300,
+            200,
+        ))),
+    );
     for m in MODELS {
         app.fake().script(m, Script::always(Step::text("```python\nprint('hi')\n```\n```svg\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"8\" height=\"8\"><rect width=\"8\" height=\"8\"/></svg>\n```")));
     }
-    app.fake().script(ARBITER, Script::always(Step::verdict(1, "fine")));
+    app.fake()
+        .script(ARBITER, Script::always(Step::verdict(1, "fine")));
     let body = json!({"command": "write_codebase", "files": [
         {"filename": "assets/logo.png", "code_description": "a blue square logo", "image": {"width": 64, "height": 48}},
         {"filename": "main.py", "code_description": "prints hi"},
@@ -36,39 +51,83 @@ async fn a_png_python_and_svg_batch_writes_each_the_right_way(app: TestApp) {
     assert_eq!(answer["status"], "success", "{answer}");
     assert_eq!(answer["image_files"], json!({"total": 1, "succeeded": 1}));
     assert_eq!(answer["code_files"], json!({"total": 2, "succeeded": 2}));
-    let logo = answer["results"].as_array().unwrap().iter().find(|r| r["filename"] == "assets/logo.png").unwrap().clone();
+    let logo = answer["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["filename"] == "assets/logo.png")
+        .unwrap()
+        .clone();
     assert_eq!(logo["kind"], "image");
-    assert_eq!(logo["image"], json!({"width": 64, "height": 48, "format": "png", "model_width": 300, "model_height": 200, "model_format": "jpeg"}));
+    assert_eq!(
+        logo["image"],
+        json!({"width": 64, "height": 48, "format": "png", "model_width": 300, "model_height": 200, "model_format": "jpeg"})
+    );
 
     let bytes = std::fs::read(app.repo_dir.join("assets/logo.png")).unwrap();
-    assert_eq!(image::guess_format(&bytes).unwrap(), image::ImageFormat::Png);
+    assert_eq!(
+        image::guess_format(&bytes).unwrap(),
+        image::ImageFormat::Png
+    );
     let decoded = image::load_from_memory(&bytes).unwrap();
     assert_eq!((decoded.width(), decoded.height()), (64, 48));
-    assert!(std::fs::read_to_string(app.repo_dir.join("icon.svg")).unwrap().starts_with("<svg"));
-    assert_eq!(std::fs::read_to_string(app.repo_dir.join("main.py")).unwrap(), "print('hi')\n");
+    assert!(
+        std::fs::read_to_string(app.repo_dir.join("icon.svg"))
+            .unwrap()
+            .starts_with("<svg")
+    );
+    assert_eq!(
+        std::fs::read_to_string(app.repo_dir.join("main.py")).unwrap(),
+        "print('hi')\n"
+    );
 
     let call = &app.fake().calls_for(PAINTER)[0];
     assert_eq!(call.body["modalities"], json!(["image", "text"]));
-    assert!(call.body["messages"][0]["content"].as_str().unwrap().contains("64×48"));
-    let (_, op) = app.json(&format!("/operations/{}", logo["operation_id"].as_str().unwrap())).await;
+    assert!(
+        call.body["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("64×48")
+    );
+    let (_, op) = app
+        .json(&format!(
+            "/operations/{}",
+            logo["operation_id"].as_str().unwrap()
+        ))
+        .await;
     assert_eq!(op["kind"], "image");
     assert_eq!(op["detail"]["image"]["width"], 64);
     assert_eq!(op["detail"]["image"]["format"], "png");
     assert_eq!(op["sha256"], writ_core::content::sha256_hex(&bytes));
-    assert!(op["content"].is_null() && op["content_base64"].is_string(), "the pixels are kept as bytes, not in the row's text");
+    assert!(
+        op["content"].is_null() && op["content_base64"].is_string(),
+        "the pixels are kept as bytes, not in the row's text"
+    );
 }
 
 async fn broken_image_data_is_a_clear_per_file_error_and_writes_nothing(app: TestApp) {
-    app.fake().script(PAINTER, Script::always(Step::image("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB")));
+    app.fake().script(
+        PAINTER,
+        Script::always(Step::image(
+            "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB",
+        )),
+    );
     for m in MODELS {
-        app.fake().script(m, Script::always(Step::code("python", "ok = 1")));
+        app.fake()
+            .script(m, Script::always(Step::code("python", "ok = 1")));
     }
     let body = json!({"command": "write_codebase", "files": [
         {"filename": "logo.png", "code_description": "a logo"},
         {"filename": "ok.py", "code_description": "ok"}]});
     let (_, answer) = app.post_write_codebase(&body).await;
     assert_eq!(answer["status"], "partial_success", "{answer}");
-    let logo = answer["results"].as_array().unwrap().iter().find(|r| r["filename"] == "logo.png").unwrap().clone();
+    let logo = answer["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["filename"] == "logo.png")
+        .unwrap()
+        .clone();
     assert_eq!(logo["success"], false);
     assert!(logo["error"].as_str().unwrap().contains("broken"), "{logo}");
     assert_eq!(logo["candidates"][0]["error_class"], "bad_image");
@@ -97,7 +156,8 @@ mod sqlite {
     }
     #[tokio::test]
     async fn broken_image_data_is_a_clear_per_file_error_and_writes_nothing() {
-        super::broken_image_data_is_a_clear_per_file_error_and_writes_nothing(super::app().await).await;
+        super::broken_image_data_is_a_clear_per_file_error_and_writes_nothing(super::app().await)
+            .await;
     }
     #[tokio::test]
     async fn bad_image_options_are_refused_before_any_model_is_called() {
@@ -107,7 +167,11 @@ mod sqlite {
 
 mod postgres {
     async fn app() -> writ_tests::TestApp {
-        writ_tests::spawn_app_with_models_and(writ_tests::Backend::Postgres, &[("IMAGE_MODEL", super::PAINTER)]).await
+        writ_tests::spawn_app_with_models_and(
+            writ_tests::Backend::Postgres,
+            &[("IMAGE_MODEL", super::PAINTER)],
+        )
+        .await
     }
     #[tokio::test]
     async fn a_png_python_and_svg_batch_writes_each_the_right_way() {

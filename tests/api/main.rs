@@ -4,8 +4,8 @@
 
 mod dashboard;
 mod files;
-mod images;
 mod hardening;
+mod images;
 mod jobs;
 mod local_model;
 mod openapi;

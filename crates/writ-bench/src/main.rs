@@ -70,10 +70,11 @@ async fn main() -> anyhow::Result<()> {
         let t = scenarios::stragglers(&plan, &fake).await?;
         section(
             &format!(
-                "3. Stragglers (1 file; two candidates at {0} ms, one heavy-tailed: median {0} ms, p99 {1} ms; arbiter {0} ms; open loop {2}/s)",
+                "3. Stragglers (1 file on {3}; two candidates at {0} ms, one heavy-tailed: median {0} ms, p99 {1} ms; arbiter {0} ms; open loop {2}/s)",
                 plan.latency_ms,
                 plan.latency_ms * 10,
-                plan.straggler_rate
+                plan.straggler_rate,
+                plan.backends.last().map_or("SQLite", |b| b.name())
             ),
             &t,
         )?;

@@ -235,11 +235,17 @@ pub async fn stragglers(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
     let mut out = String::new();
     writeln!(
         out,
-        "| policy (`options.straggler`) | batches | errors | batch p50 (ms) | p90 | p99 | p99 / p50 | candidates cut off | arbiter asked |"
+        "| policy (`options.straggler`) | batches | errors | batch p50 (ms) | p90 | p99 | p99 / p50 | upstream path p50 (ms) | p99 | p99 / p50 | candidates cut off | arbiter asked |"
     )?;
-    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+    writeln!(
+        out,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )?;
     let data = tempfile::tempdir()?;
-    let url = Backend::Sqlite.fresh_url(data.path()).await;
+    // PostgreSQL when the plan has it: its overhead tail is the shorter, so the table shows the
+    // policy rather than the audit store.
+    let backend = plan.backends.last().copied().unwrap_or(Backend::Sqlite);
+    let url = backend.fresh_url(data.path()).await;
     let writ = Writ::start(&plan.bin_dir, fake, &url, &[]).await?;
     let target = Target::new(&writ.base_url)?;
     let models = json!([MODELS[0], MODELS[1], STRAGGLER]);
@@ -257,6 +263,12 @@ pub async fn stragglers(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
         .await;
         let lat: Vec<f64> = samples.iter().map(|s| millis(s.latency)).collect();
         let lat = Summary::of(&lat);
+        // What the batch waited on models: its latency less writ's own reported overhead.
+        let path: Vec<f64> = samples
+            .iter()
+            .filter_map(|s| s.overhead_ms.map(|o| millis(s.latency) - o))
+            .collect();
+        let path = Summary::of(&path);
         let candidates: u64 = samples.iter().map(|s| s.candidates).sum();
         let cancelled: u64 = samples.iter().map(|s| s.cancelled).sum();
         let arbiter = samples
@@ -265,13 +277,16 @@ pub async fn stragglers(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
             .count();
         writeln!(
             out,
-            "| {name} | {} | {} | {} | {} | {} | {:.2} | {:.1}% | {:.0}% |",
+            "| {name} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {:.2} | {:.1}% | {:.0}% |",
             samples.len(),
             errors(&samples),
             ms(lat.p50),
             ms(lat.p90),
             ms(lat.p99),
             lat.p99 / lat.p50,
+            ms(path.p50),
+            ms(path.p99),
+            path.p99 / path.p50,
             100.0 * cancelled as f64 / candidates.max(1) as f64,
             100.0 * arbiter as f64 / samples.len().max(1) as f64,
         )?;

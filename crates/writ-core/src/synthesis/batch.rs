@@ -7,8 +7,8 @@
 use serde::Deserialize;
 
 use crate::path::SandboxPath;
-use crate::synthesis::image::{ImageFormat, ImageOptions, ImageTarget, MAX_SIDE, MIN_SIDE};
 use crate::synthesis::fanout::StragglerPolicy;
+use crate::synthesis::image::{ImageFormat, ImageOptions, ImageTarget, MAX_SIDE, MIN_SIDE};
 
 pub const MAX_FILES: usize = 5;
 pub const MAX_DESCRIPTION_CHARS: usize = 20_000;
@@ -150,19 +150,33 @@ fn refuse(field: impl Into<String>, message: impl Into<String>) -> BatchError {
 
 /// Size and format for an image file: the options' size (both sides or neither, within
 /// bounds) and format, which must agree with the file's extension.
-fn image_target(path: &SandboxPath, opts: Option<&ImageOptions>, field: String) -> Result<ImageTarget, BatchError> {
+fn image_target(
+    path: &SandboxPath,
+    opts: Option<&ImageOptions>,
+    field: String,
+) -> Result<ImageTarget, BatchError> {
     let ext = path.extension().unwrap_or_default();
-    let by_ext = ImageFormat::from_extension(&ext)
-        .ok_or_else(|| refuse(field.clone(), format!("'.{ext}' is not an image type writ can write")))?;
+    let by_ext = ImageFormat::from_extension(&ext).ok_or_else(|| {
+        refuse(
+            field.clone(),
+            format!("'.{ext}' is not an image type writ can write"),
+        )
+    })?;
     let Some(opts) = opts else {
-        return Ok(ImageTarget { size: None, format: by_ext });
+        return Ok(ImageTarget {
+            size: None,
+            format: by_ext,
+        });
     };
     if let Some(f) = opts.format
         && f != by_ext
     {
         return Err(refuse(
             format!("{field}.format"),
-            format!("'{}' does not match the file's extension '.{ext}'", f.as_str()),
+            format!(
+                "'{}' does not match the file's extension '.{ext}'",
+                f.as_str()
+            ),
         ));
     }
     let size = match (opts.width, opts.height) {
@@ -181,7 +195,10 @@ fn image_target(path: &SandboxPath, opts: Option<&ImageOptions>, field: String) 
         (Some(_), None) => return Err(refuse(format!("{field}.height"), "is required with width")),
         (None, Some(_)) => return Err(refuse(format!("{field}.width"), "is required with height")),
     };
-    Ok(ImageTarget { size, format: by_ext })
+    Ok(ImageTarget {
+        size,
+        format: by_ext,
+    })
 }
 
 const IMAGE_EXTENSIONS: &[&str] = &["png", "jpg", "jpeg", "gif", "webp"];
@@ -316,7 +333,11 @@ impl Batch {
                 TargetKind::Image => Some(image_target(
                     &path,
                     f.image.as_ref().or(options.image.as_ref()),
-                    if f.image.is_some() { field("image") } else { "options.image".to_string() },
+                    if f.image.is_some() {
+                        field("image")
+                    } else {
+                        "options.image".to_string()
+                    },
                 )?),
             };
             files.push(FileSpec {
@@ -447,15 +468,42 @@ mod tests {
     #[test]
     fn image_options_are_checked_before_any_model_is_called() {
         let img = |opts: serde_json::Value| serde_json::json!({"command": "write_codebase", "files": [{"filename": "logo.png", "code_description": "a logo", "image": opts}]});
-        assert_eq!(req(img(serde_json::json!({"width": 8, "height": 64}))).unwrap_err().field, "files[0].image.width");
-        assert_eq!(req(img(serde_json::json!({"width": 64}))).unwrap_err().field, "files[0].image.height");
-        assert_eq!(req(img(serde_json::json!({"format": "jpeg"}))).unwrap_err().field, "files[0].image.format");
+        assert_eq!(
+            req(img(serde_json::json!({"width": 8, "height": 64})))
+                .unwrap_err()
+                .field,
+            "files[0].image.width"
+        );
+        assert_eq!(
+            req(img(serde_json::json!({"width": 64})))
+                .unwrap_err()
+                .field,
+            "files[0].image.height"
+        );
+        assert_eq!(
+            req(img(serde_json::json!({"format": "jpeg"})))
+                .unwrap_err()
+                .field,
+            "files[0].image.format"
+        );
         let ok = req(img(serde_json::json!({"width": 64, "height": 32}))).unwrap();
-        assert_eq!(ok.files[0].image, Some(ImageTarget { size: Some((64, 32)), format: ImageFormat::Png }));
+        assert_eq!(
+            ok.files[0].image,
+            Some(ImageTarget {
+                size: Some((64, 32)),
+                format: ImageFormat::Png
+            })
+        );
         let code = serde_json::json!({"command": "write_codebase", "files": [{"filename": "a.py", "code_description": "x", "image": {}}]});
         assert_eq!(req(code).unwrap_err().field, "files[0].image");
         let batch_wide = serde_json::json!({"command": "write_codebase", "files": [file("a.jpg")], "options": {"image": {"width": 100, "height": 100}}});
-        assert_eq!(req(batch_wide).unwrap().files[0].image, Some(ImageTarget { size: Some((100, 100)), format: ImageFormat::Jpeg }));
+        assert_eq!(
+            req(batch_wide).unwrap().files[0].image,
+            Some(ImageTarget {
+                size: Some((100, 100)),
+                format: ImageFormat::Jpeg
+            })
+        );
     }
 
     #[test]

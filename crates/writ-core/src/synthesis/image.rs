@@ -114,8 +114,13 @@ pub enum ImageError {
 
 /// The payload of a `data:image/...;base64,...` URL.
 pub fn decode_data_url(url: &str) -> Result<Vec<u8>, ImageError> {
-    let rest = url.trim().strip_prefix("data:").ok_or_else(|| ImageError::NotDataUrl("no data: prefix".into()))?;
-    let (meta, payload) = rest.split_once(',').ok_or_else(|| ImageError::NotDataUrl("no comma".into()))?;
+    let rest = url
+        .trim()
+        .strip_prefix("data:")
+        .ok_or_else(|| ImageError::NotDataUrl("no data: prefix".into()))?;
+    let (meta, payload) = rest
+        .split_once(',')
+        .ok_or_else(|| ImageError::NotDataUrl("no comma".into()))?;
     if !meta.ends_with(";base64") {
         return Err(ImageError::NotDataUrl("not base64".into()));
     }
@@ -153,7 +158,11 @@ pub fn shape(bytes: &[u8], target: ImageTarget) -> Result<ShapedImage, ImageErro
     }
     let img = resized.unwrap_or(decoded);
     // JPEG has no alpha channel; the encoder refuses RGBA.
-    let img = if target.format == ImageFormat::Jpeg { image::DynamicImage::ImageRgb8(img.to_rgb8()) } else { img };
+    let img = if target.format == ImageFormat::Jpeg {
+        image::DynamicImage::ImageRgb8(img.to_rgb8())
+    } else {
+        img
+    };
     let mut out = Cursor::new(Vec::new());
     img.write_to(&mut out, target.format.to_image())
         .map_err(|e| ImageError::Encode(target.format.as_str(), e.to_string()))?;
@@ -174,23 +183,42 @@ mod tests {
     fn png(w: u32, h: u32) -> Vec<u8> {
         let img = image::RgbaImage::from_pixel(w, h, image::Rgba([200, 30, 30, 255]));
         let mut out = Cursor::new(Vec::new());
-        image::DynamicImage::ImageRgba8(img).write_to(&mut out, image::ImageFormat::Png).unwrap();
+        image::DynamicImage::ImageRgba8(img)
+            .write_to(&mut out, image::ImageFormat::Png)
+            .unwrap();
         out.into_inner()
     }
 
     #[test]
     fn a_matching_image_is_kept_byte_for_byte() {
         let bytes = png(32, 32);
-        let shaped = shape(&bytes, ImageTarget { size: Some((32, 32)), format: ImageFormat::Png }).unwrap();
+        let shaped = shape(
+            &bytes,
+            ImageTarget {
+                size: Some((32, 32)),
+                format: ImageFormat::Png,
+            },
+        )
+        .unwrap();
         assert_eq!(shaped.bytes, bytes);
     }
 
     #[test]
     fn the_size_and_format_asked_for_are_enforced() {
-        let shaped = shape(&png(64, 32), ImageTarget { size: Some((20, 40)), format: ImageFormat::Jpeg }).unwrap();
+        let shaped = shape(
+            &png(64, 32),
+            ImageTarget {
+                size: Some((20, 40)),
+                format: ImageFormat::Jpeg,
+            },
+        )
+        .unwrap();
         assert_eq!((shaped.width, shaped.height), (20, 40));
         assert_eq!(shaped.format, ImageFormat::Jpeg);
-        assert_eq!(image::guess_format(&shaped.bytes).unwrap(), image::ImageFormat::Jpeg);
+        assert_eq!(
+            image::guess_format(&shaped.bytes).unwrap(),
+            image::ImageFormat::Jpeg
+        );
         assert_eq!(shaped.original_size, (64, 32));
     }
 
@@ -198,14 +226,35 @@ mod tests {
     fn broken_and_foreign_data_are_refused() {
         let mut truncated = png(32, 32);
         truncated.truncate(40);
-        assert!(matches!(shape(&truncated, ImageTarget { size: None, format: ImageFormat::Png }), Err(ImageError::Broken(..))));
-        assert_eq!(shape(b"not an image at all", ImageTarget { size: None, format: ImageFormat::Png }), Err(ImageError::UnknownType));
+        assert!(matches!(
+            shape(
+                &truncated,
+                ImageTarget {
+                    size: None,
+                    format: ImageFormat::Png
+                }
+            ),
+            Err(ImageError::Broken(..))
+        ));
+        assert_eq!(
+            shape(
+                b"not an image at all",
+                ImageTarget {
+                    size: None,
+                    format: ImageFormat::Png
+                }
+            ),
+            Err(ImageError::UnknownType)
+        );
     }
 
     #[test]
     fn data_urls_are_decoded_and_other_urls_refused() {
         let bytes = png(16, 16);
-        let url = format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(&bytes));
+        let url = format!(
+            "data:image/png;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(&bytes)
+        );
         assert_eq!(decode_data_url(&url).unwrap(), bytes);
         assert!(decode_data_url("https://example.com/a.png").is_err());
         assert!(decode_data_url("data:image/png,rawbytes").is_err());

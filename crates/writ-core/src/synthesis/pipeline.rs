@@ -28,7 +28,9 @@ use crate::content::sha256_hex;
 use crate::files::{Provenance, WriteMode, WriteSpec, record_failure, recorded_write};
 use crate::model::{ChatMessage, ChatRequest, ErrorClass, ModelClient};
 use crate::synthesis::batch::{Batch, BatchError, FileSpec, TargetKind};
-use crate::synthesis::image::{self, ImageError, ImageFormat, ImageTarget, ShapedImage, decode_data_url};
+use crate::synthesis::image::{
+    self, ImageError, ImageFormat, ImageTarget, ShapedImage, decode_data_url,
+};
 use crate::synthesis::prompt;
 use crate::synthesis::response::{BatchResponse, FileResult, ImageInfo, Selection};
 use crate::workspace::Workspace;
@@ -777,9 +779,17 @@ impl Synthesizer {
         file: &FileSpec,
         sink: &dyn ProgressSink,
     ) -> (Result<Chosen, String>, Vec<CandidateRecord>) {
-        let Some(model) = batch.options.image_model.clone().or_else(|| self.config.image_model.clone()) else {
+        let Some(model) = batch
+            .options
+            .image_model
+            .clone()
+            .or_else(|| self.config.image_model.clone())
+        else {
             return (
-                Err("no image model is configured: set IMAGE_MODEL (or send options.image_model)".to_string()),
+                Err(
+                    "no image model is configured: set IMAGE_MODEL (or send options.image_model)"
+                        .to_string(),
+                ),
                 Vec::new(),
             );
         };
@@ -791,7 +801,11 @@ impl Synthesizer {
                 .and_then(|e| ImageFormat::from_extension(&e))
                 .unwrap_or(ImageFormat::Png),
         });
-        let mut ask = format!("Create the image `{}`: {}", file.path, file.description.trim());
+        let mut ask = format!(
+            "Create the image `{}`: {}",
+            file.path,
+            file.description.trim()
+        );
         if let Some((w, h)) = target.size {
             ask.push_str(&format!("\nSize: {w}×{h} pixels."));
         }
@@ -805,7 +819,10 @@ impl Synthesizer {
             modalities: Some(vec!["image".into(), "text".into()]),
             ..ChatRequest::default()
         };
-        sink.emit(Event::CandidateStarted { file: file.path.to_string(), model: model.clone() });
+        sink.emit(Event::CandidateStarted {
+            file: file.path.to_string(),
+            model: model.clone(),
+        });
         let started = Instant::now();
         let (record, chosen) = match self.models.chat(req).await {
             Ok(resp) => {
