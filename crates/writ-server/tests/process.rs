@@ -176,6 +176,22 @@ async fn sigkill_mid_batch_leaves_no_torn_or_temp_file_and_every_operation_settl
         }));
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
+    // Kill only once the slow batch is under way (recorded as a running job), so the kill always
+    // lands mid-batch.
+    for _ in 0..100 {
+        let jobs: Value = match http.get(format!("{}/jobs", writ.base)).send().await {
+            Ok(r) => r.json().await.unwrap_or(Value::Null),
+            Err(_) => Value::Null,
+        };
+        let running = jobs["jobs"].as_array().is_some_and(|js| {
+            js.iter()
+                .any(|j| j["files"][0] == "slow/a.py" && j["status"] == "running")
+        });
+        if running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     writ.child.kill().unwrap(); // SIGKILL
     writ.child.wait().unwrap();
     for w in writers {
@@ -187,8 +203,33 @@ async fn sigkill_mid_batch_leaves_no_torn_or_temp_file_and_every_operation_settl
     let repo = dir.path().join("repo");
     let on_disk = files_with_hashes(&repo);
     let ops = all_operations(&http, &writ.base).await;
+    // The interrupted batch is a job: failed with a reason, not left "running" forever.
+    let jobs: serde_json::Value = http
+        .get(format!("{}/jobs", writ.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let killed_job = jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["files"][0] == "slow/a.py")
+        .cloned();
     writ.child.kill().unwrap();
     writ.child.wait().unwrap();
+    let killed_job =
+        killed_job.unwrap_or_else(|| panic!("the batch the kill interrupted is a job: {jobs}"));
+    assert_eq!(killed_job["status"], "failed", "{killed_job}");
+    assert!(
+        killed_job["error"]
+            .as_str()
+            .unwrap()
+            .contains("interrupted"),
+        "{killed_job}"
+    );
 
     let restart_log = std::fs::read_to_string(&writ.log).unwrap();
     let settled = restart_log
