@@ -110,6 +110,9 @@ pub trait JobStore: Send + Sync {
     /// Jobs still queued or running whose heartbeat is older than `before`.
     async fn stale_jobs(&self, before: DateTime<Utc>) -> Result<Vec<Job>, StoreError>;
     async fn append_job_event(&self, event: &JobEvent) -> Result<(), StoreError>;
+    /// Several events in one statement (one commit): events come in bursts, and a commit each
+    /// was most of a batch's database time.
+    async fn append_job_events(&self, events: &[JobEvent]) -> Result<(), StoreError>;
     /// Events with `seq > after`, in order, at most `limit`.
     async fn job_events(
         &self,

@@ -834,16 +834,20 @@ async fn stale_jobs_are_the_unfinished_ones_whose_heartbeat_stopped(store: &dyn 
 async fn job_events_replay_after_a_sequence_number_in_order(store: &dyn AuditStore) {
     use writ_core::jobs::JobEvent;
     let id = Uuid::now_v7();
-    for seq in 1..=5 {
-        let event = JobEvent {
-            job_id: id,
-            seq,
-            created_at: now(),
-            name: format!("e{seq}"),
-            data: json!({"n": seq}),
-        };
-        store.append_job_event(&event).await.unwrap();
-    }
+    let event = |seq: i64| JobEvent {
+        job_id: id,
+        seq,
+        created_at: now(),
+        name: format!("e{seq}"),
+        data: json!({"n": seq}),
+    };
+    store.append_job_event(&event(1)).await.unwrap();
+    store.append_job_event(&event(2)).await.unwrap();
+    store
+        .append_job_events(&[event(3), event(4), event(5)])
+        .await
+        .unwrap();
+    store.append_job_events(&[]).await.unwrap();
     let after_two = store.job_events(id, 2, 100).await.unwrap();
     assert_eq!(
         after_two.iter().map(|e| e.seq).collect::<Vec<_>>(),

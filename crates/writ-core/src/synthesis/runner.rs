@@ -148,6 +148,9 @@ impl ProgressSink for ChannelSink {
     }
 }
 
+/// Most events written in one statement.
+const EVENTS_PER_WRITE: usize = 256;
+
 async fn write_events(
     store: Arc<dyn AuditStore>,
     hub: EventHub,
@@ -155,19 +158,32 @@ async fn write_events(
     mut rx: mpsc::UnboundedReceiver<Event>,
 ) {
     let mut seq = 0_i64;
-    while let Some(event) = rx.recv().await {
-        seq += 1;
-        let stored = JobEvent {
+    let mut burst: Vec<JobEvent> = Vec::new();
+    let stamp = |event: Event, seq: &mut i64| {
+        *seq += 1;
+        JobEvent {
             job_id,
-            seq,
+            seq: *seq,
             created_at: Utc::now(),
             name: event.name().to_string(),
             data: serde_json::to_value(&event).unwrap_or(serde_json::Value::Null),
-        };
-        if let Err(e) = store.append_job_event(&stored).await {
-            // Progress is best effort; the batch and its audit trail do not depend on it.
-            tracing::warn!(job = %job_id, seq, error = %e, "could not store a progress event");
         }
+    };
+    // Whatever arrived while the last write ran goes out in the next one, so a burst of events
+    // (the fan-out of a five-file batch) costs a few commits, not one each.
+    while let Some(event) = rx.recv().await {
+        burst.push(stamp(event, &mut seq));
+        while burst.len() < EVENTS_PER_WRITE {
+            match rx.try_recv() {
+                Ok(event) => burst.push(stamp(event, &mut seq)),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = store.append_job_events(&burst).await {
+            // Progress is best effort; the batch and its audit trail do not depend on it.
+            tracing::warn!(job = %job_id, events = burst.len(), error = %e, "could not store progress events");
+        }
+        burst.clear();
         hub.notify(job_id);
     }
 }

@@ -133,6 +133,28 @@ impl JobStore for PgStore {
         Ok(())
     }
 
+    async fn append_job_events(&self, events: &[JobEvent]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut query = sqlx::QueryBuilder::new(
+            "INSERT INTO job_events (job_id, seq, created_at, name, data) ",
+        );
+        query.push_values(events, |mut row, e| {
+            row.push_bind(e.job_id)
+                .push_bind(e.seq)
+                .push_bind(e.created_at)
+                .push_bind(&e.name)
+                .push_bind(Json(&e.data));
+        });
+        query
+            .build()
+            .execute(self.pool())
+            .await
+            .map_err(|err| from_sqlx("append job events", err))?;
+        Ok(())
+    }
+
     async fn job_events(
         &self,
         id: Uuid,

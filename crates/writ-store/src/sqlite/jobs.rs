@@ -145,6 +145,32 @@ impl JobStore for SqliteStore {
         Ok(())
     }
 
+    async fn append_job_events(&self, events: &[JobEvent]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let encoded = events
+            .iter()
+            .map(|e| encode("data", &e.data))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut query = sqlx::QueryBuilder::new(
+            "INSERT INTO job_events (job_id, seq, created_at, name, data) ",
+        );
+        query.push_values(events.iter().zip(&encoded), |mut row, (e, data)| {
+            row.push_bind(e.job_id)
+                .push_bind(e.seq)
+                .push_bind(micros(e.created_at))
+                .push_bind(&e.name)
+                .push_bind(data);
+        });
+        query
+            .build()
+            .execute(self.pool())
+            .await
+            .map_err(|err| from_sqlx("append job events", err))?;
+        Ok(())
+    }
+
     async fn job_events(
         &self,
         id: Uuid,
