@@ -276,39 +276,10 @@ mod limits {
 mod audit_down {
     use writ_tests::{Backend, spawn_app};
 
-    /// Cuts the server off from its PostgreSQL database and returns a guard that lets it back.
-    async fn cut_off(database_url: &str) -> (sqlx::PgPool, String) {
-        let name = database_url.rsplit('/').next().unwrap().to_string();
-        let admin_url = std::env::var("WRIT_TEST_PG_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-        let admin = sqlx::PgPool::connect(&admin_url).await.unwrap();
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS false"
-        )))
-        .execute(&admin)
-        .await
-        .unwrap();
-        sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
-            .bind(&name)
-            .execute(&admin)
-            .await
-            .unwrap();
-        (admin, name)
-    }
-
-    async fn let_back(admin: &sqlx::PgPool, name: &str) {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS true"
-        )))
-        .execute(admin)
-        .await
-        .unwrap();
-    }
-
     #[tokio::test]
     async fn with_the_audit_store_down_a_write_is_refused_with_503_and_resumes_when_it_is_back() {
         let app = spawn_app(Backend::Postgres).await;
-        let (admin, name) = cut_off(&app.database_url).await;
+        let (admin, name) = writ_tests::cut_off_postgres(&app.database_url).await;
 
         let r = app.put_file("a.txt", "", "must not land").await;
         assert_eq!(r.status(), 503);
@@ -323,7 +294,7 @@ mod audit_down {
         assert_eq!(status, 503);
         assert_eq!(ready["checks"]["database"]["ok"], false);
 
-        let_back(&admin, &name).await;
+        writ_tests::let_postgres_back(&admin, &name).await;
         let r = app.put_file("a.txt", "", "lands now").await;
         assert_eq!(r.status(), 201, "writes resume without a restart");
         let (status, _) = app.json("/readyz").await;

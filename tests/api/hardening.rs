@@ -430,36 +430,6 @@ async fn every_provider_error_class_fails_its_file_with_the_class_named_and_noth
     assert!(app.files_on_disk().is_empty());
 }
 
-/// `ALTER DATABASE … ALLOW_CONNECTIONS false` + terminating its backends: PostgreSQL is gone
-/// for this server (and only this one) until [`let_back`].
-async fn cut_off(database_url: &str) -> (sqlx::PgPool, String) {
-    let name = database_url.rsplit('/').next().unwrap().to_string();
-    let admin_url = std::env::var("WRIT_TEST_PG_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let admin = sqlx::PgPool::connect(&admin_url).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS false"
-    )))
-    .execute(&admin)
-    .await
-    .unwrap();
-    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
-        .bind(&name)
-        .execute(&admin)
-        .await
-        .unwrap();
-    (admin, name)
-}
-
-async fn let_back(admin: &sqlx::PgPool, name: &str) {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS true"
-    )))
-    .execute(admin)
-    .await
-    .unwrap();
-}
-
 #[tokio::test]
 async fn the_database_lost_mid_batch_leaves_no_file_without_its_record_and_writes_resume_after() {
     let app = spawn_guarded(Backend::Postgres, &[]).await;
@@ -486,7 +456,7 @@ async fn the_database_lost_mid_batch_leaves_no_file_without_its_record_and_write
     };
     // The request is recorded, the models are thinking: now the database goes away.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (admin, name) = cut_off(&app.database_url).await;
+    let (admin, name) = writ_tests::cut_off_postgres(&app.database_url).await;
     let (status, body) = batch.await.unwrap();
     assert!(status == 200 || status == 503, "{status} {body}");
     if status == 200 {
@@ -499,7 +469,7 @@ async fn the_database_lost_mid_batch_leaves_no_file_without_its_record_and_write
     let (ready, _) = app.json("/readyz").await;
     assert_eq!(ready, 503);
 
-    let_back(&admin, &name).await;
+    writ_tests::let_postgres_back(&admin, &name).await;
     script_all(
         &app,
         Script::always(Step::code("python", "def add(a, b):\n    return a + b\n")),

@@ -209,6 +209,36 @@ impl TestApp {
     }
 }
 
+/// Fault injection: `ALTER DATABASE … ALLOW_CONNECTIONS false` + terminating its backends: PostgreSQL is gone
+/// for this server (and only this one) until [`let_postgres_back`].
+pub async fn cut_off_postgres(database_url: &str) -> (sqlx::PgPool, String) {
+    let name = database_url.rsplit('/').next().unwrap().to_string();
+    let admin_url = std::env::var("WRIT_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let admin = sqlx::PgPool::connect(&admin_url).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS false"
+    )))
+    .execute(&admin)
+    .await
+    .unwrap();
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+        .bind(&name)
+        .execute(&admin)
+        .await
+        .unwrap();
+    (admin, name)
+}
+
+pub async fn let_postgres_back(admin: &sqlx::PgPool, name: &str) {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS true"
+    )))
+    .execute(admin)
+    .await
+    .unwrap();
+}
+
 /// reqwest is built without a bundled TLS provider (we pick ring to avoid compiling aws-lc);
 /// install it before the first client is made.
 pub fn http_client() -> Client {

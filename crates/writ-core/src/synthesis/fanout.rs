@@ -12,7 +12,7 @@ use futures::stream::FuturesUnordered;
 use writ_checks::Language;
 
 use crate::audit::CandidateRecord;
-use crate::model::{ChatMessage, ChatRequest, ErrorClass, ModelClient};
+use crate::model::{ChatMessage, ChatRequest, ChatResponse, ErrorClass, ModelClient, ModelError};
 use crate::synthesis::progress::{Event, ProgressSink};
 
 /// Longest extra wait a policy may ask for; beyond it the model deadline bounds the call anyway.
@@ -278,17 +278,7 @@ pub async fn ask(
     };
     match client.chat(req).await {
         Ok(resp) => {
-            let mut record = CandidateRecord {
-                model: model.to_string(),
-                ok: false,
-                latency_ms: resp.latency.as_millis() as u64,
-                parsed: None,
-                prompt_tokens: resp.usage.prompt_tokens,
-                completion_tokens: resp.usage.completion_tokens,
-                cost: resp.usage.cost,
-                error_class: None,
-                error: None,
-            };
+            let mut record = answered(model, &resp);
             match writ_checks::check_candidate(&resp.content, language) {
                 Ok(checked) => {
                     record.ok = true;
@@ -311,14 +301,7 @@ pub async fn ask(
             }
         }
         Err(err) => Candidate {
-            record: CandidateRecord {
-                model: model.to_string(),
-                ok: false,
-                latency_ms: started.elapsed().as_millis() as u64,
-                error_class: Some(err.class.as_str().to_string()),
-                error: Some(err.to_string()),
-                ..CandidateRecord::default()
-            },
+            record: failed(model, started, &err),
             code: None,
             class: Some(err.class),
         },
@@ -339,5 +322,32 @@ impl UpstreamClock {
 
     pub fn total(&self) -> Duration {
         Duration::from_micros(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+/// The record of a call the provider answered, before the answer is checked (`ok` false).
+pub fn answered(model: &str, resp: &ChatResponse) -> CandidateRecord {
+    CandidateRecord {
+        model: model.to_string(),
+        ok: false,
+        latency_ms: resp.latency.as_millis() as u64,
+        parsed: None,
+        prompt_tokens: resp.usage.prompt_tokens,
+        completion_tokens: resp.usage.completion_tokens,
+        cost: resp.usage.cost,
+        error_class: None,
+        error: None,
+    }
+}
+
+/// The record of a call that failed.
+pub fn failed(model: &str, started: Instant, err: &ModelError) -> CandidateRecord {
+    CandidateRecord {
+        model: model.to_string(),
+        ok: false,
+        latency_ms: started.elapsed().as_millis() as u64,
+        error_class: Some(err.class.as_str().to_string()),
+        error: Some(err.to_string()),
+        ..CandidateRecord::default()
     }
 }

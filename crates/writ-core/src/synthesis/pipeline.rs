@@ -826,17 +826,7 @@ impl Synthesizer {
         let started = Instant::now();
         let (record, chosen) = match self.models.chat(req).await {
             Ok(resp) => {
-                let mut record = CandidateRecord {
-                    model: model.clone(),
-                    ok: false,
-                    latency_ms: resp.latency.as_millis() as u64,
-                    parsed: None,
-                    prompt_tokens: resp.usage.prompt_tokens,
-                    completion_tokens: resp.usage.completion_tokens,
-                    cost: resp.usage.cost,
-                    error_class: None,
-                    error: None,
-                };
+                let mut record = fanout::answered(&model, &resp);
                 let shaped = resp
                     .images
                     .first()
@@ -865,14 +855,7 @@ impl Synthesizer {
                 }
             }
             Err(e) => {
-                let record = CandidateRecord {
-                    model: model.clone(),
-                    ok: false,
-                    latency_ms: started.elapsed().as_millis() as u64,
-                    error_class: Some(e.class.as_str().to_string()),
-                    error: Some(e.to_string()),
-                    ..CandidateRecord::default()
-                };
+                let record = fanout::failed(&model, started, &e);
                 (record, Err(format!("the image model failed: {e}")))
             }
         };
