@@ -7,27 +7,8 @@ use writ_checks::{
     Language, check_candidate, extract_code, normalise, parse_verdict, repair_mojibake,
 };
 
-const LANGUAGES: [Language; 16] = [
-    Language::Python,
-    Language::Rust,
-    Language::JavaScript,
-    Language::TypeScript,
-    Language::Tsx,
-    Language::Json,
-    Language::Toml,
-    Language::Yaml,
-    Language::Go,
-    Language::Html,
-    Language::Css,
-    Language::Svg,
-    Language::Markdown,
-    Language::Shell,
-    Language::Sql,
-    Language::Other,
-];
-
 fn language() -> impl Strategy<Value = Language> {
-    prop::sample::select(LANGUAGES.to_vec())
+    prop::sample::select(Language::ALL.to_vec())
 }
 
 /// Strings built from the pieces the parsers care about: fences, info

@@ -8,7 +8,7 @@
 //!   [`redact_url`] keeps passwords out of every message.
 //! - `listing` holds what both backends share about reading rows back: the column lists, the
 //!   cursor format of the newest-first listing, and the decoding of enum columns.
-//! - `postgres_keys` and `sqlite_keys`: each backend's [`writ_core::keys::KeyStore`] (API keys, hashed).
+//! - `postgres::keys`/`sqlite::keys` and `postgres::jobs`/`sqlite::jobs`: each backend's [`writ_core::keys::KeyStore`] (API keys, hashed) and [`writ_core::jobs::JobStore`].
 //! - [`testing`] makes fresh databases for tests (this crate's and other crates').
 //!
 //! The schemas live in `migrations/postgres` and `migrations/sqlite` at the workspace root and are
@@ -19,9 +19,7 @@
 mod listing;
 mod error;
 pub mod postgres;
-mod postgres_keys;
 pub mod sqlite;
-mod sqlite_keys;
 pub mod testing;
 mod url;
 

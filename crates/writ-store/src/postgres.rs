@@ -4,6 +4,7 @@
 //! candidates and responses `JSONB`, file contents `BYTEA` in their own table.
 
 mod jobs;
+mod keys;
 
 use std::str::FromStr;
 use std::time::Duration;

@@ -8,6 +8,7 @@
 //! cut. Writers are serialised by SQLite; `busy_timeout` makes them queue instead of failing.
 
 mod jobs;
+mod keys;
 
 use std::str::FromStr;
 use std::time::Duration;

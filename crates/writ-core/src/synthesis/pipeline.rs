@@ -6,7 +6,7 @@
 //! the arbiter, shown shuffled and anonymous; none: the fallback models one after another,
 //! skipping those whose failure was permanent) → a recorded write.
 //!
-//! [`Synthesizer::submit`] wraps a run with what must survive the process: the request record,
+//! [`Synthesizer::prepare`] and [`Synthesizer::execute`] wrap a run with what must survive the process: the request record,
 //! the idempotency key, and the stored response.
 
 use std::sync::Arc;
@@ -137,30 +137,6 @@ impl Chosen {
 }
 
 impl Synthesizer {
-    /// Runs a batch with its request record and idempotency key. Returns the response body and
-    /// whether it is a replay of a stored one.
-    pub async fn submit(
-        &self,
-        sub: Submission,
-        sink: &dyn ProgressSink,
-    ) -> Result<(serde_json::Value, bool), SubmitError> {
-        self.submit_timed(sub, sink)
-            .await
-            .map(|s| (s.body, s.replayed))
-    }
-
-    /// [`Self::submit`], also telling how long the batch waited on upstream calls.
-    pub async fn submit_timed(
-        &self,
-        sub: Submission,
-        sink: &dyn ProgressSink,
-    ) -> Result<Submitted, SubmitError> {
-        if let Some(replay) = self.prepare(&sub).await? {
-            return Ok(replay);
-        }
-        Ok(self.execute(&sub, sink).await)
-    }
-
     /// What must hold before a batch is accepted, checked without calling any model: a repeated
     /// `Idempotency-Key` (its stored answer is returned as `Some`), the targets on disk, and the
     /// request record. An async caller gets its 202 only after this.
