@@ -1,7 +1,7 @@
 //! The audit log: what writ records about every request and every file it touches.
 //!
 //! A request record per mutating call (batch or direct write) and an operation record per file,
-//! with the written content kept beside it (the original tool's "code log"). Operations are
+//! with the written content kept beside it (the code log). Operations are
 //! written ahead: `pending` before the file is touched, then `succeeded` or `failed`, so a crash
 //! in between is visible and [`crate::files::reconcile_pending`] can settle it against the disk.
 
@@ -10,12 +10,32 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-/// What produced an operation's content.
+/// What a file is and so what produced its content: a batch's file is `code` (candidate models)
+/// or `image` (the image model); a direct write's content is the caller's (`direct`). The same
+/// type is a batch target's kind, a result's `kind` and an operation's `kind`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FileKind {
     Code,
     Image,
+    Direct,
+}
+
+/// How a file's content was chosen, in answers, events and operation records alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Selection {
+    /// One distinct viable candidate: no arbiter call needed.
+    SingleCandidate,
+    /// The arbiter chose.
+    Arbiter,
+    /// The arbiter failed or answered nonsense: the first viable candidate in model-list order.
+    ArbiterFailedFirstViable,
+    /// Every candidate failed; a fallback model produced it.
+    Fallback,
+    /// An atomic batch put a file back as it was after a later write failed.
+    Rollback,
+    /// The caller's own content (the direct file routes).
     Direct,
 }
 
@@ -74,6 +94,7 @@ macro_rules! str_enum {
 str_enum!(FileKind { Code => "code", Image => "image", Direct => "direct" });
 str_enum!(OperationKind { Created => "created", Updated => "updated", Unchanged => "unchanged", Failed => "failed" });
 str_enum!(OperationStatus { Pending => "pending", Succeeded => "succeeded", Failed => "failed" });
+str_enum!(Selection { SingleCandidate => "single_candidate", Arbiter => "arbiter", ArbiterFailedFirstViable => "arbiter_failed_first_viable", Fallback => "fallback", Rollback => "rollback", Direct => "direct" });
 str_enum!(RequestStatus { Running => "running", Success => "success", PartialSuccess => "partial_success", Error => "error" });
 
 /// One model's answer for one file, as recorded and as returned to the caller.
@@ -87,8 +108,9 @@ pub struct CandidateRecord {
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
     pub cost: Option<f64>,
-    /// The model layer's error class (`rate_limited`, `unauthorized`, …) when the call failed.
-    pub error_class: Option<String>,
+    /// Why the candidate is not usable: the model layer's class (`rate_limited`, …) or writ's
+    /// own (`no_code`, `bad_image`, `cancelled`).
+    pub error_class: Option<crate::model::ErrorClass>,
     pub error: Option<String>,
 }
 
@@ -133,8 +155,7 @@ pub struct Operation {
     pub operation: OperationKind,
     pub status: OperationStatus,
     pub chosen_model: Option<String>,
-    /// `single_candidate`, `arbiter`, `arbiter_failed_first_viable`, `fallback`, or `direct`.
-    pub selection: Option<String>,
+    pub selection: Option<Selection>,
     pub arbiter_reason: Option<String>,
     pub candidates: Vec<CandidateRecord>,
     /// Hash of the file before this operation, if it existed.
@@ -166,6 +187,9 @@ pub struct OperationFilter {
     pub status: Option<OperationStatus>,
     /// Matches `chosen_model`.
     pub model: Option<String>,
+    /// Only operations of requests made by this caller (`Some(None)`: requests made without a
+    /// key); `None` does not filter.
+    pub caller: Option<Option<String>>,
     pub since: Option<DateTime<Utc>>,
     pub until: Option<DateTime<Utc>>,
 }
@@ -203,6 +227,9 @@ pub trait AuditStore:
 {
     /// Backend name for reports (`postgres`, `sqlite`).
     fn backend(&self) -> &'static str;
+    /// Whether only one process can use this store at a time (an embedded database): then work
+    /// left unfinished at start-up is known to be abandoned, with no replica to wait for.
+    fn single_process(&self) -> bool;
     /// Cheap round trip, for `/readyz`.
     async fn ping(&self) -> Result<(), StoreError>;
     /// Applies the migrations this build knows (idempotent; safe with several replicas starting).

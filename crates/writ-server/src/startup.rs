@@ -47,7 +47,7 @@ impl Application {
 
         // SQLite serves one process, so everything pending at start-up is from a dead run; on a shared
         // PostgreSQL another replica may be mid-write, so only settle what is old enough.
-        let min_age = if store.backend() == "sqlite" {
+        let min_age = if store.single_process() {
             std::time::Duration::ZERO
         } else {
             settings.reconcile_after
@@ -66,7 +66,7 @@ impl Application {
         // Jobs whose process died are failed with a reason, never left "running" forever. Same
         // rule as above: on SQLite every unfinished job is from a dead run.
         let hub = EventHub::default();
-        let stale_after = if store.backend() == "sqlite" {
+        let stale_after = if store.single_process() {
             Duration::ZERO
         } else {
             STALE_JOB_AFTER
@@ -82,12 +82,8 @@ impl Application {
         }
 
         let (models, synthesizer) = build_models(&settings, &store, &workspace);
-        let runner = synthesizer.clone().map(|synthesizer| {
-            Arc::new(JobRunner {
-                synthesizer,
-                hub: hub.clone(),
-            })
-        });
+        let runner =
+            synthesizer.map(|synthesizer| Arc::new(JobRunner::new(synthesizer, hub.clone())));
 
         let keys_configured = !settings.guard.api_keys.is_empty()
             || store
@@ -106,7 +102,6 @@ impl Application {
             store,
             workspace,
             models,
-            synthesizer,
             runner,
             hub,
             metrics: telemetry::metrics_handle(),
@@ -193,17 +188,17 @@ fn build_models(
     Option<Arc<Synthesizer>>,
 ) {
     let retry = writ_models::RetryPolicy {
-        max_attempts: settings.model_max_attempts,
-        initial_backoff: settings.model_backoff,
-        max_backoff: settings.model_backoff.saturating_mul(16),
-        total_deadline: settings.model_deadline,
+        max_attempts: settings.models.max_attempts,
+        initial_backoff: settings.models.backoff,
+        max_backoff: settings.models.backoff.saturating_mul(16),
+        total_deadline: settings.models.deadline,
     };
     let config = writ_models::ClientConfig {
-        base_url: settings.openrouter_base_url.clone(),
-        api_key: settings.openrouter_api_key.clone(),
+        base_url: settings.models.openrouter_base_url.clone(),
+        api_key: settings.models.openrouter_api_key.clone(),
         retry,
-        max_concurrent_per_model: settings.model_max_concurrent_per_model,
-        max_concurrent_total: settings.model_max_concurrent,
+        max_concurrent_per_model: settings.models.max_concurrent_per_model,
+        max_concurrent_total: settings.models.max_concurrent,
         ..writ_models::ClientConfig::default()
     };
     let client: Arc<dyn writ_core::ModelClient> = match writ_models::OpenRouterClient::new(config) {
@@ -215,23 +210,18 @@ fn build_models(
     };
     let client = with_local_model(settings, client);
     let synthesis = SynthesisConfig {
-        candidates: settings.code_list.clone(),
-        arbiter: settings.code_model.clone(),
-        fallback: settings.code_gen_model.clone(),
-        image_model: settings.image_model.clone(),
-        max_tokens: settings.max_tokens,
-        fallback_backoff: settings.fallback_backoff,
-        straggler: settings.straggler,
+        candidates: settings.models.code_list.clone(),
+        arbiter: settings.models.code_model.clone(),
+        fallback: settings.models.code_gen_model.clone(),
+        image_model: settings.models.image_model.clone(),
+        max_tokens: settings.models.max_tokens,
+        fallback_backoff: settings.models.fallback_backoff,
+        straggler: settings.models.straggler,
         max_file_bytes: settings.guard.max_file_bytes,
         batch_deadline: settings.guard.batch_deadline,
         ..SynthesisConfig::default()
     };
-    let synthesizer = Synthesizer {
-        models: client.clone(),
-        store: store.clone(),
-        workspace: workspace.clone(),
-        config: synthesis,
-    };
+    let synthesizer = Synthesizer::new(client.clone(), store.clone(), workspace.clone(), synthesis);
     (Some(client), Some(Arc::new(synthesizer)))
 }
 
@@ -241,13 +231,14 @@ fn with_local_model(
     settings: &Settings,
     remote: Arc<dyn writ_core::ModelClient>,
 ) -> Arc<dyn writ_core::ModelClient> {
-    let local = if settings.local.enabled {
+    let local = if settings.models.local.enabled {
         start_local_model(settings)
     } else {
         None
     };
     let remote_in_use = settings
-        .configured_models()
+        .models
+        .configured()
         .iter()
         .any(|m| !writ_local::is_local(m));
     Arc::new(writ_local::RoutingClient {
@@ -259,14 +250,18 @@ fn with_local_model(
 
 #[cfg(feature = "local-model")]
 fn start_local_model(settings: &Settings) -> Option<Arc<dyn writ_core::ModelClient>> {
-    let mut config = writ_local::LocalConfig::new(settings.local.model_path.clone());
-    config.workers = settings.local.workers;
-    if settings.local.threads > 0 {
-        config.threads = settings.local.threads;
+    let mut config = writ_local::LocalConfig::new(settings.models.local.model_path.clone());
+    config.workers = settings.models.local.workers;
+    if settings.models.local.threads > 0 {
+        config.threads = settings.models.local.threads;
     }
-    config.context_tokens = settings.local.context_tokens;
-    config.max_tokens = settings.local.max_tokens.min(settings.max_tokens.max(1));
-    config.deadline = settings.model_deadline;
+    config.context_tokens = settings.models.local.context_tokens;
+    config.max_tokens = settings
+        .models
+        .local
+        .max_tokens
+        .min(settings.models.max_tokens.max(1));
+    config.deadline = settings.models.deadline;
     match writ_local::LocalClient::start(config) {
         Ok(c) => Some(Arc::new(c)),
         Err(e) => {

@@ -24,8 +24,8 @@ pub enum Event {
         model: String,
         latency_ms: u64,
         ok: bool,
-        /// The model layer's error class, or `no_code`, when not ok.
-        error_class: Option<String>,
+        /// Why the candidate is not usable, when not ok.
+        error_class: Option<crate::model::ErrorClass>,
         parsed: Option<bool>,
     },
     ArbiterStarted {
