@@ -1,4 +1,4 @@
-//! The embedded model (issue 8) end to end: no key, no CODE_LIST, a real llama.cpp generation
+//! The embedded model end to end: no key, no CODE_LIST, a real llama.cpp generation
 //! through the whole pipeline — candidates, checks, arbiter, write, audit. The model file is
 //! fetched once per machine into the user's cache; later runs only read it.
 

@@ -225,7 +225,7 @@ fn build_models(
     (Some(client), Some(Arc::new(synthesizer)))
 }
 
-/// One client for the pipeline: `local/…` ids go to the embedded model (issue 8), the rest to
+/// One client for the pipeline: `local/…` ids go to the embedded model, the rest to
 /// `remote`. The embedded model's workers start idle; the model is read on its first call.
 fn with_local_model(
     settings: &Settings,

@@ -2,8 +2,8 @@
 //!
 //! A model's answer is a data URL. Its bytes must really be an image of a known type (magic bytes,
 //! then a full decode, so a truncated or lying answer is caught), and are then resized to the
-//! requested size and re-encoded in the requested format when they differ — the original tool
-//! always wrote 1024×1024 whatever the model did.
+//! requested size and re-encoded in the requested format when they differ, so the file written is
+//! what was asked for whatever size the model chose.
 
 use std::io::Cursor;
 
