@@ -88,6 +88,9 @@ pub struct SandboxConfig {
     /// The uid (and gid) commands run as when writ runs as root; ignored otherwise, where they
     /// run as writ's own user inside their user namespace.
     pub sandbox_uid: u32,
+    /// More host paths shown read-only at the same place (absolute), e.g. a virtualenv with
+    /// pytest outside `/usr`. Each must be passable by the sandbox uid; the probe checks.
+    pub extra_ro_paths: Vec<PathBuf>,
 }
 
 impl Default for SandboxConfig {
@@ -99,6 +102,7 @@ impl Default for SandboxConfig {
             max_copy_bytes: 512 << 20,
             max_copy_files: 50_000,
             sandbox_uid: 65534,
+            extra_ro_paths: Vec::new(),
         }
     }
 }
@@ -182,7 +186,28 @@ impl Sandbox {
                 reason: "max_concurrent must be at least 1".into(),
             });
         }
-        let tools = run::Tools::find()?.with_uid(config.sandbox_uid);
+        for path in &config.extra_ro_paths {
+            // These are replaced inside the sandbox, so a path there would silently show nothing.
+            let hidden = path == Path::new("/")
+                || ["/work", "/tmp", "/proc", "/dev"]
+                    .iter()
+                    .any(|p| path.starts_with(p));
+            if !path.is_absolute()
+                || hidden
+                || path
+                    .components()
+                    .any(|c| c == std::path::Component::ParentDir)
+            {
+                return Err(SandboxUnavailable {
+                    reason: format!(
+                        "extra_ro_paths: {} must be an absolute path without '..', neither / nor under /work, /tmp, /proc or /dev",
+                        path.display()
+                    ),
+                });
+            }
+        }
+        let tools =
+            run::Tools::find()?.configure(config.sandbox_uid, config.extra_ro_paths.clone());
         if let Some(uid) = tools.run_as {
             check_searchable(&config.scratch_base, uid)?;
         }

@@ -46,6 +46,7 @@ pub(crate) struct Tools {
     setpriv: Option<PathBuf>,
     /// The uid scratch copies are handed to and commands run as (root only).
     pub(crate) run_as: Option<u32>,
+    extra_ro_paths: Vec<PathBuf>,
 }
 
 impl Tools {
@@ -79,13 +80,15 @@ impl Tools {
             bwrap,
             setpriv,
             run_as: None,
+            extra_ro_paths: Vec::new(),
         })
     }
 
-    pub(crate) fn with_uid(mut self, uid: u32) -> Self {
+    pub(crate) fn configure(mut self, uid: u32, extra_ro_paths: Vec<PathBuf>) -> Self {
         if self.setpriv.is_some() {
             self.run_as = Some(uid);
         }
+        self.extra_ro_paths = extra_ro_paths;
         self
     }
 }
@@ -110,15 +113,14 @@ pub(crate) fn command_line(
     argv: &[String],
     limits: &Limits,
 ) -> Vec<OsString> {
-    let mut line: Vec<OsString> = Vec::new();
-    let mut push = |parts: &[&str]| line.extend(parts.iter().map(OsString::from));
+    let mut line = Line::default();
     if let (Some(setpriv), Some(uid)) = (&tools.setpriv, tools.run_as) {
         let (reuid, regid) = (format!("--reuid={uid}"), format!("--regid={uid}"));
-        line_push_os(&mut push, setpriv);
-        push(&[&reuid, &regid, "--clear-groups", "--no-new-privs", "--"]);
+        line.path(setpriv);
+        line.push(&[&reuid, &regid, "--clear-groups", "--no-new-privs", "--"]);
     }
-    line_push_os(&mut push, &tools.bwrap);
-    push(&[
+    line.path(&tools.bwrap);
+    line.push(&[
         "--unshare-user",
         "--disable-userns",
         "--unshare-net",
@@ -135,7 +137,7 @@ pub(crate) fn command_line(
         "--clearenv",
     ]);
     for (key, value) in SAFE_ENV {
-        push(&["--setenv", key, value]);
+        line.push(&["--setenv", key, value]);
     }
     for dir in SYSTEM_DIRS.iter().chain(ETC_PATHS) {
         let host = Path::new(dir);
@@ -143,21 +145,27 @@ pub(crate) fn command_line(
             // /bin → usr/bin on merged-/usr systems: the same link, not a second mount.
             Ok(meta) if meta.file_type().is_symlink() => {
                 if let Ok(target) = std::fs::read_link(host) {
-                    let target = target.to_string_lossy().into_owned();
-                    push(&["--symlink", &target, dir]);
+                    line.push(&["--symlink"]);
+                    line.path(&target);
+                    line.push(&[dir]);
                 }
             }
-            Ok(_) => push(&["--ro-bind", dir, dir]),
+            Ok(_) => line.push(&["--ro-bind", dir, dir]),
             Err(_) => {}
         }
     }
+    for path in &tools.extra_ro_paths {
+        line.push(&["--ro-bind"]);
+        line.path(path);
+        line.path(path);
+    }
     let tmp_size = limits.tmp_bytes.to_string();
-    push(&[
+    line.push(&[
         "--proc", "/proc", "--dev", "/dev", "--size", &tmp_size, "--tmpfs", "/tmp",
     ]);
-    push(&["--bind"]);
-    line_push_os(&mut push, scratch);
-    push(&[REPO_MOUNT, "--chdir", REPO_MOUNT, "--remount-ro", "/", "--"]);
+    line.push(&["--bind"]);
+    line.path(scratch);
+    line.push(&[REPO_MOUNT, "--chdir", REPO_MOUNT, "--remount-ro", "/", "--"]);
     let rlimits = [
         format!("--cpu={}", limits.cpu_secs),
         format!("--as={}", limits.memory_bytes),
@@ -165,17 +173,25 @@ pub(crate) fn command_line(
         format!("--fsize={}", limits.max_file_bytes),
         "--core=0".to_owned(),
     ];
-    push(&["prlimit"]);
-    push(&rlimits.iter().map(String::as_str).collect::<Vec<_>>());
-    push(&["--"]);
-    push(&argv.iter().map(String::as_str).collect::<Vec<_>>());
-    line
+    line.push(&["prlimit"]);
+    line.push(&rlimits.iter().map(String::as_str).collect::<Vec<_>>());
+    line.push(&["--"]);
+    line.push(&argv.iter().map(String::as_str).collect::<Vec<_>>());
+    line.0
 }
 
-fn line_push_os(push: &mut impl FnMut(&[&str]), path: &Path) {
-    // Paths here are ours (tool locations, the scratch directory) and UTF-8 in practice; a lossy
-    // conversion could only make bubblewrap fail, never widen what it shows.
-    push(&[&path.to_string_lossy()]);
+#[derive(Default)]
+struct Line(Vec<OsString>);
+
+impl Line {
+    fn push(&mut self, parts: &[&str]) {
+        self.0.extend(parts.iter().map(OsString::from));
+    }
+
+    /// Paths go in as they are, not through a (lossy) `str`.
+    fn path(&mut self, path: &Path) {
+        self.0.push(path.as_os_str().to_owned());
+    }
 }
 
 pub(crate) async fn run(
@@ -278,4 +294,69 @@ async fn capture(mut reader: impl AsyncRead + Unpin, cap: usize) -> (Vec<u8>, bo
         kept.extend_from_slice(&chunk[..n.min(room)]);
     }
     (kept, truncated)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_isolates_and_limits_as_configured() {
+        let tools = Tools {
+            bwrap: PathBuf::from("/usr/bin/bwrap"),
+            setpriv: Some(PathBuf::from("/usr/bin/setpriv")),
+            run_as: Some(65534),
+            extra_ro_paths: vec![PathBuf::from("/opt/venv")],
+        };
+        let limits = Limits {
+            cpu_secs: 7,
+            memory_bytes: 1000,
+            max_processes: 9,
+            max_file_bytes: 55,
+            ..Limits::default()
+        };
+        let line: Vec<String> = command_line(
+            &tools,
+            Path::new("/s/scratch-1"),
+            &["python3".into(), "t.py".into()],
+            &limits,
+        )
+        .into_iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+        let text = line.join(" ");
+        assert!(text.starts_with("/usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups --no-new-privs -- /usr/bin/bwrap "), "{text}");
+        for part in [
+            "--unshare-user --disable-userns --unshare-net --unshare-pid --unshare-ipc --unshare-uts",
+            "--die-with-parent --new-session --cap-drop ALL --clearenv",
+            "--ro-bind /usr /usr",
+            "--ro-bind /opt/venv /opt/venv",
+            "--bind /s/scratch-1 /work/repo --chdir /work/repo --remount-ro / --",
+            "-- prlimit --cpu=7 --as=1000 --nproc=9 --fsize=55 --core=0 -- python3 t.py",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+        assert!(text.ends_with("python3 t.py"));
+        // Nothing of the host besides the system directories, the configured paths and the scratch.
+        let binds: Vec<&str> = line
+            .windows(2)
+            .filter(|w| w[0].contains("bind"))
+            .map(|w| w[1].as_str())
+            .collect();
+        for bind in binds {
+            let allowed = [
+                "/usr",
+                "/bin",
+                "/sbin",
+                "/lib",
+                "/lib32",
+                "/lib64",
+                "/opt/venv",
+                "/s/scratch-1",
+            ]
+            .contains(&bind)
+                || bind.starts_with("/etc/");
+            assert!(allowed, "{bind} is bound into the sandbox");
+        }
+    }
 }

@@ -713,3 +713,50 @@ async fn runs_beyond_max_concurrent_wait_their_turn() {
     }
     assert!(elapsed >= Duration::from_secs(2), "{elapsed:?}");
 }
+
+#[tokio::test]
+async fn extra_read_only_paths_are_visible_but_not_writable() {
+    let Some(h) = harness().await else { return };
+    // Not under /tmp: the sandbox has its own /tmp.
+    let venv = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::set_permissions(
+        venv.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o711),
+    )
+    .unwrap();
+    std::fs::create_dir(venv.path().join("lib")).unwrap();
+    std::fs::write(venv.path().join("lib/helper.py"), "VALUE = 7\n").unwrap();
+    let config = SandboxConfig {
+        scratch_base: h.sandbox.config().scratch_base.clone(),
+        extra_ro_paths: vec![venv.path().to_path_buf()],
+        ..SandboxConfig::default()
+    };
+    let sandbox = Sandbox::probe(config).await.unwrap();
+    let scratch = sandbox.scratch(h.repo.path()).await.unwrap();
+    let lib = venv.path().join("lib");
+    let script = format!(
+        "import sys\nsys.path.insert(0, {lib:?})\nimport helper\nprint(helper.VALUE)\ntry:\n    open({lib:?} + '/x', 'w')\nexcept OSError as e:\n    print(type(e).__name__)\n",
+        lib = lib.display().to_string()
+    );
+    scratch.put("check.py", script.as_bytes()).unwrap();
+    let out = sandbox
+        .run(
+            &scratch,
+            &argv(&["python3", "check.py"]),
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, "7\nOSError\n", "{out:?}");
+    assert!(!lib.join("x").exists());
+
+    let refused = SandboxConfig {
+        extra_ro_paths: vec![PathBuf::from("/tmp/x")],
+        ..SandboxConfig::default()
+    };
+    let err = Sandbox::probe(refused).await.unwrap_err();
+    assert!(
+        err.reason.starts_with("extra_ro_paths: /tmp/x must be"),
+        "{err}"
+    );
+}
