@@ -171,6 +171,38 @@ impl Scratch {
     }
 }
 
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::fs::remove_dir_all(self.dir.path()).is_ok() {
+            return;
+        }
+        // A command may have taken the permissions off its own directories (only root removes
+        // those regardless): give them back, staying beneath the root, and try again.
+        let restored = restore_dir_permissions(&self.root);
+        if let Err(e) = restored.and_then(|()| std::fs::remove_dir_all(self.dir.path())) {
+            tracing::warn!(path = %self.dir.path().display(), error = %e, "a scratch directory could not be removed");
+        }
+    }
+}
+
+/// Makes every directory beneath `root` owner-rwx; cap-std keeps every step beneath `root`.
+fn restore_dir_permissions(root: &Dir) -> std::io::Result<()> {
+    use cap_std::fs::PermissionsExt;
+    let mut pending = vec![root.try_clone()?];
+    while let Some(dir) = pending.pop() {
+        for entry in dir.entries()? {
+            let entry = entry?;
+            if !entry.file_type()?.is_dir() {
+                continue;
+            }
+            let name = entry.file_name();
+            dir.set_permissions(&name, cap_std::fs::Permissions::from_mode(0o700))?;
+            pending.push(dir.open_dir(&name)?);
+        }
+    }
+    Ok(())
+}
+
 fn checked_relative(rel_path: &str) -> Result<&Path, SandboxError> {
     let invalid = |reason| SandboxError::InvalidPath {
         path: rel_path.to_owned(),
