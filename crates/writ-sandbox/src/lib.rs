@@ -60,6 +60,49 @@ pub struct Limits {
     pub tmp_bytes: u64,
 }
 
+impl Limits {
+    /// Values below these leave no room for even `true` to start.
+    fn check(&self) -> Result<(), String> {
+        let checks = [
+            (
+                "limits.wall",
+                self.wall.as_millis() >= 100,
+                "at least 100 ms",
+            ),
+            ("limits.cpu_secs", self.cpu_secs >= 1, "at least 1"),
+            (
+                "limits.memory_bytes",
+                self.memory_bytes >= 64 << 20,
+                "at least 64 MiB",
+            ),
+            (
+                "limits.max_processes",
+                self.max_processes >= 4,
+                "at least 4",
+            ),
+            (
+                "limits.max_output_bytes",
+                self.max_output_bytes >= 1,
+                "at least 1",
+            ),
+            (
+                "limits.max_file_bytes",
+                self.max_file_bytes >= 1,
+                "at least 1",
+            ),
+            (
+                "limits.tmp_bytes",
+                self.tmp_bytes >= 1 << 20,
+                "at least 1 MiB",
+            ),
+        ];
+        match checks.iter().find(|(_, ok, _)| !ok) {
+            Some((field, _, limit)) => Err(format!("{field} must be {limit}")),
+            None => Ok(()),
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Self {
@@ -181,6 +224,10 @@ impl Sandbox {
     /// Checks that the sandbox can start here (tools present, namespaces usable, `true` runs
     /// inside) and returns it; otherwise says why in plain words.
     pub async fn probe(config: SandboxConfig) -> Result<Sandbox, SandboxUnavailable> {
+        config
+            .limits
+            .check()
+            .map_err(|reason| SandboxUnavailable { reason })?;
         if config.max_concurrent == 0 {
             return Err(SandboxUnavailable {
                 reason: "max_concurrent must be at least 1".into(),
@@ -299,6 +346,27 @@ impl Sandbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_too_small_to_start_anything_are_named() {
+        assert_eq!(Limits::default().check(), Ok(()));
+        let tiny = Limits {
+            max_processes: 1,
+            ..Limits::default()
+        };
+        assert_eq!(
+            tiny.check(),
+            Err("limits.max_processes must be at least 4".to_owned())
+        );
+        let tiny = Limits {
+            memory_bytes: 1 << 20,
+            ..Limits::default()
+        };
+        assert_eq!(
+            tiny.check(),
+            Err("limits.memory_bytes must be at least 64 MiB".to_owned())
+        );
+    }
 
     #[test]
     fn concurrency_must_be_a_positive_whole_number() {
