@@ -2,8 +2,8 @@
 //! them.
 //!
 //! Everything a command sees is a scratch copy of REPO_DIR ([`Scratch`]), bound read-write at
-//! `/work/repo` inside a bubblewrap sandbox: new user, network (loopback only, nothing outside),
-//! pid, ipc, uts and cgroup namespaces; `/usr` read-only; a fresh tmpfs at `/tmp`; nothing else of
+//! `/work/repo` inside a bubblewrap sandbox: new user, network (only its own empty loopback: no
+//! route to the host's services or anywhere else), pid, ipc, uts and cgroup namespaces; `/usr` read-only; a fresh tmpfs at `/tmp`; nothing else of
 //! the host (no `/work`, `/root`, host `/tmp`, database, configuration, model cache or keys); all
 //! capabilities dropped; no new privileges; a cleared environment ([`SAFE_ENV`]). When writ runs
 //! as root the sandbox runs as an unprivileged uid ([`SandboxConfig::sandbox_uid`]), because the
@@ -18,6 +18,23 @@
 //! without a probed [`Sandbox`]. Runs wait in a fair FIFO queue of `max_concurrent` slots.
 //!
 //! Which programs a request may run is [`CommandSet`]'s business (`WRIT_COMMANDS`).
+//!
+//! Not bounded here: the total bytes a command writes into its scratch (each file is, by
+//! `max_file_bytes`, and the time to write them by the wall limit); there is no seccomp filter
+//! (the namespaces, dropped capabilities and `--new-session` are the boundary).
+//!
+//! ```no_run
+//! # async fn example(repo_dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+//! use writ_sandbox::{CommandSet, Sandbox, SandboxConfig};
+//! let sandbox = Sandbox::probe(SandboxConfig::default().with_env()?).await?; // at start-up
+//! let commands = CommandSet::from_env()?;
+//! let scratch = sandbox.scratch(repo_dir).await?;
+//! scratch.put("src/new.py", b"print('candidate')\n")?;
+//! let argv = commands.expand("pytest", &["tests/test_new.py".to_owned()])?;
+//! let out = sandbox.run(&scratch, &argv, std::time::Duration::from_secs(30)).await?;
+//! println!("{:?} {}", out.exit_code, out.stdout);
+//! # Ok(()) }
+//! ```
 //!
 //! Modules: `commands` (named command templates), `scratch` (the copy), `run` (the bubblewrap
 //! command line and the capture of one run), `error`.
