@@ -19,6 +19,8 @@ pub enum FileKind {
     Code,
     Image,
     Direct,
+    /// Not a file: a command run in the sandbox (`POST /run`), recorded like a write.
+    Run,
 }
 
 /// How a file's content was chosen, in answers, events and operation records alike.
@@ -37,6 +39,12 @@ pub enum Selection {
     Rollback,
     /// The caller's own content (the direct file routes).
     Direct,
+    /// The only distinct candidate that passed the caller's checks.
+    Validated,
+    /// The arbiter chose among several candidates that passed the caller's checks.
+    ValidatedArbiter,
+    /// No first candidate passed; one sent back with its failure came back passing.
+    Repaired,
 }
 
 /// What happened to the file.
@@ -91,10 +99,10 @@ macro_rules! str_enum {
         }
     };
 }
-str_enum!(FileKind { Code => "code", Image => "image", Direct => "direct" });
+str_enum!(FileKind { Code => "code", Image => "image", Direct => "direct", Run => "run" });
 str_enum!(OperationKind { Created => "created", Updated => "updated", Unchanged => "unchanged", Failed => "failed" });
 str_enum!(OperationStatus { Pending => "pending", Succeeded => "succeeded", Failed => "failed" });
-str_enum!(Selection { SingleCandidate => "single_candidate", Arbiter => "arbiter", ArbiterFailedFirstViable => "arbiter_failed_first_viable", Fallback => "fallback", Rollback => "rollback", Direct => "direct" });
+str_enum!(Selection { SingleCandidate => "single_candidate", Arbiter => "arbiter", ArbiterFailedFirstViable => "arbiter_failed_first_viable", Fallback => "fallback", Rollback => "rollback", Direct => "direct", Validated => "validated", ValidatedArbiter => "validated_arbiter", Repaired => "repaired" });
 str_enum!(RequestStatus { Running => "running", Success => "success", PartialSuccess => "partial_success", Error => "error" });
 
 /// One model's answer for one file, as recorded and as returned to the caller.
@@ -112,6 +120,27 @@ pub struct CandidateRecord {
     /// own (`no_code`, `bad_image`, `cancelled`).
     pub error_class: Option<crate::model::ErrorClass>,
     pub error: Option<String>,
+    /// The repair round that produced this candidate (absent for the first answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<u32>,
+    /// How the candidate did against the caller's checks, when the batch asked for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<ValidationRecord>,
+}
+
+/// One candidate's run of the caller's checks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValidationRecord {
+    /// Every command exited 0 within its time.
+    pub passed: bool,
+    /// The command that decided: the first that failed, else the last.
+    pub command: String,
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    /// All commands, in milliseconds.
+    pub duration_ms: u64,
+    /// The end of the deciding command's output (stdout then stderr), bounded.
+    pub output_tail: String,
 }
 
 /// A request as it is first recorded.

@@ -8,6 +8,7 @@
 //! - [`files`]: recorded writes — every write is in the audit log before it is acknowledged —
 //!   shared by direct writes and synthesis; reconciliation of writes a crash interrupted.
 //! - [`direct`]: direct writes of the caller's own content, the same for every surface.
+//! - [`execution`]: the [`execution::Runner`] trait for running the caller's checks in a sandbox.
 //! - [`jobs`]: every batch as a job row with its progress events ([`jobs::JobStore`]).
 //! - [`keys`]: API keys (format, constant-time check) and the [`keys::KeyStore`] trait.
 //! - [`content`]: hashing and the text helpers (UTF-8 checks, numbered previews) both use.
@@ -18,6 +19,7 @@
 pub mod audit;
 pub mod content;
 pub mod direct;
+pub mod execution;
 pub mod files;
 pub mod jobs;
 pub mod keys;

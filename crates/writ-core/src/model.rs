@@ -35,6 +35,12 @@ impl ChatMessage {
             content: content.into(),
         }
     }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self {
+            role: Role::Assistant,
+            content: content.into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

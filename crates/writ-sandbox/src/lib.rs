@@ -37,11 +37,13 @@
 //! ```
 //!
 //! Modules: `commands` (named command templates), `scratch` (the copy), `run` (the bubblewrap
-//! command line and the capture of one run), `error`.
+//! command line and the capture of one run), `runner` ([`SandboxRunner`], the synthesis core's
+//! `Runner` over all of this), `error`.
 
 mod commands;
 mod error;
 mod run;
+mod runner;
 mod scratch;
 
 use std::path::{Path, PathBuf};
@@ -53,6 +55,7 @@ use tokio::sync::Semaphore;
 pub use commands::{COMMANDS_ENV, CommandError, CommandSet, MAX_ARG_BYTES, MAX_ARGS};
 pub use error::{SandboxError, SandboxUnavailable};
 pub use run::{REPO_MOUNT, SAFE_ENV};
+pub use runner::SandboxRunner;
 pub use scratch::{CopyLimits, Scratch};
 
 /// The environment variable the server reads for [`SandboxConfig::max_concurrent`].

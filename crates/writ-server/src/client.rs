@@ -264,6 +264,27 @@ async fn follow(
                     }
                     return Ok(());
                 }
+                Event::ValidationStarted { file, candidates } => {
+                    bars.get(&file).into_iter().for_each(|b| {
+                        b.set_message(format!("running the checks on {candidates} candidates"))
+                    })
+                }
+                Event::ValidationFinished {
+                    file,
+                    model,
+                    passed,
+                    ..
+                } => bars.get(&file).into_iter().for_each(|b| {
+                    b.set_message(format!(
+                        "checks {} for {}",
+                        if passed { "passed" } else { "failed" },
+                        terminal_safe(&model)
+                    ))
+                }),
+                Event::RepairStarted { file, round, .. } => bars
+                    .get(&file)
+                    .into_iter()
+                    .for_each(|b| b.set_message(format!("repair round {round}"))),
                 Event::Queued { .. } => {}
             }
         }

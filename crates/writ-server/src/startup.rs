@@ -81,7 +81,15 @@ impl Application {
             );
         }
 
-        let (models, synthesizer) = build_models(&settings, &store, &workspace);
+        let commands = build_command_runner(&settings, workspace.root()).await;
+        let (models, synthesizer) = build_models(
+            &settings,
+            &store,
+            &workspace,
+            commands
+                .clone()
+                .map(|c| c as Arc<dyn writ_core::execution::Runner>),
+        );
         let runner =
             synthesizer.map(|synthesizer| Arc::new(JobRunner::new(synthesizer, hub.clone())));
 
@@ -103,6 +111,7 @@ impl Application {
             workspace,
             models,
             runner,
+            commands,
             hub,
             metrics: telemetry::metrics_handle(),
             auth: Arc::new(crate::auth::AuthSwitch::new(keys_configured)),
@@ -177,12 +186,49 @@ impl Application {
     }
 }
 
+/// The command runner when commands are configured: the sandbox is probed once here, and when
+/// it cannot start the runner says why to every request that needs it (never running anything
+/// unsandboxed).
+async fn build_command_runner(
+    settings: &Settings,
+    repo_dir: &std::path::Path,
+) -> Option<Arc<writ_sandbox::SandboxRunner>> {
+    let commands = settings.run.commands.clone()?;
+    let run = &settings.run;
+    let config = writ_sandbox::SandboxConfig {
+        max_concurrent: run.concurrency,
+        limits: writ_sandbox::Limits {
+            wall: run.max_timeout,
+            cpu_secs: run.max_timeout.as_secs().max(1),
+            memory_bytes: run.memory_mb << 20,
+            max_processes: run.max_processes,
+            max_output_bytes: run.max_output_bytes,
+            ..writ_sandbox::Limits::default()
+        },
+        ..writ_sandbox::SandboxConfig::default()
+    };
+    let sandbox = writ_sandbox::Sandbox::probe(config).await;
+    if let Err(e) = &sandbox {
+        tracing::error!(reason = %e.reason, "the command sandbox cannot start: POST /run and options.validation are refused");
+    }
+    Some(Arc::new(writ_sandbox::SandboxRunner::new(
+        sandbox,
+        commands,
+        repo_dir.to_path_buf(),
+        writ_core::execution::RunLimits {
+            max_timeout: run.max_timeout,
+            max_repair_rounds: run.max_repair_rounds,
+        },
+    )))
+}
+
 /// The model client and the synthesizer over it. A client that cannot be built (a TLS set-up
 /// failure) leaves writ serving the direct routes, with the reason in the log and in `/readyz`.
 fn build_models(
     settings: &Settings,
     store: &Arc<dyn writ_core::AuditStore>,
     workspace: &Arc<dyn writ_core::Workspace>,
+    commands: Option<Arc<dyn writ_core::execution::Runner>>,
 ) -> (
     Option<Arc<dyn writ_core::ModelClient>>,
     Option<Arc<Synthesizer>>,
@@ -221,7 +267,8 @@ fn build_models(
         batch_deadline: settings.guard.batch_deadline,
         ..SynthesisConfig::default()
     };
-    let synthesizer = Synthesizer::new(client.clone(), store.clone(), workspace.clone(), synthesis);
+    let synthesizer = Synthesizer::new(client.clone(), store.clone(), workspace.clone(), synthesis)
+        .with_runner(commands);
     (Some(client), Some(Arc::new(synthesizer)))
 }
 

@@ -19,6 +19,9 @@ pub struct AppState {
     /// Runs every batch as a job (persisted, with progress events); `None` when no model client
     /// could be built.
     pub runner: Option<Arc<writ_core::synthesis::runner::JobRunner>>,
+    /// Runs configured commands in the sandbox (`POST /run`, `options.validation`); `None` when
+    /// no commands are configured.
+    pub commands: Option<Arc<writ_sandbox::SandboxRunner>>,
     /// Wakes event-stream subscribers in this process when a job has new events.
     pub hub: writ_core::synthesis::runner::EventHub,
     /// Renders `/metrics`.

@@ -154,6 +154,15 @@ fn candidates() -> Vec<CandidateRecord> {
             cost: Some(0.0123),
             error_class: None,
             error: None,
+            round: None,
+            validation: Some(writ_core::audit::ValidationRecord {
+                passed: true,
+                command: "pytest".into(),
+                exit_code: Some(0),
+                timed_out: false,
+                duration_ms: 812,
+                output_tail: "1 passed\n".into(),
+            }),
         },
         CandidateRecord {
             model: "model-b".into(),
@@ -162,6 +171,7 @@ fn candidates() -> Vec<CandidateRecord> {
             parsed: None,
             error_class: Some(writ_core::model::ErrorClass::RateLimited),
             error: Some("429 from upstream".into()),
+            round: Some(1),
             ..CandidateRecord::default()
         },
     ]

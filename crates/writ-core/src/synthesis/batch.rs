@@ -9,6 +9,7 @@
 use serde::Deserialize;
 
 use crate::audit::FileKind;
+use crate::execution::CommandCall;
 use crate::path::SandboxPath;
 use crate::synthesis::fanout::StragglerPolicy;
 use crate::synthesis::image::{ImageFormat, ImageOptions, ImageTarget, MAX_SIDE, MIN_SIDE};
@@ -76,6 +77,108 @@ pub struct BatchOptions {
     /// Overrides the deployment's straggler policy (`WRIT_STRAGGLER_*`) for this batch.
     #[serde(default)]
     pub straggler: Option<StragglerOptions>,
+    /// Run these checks on every candidate; choose among those that pass, repair those that fail.
+    #[serde(default)]
+    pub validation: Option<ValidationOptions>,
+}
+
+/// `options.validation` as sent.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ValidationOptions {
+    /// Configured command names (`WRIT_COMMANDS`) with their arguments, run in order.
+    #[serde(default)]
+    pub commands: Vec<CommandCall>,
+    /// Per command; at most the deployment's maximum (`WRIT_RUN_MAX_TIMEOUT_SECS`).
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+    /// How many times failing candidates are sent back to their models with the failure.
+    #[serde(default)]
+    pub repair_rounds: Option<u32>,
+    #[serde(default)]
+    pub on_fail: Option<OnFail>,
+}
+
+/// What happens to a file none of whose candidates passes its checks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFail {
+    /// The file fails with `validation_failed`; nothing is written.
+    #[default]
+    Refuse,
+    /// The best unvalidated candidate is written, and the answer says it did not pass.
+    WriteBest,
+}
+
+/// `options.validation`, parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Validation {
+    pub(crate) commands: Vec<CommandCall>,
+    pub(crate) timeout: std::time::Duration,
+    pub(crate) repair_rounds: u32,
+    pub(crate) on_fail: OnFail,
+}
+
+/// Defaults of `options.validation`.
+pub const DEFAULT_VALIDATION_TIMEOUT_SECS: u64 = 30;
+pub const DEFAULT_REPAIR_ROUNDS: u32 = 2;
+/// Most commands one validation may run per candidate.
+pub const MAX_VALIDATION_COMMANDS: usize = 8;
+/// Most arguments one command may take.
+pub const MAX_COMMAND_ARGS: usize = 32;
+
+impl ValidationOptions {
+    fn parse(&self) -> Result<Validation, BatchError> {
+        let field = "options.validation";
+        if self.commands.is_empty() || self.commands.len() > MAX_VALIDATION_COMMANDS {
+            return Err(refuse(
+                format!("{field}.commands"),
+                format!(
+                    "between 1 and {MAX_VALIDATION_COMMANDS} commands, got {}",
+                    self.commands.len()
+                ),
+            ));
+        }
+        for (i, c) in self.commands.iter().enumerate() {
+            if c.name.trim().is_empty() {
+                return Err(refuse(
+                    format!("{field}.commands[{i}].name"),
+                    "must name a configured command (WRIT_COMMANDS)",
+                ));
+            }
+            if c.args.len() > MAX_COMMAND_ARGS {
+                return Err(refuse(
+                    format!("{field}.commands[{i}].args"),
+                    format!("at most {MAX_COMMAND_ARGS} arguments, got {}", c.args.len()),
+                ));
+            }
+        }
+        let timeout_secs = self.timeout_secs.unwrap_or(DEFAULT_VALIDATION_TIMEOUT_SECS);
+        if timeout_secs == 0 {
+            return Err(refuse(
+                format!("{field}.timeout_secs"),
+                "must be at least 1",
+            ));
+        }
+        Ok(Validation {
+            commands: self.commands.clone(),
+            timeout: std::time::Duration::from_secs(timeout_secs),
+            repair_rounds: self.repair_rounds.unwrap_or(DEFAULT_REPAIR_ROUNDS),
+            on_fail: self.on_fail.unwrap_or_default(),
+        })
+    }
+}
+
+impl Validation {
+    pub fn commands(&self) -> &[CommandCall] {
+        &self.commands
+    }
+    pub fn timeout(&self) -> std::time::Duration {
+        self.timeout
+    }
+    pub fn repair_rounds(&self) -> u32 {
+        self.repair_rounds
+    }
 }
 
 /// `options.straggler` as sent: when to stop waiting for the slowest candidates.
@@ -149,6 +252,8 @@ pub struct Options {
     pub(crate) run_async: bool,
     /// Overrides the deployment's straggler policy for this batch.
     pub(crate) straggler: Option<StragglerPolicy>,
+    /// Checks every candidate must pass (`options.validation`).
+    pub(crate) validation: Option<Validation>,
 }
 
 impl Options {
@@ -173,6 +278,9 @@ impl Options {
     }
     pub fn run_async(&self) -> bool {
         self.run_async
+    }
+    pub fn validation(&self) -> Option<&Validation> {
+        self.validation.as_ref()
     }
 }
 
@@ -323,6 +431,11 @@ impl Batch {
             .as_ref()
             .map(StragglerOptions::policy)
             .transpose()?;
+        let validation = options
+            .validation
+            .as_ref()
+            .map(ValidationOptions::parse)
+            .transpose()?;
 
         let mut files: Vec<FileSpec> = Vec::with_capacity(req.files.len());
         for (i, f) in req.files.into_iter().enumerate() {
@@ -405,13 +518,13 @@ impl Batch {
                 _ => FileKind::Code,
             };
             let image = match kind {
-                FileKind::Code | FileKind::Direct if f.image.is_some() => {
+                FileKind::Code | FileKind::Direct | FileKind::Run if f.image.is_some() => {
                     return Err(refuse(
                         field("image"),
                         "only image files (.png, .jpg, .jpeg, .gif, .webp) take image options",
                     ));
                 }
-                FileKind::Code | FileKind::Direct => None,
+                FileKind::Code | FileKind::Direct | FileKind::Run => None,
                 FileKind::Image => Some(image_target(
                     &path,
                     f.image.as_ref().or(options.image.as_ref()),
@@ -444,6 +557,7 @@ impl Batch {
                 atomic: options.atomic,
                 run_async: options.run_async,
                 straggler,
+                validation,
             },
         })
     }

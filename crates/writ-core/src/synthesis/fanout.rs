@@ -327,8 +327,7 @@ pub fn answered(model: &str, resp: &ChatResponse) -> CandidateRecord {
         prompt_tokens: resp.usage.prompt_tokens,
         completion_tokens: resp.usage.completion_tokens,
         cost: resp.usage.cost,
-        error_class: None,
-        error: None,
+        ..CandidateRecord::default()
     }
 }
 

@@ -7,10 +7,43 @@ use writ_checks::Language;
 use crate::audit::Operation;
 use crate::content::sha256_hex;
 use crate::model::ChatMessage;
+use crate::path::SandboxPath;
 use crate::synthesis::batch::{Batch, FileSpec};
 use crate::synthesis::fanout::{self, CallSettings, Candidate, UpstreamClock};
 use crate::synthesis::progress::ProgressSink;
-use crate::synthesis::prompt;
+use crate::synthesis::prompt::{self, ContextFile};
+
+/// Characters of one repository file shown as context before it becomes an outline.
+const MAX_CONTEXT_FILE_CHARS: usize = 12_000;
+/// Characters of repository context in one prompt.
+const MAX_CONTEXT_CHARS: usize = 40_000;
+/// Repository files looked at for one prompt.
+const MAX_CONTEXT_FILES: usize = 16;
+
+/// Where an import hint may live: the hint as a path, and for a dotted module name in Python or
+/// a bare name, the file it names (`pkg.mod` → `pkg/mod.py`).
+fn import_paths(import: &str, language: Language) -> Vec<SandboxPath> {
+    let import = import.trim();
+    let mut paths = Vec::new();
+    if let Ok(p) = SandboxPath::parse_nonempty(import) {
+        paths.push(p);
+    }
+    let ext = language.extension();
+    if let Some(ext) = ext
+        && !import.contains('/')
+        && !import.ends_with(&format!(".{ext}"))
+    {
+        let as_path = if language == Language::Python {
+            import.replace('.', "/")
+        } else {
+            import.to_string()
+        };
+        if let Ok(p) = SandboxPath::parse_nonempty(&format!("{as_path}.{ext}")) {
+            paths.push(p);
+        }
+    }
+    paths
+}
 use crate::synthesis::run::Synthesizer;
 
 /// A code file's candidates, with what selection needs to ask again (arbiter, fallback).
@@ -53,8 +86,15 @@ impl Synthesizer {
             }
         }
         let current_text = current.as_deref().map(String::from_utf8_lossy);
-        let messages =
-            prompt::candidate_messages(batch, file, language, current_text.as_deref(), recent);
+        let context = self.repository_context(batch, file).await;
+        let messages = prompt::candidate_messages(
+            batch,
+            file,
+            language,
+            current_text.as_deref(),
+            recent,
+            &context,
+        );
         let models = batch
             .options
             .models
@@ -79,6 +119,62 @@ impl Synthesizer {
             messages,
             answers,
         })
+    }
+
+    /// The current content of what the file builds on, when it exists in `REPO_DIR`: the files
+    /// its `internal_imports` name and the files the batch's checks run (the tests). Bounded per
+    /// file and in total; past the bound, an outline of the file's definitions.
+    async fn repository_context(&self, batch: &Batch, file: &FileSpec) -> Vec<ContextFile> {
+        let mut wanted: Vec<SandboxPath> = Vec::new();
+        let language = Language::from_path(file.path.as_str());
+        for import in &file.internal_imports {
+            for candidate in import_paths(import, language) {
+                if !wanted.contains(&candidate) {
+                    wanted.push(candidate);
+                }
+            }
+        }
+        if let Some(v) = &batch.options.validation {
+            for arg in v.commands.iter().flat_map(|c| &c.args) {
+                if let Ok(p) = SandboxPath::parse_nonempty(arg)
+                    && !wanted.contains(&p)
+                {
+                    wanted.push(p);
+                }
+            }
+        }
+        // The batch writes these itself; their descriptions are already in the prompt.
+        wanted.retain(|p| !batch.files.iter().any(|f| &f.path == p));
+        let mut shown = Vec::new();
+        let mut budget = MAX_CONTEXT_CHARS;
+        for path in wanted.into_iter().take(MAX_CONTEXT_FILES) {
+            let Ok(Some(bytes)) = self.workspace.read(&path).await else {
+                continue;
+            };
+            let text = String::from_utf8_lossy(&bytes);
+            let chars = text.chars().count();
+            let (text, outline) = if chars <= MAX_CONTEXT_FILE_CHARS.min(budget) {
+                (text.into_owned(), false)
+            } else {
+                let outline = writ_checks::outline(&text, Language::from_path(path.as_str()));
+                let (cut, _) =
+                    crate::content::truncate_chars(&outline, MAX_CONTEXT_FILE_CHARS.min(budget));
+                (cut.to_string(), true)
+            };
+            if text.is_empty() {
+                continue;
+            }
+            budget = budget.saturating_sub(text.chars().count());
+            shown.push(ContextFile {
+                path: path.to_string(),
+                text,
+                outline,
+            });
+            if budget == 0 {
+                break;
+            }
+        }
+        shown
     }
 
     pub(crate) fn call_settings(&self) -> CallSettings {

@@ -103,6 +103,7 @@ impl Synthesizer {
         Produced {
             chosen,
             candidates: vec![record],
+            validation: None,
         }
     }
 }

@@ -6,6 +6,8 @@
 //! - [`generation`]: a code file's prompt ([`prompt`]) to every candidate model at once
 //!   ([`fanout`], with the straggler policy), each answer checked as it arrives;
 //! - [`selection`]: distinct viable candidates, the arbiter, first-viable, the fallback models;
+//! - [`validation`]: with `options.validation`, the caller's checks run on every candidate in the
+//!   sandbox and decide the selection, and failing candidates go back to their models for repair;
 //! - [`image_generation`]: the image branch — one image model call, shaped by [`image`];
 //! - [`writing`]: one recorded write per file, atomic batches and their rollback;
 //! - [`response`]: the answer returned to the caller and stored for idempotent replay.
@@ -25,6 +27,7 @@ pub mod run;
 pub mod runner;
 pub mod selection;
 pub mod submission;
+pub mod validation;
 pub mod writing;
 
 pub use batch::{Batch, BatchError, BatchOptions, FileSpec, Options, WriteCodebaseRequest};

@@ -39,6 +39,27 @@ pub enum Event {
         model: String,
         reason: String,
     },
+    /// The caller's checks start on a file's candidates.
+    ValidationStarted {
+        file: String,
+        candidates: usize,
+    },
+    /// One candidate's checks ended.
+    ValidationFinished {
+        file: String,
+        model: String,
+        /// The repair round of the candidate (0 for first answers).
+        round: u32,
+        passed: bool,
+        exit_code: Option<i32>,
+        duration_ms: u64,
+    },
+    /// No candidate passed: the models get their candidates back with the failure.
+    RepairStarted {
+        file: String,
+        round: u32,
+        models: usize,
+    },
     FileWritten {
         file: String,
         operation: String,
@@ -64,6 +85,9 @@ impl Event {
             Event::CandidateFinished { .. } => "candidate_finished",
             Event::ArbiterStarted { .. } => "arbiter_started",
             Event::ArbiterChose { .. } => "arbiter_chose",
+            Event::ValidationStarted { .. } => "validation_started",
+            Event::ValidationFinished { .. } => "validation_finished",
+            Event::RepairStarted { .. } => "repair_started",
             Event::FileWritten { .. } => "file_written",
             Event::FileFailed { .. } => "file_failed",
             Event::Done { .. } => "done",

@@ -23,6 +23,7 @@ pub fn candidate_messages(
     language: Language,
     current: Option<&str>,
     recent: &[Operation],
+    context: &[ContextFile],
 ) -> Vec<ChatMessage> {
     let mut p = String::new();
     p.push_str(&format!(
@@ -62,6 +63,19 @@ pub fn candidate_messages(
         }
         p.push('\n');
     }
+    if !context.is_empty() {
+        p.push_str("## Files of the project it uses or is tested by (write against these)\n");
+        for c in context {
+            let what = if c.outline {
+                "outline of its definitions; the file is too large to show"
+            } else {
+                "current content"
+            };
+            p.push_str(&format!("### {} ({what})\n", quote(&c.path)));
+            p.push_str(&fence(&c.text, Language::from_path(&c.path)));
+        }
+        p.push('\n');
+    }
     if let Some(current) = current {
         let (shown, cut) = crate::content::truncate_chars(current, MAX_CURRENT_CHARS);
         p.push_str(
@@ -96,6 +110,48 @@ pub fn candidate_messages(
         "Answer with the complete file in one ```{tag} block."
     ));
     vec![ChatMessage::system(CANDIDATE_SYSTEM), ChatMessage::user(p)]
+}
+
+/// The messages that send a candidate back to its model with why it failed the caller's checks:
+/// the original conversation, the model's own answer, and the failure (a bounded tail).
+pub fn repair_messages(
+    original: &[ChatMessage],
+    code: &str,
+    language: Language,
+    failure: Option<&crate::audit::ValidationRecord>,
+) -> Vec<ChatMessage> {
+    let mut messages = original.to_vec();
+    messages.push(ChatMessage::assistant(fence(code, language)));
+    let mut p = String::from("Your file failed the project's checks.\n\n");
+    match failure {
+        Some(f) => {
+            let how = match (f.timed_out, f.exit_code) {
+                (true, _) => "timed out".to_string(),
+                (false, Some(code)) => format!("exited with code {code}"),
+                (false, None) => "was killed".to_string(),
+            };
+            p.push_str(&format!(
+                "The check `{}` {how}. The end of its output:\n",
+                f.command
+            ));
+            p.push_str(&fence(&f.output_tail, Language::Other));
+        }
+        None => p.push_str("The checks could not be run on it.\n"),
+    }
+    let tag = language.fence_tags().first().copied().unwrap_or("");
+    p.push_str(&format!(
+        "\nFix the file so that the checks pass. Answer with the complete corrected file in one ```{tag} block."
+    ));
+    messages.push(ChatMessage::user(p));
+    messages
+}
+
+/// A file of the repository shown to the models as context: its path and what is shown of it.
+pub struct ContextFile {
+    pub path: String,
+    pub text: String,
+    /// `text` is an outline of the file's definitions, not its content (the file was too large).
+    pub outline: bool,
 }
 
 pub const ARBITER_SYSTEM: &str = "You are a strict code reviewer choosing the best of several candidate versions of one file. \

@@ -33,6 +33,18 @@ pub struct FileResult {
     /// The chosen content, only for `dry_run` (an image as a data URL).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// Whether what was chosen passed the caller's checks, when the batch asked for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<FileValidation>,
+}
+
+/// A file's outcome against the caller's checks (`options.validation`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileValidation {
+    /// The content chosen (or, with `on_fail: "refuse"`, none) passed every command.
+    pub passed: bool,
+    /// Repair rounds used (0: a first candidate passed, or none was needed).
+    pub rounds: u32,
 }
 
 impl FileResult {
@@ -57,6 +69,7 @@ impl FileResult {
             error: Some(error.into()),
             image: None,
             content: None,
+            validation: None,
         }
     }
 }

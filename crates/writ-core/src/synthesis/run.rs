@@ -13,12 +13,14 @@ use futures::future::join_all;
 use uuid::Uuid;
 
 use crate::audit::{AuditStore, CandidateRecord, FileKind, Operation, OperationFilter};
+use crate::execution::Runner;
 use crate::model::ModelClient;
-use crate::synthesis::batch::{Batch, FileSpec};
+use crate::synthesis::batch::{Batch, FileSpec, Validation};
 use crate::synthesis::fanout::{StragglerPolicy, UpstreamClock};
 use crate::synthesis::progress::{Event, ProgressSink};
-use crate::synthesis::response::{BatchResponse, FileResult};
+use crate::synthesis::response::{BatchResponse, FileResult, FileValidation};
 use crate::synthesis::selection::Chosen;
+use crate::synthesis::validation::Stage;
 use crate::workspace::Workspace;
 
 /// Which models to ask and how; from `CODE_LIST`, `CODE_MODEL`, `CODE_GEN_MODEL`.
@@ -70,6 +72,9 @@ pub struct Synthesizer {
     pub(crate) store: Arc<dyn AuditStore>,
     pub(crate) workspace: Arc<dyn Workspace>,
     pub(crate) config: SynthesisConfig,
+    /// Runs the caller's checks for `options.validation`; `None` when no sandbox or no
+    /// commands are configured (such batches are refused before any model is called).
+    pub(crate) runner: Option<Arc<dyn Runner>>,
 }
 
 /// One file's outcome before it is written: the chosen content (or why there is none) and every
@@ -77,6 +82,8 @@ pub struct Synthesizer {
 pub(crate) struct Produced {
     pub chosen: Result<Chosen, String>,
     pub candidates: Vec<CandidateRecord>,
+    /// How the file did against the caller's checks, when the batch asked for them.
+    pub validation: Option<FileValidation>,
 }
 
 impl Produced {
@@ -84,6 +91,7 @@ impl Produced {
         Produced {
             chosen: Err(error.into()),
             candidates,
+            validation: None,
         }
     }
 }
@@ -100,7 +108,14 @@ impl Synthesizer {
             store,
             workspace,
             config,
+            runner: None,
         }
+    }
+
+    /// Lets batches validate their candidates with `runner`.
+    pub fn with_runner(mut self, runner: Option<Arc<dyn Runner>>) -> Self {
+        self.runner = runner;
+        self
     }
 
     /// Runs every file of the batch and writes the results (unless `dry_run`).
@@ -122,7 +137,22 @@ impl Synthesizer {
             .map(|_| UpstreamClock::default())
             .collect();
 
-        let results: Vec<FileResult> = if batch.options.atomic && !batch.options.dry_run {
+        let results: Vec<FileResult> = if let Some(validation) = &batch.options.validation {
+            // Validation needs every file's candidates before any file can be chosen.
+            let produced = self
+                .produce_validated(batch, validation, &recent, sink, &clocks)
+                .await;
+            if batch.options.atomic && !batch.options.dry_run {
+                self.write_atomically(request_id, batch, produced, sink)
+                    .await
+            } else {
+                let mut results = Vec::with_capacity(produced.len());
+                for (p, f) in produced.into_iter().zip(&batch.files) {
+                    results.push(self.finish_file(request_id, batch, f, p, sink).await);
+                }
+                results
+            }
+        } else if batch.options.atomic && !batch.options.dry_run {
             let produced = join_all(
                 batch
                     .files
@@ -183,6 +213,51 @@ impl Synthesizer {
         }
     }
 
+    /// Every file's candidates, then validation and selection across the batch
+    /// ([`super::validation`]), within the batch deadline and the file-size limit.
+    async fn produce_validated(
+        &self,
+        batch: &Batch,
+        validation: &Validation,
+        recent: &[Operation],
+        sink: &dyn ProgressSink,
+        clocks: &[UpstreamClock],
+    ) -> Vec<Produced> {
+        let deadline = self.config.batch_deadline;
+        let stages =
+            async {
+                let stages = join_all(batch.files.iter().zip(clocks).map(
+                    |(file, clock)| async move {
+                        sink.emit(Event::FileStarted {
+                            file: file.path.to_string(),
+                        });
+                        match file.kind {
+                            FileKind::Image => {
+                                Stage::Done(self.generate_image(batch, file, sink).await)
+                            }
+                            FileKind::Code | FileKind::Direct | FileKind::Run => {
+                                match self.generate(batch, file, recent, sink, clock).await {
+                                    Ok(generated) => Stage::Generated(Box::new(generated)),
+                                    Err(error) => Stage::Done(Produced::failed(error, Vec::new())),
+                                }
+                            }
+                        }
+                    },
+                ))
+                .await;
+                self.select_validated(batch, validation, stages, sink, clocks)
+                    .await
+            };
+        match tokio::time::timeout(deadline, stages).await {
+            Ok(produced) => produced.into_iter().map(|p| self.bounded(p)).collect(),
+            Err(_) => batch
+                .files
+                .iter()
+                .map(|_| Produced::failed(deadline_message(deadline), Vec::new()))
+                .collect(),
+        }
+    }
+
     /// One file's content: generation then selection (or the image branch), within the batch
     /// deadline and the file-size limit. Past the deadline the file stops waiting on models and
     /// fails; an oversized winner fails its file.
@@ -195,14 +270,13 @@ impl Synthesizer {
         upstream: &UpstreamClock,
     ) -> Produced {
         let deadline = self.config.batch_deadline;
-        let limit = self.config.max_file_bytes;
         let stages = async {
             sink.emit(Event::FileStarted {
                 file: file.path.to_string(),
             });
             match file.kind {
                 FileKind::Image => self.generate_image(batch, file, sink).await,
-                FileKind::Code | FileKind::Direct => {
+                FileKind::Code | FileKind::Direct | FileKind::Run => {
                     match self.generate(batch, file, recent, sink, upstream).await {
                         Ok(generated) => self.select(batch, file, generated, sink, upstream).await,
                         Err(error) => Produced::failed(error, Vec::new()),
@@ -211,25 +285,36 @@ impl Synthesizer {
             }
         };
         match tokio::time::timeout(deadline, stages).await {
-            Err(_) => Produced::failed(
-                format!(
-                    "the batch deadline of {} s (WRIT_BATCH_DEADLINE_SECS) passed before a candidate was chosen; nothing was written",
-                    deadline.as_secs()
-                ),
-                Vec::new(),
-            ),
-            Ok(Produced {
+            Err(_) => Produced::failed(deadline_message(deadline), Vec::new()),
+            Ok(produced) => self.bounded(produced),
+        }
+    }
+
+    /// An oversized winner (code or image) fails its file.
+    fn bounded(&self, produced: Produced) -> Produced {
+        let limit = self.config.max_file_bytes;
+        match produced {
+            Produced {
                 chosen: Ok(chosen),
                 candidates,
-            }) if chosen.content.len() > limit => Produced::failed(
-                format!(
+                validation,
+            } if chosen.content.len() > limit => Produced {
+                chosen: Err(format!(
                     "the chosen candidate from '{}' is {} bytes, above the limit of {limit} (WRIT_MAX_FILE_BYTES); nothing was written",
                     chosen.model,
                     chosen.content.len()
-                ),
+                )),
                 candidates,
-            ),
-            Ok(produced) => produced,
+                validation,
+            },
+            produced => produced,
         }
     }
+}
+
+fn deadline_message(deadline: Duration) -> String {
+    format!(
+        "the batch deadline of {} s (WRIT_BATCH_DEADLINE_SECS) passed before a candidate was chosen; nothing was written",
+        deadline.as_secs()
+    )
 }

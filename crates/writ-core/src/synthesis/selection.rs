@@ -62,9 +62,9 @@ pub(crate) struct Chosen {
 }
 
 /// A viable, distinct candidate: its model and code.
-struct Viable<'a> {
-    model: &'a str,
-    code: &'a str,
+pub(crate) struct Viable<'a> {
+    pub model: &'a str,
+    pub code: &'a str,
 }
 
 impl Synthesizer {
@@ -101,11 +101,12 @@ impl Synthesizer {
         Produced {
             chosen,
             candidates: records,
+            validation: None,
         }
     }
 
     /// Several distinct viable candidates: ask the arbiter, shuffled and anonymous.
-    async fn arbitrate(
+    pub(crate) async fn arbitrate(
         &self,
         batch: &Batch,
         file: &FileSpec,
@@ -266,7 +267,7 @@ impl Synthesizer {
 }
 
 /// Viable, distinct, in model-list order; those that parse beat those that do not.
-fn distinct_viable(answers: &[Candidate]) -> Vec<Viable<'_>> {
+pub(crate) fn distinct_viable(answers: &[Candidate]) -> Vec<Viable<'_>> {
     let mut viable: Vec<(Viable<'_>, Option<bool>)> = Vec::new();
     for c in answers {
         if let Some(code) = &c.code

@@ -8,6 +8,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::audit::{NewRequest, StoreError};
+use crate::execution::RunError;
 use crate::synthesis::batch::{Batch, BatchError};
 use crate::synthesis::progress::ProgressSink;
 use crate::synthesis::response::BatchResponse;
@@ -34,6 +35,10 @@ pub enum SubmitError {
     InProgress,
     #[error("the audit log cannot record this batch, so it was not started: {0}")]
     Audit(#[source] StoreError),
+    /// Something the batch needs cannot be had on this server (e.g. the sandbox for
+    /// `options.validation`); the message names what to configure.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// A submitted batch's answer.
@@ -55,6 +60,7 @@ impl Synthesizer {
             return Ok(Some(found));
         }
         self.check_targets(&sub.batch).await?;
+        self.check_validation(&sub.batch)?;
         let record = NewRequest {
             id: sub.request_id,
             received_at: chrono::Utc::now(),
@@ -133,6 +139,54 @@ impl Synthesizer {
                 None => Err(SubmitError::InProgress),
             },
         }
+    }
+
+    /// `options.validation` against what this server can run: the sandbox is there, every command
+    /// is configured, every argument stays inside the sandbox, the timeout and the repair rounds
+    /// are within the deployment's bounds. Checked before any model is called.
+    fn check_validation(&self, batch: &Batch) -> Result<(), SubmitError> {
+        let Some(v) = batch.options.validation() else {
+            return Ok(());
+        };
+        let Some(runner) = &self.runner else {
+            return Err(SubmitError::Unavailable(
+                "options.validation needs commands to run, and none are configured: set WRIT_COMMANDS".into(),
+            ));
+        };
+        let limits = runner.limits();
+        if v.timeout() > limits.max_timeout {
+            return Err(SubmitError::Invalid(BatchError {
+                field: "options.validation.timeout_secs".into(),
+                message: format!(
+                    "at most {} (WRIT_RUN_MAX_TIMEOUT_SECS), got {}",
+                    limits.max_timeout.as_secs(),
+                    v.timeout().as_secs()
+                ),
+            }));
+        }
+        if v.repair_rounds() > limits.max_repair_rounds {
+            return Err(SubmitError::Invalid(BatchError {
+                field: "options.validation.repair_rounds".into(),
+                message: format!(
+                    "at most {} (WRIT_MAX_REPAIR_ROUNDS), got {}",
+                    limits.max_repair_rounds,
+                    v.repair_rounds()
+                ),
+            }));
+        }
+        for (i, call) in v.commands().iter().enumerate() {
+            runner
+                .check(call, &format!("options.validation.commands[{i}]"))
+                .map_err(|e| match e {
+                    RunError::Invalid { field, message } => {
+                        SubmitError::Invalid(BatchError { field, message })
+                    }
+                    RunError::Unavailable(why) | RunError::Failed(why) => SubmitError::Unavailable(
+                        format!("options.validation cannot run here: {why}"),
+                    ),
+                })?;
+        }
+        Ok(())
     }
 
     /// What the filesystem says about each target (symlinks out, directories, protected paths),

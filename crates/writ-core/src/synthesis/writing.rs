@@ -53,12 +53,17 @@ impl Synthesizer {
         file: &FileSpec,
         produced: Produced,
     ) -> (FileResult, Option<Option<Vec<u8>>>) {
-        let Produced { chosen, candidates } = produced;
+        let Produced {
+            chosen,
+            candidates,
+            validation,
+        } = produced;
         let chosen = match chosen {
             Ok(c) => c,
             Err(error) => {
                 let mut result =
                     FileResult::failed(file.path.as_str(), file.kind, error.clone(), candidates);
+                result.validation = validation;
                 if !batch.options.dry_run {
                     let prov = Provenance {
                         candidates: result.candidates.clone(),
@@ -82,7 +87,9 @@ impl Synthesizer {
             }
         };
         if batch.options.dry_run {
-            return (dry_run_result(file, chosen, candidates), None);
+            let mut result = dry_run_result(file, chosen, candidates);
+            result.validation = validation;
+            return (result, None);
         }
         let image = chosen.content.image().map(ImageInfo::from);
         let spec = WriteSpec {
@@ -130,6 +137,7 @@ impl Synthesizer {
                     error: None,
                     image,
                     content: None,
+                    validation,
                 };
                 (result, Some(receipt.previous))
             }
@@ -142,6 +150,7 @@ impl Synthesizer {
                 result.chosen_model = Some(chosen.model);
                 result.selection = Some(chosen.selection);
                 result.arbiter_reason = chosen.reason;
+                result.validation = validation;
                 // A refused write (If-Match, audit down) made no operation record of its own.
                 if let Ok(id) = record_failure(
                     self.store.as_ref(),
@@ -183,7 +192,11 @@ impl Synthesizer {
                         failed.index, failed.path
                     ),
                 };
-                let failed = Produced::failed(error, p.candidates);
+                let failed = Produced {
+                    chosen: Err(error),
+                    candidates: p.candidates,
+                    validation: p.validation,
+                };
                 results.push(self.finish_file(request_id, batch, f, failed, sink).await);
             }
             return results;
@@ -335,5 +348,6 @@ fn dry_run_result(file: &FileSpec, chosen: Chosen, candidates: Vec<CandidateReco
         candidates,
         operation_id: None,
         error: None,
+        validation: None,
     }
 }

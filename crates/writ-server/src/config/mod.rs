@@ -4,13 +4,15 @@
 //! - [`models`]: candidate, arbiter, fallback and image models, the provider and its key, call
 //!   limits, the straggler policy, and the provider policy (the embedded default, what is missing);
 //! - [`local`]: the embedded model (`WRIT_LOCAL_*`);
-//! - [`guard`]: API keys and limits.
+//! - [`guard`]: API keys and limits;
+//! - [`run`]: the commands a request may run in the sandbox, and the bounds of a run.
 //!
 //! The server's own settings (address, database, `REPO_DIR`, body and read bounds) stay here.
 
 pub mod guard;
 pub mod local;
 pub mod models;
+pub mod run;
 pub mod source;
 
 use std::net::SocketAddr;
@@ -20,6 +22,7 @@ use std::time::Duration;
 pub use guard::{GuardSettings, parse_api_keys};
 pub use local::LocalSettings;
 pub use models::ModelSettings;
+pub use run::RunSettings;
 use source::parse_num;
 
 pub const DEFAULT_ADDR: &str = "127.0.0.1:8080";
@@ -57,6 +60,8 @@ pub struct Settings {
     pub models: ModelSettings,
     /// API keys and limits: who may call, how often, how much at once.
     pub guard: GuardSettings,
+    /// Commands a request may run in the sandbox, and the bounds of a run.
+    pub run: RunSettings,
 }
 
 impl std::fmt::Debug for Settings {
@@ -72,6 +77,7 @@ impl std::fmt::Debug for Settings {
             .field("config_file", &self.config_file)
             .field("models", &self.models)
             .field("guard", &self.guard)
+            .field("run", &self.run)
             .finish()
     }
 }
@@ -125,6 +131,7 @@ impl Settings {
             config_file: file_used,
             models: ModelSettings::load(&get, env)?,
             guard: GuardSettings::load(&get)?,
+            run: RunSettings::load(&get)?,
         })
     }
 }

@@ -47,6 +47,8 @@ pub(super) fn read_layers(
                 })
                 .collect::<Vec<_>>()
                 .join(","),
+            // A table (`[commands]`) is read as the JSON its variable would hold.
+            toml::Value::Table(t) => serde_json::to_string(&t).unwrap_or_default(),
             other => other.to_string(),
         };
         values.insert(k.to_ascii_lowercase(), s);

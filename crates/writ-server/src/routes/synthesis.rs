@@ -187,5 +187,8 @@ fn submit_error(err: SubmitError) -> ApiError {
             e
         }
         SubmitError::Audit(store) => store_error(store),
+        SubmitError::Unavailable(why) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "commands_unavailable", why)
+        }
     }
 }
