@@ -46,6 +46,25 @@ pub struct SynthesisConfig {
     pub straggler: StragglerPolicy,
     /// The image model (`IMAGE_MODEL`).
     pub image_model: Option<String>,
+    /// Models a batch may name in `options.models`, `arbiter_model` or `image_model`
+    /// (`WRIT_ALLOWED_MODELS`); empty: only the configured ones.
+    pub allowed_models: Vec<String>,
+}
+
+impl SynthesisConfig {
+    /// Whether a batch may ask for `model`: it is on the allow-list, or (with no list) it is one
+    /// of the configured models, so a key holder cannot pick a costlier model than the operator.
+    pub fn allows(&self, model: &str) -> bool {
+        if !self.allowed_models.is_empty() {
+            return self.allowed_models.iter().any(|m| m == model);
+        }
+        self.candidates
+            .iter()
+            .chain(&self.arbiter)
+            .chain(&self.fallback)
+            .chain(&self.image_model)
+            .any(|m| m == model)
+    }
 }
 
 impl Default for SynthesisConfig {
@@ -62,6 +81,7 @@ impl Default for SynthesisConfig {
             max_file_bytes: 1024 * 1024,
             batch_deadline: Duration::from_secs(600),
             straggler: StragglerPolicy::WaitAll,
+            allowed_models: Vec::new(),
         }
     }
 }

@@ -59,6 +59,7 @@ impl Synthesizer {
         if let Some(found) = self.replay(sub).await? {
             return Ok(Some(found));
         }
+        self.check_models(&sub.batch)?;
         self.check_targets(&sub.batch).await?;
         self.check_validation(&sub.batch)?;
         let record = NewRequest {
@@ -139,6 +140,24 @@ impl Synthesizer {
                 None => Err(SubmitError::InProgress),
             },
         }
+    }
+
+    /// Every model the batch names is one this deployment allows.
+    fn check_models(&self, batch: &Batch) -> Result<(), BatchError> {
+        for (field, model) in batch.options.named_models() {
+            if !self.config.allows(model) {
+                let allowed = if self.config.allowed_models.is_empty() {
+                    "only the configured models (CODE_LIST, CODE_MODEL, CODE_GEN_MODEL, IMAGE_MODEL) may be named; set WRIT_ALLOWED_MODELS to allow others"
+                } else {
+                    "it is not in WRIT_ALLOWED_MODELS"
+                };
+                return Err(BatchError {
+                    field,
+                    message: format!("'{model}' is not an allowed model: {allowed}"),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// `options.validation` against what this server can run: the sandbox is there, every command
