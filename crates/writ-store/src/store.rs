@@ -345,12 +345,11 @@ impl<D: Dialect> AuditStore for SqlStore<D> {
     }
 
     async fn is_migrated(&self) -> Result<bool, StoreError> {
-        let what = "look for the migrations table";
         let exists = Sql::new(D::MIGRATIONS_TABLE_EXISTS)
-            .fetch_all(self, what)
+            .fetch_optional(self, "look for the migrations table")
             .await?;
-        let exists = match exists.first() {
-            Some(row) => D::read_value(row, "present")?,
+        let exists = match exists {
+            Some(row) => Record::<D>(&row).get("present")?,
             None => false,
         };
         if !exists {
