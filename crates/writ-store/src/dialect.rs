@@ -10,7 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use chrono::{DateTime, Utc};
-use sqlx::migrate::Migrator;
+use sqlx::migrate::{Migrate, Migrator};
 use sqlx::types::Json;
 use sqlx::{
     ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, QueryBuilder, Row, Type,
@@ -26,7 +26,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// One backend's SQL dialect. Sealed: only PostgreSQL and SQLite implement it.
 pub trait Dialect:
-    Database
+    Database<Connection: Migrate>
     + sealed::Sealed
     + Executes
     + for<'a> Binds<'a, Uuid>
@@ -66,9 +66,6 @@ pub trait Dialect:
 
     /// The schema for this backend (`migrations/<backend>` at the workspace root).
     fn migrator() -> &'static Migrator;
-
-    /// Applies [`Self::migrator`] to `pool`.
-    fn migrate(pool: &sqlx::Pool<Self>) -> BoxFuture<'_, Result<(), sqlx::migrate::MigrateError>>;
 
     /// How many rows a write statement changed.
     fn rows_affected(result: &Self::QueryResult) -> u64;

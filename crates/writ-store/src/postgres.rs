@@ -8,14 +8,14 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgQueryResult, PgRow};
 use sqlx::{PgPool, Postgres, QueryBuilder};
 use writ_core::StoreError;
 
-use crate::dialect::{BoxFuture, Dialect, Reads};
+use crate::dialect::{Dialect, Reads};
 use crate::store::SqlStore;
-use crate::url::{redact_url, scrub};
+use crate::url::{no_connection, unusable_url};
 
 static MIGRATOR: Migrator = sqlx::migrate!("../../migrations/postgres");
 
@@ -32,28 +32,13 @@ pub type PgStore = SqlStore<Postgres>;
 impl PgStore {
     /// Opens a pool on `database_url` and checks that one connection can be made.
     pub async fn connect(database_url: &str) -> Result<Self, StoreError> {
-        let options = PgConnectOptions::from_str(database_url).map_err(|err| {
-            StoreError::Other(scrub(
-                &format!(
-                    "DATABASE_URL {} is not a usable PostgreSQL URL: {err}",
-                    redact_url(database_url)
-                ),
-                database_url,
-            ))
-        })?;
-        let options = options.application_name("writ");
+        let options = PgConnectOptions::from_str(database_url)
+            .map_err(|err| unusable_url("PostgreSQL", database_url, err))?
+            .application_name("writ");
         crate::probe::<sqlx::PgConnection>(&options, ACQUIRE_TIMEOUT)
             .await
             .map_err(|cause| {
-                // Whatever the cause (refused, auth, no such database), start-up cannot go on and an
-                // operator has to act: that is "unavailable", not a bug in a statement.
-                StoreError::Unavailable(scrub(
-                    &format!(
-                        "cannot connect to PostgreSQL at {}: {cause}",
-                        redact_url(database_url)
-                    ),
-                    database_url,
-                ))
+                no_connection("cannot connect to PostgreSQL at", database_url, &cause)
             })?;
         // Lazy: the probe has just shown the server answers, and connections open on demand.
         let pool: PgPool = PgPoolOptions::new()
@@ -74,10 +59,6 @@ impl Dialect for Postgres {
 
     fn migrator() -> &'static Migrator {
         &MIGRATOR
-    }
-
-    fn migrate(pool: &PgPool) -> BoxFuture<'_, Result<(), MigrateError>> {
-        Box::pin(MIGRATOR.run(pool))
     }
 
     fn rows_affected(result: &PgQueryResult) -> u64 {

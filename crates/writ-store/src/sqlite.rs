@@ -12,17 +12,17 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::migrate::Migrator;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteQueryResult,
-    SqliteRow, SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult, SqliteRow,
+    SqliteSynchronous,
 };
 use sqlx::{QueryBuilder, Sqlite};
 use writ_core::StoreError;
 
-use crate::dialect::{BoxFuture, Dialect, Reads};
+use crate::dialect::{Dialect, Reads};
 use crate::store::SqlStore;
-use crate::url::{redact_url, scrub};
+use crate::url::{no_connection, unusable_url};
 
 static MIGRATOR: Migrator = sqlx::migrate!("../../migrations/sqlite");
 
@@ -41,15 +41,8 @@ impl SqliteStore {
     /// Opens (creating if missing) the database file named by `database_url` (`sqlite://path`,
     /// `sqlite:path`, or `sqlite::memory:`) and checks that one connection can be made.
     pub async fn connect(database_url: &str) -> Result<Self, StoreError> {
-        let options = SqliteConnectOptions::from_str(database_url).map_err(|err| {
-            StoreError::Other(scrub(
-                &format!(
-                    "DATABASE_URL {} is not a usable SQLite URL: {err}",
-                    redact_url(database_url)
-                ),
-                database_url,
-            ))
-        })?;
+        let options = SqliteConnectOptions::from_str(database_url)
+            .map_err(|err| unusable_url("SQLite", database_url, err))?;
         let options = options
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -58,15 +51,7 @@ impl SqliteStore {
             .foreign_keys(true);
         crate::probe::<sqlx::SqliteConnection>(&options, ACQUIRE_TIMEOUT)
             .await
-            .map_err(|cause| {
-                StoreError::Unavailable(scrub(
-                    &format!(
-                        "cannot open SQLite database {}: {cause}",
-                        redact_url(database_url)
-                    ),
-                    database_url,
-                ))
-            })?;
+            .map_err(|cause| no_connection("cannot open SQLite database", database_url, &cause))?;
         let mut pool = SqlitePoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT);
@@ -98,10 +83,6 @@ impl Dialect for Sqlite {
 
     fn migrator() -> &'static Migrator {
         &MIGRATOR
-    }
-
-    fn migrate(pool: &SqlitePool) -> BoxFuture<'_, Result<(), MigrateError>> {
-        Box::pin(MIGRATOR.run(pool))
     }
 
     fn rows_affected(result: &SqliteQueryResult) -> u64 {

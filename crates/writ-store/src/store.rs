@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::pool::PoolConnection;
 use sqlx::types::Json;
-use sqlx::{Pool, QueryBuilder};
+use sqlx::{Database, Pool, QueryBuilder};
 use uuid::Uuid;
 use writ_core::audit::{
     CandidateRecord, Cursor, NewRequest, Operation, OperationFilter, OperationOutcome,
@@ -29,7 +29,7 @@ use writ_core::audit::{
 };
 use writ_core::{AuditStore, StoreError};
 
-use crate::dialect::{Binds, Dialect, Reads};
+use crate::dialect::{Binds, BoxFuture, Dialect, Reads};
 use crate::error::{from_migrate, from_sqlx};
 use crate::listing::{decode_cursor, fetch_size, into_page, parse_column};
 
@@ -78,8 +78,7 @@ impl<D: Dialect> SqlStore<D> {
         cursor: Option<&Cursor>,
         limit: u32,
     ) -> Result<String, StoreError> {
-        let after = cursor.map(decode_cursor).transpose()?;
-        let rows = listing(D::EXPLAIN, filter, after, fetch_size(limit))
+        let rows = listing(D::EXPLAIN, filter, cursor, limit)?
             .fetch_all(self, "explain operation listing")
             .await?;
         let steps = rows
@@ -135,45 +134,65 @@ impl<D: Dialect> Sql<D> {
         self.push(")")
     }
 
-    /// Runs a write on `conn` and says how many rows it changed.
+    /// Runs a write on `conn` (a transaction's, say) and says how many rows it changed.
     pub(crate) async fn execute_on(
-        mut self,
+        self,
         conn: &mut D::Connection,
         what: &str,
     ) -> Result<u64, StoreError> {
-        let done = D::execute(conn, &mut self.0)
-            .await
-            .map_err(|err| from_sqlx(what, err))?;
+        let done = self.run_on(conn, what, D::execute).await?;
         Ok(D::rows_affected(&done))
     }
 
+    /// Runs a write on a pooled connection and says how many rows it changed.
     pub(crate) async fn execute(self, store: &SqlStore<D>, what: &str) -> Result<u64, StoreError> {
-        let mut conn = store.connection(what).await?;
-        self.execute_on(&mut conn, what).await
+        let done = self.run(store, what, D::execute).await?;
+        Ok(D::rows_affected(&done))
     }
 
     pub(crate) async fn fetch_all(
-        mut self,
+        self,
         store: &SqlStore<D>,
         what: &str,
     ) -> Result<Vec<D::Row>, StoreError> {
-        let mut conn = store.connection(what).await?;
-        D::fetch_all(&mut conn, &mut self.0)
-            .await
-            .map_err(|err| from_sqlx(what, err))
+        self.run(store, what, D::fetch_all).await
     }
 
     pub(crate) async fn fetch_optional(
-        mut self,
+        self,
         store: &SqlStore<D>,
         what: &str,
     ) -> Result<Option<D::Row>, StoreError> {
+        self.run(store, what, D::fetch_optional).await
+    }
+
+    async fn run<T>(
+        self,
+        store: &SqlStore<D>,
+        what: &str,
+        run: Run<D, T>,
+    ) -> Result<T, StoreError> {
         let mut conn = store.connection(what).await?;
-        D::fetch_optional(&mut conn, &mut self.0)
+        self.run_on(&mut conn, what, run).await
+    }
+
+    async fn run_on<T>(
+        mut self,
+        conn: &mut D::Connection,
+        what: &str,
+        run: Run<D, T>,
+    ) -> Result<T, StoreError> {
+        run(conn, &mut self.0)
             .await
             .map_err(|err| from_sqlx(what, err))
     }
 }
+
+/// One of [`Executes`]'s ways to run a statement.
+type Run<D, T> = for<'e> fn(
+    &'e mut <D as Database>::Connection,
+    &'e mut QueryBuilder<D>,
+) -> BoxFuture<'e, Result<T, sqlx::Error>>;
 
 /// The values of one `( … )` tuple, separated by commas.
 pub(crate) struct Tuple<'s, D: Dialect> {
@@ -244,14 +263,16 @@ fn selection_from_column(value: Option<String>) -> Result<Option<String>, StoreE
     Ok(value)
 }
 
-/// The newest-first listing under `filter`, after the cursor's `seq`. `prefix` is empty or the
-/// dialect's `EXPLAIN`; every value is bound.
+/// The newest-first listing under `filter`: a page of `limit` (and one more row, to learn whether
+/// another page follows) after `cursor`. `prefix` is empty or the dialect's `EXPLAIN`; every value
+/// is bound. A cursor this store could not have issued is refused before anything runs.
 fn listing<D: Dialect>(
     prefix: &str,
     filter: &OperationFilter,
-    after: Option<i64>,
-    fetch: i64,
-) -> Sql<D> {
+    cursor: Option<&Cursor>,
+    limit: u32,
+) -> Result<Sql<D>, StoreError> {
+    let after = cursor.map(decode_cursor).transpose()?;
     let mut sql = Sql::new(prefix);
     sql.push(concat!(
         "SELECT ",
@@ -279,8 +300,9 @@ fn listing<D: Dialect>(
     if let Some(seq) = after {
         sql.push(" AND seq < ").bind(seq);
     }
-    sql.push(" ORDER BY seq DESC LIMIT ").bind(fetch);
-    sql
+    sql.push(" ORDER BY seq DESC LIMIT ")
+        .bind(fetch_size(limit));
+    Ok(sql)
 }
 
 fn operation_from_row<D: Dialect>(row: &D::Row) -> Result<(i64, Operation), StoreError> {
@@ -341,7 +363,7 @@ impl<D: Dialect> AuditStore for SqlStore<D> {
     async fn migrate(&self) -> Result<(), StoreError> {
         // On PostgreSQL sqlx takes an advisory lock first, so replicas starting together apply
         // each migration once.
-        D::migrate(&self.pool).await.map_err(from_migrate)
+        D::migrator().run(&self.pool).await.map_err(from_migrate)
     }
 
     async fn is_migrated(&self) -> Result<bool, StoreError> {
@@ -536,8 +558,7 @@ impl<D: Dialect> AuditStore for SqlStore<D> {
         cursor: Option<&Cursor>,
         limit: u32,
     ) -> Result<OperationPage, StoreError> {
-        let after = cursor.map(decode_cursor).transpose()?;
-        let rows = listing::<D>("", filter, after, fetch_size(limit))
+        let rows = listing::<D>("", filter, cursor, limit)?
             .fetch_all(self, "list operations")
             .await?;
         let rows = rows
