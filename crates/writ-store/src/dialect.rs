@@ -55,6 +55,9 @@ pub trait Dialect:
 {
     /// What [`writ_core::AuditStore::backend`] reports.
     const BACKEND: &'static str;
+    /// Whether only one process may use a database at a time (SQLite's file and its locks belong
+    /// to one host), for the coming `AuditStore::single_process`.
+    const SINGLE_PROCESS: bool;
     /// Opens a transaction that will write.
     const BEGIN_WRITE: &'static str;
     /// Put before a `SELECT` to get its plan instead of its rows.

@@ -18,7 +18,7 @@
 //! The schemas live in `migrations/postgres` and `migrations/sqlite` at the workspace root and are
 //! embedded into the binary at compile time.
 
-// First, so that its column-list macros are in scope for the backends.
+// First, so that its column-list macros are in scope for the statements.
 #[macro_use]
 mod listing;
 mod dialect;

@@ -50,6 +50,7 @@ impl PgStore {
 }
 
 impl Dialect for Postgres {
+    const SINGLE_PROCESS: bool = false;
     const BACKEND: &'static str = "postgres";
     const BEGIN_WRITE: &'static str = "BEGIN";
     const EXPLAIN: &'static str = "EXPLAIN ";

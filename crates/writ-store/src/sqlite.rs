@@ -72,6 +72,7 @@ fn is_in_memory(database_url: &str) -> bool {
 }
 
 impl Dialect for Sqlite {
+    const SINGLE_PROCESS: bool = true;
     const BACKEND: &'static str = "sqlite";
     /// Takes the write lock at `BEGIN`: a deferred transaction that reads first cannot wait for
     /// the lock later (SQLite answers `SQLITE_BUSY` at once to avoid a deadlock).

@@ -97,20 +97,20 @@ impl<D: Dialect> SqlStore<D> {
 }
 
 /// A statement being built: SQL text and the values bound into it, in order.
-pub(crate) struct Sql<D: Dialect>(QueryBuilder<D>);
+struct Sql<D: Dialect>(QueryBuilder<D>);
 
 impl<D: Dialect> Sql<D> {
-    pub(crate) fn new(sql: &str) -> Self {
+    fn new(sql: &str) -> Self {
         Self(QueryBuilder::new(sql))
     }
 
-    pub(crate) fn push(&mut self, sql: &str) -> &mut Self {
+    fn push(&mut self, sql: &str) -> &mut Self {
         self.0.push(sql);
         self
     }
 
     /// Binds `value` as the next parameter (its placeholder goes where the SQL has got to).
-    pub(crate) fn bind<'a, T: 'a>(&mut self, value: T) -> &mut Self
+    fn bind<'a, T: 'a>(&mut self, value: T) -> &mut Self
     where
         D: Binds<'a, T>,
     {
@@ -119,13 +119,13 @@ impl<D: Dialect> Sql<D> {
     }
 
     /// Binds a point in time, or NULL, in the backend's representation.
-    pub(crate) fn bind_time(&mut self, at: impl Into<Option<DateTime<Utc>>>) -> &mut Self {
+    fn bind_time(&mut self, at: impl Into<Option<DateTime<Utc>>>) -> &mut Self {
         D::bind_time(&mut self.0, at.into());
         self
     }
 
-    /// Binds `values` as a parenthesised, comma-separated tuple through `bind_each`.
-    pub(crate) fn tuple(&mut self, bind_each: impl FnOnce(&mut Tuple<'_, D>)) -> &mut Self {
+    /// `( … )` around the values `bind_each` binds, with commas between them.
+    fn tuple(&mut self, bind_each: impl FnOnce(&mut Tuple<'_, D>)) -> &mut Self {
         self.push("(");
         bind_each(&mut Tuple {
             sql: self,
@@ -135,30 +135,22 @@ impl<D: Dialect> Sql<D> {
     }
 
     /// Runs a write on `conn` (a transaction's, say) and says how many rows it changed.
-    pub(crate) async fn execute_on(
-        self,
-        conn: &mut D::Connection,
-        what: &str,
-    ) -> Result<u64, StoreError> {
+    async fn execute_on(self, conn: &mut D::Connection, what: &str) -> Result<u64, StoreError> {
         let done = self.run_on(conn, what, D::execute).await?;
         Ok(D::rows_affected(&done))
     }
 
     /// Runs a write on a pooled connection and says how many rows it changed.
-    pub(crate) async fn execute(self, store: &SqlStore<D>, what: &str) -> Result<u64, StoreError> {
+    async fn execute(self, store: &SqlStore<D>, what: &str) -> Result<u64, StoreError> {
         let done = self.run(store, what, D::execute).await?;
         Ok(D::rows_affected(&done))
     }
 
-    pub(crate) async fn fetch_all(
-        self,
-        store: &SqlStore<D>,
-        what: &str,
-    ) -> Result<Vec<D::Row>, StoreError> {
+    async fn fetch_all(self, store: &SqlStore<D>, what: &str) -> Result<Vec<D::Row>, StoreError> {
         self.run(store, what, D::fetch_all).await
     }
 
-    pub(crate) async fn fetch_optional(
+    async fn fetch_optional(
         self,
         store: &SqlStore<D>,
         what: &str,
@@ -188,14 +180,14 @@ impl<D: Dialect> Sql<D> {
     }
 }
 
-/// One of [`Executes`]'s ways to run a statement.
+/// One of [`crate::dialect::Executes`]'s ways to run a statement.
 type Run<D, T> = for<'e> fn(
     &'e mut <D as Database>::Connection,
     &'e mut QueryBuilder<D>,
 ) -> BoxFuture<'e, Result<T, sqlx::Error>>;
 
 /// The values of one `( … )` tuple, separated by commas.
-pub(crate) struct Tuple<'s, D: Dialect> {
+struct Tuple<'s, D: Dialect> {
     sql: &'s mut Sql<D>,
     first: bool,
 }
@@ -208,7 +200,7 @@ impl<D: Dialect> Tuple<'_, D> {
         self.sql
     }
 
-    pub(crate) fn bind<'a, T: 'a>(&mut self, value: T) -> &mut Self
+    fn bind<'a, T: 'a>(&mut self, value: T) -> &mut Self
     where
         D: Binds<'a, T>,
     {
@@ -216,17 +208,17 @@ impl<D: Dialect> Tuple<'_, D> {
         self
     }
 
-    pub(crate) fn bind_time(&mut self, at: impl Into<Option<DateTime<Utc>>>) -> &mut Self {
+    fn bind_time(&mut self, at: impl Into<Option<DateTime<Utc>>>) -> &mut Self {
         self.separate().bind_time(at);
         self
     }
 }
 
 /// One row read back, by column name.
-pub(crate) struct Record<'r, D: Dialect>(pub(crate) &'r D::Row);
+struct Record<'r, D: Dialect>(&'r D::Row);
 
 impl<D: Dialect> Record<'_, D> {
-    pub(crate) fn get<T>(&self, column: &str) -> Result<T, StoreError>
+    fn get<T>(&self, column: &str) -> Result<T, StoreError>
     where
         D: Reads<T>,
     {
@@ -234,17 +226,17 @@ impl<D: Dialect> Record<'_, D> {
     }
 
     /// A NOT NULL timestamp column.
-    pub(crate) fn time(&self, column: &str) -> Result<DateTime<Utc>, StoreError> {
+    fn time(&self, column: &str) -> Result<DateTime<Utc>, StoreError> {
         self.optional_time(column)?
             .ok_or_else(|| StoreError::Other(format!("column {column}: unexpected NULL")))
     }
 
-    pub(crate) fn optional_time(&self, column: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
+    fn optional_time(&self, column: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
         D::read_time(self.0, column)
     }
 
     /// A text column holding an enum's `as_str`.
-    pub(crate) fn parse<T>(&self, column: &str) -> Result<T, StoreError>
+    fn parse<T>(&self, column: &str) -> Result<T, StoreError>
     where
         T: FromStr<Err = String>,
     {
