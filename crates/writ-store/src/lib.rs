@@ -2,32 +2,40 @@
 //!
 //! - [`connect`] picks the backend from `DATABASE_URL` at start-up and hands back the trait object
 //!   the rest of writ talks to; nothing outside this crate names a backend.
-//! - [`postgres`] ([`PgStore`]) and [`sqlite`] ([`SqliteStore`]) own their SQL. Both use runtime
-//!   queries (no live database at build time) and build dynamic filters with bound parameters.
+//! - `store` ([`SqlStore`]) holds every statement, written once with sqlx's `QueryBuilder` (which
+//!   writes each backend's placeholders) and generic over the backend; it also states the store's
+//!   one clock rule. Runtime queries only (no live database at build time), every value bound.
+//! - `dialect` ([`Dialect`]) is what the backends do differently; [`postgres`] ([`PgStore`]) and
+//!   [`sqlite`] ([`SqliteStore`]) implement it and own their connection settings.
 //! - `error` turns sqlx errors into [`StoreError`] without ever quoting a bound value, and
 //!   [`redact_url`] keeps passwords out of every message.
 //! - `listing` holds what both backends share about reading rows back: the column lists, the
 //!   cursor format of the newest-first listing, and the decoding of enum columns.
-//! - `postgres::keys`/`sqlite::keys` and `postgres::jobs`/`sqlite::jobs`: each backend's [`writ_core::keys::KeyStore`] (API keys, hashed) and [`writ_core::jobs::JobStore`].
+//! - `store::keys` and `store::jobs`: [`writ_core::keys::KeyStore`] (API keys, hashed) and
+//!   [`writ_core::jobs::JobStore`], for both backends.
 //! - [`testing`] makes fresh databases for tests (this crate's and other crates').
 //!
 //! The schemas live in `migrations/postgres` and `migrations/sqlite` at the workspace root and are
 //! embedded into the binary at compile time.
 
-// First, so that its column-list macros are in scope for the backends.
+// First, so that its column-list macros are in scope for the statements.
 #[macro_use]
 mod listing;
+mod dialect;
 mod error;
 pub mod postgres;
 pub mod sqlite;
+mod store;
 pub mod testing;
 mod url;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use dialect::Dialect;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
+pub use store::SqlStore;
 pub use url::redact_url;
 use writ_core::{AuditStore, StoreError};
 

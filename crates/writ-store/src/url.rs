@@ -3,6 +3,8 @@
 //! Parsed by hand rather than with a URL crate because the job is narrow (find the userinfo and
 //! the query) and must never fail: a URL too odd to parse is still redacted as well as possible.
 
+use writ_core::StoreError;
+
 /// Query parameters that carry a secret in a PostgreSQL URL.
 const SECRET_PARAMS: [&str; 2] = ["password", "sslpassword"];
 
@@ -112,6 +114,24 @@ fn secrets(url: &str) -> Vec<String> {
     found.sort_by_key(|s| std::cmp::Reverse(s.len()));
     found.dedup();
     found
+}
+
+/// The error for a `DATABASE_URL` that `backend`'s driver cannot parse.
+pub(crate) fn unusable_url(backend: &str, url: &str, err: impl std::fmt::Display) -> StoreError {
+    StoreError::Other(scrub(
+        &format!(
+            "DATABASE_URL {} is not a usable {backend} URL: {err}",
+            redact_url(url)
+        ),
+        url,
+    ))
+}
+
+/// The error for a database that did not answer the start-up probe. Whatever the cause (refused,
+/// auth, no such database, an unwritable file), start-up cannot go on and an operator has to act:
+/// that is "unavailable", not a bug in a statement.
+pub(crate) fn no_connection(doing: &str, url: &str, cause: &str) -> StoreError {
+    StoreError::Unavailable(scrub(&format!("{doing} {}: {cause}", redact_url(url)), url))
 }
 
 /// `message` with every secret of `url` replaced by `***`.

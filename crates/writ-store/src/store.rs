@@ -1,0 +1,596 @@
+//! The audit store's statements, written once for both backends: [`SqlStore`] and its
+//! [`AuditStore`] implementation (plus [`writ_core::jobs::JobStore`] in `jobs` and
+//! [`writ_core::keys::KeyStore`] in `keys`).
+//!
+//! Statements are built with sqlx's [`QueryBuilder`], which writes each backend's placeholders
+//! (`$1` or `?`); every value is bound, never formatted into the SQL. What the backends do
+//! differently (timestamps, `BEGIN`, `EXPLAIN`, the migrations) is asked of [`Dialect`].
+//!
+//! One clock: every timestamp the store writes comes from this process (`Utc::now()` in Rust),
+//! never from the database's `now()`. A caller's own timestamps (`created_at`, `before`) are
+//! process time too, so comparing the two (a stale heartbeat, for one) means the same thing on
+//! either backend and for every replica, whichever database server answers.
+
+mod jobs;
+mod keys;
+
+use std::fmt;
+use std::str::FromStr;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::pool::PoolConnection;
+use sqlx::types::Json;
+use sqlx::{Database, Pool, QueryBuilder};
+use uuid::Uuid;
+use writ_core::audit::Selection;
+use writ_core::audit::{
+    CandidateRecord, Cursor, NewRequest, Operation, OperationFilter, OperationOutcome,
+    OperationPage, RequestRecord, RequestStatus,
+};
+use writ_core::{AuditStore, StoreError};
+
+use crate::dialect::{Binds, BoxFuture, Dialect, Reads};
+use crate::error::{from_migrate, from_sqlx};
+use crate::listing::{decode_cursor, fetch_size, into_page, parse_column};
+
+/// The audit store on either backend: [`crate::PgStore`] or [`crate::SqliteStore`]. Cheap to
+/// clone (the pool is shared).
+pub struct SqlStore<D: Dialect> {
+    pool: Pool<D>,
+}
+
+impl<D: Dialect> Clone for SqlStore<D> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+impl<D: Dialect> fmt::Debug for SqlStore<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlStore")
+            .field("backend", &D::BACKEND)
+            .field("pool", &self.pool)
+            .finish()
+    }
+}
+
+impl<D: Dialect> SqlStore<D> {
+    /// Wraps a pool configured elsewhere (the caller is then responsible for the connection
+    /// settings `connect` would have applied).
+    pub fn from_pool(pool: Pool<D>) -> Self {
+        Self { pool }
+    }
+
+    /// The pool, for operational queries the traits do not cover (and for tests that seed rows
+    /// in bulk).
+    pub fn pool(&self) -> &Pool<D> {
+        &self.pool
+    }
+
+    /// The backend's plan (PostgreSQL's `EXPLAIN` text, SQLite's `EXPLAIN QUERY PLAN` steps), one
+    /// line each, for the exact statement [`AuditStore::list_operations`] would run, so operators
+    /// and tests can check that a filtered listing walks an index.
+    pub async fn explain_list_operations(
+        &self,
+        filter: &OperationFilter,
+        cursor: Option<&Cursor>,
+        limit: u32,
+    ) -> Result<String, StoreError> {
+        let rows = listing(D::EXPLAIN, filter, cursor, limit)?
+            .fetch_all(self, "explain operation listing")
+            .await?;
+        let steps = rows
+            .iter()
+            .map(|row| Record::<D>(row).get::<String>(D::PLAN_COLUMN))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(steps.join("\n"))
+    }
+
+    async fn connection(&self, what: &str) -> Result<PoolConnection<D>, StoreError> {
+        self.pool
+            .acquire()
+            .await
+            .map_err(|err| from_sqlx(what, err))
+    }
+}
+
+/// A statement being built: SQL text and the values bound into it, in order.
+struct Sql<D: Dialect>(QueryBuilder<D>);
+
+impl<D: Dialect> Sql<D> {
+    fn new(sql: &str) -> Self {
+        Self(QueryBuilder::new(sql))
+    }
+
+    fn push(&mut self, sql: &str) -> &mut Self {
+        self.0.push(sql);
+        self
+    }
+
+    /// Binds `value` as the next parameter (its placeholder goes where the SQL has got to).
+    fn bind<'a, T: 'a>(&mut self, value: T) -> &mut Self
+    where
+        D: Binds<'a, T>,
+    {
+        D::bind_value(&mut self.0, value);
+        self
+    }
+
+    /// Binds a point in time, or NULL, in the backend's representation.
+    fn bind_time(&mut self, at: impl Into<Option<DateTime<Utc>>>) -> &mut Self {
+        D::bind_time(&mut self.0, at.into());
+        self
+    }
+
+    /// `( … )` around the values `bind_each` binds, with commas between them.
+    fn tuple(&mut self, bind_each: impl FnOnce(&mut Tuple<'_, D>)) -> &mut Self {
+        self.push("(");
+        bind_each(&mut Tuple {
+            sql: self,
+            first: true,
+        });
+        self.push(")")
+    }
+
+    /// Runs a write on `conn` (a transaction's, say) and says how many rows it changed.
+    async fn execute_on(self, conn: &mut D::Connection, what: &str) -> Result<u64, StoreError> {
+        let done = self.run_on(conn, what, D::execute).await?;
+        Ok(D::rows_affected(&done))
+    }
+
+    /// Runs a write on a pooled connection and says how many rows it changed.
+    async fn execute(self, store: &SqlStore<D>, what: &str) -> Result<u64, StoreError> {
+        let done = self.run(store, what, D::execute).await?;
+        Ok(D::rows_affected(&done))
+    }
+
+    async fn fetch_all(self, store: &SqlStore<D>, what: &str) -> Result<Vec<D::Row>, StoreError> {
+        self.run(store, what, D::fetch_all).await
+    }
+
+    async fn fetch_optional(
+        self,
+        store: &SqlStore<D>,
+        what: &str,
+    ) -> Result<Option<D::Row>, StoreError> {
+        self.run(store, what, D::fetch_optional).await
+    }
+
+    async fn run<T>(
+        self,
+        store: &SqlStore<D>,
+        what: &str,
+        run: Run<D, T>,
+    ) -> Result<T, StoreError> {
+        let mut conn = store.connection(what).await?;
+        self.run_on(&mut conn, what, run).await
+    }
+
+    async fn run_on<T>(
+        mut self,
+        conn: &mut D::Connection,
+        what: &str,
+        run: Run<D, T>,
+    ) -> Result<T, StoreError> {
+        run(conn, &mut self.0)
+            .await
+            .map_err(|err| from_sqlx(what, err))
+    }
+}
+
+/// One of [`crate::dialect::Executes`]'s ways to run a statement.
+type Run<D, T> = for<'e> fn(
+    &'e mut <D as Database>::Connection,
+    &'e mut QueryBuilder<D>,
+) -> BoxFuture<'e, Result<T, sqlx::Error>>;
+
+/// The values of one `( … )` tuple, separated by commas.
+struct Tuple<'s, D: Dialect> {
+    sql: &'s mut Sql<D>,
+    first: bool,
+}
+
+impl<D: Dialect> Tuple<'_, D> {
+    fn separate(&mut self) -> &mut Sql<D> {
+        if !std::mem::take(&mut self.first) {
+            self.sql.push(", ");
+        }
+        self.sql
+    }
+
+    fn bind<'a, T: 'a>(&mut self, value: T) -> &mut Self
+    where
+        D: Binds<'a, T>,
+    {
+        self.separate().bind(value);
+        self
+    }
+
+    fn bind_time(&mut self, at: impl Into<Option<DateTime<Utc>>>) -> &mut Self {
+        self.separate().bind_time(at);
+        self
+    }
+}
+
+/// One row read back, by column name.
+struct Record<'r, D: Dialect>(&'r D::Row);
+
+impl<D: Dialect> Record<'_, D> {
+    fn get<T>(&self, column: &str) -> Result<T, StoreError>
+    where
+        D: Reads<T>,
+    {
+        D::read_value(self.0, column)
+    }
+
+    /// A NOT NULL timestamp column.
+    fn time(&self, column: &str) -> Result<DateTime<Utc>, StoreError> {
+        self.optional_time(column)?
+            .ok_or_else(|| StoreError::Other(format!("column {column}: unexpected NULL")))
+    }
+
+    fn optional_time(&self, column: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
+        D::read_time(self.0, column)
+    }
+
+    /// A text column holding an enum's `as_str`.
+    fn parse<T>(&self, column: &str) -> Result<T, StoreError>
+    where
+        T: FromStr<Err = String>,
+    {
+        parse_column(column, &self.get::<String>(column)?)
+    }
+}
+
+/// The `selection` column's value. The one place it is bound, so the field's type can change here
+/// alone (with [`selection_from_column`]).
+fn selection_to_column(op: &Operation) -> Option<&'static str> {
+    op.selection.map(Selection::as_str)
+}
+
+/// The one place the `selection` column is read back into [`Operation::selection`].
+fn selection_from_column(value: Option<String>) -> Result<Option<Selection>, StoreError> {
+    value.map(|s| parse_column("selection", &s)).transpose()
+}
+
+/// The newest-first listing under `filter`: a page of `limit` (and one more row, to learn whether
+/// another page follows) after `cursor`. `prefix` is empty or the dialect's `EXPLAIN`; every value
+/// is bound. A cursor this store could not have issued is refused before anything runs.
+fn listing<D: Dialect>(
+    prefix: &str,
+    filter: &OperationFilter,
+    cursor: Option<&Cursor>,
+    limit: u32,
+) -> Result<Sql<D>, StoreError> {
+    let after = cursor.map(decode_cursor).transpose()?;
+    let mut sql = Sql::new(prefix);
+    sql.push(concat!(
+        "SELECT ",
+        operation_columns!(),
+        " FROM operations WHERE TRUE"
+    ));
+    if let Some(request_id) = filter.request_id {
+        sql.push(" AND request_id = ").bind(request_id);
+    }
+    if let Some(filename) = &filter.filename {
+        sql.push(" AND filename = ").bind(filename.as_str());
+    }
+    if let Some(status) = filter.status {
+        sql.push(" AND status = ").bind(status.as_str());
+    }
+    if let Some(model) = &filter.model {
+        sql.push(" AND chosen_model = ").bind(model.as_str());
+    }
+    match &filter.caller {
+        None => {}
+        Some(Some(caller)) => {
+            sql.push(" AND request_id IN (SELECT id FROM requests WHERE caller = ")
+                .bind(caller.as_str())
+                .push(")");
+        }
+        Some(None) => {
+            sql.push(" AND request_id IN (SELECT id FROM requests WHERE caller IS NULL)");
+        }
+    }
+    if let Some(since) = filter.since {
+        sql.push(" AND created_at >= ").bind_time(since);
+    }
+    if let Some(until) = filter.until {
+        sql.push(" AND created_at < ").bind_time(until);
+    }
+    if let Some(seq) = after {
+        sql.push(" AND seq < ").bind(seq);
+    }
+    sql.push(" ORDER BY seq DESC LIMIT ")
+        .bind(fetch_size(limit));
+    Ok(sql)
+}
+
+fn operation_from_row<D: Dialect>(row: &D::Row) -> Result<(i64, Operation), StoreError> {
+    let row = Record::<D>(row);
+    let candidates: Json<Vec<CandidateRecord>> = row.get("candidates")?;
+    let detail: Option<Json<serde_json::Value>> = row.get("detail")?;
+    let operation = Operation {
+        id: row.get("id")?,
+        request_id: row.get("request_id")?,
+        created_at: row.time("created_at")?,
+        finished_at: row.optional_time("finished_at")?,
+        filename: row.get("filename")?,
+        kind: row.parse("kind")?,
+        operation: row.parse("operation")?,
+        status: row.parse("status")?,
+        chosen_model: row.get("chosen_model")?,
+        selection: selection_from_column(row.get("selection")?)?,
+        arbiter_reason: row.get("arbiter_reason")?,
+        candidates: candidates.0,
+        previous_sha256: row.get("previous_sha256")?,
+        sha256: row.get("sha256")?,
+        bytes: row.get("bytes")?,
+        error: row.get("error")?,
+        duration_ms: row.get("duration_ms")?,
+        detail: detail.map(|json| json.0),
+    };
+    Ok((row.get("seq")?, operation))
+}
+
+fn request_from_row<D: Dialect>(row: &D::Row) -> Result<RequestRecord, StoreError> {
+    let row = Record::<D>(row);
+    let response: Option<Json<serde_json::Value>> = row.get("response")?;
+    Ok(RequestRecord {
+        id: row.get("id")?,
+        received_at: row.time("received_at")?,
+        route: row.get("route")?,
+        caller: row.get("caller")?,
+        idempotency_key: row.get("idempotency_key")?,
+        body_sha256: row.get("body_sha256")?,
+        status: row.parse("status")?,
+        finished_at: row.optional_time("finished_at")?,
+        duration_ms: row.get("duration_ms")?,
+        response: response.map(|json| json.0),
+    })
+}
+
+#[async_trait]
+impl<D: Dialect> AuditStore for SqlStore<D> {
+    fn backend(&self) -> &'static str {
+        D::BACKEND
+    }
+
+    fn single_process(&self) -> bool {
+        D::SINGLE_PROCESS
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        Sql::new("SELECT 1").execute(self, "ping").await?;
+        Ok(())
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        // On PostgreSQL sqlx takes an advisory lock first, so replicas starting together apply
+        // each migration once.
+        D::migrator().run(&self.pool).await.map_err(from_migrate)
+    }
+
+    async fn is_migrated(&self) -> Result<bool, StoreError> {
+        let exists = Sql::new(D::MIGRATIONS_TABLE_EXISTS)
+            .fetch_optional(self, "look for the migrations table")
+            .await?;
+        let exists = match exists {
+            Some(row) => Record::<D>(&row).get("present")?,
+            None => false,
+        };
+        if !exists {
+            return Ok(false);
+        }
+        let applied = Sql::new("SELECT version, checksum FROM _sqlx_migrations WHERE success")
+            .fetch_all(self, "read applied migrations")
+            .await?
+            .iter()
+            .map(|row| {
+                let row = Record::<D>(row);
+                Ok((row.get("version")?, row.get("checksum")?))
+            })
+            .collect::<Result<Vec<(i64, Vec<u8>)>, StoreError>>()?;
+        Ok(crate::migrations_applied(D::migrator(), &applied))
+    }
+
+    async fn insert_request(&self, req: &NewRequest) -> Result<(), StoreError> {
+        let mut sql = Sql::new(
+            "INSERT INTO requests (id, received_at, route, caller, idempotency_key, body_sha256, \
+             status) VALUES ",
+        );
+        sql.tuple(|row| {
+            row.bind(req.id)
+                .bind_time(req.received_at)
+                .bind(req.route.as_str())
+                .bind(req.caller.as_deref())
+                .bind(req.idempotency_key.as_deref())
+                .bind(req.body_sha256.as_deref())
+                .bind(RequestStatus::Running.as_str());
+        });
+        sql.execute(self, "insert request").await?;
+        Ok(())
+    }
+
+    async fn finish_request(
+        &self,
+        id: Uuid,
+        status: RequestStatus,
+        duration_ms: i64,
+        response: Option<&serde_json::Value>,
+    ) -> Result<(), StoreError> {
+        let mut sql = Sql::new("UPDATE requests SET status = ");
+        sql.bind(status.as_str())
+            .push(", finished_at = ")
+            .bind_time(Utc::now())
+            .push(", duration_ms = ")
+            .bind(duration_ms)
+            .push(", response = ")
+            .bind(response.map(Json))
+            .push(" WHERE id = ")
+            .bind(id);
+        if sql.execute(self, "finish request").await? == 0 {
+            return Err(StoreError::Other(format!("no request {id}")));
+        }
+        Ok(())
+    }
+
+    async fn get_request(&self, id: Uuid) -> Result<Option<RequestRecord>, StoreError> {
+        let mut sql = Sql::new(concat!(
+            "SELECT ",
+            request_columns!(),
+            " FROM requests WHERE id = "
+        ));
+        sql.bind(id);
+        let row = sql.fetch_optional(self, "get request").await?;
+        row.as_ref().map(request_from_row::<D>).transpose()
+    }
+
+    async fn find_request_by_idempotency_key(
+        &self,
+        caller: Option<&str>,
+        key: &str,
+    ) -> Result<Option<RequestRecord>, StoreError> {
+        // Same expression as requests_idempotency_key_idx, so the lookup is an index probe.
+        let mut sql = Sql::new(concat!(
+            "SELECT ",
+            request_columns!(),
+            " FROM requests WHERE COALESCE(caller, '') = "
+        ));
+        sql.bind(caller.unwrap_or(""))
+            .push(" AND idempotency_key = ")
+            .bind(key);
+        let row = sql
+            .fetch_optional(self, "find request by idempotency key")
+            .await?;
+        row.as_ref().map(request_from_row::<D>).transpose()
+    }
+
+    async fn insert_operation(
+        &self,
+        op: &Operation,
+        content: Option<&[u8]>,
+    ) -> Result<(), StoreError> {
+        let mut sql = Sql::<D>::new(
+            "INSERT INTO operations (id, request_id, created_at, finished_at, filename, kind, \
+             operation, status, chosen_model, selection, arbiter_reason, candidates, \
+             previous_sha256, sha256, bytes, error, duration_ms, detail) VALUES ",
+        );
+        sql.tuple(|row| {
+            row.bind(op.id)
+                .bind(op.request_id)
+                .bind_time(op.created_at)
+                .bind_time(op.finished_at)
+                .bind(op.filename.as_str())
+                .bind(op.kind.as_str())
+                .bind(op.operation.as_str())
+                .bind(op.status.as_str())
+                .bind(op.chosen_model.as_deref())
+                .bind(selection_to_column(op))
+                .bind(op.arbiter_reason.as_deref())
+                .bind(Json(op.candidates.as_slice()))
+                .bind(op.previous_sha256.as_deref())
+                .bind(op.sha256.as_deref())
+                .bind(op.bytes)
+                .bind(op.error.as_deref())
+                .bind(op.duration_ms)
+                .bind(op.detail.as_ref().map(Json));
+        });
+        // The row and its content commit together or not at all.
+        let mut tx = self
+            .pool
+            .begin_with(D::BEGIN_WRITE)
+            .await
+            .map_err(|err| from_sqlx("begin insert operation", err))?;
+        sql.execute_on(&mut tx, "insert operation").await?;
+        if let Some(content) = content {
+            let mut sql =
+                Sql::<D>::new("INSERT INTO operation_contents (operation_id, content) VALUES ");
+            sql.tuple(|row| {
+                row.bind(op.id).bind(content);
+            });
+            sql.execute_on(&mut tx, "insert operation content").await?;
+        }
+        tx.commit()
+            .await
+            .map_err(|err| from_sqlx("commit insert operation", err))
+    }
+
+    async fn complete_operation(
+        &self,
+        id: Uuid,
+        outcome: &OperationOutcome,
+    ) -> Result<(), StoreError> {
+        let mut sql = Sql::new("UPDATE operations SET status = ");
+        sql.bind(outcome.status.as_str())
+            .push(", operation = ")
+            .bind(outcome.operation.as_str())
+            .push(", error = ")
+            .bind(outcome.error.as_deref())
+            .push(", finished_at = ")
+            .bind_time(outcome.finished_at)
+            .push(", duration_ms = ")
+            .bind(outcome.duration_ms)
+            .push(" WHERE id = ")
+            .bind(id);
+        if sql.execute(self, "complete operation").await? == 0 {
+            return Err(StoreError::Other(format!("no operation {id}")));
+        }
+        Ok(())
+    }
+
+    async fn get_operation(
+        &self,
+        id: Uuid,
+    ) -> Result<Option<(Operation, Option<Vec<u8>>)>, StoreError> {
+        let mut sql = Sql::new(concat!(
+            "SELECT ",
+            operation_columns!(),
+            ", content FROM operations LEFT JOIN operation_contents ON operation_id = id \
+             WHERE id = "
+        ));
+        sql.bind(id);
+        let Some(row) = sql.fetch_optional(self, "get operation").await? else {
+            return Ok(None);
+        };
+        let (_, operation) = operation_from_row::<D>(&row)?;
+        Ok(Some((operation, Record::<D>(&row).get("content")?)))
+    }
+
+    async fn list_operations(
+        &self,
+        filter: &OperationFilter,
+        cursor: Option<&Cursor>,
+        limit: u32,
+    ) -> Result<OperationPage, StoreError> {
+        let rows = listing::<D>("", filter, cursor, limit)?
+            .fetch_all(self, "list operations")
+            .await?;
+        let rows = rows
+            .iter()
+            .map(operation_from_row::<D>)
+            .collect::<Result<Vec<_>, _>>()?;
+        let (operations, next_cursor) = into_page(rows, limit);
+        Ok(OperationPage {
+            operations,
+            next_cursor,
+        })
+    }
+
+    async fn pending_operations(&self) -> Result<Vec<Operation>, StoreError> {
+        // The literal (not a bound value) is what lets the planner use the partial pending index.
+        let rows = Sql::<D>::new(concat!(
+            "SELECT ",
+            operation_columns!(),
+            " FROM operations WHERE status = 'pending' ORDER BY seq"
+        ))
+        .fetch_all(self, "list pending operations")
+        .await?;
+        rows.iter()
+            .map(|row| operation_from_row::<D>(row).map(|(_, op)| op))
+            .collect()
+    }
+}

@@ -1,0 +1,203 @@
+//! [`JobStore`] for both backends (schema: `migrations/<backend>/0003_jobs.sql`).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::types::Json;
+use uuid::Uuid;
+use writ_core::StoreError;
+use writ_core::jobs::{Job, JobEvent, JobStatus, JobStore, NewJob};
+
+use super::{Record, Sql, SqlStore};
+use crate::dialect::Dialect;
+
+// A macro, not a const, so the statements stay static strings (never format! into SQL).
+macro_rules! job_columns {
+    () => {
+        "id, status, is_async, files, created_at, heartbeat_at, finished_at, batch_status, error"
+    };
+}
+
+/// Only these may still change: a heartbeat or a finish never touches a job that has ended.
+const UNFINISHED: &str = " AND status IN ('queued', 'running')";
+
+fn job_from_row<D: Dialect>(row: &D::Row, with_response: bool) -> Result<Job, StoreError> {
+    let row = Record::<D>(row);
+    let files: Json<Vec<String>> = row.get("files")?;
+    let response: Option<Json<serde_json::Value>> = if with_response {
+        row.get("response")?
+    } else {
+        None
+    };
+    Ok(Job {
+        id: row.get("id")?,
+        status: row.parse("status")?,
+        is_async: row.get("is_async")?,
+        files: files.0,
+        created_at: row.time("created_at")?,
+        heartbeat_at: row.time("heartbeat_at")?,
+        finished_at: row.optional_time("finished_at")?,
+        batch_status: row.get("batch_status")?,
+        response: response.map(|json| json.0),
+        error: row.get("error")?,
+    })
+}
+
+fn event_from_row<D: Dialect>(row: &D::Row) -> Result<JobEvent, StoreError> {
+    let row = Record::<D>(row);
+    let data: Json<serde_json::Value> = row.get("data")?;
+    Ok(JobEvent {
+        job_id: row.get("job_id")?,
+        seq: row.get("seq")?,
+        created_at: row.time("created_at")?,
+        name: row.get("name")?,
+        data: data.0,
+    })
+}
+
+fn insert_events<D: Dialect>(events: &[JobEvent]) -> Sql<D> {
+    let mut sql = Sql::new("INSERT INTO job_events (job_id, seq, created_at, name, data) VALUES ");
+    for (i, event) in events.iter().enumerate() {
+        if i > 0 {
+            sql.push(", ");
+        }
+        sql.tuple(|row| {
+            row.bind(event.job_id)
+                .bind(event.seq)
+                .bind_time(event.created_at)
+                .bind(event.name.as_str())
+                .bind(Json(&event.data));
+        });
+    }
+    sql
+}
+
+#[async_trait]
+impl<D: Dialect> JobStore for SqlStore<D> {
+    async fn insert_job(&self, job: &NewJob) -> Result<(), StoreError> {
+        let mut sql = Sql::new(
+            "INSERT INTO jobs (id, status, is_async, files, created_at, heartbeat_at) VALUES ",
+        );
+        sql.tuple(|row| {
+            row.bind(job.id)
+                .bind(JobStatus::Queued.as_str())
+                .bind(job.is_async)
+                .bind(Json(job.files.as_slice()))
+                .bind_time(job.created_at)
+                .bind_time(job.created_at);
+        });
+        sql.execute(self, "insert job").await?;
+        Ok(())
+    }
+
+    async fn heartbeat_job(&self, id: Uuid, status: JobStatus) -> Result<(), StoreError> {
+        let mut sql = Sql::new("UPDATE jobs SET status = ");
+        sql.bind(status.as_str())
+            .push(", heartbeat_at = ")
+            .bind_time(Utc::now())
+            .push(" WHERE id = ")
+            .bind(id)
+            .push(UNFINISHED);
+        sql.execute(self, "heartbeat job").await?;
+        Ok(())
+    }
+
+    async fn finish_job(
+        &self,
+        id: Uuid,
+        status: JobStatus,
+        batch_status: Option<&str>,
+        response: Option<&serde_json::Value>,
+        error: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let now = Utc::now();
+        let mut sql = Sql::new("UPDATE jobs SET status = ");
+        sql.bind(status.as_str())
+            .push(", batch_status = ")
+            .bind(batch_status)
+            .push(", response = ")
+            .bind(response.map(Json))
+            .push(", error = ")
+            .bind(error)
+            .push(", finished_at = ")
+            .bind_time(now)
+            .push(", heartbeat_at = ")
+            .bind_time(now)
+            .push(" WHERE id = ")
+            .bind(id)
+            .push(UNFINISHED);
+        Ok(sql.execute(self, "finish job").await? == 1)
+    }
+
+    async fn get_job(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
+        let mut sql = Sql::new(concat!(
+            "SELECT ",
+            job_columns!(),
+            ", response FROM jobs WHERE id = "
+        ));
+        sql.bind(id);
+        let row = sql.fetch_optional(self, "get job").await?;
+        row.map(|row| job_from_row::<D>(&row, true)).transpose()
+    }
+
+    async fn list_jobs(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
+        let mut sql = Sql::new(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs ORDER BY created_at DESC LIMIT "
+        ));
+        sql.bind(i64::from(limit));
+        let rows = sql.fetch_all(self, "list jobs").await?;
+        rows.iter()
+            .map(|row| job_from_row::<D>(row, false))
+            .collect()
+    }
+
+    async fn stale_jobs(&self, before: DateTime<Utc>) -> Result<Vec<Job>, StoreError> {
+        let mut sql = Sql::new(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE heartbeat_at < "
+        ));
+        sql.bind_time(before)
+            .push(UNFINISHED)
+            .push(" ORDER BY created_at");
+        let rows = sql.fetch_all(self, "list stale jobs").await?;
+        rows.iter()
+            .map(|row| job_from_row::<D>(row, false))
+            .collect()
+    }
+
+    async fn append_job_event(&self, event: &JobEvent) -> Result<(), StoreError> {
+        insert_events::<D>(std::slice::from_ref(event))
+            .execute(self, "append job event")
+            .await?;
+        Ok(())
+    }
+
+    async fn append_job_events(&self, events: &[JobEvent]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        insert_events::<D>(events)
+            .execute(self, "append job events")
+            .await?;
+        Ok(())
+    }
+
+    async fn job_events(
+        &self,
+        id: Uuid,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<JobEvent>, StoreError> {
+        let mut sql =
+            Sql::new("SELECT job_id, seq, created_at, name, data FROM job_events WHERE job_id = ");
+        sql.bind(id)
+            .push(" AND seq > ")
+            .bind(after)
+            .push(" ORDER BY seq LIMIT ")
+            .bind(i64::from(limit));
+        let rows = sql.fetch_all(self, "read job events").await?;
+        rows.iter().map(event_from_row::<D>).collect()
+    }
+}
