@@ -10,6 +10,7 @@ mod jobs;
 mod local_model;
 mod openapi;
 mod operations;
+mod policy;
 mod service;
 mod speed;
 mod validation;

@@ -265,6 +265,7 @@ fn build_models(
         straggler: settings.models.straggler,
         max_file_bytes: settings.guard.max_file_bytes,
         batch_deadline: settings.guard.batch_deadline,
+        allowed_models: settings.models.allowed.clone(),
         ..SynthesisConfig::default()
     };
     let synthesizer = Synthesizer::new(client.clone(), store.clone(), workspace.clone(), synthesis)

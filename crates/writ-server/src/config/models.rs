@@ -41,6 +41,9 @@ pub struct ModelSettings {
     /// When a fan-out stops waiting for slow candidates (`WRIT_STRAGGLER_ENOUGH`,
     /// `WRIT_STRAGGLER_EXTRA_MS` or `WRIT_STRAGGLER_EXTRA_FACTOR`); waits for all by default.
     pub straggler: StragglerPolicy,
+    /// `WRIT_ALLOWED_MODELS`: the models a batch may name in its options; empty: only the
+    /// configured ones, so no key holder can pick a costlier model than the operator did.
+    pub allowed: Vec<String>,
     /// The embedded model: whether it may be the default, where it lives, how it runs.
     pub local: LocalSettings,
     /// Which provider serves the models and why, in words, for `/readyz` and `writ check`.
@@ -99,6 +102,7 @@ impl ModelSettings {
             )?
             .max(1),
             straggler: straggler_policy(get)?,
+            allowed: parse_list(get, "WRIT_ALLOWED_MODELS"),
             local,
             reason,
         })
