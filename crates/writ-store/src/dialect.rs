@@ -70,6 +70,11 @@ pub trait Dialect:
     /// The schema for this backend (`migrations/<backend>` at the workspace root).
     fn migrator() -> &'static Migrator;
 
+    /// Migrations whose comments were reworded after a release, with the SHA-384 (hex) of the
+    /// text earlier builds applied. Their SQL is unchanged, so a database that applied the old
+    /// text is re-stamped with the current checksum instead of being refused at start-up.
+    const REWORDED_MIGRATIONS: &'static [(i64, &'static str)];
+
     /// How many rows a write statement changed.
     fn rows_affected(result: &Self::QueryResult) -> u64;
 

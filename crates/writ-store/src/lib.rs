@@ -80,13 +80,23 @@ pub async fn connect(database_url: &str) -> Result<Arc<dyn AuditStore>, StoreErr
 /// Whether every up-migration `migrator` embeds is recorded as applied with the same checksum.
 /// A checksum mismatch counts as "not migrated": the schema is not the one this build expects,
 /// and [`AuditStore::migrate`] would refuse to run.
-fn migrations_applied(migrator: &sqlx::migrate::Migrator, applied: &[(i64, Vec<u8>)]) -> bool {
+/// Whether every migration this build knows is applied; a reworded migration applied with its
+/// earlier text counts (its SQL is the same, and `migrate` re-stamps it).
+fn migrations_applied(
+    migrator: &sqlx::migrate::Migrator,
+    applied: &[(i64, Vec<u8>)],
+    reworded: &[(i64, &str)],
+) -> bool {
     migrator
         .iter()
         .filter(|migration| !migration.migration_type.is_down_migration())
         .all(|migration| {
             applied.iter().any(|(version, checksum)| {
-                *version == migration.version && **checksum == *migration.checksum
+                *version == migration.version
+                    && (**checksum == *migration.checksum
+                        || reworded
+                            .iter()
+                            .any(|(v, old)| v == version && hex::encode(checksum) == *old))
             })
         })
 }

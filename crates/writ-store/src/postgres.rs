@@ -58,6 +58,11 @@ impl Dialect for Postgres {
     const MIGRATIONS_TABLE_EXISTS: &'static str =
         "SELECT to_regclass('_sqlx_migrations') IS NOT NULL AS present";
 
+    const REWORDED_MIGRATIONS: &'static [(i64, &'static str)] = &[(
+        2,
+        "0c0f9f7f485bb7c064852d4a774d980e00e0232b41b4efa4459cb53829b30cb0631f0f786834151e5a85918532fd39f8",
+    )];
+
     fn migrator() -> &'static Migrator {
         &MIGRATOR
     }

@@ -82,6 +82,11 @@ impl Dialect for Sqlite {
     const MIGRATIONS_TABLE_EXISTS: &'static str = "SELECT EXISTS (SELECT 1 FROM sqlite_master \
          WHERE type = 'table' AND name = '_sqlx_migrations') AS present";
 
+    const REWORDED_MIGRATIONS: &'static [(i64, &'static str)] = &[(
+        2,
+        "5fdce9c296aef719a1cb9eefb165881c0a075d11eba869248fe43a1247e92d59686306e76fc19ee32c5fe1ebfc8d0355",
+    )];
+
     fn migrator() -> &'static Migrator {
         &MIGRATOR
     }

@@ -353,6 +353,40 @@ fn request_from_row<D: Dialect>(row: &D::Row) -> Result<RequestRecord, StoreErro
     })
 }
 
+impl<D: Dialect> SqlStore<D> {
+    async fn migrations_table_exists(&self) -> Result<bool, StoreError> {
+        let exists = Sql::<D>::new(D::MIGRATIONS_TABLE_EXISTS)
+            .fetch_optional(self, "look for the migrations table")
+            .await?;
+        match exists {
+            Some(row) => Record::<D>(&row).get("present"),
+            None => Ok(false),
+        }
+    }
+
+    /// See [`Dialect::REWORDED_MIGRATIONS`]. Only a row holding exactly the old checksum changes,
+    /// so a migration whose SQL really differs is still refused by sqlx.
+    async fn restamp_reworded_migrations(&self) -> Result<(), StoreError> {
+        if !self.migrations_table_exists().await? {
+            return Ok(());
+        }
+        for (version, old) in D::REWORDED_MIGRATIONS {
+            let Some(current) = D::migrator().iter().find(|m| m.version == *version) else {
+                continue;
+            };
+            let old = hex::decode(old).map_err(|e| StoreError::Other(e.to_string()))?;
+            let mut sql = Sql::<D>::new("UPDATE _sqlx_migrations SET checksum = ");
+            sql.bind(current.checksum.as_ref())
+                .push(" WHERE version = ")
+                .bind(*version)
+                .push(" AND checksum = ")
+                .bind(old.as_slice());
+            sql.execute(self, "re-stamp a reworded migration").await?;
+        }
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl<D: Dialect> AuditStore for SqlStore<D> {
     fn backend(&self) -> &'static str {
@@ -369,20 +403,14 @@ impl<D: Dialect> AuditStore for SqlStore<D> {
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
+        self.restamp_reworded_migrations().await?;
         // On PostgreSQL sqlx takes an advisory lock first, so replicas starting together apply
         // each migration once.
         D::migrator().run(&self.pool).await.map_err(from_migrate)
     }
 
     async fn is_migrated(&self) -> Result<bool, StoreError> {
-        let exists = Sql::new(D::MIGRATIONS_TABLE_EXISTS)
-            .fetch_optional(self, "look for the migrations table")
-            .await?;
-        let exists = match exists {
-            Some(row) => Record::<D>(&row).get("present")?,
-            None => false,
-        };
-        if !exists {
+        if !self.migrations_table_exists().await? {
             return Ok(false);
         }
         let applied = Sql::new("SELECT version, checksum FROM _sqlx_migrations WHERE success")
@@ -394,7 +422,11 @@ impl<D: Dialect> AuditStore for SqlStore<D> {
                 Ok((row.get("version")?, row.get("checksum")?))
             })
             .collect::<Result<Vec<(i64, Vec<u8>)>, StoreError>>()?;
-        Ok(crate::migrations_applied(D::migrator(), &applied))
+        Ok(crate::migrations_applied(
+            D::migrator(),
+            &applied,
+            D::REWORDED_MIGRATIONS,
+        ))
     }
 
     async fn insert_request(&self, req: &NewRequest) -> Result<(), StoreError> {

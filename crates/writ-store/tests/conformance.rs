@@ -31,6 +31,7 @@ use writ_store::{Dialect, PgStore, SqlStore, SqliteStore};
 /// A store on a database of its own, and whatever must outlive it.
 struct Fresh {
     store: Arc<dyn AuditStore>,
+    url: String,
     /// Holds the SQLite file's directory until the test ends.
     _dir: Option<TempDir>,
 }
@@ -39,6 +40,7 @@ async fn fresh_postgres() -> Fresh {
     let url = fresh_postgres_url().await;
     Fresh {
         store: writ_store::connect(&url).await.unwrap(),
+        url,
         _dir: None,
     }
 }
@@ -48,8 +50,64 @@ async fn fresh_sqlite() -> Fresh {
     let url = fresh_sqlite_url(dir.path());
     Fresh {
         store: writ_store::connect(&url).await.unwrap(),
+        url,
         _dir: Some(dir),
     }
+}
+
+/// SHA-384 of migration 0002 as released before its comment was reworded (`sha384sum` of the
+/// file at that commit), per backend.
+const OLD_0002_POSTGRES: &str = "0c0f9f7f485bb7c064852d4a774d980e00e0232b41b4efa4459cb53829b30cb0631f0f786834151e5a85918532fd39f8";
+const OLD_0002_SQLITE: &str = "5fdce9c296aef719a1cb9eefb165881c0a075d11eba869248fe43a1247e92d59686306e76fc19ee32c5fe1ebfc8d0355";
+
+/// Makes the database look as if an earlier build had applied migration 0002.
+async fn restamp_to_the_old_text(fresh: &Fresh) {
+    if fresh.url.starts_with("sqlite") {
+        let pool = sqlx::SqlitePool::connect(&fresh.url).await.unwrap();
+        sqlx::query("UPDATE _sqlx_migrations SET checksum = ? WHERE version = 2")
+            .bind(hex::decode(OLD_0002_SQLITE).unwrap())
+            .execute(&pool)
+            .await
+            .unwrap();
+    } else {
+        let pool = sqlx::PgPool::connect(&fresh.url).await.unwrap();
+        sqlx::query("UPDATE _sqlx_migrations SET checksum = $1 WHERE version = 2")
+            .bind(hex::decode(OLD_0002_POSTGRES).unwrap())
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+}
+
+/// The recorded checksum of 0002 is the SHA-384 of the file as it is now.
+async fn checksum_of_version_2_is_current(fresh: &Fresh) {
+    use sha2::Digest as _;
+    let (dir, checksum): (&str, Vec<u8>) = if fresh.url.starts_with("sqlite") {
+        let pool = sqlx::SqlitePool::connect(&fresh.url).await.unwrap();
+        let row: (Vec<u8>,) =
+            sqlx::query_as("SELECT checksum FROM _sqlx_migrations WHERE version = 2")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        ("sqlite", row.0)
+    } else {
+        let pool = sqlx::PgPool::connect(&fresh.url).await.unwrap();
+        let row: (Vec<u8>,) =
+            sqlx::query_as("SELECT checksum FROM _sqlx_migrations WHERE version = 2")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        ("postgres", row.0)
+    };
+    let text = std::fs::read(format!(
+        "{}/../../migrations/{dir}/0002_api_keys.sql",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    assert_eq!(
+        hex::encode(checksum),
+        hex::encode(sha2::Sha384::digest(&text))
+    );
 }
 
 /// Generates `mod $backend` with one `#[tokio::test]` per behaviour. `unmigrated` behaviours get
@@ -57,6 +115,17 @@ async fn fresh_sqlite() -> Fresh {
 macro_rules! conformance_suite {
     ($backend:ident, $name:literal, $open:path) => {
         mod $backend {
+            #[tokio::test]
+            async fn a_database_migrated_with_a_reworded_migration_still_starts() {
+                let fresh = $open().await;
+                fresh.store.migrate().await.unwrap();
+                super::restamp_to_the_old_text(&fresh).await;
+                assert!(fresh.store.is_migrated().await.unwrap());
+                fresh.store.migrate().await.unwrap();
+                assert!(fresh.store.is_migrated().await.unwrap());
+                super::checksum_of_version_2_is_current(&fresh).await;
+            }
+
             #[tokio::test]
             async fn the_backend_names_itself_and_answers_a_ping() {
                 let fresh = $open().await;
