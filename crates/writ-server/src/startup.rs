@@ -205,6 +205,7 @@ async fn build_command_runner(
             max_output_bytes: run.max_output_bytes,
             ..writ_sandbox::Limits::default()
         },
+        extra_ro_paths: run.extra_ro_paths.clone(),
         ..writ_sandbox::SandboxConfig::default()
     };
     let sandbox = writ_sandbox::Sandbox::probe(config).await;

@@ -25,6 +25,9 @@ pub struct RunSettings {
     pub max_processes: u64,
     /// `WRIT_RUN_MAX_OUTPUT_BYTES`: bytes kept of stdout and of stderr (default 1 MiB).
     pub max_output_bytes: usize,
+    /// `WRIT_SANDBOX_RO_PATHS`: more host directories the sandbox sees read-only, beside `/usr`
+    /// (a toolchain under `/opt`, a virtualenv); comma-separated absolute paths.
+    pub extra_ro_paths: Vec<std::path::PathBuf>,
 }
 
 impl RunSettings {
@@ -63,6 +66,10 @@ impl RunSettings {
             memory_mb: at_least_one("WRIT_RUN_MEMORY_MB", 1024)? as u64,
             max_processes: at_least_one("WRIT_RUN_MAX_PROCESSES", 64)? as u64,
             max_output_bytes: at_least_one("WRIT_RUN_MAX_OUTPUT_BYTES", 1 << 20)?,
+            extra_ro_paths: super::source::parse_list(get, "WRIT_SANDBOX_RO_PATHS")
+                .into_iter()
+                .map(std::path::PathBuf::from)
+                .collect(),
         })
     }
 }
