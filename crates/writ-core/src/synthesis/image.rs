@@ -17,7 +17,7 @@ pub const MIN_SIDE: u32 = 16;
 /// Largest decoded image accepted from a model (bytes of the data URL's payload).
 pub const MAX_IMAGE_BYTES: usize = 32 * 1024 * 1024;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ImageFormat {
     Png,
@@ -68,11 +68,14 @@ impl ImageFormat {
 }
 
 /// `image` on a file descriptor or in `options.image`, as sent.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImageOptions {
+    /// Width in pixels (16 to 4096); give height too.
     pub width: Option<u32>,
+    /// Height in pixels (16 to 4096); give width too.
     pub height: Option<u32>,
+    /// Must agree with the file's extension.
     pub format: Option<ImageFormat>,
 }
 
