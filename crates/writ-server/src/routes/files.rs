@@ -213,16 +213,16 @@ pub struct WriteParams {
 
 #[derive(Debug, Serialize)]
 pub struct WriteAnswer {
-    path: String,
-    operation: String,
-    bytes: usize,
-    characters: usize,
-    sha256: String,
-    previous_sha256: Option<String>,
-    operation_id: Uuid,
-    request_id: Uuid,
+    pub path: String,
+    pub operation: String,
+    pub bytes: usize,
+    pub characters: usize,
+    pub sha256: String,
+    pub previous_sha256: Option<String>,
+    pub operation_id: Uuid,
+    pub request_id: Uuid,
     /// `cat -n`-style view of the start of the file, for updates.
-    preview: Option<String>,
+    pub preview: Option<String>,
 }
 
 /// Write a file from the raw request body, recording it in the audit log first.
@@ -418,11 +418,15 @@ fn parse_if_match(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(value) = headers.get(header::IF_MATCH) else {
         return Ok(None);
     };
+    let raw = value.to_str().map_err(|_| {
+        ApiError::bad_request("invalid_header", "If-Match must be ASCII").with_field("If-Match")
+    })?;
+    parse_expected_sha256(raw).map(Some)
+}
+
+/// The expected SHA-256 of a conditional write (`If-Match`, with or without quotes).
+pub fn parse_expected_sha256(value: &str) -> Result<String, ApiError> {
     let raw = value
-        .to_str()
-        .map_err(|_| {
-            ApiError::bad_request("invalid_header", "If-Match must be ASCII").with_field("If-Match")
-        })?
         .trim()
         .trim_start_matches("W/")
         .trim_matches('"')
@@ -434,7 +438,7 @@ fn parse_if_match(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         )
         .with_field("If-Match"));
     }
-    Ok(Some(raw))
+    Ok(raw)
 }
 
 fn header_value(s: &str) -> HeaderValue {
