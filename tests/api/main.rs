@@ -12,4 +12,5 @@ mod openapi;
 mod operations;
 mod service;
 mod speed;
+mod tools;
 mod write_codebase;

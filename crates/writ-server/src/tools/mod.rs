@@ -236,7 +236,13 @@ pub fn arguments_from(raw: Option<Value>) -> Result<Value, ApiError> {
         Some(Value::Object(map)) => Ok(Value::Object(map)),
         Some(Value::String(text)) => {
             let parsed: Value = serde_json::from_str(&text).map_err(|e| {
-                let offset = byte_offset(&text, e.line(), e.column());
+                // At the end of input serde_json points at the last character read; the
+                // arguments broke off just after it.
+                let offset = if e.is_eof() {
+                    text.len()
+                } else {
+                    byte_offset(&text, e.line(), e.column())
+                };
                 let what = if e.is_eof() {
                     "the arguments end too early (the tool call looks truncated)"
                 } else {
@@ -335,7 +341,7 @@ mod tests {
     }
 
     #[test]
-    fn every_tool_has_an_object_schema_and_a_dispatch_arm() {
+    fn every_tool_schema_is_an_inlined_object() {
         for tool in TOOLS {
             let schema = tool.input_schema();
             assert_eq!(schema["type"], "object", "{}", tool.name);
