@@ -129,11 +129,11 @@ pub fn gemini_schema(schema: &Value) -> Value {
         }
     }
     // Gemini's enums are strings only; a `null` among them becomes `nullable`.
-    if let Some(Value::Array(values)) = out.get_mut("enum") {
-        if values.iter().any(Value::is_null) {
-            values.retain(|v| !v.is_null());
-            out.insert("nullable".into(), json!(true));
-        }
+    if let Some(Value::Array(values)) = out.get_mut("enum")
+        && values.iter().any(Value::is_null)
+    {
+        values.retain(|v| !v.is_null());
+        out.insert("nullable".into(), json!(true));
     }
     Value::Object(out)
 }
