@@ -560,3 +560,67 @@ async fn mcp_is_behind_the_api_keys_like_every_route() {
     assert_eq!(listed.is_error, Some(false), "{listed:?}");
     client.cancel().await.unwrap();
 }
+
+async fn post_mcp(app: &TestApp, host: Option<&str>, key: Option<&str>) -> (u16, Value) {
+    let mut req = app
+        .client
+        .post(app.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}),
+        );
+    if let Some(h) = host {
+        req = req.header("host", h);
+    }
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+#[tokio::test]
+async fn an_open_loopback_server_takes_mcp_only_from_loopback_hosts_and_answers_refusals_in_json() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let (status, _) = post_mcp(&app, None, None).await;
+    assert_eq!(status, 200);
+    // A page on another name that resolves to 127.0.0.1 (DNS rebinding) is refused.
+    let (status, body) = post_mcp(&app, Some("evil.example"), None).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], "mcp_transport");
+
+    let r = app
+        .client
+        .post(app.url("/mcp"))
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 406);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "mcp_transport");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("text/event-stream")
+    );
+}
+
+#[tokio::test]
+async fn behind_api_keys_mcp_takes_any_host_like_every_route() {
+    let key = writ_core::keys::generate("host");
+    let entry = writ_core::keys::config_entry(&key.key).unwrap();
+    let (settings, dirs) =
+        writ_tests::test_settings_with(Backend::Sqlite, &[("WRIT_API_KEYS", entry.as_str())]).await;
+    let app = writ_tests::spawn_with(settings, dirs, Backend::Sqlite).await;
+    let (status, body) = post_mcp(&app, Some("writ.internal.example"), Some(&key.key)).await;
+    assert_eq!(status, 200, "{body}");
+}

@@ -185,10 +185,49 @@ pub async fn serve_http(State(state): State<AppState>, req: Request) -> Response
         mcp.sessions.clone(),
         mcp.config.clone(),
     );
-    match service.oneshot(req).await {
-        Ok(resp) => resp.map(axum::body::Body::new).into_response(),
+    let resp = match service.oneshot(req).await {
+        Ok(resp) => resp.map(axum::body::Body::new),
         Err(never) => match never {},
+    };
+    if resp.status().is_client_error() || resp.status().is_server_error() {
+        return as_api_error(resp).await;
     }
+    resp
+}
+
+/// rmcp refuses a request the transport cannot take (wrong `Accept`, no session id, a foreign
+/// `Host`) with a bare text body; writ answers every error in its one JSON shape.
+async fn as_api_error(resp: Response) -> Response {
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = if text.is_empty() {
+        parts
+            .status
+            .canonical_reason()
+            .unwrap_or("refused")
+            .to_string()
+    } else {
+        text
+    };
+    let mut out =
+        crate::error::ApiError::new(parts.status, "mcp_transport", message).into_response();
+    for (name, value) in &parts.headers {
+        if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
+            out.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    out
 }
 
 /// `writ mcp`: one MCP session over stdin/stdout until the host closes it.
