@@ -624,3 +624,49 @@ async fn behind_api_keys_mcp_takes_any_host_like_every_route() {
     let (status, body) = post_mcp(&app, Some("writ.internal.example"), Some(&key.key)).await;
     assert_eq!(status, 200, "{body}");
 }
+
+#[tokio::test]
+async fn a_batch_whose_mcp_caller_cancels_completes_and_is_recorded() {
+    let app = spawn_app_with_models(Backend::Sqlite).await;
+    for m in MODELS {
+        app.fake().script(
+            m,
+            Script::always(Step::code("python", "x = 1\n")).with_latency(
+                writ_fake_upstream::Latency::fixed(std::time::Duration::from_millis(400)),
+            ),
+        );
+    }
+    let client = connect(&app, None).await;
+    let params = CallToolRequestParams::new("write_codebase").with_arguments(args(json!({
+        "command": "write_codebase",
+        "files": [{"filename": "slow.py", "code_description": "x"}]})));
+    // The client gives up while the models are still answering: rmcp sends
+    // notifications/cancelled for the abandoned call.
+    let gave_up = tokio::time::timeout(
+        std::time::Duration::from_millis(150),
+        client.call_tool(params),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the call should still be running");
+    assert!(!app.repo_dir.join("slow.py").exists());
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, ops) = app.json("/operations?filename=slow.py").await;
+        if ops["operations"][0]["status"] == "succeeded" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the batch was not recorded: {ops}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        std::fs::read_to_string(app.repo_dir.join("slow.py")).unwrap(),
+        "x = 1\n"
+    );
+    let (_, jobs) = app.json("/jobs").await;
+    assert_eq!(jobs["jobs"][0]["status"], "done");
+    client.cancel().await.unwrap();
+}
