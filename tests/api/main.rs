@@ -13,5 +13,6 @@ mod operations;
 mod policy;
 mod service;
 mod speed;
+mod tools;
 mod validation;
 mod write_codebase;

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::path::SandboxPath;
 
 /// One command to run: a configured name and its arguments (paths inside the sandbox).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CommandCall {
     pub name: String,

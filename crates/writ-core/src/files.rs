@@ -21,7 +21,17 @@ use crate::content::sha256_hex;
 use crate::path::SandboxPath;
 use crate::workspace::{Workspace, WorkspaceError};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Deserialize,
+    serde::Serialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum WriteMode {
     /// Fails if the file exists.

@@ -63,16 +63,23 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The JSON body: `{"error": {"code", "message", "field"?, "details"?}}`.
+    pub fn body(&self) -> serde_json::Value {
         let mut body = json!({"code": self.code, "message": self.message});
         if let Some(field) = &self.field {
             body["field"] = json!(field);
         }
-        if let Some(details) = self.details {
-            body["details"] = details;
+        if let Some(details) = &self.details {
+            body["details"] = details.clone();
         }
-        let mut resp = (self.status, axum::Json(json!({ "error": body }))).into_response();
+        json!({ "error": body })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut resp = (self.status, axum::Json(self.body())).into_response();
         if let Some(secs) = self.retry_after_secs {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));

@@ -5,6 +5,7 @@
 //! - [`routes`]: the route table and one module per resource; handlers translate HTTP to the core.
 //! - [`error`]: the API error type and its JSON body; [`extract`]: extractors that name bad fields.
 //! - [`auth`]: the bearer-key layer over every route; [`limits`]: rate, concurrency and size limits.
+//! - [`tools`]: the tools agents call — MCP (`/mcp`, `writ mcp`) and function calling (`/tools`).
 //! - [`telemetry`]: logging, request ids, metrics. [`check`]: `writ check`; [`keys_cli`]: `writ keys`.
 
 pub mod auth;
@@ -19,6 +20,7 @@ pub mod routes;
 pub mod startup;
 pub mod state;
 pub mod telemetry;
+pub mod tools;
 
 pub use config::Settings;
 pub use startup::Application;

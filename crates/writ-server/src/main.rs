@@ -1,4 +1,4 @@
-//! The `writ` binary: `serve` (default), `migrate`, `check`, `keys`.
+//! The `writ` binary: `serve` (default), `mcp`, `migrate`, `check`, `keys`, `write`, `ops`.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -29,6 +29,15 @@ enum Command {
         /// Serve on a non-loopback address even with no API keys configured.
         #[arg(long)]
         insecure: bool,
+    },
+    /// Serve MCP on stdin/stdout for an MCP host (logs go to stderr).
+    ///
+    /// Runs writ in this process on the same settings as `serve` (by default SQLite in
+    /// ./writ.db and the workspace ./workspace); no HTTP listener.
+    Mcp {
+        /// The workspace to write into; overrides REPO_DIR.
+        #[arg(long)]
+        repo_dir: Option<PathBuf>,
     },
     /// Manage API keys (stored hashed in the audit database).
     Keys {
@@ -108,6 +117,19 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             app.run_until(shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Mcp { repo_dir } => {
+            if let Some(dir) = repo_dir {
+                settings.repo_dir = dir;
+            }
+            if settings.database_url == writ_server::config::DEFAULT_DATABASE_URL {
+                settings.database_url = mcp_database_url(&settings.repo_dir)?;
+            }
+            // The host waits for the handshake: the embedded model is fetched alongside, not first.
+            let fetching = settings.clone();
+            tokio::spawn(async move { fetch_local_model(&fetching).await });
+            writ_server::startup::serve_mcp_stdio(settings).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Keys { command } => {
             let ok = writ_server::keys_cli::run(
                 &settings,
@@ -154,6 +176,26 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
         }
     }
+}
+
+/// An MCP host starts `writ mcp` in a directory of its choosing (often `/` or the home
+/// directory), so the default `./writ.db` would land anywhere. Without DATABASE_URL the audit
+/// log goes to the user's data directory instead, one file per workspace, named by a hash of
+/// its absolute path (never inside the workspace, where a write could reach it).
+fn mcp_database_url(repo_dir: &std::path::Path) -> anyhow::Result<String> {
+    use sha2::Digest;
+    let data_home = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .context("neither XDG_DATA_HOME nor HOME is set: set DATABASE_URL for `writ mcp`")?;
+    let dir = data_home.join("writ");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let absolute = std::path::absolute(repo_dir)
+        .with_context(|| format!("resolving {}", repo_dir.display()))?;
+    let digest = sha2::Sha256::digest(absolute.to_string_lossy().as_bytes());
+    let name = format!("mcp-{}.db", &hex::encode(digest)[..16]);
+    Ok(format!("sqlite://{}", dir.join(name).display()))
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -31,99 +31,114 @@ pub struct Application {
 
 impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        let store = writ_store::connect(&settings.database_url)
+        let (state, keys_configured) = assemble(settings).await?;
+        refuse_open_exposure(&state.settings, keys_configured)?;
+        let addr = state.settings.addr;
+        let listener = TcpListener::bind(addr)
             .await
-            .with_context(|| {
-                format!(
-                    "opening the audit store at {}",
-                    writ_store::redact_url(&settings.database_url)
-                )
-            })?;
-        store.migrate().await.context("applying migrations")?;
-        let workspace = writ_workspace::SandboxedWorkspace::open(&settings.repo_dir)
-            .await
-            .with_context(|| format!("opening REPO_DIR {}", settings.repo_dir.display()))?;
-        let workspace: Arc<dyn writ_core::Workspace> = Arc::new(workspace);
-
-        // SQLite serves one process, so everything pending at start-up is from a dead run; on a shared
-        // PostgreSQL another replica may be mid-write, so only settle what is old enough.
-        let min_age = if store.single_process() {
-            std::time::Duration::ZERO
-        } else {
-            settings.reconcile_after
-        };
-        let report = reconcile_pending(store.as_ref(), workspace.as_ref(), min_age)
-            .await
-            .context("settling operations left pending by an earlier run")?;
-        if report.confirmed + report.failed > 0 {
-            tracing::warn!(
-                confirmed = report.confirmed,
-                failed = report.failed,
-                "settled operations left pending by an earlier run"
-            );
-        }
-
-        // Jobs whose process died are failed with a reason, never left "running" forever. Same
-        // rule as above: on SQLite every unfinished job is from a dead run.
-        let hub = EventHub::default();
-        let stale_after = if store.single_process() {
-            Duration::ZERO
-        } else {
-            STALE_JOB_AFTER
-        };
-        let failed_jobs = fail_stale_jobs(store.as_ref(), stale_after, Some(&hub))
-            .await
-            .context("failing jobs interrupted by an earlier run")?;
-        if failed_jobs > 0 {
-            tracing::warn!(
-                jobs = failed_jobs,
-                "failed jobs interrupted by an earlier run"
-            );
-        }
-
-        let commands = build_command_runner(&settings, workspace.root()).await;
-        let (models, synthesizer) = build_models(
-            &settings,
-            &store,
-            &workspace,
-            commands
-                .clone()
-                .map(|c| c as Arc<dyn writ_core::execution::Runner>),
-        );
-        let runner =
-            synthesizer.map(|synthesizer| Arc::new(JobRunner::new(synthesizer, hub.clone())));
-
-        let keys_configured = !settings.guard.api_keys.is_empty()
-            || store
-                .any_keys()
-                .await
-                .context("reading the API keys in the store")?;
-        refuse_open_exposure(&settings, keys_configured)?;
-        let guard = settings.guard.clone();
-
-        let listener = TcpListener::bind(settings.addr)
-            .await
-            .with_context(|| format!("binding {}", settings.addr))?;
+            .with_context(|| format!("binding {addr}"))?;
         let local_addr = listener.local_addr()?;
-        let state = AppState {
-            settings: Arc::new(settings),
-            store,
-            workspace,
-            models,
-            runner,
-            commands,
-            hub,
-            metrics: telemetry::metrics_handle(),
-            auth: Arc::new(crate::auth::AuthSwitch::new(keys_configured)),
-            limits: Arc::new(crate::limits::Limits::new(guard)),
-        };
         Ok(Self {
             listener,
             local_addr,
             state,
         })
     }
+}
 
+/// Everything writ serves from, without a listener: the store (migrated), the workspace, work
+/// an earlier run left unfinished settled, the models, the keys. Also answers whether keys are
+/// configured.
+async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
+    let store = writ_store::connect(&settings.database_url)
+        .await
+        .with_context(|| {
+            format!(
+                "opening the audit store at {}",
+                writ_store::redact_url(&settings.database_url)
+            )
+        })?;
+    store.migrate().await.context("applying migrations")?;
+    let workspace = writ_workspace::SandboxedWorkspace::open(&settings.repo_dir)
+        .await
+        .with_context(|| format!("opening REPO_DIR {}", settings.repo_dir.display()))?;
+    let workspace: Arc<dyn writ_core::Workspace> = Arc::new(workspace);
+
+    // SQLite serves one process, so everything pending at start-up is from a dead run; on a shared
+    // PostgreSQL another replica may be mid-write, so only settle what is old enough.
+    let min_age = if store.single_process() {
+        std::time::Duration::ZERO
+    } else {
+        settings.reconcile_after
+    };
+    let report = reconcile_pending(store.as_ref(), workspace.as_ref(), min_age)
+        .await
+        .context("settling operations left pending by an earlier run")?;
+    if report.confirmed + report.failed > 0 {
+        tracing::warn!(
+            confirmed = report.confirmed,
+            failed = report.failed,
+            "settled operations left pending by an earlier run"
+        );
+    }
+
+    // Jobs whose process died are failed with a reason, never left "running" forever. Same
+    // rule as above: on SQLite every unfinished job is from a dead run.
+    let hub = EventHub::default();
+    let stale_after = if store.single_process() {
+        Duration::ZERO
+    } else {
+        STALE_JOB_AFTER
+    };
+    let failed_jobs = fail_stale_jobs(store.as_ref(), stale_after, Some(&hub))
+        .await
+        .context("failing jobs interrupted by an earlier run")?;
+    if failed_jobs > 0 {
+        tracing::warn!(
+            jobs = failed_jobs,
+            "failed jobs interrupted by an earlier run"
+        );
+    }
+
+    let commands = build_command_runner(&settings, workspace.root()).await;
+    let (models, synthesizer) = build_models(
+        &settings,
+        &store,
+        &workspace,
+        commands
+            .clone()
+            .map(|c| c as Arc<dyn writ_core::execution::Runner>),
+    );
+    let runner = synthesizer.map(|synthesizer| Arc::new(JobRunner::new(synthesizer, hub.clone())));
+
+    let keys_configured = !settings.guard.api_keys.is_empty()
+        || store
+            .any_keys()
+            .await
+            .context("reading the API keys in the store")?;
+    let guard = settings.guard.clone();
+    let mcp = crate::tools::mcp::McpHttp::new(
+        settings.addr.ip().is_loopback(),
+        keys_configured,
+        settings.max_body_bytes,
+    );
+    let state = AppState {
+        settings: Arc::new(settings),
+        store,
+        workspace,
+        models,
+        runner,
+        commands,
+        hub,
+        metrics: telemetry::metrics_handle(),
+        auth: Arc::new(crate::auth::AuthSwitch::new(keys_configured)),
+        limits: Arc::new(crate::limits::Limits::new(guard)),
+        mcp,
+    };
+    Ok((state, keys_configured))
+}
+
+impl Application {
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }
@@ -144,6 +159,7 @@ impl Application {
         let reconciler = tokio::spawn(reconcile_periodically(self.state.clone()));
         let limits = self.state.limits.clone();
         let grace = self.state.settings.guard.shutdown_grace;
+        let mcp = self.state.mcp.clone();
         let app = app(self.state);
         tracing::info!(addr = %self.local_addr, "writ listening");
         // After the signal: no new connections, in-flight requests get `grace` to finish, then
@@ -151,6 +167,9 @@ impl Application {
         let (stopping_tx, mut stopping) = tokio::sync::oneshot::channel::<Instant>();
         let signal = async move {
             shutdown.await;
+            // Open MCP streams would hold the drain until the grace ran out; batches they
+            // started run on in their own tasks and are recorded.
+            mcp.shut_down();
             let _ = stopping_tx.send(Instant::now());
         };
         let serve = axum::serve(self.listener, app)
@@ -341,6 +360,24 @@ fn refuse_open_exposure(settings: &Settings, keys_configured: bool) -> anyhow::R
          without keys anyway",
         settings.addr
     )
+}
+
+/// `writ mcp`: writ in this process, spoken to over stdin/stdout by an MCP host. No listener,
+/// so no keys: whoever can start the process is trusted. Returns when the host closes stdin.
+pub async fn serve_mcp_stdio(settings: Settings) -> anyhow::Result<()> {
+    let (state, _) = assemble(settings).await?;
+    let reconciler = tokio::spawn(reconcile_periodically(state.clone()));
+    let limits = state.limits.clone();
+    let grace = state.settings.guard.shutdown_grace;
+    let served = crate::tools::mcp::serve_stdio(state).await;
+    if !limits.drain(grace).await {
+        tracing::warn!(
+            batches = limits.batches_in_flight(),
+            "the MCP host closed the session with batches unfinished; their pending operations are settled at the next start"
+        );
+    }
+    reconciler.abort();
+    served
 }
 
 /// The full router with its layers, for `run_until` and for in-process tests.

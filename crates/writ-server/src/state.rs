@@ -30,4 +30,6 @@ pub struct AppState {
     pub auth: Arc<crate::auth::AuthSwitch>,
     /// Rate, concurrency and in-flight counters (see [`crate::limits`]).
     pub limits: Arc<crate::limits::Limits>,
+    /// The MCP sessions of `/mcp` and the rules its transport checks (see [`crate::tools::mcp`]).
+    pub mcp: crate::tools::mcp::McpHttp,
 }

@@ -21,28 +21,44 @@ pub const MAX_IMPORTS: usize = 100;
 pub const MAX_MODELS: usize = 8;
 
 /// The JSON body, as sent. Unknown keys anywhere are refused.
-#[derive(Debug, Clone, Deserialize)]
+///
+/// The same type is the input schema of the `write_codebase` tool (MCP and `GET /tools`), so the
+/// doc comments below are what a model reads: they say what to send, not how writ works.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WriteCodebaseRequest {
+    /// Always "write_codebase".
+    #[schemars(extend("enum" = ["write_codebase"]))]
     pub command: String,
+    /// What the files are for, shared by every file of the batch (at most 50,000 characters).
     #[serde(default)]
     pub task_description: Option<String>,
+    /// One to five files to write. Describe each file; never put its content here.
+    #[schemars(length(min = 1, max = 5))]
     pub files: Vec<FileRequest>,
     #[serde(default)]
     pub options: Option<BatchOptions>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// One file to write: where, and what it must do.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileRequest {
+    /// Path relative to the workspace root, e.g. "src/app.py". No "..", no absolute paths.
     #[serde(default)]
     pub filename: Option<String>,
+    /// What the file must contain and do, in words (at most 20,000 characters). Models write the
+    /// content from this; for an existing file, say what to change.
     #[serde(default)]
     pub code_description: Option<String>,
+    /// Third-party packages the file may import (at most 100).
     #[serde(default)]
     pub external_imports: Vec<String>,
+    /// Other files of the project the file imports from (at most 100).
     #[serde(default)]
     pub internal_imports: Vec<String>,
+    /// Write only if the file's current SHA-256 is this (64 hex digits), to avoid overwriting a
+    /// change you have not seen.
     #[serde(default)]
     pub expected_sha256: Option<String>,
     /// Size and format of an image file (overrides `options.image`).
@@ -50,7 +66,8 @@ pub struct FileRequest {
     pub image: Option<ImageOptions>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+/// How the batch runs. Every field is optional.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchOptions {
     /// Overrides `CODE_LIST` for this batch.
@@ -83,7 +100,7 @@ pub struct BatchOptions {
 }
 
 /// `options.validation` as sent.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ValidationOptions {
     /// Configured command names (`WRIT_COMMANDS`) with their arguments, run in order.
@@ -100,7 +117,9 @@ pub struct ValidationOptions {
 }
 
 /// What happens to a file none of whose candidates passes its checks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum OnFail {
     /// The file fails with `validation_failed`; nothing is written.
@@ -182,11 +201,12 @@ impl Validation {
 }
 
 /// `options.straggler` as sent: when to stop waiting for the slowest candidates.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StragglerOptions {
     /// `"all"` (wait for every model), `"all_but_slowest"`, or a count of viable candidates.
     #[serde(default)]
+    #[schemars(schema_with = "enough_schema")]
     pub enough: Option<serde_json::Value>,
     /// Then wait at most this many milliseconds for the rest...
     #[serde(default)]
@@ -194,6 +214,18 @@ pub struct StragglerOptions {
     /// ...or this multiple of the first viable candidate's latency.
     #[serde(default)]
     pub extra_factor: Option<f64>,
+}
+
+/// `enough` is kept as raw JSON so its refusal can name the sub-field; its schema says what
+/// it accepts.
+fn enough_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "\"all\" (wait for every model), \"all_but_slowest\", or a count of viable candidates.",
+        "anyOf": [
+            {"type": "string", "enum": ["all", "all_but_slowest"]},
+            {"type": "integer", "minimum": 1}
+        ]
+    })
 }
 
 impl StragglerOptions {

@@ -21,7 +21,7 @@ pub const MAX_DECODE_SIDE: u32 = 8192;
 /// Most memory one decode may allocate: an 8192² RGBA image plus room for the resize.
 pub const MAX_DECODE_ALLOC: u64 = 384 * 1024 * 1024;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ImageFormat {
     Png,
@@ -72,11 +72,14 @@ impl ImageFormat {
 }
 
 /// `image` on a file descriptor or in `options.image`, as sent.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImageOptions {
+    /// Width in pixels (16 to 4096); give height too.
     pub width: Option<u32>,
+    /// Height in pixels (16 to 4096); give width too.
     pub height: Option<u32>,
+    /// Must agree with the file's extension.
     pub format: Option<ImageFormat>,
 }
 

@@ -1,4 +1,4 @@
-//! The direct file routes: list, read, and raw-body writes (through [`writ_core::direct`]).
+//! The direct file routes: list, read, and raw-body writes (recorded through [`writ_core::direct`]).
 //!
 //! Content travels as the raw body, never inside a JSON string, so large files cannot be
 //! truncated or mangled by JSON encoding on the way in.
@@ -15,8 +15,8 @@ use uuid::Uuid;
 use writ_core::SandboxPath;
 use writ_core::audit::OperationKind;
 use writ_core::content::{invalid_utf8_sequences, numbered_preview, sha256_hex, truncate_chars};
-use writ_core::direct::{self, DirectWrite};
-use writ_core::files::{WriteMode, WriteReceipt, WriteSpec};
+use writ_core::direct;
+use writ_core::files::{WriteMode, WriteSpec};
 use writ_core::workspace::DirEntry;
 
 use crate::error::{ApiError, path_error, workspace_error, write_error};
@@ -29,17 +29,19 @@ const PREVIEW_LINES: usize = 40;
 /// Invalid UTF-8 sequences listed in a 422 answer.
 const MAX_INVALID_REPORTED: usize = 20;
 
-#[derive(Debug, Deserialize)]
+/// The query of `GET /files`, and the input of the `list_files` tool.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
+    /// Directory relative to the workspace root; empty or absent for the root.
     #[serde(default)]
-    dir: Option<String>,
+    pub dir: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
-struct Listing {
-    dir: String,
-    entries: Vec<DirEntry>,
+pub struct Listing {
+    pub dir: String,
+    pub entries: Vec<DirEntry>,
 }
 
 /// List the entries of a directory of the workspace.
@@ -47,6 +49,11 @@ pub async fn list_files(
     State(state): State<AppState>,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Response, ApiError> {
+    Ok(Json(list_dir(&state, params).await?).into_response())
+}
+
+/// The listing behind `GET /files` and the `list_files` tool.
+pub async fn list_dir(state: &AppState, params: ListParams) -> Result<Listing, ApiError> {
     let raw = params.dir.unwrap_or_default();
     let dir = SandboxPath::parse_dir(&raw).map_err(|e| path_error(&e, "dir"))?;
     let entries = state
@@ -54,11 +61,10 @@ pub async fn list_files(
         .list(&dir)
         .await
         .map_err(|e| workspace_error(e, "dir"))?;
-    Ok(Json(Listing {
+    Ok(Listing {
         dir: dir.to_string(),
         entries,
     })
-    .into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -74,10 +80,70 @@ pub async fn read_file(
     Path(raw): Path<String>,
     ApiQuery(params): ApiQuery<ReadParams>,
 ) -> Result<Response, ApiError> {
-    let path = SandboxPath::parse_nonempty(&raw).map_err(|e| path_error(&e, "path"))?;
-    let limit = params
-        .max_chars
-        .unwrap_or(state.settings.read_default_chars);
+    let read = read(&state, &raw, params.max_chars).await?;
+    let mut headers = HeaderMap::new();
+    headers.insert(header::ETAG, header_value(&format!("\"{}\"", read.sha256)));
+    headers.insert(
+        "x-writ-size-bytes",
+        HeaderValue::from(read.size_bytes as u64),
+    );
+    match read.content {
+        FileContent::Binary(bytes) => {
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            headers.insert("x-writ-truncated", HeaderValue::from_static("false"));
+            Ok((StatusCode::OK, headers, bytes).into_response())
+        }
+        FileContent::Text {
+            shown,
+            total_chars,
+            truncated,
+        } => {
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            headers.insert("x-writ-size-chars", HeaderValue::from(total_chars as u64));
+            headers.insert(
+                "x-writ-truncated",
+                HeaderValue::from_static(if truncated { "true" } else { "false" }),
+            );
+            Ok((StatusCode::OK, headers, shown).into_response())
+        }
+    }
+}
+
+/// A file as read for `GET /files/{path}` and the `read_file` tool.
+#[derive(Debug)]
+pub struct FileRead {
+    pub path: String,
+    pub sha256: String,
+    pub size_bytes: usize,
+    pub content: FileContent,
+}
+
+#[derive(Debug)]
+pub enum FileContent {
+    /// UTF-8 text, cut at the character limit with a marker saying so.
+    Text {
+        shown: String,
+        total_chars: usize,
+        truncated: bool,
+    },
+    /// Not UTF-8: the bytes as they are.
+    Binary(Vec<u8>),
+}
+
+/// Reads a file, cutting text at `max_chars` (default `WRIT_READ_DEFAULT_CHARS`).
+pub async fn read(
+    state: &AppState,
+    raw: &str,
+    max_chars: Option<usize>,
+) -> Result<FileRead, ApiError> {
+    let path = SandboxPath::parse_nonempty(raw).map_err(|e| path_error(&e, "path"))?;
+    let limit = max_chars.unwrap_or(state.settings.read_default_chars);
     if limit == 0 || limit > state.settings.read_max_chars {
         return Err(ApiError::bad_request(
             "invalid_parameter",
@@ -94,45 +160,41 @@ pub async fn read_file(
         .await
         .map_err(|e| workspace_error(e, "path"))?
         .ok_or_else(|| ApiError::not_found(format!("'{path}' does not exist")))?;
-    let sha = sha256_hex(&bytes);
+    let sha256 = sha256_hex(&bytes);
     let size = bytes.len();
-    let mut headers = HeaderMap::new();
-    headers.insert(header::ETAG, header_value(&format!("\"{sha}\"")));
-    headers.insert("x-writ-size-bytes", HeaderValue::from(size as u64));
-
     let Ok(text) = std::str::from_utf8(&bytes) else {
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/octet-stream"),
-        );
-        headers.insert("x-writ-truncated", HeaderValue::from_static("false"));
-        return Ok((StatusCode::OK, headers, bytes).into_response());
+        return Ok(FileRead {
+            path: path.to_string(),
+            sha256,
+            size_bytes: size,
+            content: FileContent::Binary(bytes),
+        });
     };
     let total_chars = text.chars().count();
     let (shown, cut) = truncate_chars(text, limit);
-    let mut body = shown.to_string();
+    let mut shown = shown.to_string();
     if cut {
-        body.push_str(&format!(
+        shown.push_str(&format!(
             "\n[writ: '{path}' truncated at {limit} of {total_chars} characters ({size} bytes); \
              ask with ?max_chars= up to {} for more]\n",
             state.settings.read_max_chars
         ));
     }
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    headers.insert("x-writ-size-chars", HeaderValue::from(total_chars as u64));
-    headers.insert(
-        "x-writ-truncated",
-        HeaderValue::from_static(if cut { "true" } else { "false" }),
-    );
-    Ok((StatusCode::OK, headers, body).into_response())
+    Ok(FileRead {
+        path: path.to_string(),
+        sha256,
+        size_bytes: size,
+        content: FileContent::Text {
+            shown,
+            total_chars,
+            truncated: cut,
+        },
+    })
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
-enum InvalidUtf8Policy {
+pub enum InvalidUtf8Policy {
     #[default]
     Reject,
     Replace,
@@ -142,25 +204,25 @@ enum InvalidUtf8Policy {
 #[serde(deny_unknown_fields)]
 pub struct WriteParams {
     #[serde(default)]
-    mode: WriteMode,
+    pub mode: WriteMode,
     #[serde(default)]
-    on_invalid_utf8: InvalidUtf8Policy,
+    pub on_invalid_utf8: InvalidUtf8Policy,
     #[serde(default)]
-    create_dirs: bool,
+    pub create_dirs: bool,
 }
 
 #[derive(Debug, Serialize)]
-struct WriteAnswer {
-    path: String,
-    operation: String,
-    bytes: usize,
-    characters: usize,
-    sha256: String,
-    previous_sha256: Option<String>,
-    operation_id: Uuid,
-    request_id: Uuid,
+pub struct WriteAnswer {
+    pub path: String,
+    pub operation: String,
+    pub bytes: usize,
+    pub characters: usize,
+    pub sha256: String,
+    pub previous_sha256: Option<String>,
+    pub operation_id: Uuid,
+    pub request_id: Uuid,
     /// `cat -n`-style view of the start of the file, for updates.
-    preview: Option<String>,
+    pub preview: Option<String>,
 }
 
 /// Write a file from the raw request body, recording it in the audit log first.
@@ -174,11 +236,65 @@ pub async fn put_file(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;
-    let path = SandboxPath::parse_nonempty(&raw).map_err(|e| path_error(&e, "path"))?;
     let expected_sha256 = parse_if_match(&headers)?;
+    let caller = caller.map(|axum::Extension(c)| c.0);
+    let written = write(
+        state,
+        DirectWrite {
+            route: "PUT /files/{path}",
+            request_id,
+            caller,
+            path: raw,
+            params,
+            expected_sha256,
+            body: body.to_vec(),
+        },
+    )
+    .await?;
+    Ok((
+        written.status,
+        [(
+            header::ETAG,
+            header_value(&format!("\"{}\"", written.answer.sha256)),
+        )],
+        Json(written.answer),
+    )
+        .into_response())
+}
+
+/// One direct write, as `PUT /files/{path}` and the `write_file` tool ask for it.
+pub struct DirectWrite {
+    /// Recorded on the request row: which surface asked.
+    pub route: &'static str,
+    pub request_id: Uuid,
+    pub caller: Option<String>,
+    pub path: String,
+    pub params: WriteParams,
+    pub expected_sha256: Option<String>,
+    pub body: Vec<u8>,
+}
+
+pub struct Written {
+    /// 201 for a new file, 200 otherwise.
+    pub status: StatusCode,
+    pub answer: WriteAnswer,
+}
+
+/// Checks and performs a recorded direct write.
+pub async fn write(state: AppState, w: DirectWrite) -> Result<Written, ApiError> {
+    let DirectWrite {
+        route,
+        request_id,
+        caller,
+        path: raw,
+        params,
+        expected_sha256,
+        body,
+    } = w;
+    let path = SandboxPath::parse_nonempty(&raw).map_err(|e| path_error(&e, "path"))?;
 
     let content: Vec<u8> = match std::str::from_utf8(&body) {
-        Ok(_) => body.to_vec(),
+        Ok(_) => body,
         Err(_) if params.on_invalid_utf8 == InvalidUtf8Policy::Replace => {
             String::from_utf8_lossy(&body).into_owned().into_bytes()
         }
@@ -205,26 +321,30 @@ pub async fn put_file(
         expected_sha256,
         create_dirs: params.create_dirs,
     };
-    let write = DirectWrite {
-        request_id,
-        caller: caller.map(|axum::Extension(c)| c.0),
-        route: "PUT /files/{path}".to_string(),
-        spec,
-    };
-    // Its own task: a client hanging up must not cancel the write half-way between the audit
-    // record and the file.
-    let task = tokio::spawn(async move {
-        direct::write(state.store.as_ref(), state.workspace.as_ref(), write).await
-    });
-    let receipt = task
-        .await
-        .map_err(ApiError::internal)?
-        .map_err(|e| write_error(e, "path"))?;
-    Ok(write_answer(request_id, &path, &receipt))
+    // Run the recorded write in its own task: a client hanging up must not cancel it half-way
+    // between the audit record and the file.
+    let task =
+        tokio::spawn(async move { write_recorded(state, route, request_id, caller, spec).await });
+    task.await.map_err(ApiError::internal)?
 }
 
-/// The answer to a direct write.
-fn write_answer(request_id: Uuid, path: &SandboxPath, receipt: &WriteReceipt) -> Response {
+async fn write_recorded(
+    state: AppState,
+    route: &'static str,
+    request_id: Uuid,
+    caller: Option<String>,
+    spec: WriteSpec,
+) -> Result<Written, ApiError> {
+    let path = spec.path.clone();
+    let write = direct::DirectWrite {
+        request_id,
+        caller,
+        route: route.to_string(),
+        spec,
+    };
+    let receipt = direct::write(state.store.as_ref(), state.workspace.as_ref(), write)
+        .await
+        .map_err(|e| write_error(e, "path"))?;
     let text = String::from_utf8_lossy(&receipt.content);
     let answer = WriteAnswer {
         path: path.to_string(),
@@ -238,31 +358,27 @@ fn write_answer(request_id: Uuid, path: &SandboxPath, receipt: &WriteReceipt) ->
         preview: (receipt.operation == OperationKind::Updated)
             .then(|| numbered_preview(&text, PREVIEW_LINES)),
     };
-    let code = if receipt.operation == OperationKind::Created {
+    let status = if receipt.operation == OperationKind::Created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    (
-        code,
-        [(
-            header::ETAG,
-            header_value(&format!("\"{}\"", receipt.sha256)),
-        )],
-        Json(answer),
-    )
-        .into_response()
+    Ok(Written { status, answer })
 }
 
 fn parse_if_match(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(value) = headers.get(header::IF_MATCH) else {
         return Ok(None);
     };
+    let raw = value.to_str().map_err(|_| {
+        ApiError::bad_request("invalid_header", "If-Match must be ASCII").with_field("If-Match")
+    })?;
+    parse_expected_sha256(raw).map(Some)
+}
+
+/// The expected SHA-256 of a conditional write (`If-Match`, with or without quotes).
+pub fn parse_expected_sha256(value: &str) -> Result<String, ApiError> {
     let raw = value
-        .to_str()
-        .map_err(|_| {
-            ApiError::bad_request("invalid_header", "If-Match must be ASCII").with_field("If-Match")
-        })?
         .trim()
         .trim_start_matches("W/")
         .trim_matches('"')
@@ -274,7 +390,7 @@ fn parse_if_match(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         )
         .with_field("If-Match"));
     }
-    Ok(Some(raw))
+    Ok(raw)
 }
 
 fn header_value(s: &str) -> HeaderValue {

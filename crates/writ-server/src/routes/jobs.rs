@@ -89,7 +89,7 @@ pub async fn job_events(
                 .with_field("Last-Event-ID")
             })?,
     };
-    let stream = follow(state, job.id, after);
+    let stream = follow(state, job.id, after).map(|e| Ok::<_, Infallible>(sse(&e)));
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response())
@@ -105,11 +105,9 @@ struct Cursor {
     grace_polls: u32,
 }
 
-fn follow(
-    state: AppState,
-    job: Uuid,
-    after: i64,
-) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+/// A job's events after `after`, in order, replayed from the store and then followed until
+/// `done`. The SSE stream and the `write_codebase` tool's progress notifications read this.
+pub fn follow(state: AppState, job: Uuid, after: i64) -> impl Stream<Item = JobEvent> {
     let wake = state.hub.subscribe();
     let cursor = Cursor {
         state,
@@ -134,8 +132,7 @@ fn follow(
             if !events.is_empty() {
                 c.after = events.last().map(|e| e.seq).unwrap_or(c.after);
                 c.finished = events.iter().any(|e| e.name == "done");
-                let out: Vec<Result<SseEvent, Infallible>> = events.iter().map(|e| Ok(sse(e))).collect();
-                return Some((stream::iter(out), c));
+                return Some((stream::iter(events), c));
             }
             // Nothing new. A job that is over announces `done` just after it is marked so; give
             // that event a few polls to land, then end the stream anyway (the store may have

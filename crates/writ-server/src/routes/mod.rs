@@ -7,6 +7,7 @@ pub mod operations;
 pub mod run;
 pub mod service;
 pub mod synthesis;
+pub mod tools;
 
 use axum::Router;
 use axum::routing::{MethodRouter, get};
@@ -28,7 +29,7 @@ impl Route {
 }
 
 pub fn api_routes() -> Vec<Route> {
-    use axum::routing::{post, put};
+    use axum::routing::{delete, post, put};
     vec![
         Route {
             method: "GET",
@@ -104,6 +105,33 @@ pub fn api_routes() -> Vec<Route> {
             method: "GET",
             path: "/operations/{id}",
             handler: get(operations::get_operation),
+        },
+        Route {
+            method: "GET",
+            path: "/tools",
+            handler: get(tools::list_tools),
+        },
+        Route {
+            method: "POST",
+            path: "/tools/call",
+            handler: post(tools::call_tool),
+        },
+        // MCP's streamable HTTP transport: POST carries messages, GET opens the server's
+        // stream, DELETE ends a session. rmcp answers all three.
+        Route {
+            method: "POST",
+            path: "/mcp",
+            handler: post(crate::tools::mcp::serve_http),
+        },
+        Route {
+            method: "GET",
+            path: "/mcp",
+            handler: get(crate::tools::mcp::serve_http),
+        },
+        Route {
+            method: "DELETE",
+            path: "/mcp",
+            handler: delete(crate::tools::mcp::serve_http),
         },
     ]
 }

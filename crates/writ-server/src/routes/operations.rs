@@ -16,17 +16,36 @@ use crate::state::AppState;
 pub const DEFAULT_LIMIT: u32 = 50;
 pub const MAX_LIMIT: u32 = 500;
 
-#[derive(Debug, Deserialize)]
+/// The query of `GET /operations`, and the input of the `list_operations` tool.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
-    request_id: Option<String>,
-    filename: Option<String>,
-    status: Option<String>,
-    model: Option<String>,
-    since: Option<String>,
-    until: Option<String>,
-    cursor: Option<String>,
-    limit: Option<u32>,
+    /// Only the operations of this request (a UUID: the `request_id` of a write's answer).
+    pub request_id: Option<String>,
+    /// Only operations on this path (relative to the workspace root).
+    pub filename: Option<String>,
+    /// Only operations in this state.
+    #[schemars(extend("enum" = ["pending", "succeeded", "failed"]))]
+    pub status: Option<String>,
+    /// Only operations whose content this model wrote.
+    pub model: Option<String>,
+    /// Only operations at or after this RFC 3339 time, e.g. 2026-11-22T10:00:00Z.
+    pub since: Option<String>,
+    /// Only operations before this RFC 3339 time.
+    pub until: Option<String>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+    /// Operations per page, 1 to 500 (default 50).
+    #[schemars(range(min = 1, max = 500))]
+    pub limit: Option<u32>,
+}
+
+/// The path of `GET /operations/{id}`, and the input of the `get_operation` tool.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OperationId {
+    /// The operation's id (a UUID), as `list_operations` or a write's answer gives it.
+    pub id: String,
 }
 
 /// List operations newest first, filtered, one page at a time.
@@ -34,6 +53,11 @@ pub async fn list_operations(
     State(state): State<AppState>,
     ApiQuery(p): ApiQuery<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
+    Ok(Json(list(&state, p).await?))
+}
+
+/// The page behind `GET /operations` and the `list_operations` tool.
+pub async fn list(state: &AppState, p: ListParams) -> Result<Value, ApiError> {
     let limit = p.limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 || limit > MAX_LIMIT {
         return Err(ApiError::bad_request(
@@ -81,17 +105,22 @@ pub async fn list_operations(
         .list_operations(&filter, cursor.as_ref(), limit)
         .await
         .map_err(store_error)?;
-    Ok(Json(json!({
+    Ok(json!({
         "operations": page.operations,
         "next_cursor": page.next_cursor.map(|c| c.0),
-    })))
+    }))
 }
 
 /// One operation with the content it wrote.
 pub async fn get_operation(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(id): Path<OperationId>,
 ) -> Result<Json<Value>, ApiError> {
+    Ok(Json(get(&state, id).await?))
+}
+
+/// The operation behind `GET /operations/{id}` and the `get_operation` tool.
+pub async fn get(state: &AppState, OperationId { id }: OperationId) -> Result<Value, ApiError> {
     let id = parse_uuid(&id, "id")?;
     let (op, content) = state
         .store
@@ -113,7 +142,7 @@ pub async fn get_operation(
             }
         },
     }
-    Ok(Json(body))
+    Ok(body)
 }
 
 fn parse_uuid(v: &str, field: &str) -> Result<Uuid, ApiError> {

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use std::time::Instant;
 use writ_core::content::sha256_hex;
 use writ_core::synthesis::runner::Started;
-use writ_core::synthesis::{Batch, Submission, SubmitError, WriteCodebaseRequest};
+use writ_core::synthesis::{Batch, Submission, SubmitError, Submitted, WriteCodebaseRequest};
 
 use crate::error::{ApiError, store_error};
 use crate::extract::{body_error, json_error};
@@ -34,60 +34,24 @@ pub async fn write_codebase(
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;
-    let Json(req) = Json::<WriteCodebaseRequest>::from_bytes(&body).map_err(|e| json_error(&e))?;
-    let batch = Batch::parse(req).map_err(|e| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_request",
-            e.message,
-        )
-        .with_field(e.field)
-    })?;
-    let idempotency_key = idempotency_key(&headers)?;
-
-    if let Some(problem) = state.settings.models.problem_for(batch.options().models()) {
-        return Err(unavailable(&problem));
-    }
-
-    let submission = Submission {
-        request_id,
-        caller: caller.map(|axum::Extension(c)| c.0),
-        idempotency_key,
-        body_sha256: sha256_hex(&body),
-        batch,
-    };
-    // Its own task: a client that hangs up must not cancel a batch half-way; it completes, is
-    // recorded, and can be fetched later by idempotency key or from /operations.
-    // Refused at once rather than queued; the permit travels with the task it bounds.
-    let permit = state.limits.admit_batch(submission.caller.as_deref())?;
-    let Some(runner) = state.runner.clone() else {
-        return Err(unavailable(
-            "no model provider could be set up; see the server log and `writ check`",
-        ));
-    };
-    let is_async = prefers_async(&headers) || submission.batch.options().run_async();
-    // In its own task: a client hanging up must not cancel the checks and records of `start`
-    // half-way; the batch itself then runs in the runner's task.
-    let started_job = tokio::spawn(async move { runner.start(submission, is_async).await })
-        .await
-        .map_err(ApiError::internal)?
-        .map_err(submit_error)?;
-    let done = match started_job {
-        Started::Replayed(done) => done,
-        Started::Running { job_id, handle } => {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            // The in-flight permit lives as long as the batch, not as long as this request.
-            tokio::spawn(async move {
-                let _permit = permit;
-                let _ = tx.send(handle.await);
-            });
-            if is_async {
-                return Ok(accepted(job_id));
-            }
-            rx.await
-                .map_err(ApiError::internal)?
-                .map_err(ApiError::internal)?
-        }
+    let begun = begin(
+        &state,
+        BatchCall {
+            request_id,
+            caller: caller.map(|axum::Extension(c)| c.0),
+            idempotency_key: idempotency_key(&headers)?,
+            prefer_async: prefers_async(&headers),
+            body: &body,
+        },
+    )
+    .await?;
+    let done = match begun {
+        Begun::Replayed(done) => done,
+        Begun::Accepted { job_id } => return Ok(accepted(job_id)),
+        Begun::Running { answer, .. } => answer
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(ApiError::internal)?,
     };
     let mut resp = (StatusCode::OK, Json(&done.response)).into_response();
     if done.replayed {
@@ -105,6 +69,100 @@ pub async fn write_codebase(
     Ok(resp)
 }
 
+/// One `write_codebase` call, from `POST /write_codebase` or the `write_codebase` tool.
+pub struct BatchCall<'a> {
+    pub request_id: uuid::Uuid,
+    pub caller: Option<String>,
+    pub idempotency_key: Option<String>,
+    /// `Prefer: respond-async`; `options.async` in the body means the same.
+    pub prefer_async: bool,
+    /// The request as JSON, hashed for idempotency and parsed with unknown keys refused.
+    pub body: &'a [u8],
+}
+
+/// How a batch was taken on.
+pub enum Begun {
+    /// A repeated `Idempotency-Key`: the stored answer.
+    Replayed(Submitted),
+    /// An async batch: it runs; the caller follows `/jobs/{job_id}`.
+    Accepted { job_id: uuid::Uuid },
+    /// The batch runs in its own task; `answer` resolves when it is done. Dropping `answer` lets
+    /// it run on and be recorded all the same.
+    Running {
+        job_id: uuid::Uuid,
+        answer: tokio::sync::oneshot::Receiver<Result<Submitted, tokio::task::JoinError>>,
+    },
+}
+
+/// Validates a batch, checks the limits and the model configuration, records and starts it.
+/// Every refusal happens here, before any model is called or anything written.
+pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun, ApiError> {
+    let Json(req) =
+        Json::<WriteCodebaseRequest>::from_bytes(call.body).map_err(|e| json_error(&e))?;
+    let batch = Batch::parse(req).map_err(|e| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+            e.message,
+        )
+        .with_field(e.field)
+    })?;
+
+    if let Some(problem) = state.settings.models.problem_for(batch.options().models()) {
+        return Err(unavailable(&problem));
+    }
+
+    let submission = Submission {
+        request_id: call.request_id,
+        caller: call.caller,
+        idempotency_key: call.idempotency_key,
+        body_sha256: sha256_hex(call.body),
+        batch,
+    };
+    // Refused at once rather than queued; the permit travels with the task it bounds.
+    let permit = state.limits.admit_batch(submission.caller.as_deref())?;
+    let Some(runner) = state.runner.clone() else {
+        return Err(unavailable(
+            "no model provider could be set up; see the server log and `writ check`",
+        ));
+    };
+    let is_async = call.prefer_async || submission.batch.options().run_async();
+    // In its own task: a client hanging up must not cancel the checks and records of `start`
+    // half-way; the batch itself then runs in the runner's task, so it completes, is recorded,
+    // and can be fetched later by idempotency key or from /operations.
+    let started_job = tokio::spawn(async move { runner.start(submission, is_async).await })
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(submit_error)?;
+    match started_job {
+        Started::Replayed(done) => Ok(Begun::Replayed(done)),
+        Started::Running { job_id, handle } => {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            // The in-flight permit lives as long as the batch, not as long as this request.
+            tokio::spawn(async move {
+                let _permit = permit;
+                let _ = tx.send(handle.await);
+            });
+            Ok(if is_async {
+                Begun::Accepted { job_id }
+            } else {
+                Begun::Running { job_id, answer: rx }
+            })
+        }
+    }
+}
+
+/// The body of a 202: where to follow the job.
+pub fn accepted_body(job_id: uuid::Uuid) -> serde_json::Value {
+    let location = format!("/jobs/{job_id}");
+    serde_json::json!({
+        "job_id": job_id,
+        "status": "queued",
+        "location": location,
+        "events": format!("{location}/events"),
+    })
+}
+
 /// `Prefer: respond-async` (RFC 7240), possibly among other preferences.
 fn prefers_async(headers: &HeaderMap) -> bool {
     headers.get_all("prefer").iter().any(|v| {
@@ -120,13 +178,7 @@ fn prefers_async(headers: &HeaderMap) -> bool {
 /// 202 with where to follow the job.
 fn accepted(job_id: uuid::Uuid) -> Response {
     let location = format!("/jobs/{job_id}");
-    let body = serde_json::json!({
-        "job_id": job_id,
-        "status": "queued",
-        "location": location,
-        "events": format!("{location}/events"),
-    });
-    let mut resp = (StatusCode::ACCEPTED, Json(body)).into_response();
+    let mut resp = (StatusCode::ACCEPTED, Json(accepted_body(job_id))).into_response();
     if let Ok(v) = HeaderValue::from_str(&location) {
         resp.headers_mut().insert(axum::http::header::LOCATION, v);
     }

@@ -1,0 +1,102 @@
+//! Function calling without MCP: `GET /tools` (the tools as a provider's declarations) and
+//! `POST /tools/call` (a tool call as the provider returned it, run by the same dispatcher as
+//! MCP). `/mcp` itself is served by [`crate::tools::mcp::serve_http`].
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{ApiQuery, body_error, json_error};
+use crate::state::AppState;
+use crate::telemetry::RequestId;
+use crate::tools::formats::{Format, declarations};
+use crate::tools::{self, CallContext};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsParams {
+    format: Option<String>,
+}
+
+/// The tools as function declarations for OpenAI, Anthropic or Gemini.
+pub async fn list_tools(ApiQuery(p): ApiQuery<ToolsParams>) -> Result<Json<Value>, ApiError> {
+    let raw = p.format.as_deref().unwrap_or("openai");
+    let format = Format::parse(raw).ok_or_else(|| {
+        ApiError::bad_request(
+            "invalid_parameter",
+            format!(
+                "format must be one of {}, got '{raw}'",
+                Format::NAMES.join(", ")
+            ),
+        )
+        .with_field("format")
+    })?;
+    Ok(Json(declarations(format)))
+}
+
+/// A tool call as providers return it. `input` (Anthropic) and `args` (Gemini) are accepted for
+/// `arguments`; a call id and type are accepted and ignored.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCall {
+    name: String,
+    #[serde(default, alias = "input", alias = "args")]
+    arguments: Option<Value>,
+    #[serde(default)]
+    #[expect(
+        dead_code,
+        reason = "accepted so a provider's tool call can be posted as is"
+    )]
+    id: Option<Value>,
+    #[serde(default, rename = "type")]
+    #[expect(
+        dead_code,
+        reason = "accepted so a provider's tool call can be posted as is"
+    )]
+    kind: Option<Value>,
+}
+
+/// Run one tool call. Every answer, error or not, carries `content`: the text to hand back to
+/// the model as the tool's result.
+pub async fn call_tool(
+    State(state): State<AppState>,
+    axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
+    caller: Option<axum::Extension<Caller>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let ctx = CallContext::new(request_id, caller.map(|axum::Extension(c)| c.0));
+    match run(&state, ctx, body).await {
+        Ok(out) => Json(json!({"content": out.content, "result": out.result})).into_response(),
+        Err(e) => {
+            let mut body = e.body();
+            body["content"] = json!(tools::error_text(&e));
+            let mut resp = (e.status, Json(body)).into_response();
+            if let Some(secs) = e.retry_after_secs {
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            }
+            resp
+        }
+    }
+}
+
+async fn run(
+    state: &AppState,
+    ctx: CallContext,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<tools::ToolOutput, ApiError> {
+    let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;
+    let Json(call) = Json::<ToolCall>::from_bytes(&body).map_err(|e| json_error(&e))?;
+    if tools::find(&call.name).is_none() {
+        return Err(tools::unknown_tool(&call.name));
+    }
+    let args = tools::arguments_from(call.arguments)?;
+    tools::call(state, ctx, &call.name, args).await
+}

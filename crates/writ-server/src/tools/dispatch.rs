@@ -1,0 +1,376 @@
+//! The adapter between the tools and the rest of writ: every call the tools make into the routes'
+//! shared logic or the core is in this file, so when that logic moves, only this file follows.
+//!
+//! Each function takes parsed arguments, runs the same code as the HTTP route, and turns the
+//! answer into text for the model plus the HTTP API's JSON.
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use writ_core::synthesis::{BatchResponse, Event};
+
+use super::{CallContext, ReadFileArgs, ToolOutput, WriteFileArgs};
+use crate::error::ApiError;
+use crate::routes::{files, jobs, operations, synthesis};
+use crate::state::AppState;
+
+/// `write_codebase`: the batch runs in its own task as for `POST /write_codebase`; its progress
+/// events are forwarded while the caller waits. A caller that cancels stops waiting; the batch
+/// completes and is recorded all the same.
+pub async fn write_codebase(
+    state: &AppState,
+    ctx: CallContext,
+    args: Value,
+) -> Result<ToolOutput, ApiError> {
+    let body = serde_json::to_vec(&args).map_err(ApiError::internal)?;
+    let begun = synthesis::begin(
+        state,
+        synthesis::BatchCall {
+            request_id: ctx.request_id,
+            caller: ctx.caller.clone(),
+            idempotency_key: None,
+            prefer_async: false,
+            body: &body,
+        },
+    )
+    .await?;
+    let (job_id, answer) = match begun {
+        synthesis::Begun::Replayed(done) => return Ok(batch_output(&done.response)),
+        synthesis::Begun::Accepted { job_id } => {
+            let body = synthesis::accepted_body(job_id);
+            return Ok(ToolOutput {
+                content: format!(
+                    "The batch runs in the background as job {job_id}; its answer will be at {} \
+                     and its files in list_operations with request_id {job_id}.",
+                    body["location"].as_str().unwrap_or_default()
+                ),
+                result: body,
+            });
+        }
+        synthesis::Begun::Running { job_id, answer } => (job_id, answer),
+    };
+
+    let mut events = std::pin::pin!(jobs::follow(state.clone(), job_id, 0));
+    let mut answer = std::pin::pin!(answer);
+    let mut reported = 0_i64;
+    let done = loop {
+        tokio::select! {
+            // Events first: every event stored before the answer is reported before it.
+            biased;
+            Some(event) = events.next(), if ctx.progress.is_some() => {
+                if let Some(progress) = &ctx.progress {
+                    reported = event.seq;
+                    progress.report(event.seq as f64, None, progress_line(&event.name, &event.data)).await;
+                }
+            }
+            done = &mut answer => break done,
+            _ = ctx.cancelled.cancelled() => {
+                return Err(ApiError::new(
+                    axum::http::StatusCode::CONFLICT,
+                    "cancelled",
+                    format!("the caller cancelled; the batch runs on as job {job_id} (see /jobs/{job_id})"),
+                ));
+            }
+        }
+    };
+    let done = done
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
+    // The batch's events are all stored by the time its answer is: report the ones not seen yet.
+    if let Some(progress) = &ctx.progress
+        && let Ok(rest) = state.store.job_events(job_id, reported, u32::MAX).await
+    {
+        for event in rest {
+            progress
+                .report(
+                    event.seq as f64,
+                    None,
+                    progress_line(&event.name, &event.data),
+                )
+                .await;
+        }
+    }
+    Ok(batch_output(&done.response))
+}
+
+/// One line per progress event, for a person watching (and a model reading the log).
+fn progress_line(name: &str, data: &Value) -> String {
+    let Ok(event) = serde_json::from_value::<Event>(data.clone()) else {
+        return name.to_string();
+    };
+    match event {
+        Event::Queued { files } => format!("queued: {}", files.join(", ")),
+        Event::FileStarted { file } => format!("{file}: started"),
+        Event::CandidateStarted { file, model } => format!("{file}: asking {model}"),
+        Event::CandidateFinished {
+            file,
+            model,
+            latency_ms,
+            ok,
+            error_class,
+            parsed,
+        } => {
+            let verdict = match (ok, parsed) {
+                (true, Some(false)) => "answered, does not parse".to_string(),
+                (true, _) => "answered".to_string(),
+                (false, _) => format!("failed ({})", error_class.map_or("unknown", |c| c.as_str())),
+            };
+            format!("{file}: {model} {verdict} in {latency_ms} ms")
+        }
+        Event::ArbiterStarted {
+            file,
+            model,
+            candidates,
+        } => format!("{file}: {model} judges {candidates} candidates"),
+        Event::ArbiterChose {
+            file,
+            candidate,
+            model,
+            reason,
+        } => format!("{file}: chose candidate {candidate} ({model}): {reason}"),
+        Event::FileWritten {
+            file,
+            operation,
+            bytes,
+            ..
+        } => format!("{file}: {operation} ({bytes} bytes)"),
+        Event::FileFailed { file, error } => format!("{file}: failed: {error}"),
+        Event::ValidationStarted { file, candidates } => {
+            format!("{file}: running the checks on {candidates} candidates")
+        }
+        Event::ValidationFinished {
+            file,
+            model,
+            round,
+            passed,
+            ..
+        } => format!(
+            "{file}: {model}{} {} the checks",
+            if round > 0 {
+                format!(" (repair {round})")
+            } else {
+                String::new()
+            },
+            if passed { "passed" } else { "failed" }
+        ),
+        Event::RepairStarted {
+            file,
+            round,
+            models,
+        } => {
+            format!("{file}: repair round {round}: {models} models get their failure back")
+        }
+        Event::Done { status } => format!("done: {status}"),
+    }
+}
+
+/// A batch's answer: a summary per file for the model, the full answer as `result`.
+fn batch_output(answer: &BatchResponse) -> ToolOutput {
+    let mut lines = vec![format!(
+        "status: {} ({} of {} files succeeded); request_id {}",
+        answer.status, answer.succeeded, answer.total_files, answer.request_id,
+    )];
+    for r in &answer.results {
+        let file = &r.filename;
+        if r.success {
+            let checks = match &r.validation {
+                Some(v) if v.passed => {
+                    format!(", passed the checks after {} repair round(s)", v.rounds)
+                }
+                Some(_) => ", did NOT pass the checks".to_string(),
+                None => String::new(),
+            };
+            lines.push(format!(
+                "- {file}: {} ({} bytes, sha256 {}), chosen from {} by {}{checks}; operation_id {}",
+                r.operation.map_or("written", |o| o.as_str()),
+                r.bytes.unwrap_or(0),
+                r.sha256.as_deref().unwrap_or_default(),
+                r.chosen_model.as_deref().unwrap_or("?"),
+                r.selection.map_or("?", |s| s.as_str()),
+                r.operation_id
+                    .map(|id| id.to_string())
+                    .unwrap_or_else(|| "-".into()),
+            ));
+        } else {
+            lines.push(format!(
+                "- {file}: failed: {}",
+                r.error.as_deref().unwrap_or("unknown error")
+            ));
+        }
+    }
+    ToolOutput {
+        content: lines.join("\n"),
+        result: serde_json::to_value(answer).unwrap_or(Value::Null),
+    }
+}
+
+pub async fn list_files(
+    state: &AppState,
+    params: files::ListParams,
+) -> Result<ToolOutput, ApiError> {
+    let listing = files::list_dir(state, params).await?;
+    let mut lines = vec![format!(
+        "{} ({} entries):",
+        if listing.dir.is_empty() {
+            "/"
+        } else {
+            &listing.dir
+        },
+        listing.entries.len()
+    )];
+    for e in &listing.entries {
+        lines.push(if e.is_dir {
+            format!("{}/", e.name)
+        } else {
+            format!("{} ({} bytes)", e.name, e.size)
+        });
+    }
+    Ok(ToolOutput {
+        content: lines.join("\n"),
+        result: serde_json::to_value(&listing).map_err(ApiError::internal)?,
+    })
+}
+
+pub async fn read_file(state: &AppState, args: ReadFileArgs) -> Result<ToolOutput, ApiError> {
+    let read = files::read(state, &args.path, args.max_chars).await?;
+    let (content, extra) = match read.content {
+        files::FileContent::Text {
+            shown,
+            total_chars,
+            truncated,
+        } => (
+            shown,
+            json!({"size_chars": total_chars, "truncated": truncated, "binary": false}),
+        ),
+        files::FileContent::Binary(_) => (
+            format!(
+                "'{}' is not UTF-8 text ({} bytes, sha256 {}); read_file shows text only",
+                read.path, read.size_bytes, read.sha256
+            ),
+            json!({"truncated": false, "binary": true}),
+        ),
+    };
+    let mut result = json!({
+        "path": read.path,
+        "sha256": read.sha256,
+        "size_bytes": read.size_bytes,
+    });
+    if let (Some(r), Some(e)) = (result.as_object_mut(), extra.as_object()) {
+        r.extend(e.clone());
+    }
+    if result["binary"] == false {
+        result["content"] = json!(content);
+    }
+    Ok(ToolOutput { content, result })
+}
+
+pub async fn write_file(
+    state: &AppState,
+    ctx: CallContext,
+    args: WriteFileArgs,
+) -> Result<ToolOutput, ApiError> {
+    let expected_sha256 = args
+        .expected_sha256
+        .as_deref()
+        .map(files::parse_expected_sha256)
+        .transpose()
+        .map_err(as_tool_fields)?;
+    let written = files::write(
+        state.clone(),
+        files::DirectWrite {
+            route: "tool write_file",
+            request_id: ctx.request_id,
+            caller: ctx.caller,
+            path: args.path,
+            params: files::WriteParams {
+                mode: args.mode,
+                on_invalid_utf8: files::InvalidUtf8Policy::Reject,
+                create_dirs: args.create_dirs,
+            },
+            expected_sha256,
+            body: args.content.into_bytes(),
+        },
+    )
+    .await
+    .map_err(as_tool_fields)?;
+    let a = &written.answer;
+    let mut content = format!(
+        "{} '{}': {} bytes, {} characters, sha256 {}; operation_id {}",
+        a.operation, a.path, a.bytes, a.characters, a.sha256, a.operation_id
+    );
+    if let Some(preview) = &a.preview {
+        content.push_str("\nStart of the file now:\n");
+        content.push_str(preview);
+    }
+    Ok(ToolOutput {
+        content,
+        result: serde_json::to_value(a).map_err(ApiError::internal)?,
+    })
+}
+
+/// The HTTP API names its header and body; the tool's arguments have other names.
+fn as_tool_fields(mut e: ApiError) -> ApiError {
+    e.field = e.field.map(|f| match f.as_str() {
+        "If-Match" => "expected_sha256".to_string(),
+        "body" => "content".to_string(),
+        _ => f,
+    });
+    e
+}
+
+pub async fn list_operations(
+    state: &AppState,
+    params: operations::ListParams,
+) -> Result<ToolOutput, ApiError> {
+    let page = operations::list(state, params).await?;
+    let ops = page["operations"].as_array().cloned().unwrap_or_default();
+    let mut lines = vec![format!("{} operations, newest first:", ops.len())];
+    for op in &ops {
+        lines.push(format!(
+            "- {} {} {} {} ({} bytes) by {}; id {}",
+            op["created_at"].as_str().unwrap_or_default(),
+            op["operation"].as_str().unwrap_or_default(),
+            op["filename"].as_str().unwrap_or_default(),
+            op["status"].as_str().unwrap_or_default(),
+            op["bytes"],
+            op["chosen_model"].as_str().unwrap_or("direct write"),
+            op["id"].as_str().unwrap_or_default(),
+        ));
+    }
+    if let Some(cursor) = page["next_cursor"].as_str() {
+        lines.push(format!("more: call again with cursor \"{cursor}\""));
+    }
+    Ok(ToolOutput {
+        content: lines.join("\n"),
+        result: page,
+    })
+}
+
+pub async fn get_operation(
+    state: &AppState,
+    id: operations::OperationId,
+) -> Result<ToolOutput, ApiError> {
+    let op = operations::get(state, id).await?;
+    let mut content = format!(
+        "{} {} {} at {} ({} bytes, sha256 {})",
+        op["operation"].as_str().unwrap_or_default(),
+        op["filename"].as_str().unwrap_or_default(),
+        op["status"].as_str().unwrap_or_default(),
+        op["created_at"].as_str().unwrap_or_default(),
+        op["bytes"],
+        op["sha256"].as_str().unwrap_or_default(),
+    );
+    match op["content"].as_str() {
+        Some(text) => {
+            content.push_str("\nContent written:\n");
+            content.push_str(text);
+        }
+        None if op.get("content_base64").is_some() => {
+            content.push_str("\nThe content is binary (in result.content_base64).")
+        }
+        None => content.push_str("\nNo content was recorded."),
+    }
+    Ok(ToolOutput {
+        content,
+        result: op,
+    })
+}

@@ -1,0 +1,244 @@
+//! The MCP server (rmcp, the official Rust SDK) over the tool registry, on two transports:
+//! streamable HTTP at `/mcp` on writ's own port (inside the router, so behind the same auth
+//! layer and limits as every route), and stdio for `writ mcp`.
+//!
+//! rmcp owns the protocol; this file only lists [`super::TOOLS`], hands calls to
+//! [`super::call`], and turns progress and errors into MCP's shapes. A tool's refusal is a tool
+//! result with `isError: true` carrying the HTTP API's message, so the model reads it.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
+use tower::ServiceExt as _;
+use uuid::Uuid;
+
+use super::{CallContext, Progress, TOOLS};
+use crate::auth::Caller;
+use crate::state::AppState;
+use crate::telemetry::RequestId;
+
+const INSTRUCTIONS: &str = "writ writes files into one workspace directory and records every \
+    write in an audit log. Use write_codebase to create or rewrite files from descriptions (up \
+    to five per call, content written by several models and checked), write_file for small \
+    exact edits, read_file and list_files to look, list_operations and get_operation to see \
+    what was written. Paths are relative to the workspace root.";
+
+/// One MCP connection's handler: cheap, made per session (HTTP) or once (stdio).
+#[derive(Clone)]
+pub struct WritMcp {
+    state: AppState,
+}
+
+impl WritMcp {
+    pub fn new(state: AppState) -> Self {
+        Self { state }
+    }
+}
+
+/// The registry as MCP tools.
+pub fn tools() -> Vec<Tool> {
+    TOOLS
+        .iter()
+        .map(|t| {
+            let schema = match t.input_schema() {
+                serde_json::Value::Object(map) => map,
+                _ => serde_json::Map::new(),
+            };
+            Tool::new(t.name, t.description, Arc::new(schema)).with_annotations(
+                ToolAnnotations::new()
+                    .read_only(t.read_only)
+                    .destructive(!t.read_only)
+                    .open_world(false),
+            )
+        })
+        .collect()
+}
+
+impl ServerHandler for WritMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("writ", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        // Over HTTP the auth and request-id layers ran on this POST: its parts carry both.
+        let parts = context.extensions.get::<axum::http::request::Parts>();
+        let request_id = parts
+            .and_then(|p| p.extensions.get::<RequestId>())
+            .map(|r| r.0)
+            .unwrap_or_else(Uuid::now_v7);
+        let caller = parts
+            .and_then(|p| p.extensions.get::<Caller>())
+            .map(|c| c.0.clone());
+        let mut ctx = CallContext::new(request_id, caller);
+        ctx.cancelled = context.ct.clone();
+        if let Some(token) = context.meta.get_progress_token() {
+            ctx.progress = Some(Arc::new(McpProgress {
+                peer: context.peer.clone(),
+                token,
+            }));
+        }
+        let args = request
+            .arguments
+            .map(serde_json::Value::Object)
+            .unwrap_or(serde_json::Value::Null);
+        let result = match super::call(&self.state, ctx, &request.name, args).await {
+            Ok(out) => {
+                let mut r = CallToolResult::success(vec![ContentBlock::text(out.content)]);
+                r.structured_content = Some(out.result);
+                r
+            }
+            Err(e) => {
+                let mut r = CallToolResult::error(vec![ContentBlock::text(super::error_text(&e))]);
+                r.structured_content = Some(e.body());
+                r
+            }
+        };
+        Ok(result.into())
+    }
+}
+
+/// Progress as `notifications/progress` on the caller's token.
+struct McpProgress {
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+}
+
+#[async_trait::async_trait]
+impl Progress for McpProgress {
+    async fn report(&self, progress: f64, total: Option<f64>, message: String) {
+        let mut param =
+            ProgressNotificationParam::new(self.token.clone(), progress).with_message(message);
+        if let Some(total) = total {
+            param = param.with_total(total);
+        }
+        // A client that went away misses its progress; the call itself goes on.
+        if let Err(e) = self.peer.notify_progress(param).await {
+            tracing::debug!(error = %e, "could not send a progress notification");
+        }
+    }
+}
+
+/// What `/mcp` needs besides the state: the sessions it keeps and how it checks requests.
+#[derive(Clone)]
+pub struct McpHttp {
+    sessions: Arc<LocalSessionManager>,
+    config: StreamableHttpServerConfig,
+}
+
+impl McpHttp {
+    /// rmcp refuses `Host` headers other than loopback names unless told otherwise, against DNS
+    /// rebinding. writ's own rule decides instead: a loopback listener without keys accepts
+    /// loopback hosts only (a web page a local browser opens must not reach it); a listener
+    /// that requires keys, or that the operator exposed on purpose (`--insecure`), accepts any
+    /// host, as every other route does — a rebinding page cannot present a key.
+    pub fn new(listens_on_loopback: bool, keys_configured: bool, max_body_bytes: usize) -> Self {
+        let config = StreamableHttpServerConfig::default()
+            .with_max_request_body_bytes(max_body_bytes)
+            // Progress must reach the client while a batch runs: stream answers as SSE.
+            .with_json_response(false);
+        let config = if listens_on_loopback && !keys_configured {
+            config.with_allowed_hosts(["localhost", "127.0.0.1", "::1", "[::1]"])
+        } else {
+            config.disable_allowed_hosts()
+        };
+        Self {
+            sessions: Arc::new(LocalSessionManager::default()),
+            config,
+        }
+    }
+
+    /// Ends every open MCP stream, so a graceful shutdown is not held up by idle sessions.
+    pub fn shut_down(&self) {
+        self.config.cancellation_token.cancel();
+    }
+}
+
+/// `GET`, `POST` and `DELETE /mcp`: the streamable HTTP transport.
+pub async fn serve_http(State(state): State<AppState>, req: Request) -> Response {
+    let mcp = state.mcp.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(WritMcp::new(state.clone())),
+        mcp.sessions.clone(),
+        mcp.config.clone(),
+    );
+    let resp = match service.oneshot(req).await {
+        Ok(resp) => resp.map(axum::body::Body::new),
+        Err(never) => match never {},
+    };
+    if resp.status().is_client_error() || resp.status().is_server_error() {
+        return as_api_error(resp).await;
+    }
+    resp
+}
+
+/// rmcp refuses a request the transport cannot take (wrong `Accept`, no session id, a foreign
+/// `Host`) with a bare text body; writ answers every error in its one JSON shape.
+async fn as_api_error(resp: Response) -> Response {
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = if text.is_empty() {
+        parts
+            .status
+            .canonical_reason()
+            .unwrap_or("refused")
+            .to_string()
+    } else {
+        text
+    };
+    let mut out =
+        crate::error::ApiError::new(parts.status, "mcp_transport", message).into_response();
+    for (name, value) in &parts.headers {
+        if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
+            out.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+/// `writ mcp`: one MCP session over stdin/stdout until the host closes it.
+pub async fn serve_stdio(state: AppState) -> anyhow::Result<()> {
+    let running = WritMcp::new(state)
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| anyhow::anyhow!("starting the MCP session on stdio: {e}"))?;
+    running
+        .waiting()
+        .await
+        .map_err(|e| anyhow::anyhow!("the MCP session on stdio failed: {e}"))?;
+    Ok(())
+}

@@ -1,0 +1,351 @@
+//! The tools agents call writ through, whatever carries the call: MCP (`/mcp` on writ's port and
+//! `writ mcp` on stdio) and provider function calling (`GET /tools`, `POST /tools/call`).
+//!
+//! - [`TOOLS`]: the registry — name, description for a model, input schema. The schemas are
+//!   generated from the same Rust types the HTTP API parses (or, where the HTTP API spreads its
+//!   input over path, query and headers, from a thin argument type here), so they cannot drift.
+//! - [`call`]: the one dispatcher. Adding a tool is one entry in [`TOOLS`] and one arm in `call`.
+//! - [`dispatch`]: the adapter, the only file that calls into the routes' shared logic and the core.
+//! - [`formats`]: the registry as OpenAI, Anthropic and Gemini declarations.
+//! - [`mcp`]: the MCP server over the registry (rmcp), for both transports.
+
+pub mod dispatch;
+pub mod formats;
+pub mod mcp;
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+use writ_core::files::WriteMode;
+
+use crate::error::ApiError;
+use crate::extract::json_error;
+use crate::state::AppState;
+
+/// One tool: what a model sees of it.
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// Reads only: lets an MCP host run it without asking.
+    pub read_only: bool,
+    schema: fn() -> Value,
+}
+
+impl ToolSpec {
+    /// The JSON Schema of the tool's arguments (draft 2020-12, subschemas inlined).
+    pub fn input_schema(&self) -> Value {
+        (self.schema)()
+    }
+}
+
+/// Every tool writ offers, in the order models see them.
+pub static TOOLS: &[ToolSpec] = &[
+    ToolSpec {
+        name: "write_codebase",
+        description: "Write up to five files of a codebase from descriptions. Several models each \
+            write every file; writ keeps the candidates that parse, lets an arbiter model choose \
+            among them, writes the chosen file atomically and records it in the audit log. You \
+            describe each file (`code_description`, with the imports it may use); you never send \
+            its content, so this is the safe way to create large files. Send related files in \
+            one call: each file's prompt sees the others. Answers with one result per file \
+            (operation, bytes, SHA-256, chosen model, or the error) and the batch's request_id. \
+            Paths are relative to the workspace root; `..` and absolute paths are refused. \
+            Takes seconds to minutes; progress is reported while it runs.",
+        read_only: false,
+        schema: schema_of::<writ_core::synthesis::WriteCodebaseRequest>,
+    },
+    ToolSpec {
+        name: "list_files",
+        description: "List the entries of one directory of the workspace (not recursive): \
+            names, sizes in bytes, and which are directories. `dir` is relative to the \
+            workspace root; omit it for the root.",
+        read_only: true,
+        schema: schema_of::<crate::routes::files::ListParams>,
+    },
+    ToolSpec {
+        name: "read_file",
+        description: "Read a text file of the workspace. The content is cut at `max_chars` \
+            characters (default 10,000) with a marker saying so and how much there is; ask again \
+            with a larger `max_chars` for more. The result also gives the file's SHA-256: pass \
+            it as `expected_sha256` to `write_file` or `write_codebase` so you never overwrite a \
+            change you have not seen.",
+        read_only: true,
+        schema: schema_of::<ReadFileArgs>,
+    },
+    ToolSpec {
+        name: "write_file",
+        description: "Write one file with the exact content you give: `create` (fails if it \
+            exists), `overwrite` (the default) or `append`. Recorded in the audit log and written \
+            atomically. For small files and small edits only: content that travels inside a tool \
+            call can be cut off, so large content belongs in `write_codebase` (describe the file, \
+            models write it) or a write session.",
+        read_only: false,
+        schema: schema_of::<WriteFileArgs>,
+    },
+    ToolSpec {
+        name: "list_operations",
+        description: "List the audit log: every write writ made (newest first), with its file, \
+            operation, size, SHA-256, status and the model that wrote it. Filter by request_id, \
+            filename, status, model or time; page with `cursor` (the previous page's \
+            next_cursor).",
+        read_only: true,
+        schema: schema_of::<crate::routes::operations::ListParams>,
+    },
+    ToolSpec {
+        name: "get_operation",
+        description: "One write from the audit log, with the full content it wrote. `id` is an \
+            operation id from `list_operations` or from a write's answer (`operation_id`).",
+        read_only: true,
+        schema: schema_of::<crate::routes::operations::OperationId>,
+    },
+];
+
+pub fn find(name: &str) -> Option<&'static ToolSpec> {
+    TOOLS.iter().find(|t| t.name == name)
+}
+
+/// `read_file`'s arguments: the path and query of `GET /files/{path}` as one object.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadFileArgs {
+    /// Path relative to the workspace root, e.g. "src/app.py".
+    pub path: String,
+    /// Cut the text after this many characters (default 10,000).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub max_chars: Option<usize>,
+}
+
+/// `write_file`'s arguments: the path, query, `If-Match` header and body of `PUT /files/{path}`
+/// as one object.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteFileArgs {
+    /// Path relative to the workspace root, e.g. "src/app.py".
+    pub path: String,
+    /// The file's full new content (or the text to append).
+    pub content: String,
+    /// `create` fails if the file exists; `overwrite` creates or replaces; `append` adds to the end.
+    #[serde(default)]
+    pub mode: WriteMode,
+    /// Create missing parent directories.
+    #[serde(default)]
+    pub create_dirs: bool,
+    /// Write only if the file's current SHA-256 is this (64 hex digits, from `read_file`).
+    #[serde(default)]
+    pub expected_sha256: Option<String>,
+}
+
+/// Who calls, and how to tell them how it goes.
+pub struct CallContext {
+    /// The id the call is audited under (a batch's job id too).
+    pub request_id: Uuid,
+    /// The API key id, when keys are on.
+    pub caller: Option<String>,
+    /// Where progress goes, when the caller asked for it.
+    pub progress: Option<Arc<dyn Progress>>,
+    /// Cancelled when the caller gives up; work already started completes and is recorded.
+    pub cancelled: CancellationToken,
+}
+
+impl CallContext {
+    pub fn new(request_id: Uuid, caller: Option<String>) -> Self {
+        Self {
+            request_id,
+            caller,
+            progress: None,
+            cancelled: CancellationToken::new(),
+        }
+    }
+}
+
+/// Receives a long call's progress: a number that grows with each report, and a line for people.
+#[async_trait::async_trait]
+pub trait Progress: Send + Sync {
+    async fn report(&self, progress: f64, total: Option<f64>, message: String);
+}
+
+/// A tool's answer.
+#[derive(Debug, Clone)]
+pub struct ToolOutput {
+    /// Text for the model.
+    pub content: String,
+    /// The same, structured, as the HTTP API answers it.
+    pub result: Value,
+}
+
+/// Runs one tool call. Errors are the HTTP API's own (same code, message and field).
+pub async fn call(
+    state: &AppState,
+    ctx: CallContext,
+    name: &str,
+    args: Value,
+) -> Result<ToolOutput, ApiError> {
+    match name {
+        "write_codebase" => dispatch::write_codebase(state, ctx, args).await,
+        "list_files" => dispatch::list_files(state, parse(args)?).await,
+        "read_file" => dispatch::read_file(state, parse(args)?).await,
+        "write_file" => dispatch::write_file(state, ctx, parse(args)?).await,
+        "list_operations" => dispatch::list_operations(state, parse(args)?).await,
+        "get_operation" => dispatch::get_operation(state, parse(args)?).await,
+        _ => Err(unknown_tool(name)),
+    }
+}
+
+pub fn unknown_tool(name: &str) -> ApiError {
+    let known: Vec<&str> = TOOLS.iter().map(|t| t.name).collect();
+    ApiError::not_found(format!(
+        "no tool named '{name}'; the tools are: {}",
+        known.join(", ")
+    ))
+    .with_field("name")
+}
+
+/// Parses arguments exactly as the HTTP API parses a JSON body, so a refusal reads the same
+/// (unknown keys named, wrong types with their path).
+pub fn parse<T: DeserializeOwned>(args: Value) -> Result<T, ApiError> {
+    let args = match args {
+        Value::Null => Value::Object(Default::default()),
+        other => other,
+    };
+    let bytes = serde_json::to_vec(&args).map_err(ApiError::internal)?;
+    let Json(v) = Json::<T>::from_bytes(&bytes).map_err(|e| json_error(&e))?;
+    Ok(v)
+}
+
+/// Tool arguments as a provider hands them over: an object, or a string holding one (OpenAI's
+/// `arguments`). A string that is not JSON — typically a streamed call cut short — is refused
+/// with where it broke off and what was expected.
+pub fn arguments_from(raw: Option<Value>) -> Result<Value, ApiError> {
+    let invalid = |message: String| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_arguments",
+            message,
+        )
+        .with_field("arguments")
+    };
+    match raw {
+        None | Some(Value::Null) => Ok(Value::Object(Default::default())),
+        Some(Value::Object(map)) => Ok(Value::Object(map)),
+        Some(Value::String(text)) => {
+            let parsed: Value = serde_json::from_str(&text).map_err(|e| {
+                // At the end of input serde_json points at the last character read; the
+                // arguments broke off just after it.
+                let offset = if e.is_eof() {
+                    text.len()
+                } else {
+                    byte_offset(&text, e.line(), e.column())
+                };
+                let what = if e.is_eof() {
+                    "the arguments end too early (the tool call looks truncated)"
+                } else {
+                    "the arguments are not valid JSON"
+                };
+                invalid(format!(
+                    "{what}: {e} (byte offset {offset} of {}); nothing was done — send the complete arguments as one JSON object",
+                    text.len()
+                ))
+            })?;
+            match parsed {
+                Value::Object(map) => Ok(Value::Object(map)),
+                other => Err(invalid(format!(
+                    "the arguments must be a JSON object, got {}",
+                    json_kind(&other)
+                ))),
+            }
+        }
+        Some(other) => Err(invalid(format!(
+            "the arguments must be a JSON object (or a string holding one), got {}",
+            json_kind(&other)
+        ))),
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// serde_json reports 1-based line and column (column in bytes); this is the 0-based byte offset.
+fn byte_offset(text: &str, line: usize, column: usize) -> usize {
+    let line_start: usize = text
+        .split_inclusive('\n')
+        .take(line.saturating_sub(1))
+        .map(str::len)
+        .sum();
+    (line_start + column.saturating_sub(1)).min(text.len())
+}
+
+/// The error as a model should read it: what went wrong and which argument.
+pub fn error_text(e: &ApiError) -> String {
+    match &e.field {
+        Some(field) => format!("error ({}, field `{field}`): {}", e.code, e.message),
+        None => format!("error ({}): {}", e.code, e.message),
+    }
+}
+
+/// Draft 2020-12 with every subschema inlined: the declarations then mean the same to every
+/// provider (Gemini takes no `$ref`), and there is no recursion to need `$defs`.
+fn schema_of<T: schemars::JsonSchema>() -> Value {
+    let generator = schemars::generate::SchemaSettings::draft2020_12()
+        .with(|s| s.inline_subschemas = true)
+        .into_generator();
+    let mut schema = generator.into_root_schema_for::<T>().to_value();
+    if let Some(map) = schema.as_object_mut() {
+        // The Rust type's name and the dialect mean nothing to a model.
+        map.remove("$schema");
+        map.remove("title");
+    }
+    schema
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn a_truncated_arguments_string_is_refused_with_where_it_broke_off() {
+        let err = arguments_from(Some(Value::String(
+            r#"{"path": "a.py", "content": "pri"#.into(),
+        )))
+        .unwrap_err();
+        assert_eq!(err.status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(err.field.as_deref(), Some("arguments"));
+        assert!(err.message.contains("truncated"), "{}", err.message);
+        assert!(err.message.contains("line 1 column 32"), "{}", err.message);
+        assert!(
+            err.message.contains("byte offset 32 of 32"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn byte_offsets_count_earlier_lines() {
+        assert_eq!(byte_offset("ab\ncd", 2, 2), 4);
+        assert_eq!(byte_offset("ab", 1, 1), 0);
+    }
+
+    #[test]
+    fn every_tool_schema_is_an_inlined_object() {
+        for tool in TOOLS {
+            let schema = tool.input_schema();
+            assert_eq!(schema["type"], "object", "{}", tool.name);
+            assert!(!schema.to_string().contains("$ref"), "{}", tool.name);
+        }
+    }
+}

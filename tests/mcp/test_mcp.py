@@ -1,0 +1,128 @@
+"""The official MCP Python SDK against writ, over streamable HTTP (`/mcp`) and stdio (`writ mcp`)."""
+
+import uuid
+
+import jsonschema
+import pytest
+from mcp import Client, StdioServerParameters
+
+from conftest import TOOL_NAMES
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def _text(result) -> str:
+    return "".join(block.text for block in result.content if getattr(block, "type", "") == "text")
+
+
+@pytest.fixture(params=["http-auto", "http-legacy", "stdio"])
+def client_factory(request, writ_url, writ_bin, stdio_env, tmp_path):
+    """A way to open a client on one transport; `auto` negotiates the newest protocol the
+    server offers, `legacy` forces the initialize handshake."""
+    kind = request.param
+
+    def make():
+        if kind == "stdio":
+            params = StdioServerParameters(
+                command=writ_bin, args=["mcp", "--repo-dir", str(tmp_path / "ws")], env=stdio_env
+            )
+            return Client(params)
+        return Client(f"{writ_url}/mcp", mode=kind.removeprefix("http-"))
+
+    make.kind = kind
+    return make
+
+
+async def test_the_tools_are_listed_with_schemas_that_accept_the_http_request(client_factory, readme_request):
+    async with client_factory() as client:
+        listed = await client.list_tools()
+        names = [t.name for t in listed.tools]
+        assert names == TOOL_NAMES
+        by_name = {t.name: t for t in listed.tools}
+        schema = by_name["write_codebase"].input_schema
+        jsonschema.Draft202012Validator.check_schema(schema)
+        jsonschema.validate(readme_request, schema, cls=jsonschema.Draft202012Validator)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**readme_request, "content": "x"}, schema, cls=jsonschema.Draft202012Validator)
+        assert "write_codebase" in by_name["write_file"].description
+        assert by_name["read_file"].annotations.read_only_hint is True
+
+
+async def test_each_tool_can_be_called(client_factory):
+    path = f"py-{client_factory.kind}-{uuid.uuid4().hex[:8]}.txt"
+    async with client_factory() as client:
+        written = await client.call_tool("write_file", {"path": path, "content": "hello\n"})
+        assert not written.is_error, _text(written)
+        assert written.structured_content["operation"] == "created"
+
+        read = await client.call_tool("read_file", {"path": path})
+        assert not read.is_error
+        assert _text(read) == "hello\n"
+        assert read.structured_content["sha256"] == written.structured_content["sha256"]
+
+        appended = await client.call_tool(
+            "write_file",
+            {"path": path, "content": "again\n", "mode": "append",
+             "expected_sha256": read.structured_content["sha256"]},
+        )
+        assert not appended.is_error, _text(appended)
+        assert appended.structured_content["operation"] == "updated"
+
+        listing = await client.call_tool("list_files", {})
+        assert path in [e["name"] for e in listing.structured_content["entries"]]
+
+        ops = await client.call_tool("list_operations", {"filename": path})
+        assert not ops.is_error, _text(ops)
+        operations = ops.structured_content["operations"]
+        assert [o["status"] for o in operations] == ["succeeded", "succeeded"]
+
+        one = await client.call_tool("get_operation", {"id": operations[-1]["id"]})
+        assert one.structured_content["content"] == "hello\n"
+        assert "Content written:\nhello\n" in _text(one)
+
+
+async def test_write_codebase_reports_progress_while_it_runs(client_factory):
+    updates = []
+
+    async def on_progress(progress, total, message):
+        updates.append((progress, message))
+
+    name = f"calc_{uuid.uuid4().hex[:8]}.py"
+    async with client_factory() as client:
+        result = await client.call_tool(
+            "write_codebase",
+            {"command": "write_codebase",
+             "files": [{"filename": name, "code_description": "a function add(a, b)"}]},
+            progress_callback=on_progress,
+        )
+    assert not result.is_error, _text(result)
+    assert result.structured_content["status"] == "success"
+    assert _text(result).startswith("status: success (1 of 1 files succeeded)")
+    messages = [m for _, m in updates]
+    assert messages[0] == f"queued: {name}"
+    assert any(m.startswith(f"{name}: created (") for m in messages), messages
+    assert messages[-1] == "done: success"
+    numbers = [p for p, _ in updates]
+    assert numbers == sorted(set(numbers)), "progress only grows"
+
+
+async def test_a_path_outside_the_workspace_is_a_tool_error(client_factory, repo_dir):
+    async with client_factory() as client:
+        result = await client.call_tool("write_file", {"path": "../escape.txt", "content": "no"})
+        assert result.is_error
+        assert _text(result).startswith("error (invalid_path, field `path`)")
+        assert result.structured_content["error"]["field"] == "path"
+
+        truncated_type = await client.call_tool("read_file", {"path": 7})
+        assert truncated_type.is_error
+        assert "invalid type" in _text(truncated_type)
+
+        unknown = await client.call_tool("no_such_tool", {})
+        assert unknown.is_error
+        assert "the tools are: write_codebase" in _text(unknown)
+    assert not (repo_dir.parent / "escape.txt").exists()
