@@ -242,8 +242,13 @@ pub async fn let_postgres_back(admin: &sqlx::PgPool, name: &str) {
 /// reqwest is built without a bundled TLS provider (we pick ring to avoid compiling aws-lc);
 /// install it before the first client is made.
 pub fn http_client() -> Client {
+    http_client_builder().build().expect("an HTTP client")
+}
+
+/// [`http_client`]'s builder, for tests that need another pool or timeout.
+pub fn http_client_builder() -> reqwest::ClientBuilder {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    Client::builder().build().expect("an HTTP client")
+    Client::builder()
 }
 
 fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {

@@ -271,9 +271,14 @@ fn check_parents(
             Ok(meta) if meta.is_dir() => {}
             Ok(_) => return Err(WorkspaceError::NotADirectory { path: prefix }),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                // A dangling symlink is "missing" when followed, yet mkdir cannot create it.
-                if root.symlink_metadata(&prefix).is_ok() {
-                    return Err(WorkspaceError::NotADirectory { path: prefix });
+                // A dangling symlink is "missing" when followed, yet mkdir cannot create it. Asked
+                // a second time, though, a directory that a sibling's writer has just created is
+                // there now: it is the race of two files of one batch making their folder, not a
+                // reason to refuse.
+                match root.symlink_metadata(&prefix) {
+                    Ok(meta) if meta.is_dir() => continue,
+                    Ok(_) => return Err(WorkspaceError::NotADirectory { path: prefix }),
+                    Err(_) => {}
                 }
                 return if create_dirs {
                     Ok(Parents::WillBeCreated)
@@ -327,7 +332,12 @@ fn create_parents(root: &Dir, path: &SandboxPath) -> Result<Vec<String>, Workspa
         prefix.push_str(component);
         match root.create_dir(&prefix) {
             Ok(()) => created.push(prefix.clone()),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            // Another writer may have made it a moment ago: a directory is what we wanted. Judged
+            // by following links, as the walk down to the file will.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match root.metadata(&prefix) {
+                Ok(meta) if meta.is_dir() => {}
+                _ => return Err(WorkspaceError::NotADirectory { path: prefix }),
+            },
             Err(e) => return Err(from_io(&prefix, e)),
         }
     }
