@@ -83,7 +83,12 @@ impl IntoResponse for ApiError {
 
 /// A path refused by the sandbox, blamed on `field`.
 pub fn path_error(err: &PathError, field: &str) -> ApiError {
-    ApiError::bad_request("invalid_path", err.to_string()).with_field(field)
+    let status = match err {
+        // Well-formed, but not a name writ will create.
+        PathError::ForbiddenCharacter { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    ApiError::new(status, "invalid_path", err.to_string()).with_field(field)
 }
 
 pub fn workspace_error(err: WorkspaceError, field: &str) -> ApiError {
