@@ -39,6 +39,12 @@ pub enum WorkspaceError {
     NotADirectory { path: String },
     #[error("'{path}' is not a regular file")]
     SpecialFile { path: String },
+    #[error("'{path}' is protected ({protected}: {reason}); writ never writes there")]
+    Protected {
+        path: String,
+        protected: String,
+        reason: String,
+    },
     #[error("no space left on the device while writing '{path}'")]
     NoSpace { path: String },
     #[error("I/O error on '{path}': {source}")]

@@ -49,6 +49,11 @@ impl AuthSwitch {
         }
     }
 
+    /// Whether auth is known to be on, without asking the store.
+    pub fn known_on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
     async fn is_on(&self, state: &AppState) -> Result<bool, ApiError> {
         if self.on.load(Ordering::Relaxed) {
             return Ok(true);

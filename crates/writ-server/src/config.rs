@@ -67,6 +67,8 @@ pub struct Settings {
     pub config_file: Option<PathBuf>,
     /// API keys and limits (issue 6): who may call, how often, how much at once.
     pub guard: crate::limits::GuardSettings,
+    /// Hosts, protected paths and connection limits (see [`crate::edge`]).
+    pub edge: crate::edge::EdgeSettings,
     /// The embedded model (issue 8): whether it may be the default, where it lives, how it runs.
     pub local: LocalSettings,
     /// Which provider serves the models and why, in words, for `/readyz` and `writ check`.
@@ -227,6 +229,7 @@ impl Settings {
             straggler: straggler_policy(&get)?,
             config_file: file_used,
             guard: crate::limits::GuardSettings::load(&get)?,
+            edge: crate::edge::EdgeSettings::load(&get)?,
             local,
             models_reason,
         })

@@ -108,6 +108,9 @@ pub fn workspace_error(err: WorkspaceError, field: &str) -> ApiError {
         WorkspaceError::NotADirectory { .. } => {
             ApiError::new(StatusCode::CONFLICT, "not_a_directory", msg).with_field(field)
         }
+        WorkspaceError::Protected { .. } => {
+            ApiError::new(StatusCode::FORBIDDEN, "protected_path", msg).with_field(field)
+        }
         WorkspaceError::NoSpace { .. } => {
             let mut e = ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "no_space", msg);
             e.retry_after_secs = Some(60);

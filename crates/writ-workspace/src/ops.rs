@@ -5,6 +5,8 @@
 //! They block, so the async side runs them on tokio's blocking pool.
 
 use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use cap_std::fs::{Dir, Metadata, OpenOptions, OpenOptionsExt, Permissions, PermissionsExt};
@@ -246,6 +248,33 @@ fn looks_like_cap_tempfile_name(name: &str) -> bool {
         })
         && b[14] == b'4'
         && matches!(b[19], b'8' | b'9' | b'a' | b'b')
+}
+
+/// Where `path` lands once its directories are resolved on disk, relative to the root: the deepest
+/// existing directory on the way is opened (through the sandbox) and its real location read back
+/// from `/proc/self/fd`; the components below it, not created yet, are appended as named. `None`
+/// when that cannot be told (no procfs): the lexical check stands alone then.
+pub(crate) fn resolved(root: &Dir, root_path: &Path, path: &SandboxPath) -> Option<String> {
+    let components: Vec<&str> = path.components().collect();
+    let (dirs, name) = components.split_at(components.len().checked_sub(1)?);
+    for depth in (0..=dirs.len()).rev() {
+        let prefix = dirs[..depth].join("/");
+        let opened = if prefix.is_empty() {
+            root.try_clone()
+        } else {
+            root.open_dir(&prefix)
+        };
+        let Ok(dir) = opened else { continue };
+        let real = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_fd().as_raw_fd())).ok()?;
+        let below = real.strip_prefix(root_path).ok()?;
+        let mut out: Vec<String> = below
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        out.extend(dirs[depth..].iter().chain(name).map(|c| (*c).to_owned()));
+        return Some(out.join("/"));
+    }
+    None
 }
 
 enum Parents {

@@ -149,12 +149,16 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
+/// The dashboard page, whose inline script the CSP names by hash.
+pub const DASHBOARD_HTML: &str = include_str!("../../assets/dashboard.html");
+
 /// The dashboard: one self-contained page (no build step, no CDN) that reads the same API with
 /// the key the person types in, so it works with auth on.
 pub async fn dashboard() -> Response {
     (
+        crate::edge::dashboard_headers(),
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        include_str!("../../assets/dashboard.html"),
+        DASHBOARD_HTML,
     )
         .into_response()
 }
