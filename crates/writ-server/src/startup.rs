@@ -318,6 +318,12 @@ pub fn app(state: AppState) -> Router {
             state.clone(),
             crate::auth::require_key,
         ))
+        // Beside auth and before it: a rebinding page or a cross-site form is refused before a
+        // key is even looked for.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::edge::guard_host_and_origin,
+        ))
         .layer(axum::middleware::from_fn(telemetry::request_context))
         .with_state(state)
 }
