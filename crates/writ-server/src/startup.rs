@@ -2,7 +2,7 @@
 //! settles operations a crash left pending, and binds its listener (port 0 in tests);
 //! [`Application::run_until`] serves until the shutdown future resolves, then drains.
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -143,7 +143,7 @@ impl Application {
         let reconciler = tokio::spawn(reconcile_periodically(self.state.clone()));
         let limits = self.state.limits.clone();
         let grace = self.state.settings.guard.shutdown_grace;
-        let app = app(self.state);
+        let app = app(self.state.clone());
         tracing::info!(addr = %self.local_addr, "writ listening");
         // After the signal: no new connections, in-flight requests get `grace` to finish, then
         // writ exits anyway (an unfinished write stays `pending` and is settled at the next start).
@@ -152,9 +152,7 @@ impl Application {
             shutdown.await;
             let _ = stopping_tx.send(Instant::now());
         };
-        let serve = axum::serve(self.listener, app)
-            .with_graceful_shutdown(signal)
-            .into_future();
+        let serve = serve(self.listener, app, self.state.settings.edge.clone(), signal);
         tokio::pin!(serve);
         let mut stopping_at = None;
         let result = tokio::select! {
@@ -183,6 +181,76 @@ impl Application {
         reconciler.abort();
         result.context("serving HTTP")
     }
+}
+
+/// Serves `app` on `listener` until `signal`, then stops accepting and lets open connections
+/// finish their requests (the caller bounds how long).
+///
+/// Not `axum::serve`: it sets no header-read timeout (a client that sends half a request would
+/// hold its connection forever) and no connection cap. Here hyper's HTTP/1 header-read timeout
+/// also closes idle keep-alive connections (hyper re-arms it while waiting for the next request's
+/// head), HTTP/2 connections are pinged and dropped when the pings go unanswered, and at most
+/// `max_connections` are served at once: past that, new ones wait in the kernel's listen backlog.
+async fn serve(
+    listener: TcpListener,
+    app: Router,
+    edge: crate::edge::EdgeSettings,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
+
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(edge.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(edge.header_read_timeout)
+        .keep_alive_timeout(edge.header_read_timeout);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let slots = Arc::new(tokio::sync::Semaphore::new(edge.max_connections));
+    tokio::pin!(signal);
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&slots).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            () = &mut signal => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors or a connection reset before accept: neither ends
+                    // the server; a short pause keeps an EMFILE storm from spinning.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut signal => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }
 
 /// The model client and the synthesizer over it. A client that cannot be built (a TLS set-up
