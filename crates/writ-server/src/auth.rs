@@ -113,6 +113,13 @@ pub async fn require_key(State(state): State<AppState>, mut req: Request, next: 
     }
 }
 
+/// Whether a caller may see the probes' details (paths, error text): anyone while auth is off
+/// (writ then answers loopback host names only), else only the holder of a valid key.
+pub async fn may_see_details(state: &AppState, authorization: Option<&str>) -> bool {
+    // `Ok(None)` is "auth is off"; a missing or wrong key, or a store that cannot tell, is `Err`.
+    authenticate(state, authorization).await.is_ok()
+}
+
 async fn authenticate(
     state: &AppState,
     authorization: Option<&str>,

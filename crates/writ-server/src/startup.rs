@@ -115,6 +115,7 @@ impl Application {
             metrics: telemetry::metrics_handle(),
             auth: Arc::new(crate::auth::AuthSwitch::new(keys_configured)),
             limits: Arc::new(crate::limits::Limits::new(guard)),
+            readiness: Arc::default(),
         };
         Ok(Self {
             listener,

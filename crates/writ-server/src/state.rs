@@ -28,4 +28,6 @@ pub struct AppState {
     pub auth: Arc<crate::auth::AuthSwitch>,
     /// Rate, concurrency and in-flight counters (see [`crate::limits`]).
     pub limits: Arc<crate::limits::Limits>,
+    /// `/readyz`'s last probe, shared by the callers of the next second.
+    pub readiness: Arc<crate::routes::service::ReadyCache>,
 }
