@@ -113,7 +113,7 @@ pub async fn spawn_app(backend: Backend) -> TestApp {
 }
 
 pub async fn spawn_with(settings: Settings, dirs: Vec<TempDir>, backend: Backend) -> TestApp {
-    let database_url = settings.database_url.clone();
+    let database_url = settings.database_url.to_string();
     let app = Application::build(settings)
         .await
         .expect("the server builds");

@@ -21,13 +21,14 @@ pub enum ConfigError {
     File { path: String, message: String },
 }
 
-/// Everything writ reads at start-up. `Debug` never shows the API key (`SecretString` redacts it).
+/// Everything writ reads at start-up. `Debug` never shows the API key (`SecretString` redacts it)
+/// or the database password (`DatabaseUrl` redacts it).
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// The only write target; every path is relative to it.
     pub repo_dir: PathBuf,
-    /// `postgres://…` or `sqlite://…`.
-    pub database_url: String,
+    /// `postgres://…` or `sqlite://…`; its password never shows in `Debug`.
+    pub database_url: crate::redacted::DatabaseUrl,
     pub openrouter_api_key: Option<SecretString>,
     pub openrouter_base_url: String,
     /// Candidate models asked for every file.
@@ -184,7 +185,7 @@ impl Settings {
             repo_dir: PathBuf::from(
                 get("REPO_DIR").unwrap_or_else(|| DEFAULT_REPO_DIR.to_string()),
             ),
-            database_url,
+            database_url: crate::redacted::DatabaseUrl::new(database_url),
             openrouter_api_key: get("OPENROUTER_API_KEY").map(SecretString::from),
             openrouter_base_url: get("OPENROUTER_BASE_URL")
                 .unwrap_or_else(|| DEFAULT_BASE_URL.to_string())
