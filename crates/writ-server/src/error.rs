@@ -133,6 +133,12 @@ pub fn write_error(err: WriteError, field: &str) -> ApiError {
             err.to_string(),
         )
         .with_field("If-Match"),
+        WriteError::TooLarge { .. } => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "file_too_large",
+            format!("{err} (WRIT_MAX_FILE_BYTES)"),
+        )
+        .with_field("body"),
         WriteError::AuditUnavailable(store) => ApiError::audit_unavailable(&store),
     }
 }

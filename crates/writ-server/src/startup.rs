@@ -45,7 +45,9 @@ impl Application {
             .with_context(|| format!("opening REPO_DIR {}", settings.repo_dir.display()))?;
         let protected =
             crate::edge::protected_paths(&settings, writ_core::Workspace::root(&workspace));
-        let workspace = workspace.with_protected(protected);
+        let workspace = workspace
+            .with_protected(protected)
+            .with_max_file_bytes(settings.guard.max_file_bytes);
         let workspace: Arc<dyn writ_core::Workspace> = Arc::new(workspace);
 
         // SQLite serves one process, so everything pending at start-up is from a dead run; on a shared

@@ -56,6 +56,8 @@ pub struct SandboxedWorkspace {
     locks: PathLocks,
     /// Refused for every write and removal, as named and as resolved.
     protected: Arc<ProtectedPaths>,
+    /// The largest file a recorded write may leave (see [`Workspace::max_file_bytes`]).
+    max_file_bytes: Option<usize>,
 }
 
 impl SandboxedWorkspace {
@@ -86,7 +88,14 @@ impl SandboxedWorkspace {
             root: Arc::new(dir),
             locks: PathLocks::default(),
             protected: Arc::new(ProtectedPaths::default()),
+            max_file_bytes: None,
         })
+    }
+
+    /// The workspace, bounding the size of every file a recorded write leaves.
+    pub fn with_max_file_bytes(mut self, limit: usize) -> Self {
+        self.max_file_bytes = Some(limit);
+        self
     }
 
     /// The workspace, refusing writes and removals that `protected` covers.
@@ -178,6 +187,22 @@ impl Workspace for SandboxedWorkspace {
         let owned = path.clone();
         self.run(path.as_str(), move |root| ops::read(root, &owned))
             .await
+    }
+
+    async fn read_head(
+        &self,
+        path: &SandboxPath,
+        max_bytes: usize,
+    ) -> Result<Option<(Vec<u8>, u64)>, WorkspaceError> {
+        let owned = path.clone();
+        self.run(path.as_str(), move |root| {
+            ops::read_head(root, &owned, max_bytes)
+        })
+        .await
+    }
+
+    fn max_file_bytes(&self) -> Option<usize> {
+        self.max_file_bytes
     }
 
     async fn check_target(

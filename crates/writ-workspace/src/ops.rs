@@ -24,6 +24,15 @@ const NEW_FILE_MODE: u32 = 0o644;
 pub(crate) const PROBE_PREFIX: &str = ".writ-probe-";
 
 pub(crate) fn read(root: &Dir, path: &SandboxPath) -> Result<Option<Vec<u8>>, WorkspaceError> {
+    Ok(read_head(root, path, usize::MAX)?.map(|(content, _)| content))
+}
+
+/// At most `max_bytes` of the file, and its full size.
+pub(crate) fn read_head(
+    root: &Dir,
+    path: &SandboxPath,
+    max_bytes: usize,
+) -> Result<Option<(Vec<u8>, u64)>, WorkspaceError> {
     let p = path.as_str();
     // Judge the type before opening: opening a FIFO for reading would block until a writer came.
     let meta = match root.metadata(p) {
@@ -40,7 +49,7 @@ pub(crate) fn read(root: &Dir, path: &SandboxPath) -> Result<Option<Vec<u8>>, Wo
     options
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
-    let mut file = match root.open_with(p, &options) {
+    let file = match root.open_with(p, &options) {
         Ok(file) => file,
         Err(e) if is_absent(&e) => return Ok(None),
         Err(e) => return Err(from_io(p, e)),
@@ -48,9 +57,13 @@ pub(crate) fn read(root: &Dir, path: &SandboxPath) -> Result<Option<Vec<u8>>, Wo
     let meta = file.metadata().map_err(|e| from_io(p, e))?;
     refuse_non_file(path, &meta)?;
 
-    let mut content = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    file.read_to_end(&mut content).map_err(|e| from_io(p, e))?;
-    Ok(Some(content))
+    let size = meta.len();
+    let wanted = usize::try_from(size).unwrap_or(usize::MAX).min(max_bytes);
+    let mut content = Vec::with_capacity(wanted);
+    file.take(u64::try_from(max_bytes).unwrap_or(u64::MAX))
+        .read_to_end(&mut content)
+        .map_err(|e| from_io(p, e))?;
+    Ok(Some((content, size)))
 }
 
 pub(crate) fn list(root: &Dir, dir: &SandboxPath) -> Result<Vec<DirEntry>, WorkspaceError> {

@@ -88,12 +88,23 @@ pub async fn read_file(
         )
         .with_field("max_chars"));
     }
-    let bytes = state
+    // A character is at most four bytes, so this many hold `limit` characters whatever they are;
+    // a file longer than that is read no further than what can be returned.
+    let (bytes, size) = state
         .workspace
-        .read(&path)
+        .read_head(&path, limit.saturating_mul(4))
         .await
         .map_err(|e| workspace_error(e, "path"))?
         .ok_or_else(|| ApiError::not_found(format!("'{path}' does not exist")))?;
+    if (bytes.len() as u64) < size {
+        return Ok(head_only(
+            &path,
+            bytes,
+            size,
+            limit,
+            state.settings.read_max_chars,
+        ));
+    }
     let sha = sha256_hex(&bytes);
     let size = bytes.len();
     let mut headers = HeaderMap::new();
@@ -128,6 +139,38 @@ pub async fn read_file(
         HeaderValue::from_static(if cut { "true" } else { "false" }),
     );
     Ok((StatusCode::OK, headers, body).into_response())
+}
+
+/// The answer for a file of which only the head was read: cut at `limit` characters (or, for
+/// bytes that are not UTF-8, at the head's end). Without the whole file there is no hash to give
+/// as ETag and no character count; a caller who needs them asks for more characters.
+fn head_only(path: &SandboxPath, head: Vec<u8>, size: u64, limit: usize, max: usize) -> Response {
+    let mut headers = HeaderMap::new();
+    headers.insert("x-writ-size-bytes", HeaderValue::from(size));
+    headers.insert("x-writ-truncated", HeaderValue::from_static("true"));
+    // The head may end inside a character: that cut is not an encoding error.
+    let text = match std::str::from_utf8(&head) {
+        Ok(text) => Some(text),
+        Err(e) if e.error_len().is_none() => std::str::from_utf8(&head[..e.valid_up_to()]).ok(),
+        Err(_) => None,
+    };
+    let Some(text) = text else {
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        );
+        return (StatusCode::OK, headers, head).into_response();
+    };
+    let (shown, _) = truncate_chars(text, limit);
+    let body = format!(
+        "{shown}\n[writ: '{path}' truncated at {limit} characters ({size} bytes in all); ask with \
+         ?max_chars= up to {max} for more]\n"
+    );
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    (StatusCode::OK, headers, body).into_response()
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
