@@ -111,7 +111,7 @@ pub fn protected_paths(settings: &crate::Settings, root: &Path) -> writ_workspac
     }
     let mut own = |file: &Path, what: &str| {
         if let Some(relative) = inside(root, file) {
-            protected.add(&relative, &format!("{what}, inside REPO_DIR"));
+            protected.add_path(&relative, &format!("{what}, inside REPO_DIR"));
         }
     };
     if let Some(db) = sqlite_file(&settings.database_url) {
@@ -129,9 +129,15 @@ pub fn protected_paths(settings: &crate::Settings, root: &Path) -> writ_workspac
         own(config, "writ's config file");
     }
     if settings.local.enabled {
+        let model = &settings.local.model_path;
+        // The fetch writes temp files beside the model, so its whole directory is the cache;
+        // unless that directory is REPO_DIR itself, where only the file can be claimed.
+        let cache = model
+            .parent()
+            .filter(|dir| std::fs::canonicalize(dir).is_ok_and(|dir| dir != root));
         own(
-            &settings.local.model_path,
-            "the embedded model (WRIT_LOCAL_MODEL_PATH)",
+            cache.unwrap_or(model),
+            "the embedded model's cache (WRIT_LOCAL_MODEL_PATH)",
         );
     }
     protected

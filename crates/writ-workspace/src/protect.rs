@@ -54,6 +54,23 @@ impl ProtectedPaths {
         });
     }
 
+    /// Protects `path`, taken from the root whether or not it has a `/` (writ's own files).
+    pub fn add_path(&mut self, path: &str, reason: &str) {
+        let parts: Vec<String> = path
+            .split('/')
+            .filter(|c| !c.is_empty() && *c != ".")
+            .map(fold)
+            .collect();
+        if parts.is_empty() {
+            return;
+        }
+        self.entries.push(Protected {
+            rule: Rule::Path(parts),
+            shown: path.trim_matches('/').to_owned(),
+            reason: reason.to_owned(),
+        });
+    }
+
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -147,5 +164,12 @@ mod tests {
         assert!(!refused(&p, "data/writ.db-wal"));
         assert!(!refused(&p, "writ.db"));
         assert!(!refused(&p, "other/data/writ.db"));
+        let mut p = ProtectedPaths::default();
+        p.add_path("writ.db", "writ's own database");
+        assert!(refused(&p, "writ.db"));
+        assert!(
+            !refused(&p, "sub/writ.db"),
+            "anchored at the root, unlike a name"
+        );
     }
 }
