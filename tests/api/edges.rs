@@ -558,7 +558,7 @@ async fn debug_output_of_settings_and_the_model_client_holds_no_password_or_key(
     );
 
     let cfg = writ_models::ClientConfig {
-        api_key: settings.openrouter_api_key.clone(),
+        api_key: settings.models.openrouter_api_key.clone(),
         ..writ_models::ClientConfig::default()
     };
     assert!(!format!("{cfg:?}").contains("topsecretkey"));

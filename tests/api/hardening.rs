@@ -1,4 +1,4 @@
-//! Issue 6 end to end: API keys on every route but the probes, per-key rate and batch limits,
+//! Access and limits end to end: API keys on every route but the probes, per-key rate and batch limits,
 //! batches in flight, generated file size, the batch deadline, and injected faults (provider
 //! errors, the database lost mid-batch, a full disk) that must lose or tear nothing.
 

@@ -135,6 +135,115 @@ async fn broken_image_data_is_a_clear_per_file_error_and_writes_nothing(app: Tes
     assert!(app.repo_dir.join("ok.py").exists());
 }
 
+/// A PNG of noise, which compresses to about its raw size.
+fn noisy_png_data_url(w: u32, h: u32) -> String {
+    let mut state: u32 = 0x9e37_79b9;
+    let img = image::RgbImage::from_fn(w, h, |_, _| {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        let [a, b, c, _] = state.to_le_bytes();
+        image::Rgb([a, b, c])
+    });
+    let mut out = Cursor::new(Vec::new());
+    image::DynamicImage::ImageRgb8(img)
+        .write_to(&mut out, image::ImageFormat::Png)
+        .unwrap();
+    format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(out.into_inner())
+    )
+}
+
+async fn an_image_above_the_file_size_limit_fails_its_file_and_writes_nothing(app: TestApp) {
+    // 64×64 of noise is ~12 KiB as PNG; the limit in this app is 4 KiB.
+    app.fake().script(
+        PAINTER,
+        Script::always(Step::image(noisy_png_data_url(64, 64))),
+    );
+    let body = json!({"command": "write_codebase", "files": [
+        {"filename": "noise.png", "code_description": "static noise"}]});
+    let (status, answer) = app.post_write_codebase(&body).await;
+    assert_eq!(status, 200, "{answer}");
+    let result = &answer["results"][0];
+    assert_eq!(result["success"], false, "{answer}");
+    let error = result["error"].as_str().unwrap();
+    assert!(
+        error.contains("WRIT_MAX_FILE_BYTES") && error.contains("4096"),
+        "{error}"
+    );
+    assert!(app.files_on_disk().is_empty());
+    // The same image under the limit is written: the limit, not the image, refused it.
+    app.fake().script(
+        PAINTER,
+        Script::always(Step::image(noisy_png_data_url(16, 16))),
+    );
+    let (_, answer) = app.post_write_codebase(&body).await;
+    assert_eq!(answer["results"][0]["success"], true, "{answer}");
+}
+
+/// A PNG whose header claims `w`×`h` pixels and holds none.
+fn png_claiming(w: u32, h: u32) -> String {
+    fn crc32(bytes: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in bytes {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 {
+                    (crc >> 1) ^ 0xedb8_8320
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        !crc
+    }
+    fn chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
+        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        let body: Vec<u8> = kind.iter().chain(data).copied().collect();
+        out.extend_from_slice(&body);
+        out.extend_from_slice(&crc32(&body).to_be_bytes());
+    }
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut ihdr = Vec::new();
+    ihdr.extend_from_slice(&w.to_be_bytes());
+    ihdr.extend_from_slice(&h.to_be_bytes());
+    ihdr.extend_from_slice(&[8, 6, 0, 0, 0]);
+    chunk(&mut png, b"IHDR", &ihdr);
+    chunk(
+        &mut png,
+        b"IDAT",
+        &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
+    );
+    chunk(&mut png, b"IEND", &[]);
+    format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(png)
+    )
+}
+
+async fn an_image_claiming_huge_dimensions_is_refused_without_decoding_it(app: TestApp) {
+    app.fake().script(
+        PAINTER,
+        Script::always(Step::image(png_claiming(10_000, 10_000))),
+    );
+    let body = json!({"command": "write_codebase", "files": [
+        {"filename": "bomb.png", "code_description": "a picture"}]});
+    let (status, answer) = app.post_write_codebase(&body).await;
+    assert_eq!(status, 200, "{answer}");
+    let result = &answer["results"][0];
+    assert_eq!(result["success"], false, "{answer}");
+    assert_eq!(
+        result["candidates"][0]["error_class"], "bad_image",
+        "{answer}"
+    );
+    // 10,000² RGBA is 400 MB, within the decoder's default allocation cap: only writ's own
+    // dimension limit refuses it before any pixel buffer is allocated.
+    let error = result["error"].as_str().unwrap();
+    assert!(error.contains("limit"), "{error}");
+    assert!(app.files_on_disk().is_empty());
+}
+
 async fn bad_image_options_are_refused_before_any_model_is_called(app: TestApp) {
     for (opts, field) in [
         (json!({"width": 5, "height": 64}), "files[0].image.width"),
@@ -150,6 +259,23 @@ async fn bad_image_options_are_refused_before_any_model_is_called(app: TestApp) 
 }
 
 mod sqlite {
+    #[tokio::test]
+    async fn an_image_above_the_file_size_limit_fails_its_file_and_writes_nothing() {
+        let app = writ_tests::spawn_app_with_models_and(
+            writ_tests::Backend::Sqlite,
+            &[
+                ("IMAGE_MODEL", super::PAINTER),
+                ("WRIT_MAX_FILE_BYTES", "4096"),
+            ],
+        )
+        .await;
+        super::an_image_above_the_file_size_limit_fails_its_file_and_writes_nothing(app).await;
+    }
+    #[tokio::test]
+    async fn an_image_claiming_huge_dimensions_is_refused_without_decoding_it() {
+        super::an_image_claiming_huge_dimensions_is_refused_without_decoding_it(super::app().await)
+            .await;
+    }
     #[tokio::test]
     async fn a_png_python_and_svg_batch_writes_each_the_right_way() {
         super::a_png_python_and_svg_batch_writes_each_the_right_way(super::app().await).await;

@@ -1,4 +1,4 @@
-//! The embedded model (issue 8) end to end: no key, no CODE_LIST, a real llama.cpp generation
+//! The embedded model end to end: no key, no CODE_LIST, a real llama.cpp generation
 //! through the whole pipeline — candidates, checks, arbiter, write, audit. The model file is
 //! fetched once per machine into the user's cache; later runs only read it.
 
@@ -38,7 +38,13 @@ async fn with_no_key_and_no_code_list_the_embedded_model_writes_a_python_file_th
         ],
     )
     .await;
-    assert!(settings.code_list.iter().all(|m| m.starts_with("local/")));
+    assert!(
+        settings
+            .models
+            .code_list
+            .iter()
+            .all(|m| m.starts_with("local/"))
+    );
     let app = spawn_with(settings, dirs, Backend::Sqlite).await;
 
     let (status, ready) = app.json("/readyz").await;

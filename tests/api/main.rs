@@ -13,4 +13,5 @@ mod openapi;
 mod operations;
 mod service;
 mod speed;
+mod validation;
 mod write_codebase;

@@ -376,7 +376,7 @@ async fn record_one(store: &dyn AuditStore) -> anyhow::Result<Duration> {
         operation: OperationKind::Created,
         status: OperationStatus::Pending,
         chosen_model: Some(MODELS[0].into()),
-        selection: Some("arbiter".into()),
+        selection: Some(writ_core::audit::Selection::Arbiter),
         arbiter_reason: Some("the most direct".into()),
         candidates: Vec::new(),
         previous_sha256: None,

@@ -3,7 +3,7 @@
 
 use crate::extract::extract_code;
 use crate::language::Language;
-use crate::normalise::normalise_reporting_repair;
+use crate::normalise::normalise;
 use crate::syntax::syntax_ok;
 
 /// A candidate that passed the checks: ready to be compared with the others
@@ -15,8 +15,6 @@ pub struct CheckedCandidate {
     /// Whether the code parses (`None`: no parser for the language, or too large).
     /// Candidates that do not parse rank below those that do.
     pub parsed: Option<bool>,
-    /// Whether mojibake was repaired, worth recording against the model.
-    pub repaired_mojibake: bool,
 }
 
 /// Why an answer yields no candidate.
@@ -34,16 +32,12 @@ pub enum Rejection {
 /// it, reject it if empty, and parse it.
 pub fn check_candidate(answer: &str, lang: Language) -> Result<CheckedCandidate, Rejection> {
     let extracted = extract_code(answer, lang).ok_or(Rejection::NoCode)?;
-    let (code, repaired_mojibake) = normalise_reporting_repair(&extracted);
+    let code = normalise(&extracted);
     if code.is_empty() {
         return Err(Rejection::Empty);
     }
     let parsed = syntax_ok(&code, lang);
-    Ok(CheckedCandidate {
-        code,
-        parsed,
-        repaired_mojibake,
-    })
+    Ok(CheckedCandidate { code, parsed })
 }
 
 #[cfg(test)]
@@ -58,7 +52,6 @@ mod tests {
             Ok(CheckedCandidate {
                 code: "x = 1\n".into(),
                 parsed: Some(true),
-                repaired_mojibake: false
             })
         );
     }

@@ -87,6 +87,28 @@ impl Language {
         }
     }
 
+    /// The usual file extension, without the dot (`None` for `Other`).
+    pub fn extension(self) -> Option<&'static str> {
+        Some(match self {
+            Language::Python => "py",
+            Language::Rust => "rs",
+            Language::JavaScript => "js",
+            Language::TypeScript => "ts",
+            Language::Tsx => "tsx",
+            Language::Json => "json",
+            Language::Toml => "toml",
+            Language::Yaml => "yaml",
+            Language::Go => "go",
+            Language::Html => "html",
+            Language::Css => "css",
+            Language::Svg => "svg",
+            Language::Markdown => "md",
+            Language::Shell => "sh",
+            Language::Sql => "sql",
+            Language::Other => return None,
+        })
+    }
+
     /// The language's name as a person writes it, for prompts ("Write this
     /// file in Python").
     pub fn name(self) -> &'static str {

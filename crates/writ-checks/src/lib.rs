@@ -8,12 +8,14 @@
 //! - [`syntax`]: whether code parses, where writ has a parser.
 //! - [`candidate`]: all of the above applied to one answer.
 //! - [`verdict`]: reading the arbiter's choice among distinct candidates.
+//! - [`outline`](mod@outline): a file's definitions, one line each, for context too large to show.
 
 pub mod candidate;
 pub mod extract;
 pub mod language;
 pub mod mojibake;
 pub mod normalise;
+pub mod outline;
 pub mod syntax;
 pub mod verdict;
 
@@ -22,5 +24,6 @@ pub use extract::extract_code;
 pub use language::Language;
 pub use mojibake::repair_mojibake;
 pub use normalise::normalise;
+pub use outline::outline;
 pub use syntax::{MAX_PARSE_BYTES, PARSE_TIME_LIMIT, syntax_ok};
 pub use verdict::{Verdict, parse_verdict};

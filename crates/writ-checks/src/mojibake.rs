@@ -1,6 +1,6 @@
 //! Repair of mojibake: UTF-8 text that was decoded as Windows-1252 or
 //! Latin-1 somewhere on its way (`cafÃ©` for `café`, `â€™` for `’`,
-//! `ðŸ˜€` for `😀`), as Python's ftfy does for the original tool.
+//! `ðŸ˜€` for `😀`), as Python's ftfy does.
 //!
 //! # Approach
 //!

@@ -63,6 +63,43 @@ pub fn syntax_ok(code: &str, lang: Language) -> Option<bool> {
     }
 }
 
+/// The tree-sitter grammar writ has for `lang`, if any.
+pub(crate) fn grammar(lang: Language) -> Option<tree_sitter::Language> {
+    Some(match lang {
+        Language::Python => tree_sitter_python::LANGUAGE.into(),
+        Language::Rust => tree_sitter_rust::LANGUAGE.into(),
+        Language::JavaScript => tree_sitter_javascript::LANGUAGE.into(),
+        Language::TypeScript => tree_sitter_typescript::LANGUAGE_TYPESCRIPT.into(),
+        Language::Tsx => tree_sitter_typescript::LANGUAGE_TSX.into(),
+        Language::Go => tree_sitter_go::LANGUAGE.into(),
+        _ => return None,
+    })
+}
+
+/// Parses `code` within [`PARSE_TIME_LIMIT`]; `None` past it or on an ABI mismatch.
+pub(crate) fn parse_bounded(
+    code: &str,
+    language: tree_sitter::Language,
+) -> Option<tree_sitter::Tree> {
+    let mut parser = tree_sitter::Parser::new();
+    parser.set_language(&language).ok()?;
+    let deadline = Instant::now() + PARSE_TIME_LIMIT;
+    let mut progress = |_: &tree_sitter::ParseState| {
+        if Instant::now() > deadline {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    };
+    let options = tree_sitter::ParseOptions::new().progress_callback(&mut progress);
+    let bytes = code.as_bytes();
+    parser.parse_with_options(
+        &mut |offset, _| bytes.get(offset..).unwrap_or_default(),
+        None,
+        Some(options),
+    )
+}
+
 /// Parse with a fresh parser (cheap next to the parse itself, and a parser
 /// halted by the time limit would otherwise need resetting).
 fn tree_sitter_ok(code: &str, language: tree_sitter::Language) -> Option<bool> {

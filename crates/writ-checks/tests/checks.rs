@@ -367,7 +367,6 @@ fn a_candidate_is_extracted_normalised_and_parsed() {
         Ok(CheckedCandidate {
             code: "print('café')\n".to_owned(),
             parsed: Some(true),
-            repaired_mojibake: true,
         })
     );
 }

@@ -1,7 +1,7 @@
 //! The audit log: what writ records about every request and every file it touches.
 //!
 //! A request record per mutating call (batch or direct write) and an operation record per file,
-//! with the written content kept beside it (the original tool's "code log"). Operations are
+//! with the written content kept beside it (the code log). Operations are
 //! written ahead: `pending` before the file is touched, then `succeeded` or `failed`, so a crash
 //! in between is visible and [`crate::files::reconcile_pending`] can settle it against the disk.
 
@@ -10,13 +10,41 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-/// What produced an operation's content.
+/// What a file is and so what produced its content: a batch's file is `code` (candidate models)
+/// or `image` (the image model); a direct write's content is the caller's (`direct`). The same
+/// type is a batch target's kind, a result's `kind` and an operation's `kind`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FileKind {
     Code,
     Image,
     Direct,
+    /// Not a file: a command run in the sandbox (`POST /run`), recorded like a write.
+    Run,
+}
+
+/// How a file's content was chosen, in answers, events and operation records alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Selection {
+    /// One distinct viable candidate: no arbiter call needed.
+    SingleCandidate,
+    /// The arbiter chose.
+    Arbiter,
+    /// The arbiter failed or answered nonsense: the first viable candidate in model-list order.
+    ArbiterFailedFirstViable,
+    /// Every candidate failed; a fallback model produced it.
+    Fallback,
+    /// An atomic batch put a file back as it was after a later write failed.
+    Rollback,
+    /// The caller's own content (the direct file routes).
+    Direct,
+    /// The only distinct candidate that passed the caller's checks.
+    Validated,
+    /// The arbiter chose among several candidates that passed the caller's checks.
+    ValidatedArbiter,
+    /// No first candidate passed; one sent back with its failure came back passing.
+    Repaired,
 }
 
 /// What happened to the file.
@@ -71,9 +99,10 @@ macro_rules! str_enum {
         }
     };
 }
-str_enum!(FileKind { Code => "code", Image => "image", Direct => "direct" });
+str_enum!(FileKind { Code => "code", Image => "image", Direct => "direct", Run => "run" });
 str_enum!(OperationKind { Created => "created", Updated => "updated", Unchanged => "unchanged", Failed => "failed" });
 str_enum!(OperationStatus { Pending => "pending", Succeeded => "succeeded", Failed => "failed" });
+str_enum!(Selection { SingleCandidate => "single_candidate", Arbiter => "arbiter", ArbiterFailedFirstViable => "arbiter_failed_first_viable", Fallback => "fallback", Rollback => "rollback", Direct => "direct", Validated => "validated", ValidatedArbiter => "validated_arbiter", Repaired => "repaired" });
 str_enum!(RequestStatus { Running => "running", Success => "success", PartialSuccess => "partial_success", Error => "error" });
 
 /// One model's answer for one file, as recorded and as returned to the caller.
@@ -87,9 +116,31 @@ pub struct CandidateRecord {
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
     pub cost: Option<f64>,
-    /// The model layer's error class (`rate_limited`, `unauthorized`, …) when the call failed.
-    pub error_class: Option<String>,
+    /// Why the candidate is not usable: the model layer's class (`rate_limited`, …) or writ's
+    /// own (`no_code`, `bad_image`, `cancelled`).
+    pub error_class: Option<crate::model::ErrorClass>,
     pub error: Option<String>,
+    /// The repair round that produced this candidate (absent for the first answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<u32>,
+    /// How the candidate did against the caller's checks, when the batch asked for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<ValidationRecord>,
+}
+
+/// One candidate's run of the caller's checks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValidationRecord {
+    /// Every command exited 0 within its time.
+    pub passed: bool,
+    /// The command that decided: the first that failed, else the last.
+    pub command: String,
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    /// All commands, in milliseconds.
+    pub duration_ms: u64,
+    /// The end of the deciding command's output (stdout then stderr), bounded.
+    pub output_tail: String,
 }
 
 /// A request as it is first recorded.
@@ -133,8 +184,7 @@ pub struct Operation {
     pub operation: OperationKind,
     pub status: OperationStatus,
     pub chosen_model: Option<String>,
-    /// `single_candidate`, `arbiter`, `arbiter_failed_first_viable`, `fallback`, or `direct`.
-    pub selection: Option<String>,
+    pub selection: Option<Selection>,
     pub arbiter_reason: Option<String>,
     pub candidates: Vec<CandidateRecord>,
     /// Hash of the file before this operation, if it existed.
@@ -166,6 +216,9 @@ pub struct OperationFilter {
     pub status: Option<OperationStatus>,
     /// Matches `chosen_model`.
     pub model: Option<String>,
+    /// Only operations of requests made by this caller (`Some(None)`: requests made without a
+    /// key); `None` does not filter.
+    pub caller: Option<Option<String>>,
     pub since: Option<DateTime<Utc>>,
     pub until: Option<DateTime<Utc>>,
 }
@@ -203,6 +256,9 @@ pub trait AuditStore:
 {
     /// Backend name for reports (`postgres`, `sqlite`).
     fn backend(&self) -> &'static str;
+    /// Whether only one process can use this store at a time (an embedded database): then work
+    /// left unfinished at start-up is known to be abandoned, with no replica to wait for.
+    fn single_process(&self) -> bool;
     /// Cheap round trip, for `/readyz`.
     async fn ping(&self) -> Result<(), StoreError>;
     /// Applies the migrations this build knows (idempotent; safe with several replicas starting).

@@ -42,7 +42,7 @@ pub fn invalid_utf8_sequences(bytes: &[u8], max: usize) -> Vec<InvalidUtf8> {
     found
 }
 
-/// A `cat -n`-style numbered preview of at most `max_lines` lines, as the seeds' Replace tool showed.
+/// A `cat -n`-style numbered preview of at most `max_lines` lines, the way `cat -n` shows a file.
 pub fn numbered_preview(text: &str, max_lines: usize) -> String {
     let mut out = String::new();
     for (i, line) in text.lines().enumerate().take(max_lines) {

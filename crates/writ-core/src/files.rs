@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::audit::{
     AuditStore, CandidateRecord, FileKind, Operation, OperationKind, OperationOutcome,
-    OperationStatus, StoreError,
+    OperationStatus, Selection, StoreError,
 };
 use crate::content::sha256_hex;
 use crate::path::SandboxPath;
@@ -49,7 +49,7 @@ pub struct WriteSpec {
 #[derive(Debug, Clone, Default)]
 pub struct Provenance {
     pub chosen_model: Option<String>,
-    pub selection: Option<String>,
+    pub selection: Option<Selection>,
     pub arbiter_reason: Option<String>,
     pub candidates: Vec<CandidateRecord>,
     /// Recorded as the operation's `detail`.
@@ -63,6 +63,8 @@ pub struct WriteReceipt {
     pub bytes: usize,
     pub sha256: String,
     pub previous_sha256: Option<String>,
+    /// The content the file held before, read under the path lock (`None`: it did not exist).
+    pub previous: Option<Vec<u8>>,
     /// The full content now in the file (after an append, the whole file).
     pub content: Vec<u8>,
 }
@@ -176,7 +178,7 @@ pub async fn recorded_write(
             .insert_operation(&op, Some(&content))
             .await
             .map_err(WriteError::AuditUnavailable)?;
-        return Ok(receipt(&op, content, previous_sha256));
+        return Ok(receipt(&op, content, current));
     }
 
     store
@@ -212,18 +214,97 @@ pub async fn recorded_write(
     if let Err(store_err) = store.complete_operation(op.id, &outcome).await {
         tracing::warn!(operation_id = %op.id, error = %store_err, "write done but its record is still pending; reconciliation will settle it");
     }
-    Ok(receipt(&op, content, previous_sha256))
+    Ok(receipt(&op, content, current))
 }
 
-fn receipt(op: &Operation, content: Vec<u8>, previous_sha256: Option<String>) -> WriteReceipt {
+fn receipt(op: &Operation, content: Vec<u8>, previous: Option<Vec<u8>>) -> WriteReceipt {
     WriteReceipt {
         operation_id: op.id,
         operation: op.operation,
         bytes: content.len(),
         sha256: op.sha256.clone().unwrap_or_default(),
-        previous_sha256,
+        previous_sha256: op.previous_sha256.clone(),
+        previous,
         content,
     }
+}
+
+/// What [`recorded_remove`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoveOutcome {
+    Removed,
+    /// The file no longer holds the expected content (`absent` if it is gone): left as it is.
+    Changed {
+        actual: String,
+    },
+}
+
+/// Removes a file only if it still holds `expected_sha256`, under its path lock, recording the
+/// removal first (with `note` as its message). Used to undo a file an atomic batch created.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a recorded removal needs its record's fields as well as the file's"
+)]
+pub async fn recorded_remove(
+    store: &dyn AuditStore,
+    workspace: &dyn Workspace,
+    request_id: Uuid,
+    kind: FileKind,
+    path: &SandboxPath,
+    expected_sha256: &str,
+    note: &str,
+    provenance: Provenance,
+) -> Result<RemoveOutcome, WriteError> {
+    let started = Instant::now();
+    let _lock = workspace.lock(path).await;
+    let actual = workspace
+        .read(path)
+        .await?
+        .map(|b| sha256_hex(&b))
+        .unwrap_or_else(|| "absent".to_string());
+    if !actual.eq_ignore_ascii_case(expected_sha256) {
+        return Ok(RemoveOutcome::Changed { actual });
+    }
+    let op = Operation {
+        id: Uuid::now_v7(),
+        request_id,
+        created_at: Utc::now(),
+        finished_at: None,
+        filename: path.as_str().to_string(),
+        kind,
+        operation: OperationKind::Failed,
+        status: OperationStatus::Pending,
+        chosen_model: provenance.chosen_model,
+        selection: provenance.selection,
+        arbiter_reason: provenance.arbiter_reason,
+        candidates: provenance.candidates,
+        previous_sha256: Some(actual),
+        sha256: None,
+        bytes: None,
+        error: Some(note.to_string()),
+        duration_ms: None,
+        detail: provenance.detail,
+    };
+    store
+        .insert_operation(&op, None)
+        .await
+        .map_err(WriteError::AuditUnavailable)?;
+    let removed = workspace.remove(path).await;
+    let outcome = OperationOutcome {
+        status: OperationStatus::Failed,
+        operation: OperationKind::Failed,
+        error: Some(match &removed {
+            Ok(()) => note.to_string(),
+            Err(e) => format!("{note}; but the removal failed: {e}"),
+        }),
+        finished_at: Utc::now(),
+        duration_ms: Some(started.elapsed().as_millis() as i64),
+    };
+    if let Err(e) = store.complete_operation(op.id, &outcome).await {
+        tracing::warn!(operation_id = %op.id, error = %e, "could not complete the record of a removal");
+    }
+    removed?;
+    Ok(RemoveOutcome::Removed)
 }
 
 /// Records an operation that failed before anything could be written (e.g. no candidate).

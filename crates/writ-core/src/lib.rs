@@ -6,15 +6,20 @@
 //! - [`workspace`]: the [`Workspace`] trait for the sandboxed `REPO_DIR` (implemented in `writ-workspace`).
 //! - [`model`]: the [`ModelClient`] trait and the typed chat request/response (implemented in `writ-models`).
 //! - [`files`]: recorded writes — every write is in the audit log before it is acknowledged —
-//!   shared by the direct file routes and the synthesis pipeline.
+//!   shared by direct writes and synthesis; reconciliation of writes a crash interrupted.
+//! - [`direct`]: direct writes of the caller's own content, the same for every surface.
+//! - [`execution`]: the [`execution::Runner`] trait for running the caller's checks in a sandbox.
 //! - [`jobs`]: every batch as a job row with its progress events ([`jobs::JobStore`]).
 //! - [`keys`]: API keys (format, constant-time check) and the [`keys::KeyStore`] trait.
 //! - [`content`]: hashing and the text helpers (UTF-8 checks, numbered previews) both use.
+//! - [`synthesis`]: from a `write_codebase` request to files written (see its module docs).
 //!
 //! Nothing here knows HTTP or SQL: the HTTP surface, MCP and the CLI all drive this crate.
 
 pub mod audit;
 pub mod content;
+pub mod direct;
+pub mod execution;
 pub mod files;
 pub mod jobs;
 pub mod keys;

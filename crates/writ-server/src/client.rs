@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
+use writ_core::synthesis::{BatchResponse, Event};
 
 /// Where the server is and how to get in.
 #[derive(Debug, Clone, clap::Args)]
@@ -147,7 +148,7 @@ pub async fn write(remote: &Remote, args: &WriteArgs, out: &mut dyn Write) -> an
     if !resp.status().is_success() {
         return Err(refusal(resp).await);
     }
-    let job_state: Value = resp.json().await?;
+    let mut job_state: Value = resp.json().await?;
     if job_state["status"] == "failed" {
         writeln!(
             out,
@@ -156,11 +157,10 @@ pub async fn write(remote: &Remote, args: &WriteArgs, out: &mut dyn Write) -> an
         )?;
         return Ok(false);
     }
-    let response = &job_state["response"];
-    print_summary(response, out)?;
-    Ok(response["results"]
-        .as_array()
-        .is_some_and(|r| r.iter().all(|f| f["success"] == true)))
+    let response: BatchResponse = serde_json::from_value(job_state["response"].take())
+        .context("reading the batch's answer")?;
+    print_summary(&response, out)?;
+    Ok(response.results.iter().all(|f| f.success))
 }
 
 /// One bar per file, moved along by the job's event stream until `done`.
@@ -204,55 +204,59 @@ async fn follow(
             let Some(data) = block.lines().find_map(|l| l.strip_prefix("data:")) else {
                 continue;
             };
-            let Ok(event) = serde_json::from_str::<Value>(data.trim()) else {
+            // A line this build cannot read (a newer server's event) is skipped, not fatal.
+            let Ok(event) = serde_json::from_str::<Event>(data.trim()) else {
                 continue;
             };
-            let file = event["file"].as_str().unwrap_or("").to_string();
-            let bar = bars.get(&file);
-            match event["type"].as_str().unwrap_or("") {
-                "file_started" => bar
+            match event {
+                Event::FileStarted { file } => bars
+                    .get(&file)
                     .into_iter()
                     .for_each(|b| b.set_message("asking the models")),
-                "candidate_started" => counts.entry(file.clone()).or_default().0 += 1,
-                "candidate_finished" => {
+                Event::CandidateStarted { file, .. } => counts.entry(file).or_default().0 += 1,
+                Event::CandidateFinished {
+                    file,
+                    model,
+                    latency_ms,
+                    ..
+                } => {
                     let c = counts.entry(file.clone()).or_default();
                     c.1 += 1;
-                    if let Some(b) = bar {
+                    if let Some(b) = bars.get(&file) {
                         b.set_message(format!(
-                            "{}/{} candidates in (last: {} {} ms)",
+                            "{}/{} candidates in (last: {} {latency_ms} ms)",
                             c.1,
                             c.0,
-                            event["model"].as_str().unwrap_or("?"),
-                            event["latency_ms"]
+                            terminal_safe(&model)
                         ));
                     }
                 }
-                "arbiter_started" => bar.into_iter().for_each(|b| {
-                    b.set_message(format!(
-                        "arbiter comparing {} candidates",
-                        event["candidates"]
-                    ))
+                Event::ArbiterStarted {
+                    file, candidates, ..
+                } => bars.get(&file).into_iter().for_each(|b| {
+                    b.set_message(format!("arbiter comparing {candidates} candidates"))
                 }),
-                "arbiter_chose" => bar.into_iter().for_each(|b| {
-                    b.set_message(format!(
-                        "arbiter chose {}",
-                        event["model"].as_str().unwrap_or("?")
-                    ))
-                }),
-                "file_written" => bar.into_iter().for_each(|b| {
+                Event::ArbiterChose { file, model, .. } => {
+                    bars.get(&file).into_iter().for_each(|b| {
+                        b.set_message(format!("arbiter chose {}", terminal_safe(&model)))
+                    })
+                }
+                Event::FileWritten {
+                    file,
+                    operation,
+                    bytes,
+                    ..
+                } => bars.get(&file).into_iter().for_each(|b| {
                     b.finish_with_message(format!(
-                        "✓ {} ({} bytes)",
-                        event["operation"].as_str().unwrap_or("written"),
-                        event["bytes"]
+                        "✓ {} ({bytes} bytes)",
+                        terminal_safe(&operation)
                     ))
                 }),
-                "file_failed" => bar.into_iter().for_each(|b| {
-                    b.finish_with_message(format!(
-                        "✗ {}",
-                        event["error"].as_str().unwrap_or("failed")
-                    ))
-                }),
-                "done" => {
+                Event::FileFailed { file, error } => bars
+                    .get(&file)
+                    .into_iter()
+                    .for_each(|b| b.finish_with_message(format!("✗ {}", terminal_safe(&error)))),
+                Event::Done { .. } => {
                     for b in bars.values() {
                         if !b.is_finished() {
                             b.finish();
@@ -260,46 +264,77 @@ async fn follow(
                     }
                     return Ok(());
                 }
-                _ => {}
+                Event::ValidationStarted { file, candidates } => {
+                    bars.get(&file).into_iter().for_each(|b| {
+                        b.set_message(format!("running the checks on {candidates} candidates"))
+                    })
+                }
+                Event::ValidationFinished {
+                    file,
+                    model,
+                    passed,
+                    ..
+                } => bars.get(&file).into_iter().for_each(|b| {
+                    b.set_message(format!(
+                        "checks {} for {}",
+                        if passed { "passed" } else { "failed" },
+                        terminal_safe(&model)
+                    ))
+                }),
+                Event::RepairStarted { file, round, .. } => bars
+                    .get(&file)
+                    .into_iter()
+                    .for_each(|b| b.set_message(format!("repair round {round}"))),
+                Event::Queued { .. } => {}
             }
         }
     }
     Ok(())
 }
 
-fn print_summary(response: &Value, out: &mut dyn Write) -> std::io::Result<()> {
+/// Text from the server as it may be shown on a terminal: control characters (escape
+/// sequences that could rewrite the screen) are shown escaped.
+fn terminal_safe(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
+fn print_summary(response: &BatchResponse, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         out,
         "{:<32} {:<8} {:<10} {:<28} {:<28} {:>8}",
         "FILE", "RESULT", "OPERATION", "MODEL", "SELECTION", "BYTES"
     )?;
-    for r in response["results"].as_array().into_iter().flatten() {
-        let s = |k: &str| r[k].as_str().unwrap_or("-").to_string();
+    for r in &response.results {
         writeln!(
             out,
             "{:<32} {:<8} {:<10} {:<28} {:<28} {:>8}",
-            s("filename"),
-            if r["success"] == true { "ok" } else { "FAILED" },
-            s("operation"),
-            s("chosen_model"),
-            s("selection"),
-            r["bytes"]
-                .as_u64()
-                .map(|b| b.to_string())
-                .unwrap_or_else(|| "-".into())
+            terminal_safe(&r.filename),
+            if r.success { "ok" } else { "FAILED" },
+            r.operation.map_or("-", |o| o.as_str()),
+            terminal_safe(r.chosen_model.as_deref().unwrap_or("-")),
+            r.selection.map_or("-", |s| s.as_str()),
+            r.bytes.map_or_else(|| "-".to_string(), |b| b.to_string())
         )?;
-        if let Some(e) = r["error"].as_str() {
-            writeln!(out, "    error: {e}")?;
+        if let Some(e) = &r.error {
+            writeln!(out, "    error: {}", terminal_safe(e))?;
         }
     }
     writeln!(
         out,
         "{}: {} of {} files written in {} ms (request {})",
-        response["status"].as_str().unwrap_or("?"),
-        response["succeeded"],
-        response["total_files"],
-        response["duration_ms"],
-        response["request_id"].as_str().unwrap_or("?")
+        response.status.as_str(),
+        response.succeeded,
+        response.total_files,
+        response.duration_ms,
+        response.request_id
     )
 }
 
@@ -337,7 +372,7 @@ pub async fn ops(remote: &Remote, args: &OpsArgs, out: &mut dyn Write) -> anyhow
         "CREATED", "STATUS", "OPERATION", "FILE", "MODEL", "SELECTION", "BYTES"
     )?;
     for op in page["operations"].as_array().into_iter().flatten() {
-        let s = |k: &str| op[k].as_str().unwrap_or("-").to_string();
+        let s = |k: &str| terminal_safe(op[k].as_str().unwrap_or("-"));
         let created: String = s("created_at").chars().take(26).collect();
         writeln!(
             out,
@@ -354,7 +389,7 @@ pub async fn ops(remote: &Remote, args: &OpsArgs, out: &mut dyn Write) -> anyhow
                 .unwrap_or_else(|| "-".into())
         )?;
         if let Some(e) = op["error"].as_str() {
-            writeln!(out, "    error: {e}")?;
+            writeln!(out, "    error: {}", terminal_safe(e))?;
         }
     }
     if let Some(next) = page["next_cursor"].as_str() {
@@ -366,6 +401,16 @@ pub async fn ops(remote: &Remote, args: &OpsArgs, out: &mut dyn Write) -> anyhow
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escape_sequences_from_the_server_are_shown_not_obeyed() {
+        let shown = terminal_safe("a\u{1b}[2J\nb.py");
+        assert!(
+            !shown.contains('\u{1b}') && !shown.contains('\n'),
+            "{shown}"
+        );
+        assert!(shown.contains("\\u{1b}[2J\\nb.py"), "{shown}");
+    }
 
     #[test]
     fn file_arguments_split_at_the_first_equals_sign() {

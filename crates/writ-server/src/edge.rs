@@ -128,8 +128,8 @@ pub fn protected_paths(settings: &crate::Settings, root: &Path) -> writ_workspac
     if let Some(config) = &settings.config_file {
         own(config, "writ's config file");
     }
-    if settings.local.enabled {
-        let model = &settings.local.model_path;
+    if settings.models.local.enabled {
+        let model = &settings.models.local.model_path;
         // The fetch writes temp files beside the model, so its whole directory is the cache;
         // unless that directory is REPO_DIR itself, where only the file can be claimed.
         let cache = model

@@ -1,7 +1,7 @@
 //! Extractors whose rejections are API errors naming the offending field.
 
+use axum::extract::FromRequestParts;
 use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
-use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
@@ -36,20 +36,6 @@ fn query_error(rejection: &QueryRejection) -> ApiError {
         err = err.with_field(field);
     }
     err
-}
-
-/// `Json<T>` whose errors name the unknown or invalid field and the limit.
-pub struct ApiJson<T>(pub T);
-
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(ApiJson(v)),
-            Err(rejection) => Err(json_error(&rejection)),
-        }
-    }
 }
 
 pub fn json_error(rejection: &JsonRejection) -> ApiError {

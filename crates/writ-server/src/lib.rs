@@ -5,7 +5,6 @@
 //! - [`routes`]: the route table and one module per resource; handlers translate HTTP to the core.
 //! - [`error`]: the API error type and its JSON body; [`extract`]: extractors that name bad fields.
 //! - [`auth`]: the bearer-key layer over every route; [`limits`]: rate, concurrency and size limits.
-//! - [`redacted`]: settings values that hold secrets and never print them.
 //! - [`edge`]: host and cross-site guard, dashboard headers, protected paths, connection limits.
 //! - [`telemetry`]: logging, request ids, metrics. [`check`]: `writ check`; [`keys_cli`]: `writ keys`.
 
@@ -18,7 +17,6 @@ pub mod error;
 pub mod extract;
 pub mod keys_cli;
 pub mod limits;
-pub mod redacted;
 pub mod routes;
 pub mod startup;
 pub mod state;

@@ -1,6 +1,6 @@
-//! What writ refuses so it cannot be overloaded: the settings of issue 6 (API keys, per-key rate
-//! and concurrency, batches in flight, generated file size, batch deadline, shutdown grace) and
-//! the in-process counters that enforce them.
+//! What writ refuses so it cannot be overloaded: the in-process counters that enforce the access
+//! and limit settings ([`crate::config::GuardSettings`]: per-key rate and concurrency, batches in
+//! flight).
 //!
 //! Every limit answers at once with a 429 or 503 and `Retry-After`; nothing queues unboundedly.
 //! The counters live in this process: with several replicas each enforces its own share.
@@ -16,99 +16,11 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::config::ConfigError;
+use crate::config::GuardSettings;
 use crate::error::ApiError;
 
 /// How long a caller refused for concurrency is told to wait: batches take seconds.
 const BUSY_RETRY_SECS: u64 = 5;
-
-/// Issue 6's knobs, read with the rest of [`crate::Settings`].
-#[derive(Debug, Clone)]
-pub struct GuardSettings {
-    /// `WRIT_API_KEYS`: `id:sha256hex` entries (see `writ keys hash`); the hashes, never keys.
-    pub api_keys: Vec<(String, String)>,
-    /// `writ serve --insecure`: serve on a non-loopback address without keys.
-    pub insecure: bool,
-    /// `WRIT_RATE_LIMIT_PER_MIN`: requests per minute per key (0: no limit).
-    pub rate_per_min: u32,
-    /// `WRIT_RATE_LIMIT_BURST`: requests a key may make at once before the rate applies.
-    pub rate_burst: u32,
-    /// `WRIT_MAX_BATCHES_PER_KEY`: batches one key may have running.
-    pub max_batches_per_key: usize,
-    /// `WRIT_MAX_BATCHES_IN_FLIGHT`: batches the whole process runs at once.
-    pub max_batches_in_flight: usize,
-    /// `WRIT_MAX_FILE_BYTES`: the largest generated file writ will write.
-    pub max_file_bytes: usize,
-    /// `WRIT_BATCH_DEADLINE_SECS`: a batch stops waiting on models after this.
-    pub batch_deadline: Duration,
-    /// `WRIT_SHUTDOWN_GRACE_SECS`: how long in-flight batches may run after SIGTERM.
-    pub shutdown_grace: Duration,
-}
-
-impl GuardSettings {
-    pub fn load(get: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let num = |name: &'static str, default: u64| -> Result<u64, ConfigError> {
-            match get(name) {
-                None => Ok(default),
-                Some(v) => v.trim().parse().map_err(|_| ConfigError::Invalid {
-                    name,
-                    message: format!("'{v}' is not a whole number"),
-                }),
-            }
-        };
-        let at_least_one = |name: &'static str, default: u64| -> Result<u64, ConfigError> {
-            let v = num(name, default)?;
-            if v == 0 {
-                return Err(ConfigError::Invalid {
-                    name,
-                    message: "must be at least 1".into(),
-                });
-            }
-            Ok(v)
-        };
-        Ok(Self {
-            api_keys: parse_api_keys(get("WRIT_API_KEYS").as_deref().unwrap_or(""))?,
-            insecure: false,
-            rate_per_min: num("WRIT_RATE_LIMIT_PER_MIN", 600)? as u32,
-            rate_burst: at_least_one("WRIT_RATE_LIMIT_BURST", 60)? as u32,
-            max_batches_per_key: at_least_one("WRIT_MAX_BATCHES_PER_KEY", 4)? as usize,
-            max_batches_in_flight: at_least_one("WRIT_MAX_BATCHES_IN_FLIGHT", 32)? as usize,
-            max_file_bytes: at_least_one("WRIT_MAX_FILE_BYTES", 1024 * 1024)? as usize,
-            batch_deadline: Duration::from_secs(at_least_one("WRIT_BATCH_DEADLINE_SECS", 600)?),
-            shutdown_grace: Duration::from_secs(num("WRIT_SHUTDOWN_GRACE_SECS", 30)?),
-        })
-    }
-}
-
-/// `id:sha256hex,id:sha256hex`. A malformed entry is refused naming the variable and the entry's
-/// position, never its text (it might be a key pasted by mistake).
-pub fn parse_api_keys(raw: &str) -> Result<Vec<(String, String)>, ConfigError> {
-    let mut keys = Vec::new();
-    for (i, entry) in raw
-        .split(',')
-        .map(str::trim)
-        .filter(|e| !e.is_empty())
-        .enumerate()
-    {
-        let ok = entry.split_once(':').filter(|(id, hash)| {
-            !id.is_empty()
-                && id.bytes().all(|b| b.is_ascii_hexdigit())
-                && hash.len() == 64
-                && hash.bytes().all(|b| b.is_ascii_hexdigit())
-        });
-        let Some((id, hash)) = ok else {
-            return Err(ConfigError::Invalid {
-                name: "WRIT_API_KEYS",
-                message: format!(
-                    "entry {} is not `id:sha256hex` (make one with `writ keys hash`, which reads a key on stdin)",
-                    i + 1
-                ),
-            });
-        };
-        keys.push((id.to_ascii_lowercase(), hash.to_ascii_lowercase()));
-    }
-    Ok(keys)
-}
 
 struct Bucket {
     tokens: f64,
@@ -298,15 +210,5 @@ mod tests {
         drop(b);
         assert_eq!(limits.batches_in_flight(), 0);
         limits.admit_batch(Some("a")).unwrap();
-    }
-
-    #[test]
-    fn a_malformed_api_keys_entry_names_the_variable_but_not_the_entry() {
-        let e = parse_api_keys("abc:00, writ_deadbeef_secret").unwrap_err();
-        assert!(e.to_string().starts_with("WRIT_API_KEYS:"), "{e}");
-        assert!(!e.to_string().contains("secret"));
-        let hash = "a".repeat(64);
-        let ok = parse_api_keys(&format!(" 0A1b:{hash} ,")).unwrap();
-        assert_eq!(ok, vec![("0a1b".to_string(), hash)]);
     }
 }

@@ -60,8 +60,8 @@ enum Command {
 /// is logged and left to `/readyz`; the direct file routes work without a model.
 async fn fetch_local_model(settings: &Settings) {
     #[cfg(feature = "local-model")]
-    if settings.local.enabled && settings.uses_local_model() {
-        let path = settings.local.model_path.clone();
+    if settings.models.local.enabled && settings.models.uses_local_model() {
+        let path = settings.models.local.model_path.clone();
         match tokio::task::spawn_blocking(move || writ_local::fetch::ensure_model(&path)).await {
             Ok(Ok(path)) => tracing::info!(path = %path.display(), "embedded model ready"),
             Ok(Err(e)) => tracing::error!(error = %e, "the embedded model is not available"),

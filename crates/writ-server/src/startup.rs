@@ -52,7 +52,7 @@ impl Application {
 
         // SQLite serves one process, so everything pending at start-up is from a dead run; on a shared
         // PostgreSQL another replica may be mid-write, so only settle what is old enough.
-        let min_age = if store.backend() == "sqlite" {
+        let min_age = if store.single_process() {
             std::time::Duration::ZERO
         } else {
             settings.reconcile_after
@@ -71,7 +71,7 @@ impl Application {
         // Jobs whose process died are failed with a reason, never left "running" forever. Same
         // rule as above: on SQLite every unfinished job is from a dead run.
         let hub = EventHub::default();
-        let stale_after = if store.backend() == "sqlite" {
+        let stale_after = if store.single_process() {
             Duration::ZERO
         } else {
             STALE_JOB_AFTER
@@ -86,13 +86,17 @@ impl Application {
             );
         }
 
-        let (models, synthesizer) = build_models(&settings, &store, &workspace);
-        let runner = synthesizer.clone().map(|synthesizer| {
-            Arc::new(JobRunner {
-                synthesizer,
-                hub: hub.clone(),
-            })
-        });
+        let commands = build_command_runner(&settings, workspace.root()).await;
+        let (models, synthesizer) = build_models(
+            &settings,
+            &store,
+            &workspace,
+            commands
+                .clone()
+                .map(|c| c as Arc<dyn writ_core::execution::Runner>),
+        );
+        let runner =
+            synthesizer.map(|synthesizer| Arc::new(JobRunner::new(synthesizer, hub.clone())));
 
         let keys_configured = !settings.guard.api_keys.is_empty()
             || store
@@ -111,8 +115,8 @@ impl Application {
             store,
             workspace,
             models,
-            synthesizer,
             runner,
+            commands,
             hub,
             metrics: telemetry::metrics_handle(),
             auth: Arc::new(crate::auth::AuthSwitch::new(keys_configured)),
@@ -256,28 +260,65 @@ async fn serve(
     Ok(())
 }
 
+/// The command runner when commands are configured: the sandbox is probed once here, and when
+/// it cannot start the runner says why to every request that needs it (never running anything
+/// unsandboxed).
+async fn build_command_runner(
+    settings: &Settings,
+    repo_dir: &std::path::Path,
+) -> Option<Arc<writ_sandbox::SandboxRunner>> {
+    let commands = settings.run.commands.clone()?;
+    let run = &settings.run;
+    let config = writ_sandbox::SandboxConfig {
+        max_concurrent: run.concurrency,
+        limits: writ_sandbox::Limits {
+            wall: run.max_timeout,
+            cpu_secs: run.max_timeout.as_secs().max(1),
+            memory_bytes: run.memory_mb << 20,
+            max_processes: run.max_processes,
+            max_output_bytes: run.max_output_bytes,
+            ..writ_sandbox::Limits::default()
+        },
+        ..writ_sandbox::SandboxConfig::default()
+    };
+    let sandbox = writ_sandbox::Sandbox::probe(config).await;
+    if let Err(e) = &sandbox {
+        tracing::error!(reason = %e.reason, "the command sandbox cannot start: POST /run and options.validation are refused");
+    }
+    Some(Arc::new(writ_sandbox::SandboxRunner::new(
+        sandbox,
+        commands,
+        repo_dir.to_path_buf(),
+        writ_core::execution::RunLimits {
+            max_timeout: run.max_timeout,
+            max_repair_rounds: run.max_repair_rounds,
+        },
+    )))
+}
+
 /// The model client and the synthesizer over it. A client that cannot be built (a TLS set-up
 /// failure) leaves writ serving the direct routes, with the reason in the log and in `/readyz`.
 fn build_models(
     settings: &Settings,
     store: &Arc<dyn writ_core::AuditStore>,
     workspace: &Arc<dyn writ_core::Workspace>,
+    commands: Option<Arc<dyn writ_core::execution::Runner>>,
 ) -> (
     Option<Arc<dyn writ_core::ModelClient>>,
     Option<Arc<Synthesizer>>,
 ) {
     let retry = writ_models::RetryPolicy {
-        max_attempts: settings.model_max_attempts,
-        initial_backoff: settings.model_backoff,
-        max_backoff: settings.model_backoff.saturating_mul(16),
-        total_deadline: settings.model_deadline,
+        max_attempts: settings.models.max_attempts,
+        initial_backoff: settings.models.backoff,
+        max_backoff: settings.models.backoff.saturating_mul(16),
+        total_deadline: settings.models.deadline,
     };
     let config = writ_models::ClientConfig {
-        base_url: settings.openrouter_base_url.clone(),
-        api_key: settings.openrouter_api_key.clone(),
+        base_url: settings.models.openrouter_base_url.clone(),
+        api_key: settings.models.openrouter_api_key.clone(),
         retry,
-        max_concurrent_per_model: settings.model_max_concurrent_per_model,
-        max_concurrent_total: settings.model_max_concurrent,
+        max_concurrent_per_model: settings.models.max_concurrent_per_model,
+        max_concurrent_total: settings.models.max_concurrent,
         ..writ_models::ClientConfig::default()
     };
     let client: Arc<dyn writ_core::ModelClient> = match writ_models::OpenRouterClient::new(config) {
@@ -289,39 +330,36 @@ fn build_models(
     };
     let client = with_local_model(settings, client);
     let synthesis = SynthesisConfig {
-        candidates: settings.code_list.clone(),
-        arbiter: settings.code_model.clone(),
-        fallback: settings.code_gen_model.clone(),
-        image_model: settings.image_model.clone(),
-        max_tokens: settings.max_tokens,
-        fallback_backoff: settings.fallback_backoff,
-        straggler: settings.straggler,
+        candidates: settings.models.code_list.clone(),
+        arbiter: settings.models.code_model.clone(),
+        fallback: settings.models.code_gen_model.clone(),
+        image_model: settings.models.image_model.clone(),
+        max_tokens: settings.models.max_tokens,
+        fallback_backoff: settings.models.fallback_backoff,
+        straggler: settings.models.straggler,
         max_file_bytes: settings.guard.max_file_bytes,
         batch_deadline: settings.guard.batch_deadline,
         ..SynthesisConfig::default()
     };
-    let synthesizer = Synthesizer {
-        models: client.clone(),
-        store: store.clone(),
-        workspace: workspace.clone(),
-        config: synthesis,
-    };
+    let synthesizer = Synthesizer::new(client.clone(), store.clone(), workspace.clone(), synthesis)
+        .with_runner(commands);
     (Some(client), Some(Arc::new(synthesizer)))
 }
 
-/// One client for the pipeline: `local/…` ids go to the embedded model (issue 8), the rest to
+/// One client for the pipeline: `local/…` ids go to the embedded model, the rest to
 /// `remote`. The embedded model's workers start idle; the model is read on its first call.
 fn with_local_model(
     settings: &Settings,
     remote: Arc<dyn writ_core::ModelClient>,
 ) -> Arc<dyn writ_core::ModelClient> {
-    let local = if settings.local.enabled {
+    let local = if settings.models.local.enabled {
         start_local_model(settings)
     } else {
         None
     };
     let remote_in_use = settings
-        .configured_models()
+        .models
+        .configured()
         .iter()
         .any(|m| !writ_local::is_local(m));
     Arc::new(writ_local::RoutingClient {
@@ -333,14 +371,18 @@ fn with_local_model(
 
 #[cfg(feature = "local-model")]
 fn start_local_model(settings: &Settings) -> Option<Arc<dyn writ_core::ModelClient>> {
-    let mut config = writ_local::LocalConfig::new(settings.local.model_path.clone());
-    config.workers = settings.local.workers;
-    if settings.local.threads > 0 {
-        config.threads = settings.local.threads;
+    let mut config = writ_local::LocalConfig::new(settings.models.local.model_path.clone());
+    config.workers = settings.models.local.workers;
+    if settings.models.local.threads > 0 {
+        config.threads = settings.models.local.threads;
     }
-    config.context_tokens = settings.local.context_tokens;
-    config.max_tokens = settings.local.max_tokens.min(settings.max_tokens.max(1));
-    config.deadline = settings.model_deadline;
+    config.context_tokens = settings.models.local.context_tokens;
+    config.max_tokens = settings
+        .models
+        .local
+        .max_tokens
+        .min(settings.models.max_tokens.max(1));
+    config.deadline = settings.models.deadline;
     match writ_local::LocalClient::start(config) {
         Ok(c) => Some(Arc::new(c)),
         Err(e) => {

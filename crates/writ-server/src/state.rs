@@ -16,10 +16,12 @@ pub struct AppState {
     pub workspace: Arc<dyn Workspace>,
     /// Present when models are configured; `/readyz` asks it whether the provider is usable.
     pub models: Option<Arc<dyn ModelClient>>,
-    /// Runs `write_codebase` batches; `None` when no model client could be built.
-    pub synthesizer: Option<Arc<writ_core::synthesis::Synthesizer>>,
-    /// Runs every batch as a job (persisted, with progress events); `None` without a synthesizer.
+    /// Runs every batch as a job (persisted, with progress events); `None` when no model client
+    /// could be built.
     pub runner: Option<Arc<writ_core::synthesis::runner::JobRunner>>,
+    /// Runs configured commands in the sandbox (`POST /run`, `options.validation`); `None` when
+    /// no commands are configured.
+    pub commands: Option<Arc<writ_sandbox::SandboxRunner>>,
     /// Wakes event-stream subscribers in this process when a job has new events.
     pub hub: writ_core::synthesis::runner::EventHub,
     /// Renders `/metrics`.

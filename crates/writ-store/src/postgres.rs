@@ -131,6 +131,12 @@ fn listing_query(
     if let Some(model) = &filter.model {
         query.push(" AND chosen_model = ").push_bind(model.clone());
     }
+    if let Some(caller) = &filter.caller {
+        query
+            .push(" AND request_id IN (SELECT id FROM requests WHERE caller IS NOT DISTINCT FROM ")
+            .push_bind(caller.clone())
+            .push(")");
+    }
     if let Some(since) = filter.since {
         query.push(" AND created_at >= ").push_bind(since);
     }
@@ -164,7 +170,9 @@ fn operation_from_row(row: &PgRow) -> Result<(i64, Operation), StoreError> {
         operation: parse_column("operation", column(row, "operation")?)?,
         status: parse_column("status", column(row, "status")?)?,
         chosen_model: column(row, "chosen_model")?,
-        selection: column(row, "selection")?,
+        selection: column::<Option<String>>(row, "selection")?
+            .map(|s| parse_column("selection", &s))
+            .transpose()?,
         arbiter_reason: column(row, "arbiter_reason")?,
         candidates: candidates.0,
         previous_sha256: column(row, "previous_sha256")?,
@@ -197,6 +205,10 @@ fn request_from_row(row: &PgRow) -> Result<RequestRecord, StoreError> {
 impl AuditStore for PgStore {
     fn backend(&self) -> &'static str {
         "postgres"
+    }
+
+    fn single_process(&self) -> bool {
+        false
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -329,7 +341,7 @@ impl AuditStore for PgStore {
         .bind(op.operation.as_str())
         .bind(op.status.as_str())
         .bind(&op.chosen_model)
-        .bind(&op.selection)
+        .bind(op.selection.map(|s| s.as_str()))
         .bind(&op.arbiter_reason)
         .bind(Json(&op.candidates))
         .bind(&op.previous_sha256)

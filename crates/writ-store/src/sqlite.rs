@@ -179,6 +179,12 @@ fn listing_query(
     if let Some(model) = &filter.model {
         query.push(" AND chosen_model = ").push_bind(model.clone());
     }
+    if let Some(caller) = &filter.caller {
+        query
+            .push(" AND request_id IN (SELECT id FROM requests WHERE caller IS ")
+            .push_bind(caller.clone())
+            .push(")");
+    }
     if let Some(since) = filter.since {
         query.push(" AND created_at >= ").push_bind(micros(since));
     }
@@ -219,7 +225,9 @@ fn operation_from_row(row: &SqliteRow) -> Result<(i64, Operation), StoreError> {
         operation: parse_column("operation", column(row, "operation")?)?,
         status: parse_column("status", column(row, "status")?)?,
         chosen_model: column(row, "chosen_model")?,
-        selection: column(row, "selection")?,
+        selection: column::<Option<String>>(row, "selection")?
+            .map(|s| parse_column("selection", &s))
+            .transpose()?,
         arbiter_reason: column(row, "arbiter_reason")?,
         candidates,
         previous_sha256: column(row, "previous_sha256")?,
@@ -258,6 +266,10 @@ fn request_from_row(row: &SqliteRow) -> Result<RequestRecord, StoreError> {
 impl AuditStore for SqliteStore {
     fn backend(&self) -> &'static str {
         "sqlite"
+    }
+
+    fn single_process(&self) -> bool {
+        true
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -399,7 +411,7 @@ impl AuditStore for SqliteStore {
         .bind(op.operation.as_str())
         .bind(op.status.as_str())
         .bind(&op.chosen_model)
-        .bind(&op.selection)
+        .bind(op.selection.map(|s| s.as_str()))
         .bind(&op.arbiter_reason)
         .bind(candidates)
         .bind(&op.previous_sha256)

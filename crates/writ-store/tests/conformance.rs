@@ -154,14 +154,24 @@ fn candidates() -> Vec<CandidateRecord> {
             cost: Some(0.0123),
             error_class: None,
             error: None,
+            round: None,
+            validation: Some(writ_core::audit::ValidationRecord {
+                passed: true,
+                command: "pytest".into(),
+                exit_code: Some(0),
+                timed_out: false,
+                duration_ms: 812,
+                output_tail: "1 passed\n".into(),
+            }),
         },
         CandidateRecord {
             model: "model-b".into(),
             ok: false,
             latency_ms: 30_000,
             parsed: None,
-            error_class: Some("rate_limited".into()),
+            error_class: Some(writ_core::model::ErrorClass::RateLimited),
             error: Some("429 from upstream".into()),
+            round: Some(1),
             ..CandidateRecord::default()
         },
     ]
@@ -178,7 +188,7 @@ fn operation(request_id: Uuid, filename: &str) -> Operation {
         operation: OperationKind::Created,
         status: OperationStatus::Pending,
         chosen_model: Some("model-a".into()),
-        selection: Some("arbiter".into()),
+        selection: Some(writ_core::audit::Selection::Arbiter),
         arbiter_reason: Some("parses and handles the edge case".into()),
         candidates: candidates(),
         previous_sha256: None,
@@ -696,6 +706,7 @@ async fn listing_combines_filters_with_and_and_pages_within_them(store: &dyn Aud
         filename: Some("a.py".into()),
         status: Some(OperationStatus::Succeeded),
         model: Some("model-a".into()),
+        caller: None,
         since: Some(ops[0].created_at),
         until: Some(now() + TimeDelta::seconds(1)),
     };

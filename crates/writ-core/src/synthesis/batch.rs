@@ -1,11 +1,15 @@
 //! The `write_codebase` request: its wire shape, and [`Batch`], the validated form.
 //!
 //! A `Batch` that exists is already 1–5 files, each with a sandbox-checked path, a non-empty
-//! description, and no two files targeting the same path after normalisation. Every refusal names
-//! the field (`files[2].filename`) and the limit.
+//! description, and no two files targeting the same path after normalisation; its options are
+//! parsed (the straggler policy, model ids). Its fields are private to this crate, so no other
+//! crate can build an invalid one. Every refusal names the field (`files[2].filename`) and the
+//! limit.
 
 use serde::Deserialize;
 
+use crate::audit::FileKind;
+use crate::execution::CommandCall;
 use crate::path::SandboxPath;
 use crate::synthesis::fanout::StragglerPolicy;
 use crate::synthesis::image::{ImageFormat, ImageOptions, ImageTarget, MAX_SIDE, MIN_SIDE};
@@ -73,6 +77,108 @@ pub struct BatchOptions {
     /// Overrides the deployment's straggler policy (`WRIT_STRAGGLER_*`) for this batch.
     #[serde(default)]
     pub straggler: Option<StragglerOptions>,
+    /// Run these checks on every candidate; choose among those that pass, repair those that fail.
+    #[serde(default)]
+    pub validation: Option<ValidationOptions>,
+}
+
+/// `options.validation` as sent.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ValidationOptions {
+    /// Configured command names (`WRIT_COMMANDS`) with their arguments, run in order.
+    #[serde(default)]
+    pub commands: Vec<CommandCall>,
+    /// Per command; at most the deployment's maximum (`WRIT_RUN_MAX_TIMEOUT_SECS`).
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+    /// How many times failing candidates are sent back to their models with the failure.
+    #[serde(default)]
+    pub repair_rounds: Option<u32>,
+    #[serde(default)]
+    pub on_fail: Option<OnFail>,
+}
+
+/// What happens to a file none of whose candidates passes its checks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFail {
+    /// The file fails with `validation_failed`; nothing is written.
+    #[default]
+    Refuse,
+    /// The best unvalidated candidate is written, and the answer says it did not pass.
+    WriteBest,
+}
+
+/// `options.validation`, parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Validation {
+    pub(crate) commands: Vec<CommandCall>,
+    pub(crate) timeout: std::time::Duration,
+    pub(crate) repair_rounds: u32,
+    pub(crate) on_fail: OnFail,
+}
+
+/// Defaults of `options.validation`.
+pub const DEFAULT_VALIDATION_TIMEOUT_SECS: u64 = 30;
+pub const DEFAULT_REPAIR_ROUNDS: u32 = 2;
+/// Most commands one validation may run per candidate.
+pub const MAX_VALIDATION_COMMANDS: usize = 8;
+/// Most arguments one command may take.
+pub const MAX_COMMAND_ARGS: usize = 32;
+
+impl ValidationOptions {
+    fn parse(&self) -> Result<Validation, BatchError> {
+        let field = "options.validation";
+        if self.commands.is_empty() || self.commands.len() > MAX_VALIDATION_COMMANDS {
+            return Err(refuse(
+                format!("{field}.commands"),
+                format!(
+                    "between 1 and {MAX_VALIDATION_COMMANDS} commands, got {}",
+                    self.commands.len()
+                ),
+            ));
+        }
+        for (i, c) in self.commands.iter().enumerate() {
+            if c.name.trim().is_empty() {
+                return Err(refuse(
+                    format!("{field}.commands[{i}].name"),
+                    "must name a configured command (WRIT_COMMANDS)",
+                ));
+            }
+            if c.args.len() > MAX_COMMAND_ARGS {
+                return Err(refuse(
+                    format!("{field}.commands[{i}].args"),
+                    format!("at most {MAX_COMMAND_ARGS} arguments, got {}", c.args.len()),
+                ));
+            }
+        }
+        let timeout_secs = self.timeout_secs.unwrap_or(DEFAULT_VALIDATION_TIMEOUT_SECS);
+        if timeout_secs == 0 {
+            return Err(refuse(
+                format!("{field}.timeout_secs"),
+                "must be at least 1",
+            ));
+        }
+        Ok(Validation {
+            commands: self.commands.clone(),
+            timeout: std::time::Duration::from_secs(timeout_secs),
+            repair_rounds: self.repair_rounds.unwrap_or(DEFAULT_REPAIR_ROUNDS),
+            on_fail: self.on_fail.unwrap_or_default(),
+        })
+    }
+}
+
+impl Validation {
+    pub fn commands(&self) -> &[CommandCall] {
+        &self.commands
+    }
+    pub fn timeout(&self) -> std::time::Duration {
+        self.timeout
+    }
+    pub fn repair_rounds(&self) -> u32 {
+        self.repair_rounds
+    }
 }
 
 /// `options.straggler` as sent: when to stop waiting for the slowest candidates.
@@ -92,7 +198,7 @@ pub struct StragglerOptions {
 
 impl StragglerOptions {
     /// The validated policy, or a refusal naming the sub-field under `options.straggler`.
-    pub fn policy(&self) -> Result<StragglerPolicy, BatchError> {
+    fn policy(&self) -> Result<StragglerPolicy, BatchError> {
         let enough = match &self.enough {
             None | Some(serde_json::Value::Null) => None,
             Some(serde_json::Value::String(s)) => Some(s.clone()),
@@ -104,33 +210,98 @@ impl StragglerOptions {
     }
 }
 
-/// What kind of output a file needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TargetKind {
-    Code,
-    /// Raster images go to the image model (not built yet: a per-file error).
-    Image,
-}
-
 /// One validated file of a batch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FileSpec {
-    pub index: usize,
-    pub path: SandboxPath,
-    pub kind: TargetKind,
-    pub description: String,
-    pub external_imports: Vec<String>,
-    pub internal_imports: Vec<String>,
-    pub expected_sha256: Option<String>,
+    /// Its position in the request, for refusals that name `files[i]`.
+    pub(crate) index: usize,
+    pub(crate) path: SandboxPath,
+    /// `code` or `image` (never `direct`).
+    pub(crate) kind: FileKind,
+    pub(crate) description: String,
+    pub(crate) external_imports: Vec<String>,
+    pub(crate) internal_imports: Vec<String>,
+    pub(crate) expected_sha256: Option<String>,
     /// What an image file must end up as (`None` for code).
-    pub image: Option<ImageTarget>,
+    pub(crate) image: Option<ImageTarget>,
 }
 
+impl FileSpec {
+    pub fn path(&self) -> &SandboxPath {
+        &self.path
+    }
+    pub fn kind(&self) -> FileKind {
+        self.kind
+    }
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+}
+
+/// A batch's options, parsed: what `options` asked for, in the types the pipeline uses.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Options {
+    /// Overrides `CODE_LIST` for this batch.
+    pub(crate) models: Option<Vec<String>>,
+    /// Overrides `CODE_MODEL` for this batch.
+    pub(crate) arbiter_model: Option<String>,
+    /// Overrides `IMAGE_MODEL` for this batch.
+    pub(crate) image_model: Option<String>,
+    pub(crate) dry_run: bool,
+    pub(crate) atomic: bool,
+    pub(crate) run_async: bool,
+    /// Overrides the deployment's straggler policy for this batch.
+    pub(crate) straggler: Option<StragglerPolicy>,
+    /// Checks every candidate must pass (`options.validation`).
+    pub(crate) validation: Option<Validation>,
+}
+
+impl Options {
+    /// The candidate models the batch asked for, if it overrides the configured list.
+    pub fn models(&self) -> Option<&[String]> {
+        self.models.as_deref()
+    }
+    /// Every model the batch names (candidates, arbiter, image model), for allow-list checks,
+    /// with the field that named it.
+    pub fn named_models(&self) -> Vec<(String, &str)> {
+        let mut named: Vec<(String, &str)> = Vec::new();
+        for (i, m) in self.models.iter().flatten().enumerate() {
+            named.push((format!("options.models[{i}]"), m));
+        }
+        if let Some(m) = &self.arbiter_model {
+            named.push(("options.arbiter_model".into(), m));
+        }
+        if let Some(m) = &self.image_model {
+            named.push(("options.image_model".into(), m));
+        }
+        named
+    }
+    pub fn run_async(&self) -> bool {
+        self.run_async
+    }
+    pub fn validation(&self) -> Option<&Validation> {
+        self.validation.as_ref()
+    }
+}
+
+/// A validated `write_codebase` request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Batch {
-    pub task_description: Option<String>,
-    pub files: Vec<FileSpec>,
-    pub options: BatchOptions,
+    pub(crate) task_description: Option<String>,
+    pub(crate) files: Vec<FileSpec>,
+    pub(crate) options: Options,
+}
+
+impl Batch {
+    pub fn files(&self) -> &[FileSpec] {
+        &self.files
+    }
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+    pub fn task_description(&self) -> Option<&str> {
+        self.task_description.as_deref()
+    }
 }
 
 /// A refusal of the request, naming the field at fault.
@@ -255,9 +426,16 @@ impl Batch {
             ));
         }
 
-        if let Some(straggler) = &options.straggler {
-            straggler.policy()?;
-        }
+        let straggler = options
+            .straggler
+            .as_ref()
+            .map(StragglerOptions::policy)
+            .transpose()?;
+        let validation = options
+            .validation
+            .as_ref()
+            .map(ValidationOptions::parse)
+            .transpose()?;
 
         let mut files: Vec<FileSpec> = Vec::with_capacity(req.files.len());
         for (i, f) in req.files.into_iter().enumerate() {
@@ -309,6 +487,23 @@ impl Batch {
                     Some(h)
                 }
             };
+            let inside = |dir: &SandboxPath, file: &SandboxPath| {
+                file.as_str()
+                    .strip_prefix(dir.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+            };
+            if let Some(other) = files
+                .iter()
+                .find(|o| inside(&o.path, &path) || inside(&path, &o.path))
+            {
+                return Err(refuse(
+                    field("filename"),
+                    format!(
+                        "'{raw}' and files[{}] ('{}') cannot both be written: one would be a file and a directory at once",
+                        other.index, other.path
+                    ),
+                ));
+            }
             if let Some(other) = files.iter().find(|o| o.path == path) {
                 return Err(refuse(
                     field("filename"),
@@ -319,18 +514,18 @@ impl Batch {
                 ));
             }
             let kind = match path.extension() {
-                Some(ext) if IMAGE_EXTENSIONS.contains(&ext.as_str()) => TargetKind::Image,
-                _ => TargetKind::Code,
+                Some(ext) if IMAGE_EXTENSIONS.contains(&ext.as_str()) => FileKind::Image,
+                _ => FileKind::Code,
             };
             let image = match kind {
-                TargetKind::Code if f.image.is_some() => {
+                FileKind::Code | FileKind::Direct | FileKind::Run if f.image.is_some() => {
                     return Err(refuse(
                         field("image"),
                         "only image files (.png, .jpg, .jpeg, .gif, .webp) take image options",
                     ));
                 }
-                TargetKind::Code => None,
-                TargetKind::Image => Some(image_target(
+                FileKind::Code | FileKind::Direct | FileKind::Run => None,
+                FileKind::Image => Some(image_target(
                     &path,
                     f.image.as_ref().or(options.image.as_ref()),
                     if f.image.is_some() {
@@ -354,7 +549,16 @@ impl Batch {
         Ok(Batch {
             task_description: req.task_description.filter(|t| !t.trim().is_empty()),
             files,
-            options,
+            options: Options {
+                models: options.models,
+                arbiter_model: options.arbiter_model,
+                image_model: options.image_model,
+                dry_run: options.dry_run,
+                atomic: options.atomic,
+                run_async: options.run_async,
+                straggler,
+                validation,
+            },
         })
     }
 }
@@ -385,6 +589,21 @@ mod tests {
         let err = req(serde_json::json!({"command": "write_codebase", "files": [file("a.py"), file("./a.py")]})).unwrap_err();
         assert_eq!(err.field, "files[1].filename");
         assert!(err.message.contains("files[0]"), "{err}");
+    }
+
+    #[test]
+    fn a_file_and_a_directory_of_the_same_name_are_refused() {
+        for pair in [["x", "x/y.py"], ["x/y.py", "x"], ["a/b", "a/b/c/d.py"]] {
+            let err = req(serde_json::json!({"command": "write_codebase", "files": [file(pair[0]), file(pair[1])]}))
+                .unwrap_err();
+            assert_eq!(err.field, "files[1].filename", "{pair:?}");
+            assert!(err.message.contains("files[0]"), "{err}");
+        }
+        // A shared prefix that is not a directory is fine.
+        req(
+            serde_json::json!({"command": "write_codebase", "files": [file("x"), file("xy/z.py")]}),
+        )
+        .unwrap();
     }
 
     #[test]
@@ -452,17 +671,14 @@ mod tests {
     fn a_straggler_policy_is_read_from_a_count_or_a_keyword() {
         let b = req(serde_json::json!({"command": "write_codebase", "files": [file("a.py")], "options": {"straggler": {"enough": 2, "extra_factor": 0.5}}})).unwrap();
         assert_eq!(
-            b.options.straggler.unwrap().policy().unwrap(),
+            b.options.straggler.unwrap(),
             StragglerPolicy::CutOff {
                 enough: crate::synthesis::fanout::Enough::Count(2),
                 extra: crate::synthesis::fanout::Extra::Relative(0.5)
             }
         );
         let b = req(serde_json::json!({"command": "write_codebase", "files": [file("a.py")], "options": {"straggler": {"enough": "all"}}})).unwrap();
-        assert_eq!(
-            b.options.straggler.unwrap().policy().unwrap(),
-            StragglerPolicy::WaitAll
-        );
+        assert_eq!(b.options.straggler.unwrap(), StragglerPolicy::WaitAll);
     }
 
     #[test]
@@ -510,9 +726,6 @@ mod tests {
     fn raster_images_are_told_apart_from_code_and_svg_is_code() {
         let b = req(serde_json::json!({"command": "write_codebase", "files": [file("logo.PNG"), file("icon.svg"), file("a.py")]})).unwrap();
         let kinds: Vec<_> = b.files.iter().map(|f| f.kind).collect();
-        assert_eq!(
-            kinds,
-            vec![TargetKind::Image, TargetKind::Code, TargetKind::Code]
-        );
+        assert_eq!(kinds, vec![FileKind::Image, FileKind::Code, FileKind::Code]);
     }
 }

@@ -23,7 +23,7 @@ pub const MAX_STRAGGLER_EXTRA_FACTOR: f64 = 100.0;
 /// When a fan-out stops waiting for its slowest candidates.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum StragglerPolicy {
-    /// Wait for every candidate (the original behaviour, and the default).
+    /// Wait for every candidate (the default).
     #[default]
     WaitAll,
     /// Once `enough` viable candidates are in, wait at most `extra` for the rest.
@@ -135,11 +135,10 @@ impl StragglerPolicy {
 
 /// One candidate model's answer after the checks.
 pub struct Candidate {
+    /// What is recorded and answered, including why the candidate is not viable.
     pub record: CandidateRecord,
     /// The normalised code when the candidate is viable.
     pub code: Option<String>,
-    /// The model layer's error class when the call failed.
-    pub class: Option<ErrorClass>,
 }
 
 /// How a candidate call is made.
@@ -181,7 +180,7 @@ pub async fn fan_out(
                 model: m.clone(),
                 latency_ms: c.record.latency_ms,
                 ok: c.record.ok,
-                error_class: c.record.error_class.clone(),
+                error_class: c.record.error_class,
                 parsed: c.record.parsed,
             });
             (i, c)
@@ -231,7 +230,7 @@ pub async fn fan_out(
                     model: model.clone(),
                     latency_ms: c.record.latency_ms,
                     ok: false,
-                    error_class: c.record.error_class.clone(),
+                    error_class: c.record.error_class,
                     parsed: None,
                 });
                 c
@@ -248,7 +247,7 @@ fn cut_off(model: &str, waited: Duration, viable: usize) -> Candidate {
             model: model.to_string(),
             ok: false,
             latency_ms: waited.as_millis() as u64,
-            error_class: Some(ErrorClass::Cancelled.as_str().to_string()),
+            error_class: Some(ErrorClass::Cancelled),
             error: Some(format!(
                 "model '{model}' was cut off by the straggler policy after {} ms: {viable} viable candidate(s) were already in",
                 waited.as_millis()
@@ -256,7 +255,6 @@ fn cut_off(model: &str, waited: Duration, viable: usize) -> Candidate {
             ..CandidateRecord::default()
         },
         code: None,
-        class: Some(ErrorClass::Cancelled),
     }
 }
 
@@ -286,24 +284,18 @@ pub async fn ask(
                     Candidate {
                         record,
                         code: Some(checked.code),
-                        class: None,
                     }
                 }
                 Err(rejection) => {
-                    record.error_class = Some("no_code".into());
+                    record.error_class = Some(ErrorClass::NoCode);
                     record.error = Some(rejection.to_string());
-                    Candidate {
-                        record,
-                        code: None,
-                        class: None,
-                    }
+                    Candidate { record, code: None }
                 }
             }
         }
         Err(err) => Candidate {
             record: failed(model, started, &err),
             code: None,
-            class: Some(err.class),
         },
     }
 }
@@ -335,8 +327,7 @@ pub fn answered(model: &str, resp: &ChatResponse) -> CandidateRecord {
         prompt_tokens: resp.usage.prompt_tokens,
         completion_tokens: resp.usage.completion_tokens,
         cost: resp.usage.cost,
-        error_class: None,
-        error: None,
+        ..CandidateRecord::default()
     }
 }
 
@@ -346,7 +337,7 @@ pub fn failed(model: &str, started: Instant, err: &ModelError) -> CandidateRecor
         model: model.to_string(),
         ok: false,
         latency_ms: started.elapsed().as_millis() as u64,
-        error_class: Some(err.class.as_str().to_string()),
+        error_class: Some(err.class),
         error: Some(err.to_string()),
         ..CandidateRecord::default()
     }

@@ -2,8 +2,8 @@
 //!
 //! A model's answer is a data URL. Its bytes must really be an image of a known type (magic bytes,
 //! then a full decode, so a truncated or lying answer is caught), and are then resized to the
-//! requested size and re-encoded in the requested format when they differ — the original tool
-//! always wrote 1024×1024 whatever the model did.
+//! requested size and re-encoded in the requested format when they differ, so the file written is
+//! what was asked for whatever size the model chose.
 
 use std::io::Cursor;
 
@@ -16,6 +16,10 @@ pub const MAX_SIDE: u32 = 4096;
 pub const MIN_SIDE: u32 = 16;
 /// Largest decoded image accepted from a model (bytes of the data URL's payload).
 pub const MAX_IMAGE_BYTES: usize = 32 * 1024 * 1024;
+/// Largest side of an image writ will decode (a model's image may be larger than what is asked).
+pub const MAX_DECODE_SIDE: u32 = 8192;
+/// Most memory one decode may allocate: an 8192² RGBA image plus room for the resize.
+pub const MAX_DECODE_ALLOC: u64 = 384 * 1024 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -137,7 +141,16 @@ pub fn decode_data_url(url: &str) -> Result<Vec<u8>, ImageError> {
 pub fn shape(bytes: &[u8], target: ImageTarget) -> Result<ShapedImage, ImageError> {
     let guessed = image::guess_format(bytes).map_err(|_| ImageError::UnknownType)?;
     let original_format = ImageFormat::from_image(guessed).ok_or(ImageError::UnknownType)?;
-    let decoded = image::load_from_memory_with_format(bytes, guessed)
+    // Explicit bounds instead of the decoder's defaults (no dimension cap, 512 MiB allocations):
+    // a small hostile file must not make writ allocate gigabytes.
+    let mut limits = image::Limits::default();
+    limits.max_image_width = Some(MAX_DECODE_SIDE);
+    limits.max_image_height = Some(MAX_DECODE_SIDE);
+    limits.max_alloc = Some(MAX_DECODE_ALLOC);
+    let mut reader = image::ImageReader::with_format(Cursor::new(bytes), guessed);
+    reader.limits(limits);
+    let decoded = reader
+        .decode()
         .map_err(|e| ImageError::Broken(original_format.as_str(), e.to_string()))?;
     let original_size = (decoded.width(), decoded.height());
     let resized = match target.size {

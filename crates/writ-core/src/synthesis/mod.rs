@@ -1,27 +1,40 @@
 //! Synthesis: from a validated [`Batch`] to files written, each chosen among several models'
-//! candidates. The steps, one module each:
-//! - [`batch`]: the request and its validation;
-//! - [`prompt`]: what the candidate models and the arbiter are asked;
-//! - [`fanout`]: every candidate model at once, each answer checked as it arrives, and the
-//!   straggler policy that stops waiting for the slowest;
-//! - [`progress`]: the events a batch emits as it goes;
-//! - [`pipeline`]: fan-out, candidate checks, selection (arbiter, fallback), writes, audit;
-//! - [`runner`]: every batch as a job — persisted events, heartbeat, stored answer;
+//! candidates. One batch passes through these modules top-down:
+//! - [`runner`]: the one entry — every batch is a job (persisted events, heartbeat, stored answer);
+//! - [`submission`]: idempotency, target checks and the request record, before any model is called;
+//! - [`run`]: the orchestration of one batch — each file's stages, the deadline, the size limit;
+//! - [`generation`]: a code file's prompt ([`prompt`]) to every candidate model at once
+//!   ([`fanout`], with the straggler policy), each answer checked as it arrives;
+//! - [`selection`]: distinct viable candidates, the arbiter, first-viable, the fallback models;
+//! - [`validation`]: with `options.validation`, the caller's checks run on every candidate in the
+//!   sandbox and decide the selection, and failing candidates go back to their models for repair;
+//! - [`image_generation`]: the image branch — one image model call, shaped by [`image`];
+//! - [`writing`]: one recorded write per file, atomic batches and their rollback;
 //! - [`response`]: the answer returned to the caller and stored for idempotent replay.
+//!
+//! Beside them: [`batch`] (the request and its validation) and [`progress`] (the events a batch
+//! emits as it goes).
 
 pub mod batch;
 pub mod fanout;
+pub mod generation;
 pub mod image;
-pub mod pipeline;
+pub mod image_generation;
 pub mod progress;
 pub mod prompt;
 pub mod response;
+pub mod run;
 pub mod runner;
+pub mod selection;
+pub mod submission;
+pub mod validation;
+pub mod writing;
 
-pub use batch::{
-    Batch, BatchError, BatchOptions, FileSpec, StragglerOptions, TargetKind, WriteCodebaseRequest,
-};
+pub use batch::{Batch, BatchError, BatchOptions, FileSpec, Options, WriteCodebaseRequest};
 pub use fanout::StragglerPolicy;
-pub use pipeline::{Submission, SubmitError, Submitted, SynthesisConfig, Synthesizer};
 pub use progress::{Event, NoProgress, ProgressSink};
-pub use response::{BatchResponse, Counts, FileResult, Selection};
+pub use response::{BatchResponse, Counts, FileResult};
+pub use run::{SynthesisConfig, Synthesizer};
+pub use runner::{EventHub, JobRunner, Started};
+pub use selection::Content;
+pub use submission::{Submission, SubmitError, Submitted};

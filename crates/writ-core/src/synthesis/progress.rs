@@ -24,8 +24,8 @@ pub enum Event {
         model: String,
         latency_ms: u64,
         ok: bool,
-        /// The model layer's error class, or `no_code`, when not ok.
-        error_class: Option<String>,
+        /// Why the candidate is not usable, when not ok.
+        error_class: Option<crate::model::ErrorClass>,
         parsed: Option<bool>,
     },
     ArbiterStarted {
@@ -38,6 +38,27 @@ pub enum Event {
         candidate: usize,
         model: String,
         reason: String,
+    },
+    /// The caller's checks start on a file's candidates.
+    ValidationStarted {
+        file: String,
+        candidates: usize,
+    },
+    /// One candidate's checks ended.
+    ValidationFinished {
+        file: String,
+        model: String,
+        /// The repair round of the candidate (0 for first answers).
+        round: u32,
+        passed: bool,
+        exit_code: Option<i32>,
+        duration_ms: u64,
+    },
+    /// No candidate passed: the models get their candidates back with the failure.
+    RepairStarted {
+        file: String,
+        round: u32,
+        models: usize,
     },
     FileWritten {
         file: String,
@@ -64,6 +85,9 @@ impl Event {
             Event::CandidateFinished { .. } => "candidate_finished",
             Event::ArbiterStarted { .. } => "arbiter_started",
             Event::ArbiterChose { .. } => "arbiter_chose",
+            Event::ValidationStarted { .. } => "validation_started",
+            Event::ValidationFinished { .. } => "validation_finished",
+            Event::RepairStarted { .. } => "repair_started",
             Event::FileWritten { .. } => "file_written",
             Event::FileFailed { .. } => "file_failed",
             Event::Done { .. } => "done",

@@ -3,32 +3,8 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::audit::{CandidateRecord, OperationKind, RequestStatus};
-
-/// How a file's content was chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Selection {
-    /// One distinct viable candidate: no arbiter call needed.
-    SingleCandidate,
-    /// The arbiter chose.
-    Arbiter,
-    /// The arbiter failed or answered nonsense: the first viable candidate in model-list order.
-    ArbiterFailedFirstViable,
-    /// Every candidate failed; a fallback model produced it.
-    Fallback,
-}
-
-impl Selection {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::SingleCandidate => "single_candidate",
-            Self::Arbiter => "arbiter",
-            Self::ArbiterFailedFirstViable => "arbiter_failed_first_viable",
-            Self::Fallback => "fallback",
-        }
-    }
-}
+pub use crate::audit::Selection;
+use crate::audit::{CandidateRecord, FileKind, OperationKind, RequestStatus};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Counts {
@@ -40,7 +16,7 @@ pub struct Counts {
 pub struct FileResult {
     pub filename: String,
     /// `code` or `image`.
-    pub kind: String,
+    pub kind: FileKind,
     pub success: bool,
     pub operation: Option<OperationKind>,
     pub bytes: Option<usize>,
@@ -57,18 +33,30 @@ pub struct FileResult {
     /// The chosen content, only for `dry_run` (an image as a data URL).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// Whether what was chosen passed the caller's checks, when the batch asked for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<FileValidation>,
+}
+
+/// A file's outcome against the caller's checks (`options.validation`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileValidation {
+    /// The content chosen (or, with `on_fail: "refuse"`, none) passed every command.
+    pub passed: bool,
+    /// Repair rounds used (0: a first candidate passed, or none was needed).
+    pub rounds: u32,
 }
 
 impl FileResult {
     pub fn failed(
         filename: &str,
-        kind: &str,
+        kind: FileKind,
         error: impl Into<String>,
         candidates: Vec<CandidateRecord>,
     ) -> Self {
         FileResult {
             filename: filename.to_string(),
-            kind: kind.to_string(),
+            kind,
             success: false,
             operation: None,
             bytes: None,
@@ -81,6 +69,7 @@ impl FileResult {
             error: Some(error.into()),
             image: None,
             content: None,
+            validation: None,
         }
     }
 }
@@ -134,7 +123,7 @@ impl BatchResponse {
         results: Vec<FileResult>,
         duration_ms: u64,
     ) -> Self {
-        let count = |kind: &str| Counts {
+        let count = |kind: FileKind| Counts {
             total: results.iter().filter(|r| r.kind == kind).count(),
             succeeded: results
                 .iter()
@@ -155,8 +144,8 @@ impl BatchResponse {
             write_path,
             total_files: results.len(),
             succeeded,
-            code_files: count("code"),
-            image_files: count("image"),
+            code_files: count(FileKind::Code),
+            image_files: count(FileKind::Image),
             results,
             duration_ms,
             upstream: std::time::Duration::ZERO,

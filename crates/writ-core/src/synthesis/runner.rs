@@ -15,8 +15,9 @@ use uuid::Uuid;
 
 use crate::audit::{AuditStore, RequestStatus, StoreError};
 use crate::jobs::{JobEvent, JobStatus, NewJob};
-use crate::synthesis::pipeline::{Submission, SubmitError, Submitted, Synthesizer};
 use crate::synthesis::progress::{Event, ProgressSink};
+use crate::synthesis::run::Synthesizer;
+use crate::synthesis::submission::{Submission, SubmitError, Submitted};
 
 /// How often a running job refreshes its heartbeat.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
@@ -57,12 +58,22 @@ pub enum Started {
     },
 }
 
+/// The one entry to synthesis: HTTP, MCP and the CLI start every batch here.
 pub struct JobRunner {
-    pub synthesizer: Arc<Synthesizer>,
-    pub hub: EventHub,
+    synthesizer: Arc<Synthesizer>,
+    hub: EventHub,
 }
 
 impl JobRunner {
+    pub fn new(synthesizer: Arc<Synthesizer>, hub: EventHub) -> Self {
+        JobRunner { synthesizer, hub }
+    }
+
+    /// Wakes this process's subscribers of job events.
+    pub fn hub(&self) -> &EventHub {
+        &self.hub
+    }
+
     /// Checks, records and starts a batch. Errors here are the caller's (4xx) or the store's (503);
     /// after `Ok(Running)` the batch belongs to its own task.
     pub async fn start(&self, sub: Submission, is_async: bool) -> Result<Started, SubmitError> {
@@ -92,7 +103,9 @@ async fn run_job(synthesizer: Arc<Synthesizer>, hub: EventHub, sub: Submission) 
     if let Err(e) = store.heartbeat_job(job_id, JobStatus::Running).await {
         tracing::warn!(job = %job_id, error = %e, "could not mark the job running");
     }
-    let heartbeat = tokio::spawn({
+    // Aborted when this function ends in any way, a panic included: a job whose batch is gone
+    // must stop looking alive, so that it is failed as interrupted.
+    let heartbeat = AbortOnDrop(tokio::spawn({
         let store = store.clone();
         async move {
             loop {
@@ -102,27 +115,24 @@ async fn run_job(synthesizer: Arc<Synthesizer>, hub: EventHub, sub: Submission) 
                 }
             }
         }
-    });
+    }));
 
     let (tx, rx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(write_events(store.clone(), hub.clone(), job_id, rx));
     let sink = ChannelSink { tx };
     let submitted = synthesizer.execute(&sub, &sink).await;
-    heartbeat.abort();
+    drop(heartbeat);
 
     // The answer is stored before `done` is announced, so whoever reacts to `done` by reading
     // the job finds its answer there.
-    let batch_status = submitted
-        .body
-        .get("status")
-        .and_then(|s| s.as_str())
-        .map(str::to_string);
+    let batch_status = submitted.response.status;
+    let body = serde_json::to_value(&submitted.response).unwrap_or(serde_json::Value::Null);
     if let Err(e) = store
         .finish_job(
             job_id,
             JobStatus::Done,
-            batch_status.as_deref(),
-            Some(&submitted.body),
+            Some(batch_status.as_str()),
+            Some(&body),
             None,
         )
         .await
@@ -130,11 +140,20 @@ async fn run_job(synthesizer: Arc<Synthesizer>, hub: EventHub, sub: Submission) 
         tracing::error!(job = %job_id, error = %e, "batch done but its job record could not be closed");
     }
     sink.emit(Event::Done {
-        status: batch_status.unwrap_or_else(|| "error".into()),
+        status: batch_status.as_str().to_string(),
     });
     drop(sink);
     let _ = writer.await;
     submitted
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Queues events from the (synchronous) sink for the writer task, keeping their order.

@@ -1,4 +1,4 @@
-//! The direct file routes (the seeds' file tools): list, read, and raw-body writes.
+//! The direct file routes: list, read, and raw-body writes (through [`writ_core::direct`]).
 //!
 //! Content travels as the raw body, never inside a JSON string, so large files cannot be
 //! truncated or mangled by JSON encoding on the way in.
@@ -9,14 +9,14 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
 use writ_core::SandboxPath;
-use writ_core::audit::{FileKind, NewRequest, RequestStatus};
+use writ_core::audit::OperationKind;
 use writ_core::content::{invalid_utf8_sequences, numbered_preview, sha256_hex, truncate_chars};
-use writ_core::files::{Provenance, WriteMode, WriteSpec, recorded_write};
+use writ_core::direct::{self, DirectWrite};
+use writ_core::files::{WriteMode, WriteReceipt, WriteSpec};
 use writ_core::workspace::DirEntry;
 
 use crate::error::{ApiError, path_error, workspace_error, write_error};
@@ -248,101 +248,53 @@ pub async fn put_file(
         expected_sha256,
         create_dirs: params.create_dirs,
     };
-    // Run the recorded write in its own task: a client hanging up must not cancel it half-way
-    // between the audit record and the file.
-    let caller = caller.map(|axum::Extension(c)| c.0);
-    let task = tokio::spawn(async move { write_recorded(state, request_id, caller, spec).await });
-    task.await.map_err(ApiError::internal)?
+    let write = DirectWrite {
+        request_id,
+        caller: caller.map(|axum::Extension(c)| c.0),
+        route: "PUT /files/{path}".to_string(),
+        spec,
+    };
+    // Its own task: a client hanging up must not cancel the write half-way between the audit
+    // record and the file.
+    let task = tokio::spawn(async move {
+        direct::write(state.store.as_ref(), state.workspace.as_ref(), write).await
+    });
+    let receipt = task
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(|e| write_error(e, "path"))?;
+    Ok(write_answer(request_id, &path, &receipt))
 }
 
-async fn write_recorded(
-    state: AppState,
-    request_id: Uuid,
-    caller: Option<String>,
-    spec: WriteSpec,
-) -> Result<Response, ApiError> {
-    let started = std::time::Instant::now();
-    state
-        .workspace
-        .check_target(&spec.path, spec.create_dirs)
-        .await
-        .map_err(|e| workspace_error(e, "path"))?;
-    let request = NewRequest {
-        id: request_id,
-        received_at: Utc::now(),
-        route: "PUT /files/{path}".to_string(),
-        caller,
-        idempotency_key: None,
-        body_sha256: Some(sha256_hex(&spec.content)),
-    };
-    state
-        .store
-        .insert_request(&request)
-        .await
-        .map_err(|e| ApiError::audit_unavailable(&e))?;
-
-    let path = spec.path.clone();
-    let result = recorded_write(
-        state.store.as_ref(),
-        state.workspace.as_ref(),
+/// The answer to a direct write.
+fn write_answer(request_id: Uuid, path: &SandboxPath, receipt: &WriteReceipt) -> Response {
+    let text = String::from_utf8_lossy(&receipt.content);
+    let answer = WriteAnswer {
+        path: path.to_string(),
+        operation: receipt.operation.as_str().to_string(),
+        bytes: receipt.bytes,
+        characters: text.chars().count(),
+        sha256: receipt.sha256.clone(),
+        previous_sha256: receipt.previous_sha256.clone(),
+        operation_id: receipt.operation_id,
         request_id,
-        FileKind::Direct,
-        spec,
-        Provenance {
-            selection: Some("direct".into()),
-            ..Provenance::default()
-        },
-    )
-    .await;
-    let elapsed = started.elapsed().as_millis() as i64;
-    let (status, response) = match result {
-        Ok(receipt) => {
-            metrics::counter!("writ_writes_total", "kind" => "direct", "operation" => receipt.operation.as_str()).increment(1);
-            let text = String::from_utf8_lossy(&receipt.content);
-            let answer = WriteAnswer {
-                path: path.to_string(),
-                operation: receipt.operation.as_str().to_string(),
-                bytes: receipt.bytes,
-                characters: text.chars().count(),
-                sha256: receipt.sha256.clone(),
-                previous_sha256: receipt.previous_sha256.clone(),
-                operation_id: receipt.operation_id,
-                request_id,
-                preview: (receipt.operation == writ_core::audit::OperationKind::Updated)
-                    .then(|| numbered_preview(&text, PREVIEW_LINES)),
-            };
-            let code = if receipt.operation == writ_core::audit::OperationKind::Created {
-                StatusCode::CREATED
-            } else {
-                StatusCode::OK
-            };
-            (
-                RequestStatus::Success,
-                Ok((
-                    code,
-                    [(
-                        header::ETAG,
-                        header_value(&format!("\"{}\"", receipt.sha256)),
-                    )],
-                    Json(answer),
-                )
-                    .into_response()),
-            )
-        }
-        Err(err) => {
-            metrics::counter!("writ_writes_total", "kind" => "direct", "operation" => "failed")
-                .increment(1);
-            (RequestStatus::Error, Err(write_error(err, "path")))
-        }
+        preview: (receipt.operation == OperationKind::Updated)
+            .then(|| numbered_preview(&text, PREVIEW_LINES)),
     };
-    if let Err(e) = state
-        .store
-        .finish_request(request_id, status, elapsed, None)
-        .await
-    {
-        tracing::warn!(error = %e, "could not close the request record");
-    }
-    response
+    let code = if receipt.operation == OperationKind::Created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    (
+        code,
+        [(
+            header::ETAG,
+            header_value(&format!("\"{}\"", receipt.sha256)),
+        )],
+        Json(answer),
+    )
+        .into_response()
 }
 
 fn parse_if_match(headers: &HeaderMap) -> Result<Option<String>, ApiError> {

@@ -4,6 +4,7 @@
 pub mod files;
 pub mod jobs;
 pub mod operations;
+pub mod run;
 pub mod service;
 pub mod synthesis;
 
@@ -73,6 +74,11 @@ pub fn api_routes() -> Vec<Route> {
             method: "POST",
             path: "/write_codebase",
             handler: post(synthesis::write_codebase),
+        },
+        Route {
+            method: "POST",
+            path: "/run",
+            handler: post(run::run_command),
         },
         Route {
             method: "GET",

@@ -43,6 +43,7 @@ pub async fn list_operations(
         .with_field("limit"));
     }
     let filter = OperationFilter {
+        caller: None,
         request_id: p
             .request_id
             .as_deref()

@@ -169,17 +169,17 @@ pub async fn check_repo_dir(state: &AppState) -> Check {
 /// writ not ready when models are configured but unusable.
 pub fn check_provider(state: &AppState) -> Check {
     let settings = &state.settings;
-    if settings.code_list.is_empty() {
+    if settings.models.code_list.is_empty() {
         return Check {
             ok: false,
             required: false,
             detail: format!(
                 "no models configured ({}): POST /write_codebase is unavailable, direct file routes work",
-                settings.models_reason
+                settings.models.reason
             ),
         };
     }
-    if let Some(problem) = settings.model_problem() {
+    if let Some(problem) = settings.models.problem() {
         return Check {
             ok: false,
             required: true,
@@ -192,13 +192,13 @@ pub fn check_provider(state: &AppState) -> Check {
             ok: r.ready,
             required: true,
             // Which provider is active and why (the embedded model is a default, not a choice).
-            detail: format!("{}: {}; why: {}", r.name, r.detail, settings.models_reason),
+            detail: format!("{}: {}; why: {}", r.name, r.detail, settings.models.reason),
         };
     }
     Check {
         ok: true,
         required: true,
-        detail: format!("{} configured", settings.openrouter_base_url),
+        detail: format!("{} configured", settings.models.openrouter_base_url),
     }
 }
 

@@ -45,19 +45,8 @@ pub async fn write_codebase(
     })?;
     let idempotency_key = idempotency_key(&headers)?;
 
-    let no_models = batch.options.models.is_none() && state.settings.code_list.is_empty();
-    if no_models {
-        return Err(unavailable(
-            "no candidate models are configured: set CODE_LIST (or send options.models)",
-        ));
-    }
-    if state
-        .settings
-        .provider_key_missing_for(batch.options.models.as_deref())
-    {
-        return Err(unavailable(
-            "OPENROUTER_API_KEY is not set, and the models are served by OpenRouter",
-        ));
+    if let Some(problem) = state.settings.models.problem_for(batch.options().models()) {
+        return Err(unavailable(&problem));
     }
 
     let submission = Submission {
@@ -76,7 +65,7 @@ pub async fn write_codebase(
             "no model provider could be set up; see the server log and `writ check`",
         ));
     };
-    let is_async = prefers_async(&headers) || submission.batch.options.run_async;
+    let is_async = prefers_async(&headers) || submission.batch.options().run_async();
     // In its own task: a client hanging up must not cancel the checks and records of `start`
     // half-way; the batch itself then runs in the runner's task.
     let started_job = tokio::spawn(async move { runner.start(submission, is_async).await })
@@ -100,7 +89,7 @@ pub async fn write_codebase(
                 .map_err(ApiError::internal)?
         }
     };
-    let mut resp = (StatusCode::OK, Json(done.body)).into_response();
+    let mut resp = (StatusCode::OK, Json(&done.response)).into_response();
     if done.replayed {
         resp.headers_mut()
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
@@ -198,5 +187,8 @@ fn submit_error(err: SubmitError) -> ApiError {
             e
         }
         SubmitError::Audit(store) => store_error(store),
+        SubmitError::Unavailable(why) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "commands_unavailable", why)
+        }
     }
 }

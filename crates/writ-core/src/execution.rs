@@ -1,0 +1,111 @@
+//! Running the caller's checks: the [`Runner`] trait the core uses to execute a named command on
+//! a scratch copy of `REPO_DIR` with some files staged into it (candidates under validation), and
+//! the records of a run. The sandbox that implements it lives in `writ-sandbox`; the core only
+//! decides what to stage and what a result means.
+//!
+//! A request never names a program: it names a command configured on the server
+//! (`WRIT_COMMANDS`) and passes paths as its arguments, which the runner checks.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::path::SandboxPath;
+
+/// One command to run: a configured name and its arguments (paths inside the sandbox).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandCall {
+    pub name: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+/// What one command did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunOutcome {
+    /// `None` when it was killed at its timeout.
+    pub exit_code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub duration_ms: u64,
+    pub timed_out: bool,
+    /// Output past the capture bound was dropped.
+    pub truncated: bool,
+}
+
+impl RunOutcome {
+    /// Exited 0 within its time.
+    pub fn passed(&self) -> bool {
+        self.exit_code == Some(0) && !self.timed_out
+    }
+}
+
+/// Why a run could not happen (as opposed to a command that ran and failed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    /// The sandbox cannot start on this machine: nothing is ever run unsandboxed.
+    #[error("commands cannot run here: {0}")]
+    Unavailable(String),
+    /// A request that names an unknown command or an argument the sandbox refuses.
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    #[error("the command could not be run: {0}")]
+    Failed(String),
+}
+
+/// The bounds a deployment sets on runs, which requests may not exceed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLimits {
+    /// Largest `timeout_secs` a request may ask for.
+    pub max_timeout: Duration,
+    /// Largest `repair_rounds` a batch may ask for.
+    pub max_repair_rounds: u32,
+}
+
+#[async_trait]
+pub trait Runner: Send + Sync + 'static {
+    /// Refuses, before anything runs, a call that names an unknown command or passes an
+    /// argument that is not a path inside the sandbox. `field` is where the call sits in the
+    /// request (`command`, `options.validation.commands[0]`).
+    fn check(&self, call: &CommandCall, field: &str) -> Result<(), RunError>;
+
+    fn limits(&self) -> RunLimits;
+
+    /// Copies `REPO_DIR` to a scratch directory, writes `staged` into it, and runs `calls` in
+    /// order there, each bounded by `timeout`; stops after the first that does not pass.
+    /// `REPO_DIR` itself is never touched.
+    async fn run(
+        &self,
+        staged: &[(SandboxPath, Vec<u8>)],
+        calls: &[CommandCall],
+        timeout: Duration,
+    ) -> Result<Vec<RunOutcome>, RunError>;
+}
+
+/// The end of a text, at most `max` bytes on a character boundary: what a failing command's
+/// output is shown and recorded as.
+pub fn tail(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tail_keeps_the_end_on_a_character_boundary() {
+        assert_eq!(tail("abc", 10), "abc");
+        assert_eq!(tail("abcdef", 3), "def");
+        assert_eq!(tail("aé", 1), "");
+        assert_eq!(tail("aéb", 2), "b");
+    }
+}

@@ -1,0 +1,186 @@
+//! Generation: one code file's prompt to every candidate model at once ([`super::fanout`]), each
+//! answer checked as it arrives. What comes out is every candidate, viable or not, for
+//! [`super::selection`] to choose among.
+
+use writ_checks::Language;
+
+use crate::audit::Operation;
+use crate::content::sha256_hex;
+use crate::model::ChatMessage;
+use crate::path::SandboxPath;
+use crate::synthesis::batch::{Batch, FileSpec};
+use crate::synthesis::fanout::{self, CallSettings, Candidate, UpstreamClock};
+use crate::synthesis::progress::ProgressSink;
+use crate::synthesis::prompt::{self, ContextFile};
+
+/// Characters of one repository file shown as context before it becomes an outline.
+const MAX_CONTEXT_FILE_CHARS: usize = 12_000;
+/// Characters of repository context in one prompt.
+const MAX_CONTEXT_CHARS: usize = 40_000;
+/// Repository files looked at for one prompt.
+const MAX_CONTEXT_FILES: usize = 16;
+
+/// Where an import hint may live: the hint as a path, and for a dotted module name in Python or
+/// a bare name, the file it names (`pkg.mod` → `pkg/mod.py`).
+fn import_paths(import: &str, language: Language) -> Vec<SandboxPath> {
+    let import = import.trim();
+    let mut paths = Vec::new();
+    if let Ok(p) = SandboxPath::parse_nonempty(import) {
+        paths.push(p);
+    }
+    let ext = language.extension();
+    if let Some(ext) = ext
+        && !import.contains('/')
+        && !import.ends_with(&format!(".{ext}"))
+    {
+        let as_path = if language == Language::Python {
+            import.replace('.', "/")
+        } else {
+            import.to_string()
+        };
+        if let Ok(p) = SandboxPath::parse_nonempty(&format!("{as_path}.{ext}")) {
+            paths.push(p);
+        }
+    }
+    paths
+}
+use crate::synthesis::run::Synthesizer;
+
+/// A code file's candidates, with what selection needs to ask again (arbiter, fallback).
+pub(crate) struct Generated {
+    pub language: Language,
+    /// The candidate models asked, in list order.
+    pub models: Vec<String>,
+    pub messages: Vec<ChatMessage>,
+    /// One per model, in `models` order.
+    pub answers: Vec<Candidate>,
+}
+
+impl Synthesizer {
+    /// Reads the file's current content (checking `expected_sha256` before any model is called),
+    /// builds its prompt and fans it out. An `Err` is the file's failure, with no model called.
+    pub(crate) async fn generate(
+        &self,
+        batch: &Batch,
+        file: &FileSpec,
+        recent: &[Operation],
+        sink: &dyn ProgressSink,
+        upstream: &UpstreamClock,
+    ) -> Result<Generated, String> {
+        let language = Language::from_path(file.path.as_str());
+        let current = self
+            .workspace
+            .read(&file.path)
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(expected) = &file.expected_sha256 {
+            let actual = current
+                .as_deref()
+                .map(sha256_hex)
+                .unwrap_or_else(|| "absent".into());
+            if &actual != expected {
+                return Err(format!(
+                    "'{}' changed: expected sha256 {expected}, found {actual}; no model was called",
+                    file.path
+                ));
+            }
+        }
+        let current_text = current.as_deref().map(String::from_utf8_lossy);
+        let context = self.repository_context(batch, file).await;
+        let messages = prompt::candidate_messages(
+            batch,
+            file,
+            language,
+            current_text.as_deref(),
+            recent,
+            &context,
+        );
+        let models = batch
+            .options
+            .models
+            .clone()
+            .unwrap_or_else(|| self.config.candidates.clone());
+        let policy = batch.options.straggler.unwrap_or(self.config.straggler);
+        let (answers, waited) = fanout::fan_out(
+            self.models.as_ref(),
+            &models,
+            &messages,
+            language,
+            self.call_settings(),
+            file.path.as_str(),
+            sink,
+            policy,
+        )
+        .await;
+        upstream.add(waited);
+        Ok(Generated {
+            language,
+            models,
+            messages,
+            answers,
+        })
+    }
+
+    /// The current content of what the file builds on, when it exists in `REPO_DIR`: the files
+    /// its `internal_imports` name and the files the batch's checks run (the tests). Bounded per
+    /// file and in total; past the bound, an outline of the file's definitions.
+    async fn repository_context(&self, batch: &Batch, file: &FileSpec) -> Vec<ContextFile> {
+        let mut wanted: Vec<SandboxPath> = Vec::new();
+        let language = Language::from_path(file.path.as_str());
+        for import in &file.internal_imports {
+            for candidate in import_paths(import, language) {
+                if !wanted.contains(&candidate) {
+                    wanted.push(candidate);
+                }
+            }
+        }
+        if let Some(v) = &batch.options.validation {
+            for arg in v.commands.iter().flat_map(|c| &c.args) {
+                if let Ok(p) = SandboxPath::parse_nonempty(arg)
+                    && !wanted.contains(&p)
+                {
+                    wanted.push(p);
+                }
+            }
+        }
+        // The batch writes these itself; their descriptions are already in the prompt.
+        wanted.retain(|p| !batch.files.iter().any(|f| &f.path == p));
+        let mut shown = Vec::new();
+        let mut budget = MAX_CONTEXT_CHARS;
+        for path in wanted.into_iter().take(MAX_CONTEXT_FILES) {
+            let Ok(Some(bytes)) = self.workspace.read(&path).await else {
+                continue;
+            };
+            let text = String::from_utf8_lossy(&bytes);
+            let chars = text.chars().count();
+            let (text, outline) = if chars <= MAX_CONTEXT_FILE_CHARS.min(budget) {
+                (text.into_owned(), false)
+            } else {
+                let outline = writ_checks::outline(&text, Language::from_path(path.as_str()));
+                let (cut, _) =
+                    crate::content::truncate_chars(&outline, MAX_CONTEXT_FILE_CHARS.min(budget));
+                (cut.to_string(), true)
+            };
+            if text.is_empty() {
+                continue;
+            }
+            budget = budget.saturating_sub(text.chars().count());
+            shown.push(ContextFile {
+                path: path.to_string(),
+                text,
+                outline,
+            });
+            if budget == 0 {
+                break;
+            }
+        }
+        shown
+    }
+
+    pub(crate) fn call_settings(&self) -> CallSettings {
+        CallSettings {
+            temperature: self.config.temperature,
+            max_tokens: self.config.max_tokens,
+        }
+    }
+}

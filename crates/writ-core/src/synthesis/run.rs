@@ -1,0 +1,340 @@
+//! One batch, top-down: every file runs its stages concurrently — generation (fan-out and
+//! candidate checks, [`super::generation`]), selection ([`super::selection`]), writing
+//! ([`super::writing`]) — within the batch deadline and the file-size limit. An `atomic` batch
+//! generates every file first and writes all or none.
+//!
+//! The [`Synthesizer`] holds what every stage needs (models, store, workspace, settings). Its
+//! methods are crate-internal: the job runner ([`super::runner::JobRunner`]) is the one entry.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use uuid::Uuid;
+
+use crate::audit::{AuditStore, CandidateRecord, FileKind, Operation, OperationFilter};
+use crate::execution::Runner;
+use crate::model::ModelClient;
+use crate::synthesis::batch::{Batch, FileSpec, Validation};
+use crate::synthesis::fanout::{StragglerPolicy, UpstreamClock};
+use crate::synthesis::progress::{Event, ProgressSink};
+use crate::synthesis::response::{BatchResponse, FileResult, FileValidation};
+use crate::synthesis::selection::Chosen;
+use crate::synthesis::validation::Stage;
+use crate::workspace::Workspace;
+
+/// Which models to ask and how; from `CODE_LIST`, `CODE_MODEL`, `CODE_GEN_MODEL`.
+#[derive(Debug, Clone)]
+pub struct SynthesisConfig {
+    pub candidates: Vec<String>,
+    /// The arbiter; the first candidate model when unset.
+    pub arbiter: Option<String>,
+    /// Tried first when every candidate failed.
+    pub fallback: Option<String>,
+    pub max_tokens: u32,
+    pub temperature: f32,
+    /// Wait before the second fallback attempt; doubles after each.
+    pub fallback_backoff: Duration,
+    /// How many recent audit operations the prompt shows.
+    pub recent_operations: u32,
+    /// A chosen candidate (code or image) larger than this fails its file instead of being
+    /// written (`WRIT_MAX_FILE_BYTES`).
+    pub max_file_bytes: usize,
+    /// Files run at once, so each file's generation is bounded by this (`WRIT_BATCH_DEADLINE_SECS`).
+    pub batch_deadline: Duration,
+    /// When a fan-out stops waiting for slow candidates (`WRIT_STRAGGLER_*`; `options.straggler`).
+    pub straggler: StragglerPolicy,
+    /// The image model (`IMAGE_MODEL`).
+    pub image_model: Option<String>,
+    /// Models a batch may name in `options.models`, `arbiter_model` or `image_model`
+    /// (`WRIT_ALLOWED_MODELS`); empty: only the configured ones.
+    pub allowed_models: Vec<String>,
+}
+
+impl SynthesisConfig {
+    /// Whether a batch may ask for `model`: it is on the allow-list, or (with no list) it is one
+    /// of the configured models, so a key holder cannot pick a costlier model than the operator.
+    pub fn allows(&self, model: &str) -> bool {
+        if !self.allowed_models.is_empty() {
+            return self.allowed_models.iter().any(|m| m == model);
+        }
+        self.candidates
+            .iter()
+            .chain(&self.arbiter)
+            .chain(&self.fallback)
+            .chain(&self.image_model)
+            .any(|m| m == model)
+    }
+}
+
+impl Default for SynthesisConfig {
+    fn default() -> Self {
+        SynthesisConfig {
+            candidates: Vec::new(),
+            arbiter: None,
+            fallback: None,
+            max_tokens: 8_000,
+            temperature: 0.2,
+            fallback_backoff: Duration::from_millis(500),
+            recent_operations: 10,
+            image_model: None,
+            max_file_bytes: 1024 * 1024,
+            batch_deadline: Duration::from_secs(600),
+            straggler: StragglerPolicy::WaitAll,
+            allowed_models: Vec::new(),
+        }
+    }
+}
+
+/// What every stage of a batch works with.
+pub struct Synthesizer {
+    pub(crate) models: Arc<dyn ModelClient>,
+    pub(crate) store: Arc<dyn AuditStore>,
+    pub(crate) workspace: Arc<dyn Workspace>,
+    pub(crate) config: SynthesisConfig,
+    /// Runs the caller's checks for `options.validation`; `None` when no sandbox or no
+    /// commands are configured (such batches are refused before any model is called).
+    pub(crate) runner: Option<Arc<dyn Runner>>,
+}
+
+/// One file's outcome before it is written: the chosen content (or why there is none) and every
+/// candidate that was asked, for the answer and the audit record.
+pub(crate) struct Produced {
+    pub chosen: Result<Chosen, String>,
+    pub candidates: Vec<CandidateRecord>,
+    /// How the file did against the caller's checks, when the batch asked for them.
+    pub validation: Option<FileValidation>,
+}
+
+impl Produced {
+    pub fn failed(error: impl Into<String>, candidates: Vec<CandidateRecord>) -> Self {
+        Produced {
+            chosen: Err(error.into()),
+            candidates,
+            validation: None,
+        }
+    }
+}
+
+impl Synthesizer {
+    pub fn new(
+        models: Arc<dyn ModelClient>,
+        store: Arc<dyn AuditStore>,
+        workspace: Arc<dyn Workspace>,
+        config: SynthesisConfig,
+    ) -> Self {
+        Synthesizer {
+            models,
+            store,
+            workspace,
+            config,
+            runner: None,
+        }
+    }
+
+    /// Lets batches validate their candidates with `runner`.
+    pub fn with_runner(mut self, runner: Option<Arc<dyn Runner>>) -> Self {
+        self.runner = runner;
+        self
+    }
+
+    /// Runs every file of the batch and writes the results (unless `dry_run`).
+    pub(crate) async fn run(
+        &self,
+        request_id: Uuid,
+        batch: &Batch,
+        caller: Option<&str>,
+        sink: &dyn ProgressSink,
+    ) -> BatchResponse {
+        let started = Instant::now();
+        sink.emit(Event::Queued {
+            files: batch.files.iter().map(|f| f.path.to_string()).collect(),
+        });
+        let recent = self.recent_operations(caller).await;
+        let clocks: Vec<UpstreamClock> = batch
+            .files
+            .iter()
+            .map(|_| UpstreamClock::default())
+            .collect();
+
+        let results: Vec<FileResult> = if let Some(validation) = &batch.options.validation {
+            // Validation needs every file's candidates before any file can be chosen.
+            let produced = self
+                .produce_validated(batch, validation, &recent, sink, &clocks)
+                .await;
+            if batch.options.atomic && !batch.options.dry_run {
+                self.write_atomically(request_id, batch, produced, sink)
+                    .await
+            } else {
+                let mut results = Vec::with_capacity(produced.len());
+                for (p, f) in produced.into_iter().zip(&batch.files) {
+                    results.push(self.finish_file(request_id, batch, f, p, sink).await);
+                }
+                results
+            }
+        } else if batch.options.atomic && !batch.options.dry_run {
+            let produced = join_all(
+                batch
+                    .files
+                    .iter()
+                    .zip(&clocks)
+                    .map(|(f, clock)| self.produce(batch, f, &recent, sink, clock)),
+            )
+            .await;
+            self.write_atomically(request_id, batch, produced, sink)
+                .await
+        } else {
+            let recent = &recent;
+            join_all(
+                batch
+                    .files
+                    .iter()
+                    .zip(&clocks)
+                    .map(|(f, clock)| async move {
+                        let produced = self.produce(batch, f, recent, sink, clock).await;
+                        self.finish_file(request_id, batch, f, produced, sink).await
+                    }),
+            )
+            .await
+        };
+        let write_path = self.workspace.root().display().to_string();
+        let mut response = BatchResponse::assemble(
+            request_id,
+            write_path,
+            results,
+            started.elapsed().as_millis() as u64,
+        );
+        // Files run concurrently: the batch's critical upstream path is its slowest file's.
+        response.upstream = clocks
+            .iter()
+            .map(UpstreamClock::total)
+            .max()
+            .unwrap_or_default();
+        response
+    }
+
+    /// The caller's own latest operations, shown to the models as context. Another caller's
+    /// filenames never reach this caller's prompts.
+    async fn recent_operations(&self, caller: Option<&str>) -> Vec<Operation> {
+        let filter = OperationFilter {
+            caller: Some(caller.map(str::to_string)),
+            ..OperationFilter::default()
+        };
+        match self
+            .store
+            .list_operations(&filter, None, self.config.recent_operations)
+            .await
+        {
+            Ok(page) => page.operations,
+            Err(e) => {
+                tracing::warn!(error = %e, "no recent operations for the prompts: audit store unavailable");
+                Vec::new()
+            }
+        }
+    }
+
+    /// Every file's candidates, then validation and selection across the batch
+    /// ([`super::validation`]), within the batch deadline and the file-size limit.
+    async fn produce_validated(
+        &self,
+        batch: &Batch,
+        validation: &Validation,
+        recent: &[Operation],
+        sink: &dyn ProgressSink,
+        clocks: &[UpstreamClock],
+    ) -> Vec<Produced> {
+        let deadline = self.config.batch_deadline;
+        let stages =
+            async {
+                let stages = join_all(batch.files.iter().zip(clocks).map(
+                    |(file, clock)| async move {
+                        sink.emit(Event::FileStarted {
+                            file: file.path.to_string(),
+                        });
+                        match file.kind {
+                            FileKind::Image => {
+                                Stage::Done(self.generate_image(batch, file, sink).await)
+                            }
+                            FileKind::Code | FileKind::Direct | FileKind::Run => {
+                                match self.generate(batch, file, recent, sink, clock).await {
+                                    Ok(generated) => Stage::Generated(Box::new(generated)),
+                                    Err(error) => Stage::Done(Produced::failed(error, Vec::new())),
+                                }
+                            }
+                        }
+                    },
+                ))
+                .await;
+                self.select_validated(batch, validation, stages, sink, clocks)
+                    .await
+            };
+        match tokio::time::timeout(deadline, stages).await {
+            Ok(produced) => produced.into_iter().map(|p| self.bounded(p)).collect(),
+            Err(_) => batch
+                .files
+                .iter()
+                .map(|_| Produced::failed(deadline_message(deadline), Vec::new()))
+                .collect(),
+        }
+    }
+
+    /// One file's content: generation then selection (or the image branch), within the batch
+    /// deadline and the file-size limit. Past the deadline the file stops waiting on models and
+    /// fails; an oversized winner fails its file.
+    async fn produce(
+        &self,
+        batch: &Batch,
+        file: &FileSpec,
+        recent: &[Operation],
+        sink: &dyn ProgressSink,
+        upstream: &UpstreamClock,
+    ) -> Produced {
+        let deadline = self.config.batch_deadline;
+        let stages = async {
+            sink.emit(Event::FileStarted {
+                file: file.path.to_string(),
+            });
+            match file.kind {
+                FileKind::Image => self.generate_image(batch, file, sink).await,
+                FileKind::Code | FileKind::Direct | FileKind::Run => {
+                    match self.generate(batch, file, recent, sink, upstream).await {
+                        Ok(generated) => self.select(batch, file, generated, sink, upstream).await,
+                        Err(error) => Produced::failed(error, Vec::new()),
+                    }
+                }
+            }
+        };
+        match tokio::time::timeout(deadline, stages).await {
+            Err(_) => Produced::failed(deadline_message(deadline), Vec::new()),
+            Ok(produced) => self.bounded(produced),
+        }
+    }
+
+    /// An oversized winner (code or image) fails its file.
+    fn bounded(&self, produced: Produced) -> Produced {
+        let limit = self.config.max_file_bytes;
+        match produced {
+            Produced {
+                chosen: Ok(chosen),
+                candidates,
+                validation,
+            } if chosen.content.len() > limit => Produced {
+                chosen: Err(format!(
+                    "the chosen candidate from '{}' is {} bytes, above the limit of {limit} (WRIT_MAX_FILE_BYTES); nothing was written",
+                    chosen.model,
+                    chosen.content.len()
+                )),
+                candidates,
+                validation,
+            },
+            produced => produced,
+        }
+    }
+}
+
+fn deadline_message(deadline: Duration) -> String {
+    format!(
+        "the batch deadline of {} s (WRIT_BATCH_DEADLINE_SECS) passed before a candidate was chosen; nothing was written",
+        deadline.as_secs()
+    )
+}

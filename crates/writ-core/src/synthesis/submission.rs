@@ -1,0 +1,224 @@
+//! Submission: what must hold before a batch is accepted and what must survive the process.
+//! A repeated `Idempotency-Key` replays its stored answer (or is refused); every target is checked
+//! on disk, before any model is called; the request is recorded. When the batch ends, its answer
+//! is stored on the request record for replay.
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::audit::{NewRequest, StoreError};
+use crate::execution::RunError;
+use crate::synthesis::batch::{Batch, BatchError};
+use crate::synthesis::progress::ProgressSink;
+use crate::synthesis::response::BatchResponse;
+use crate::synthesis::run::Synthesizer;
+
+/// Who is asking and how to recognise a repeat.
+#[derive(Debug, Clone)]
+pub struct Submission {
+    pub request_id: Uuid,
+    pub caller: Option<String>,
+    pub idempotency_key: Option<String>,
+    /// SHA-256 of the request body as received.
+    pub body_sha256: String,
+    pub batch: Batch,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error(transparent)]
+    Invalid(#[from] BatchError),
+    #[error("Idempotency-Key was already used with a different request body")]
+    IdempotencyConflict,
+    #[error("a request with this Idempotency-Key is still running")]
+    InProgress,
+    #[error("the audit log cannot record this batch, so it was not started: {0}")]
+    Audit(#[source] StoreError),
+    /// Something the batch needs cannot be had on this server (e.g. the sandbox for
+    /// `options.validation`); the message names what to configure.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// A submitted batch's answer.
+#[derive(Debug)]
+pub struct Submitted {
+    pub response: BatchResponse,
+    /// The answer is a stored one replayed for a repeated `Idempotency-Key`.
+    pub replayed: bool,
+    /// The batch's critical path of upstream calls (zero for a replay).
+    pub upstream: Duration,
+}
+
+impl Synthesizer {
+    /// Checked without calling any model: a repeated `Idempotency-Key` (its stored answer is
+    /// returned as `Some`), the targets on disk, and the request record. An async caller gets
+    /// its 202 only after this.
+    pub(crate) async fn prepare(&self, sub: &Submission) -> Result<Option<Submitted>, SubmitError> {
+        if let Some(found) = self.replay(sub).await? {
+            return Ok(Some(found));
+        }
+        self.check_models(&sub.batch)?;
+        self.check_targets(&sub.batch).await?;
+        self.check_validation(&sub.batch)?;
+        let record = NewRequest {
+            id: sub.request_id,
+            received_at: chrono::Utc::now(),
+            route: "POST /write_codebase".to_string(),
+            caller: sub.caller.clone(),
+            idempotency_key: sub.idempotency_key.clone(),
+            body_sha256: Some(sub.body_sha256.clone()),
+        };
+        match self.store.insert_request(&record).await {
+            Ok(()) => Ok(None),
+            // Another request with the same key got in first.
+            Err(StoreError::Conflict(_)) if sub.idempotency_key.is_some() => {
+                match self.replay(sub).await? {
+                    Some(found) => Ok(Some(found)),
+                    None => Err(SubmitError::InProgress),
+                }
+            }
+            Err(e) => Err(SubmitError::Audit(e)),
+        }
+    }
+
+    /// Runs a prepared batch to its end and stores its answer on the request record.
+    pub(crate) async fn execute(&self, sub: &Submission, sink: &dyn ProgressSink) -> Submitted {
+        let response = self
+            .run(sub.request_id, &sub.batch, sub.caller.as_deref(), sink)
+            .await;
+        let body = serde_json::to_value(&response).unwrap_or(serde_json::Value::Null);
+        if let Err(e) = self
+            .store
+            .finish_request(
+                sub.request_id,
+                response.status,
+                response.duration_ms as i64,
+                Some(&body),
+            )
+            .await
+        {
+            tracing::warn!(error = %e, "batch done but its request record could not be closed");
+        }
+        let upstream = response.upstream;
+        Submitted {
+            response,
+            replayed: false,
+            upstream,
+        }
+    }
+
+    async fn replay(&self, sub: &Submission) -> Result<Option<Submitted>, SubmitError> {
+        let Some(key) = &sub.idempotency_key else {
+            return Ok(None);
+        };
+        let found = self
+            .store
+            .find_request_by_idempotency_key(sub.caller.as_deref(), key)
+            .await
+            .map_err(SubmitError::Audit)?;
+        match found {
+            None => Ok(None),
+            Some(r) if r.body_sha256.as_deref() != Some(sub.body_sha256.as_str()) => {
+                Err(SubmitError::IdempotencyConflict)
+            }
+            Some(r) => match r.response {
+                Some(body) => {
+                    let response = serde_json::from_value(body).map_err(|e| {
+                        SubmitError::Audit(StoreError::Other(format!(
+                            "the stored answer of request {} cannot be read: {e}",
+                            r.id
+                        )))
+                    })?;
+                    Ok(Some(Submitted {
+                        response,
+                        replayed: true,
+                        upstream: Duration::ZERO,
+                    }))
+                }
+                None => Err(SubmitError::InProgress),
+            },
+        }
+    }
+
+    /// Every model the batch names is one this deployment allows.
+    fn check_models(&self, batch: &Batch) -> Result<(), BatchError> {
+        for (field, model) in batch.options.named_models() {
+            if !self.config.allows(model) {
+                let allowed = if self.config.allowed_models.is_empty() {
+                    "only the configured models (CODE_LIST, CODE_MODEL, CODE_GEN_MODEL, IMAGE_MODEL) may be named; set WRIT_ALLOWED_MODELS to allow others"
+                } else {
+                    "it is not in WRIT_ALLOWED_MODELS"
+                };
+                return Err(BatchError {
+                    field,
+                    message: format!("'{model}' is not an allowed model: {allowed}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// `options.validation` against what this server can run: the sandbox is there, every command
+    /// is configured, every argument stays inside the sandbox, the timeout and the repair rounds
+    /// are within the deployment's bounds. Checked before any model is called.
+    fn check_validation(&self, batch: &Batch) -> Result<(), SubmitError> {
+        let Some(v) = batch.options.validation() else {
+            return Ok(());
+        };
+        let Some(runner) = &self.runner else {
+            return Err(SubmitError::Unavailable(
+                "options.validation needs commands to run, and none are configured: set WRIT_COMMANDS".into(),
+            ));
+        };
+        let limits = runner.limits();
+        if v.timeout() > limits.max_timeout {
+            return Err(SubmitError::Invalid(BatchError {
+                field: "options.validation.timeout_secs".into(),
+                message: format!(
+                    "at most {} (WRIT_RUN_MAX_TIMEOUT_SECS), got {}",
+                    limits.max_timeout.as_secs(),
+                    v.timeout().as_secs()
+                ),
+            }));
+        }
+        if v.repair_rounds() > limits.max_repair_rounds {
+            return Err(SubmitError::Invalid(BatchError {
+                field: "options.validation.repair_rounds".into(),
+                message: format!(
+                    "at most {} (WRIT_MAX_REPAIR_ROUNDS), got {}",
+                    limits.max_repair_rounds,
+                    v.repair_rounds()
+                ),
+            }));
+        }
+        for (i, call) in v.commands().iter().enumerate() {
+            runner
+                .check(call, &format!("options.validation.commands[{i}]"))
+                .map_err(|e| match e {
+                    RunError::Invalid { field, message } => {
+                        SubmitError::Invalid(BatchError { field, message })
+                    }
+                    RunError::Unavailable(why) | RunError::Failed(why) => SubmitError::Unavailable(
+                        format!("options.validation cannot run here: {why}"),
+                    ),
+                })?;
+        }
+        Ok(())
+    }
+
+    /// What the filesystem says about each target (symlinks out, directories, protected paths),
+    /// before any model is called.
+    async fn check_targets(&self, batch: &Batch) -> Result<(), BatchError> {
+        for f in &batch.files {
+            if let Err(e) = self.workspace.check_target(&f.path, true).await {
+                return Err(BatchError {
+                    field: format!("files[{}].filename", f.index),
+                    message: e.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,554 @@
+//! Validation: the caller's checks (`options.validation`) decide among a batch's candidates, in
+//! the selection stage.
+//!
+//! Every file's candidates are generated first. Then each distinct viable candidate of a file is
+//! staged in a scratch copy of `REPO_DIR` with the batch's other files at their current best
+//! choice (so tests that import several new files work) and the commands run in the sandbox
+//! ([`crate::execution::Runner`]); a candidate passes when every command exits 0 in time. Files
+//! validated before another file's best choice changed are tried once more.
+//!
+//! Then, per file: several distinct passers → the arbiter judges only among them
+//! (`validated_arbiter`); one → taken without an arbiter call (`validated`); none → repair
+//! rounds: each model that answered gets its own candidate back with the failing command's
+//! output (a bounded tail) and is asked for the corrected whole file; the new candidates are
+//! checked and validated (`repaired`). Still none: the file fails with `validation_failed`
+//! (`on_fail: "refuse"`) or the usual selection writes the best unvalidated candidate, marked as
+//! not passing (`"write_best"`).
+
+use std::time::Instant;
+
+use futures::future::join_all;
+
+use crate::audit::{CandidateRecord, Selection, ValidationRecord};
+use crate::execution::{RunOutcome, Runner, tail};
+use crate::model::{ChatRequest, ErrorClass};
+use crate::path::SandboxPath;
+use crate::synthesis::batch::{Batch, FileSpec, OnFail, Validation};
+use crate::synthesis::fanout::{self, UpstreamClock};
+use crate::synthesis::generation::Generated;
+use crate::synthesis::progress::{Event, ProgressSink};
+use crate::synthesis::prompt;
+use crate::synthesis::response::FileValidation;
+use crate::synthesis::run::{Produced, Synthesizer};
+use crate::synthesis::selection::{Chosen, Content, Viable, distinct_viable};
+
+/// Bytes of a failing command's output kept in the record and shown to a model for repair.
+pub const OUTPUT_TAIL_BYTES: usize = 4_000;
+
+/// One candidate under validation.
+struct Trial {
+    model: String,
+    code: String,
+    round: u32,
+    /// Where its record is in the file's candidate list.
+    record: usize,
+    outcome: Option<ValidationRecord>,
+}
+
+impl Trial {
+    fn passed(&self) -> bool {
+        self.outcome.as_ref().is_some_and(|o| o.passed)
+    }
+}
+
+/// A code file going through validation.
+struct FileTrials<'a> {
+    file: &'a FileSpec,
+    generated: Generated,
+    records: Vec<CandidateRecord>,
+    trials: Vec<Trial>,
+    /// The trial other files are staged with.
+    best: Option<usize>,
+    rounds: u32,
+}
+
+impl FileTrials<'_> {
+    fn best_code(&self) -> Option<&str> {
+        self.best.map(|i| self.trials[i].code.as_str())
+    }
+    fn passers(&self) -> Vec<usize> {
+        (0..self.trials.len())
+            .filter(|&i| self.trials[i].passed())
+            .collect()
+    }
+}
+
+/// What a code file brings to validation: its candidates, or its outcome already.
+pub(crate) enum Stage {
+    Generated(Box<Generated>),
+    Done(Produced),
+}
+
+impl Synthesizer {
+    /// Validation and selection for every file of the batch at once; see the module docs.
+    pub(crate) async fn select_validated(
+        &self,
+        batch: &Batch,
+        validation: &Validation,
+        stages: Vec<Stage>,
+        sink: &dyn ProgressSink,
+        clocks: &[UpstreamClock],
+    ) -> Vec<Produced> {
+        let Some(runner) = self.runner.clone() else {
+            let why =
+                "validation was asked for but no command runner is configured (WRIT_COMMANDS)";
+            return stages
+                .into_iter()
+                .map(|s| match s {
+                    Stage::Done(p) => p,
+                    Stage::Generated(g) => Produced::failed(why, records_of(&g)),
+                })
+                .collect();
+        };
+        let mut done: Vec<Option<Produced>> = Vec::new();
+        let mut files: Vec<FileTrials<'_>> = Vec::new();
+        let mut slot_of: Vec<Option<usize>> = Vec::new();
+        for (stage, file) in stages.into_iter().zip(&batch.files) {
+            match stage {
+                Stage::Done(p) => {
+                    done.push(Some(p));
+                    slot_of.push(None);
+                }
+                Stage::Generated(g) => {
+                    let records = records_of(&g);
+                    let trials: Vec<Trial> = distinct_viable(&g.answers)
+                        .iter()
+                        .map(|v| Trial {
+                            model: v.model.to_string(),
+                            code: v.code.to_string(),
+                            round: 0,
+                            record: record_index(&records, v.model, 0),
+                            outcome: None,
+                        })
+                        .collect();
+                    let best = (!trials.is_empty()).then_some(0);
+                    done.push(None);
+                    slot_of.push(Some(files.len()));
+                    files.push(FileTrials {
+                        file,
+                        generated: *g,
+                        records,
+                        trials,
+                        best,
+                        rounds: 0,
+                    });
+                }
+            }
+        }
+
+        // First answers: each file in turn against the others' best, then once more for files
+        // tried before another file's best choice changed.
+        let mut changed_at: Vec<usize> = vec![0; files.len()];
+        let mut tried_at: Vec<usize> = vec![0; files.len()];
+        let mut clock = 0usize;
+        for pass in 0..2 {
+            for i in 0..files.len() {
+                let needs = if pass == 0 {
+                    true
+                } else {
+                    files[i].passers().is_empty()
+                        && (0..files.len()).any(|j| j != i && changed_at[j] > tried_at[i])
+                };
+                if !needs || files[i].trials.is_empty() {
+                    continue;
+                }
+                let pending: Vec<usize> = (0..files[i].trials.len()).collect();
+                self.validate_trials(runner.as_ref(), validation, &mut files, i, &pending, sink)
+                    .await;
+                clock += 1;
+                tried_at[i] = clock;
+                if let Some(&first) = files[i].passers().first()
+                    && files[i].best != Some(first)
+                {
+                    files[i].best = Some(first);
+                    changed_at[i] = clock;
+                }
+            }
+        }
+
+        // Repair rounds for files with no passer.
+        for i in 0..files.len() {
+            for round in 1..=validation.repair_rounds {
+                if !files[i].passers().is_empty() || files[i].trials.is_empty() {
+                    break;
+                }
+                let started = Instant::now();
+                let added = self.repair_round(&mut files[i], round, sink).await;
+                clocks[files[i].file.index].add(started.elapsed());
+                files[i].rounds = round;
+                if added.is_empty() {
+                    break;
+                }
+                self.validate_trials(runner.as_ref(), validation, &mut files, i, &added, sink)
+                    .await;
+                if let Some(&first) = files[i].passers().first() {
+                    files[i].best = Some(first);
+                }
+            }
+        }
+
+        let mut chosen: Vec<Option<Produced>> = Vec::with_capacity(files.len());
+        for f in files {
+            let index = f.file.index;
+            chosen.push(Some(
+                self.choose(batch, validation, f, sink, &clocks[index])
+                    .await,
+            ));
+        }
+        done.into_iter()
+            .zip(slot_of)
+            .map(|(d, slot)| match (d, slot) {
+                (Some(p), _) => p,
+                (None, Some(s)) => chosen[s].take().unwrap_or_else(|| {
+                    Produced::failed("validation produced no outcome", Vec::new())
+                }),
+                (None, None) => Produced::failed("validation produced no outcome", Vec::new()),
+            })
+            .collect()
+    }
+
+    /// Runs the checks on some of file `i`'s trials, concurrently, with every other file staged at
+    /// its best choice; records each outcome on its trial and candidate record.
+    async fn validate_trials(
+        &self,
+        runner: &dyn Runner,
+        validation: &Validation,
+        files: &mut [FileTrials<'_>],
+        i: usize,
+        which: &[usize],
+        sink: &dyn ProgressSink,
+    ) {
+        let others: Vec<(SandboxPath, Vec<u8>)> = files
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .filter_map(|(_, f)| {
+                f.best_code()
+                    .map(|code| (f.file.path.clone(), code.as_bytes().to_vec()))
+            })
+            .collect();
+        let target = &files[i];
+        sink.emit(Event::ValidationStarted {
+            file: target.file.path.to_string(),
+            candidates: which.len(),
+        });
+        let runs = which.iter().map(|&t| {
+            let mut staged = others.clone();
+            staged.push((
+                target.file.path.clone(),
+                target.trials[t].code.as_bytes().to_vec(),
+            ));
+            async move {
+                let outcome = runner
+                    .run(&staged, &validation.commands, validation.timeout)
+                    .await;
+                (t, outcome)
+            }
+        });
+        let results = join_all(runs).await;
+        let target = &mut files[i];
+        for (t, outcome) in results {
+            let record = to_record(validation, outcome);
+            sink.emit(Event::ValidationFinished {
+                file: target.file.path.to_string(),
+                model: target.trials[t].model.clone(),
+                round: target.trials[t].round,
+                passed: record.passed,
+                exit_code: record.exit_code,
+                duration_ms: record.duration_ms,
+            });
+            let r = target.trials[t].record;
+            if let Some(rec) = target.records.get_mut(r) {
+                rec.validation = Some(record.clone());
+            }
+            target.trials[t].outcome = Some(record);
+        }
+    }
+
+    /// Sends each model's latest failing candidate back with its failure; returns the indexes of
+    /// the new trials.
+    async fn repair_round(
+        &self,
+        f: &mut FileTrials<'_>,
+        round: u32,
+        sink: &dyn ProgressSink,
+    ) -> Vec<usize> {
+        // The latest trial of each model that answered.
+        let mut latest: Vec<usize> = Vec::new();
+        for (i, t) in f.trials.iter().enumerate() {
+            match latest.iter().position(|&j| f.trials[j].model == t.model) {
+                Some(k) => latest[k] = i,
+                None => latest.push(i),
+            }
+        }
+        sink.emit(Event::RepairStarted {
+            file: f.file.path.to_string(),
+            round,
+            models: latest.len(),
+        });
+        let asks = latest.iter().map(|&i| {
+            let t = &f.trials[i];
+            let outcome = t.outcome.clone();
+            let messages = prompt::repair_messages(
+                &f.generated.messages,
+                &t.code,
+                f.generated.language,
+                outcome.as_ref(),
+            );
+            let model = t.model.clone();
+            let language = f.generated.language;
+            let call = self.call_settings();
+            let file = f.file.path.to_string();
+            async move {
+                let req = ChatRequest {
+                    model: model.clone(),
+                    messages,
+                    temperature: Some(call.temperature),
+                    max_tokens: Some(call.max_tokens),
+                    ..ChatRequest::default()
+                };
+                sink.emit(Event::CandidateStarted {
+                    file: file.clone(),
+                    model: model.clone(),
+                });
+                let started = Instant::now();
+                let candidate = match self.models.chat(req).await {
+                    Ok(resp) => {
+                        let mut record = fanout::answered(&model, &resp);
+                        match writ_checks::check_candidate(&resp.content, language) {
+                            Ok(checked) => {
+                                record.ok = true;
+                                record.parsed = checked.parsed;
+                                (record, Some(checked.code))
+                            }
+                            Err(rejection) => {
+                                record.error_class = Some(ErrorClass::NoCode);
+                                record.error = Some(rejection.to_string());
+                                (record, None)
+                            }
+                        }
+                    }
+                    Err(e) => (fanout::failed(&model, started, &e), None),
+                };
+                sink.emit(Event::CandidateFinished {
+                    file,
+                    model: model.clone(),
+                    latency_ms: candidate.0.latency_ms,
+                    ok: candidate.0.ok,
+                    error_class: candidate.0.error_class,
+                    parsed: candidate.0.parsed,
+                });
+                (model, candidate)
+            }
+        });
+        let answers = join_all(asks).await;
+        let mut added = Vec::new();
+        for (model, (mut record, code)) in answers {
+            record.round = Some(round);
+            f.records.push(record);
+            let index = f.records.len() - 1;
+            if let Some(code) = code
+                && !f.trials.iter().any(|t| t.code == code)
+            {
+                f.trials.push(Trial {
+                    model,
+                    code,
+                    round,
+                    record: index,
+                    outcome: None,
+                });
+                added.push(f.trials.len() - 1);
+            }
+        }
+        added
+    }
+
+    /// The file's choice once validation and repair are over.
+    async fn choose(
+        &self,
+        batch: &Batch,
+        validation: &Validation,
+        f: FileTrials<'_>,
+        sink: &dyn ProgressSink,
+        upstream: &UpstreamClock,
+    ) -> Produced {
+        let passers = f.passers();
+        let summary = |passed: bool| {
+            Some(FileValidation {
+                passed,
+                rounds: f.rounds,
+            })
+        };
+        let repaired = |i: usize| f.trials[i].round > 0;
+        match passers.as_slice() {
+            [] => {
+                if f.trials.is_empty() {
+                    // No viable candidate at all: the fallback models, unvalidated.
+                    let mut produced = self
+                        .select(batch, f.file, f.generated, sink, upstream)
+                        .await;
+                    produced.validation = summary(false);
+                    if validation.on_fail == OnFail::Refuse {
+                        produced.chosen = Err(format!(
+                            "validation_failed: no candidate could be checked ({}); nothing was written",
+                            produced
+                                .chosen
+                                .err()
+                                .unwrap_or_else(|| "no viable candidate".into())
+                        ));
+                    }
+                    return produced;
+                }
+                match validation.on_fail {
+                    OnFail::Refuse => Produced {
+                        chosen: Err(failure_message(&f, validation)),
+                        candidates: f.records,
+                        validation: summary(false),
+                    },
+                    OnFail::WriteBest => {
+                        let records = f.records;
+                        let mut produced = self
+                            .select(batch, f.file, f.generated, sink, upstream)
+                            .await;
+                        // Keep the validation results the selection's fresh records lack.
+                        produced.candidates = records;
+                        produced.validation = summary(false);
+                        produced
+                    }
+                }
+            }
+            [only] => {
+                let t = &f.trials[*only];
+                Produced {
+                    chosen: Ok(Chosen {
+                        content: Content::Code(t.code.clone()),
+                        model: t.model.clone(),
+                        selection: if repaired(*only) {
+                            Selection::Repaired
+                        } else {
+                            Selection::Validated
+                        },
+                        reason: None,
+                    }),
+                    candidates: f.records,
+                    validation: summary(true),
+                }
+            }
+            several => {
+                let viable: Vec<Viable<'_>> = several
+                    .iter()
+                    .map(|&i| Viable {
+                        model: f.trials[i].model.as_str(),
+                        code: f.trials[i].code.as_str(),
+                    })
+                    .collect();
+                let mut chosen = self
+                    .arbitrate(batch, f.file, &f.generated, &viable, sink, upstream)
+                    .await;
+                let from_repair = several
+                    .iter()
+                    .find(|&&i| f.trials[i].code.as_bytes() == chosen.content.bytes())
+                    .is_some_and(|&i| repaired(i));
+                chosen.selection = match (from_repair, chosen.selection) {
+                    (true, _) => Selection::Repaired,
+                    (false, Selection::Arbiter) => Selection::ValidatedArbiter,
+                    (false, _) => Selection::Validated,
+                };
+                Produced {
+                    chosen: Ok(chosen),
+                    candidates: f.records,
+                    validation: summary(true),
+                }
+            }
+        }
+    }
+}
+
+fn records_of(g: &Generated) -> Vec<CandidateRecord> {
+    g.answers.iter().map(|c| c.record.clone()).collect()
+}
+
+fn record_index(records: &[CandidateRecord], model: &str, round: u32) -> usize {
+    records
+        .iter()
+        .position(|r| r.model == model && r.round.unwrap_or(0) == round)
+        .unwrap_or(usize::MAX)
+}
+
+/// The checks' outcome as recorded: the deciding command is the first that failed, else the last.
+fn to_record(
+    validation: &Validation,
+    outcome: Result<Vec<RunOutcome>, crate::execution::RunError>,
+) -> ValidationRecord {
+    match outcome {
+        Ok(runs) => {
+            let duration_ms = runs.iter().map(|r| r.duration_ms).sum();
+            let deciding = runs
+                .iter()
+                .position(|r| !r.passed())
+                .unwrap_or(runs.len().saturating_sub(1));
+            let passed =
+                runs.len() == validation.commands.len() && runs.iter().all(RunOutcome::passed);
+            match runs.get(deciding) {
+                Some(run) => {
+                    let output = format!("{}{}", run.stdout, run.stderr);
+                    ValidationRecord {
+                        passed,
+                        command: validation.commands[deciding.min(validation.commands.len() - 1)]
+                            .name
+                            .clone(),
+                        exit_code: run.exit_code,
+                        timed_out: run.timed_out,
+                        duration_ms,
+                        output_tail: tail(&output, OUTPUT_TAIL_BYTES).to_string(),
+                    }
+                }
+                None => ValidationRecord {
+                    passed: false,
+                    command: String::new(),
+                    exit_code: None,
+                    timed_out: false,
+                    duration_ms,
+                    output_tail: "no command ran".into(),
+                },
+            }
+        }
+        Err(e) => ValidationRecord {
+            passed: false,
+            command: validation
+                .commands
+                .first()
+                .map(|c| c.name.clone())
+                .unwrap_or_default(),
+            exit_code: None,
+            timed_out: false,
+            duration_ms: 0,
+            output_tail: e.to_string(),
+        },
+    }
+}
+
+fn failure_message(f: &FileTrials<'_>, validation: &Validation) -> String {
+    let last = f
+        .trials
+        .iter()
+        .rev()
+        .find_map(|t| t.outcome.as_ref())
+        .map(|o| {
+            format!(
+                "; last failure: `{}` {}",
+                o.command,
+                match (o.timed_out, o.exit_code) {
+                    (true, _) => format!("timed out after {} s", validation.timeout.as_secs()),
+                    (false, Some(code)) => format!("exited {code}"),
+                    (false, None) => "was killed".to_string(),
+                }
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "validation_failed: none of {} candidate(s) passed the checks after {} repair round(s){last}; nothing was written",
+        f.trials.len(),
+        f.rounds
+    )
+}

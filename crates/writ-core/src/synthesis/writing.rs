@@ -1,0 +1,353 @@
+//! Writing: a file's chosen content becomes one recorded write ([`crate::files`]: the audit
+//! record before the file, the file atomically), or its failure is recorded; either way its
+//! result and its `file_written` / `file_failed` event. An `atomic` batch writes all its files or
+//! none: if one failed to generate nothing is written, and if a write fails the files already
+//! written are put back — each only if it still holds what writ wrote, under its path lock, and
+//! a rollback that could not be made is reported as such.
+
+use base64::Engine;
+use uuid::Uuid;
+
+use crate::audit::{CandidateRecord, Selection};
+use crate::content::sha256_hex;
+use crate::files::{
+    Provenance, RemoveOutcome, WriteMode, WriteSpec, record_failure, recorded_remove,
+    recorded_write,
+};
+use crate::synthesis::batch::{Batch, FileSpec};
+use crate::synthesis::progress::{Event, ProgressSink};
+use crate::synthesis::response::{FileResult, ImageInfo};
+use crate::synthesis::run::{Produced, Synthesizer};
+use crate::synthesis::selection::{Chosen, Content};
+
+/// A file an atomic batch wrote, and how to put it back.
+struct Written<'a> {
+    file: &'a FileSpec,
+    /// The content before writ's write (`None`: the file did not exist).
+    before: Option<Vec<u8>>,
+    /// What writ wrote; the rollback touches the file only if it still holds this.
+    sha256: String,
+}
+
+impl Synthesizer {
+    /// Writes one file's chosen content (or records its failure), emits its event and builds its
+    /// result.
+    pub(crate) async fn finish_file(
+        &self,
+        request_id: Uuid,
+        batch: &Batch,
+        file: &FileSpec,
+        produced: Produced,
+        sink: &dyn ProgressSink,
+    ) -> FileResult {
+        let (result, _) = self.write_file(request_id, batch, file, produced).await;
+        emit_outcome(sink, &result);
+        result
+    }
+
+    /// The write itself; also returns the content the file held before, for an atomic rollback.
+    async fn write_file(
+        &self,
+        request_id: Uuid,
+        batch: &Batch,
+        file: &FileSpec,
+        produced: Produced,
+    ) -> (FileResult, Option<Option<Vec<u8>>>) {
+        let Produced {
+            chosen,
+            candidates,
+            validation,
+        } = produced;
+        let chosen = match chosen {
+            Ok(c) => c,
+            Err(error) => {
+                let mut result =
+                    FileResult::failed(file.path.as_str(), file.kind, error.clone(), candidates);
+                result.validation = validation;
+                if !batch.options.dry_run {
+                    let prov = Provenance {
+                        candidates: result.candidates.clone(),
+                        ..Provenance::default()
+                    };
+                    match record_failure(
+                        self.store.as_ref(),
+                        request_id,
+                        file.kind,
+                        file.path.as_str(),
+                        &error,
+                        prov,
+                    )
+                    .await
+                    {
+                        Ok(id) => result.operation_id = Some(id),
+                        Err(e) => tracing::warn!(error = %e, "could not record a failed file"),
+                    }
+                }
+                return (result, None);
+            }
+        };
+        if batch.options.dry_run {
+            let mut result = dry_run_result(file, chosen, candidates);
+            result.validation = validation;
+            return (result, None);
+        }
+        let image = chosen.content.image().map(ImageInfo::from);
+        let spec = WriteSpec {
+            path: file.path.clone(),
+            content: chosen.content.bytes().to_vec(),
+            mode: WriteMode::Overwrite,
+            expected_sha256: file.expected_sha256.clone(),
+            create_dirs: true,
+        };
+        let provenance = Provenance {
+            detail: image
+                .as_ref()
+                .and_then(|info| serde_json::to_value(info).ok())
+                .map(|info| serde_json::json!({ "image": info })),
+            chosen_model: Some(chosen.model.clone()),
+            selection: Some(chosen.selection),
+            arbiter_reason: chosen.reason.clone(),
+            candidates: candidates.clone(),
+        };
+        let kind = file.kind;
+        match recorded_write(
+            self.store.as_ref(),
+            self.workspace.as_ref(),
+            request_id,
+            kind,
+            spec,
+            provenance.clone(),
+        )
+        .await
+        {
+            Ok(receipt) => {
+                metrics::counter!("writ_writes_total", "kind" => kind.as_str(), "operation" => receipt.operation.as_str()).increment(1);
+                let result = FileResult {
+                    filename: file.path.to_string(),
+                    kind,
+                    success: true,
+                    operation: Some(receipt.operation),
+                    bytes: Some(receipt.bytes),
+                    sha256: Some(receipt.sha256),
+                    chosen_model: Some(chosen.model),
+                    selection: Some(chosen.selection),
+                    arbiter_reason: chosen.reason,
+                    candidates,
+                    operation_id: Some(receipt.operation_id),
+                    error: None,
+                    image,
+                    content: None,
+                    validation,
+                };
+                (result, Some(receipt.previous))
+            }
+            Err(err) => {
+                metrics::counter!("writ_writes_total", "kind" => kind.as_str(), "operation" => "failed")
+                    .increment(1);
+                let message = err.to_string();
+                let mut result =
+                    FileResult::failed(file.path.as_str(), kind, message.clone(), candidates);
+                result.chosen_model = Some(chosen.model);
+                result.selection = Some(chosen.selection);
+                result.arbiter_reason = chosen.reason;
+                result.validation = validation;
+                // A refused write (If-Match, audit down) made no operation record of its own.
+                if let Ok(id) = record_failure(
+                    self.store.as_ref(),
+                    request_id,
+                    kind,
+                    file.path.as_str(),
+                    &message,
+                    provenance,
+                )
+                .await
+                {
+                    result.operation_id = Some(id);
+                }
+                (result, None)
+            }
+        }
+    }
+
+    /// `atomic`: every file is generated first; if one failed nothing is written; if a write
+    /// fails, the files already written are put back as they were.
+    pub(crate) async fn write_atomically(
+        &self,
+        request_id: Uuid,
+        batch: &Batch,
+        produced: Vec<Produced>,
+        sink: &dyn ProgressSink,
+    ) -> Vec<FileResult> {
+        let first_failure = produced
+            .iter()
+            .zip(&batch.files)
+            .find_map(|(p, f)| p.chosen.as_ref().err().map(|e| (f, e.clone())));
+        if let Some((failed, why)) = first_failure {
+            let mut results = Vec::new();
+            for (p, f) in produced.into_iter().zip(&batch.files) {
+                let error = match p.chosen {
+                    Err(e) => e,
+                    Ok(_) => format!(
+                        "not written: the batch is atomic and files[{}] ('{}') failed: {why}",
+                        failed.index, failed.path
+                    ),
+                };
+                let failed = Produced {
+                    chosen: Err(error),
+                    candidates: p.candidates,
+                    validation: p.validation,
+                };
+                results.push(self.finish_file(request_id, batch, f, failed, sink).await);
+            }
+            return results;
+        }
+
+        let mut results: Vec<FileResult> = Vec::new();
+        let mut written: Vec<Written<'_>> = Vec::new();
+        let mut broke: Option<String> = None;
+        for (p, f) in produced.into_iter().zip(&batch.files) {
+            if let Some(why) = &broke {
+                let error =
+                    format!("not written: the batch is atomic and an earlier write failed: {why}");
+                let failed = Produced::failed(error, p.candidates);
+                results.push(self.finish_file(request_id, batch, f, failed, sink).await);
+                continue;
+            }
+            let (result, before) = self.write_file(request_id, batch, f, p).await;
+            match (&result.sha256, before) {
+                (Some(sha256), Some(before)) if result.success => written.push(Written {
+                    file: f,
+                    before,
+                    sha256: sha256.clone(),
+                }),
+                _ => broke = Some(result.error.clone().unwrap_or_default()),
+            }
+            emit_outcome(sink, &result);
+            results.push(result);
+        }
+        if let Some(why) = broke {
+            for w in written.into_iter().rev() {
+                let outcome = self.roll_back(request_id, &w, &why).await;
+                if let Some(r) = results
+                    .iter_mut()
+                    .find(|r| r.filename == w.file.path.as_str())
+                {
+                    r.success = false;
+                    r.error = Some(match outcome {
+                        Ok(()) => format!(
+                            "rolled back: the batch is atomic and a later write failed: {why}"
+                        ),
+                        Err(e) => format!(
+                            "NOT rolled back: the batch is atomic and a later write failed ({why}), \
+                             but putting this file back failed: {e}; it holds writ's new content or another writer's"
+                        ),
+                    });
+                }
+            }
+        }
+        results
+    }
+
+    /// Puts one file back as it was before this batch wrote it — only if it still holds what
+    /// the batch wrote (another writer's later content is never overwritten or removed).
+    async fn roll_back(&self, request_id: Uuid, w: &Written<'_>, why: &str) -> Result<(), String> {
+        let prov = Provenance {
+            selection: Some(Selection::Rollback),
+            ..Provenance::default()
+        };
+        let outcome = match &w.before {
+            Some(previous) => {
+                let spec = WriteSpec {
+                    path: w.file.path.clone(),
+                    content: previous.clone(),
+                    mode: WriteMode::Overwrite,
+                    expected_sha256: Some(w.sha256.clone()),
+                    create_dirs: false,
+                };
+                recorded_write(
+                    self.store.as_ref(),
+                    self.workspace.as_ref(),
+                    request_id,
+                    w.file.kind,
+                    spec,
+                    prov,
+                )
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+            }
+            None => recorded_remove(
+                self.store.as_ref(),
+                self.workspace.as_ref(),
+                request_id,
+                w.file.kind,
+                &w.file.path,
+                &w.sha256,
+                &format!(
+                    "rolled back (atomic batch; a later write failed: {why}): the file was removed"
+                ),
+                prov,
+            )
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|outcome| match outcome {
+                RemoveOutcome::Removed => Ok(()),
+                RemoveOutcome::Changed { actual } => Err(format!(
+                    "'{}' changed since writ wrote it (sha256 {actual}); it was left as it is",
+                    w.file.path
+                )),
+            }),
+        };
+        if let Err(e) = &outcome {
+            tracing::error!(file = %w.file.path, error = %e, "rollback of an atomic batch failed");
+        }
+        outcome
+    }
+}
+
+fn emit_outcome(sink: &dyn ProgressSink, result: &FileResult) {
+    sink.emit(match (&result.error, result.success) {
+        (None, true) => Event::FileWritten {
+            file: result.filename.clone(),
+            operation: result
+                .operation
+                .map(|o| o.as_str().to_string())
+                .unwrap_or_else(|| "dry_run".into()),
+            bytes: result.bytes.unwrap_or(0),
+            sha256: result.sha256.clone().unwrap_or_default(),
+        },
+        (error, _) => Event::FileFailed {
+            file: result.filename.clone(),
+            error: error.clone().unwrap_or_default(),
+        },
+    });
+}
+
+/// `dry_run`: the chosen content in the answer (an image as a data URL), nothing written.
+fn dry_run_result(file: &FileSpec, chosen: Chosen, candidates: Vec<CandidateRecord>) -> FileResult {
+    let bytes = chosen.content.bytes();
+    FileResult {
+        filename: file.path.to_string(),
+        kind: file.kind,
+        success: true,
+        operation: None,
+        bytes: Some(bytes.len()),
+        sha256: Some(sha256_hex(bytes)),
+        image: chosen.content.image().map(ImageInfo::from),
+        content: Some(match &chosen.content {
+            Content::Image(img) => format!(
+                "data:image/{};base64,{}",
+                img.format.as_str(),
+                base64::engine::general_purpose::STANDARD.encode(&img.bytes)
+            ),
+            Content::Code(code) => code.clone(),
+        }),
+        chosen_model: Some(chosen.model),
+        selection: Some(chosen.selection),
+        arbiter_reason: chosen.reason,
+        candidates,
+        operation_id: None,
+        error: None,
+        validation: None,
+    }
+}

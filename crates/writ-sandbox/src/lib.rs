@@ -1,0 +1,402 @@
+//! The command sandbox: runs the caller's checks (tests) on model-written files without trusting
+//! them.
+//!
+//! Everything a command sees is a scratch copy of REPO_DIR ([`Scratch`]), bound read-write at
+//! `/work/repo` inside a bubblewrap sandbox: new user, network (only its own empty loopback: no
+//! route to the host's services or anywhere else), pid, ipc, uts and cgroup namespaces; `/usr` read-only; a fresh tmpfs at `/tmp`; nothing else of
+//! the host (no `/work`, `/root`, host `/tmp`, database, configuration, model cache or keys); all
+//! capabilities dropped; no new privileges; a cleared environment ([`SAFE_ENV`]). When writ runs
+//! as root the sandbox runs as an unprivileged uid ([`SandboxConfig::sandbox_uid`]), because the
+//! kernel does not apply the process-count limit to root.
+//!
+//! Limits ([`Limits`]): wall time (the sandbox's process group is killed), CPU seconds, address
+//! space, processes, file size (rlimits set by `prlimit` inside the sandbox), `/tmp` size (tmpfs
+//! size), and captured output per stream (the rest is read and discarded).
+//!
+//! It fails closed: [`Sandbox::probe`] runs `true` inside a real sandbox and returns
+//! [`SandboxUnavailable`] with plain words when it cannot; there is no way to run a command
+//! without a probed [`Sandbox`]. Runs wait in a fair FIFO queue of `max_concurrent` slots.
+//!
+//! Which programs a request may run is [`CommandSet`]'s business (`WRIT_COMMANDS`).
+//!
+//! Not bounded here: the total bytes a command writes into its scratch (each file is, by
+//! `max_file_bytes`, and the time to write them by the wall limit); there is no seccomp filter
+//! (the namespaces, dropped capabilities and `--new-session` are the boundary).
+//!
+//! ```no_run
+//! # async fn example(repo_dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+//! use writ_sandbox::{CommandSet, Sandbox, SandboxConfig};
+//! let sandbox = Sandbox::probe(SandboxConfig::default().with_env()?).await?; // at start-up
+//! let commands = CommandSet::from_env()?;
+//! let scratch = sandbox.scratch(repo_dir).await?;
+//! scratch.put("src/new.py", b"print('candidate')\n")?;
+//! let argv = commands.expand("pytest", &["tests/test_new.py".to_owned()])?;
+//! let out = sandbox.run(&scratch, &argv, std::time::Duration::from_secs(30)).await?;
+//! println!("{:?} {}", out.exit_code, out.stdout);
+//! # Ok(()) }
+//! ```
+//!
+//! Modules: `commands` (named command templates), `scratch` (the copy), `run` (the bubblewrap
+//! command line and the capture of one run), `runner` ([`SandboxRunner`], the synthesis core's
+//! `Runner` over all of this), `error`.
+
+mod commands;
+mod error;
+mod run;
+mod runner;
+mod scratch;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+pub use commands::{COMMANDS_ENV, CommandError, CommandSet, MAX_ARG_BYTES, MAX_ARGS};
+pub use error::{SandboxError, SandboxUnavailable};
+pub use run::{REPO_MOUNT, SAFE_ENV};
+pub use runner::SandboxRunner;
+pub use scratch::{CopyLimits, Scratch};
+
+/// The environment variable the server reads for [`SandboxConfig::max_concurrent`].
+pub const CONCURRENCY_ENV: &str = "WRIT_RUN_CONCURRENCY";
+
+/// Limits of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock time; past it the whole sandbox is killed and the output says `timed_out`.
+    pub wall: Duration,
+    /// CPU seconds (RLIMIT_CPU) of each process.
+    pub cpu_secs: u64,
+    /// Address space (RLIMIT_AS) of each process, in bytes.
+    pub memory_bytes: u64,
+    /// Processes (RLIMIT_NPROC) of the sandbox user, the sandbox's own init included.
+    pub max_processes: u64,
+    /// Bytes kept of stdout and, separately, of stderr.
+    pub max_output_bytes: usize,
+    /// Largest file a process may write (RLIMIT_FSIZE), in bytes.
+    pub max_file_bytes: u64,
+    /// Size of the fresh `/tmp`, in bytes.
+    pub tmp_bytes: u64,
+}
+
+impl Limits {
+    /// Values below these leave no room for even `true` to start.
+    fn check(&self) -> Result<(), String> {
+        let checks = [
+            (
+                "limits.wall",
+                self.wall.as_millis() >= 100,
+                "at least 100 ms",
+            ),
+            ("limits.cpu_secs", self.cpu_secs >= 1, "at least 1"),
+            (
+                "limits.memory_bytes",
+                self.memory_bytes >= 64 << 20,
+                "at least 64 MiB",
+            ),
+            (
+                "limits.max_processes",
+                self.max_processes >= 4,
+                "at least 4",
+            ),
+            (
+                "limits.max_output_bytes",
+                self.max_output_bytes >= 1,
+                "at least 1",
+            ),
+            (
+                "limits.max_file_bytes",
+                self.max_file_bytes >= 1,
+                "at least 1",
+            ),
+            (
+                "limits.tmp_bytes",
+                self.tmp_bytes >= 1 << 20,
+                "at least 1 MiB",
+            ),
+        ];
+        match checks.iter().find(|(_, ok, _)| !ok) {
+            Some((field, _, limit)) => Err(format!("{field} must be {limit}")),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            wall: Duration::from_secs(60),
+            cpu_secs: 60,
+            memory_bytes: 1 << 30,
+            max_processes: 64,
+            max_output_bytes: 1 << 20,
+            max_file_bytes: 64 << 20,
+            tmp_bytes: 256 << 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxConfig {
+    /// Where scratch copies are made; default `$TMPDIR/writ-scratch`.
+    pub scratch_base: PathBuf,
+    /// Runs at once; the others wait in FIFO order. Default: the number of cores.
+    pub max_concurrent: usize,
+    pub limits: Limits,
+    /// Most bytes of regular files a scratch copy of REPO_DIR may hold.
+    pub max_copy_bytes: u64,
+    /// Most entries (files, directories, symlinks) a scratch copy may hold.
+    pub max_copy_files: u64,
+    /// The uid (and gid) commands run as when writ runs as root; ignored otherwise, where they
+    /// run as writ's own user inside their user namespace.
+    pub sandbox_uid: u32,
+    /// More host paths shown read-only at the same place (absolute), e.g. a virtualenv with
+    /// pytest outside `/usr`. Each must be passable by the sandbox uid; the probe checks.
+    pub extra_ro_paths: Vec<PathBuf>,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            scratch_base: std::env::temp_dir().join("writ-scratch"),
+            max_concurrent: std::thread::available_parallelism().map_or(1, usize::from),
+            limits: Limits::default(),
+            max_copy_bytes: 512 << 20,
+            max_copy_files: 50_000,
+            sandbox_uid: 65534,
+            extra_ro_paths: Vec::new(),
+        }
+    }
+}
+
+impl SandboxConfig {
+    /// Applies `WRIT_RUN_CONCURRENCY` when set; an invalid value is an error naming it.
+    pub fn with_env(mut self) -> Result<Self, String> {
+        if let Ok(raw) = std::env::var(CONCURRENCY_ENV) {
+            self.max_concurrent = parse_concurrency(&raw)?;
+        }
+        Ok(self)
+    }
+}
+
+/// bubblewrap opens the scratch directory as the sandbox uid: every existing ancestor of the
+/// scratch base must let others through.
+fn check_searchable(base: &Path, uid: u32) -> Result<(), SandboxUnavailable> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    for dir in base.ancestors() {
+        let Ok(meta) = std::fs::metadata(dir) else {
+            continue;
+        };
+        let passable = meta.permissions().mode() & 0o001 != 0 || meta.uid() == uid;
+        if !passable {
+            return Err(SandboxUnavailable {
+                reason: format!(
+                    "scratch_base {}: {} cannot be passed through by the sandbox uid {uid} (chmod o+x it, or choose another scratch base)",
+                    base.display(),
+                    dir.display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn parse_concurrency(raw: &str) -> Result<usize, String> {
+    match raw.trim().parse::<usize>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{CONCURRENCY_ENV} must be a whole number from 1 to 1024, got {raw:?}"
+        )),
+    }
+}
+
+/// What a finished (or killed) command left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOutput {
+    /// The command's exit status; a command killed by signal N reports 128 + N (bubblewrap's
+    /// convention). `None` when the sandbox itself was killed (timeout).
+    pub exit_code: Option<i32>,
+    /// Lossy UTF-8, at most `max_output_bytes` bytes before decoding.
+    pub stdout: String,
+    pub stderr: String,
+    pub duration_ms: u64,
+    /// The wall-time limit was reached and the sandbox killed.
+    pub timed_out: bool,
+    /// stdout or stderr went past `max_output_bytes`; the rest was discarded.
+    pub truncated: bool,
+}
+
+/// A sandbox proven to start on this machine. Cheap to clone; clones share the run queue.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: SandboxConfig,
+    tools: run::Tools,
+    permits: Arc<Semaphore>,
+}
+
+impl Sandbox {
+    /// Checks that the sandbox can start here (tools present, namespaces usable, `true` runs
+    /// inside) and returns it; otherwise says why in plain words.
+    pub async fn probe(config: SandboxConfig) -> Result<Sandbox, SandboxUnavailable> {
+        config
+            .limits
+            .check()
+            .map_err(|reason| SandboxUnavailable { reason })?;
+        if config.max_concurrent == 0 {
+            return Err(SandboxUnavailable {
+                reason: "max_concurrent must be at least 1".into(),
+            });
+        }
+        for path in &config.extra_ro_paths {
+            // These are replaced inside the sandbox, so a path there would silently show nothing.
+            let hidden = path == Path::new("/")
+                || ["/work", "/tmp", "/proc", "/dev"]
+                    .iter()
+                    .any(|p| path.starts_with(p));
+            if !path.is_absolute()
+                || hidden
+                || path
+                    .components()
+                    .any(|c| c == std::path::Component::ParentDir)
+            {
+                return Err(SandboxUnavailable {
+                    reason: format!(
+                        "extra_ro_paths: {} must be an absolute path without '..', neither / nor under /work, /tmp, /proc or /dev",
+                        path.display()
+                    ),
+                });
+            }
+        }
+        let tools =
+            run::Tools::find()?.configure(config.sandbox_uid, config.extra_ro_paths.clone());
+        if let Some(uid) = tools.run_as {
+            check_searchable(&config.scratch_base, uid)?;
+        }
+        let sandbox = Sandbox {
+            inner: Arc::new(Inner {
+                permits: Arc::new(Semaphore::new(config.max_concurrent)),
+                config,
+                tools,
+            }),
+        };
+        sandbox.run_true().await?;
+        Ok(sandbox)
+    }
+
+    pub fn config(&self) -> &SandboxConfig {
+        &self.inner.config
+    }
+
+    /// Makes a scratch copy of `repo_dir`, bounded by `max_copy_bytes` / `max_copy_files`.
+    pub async fn scratch(&self, repo_dir: &Path) -> Result<Scratch, SandboxError> {
+        let cfg = &self.inner.config;
+        let (repo, base) = (repo_dir.to_path_buf(), cfg.scratch_base.clone());
+        let limits = CopyLimits {
+            max_bytes: cfg.max_copy_bytes,
+            max_files: cfg.max_copy_files,
+        };
+        let owner = self.inner.tools.run_as;
+        tokio::task::spawn_blocking(move || Scratch::create(&repo, &base, limits, owner))
+            .await
+            .map_err(|e| SandboxError::Task(e.to_string()))?
+    }
+
+    /// Runs `argv` (a program on the sandbox's PATH or an absolute path, then its arguments) in
+    /// `scratch`, with `/work/repo` as working directory, for at most `timeout` (capped by
+    /// `limits.wall`). Waits for a free slot first. A non-zero exit is a normal [`RunOutput`].
+    pub async fn run(
+        &self,
+        scratch: &Scratch,
+        argv: &[String],
+        timeout: Duration,
+    ) -> Result<RunOutput, SandboxError> {
+        let inner = &self.inner;
+        let _permit = inner
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| SandboxError::Closed)?;
+        let limits = Limits {
+            wall: timeout.min(inner.config.limits.wall),
+            ..inner.config.limits
+        };
+        run::run(&inner.tools, scratch.path(), argv, &limits).await
+    }
+
+    async fn run_true(&self) -> Result<(), SandboxUnavailable> {
+        let unavailable = |reason: String| SandboxUnavailable { reason };
+        let empty = tempfile::tempdir()
+            .map_err(|e| unavailable(format!("cannot make a temporary directory: {e}")))?;
+        let scratch = self
+            .scratch(empty.path())
+            .await
+            .map_err(|e| unavailable(format!("cannot make a scratch directory: {e}")))?;
+        let out = self
+            .run(&scratch, &["true".to_owned()], Duration::from_secs(20))
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        if out.exit_code == Some(0) {
+            return Ok(());
+        }
+        let stderr = out.stderr.trim();
+        let lower = stderr.to_lowercase();
+        let reason = if lower.contains("namespace") || lower.contains("operation not permitted") {
+            format!(
+                "user namespaces are disabled or not permitted here (bubblewrap said: {stderr})"
+            )
+        } else if out.timed_out {
+            "running `true` inside the sandbox did not finish within 20 s".to_owned()
+        } else {
+            format!(
+                "running `true` inside the sandbox failed with exit code {:?}: {stderr}",
+                out.exit_code
+            )
+        };
+        Err(unavailable(reason))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_too_small_to_start_anything_are_named() {
+        assert_eq!(Limits::default().check(), Ok(()));
+        let tiny = Limits {
+            max_processes: 1,
+            ..Limits::default()
+        };
+        assert_eq!(
+            tiny.check(),
+            Err("limits.max_processes must be at least 4".to_owned())
+        );
+        let tiny = Limits {
+            memory_bytes: 1 << 20,
+            ..Limits::default()
+        };
+        assert_eq!(
+            tiny.check(),
+            Err("limits.memory_bytes must be at least 64 MiB".to_owned())
+        );
+    }
+
+    #[test]
+    fn concurrency_must_be_a_positive_whole_number() {
+        assert_eq!(parse_concurrency(" 4 "), Ok(4));
+        for bad in ["0", "-1", "four", "", "100000"] {
+            let err = parse_concurrency(bad).unwrap_err();
+            assert!(
+                err.starts_with("WRIT_RUN_CONCURRENCY must be"),
+                "{bad}: {err}"
+            );
+        }
+    }
+}

@@ -1,0 +1,342 @@
+//! Scratch copies of REPO_DIR: the only tree a sandboxed command can write.
+//!
+//! The copy is made on the host before any command runs, bounded in bytes and entries,
+//! copy-on-write where the filesystem can (reflink), never following a symlink: symlinks whose
+//! target stays inside the tree are recreated, the others are left out. When writ runs as root
+//! the copy is handed to the unprivileged sandbox uid while nothing else can touch it yet; files
+//! staged later with [`Scratch::put`] are written through `cap-std` (resolved beneath the scratch
+//! root, so a symlink planted by a command cannot redirect the write) and handed over by file
+//! descriptor. The directory is removed when the `Scratch` is dropped.
+
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::path::{Component, Path, PathBuf};
+
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+
+use crate::error::SandboxError;
+
+/// Bounds on the copy of REPO_DIR.
+#[derive(Debug, Clone, Copy)]
+pub struct CopyLimits {
+    /// Sum of the regular files' sizes.
+    pub max_bytes: u64,
+    /// Files, directories and symlinks together.
+    pub max_files: u64,
+}
+
+/// A scratch copy of REPO_DIR, removed on drop.
+#[derive(Debug)]
+pub struct Scratch {
+    dir: tempfile::TempDir,
+    root: Dir,
+    owner: Option<u32>,
+    bytes_copied: u64,
+    files_copied: u64,
+    skipped_symlinks: u64,
+}
+
+impl Scratch {
+    /// Copies `repo_dir` into a new directory under `base`. `owner` (uid = gid) takes ownership of
+    /// everything copied; `None` leaves it to the current user.
+    pub(crate) fn create(
+        repo_dir: &Path,
+        base: &Path,
+        limits: CopyLimits,
+        owner: Option<u32>,
+    ) -> Result<Self, SandboxError> {
+        let source = std::fs::canonicalize(repo_dir)
+            .map_err(|e| SandboxError::io("REPO_DIR", repo_dir, e))?;
+        if !source.is_dir() {
+            return Err(SandboxError::NotADirectory(repo_dir.to_path_buf()));
+        }
+        std::fs::create_dir_all(base).map_err(|e| SandboxError::io("scratch base", base, e))?;
+        if owner.is_some() {
+            // The sandbox uid must traverse the base to reach its own scratch directory.
+            set_mode(base, 0o711)?;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("scratch-")
+            .tempdir_in(base)
+            .map_err(|e| SandboxError::io("scratch base", base, e))?;
+        let mut copy = Copy {
+            limits,
+            owner,
+            bytes: 0,
+            entries: 0,
+            skipped_symlinks: 0,
+        };
+        copy.tree(&source, dir.path())?;
+        if let Some(uid) = owner {
+            std::os::unix::fs::lchown(dir.path(), Some(uid), Some(uid))
+                .map_err(|e| SandboxError::io("scratch", dir.path(), e))?;
+        }
+        let root = Dir::open_ambient_dir(dir.path(), ambient_authority())
+            .map_err(|e| SandboxError::io("scratch", dir.path(), e))?;
+        Ok(Self {
+            dir,
+            root,
+            owner,
+            bytes_copied: copy.bytes,
+            files_copied: copy.entries,
+            skipped_symlinks: copy.skipped_symlinks,
+        })
+    }
+
+    /// The scratch directory on the host. Do not write there directly: use [`Scratch::put`].
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes `bytes` at `rel_path` inside the scratch (creating parent directories), replacing
+    /// what is there. The path is resolved beneath the scratch root; absolute paths, `..` and
+    /// symlinks leading out are refused.
+    pub fn put(&self, rel_path: &str, bytes: &[u8]) -> Result<(), SandboxError> {
+        let rel = checked_relative(rel_path)?;
+        let bad = |e: std::io::Error| SandboxError::Put {
+            path: rel_path.to_owned(),
+            source: e,
+        };
+        let (parent, name) = match (rel.parent(), rel.file_name()) {
+            (Some(parent), Some(name)) => (parent, name),
+            _ => {
+                return Err(SandboxError::InvalidPath {
+                    path: rel_path.to_owned(),
+                    reason: "names no file",
+                });
+            }
+        };
+        let mut dir = self.root.try_clone().map_err(bad)?;
+        for component in parent.components() {
+            let Component::Normal(part) = component else {
+                continue;
+            };
+            match dir.open_dir(part) {
+                Ok(next) => dir = next,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    dir.create_dir(part).map_err(bad)?;
+                    // Directories open as `O_PATH`, which cannot be chowned: hand over through a
+                    // read-only descriptor of the same, new, directory.
+                    self.hand_over(&dir.open(part).map_err(bad)?).map_err(bad)?;
+                    dir = dir.open_dir(part).map_err(bad)?;
+                }
+                Err(e) => return Err(bad(e)),
+            }
+        }
+        // Replace rather than open the old file: a symlink or hard link left there by a command
+        // must not receive the write.
+        match dir.remove_file(name) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(bad(e)),
+        }
+        let mut options = cap_std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        let mut file = dir.open_with(name, &options).map_err(bad)?;
+        file.write_all(bytes).map_err(bad)?;
+        self.hand_over(&file).map_err(bad)?;
+        Ok(())
+    }
+
+    /// Reads a file of the scratch (e.g. a report a command wrote), resolved beneath its root.
+    pub fn read(&self, rel_path: &str) -> Result<Vec<u8>, SandboxError> {
+        let rel = checked_relative(rel_path)?;
+        self.root.read(rel).map_err(|e| SandboxError::Put {
+            path: rel_path.to_owned(),
+            source: e,
+        })
+    }
+
+    /// Bytes of regular files copied from REPO_DIR.
+    pub fn bytes_copied(&self) -> u64 {
+        self.bytes_copied
+    }
+
+    /// Files, directories and symlinks copied from REPO_DIR.
+    pub fn files_copied(&self) -> u64 {
+        self.files_copied
+    }
+
+    /// Symlinks of REPO_DIR left out because their target leaves the tree.
+    pub fn skipped_symlinks(&self) -> u64 {
+        self.skipped_symlinks
+    }
+
+    fn hand_over(&self, fd: &impl AsFd) -> std::io::Result<()> {
+        match self.owner {
+            Some(uid) => std::os::unix::fs::fchown(fd, Some(uid), Some(uid)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::fs::remove_dir_all(self.dir.path()).is_ok() {
+            return;
+        }
+        // A command may have taken the permissions off its own directories (only root removes
+        // those regardless): give them back, staying beneath the root, and try again.
+        let restored = restore_dir_permissions(&self.root);
+        if let Err(e) = restored.and_then(|()| std::fs::remove_dir_all(self.dir.path())) {
+            tracing::warn!(path = %self.dir.path().display(), error = %e, "a scratch directory could not be removed");
+        }
+    }
+}
+
+/// Makes every directory beneath `root` owner-rwx; cap-std keeps every step beneath `root`.
+fn restore_dir_permissions(root: &Dir) -> std::io::Result<()> {
+    use cap_std::fs::PermissionsExt;
+    let mut pending = vec![root.try_clone()?];
+    while let Some(dir) = pending.pop() {
+        for entry in dir.entries()? {
+            let entry = entry?;
+            if !entry.file_type()?.is_dir() {
+                continue;
+            }
+            let name = entry.file_name();
+            dir.set_permissions(&name, cap_std::fs::Permissions::from_mode(0o700))?;
+            pending.push(dir.open_dir(&name)?);
+        }
+    }
+    Ok(())
+}
+
+fn checked_relative(rel_path: &str) -> Result<&Path, SandboxError> {
+    let invalid = |reason| SandboxError::InvalidPath {
+        path: rel_path.to_owned(),
+        reason,
+    };
+    if rel_path.is_empty() || rel_path.chars().any(char::is_control) {
+        return Err(invalid(
+            "must be a non-empty path without control characters",
+        ));
+    }
+    let path = Path::new(rel_path);
+    if path
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(invalid("must be relative, without '..'"));
+    }
+    Ok(path)
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<(), SandboxError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| SandboxError::io("scratch", path, e))
+}
+
+struct Copy {
+    limits: CopyLimits,
+    owner: Option<u32>,
+    bytes: u64,
+    entries: u64,
+    skipped_symlinks: u64,
+}
+
+impl Copy {
+    fn tree(&mut self, source_root: &Path, dest_root: &Path) -> Result<(), SandboxError> {
+        // (source dir, destination dir, depth below the root)
+        let mut pending: Vec<(PathBuf, PathBuf, usize)> =
+            vec![(source_root.to_path_buf(), dest_root.to_path_buf(), 0)];
+        while let Some((src_dir, dest_dir, depth)) = pending.pop() {
+            let entries = std::fs::read_dir(&src_dir)
+                .map_err(|e| SandboxError::io("REPO_DIR", &src_dir, e))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| SandboxError::io("REPO_DIR", &src_dir, e))?;
+                let src = entry.path();
+                let dest = dest_dir.join(entry.file_name());
+                // symlink_metadata: a symlink is looked at, never followed.
+                let meta = std::fs::symlink_metadata(&src)
+                    .map_err(|e| SandboxError::io("REPO_DIR", &src, e))?;
+                let kind = meta.file_type();
+                if kind.is_symlink() {
+                    let target = std::fs::read_link(&src)
+                        .map_err(|e| SandboxError::io("REPO_DIR", &src, e))?;
+                    if !stays_inside(depth, &target) {
+                        self.skipped_symlinks += 1;
+                        continue;
+                    }
+                    self.count(0)?;
+                    std::os::unix::fs::symlink(&target, &dest)
+                        .map_err(|e| SandboxError::io("scratch", &dest, e))?;
+                } else if kind.is_dir() {
+                    self.count(0)?;
+                    std::fs::create_dir(&dest)
+                        .map_err(|e| SandboxError::io("scratch", &dest, e))?;
+                    // Owner rwx whatever the source says, or the copy could not fill it.
+                    let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) | 0o700;
+                    set_mode(&dest, mode)?;
+                    pending.push((src, dest.clone(), depth + 1));
+                } else if kind.is_file() {
+                    self.count(meta.len())?;
+                    reflink_copy::reflink_or_copy(&src, &dest)
+                        .map_err(|e| SandboxError::io("scratch", &dest, e))?;
+                } else {
+                    // Sockets, FIFOs and devices are no source code.
+                    continue;
+                }
+                if let Some(uid) = self.owner {
+                    std::os::unix::fs::lchown(&dest, Some(uid), Some(uid))
+                        .map_err(|e| SandboxError::io("scratch", &dest, e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn count(&mut self, bytes: u64) -> Result<(), SandboxError> {
+        self.entries += 1;
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.entries > self.limits.max_files {
+            return Err(SandboxError::RepoTooLarge {
+                what: "files",
+                limit: self.limits.max_files,
+                field: "max_copy_files",
+            });
+        }
+        if self.bytes > self.limits.max_bytes {
+            return Err(SandboxError::RepoTooLarge {
+                what: "bytes",
+                limit: self.limits.max_bytes,
+                field: "max_copy_bytes",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Whether a symlink `depth` directories below the root, pointing at `target`, stays in the tree
+/// (judged on the text of the target; the sandbox shows nothing of the host beyond it anyway).
+fn stays_inside(depth: usize, target: &Path) -> bool {
+    let mut depth = depth;
+    for component in target.components() {
+        match component {
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            Component::ParentDir => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => return false,
+            },
+            Component::RootDir | Component::Prefix(_) => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symlink_targets_are_judged_from_the_link_depth() {
+        assert!(stays_inside(0, Path::new("a/b")));
+        assert!(stays_inside(1, Path::new("../a")));
+        assert!(!stays_inside(0, Path::new("../a")));
+        assert!(!stays_inside(1, Path::new("../../a")));
+        assert!(!stays_inside(3, Path::new("/etc/passwd")));
+    }
+}

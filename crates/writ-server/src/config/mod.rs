@@ -1,0 +1,314 @@
+//! Configuration, one module per concern, all read at start-up into [`Settings`]:
+//! - [`source`]: the environment over an optional `writ.toml` (same names in lower case; the
+//!   environment wins);
+//! - [`models`]: candidate, arbiter, fallback and image models, the provider and its key, call
+//!   limits, the straggler policy, and the provider policy (the embedded default, what is missing);
+//! - [`local`]: the embedded model (`WRIT_LOCAL_*`);
+//! - [`guard`]: API keys and limits;
+//! - [`run`]: the commands a request may run in the sandbox, and the bounds of a run.
+//!
+//! The server's own settings (address, database, `REPO_DIR`, body and read bounds) stay here.
+
+pub mod guard;
+pub mod local;
+pub mod models;
+pub mod run;
+pub mod source;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use guard::{GuardSettings, parse_api_keys};
+pub use local::LocalSettings;
+pub use models::ModelSettings;
+pub use run::RunSettings;
+use source::parse_num;
+
+pub const DEFAULT_ADDR: &str = "127.0.0.1:8080";
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://./writ.db";
+pub const DEFAULT_REPO_DIR: &str = "./workspace";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{name}: {message}")]
+    Invalid { name: &'static str, message: String },
+    #[error("cannot read config file {path}: {message}")]
+    File { path: String, message: String },
+}
+
+/// Everything writ reads at start-up. `Debug` shows neither the provider key nor a password in
+/// the database URL.
+#[derive(Clone)]
+pub struct Settings {
+    /// The only write target; every path is relative to it.
+    pub repo_dir: PathBuf,
+    /// `postgres://…` or `sqlite://…`.
+    pub database_url: String,
+    pub addr: SocketAddr,
+    /// Largest request body accepted (`WRIT_MAX_BODY_BYTES`).
+    pub max_body_bytes: usize,
+    /// Characters `GET /files/{path}` returns unless asked for more (10,000 by default).
+    pub read_default_chars: usize,
+    /// Most characters a caller may ask `GET /files/{path}` for.
+    pub read_max_chars: usize,
+    /// A pending operation older than this is settled against the disk by the reconciler.
+    pub reconcile_after: Duration,
+    /// Which config file was read, if any (for `writ check`).
+    pub config_file: Option<PathBuf>,
+    /// The models, their provider, and how they are called.
+    pub models: ModelSettings,
+    /// API keys and limits: who may call, how often, how much at once.
+    pub guard: GuardSettings,
+    /// Commands a request may run in the sandbox, and the bounds of a run.
+    pub run: RunSettings,
+    /// Hosts, protected paths and connection limits (see [`crate::edge`]).
+    pub edge: crate::edge::EdgeSettings,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("repo_dir", &self.repo_dir)
+            .field("database_url", &writ_store::redact_url(&self.database_url))
+            .field("addr", &self.addr)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("read_default_chars", &self.read_default_chars)
+            .field("read_max_chars", &self.read_max_chars)
+            .field("reconcile_after", &self.reconcile_after)
+            .field("config_file", &self.config_file)
+            .field("models", &self.models)
+            .field("guard", &self.guard)
+            .field("run", &self.run)
+            .field("edge", &self.edge)
+            .finish()
+    }
+}
+
+impl Settings {
+    /// Reads the process environment and `config_file` (or `./writ.toml` when present).
+    pub fn from_env(config_file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load(config_file, &|name| std::env::var(name).ok())
+    }
+
+    /// Reads `env` and the config file; separated from the process environment for tests.
+    pub fn load(
+        config_file: Option<&Path>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let (file_values, file_used) = source::read_layers(config_file, env)?;
+        let get = |name: &str| -> Option<String> {
+            env(name)
+                .filter(|v| !v.trim().is_empty())
+                .or_else(|| file_values.get(&name.to_ascii_lowercase()).cloned())
+        };
+
+        let addr_raw = get("WRIT_ADDR").unwrap_or_else(|| DEFAULT_ADDR.to_string());
+        let addr = addr_raw.parse().map_err(|_| ConfigError::Invalid {
+            name: "WRIT_ADDR",
+            message: format!("'{addr_raw}' is not a socket address like 127.0.0.1:8080"),
+        })?;
+        let database_url = get("DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.to_string());
+        if !(database_url.starts_with("postgres://")
+            || database_url.starts_with("postgresql://")
+            || database_url.starts_with("sqlite:"))
+        {
+            return Err(ConfigError::Invalid {
+                name: "DATABASE_URL",
+                message: "must start with postgres://, postgresql:// or sqlite://".to_string(),
+            });
+        }
+
+        Ok(Settings {
+            repo_dir: PathBuf::from(
+                get("REPO_DIR").unwrap_or_else(|| DEFAULT_REPO_DIR.to_string()),
+            ),
+            database_url,
+            addr,
+            max_body_bytes: parse_num(&get, "WRIT_MAX_BODY_BYTES", 10 * 1024 * 1024)?,
+            read_default_chars: parse_num(&get, "WRIT_READ_DEFAULT_CHARS", 10_000)?,
+            read_max_chars: parse_num(&get, "WRIT_READ_MAX_CHARS", 1_000_000)?,
+            reconcile_after: Duration::from_secs(
+                parse_num(&get, "WRIT_RECONCILE_AFTER_SECS", 30)? as u64
+            ),
+            config_file: file_used,
+            models: ModelSettings::load(&get, env)?,
+            guard: GuardSettings::load(&get)?,
+            run: RunSettings::load(&get)?,
+            edge: crate::edge::EdgeSettings::load(&get)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn the_straggler_policy_waits_for_all_unless_configured_and_names_a_bad_variable() {
+        use writ_core::synthesis::fanout::{Enough, Extra};
+        let s = Settings::load(None, &env_of(&[])).unwrap();
+        assert_eq!(
+            s.models.straggler,
+            writ_core::synthesis::StragglerPolicy::WaitAll
+        );
+        let s = Settings::load(
+            None,
+            &env_of(&[
+                ("WRIT_STRAGGLER_ENOUGH", "all_but_slowest"),
+                ("WRIT_STRAGGLER_EXTRA_FACTOR", "0.5"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            s.models.straggler,
+            writ_core::synthesis::StragglerPolicy::CutOff {
+                enough: Enough::AllButSlowest,
+                extra: Extra::Relative(0.5)
+            }
+        );
+        let err = Settings::load(
+            None,
+            &env_of(&[
+                ("WRIT_STRAGGLER_ENOUGH", "2"),
+                ("WRIT_STRAGGLER_EXTRA_MS", "soon"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().starts_with("WRIT_STRAGGLER_EXTRA_MS:"),
+            "{err}"
+        );
+        let err = Settings::load(None, &env_of(&[("WRIT_STRAGGLER_ENOUGH", "2")])).unwrap_err();
+        assert!(
+            err.to_string().starts_with("WRIT_STRAGGLER_EXTRA_MS:"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn defaults_are_the_embedded_ones() {
+        let s = Settings::load(None, &env_of(&[])).unwrap();
+        assert_eq!(s.database_url, DEFAULT_DATABASE_URL);
+        assert_eq!(s.repo_dir, PathBuf::from("./workspace"));
+        assert_eq!(s.addr.to_string(), DEFAULT_ADDR);
+        assert_eq!(s.models.code_list, writ_local::default_candidates());
+        assert_eq!(
+            s.models.code_model.as_deref(),
+            Some(writ_local::SMOLLM2_135M)
+        );
+        assert_eq!(s.models.problem(), None, "the embedded model needs no key");
+        assert!(
+            s.models.reason.contains("embedded model"),
+            "{}",
+            s.models.reason
+        );
+    }
+
+    #[test]
+    fn the_embedded_default_gives_way_to_a_key_a_code_list_or_the_off_switch() {
+        let s = Settings::load(None, &env_of(&[("OPENROUTER_API_KEY", "sk-or-x")])).unwrap();
+        assert!(s.models.code_list.is_empty());
+        assert!(s.models.problem().unwrap().contains("CODE_LIST"));
+        let s = Settings::load(None, &env_of(&[("CODE_LIST", "openai/gpt-x")])).unwrap();
+        assert_eq!(s.models.code_list, vec!["openai/gpt-x"]);
+        assert!(s.models.problem().unwrap().contains("OPENROUTER_API_KEY"));
+        let s = Settings::load(None, &env_of(&[("WRIT_LOCAL_MODEL", "off")])).unwrap();
+        assert!(s.models.code_list.is_empty());
+        assert!(s.models.reason.contains("WRIT_LOCAL_MODEL=off"));
+        let err = Settings::load(None, &env_of(&[("WRIT_LOCAL_MODEL", "maybe")])).unwrap_err();
+        assert!(err.to_string().starts_with("WRIT_LOCAL_MODEL:"), "{err}");
+    }
+
+    #[test]
+    fn local_models_never_need_the_key_but_a_remote_one_in_the_mix_does() {
+        let s = Settings::load(
+            None,
+            &env_of(&[(
+                "CODE_LIST",
+                "local/smollm2-135m@t0.3,local/smollm2-135m@t0.8",
+            )]),
+        )
+        .unwrap();
+        assert_eq!(s.models.problem(), None);
+        assert!(s.models.uses_local_model());
+        let s = Settings::load(
+            None,
+            &env_of(&[
+                ("CODE_LIST", "local/smollm2-135m"),
+                ("CODE_MODEL", "openai/gpt-x"),
+            ]),
+        )
+        .unwrap();
+        assert!(s.models.problem().unwrap().contains("OPENROUTER_API_KEY"));
+        let s = Settings::load(None, &env_of(&[])).unwrap();
+        assert!(
+            s.models
+                .provider_key_missing_for(Some(&["openai/gpt-x".to_string()]))
+        );
+        assert!(
+            !s.models
+                .provider_key_missing_for(Some(&["local/smollm2-135m".to_string()]))
+        );
+    }
+
+    #[test]
+    fn the_environment_wins_over_the_file_and_lists_split_on_commas() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("writ.toml");
+        std::fs::write(&file, "repo_dir = \"/from/file\"\ncode_list = [\"a/x\", \"b/y\"]\ncode_model = \"file/arb\"\n").unwrap();
+        let s = Settings::load(Some(&file), &env_of(&[("CODE_MODEL", "env/arb")])).unwrap();
+        assert_eq!(s.repo_dir, PathBuf::from("/from/file"));
+        assert_eq!(s.models.code_list, vec!["a/x", "b/y"]);
+        assert_eq!(s.models.code_model.as_deref(), Some("env/arb"));
+    }
+
+    #[test]
+    fn a_bad_value_names_its_variable() {
+        let err = Settings::load(None, &env_of(&[("WRIT_ADDR", "nope")])).unwrap_err();
+        assert!(err.to_string().starts_with("WRIT_ADDR:"), "{err}");
+        let err = Settings::load(None, &env_of(&[("DATABASE_URL", "mysql://x")])).unwrap_err();
+        assert!(err.to_string().starts_with("DATABASE_URL:"), "{err}");
+    }
+
+    #[test]
+    fn the_key_is_never_printed_and_its_absence_is_named() {
+        let s = Settings::load(
+            None,
+            &env_of(&[
+                ("OPENROUTER_API_KEY", "sk-or-supersecret"),
+                ("CODE_LIST", "a/b"),
+            ]),
+        )
+        .unwrap();
+        assert!(!format!("{s:?}").contains("supersecret"));
+        let s = Settings::load(
+            None,
+            &env_of(&[("DATABASE_URL", "postgres://writ:hunter2@db.internal/writ")]),
+        )
+        .unwrap();
+        assert!(!format!("{s:?}").contains("hunter2"), "{s:?}");
+        assert_eq!(s.models.problem(), None);
+        let s = Settings::load(None, &env_of(&[("CODE_LIST", "a/b")])).unwrap();
+        assert!(s.models.problem().unwrap().contains("OPENROUTER_API_KEY"));
+        let s = Settings::load(
+            None,
+            &env_of(&[
+                ("CODE_LIST", "a/b"),
+                ("OPENROUTER_BASE_URL", "http://127.0.0.1:9/v1"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.models.problem(), None, "a local endpoint needs no key");
+    }
+}

@@ -1,0 +1,207 @@
+//! Which models writ asks, through which provider, and how: `CODE_LIST`, `CODE_MODEL`,
+//! `CODE_GEN_MODEL`, `IMAGE_MODEL`, the OpenRouter endpoint and key, call limits and retries,
+//! the straggler policy — and the provider policy: the embedded model serves when nothing else
+//! is configured, and what stops a model-backed write is said naming the variable to set.
+
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+use writ_core::synthesis::StragglerPolicy;
+
+use super::ConfigError;
+use super::local::LocalSettings;
+use super::source::{Get, parse_list, parse_num};
+
+/// `Debug` never shows the key (`SecretString` redacts it).
+#[derive(Debug, Clone)]
+pub struct ModelSettings {
+    pub openrouter_api_key: Option<SecretString>,
+    pub openrouter_base_url: String,
+    /// Candidate models asked for every file.
+    pub code_list: Vec<String>,
+    /// The arbiter.
+    pub code_model: Option<String>,
+    /// Tried first when every candidate failed.
+    pub code_gen_model: Option<String>,
+    pub image_model: Option<String>,
+    /// Attempts per model call, the first included (`WRIT_MODEL_MAX_ATTEMPTS`).
+    pub max_attempts: u32,
+    /// Bound on one model call, retries included (`WRIT_MODEL_DEADLINE_SECS`).
+    pub deadline: Duration,
+    /// First retry wait cap (`WRIT_MODEL_BACKOFF_MS`); doubles per attempt.
+    pub backoff: Duration,
+    /// Completion token cap per candidate (`WRIT_MAX_TOKENS`).
+    pub max_tokens: u32,
+    /// Wait before the second fallback model (`WRIT_FALLBACK_BACKOFF_MS`); doubles after each.
+    pub fallback_backoff: Duration,
+    /// Upstream calls in flight at once per model and in total (`WRIT_MODEL_MAX_CONCURRENT_PER_MODEL`,
+    /// `WRIT_MODEL_MAX_CONCURRENT`); calls beyond wait for a slot.
+    pub max_concurrent_per_model: usize,
+    pub max_concurrent: usize,
+    /// When a fan-out stops waiting for slow candidates (`WRIT_STRAGGLER_ENOUGH`,
+    /// `WRIT_STRAGGLER_EXTRA_MS` or `WRIT_STRAGGLER_EXTRA_FACTOR`); waits for all by default.
+    pub straggler: StragglerPolicy,
+    /// The embedded model: whether it may be the default, where it lives, how it runs.
+    pub local: LocalSettings,
+    /// Which provider serves the models and why, in words, for `/readyz` and `writ check`.
+    pub reason: String,
+}
+
+impl ModelSettings {
+    pub(super) fn load(get: &Get<'_>, env: &Get<'_>) -> Result<Self, ConfigError> {
+        let local = LocalSettings::load(get, env)?;
+        let key_set = get("OPENROUTER_API_KEY").is_some_and(|k| !k.trim().is_empty());
+        let mut code_list = parse_list(get, "CODE_LIST");
+        let mut code_model = get("CODE_MODEL");
+        let mut code_gen_model = get("CODE_GEN_MODEL");
+        let reason = if !code_list.is_empty() {
+            "CODE_LIST names the candidate models".to_string()
+        } else if !local.enabled {
+            "CODE_LIST is not set and WRIT_LOCAL_MODEL=off".to_string()
+        } else if key_set {
+            "OPENROUTER_API_KEY is set but CODE_LIST is not; the embedded model is used only when neither is set".to_string()
+        } else {
+            // The "works offline" default, the way SQLite is the default audit store.
+            code_list = writ_local::default_candidates();
+            code_model.get_or_insert_with(|| writ_local::SMOLLM2_135M.to_string());
+            // A fourth seed: when no candidate parses, the fallback samples once more.
+            code_gen_model.get_or_insert_with(|| format!("{}@t0.4,s4", writ_local::SMOLLM2_135M));
+            "embedded model (the offline default): neither OPENROUTER_API_KEY nor CODE_LIST is set; set them to use OpenRouter, or WRIT_LOCAL_MODEL=off".to_string()
+        };
+        let client_defaults = writ_models::ClientConfig::default();
+        Ok(ModelSettings {
+            openrouter_api_key: get("OPENROUTER_API_KEY").map(SecretString::from),
+            openrouter_base_url: get("OPENROUTER_BASE_URL")
+                .unwrap_or_else(|| writ_models::OPENROUTER_BASE_URL.to_string())
+                .trim_end_matches('/')
+                .to_string(),
+            code_list,
+            code_model,
+            code_gen_model,
+            image_model: get("IMAGE_MODEL"),
+            max_attempts: parse_num(get, "WRIT_MODEL_MAX_ATTEMPTS", 3)?.max(1) as u32,
+            deadline: Duration::from_secs(parse_num(get, "WRIT_MODEL_DEADLINE_SECS", 120)? as u64),
+            backoff: Duration::from_millis(parse_num(get, "WRIT_MODEL_BACKOFF_MS", 500)? as u64),
+            max_tokens: parse_num(get, "WRIT_MAX_TOKENS", 8_000)? as u32,
+            fallback_backoff: Duration::from_millis(
+                parse_num(get, "WRIT_FALLBACK_BACKOFF_MS", 500)? as u64,
+            ),
+            max_concurrent_per_model: parse_num(
+                get,
+                "WRIT_MODEL_MAX_CONCURRENT_PER_MODEL",
+                client_defaults.max_concurrent_per_model,
+            )?
+            .max(1),
+            max_concurrent: parse_num(
+                get,
+                "WRIT_MODEL_MAX_CONCURRENT",
+                client_defaults.max_concurrent_total,
+            )?
+            .max(1),
+            straggler: straggler_policy(get)?,
+            local,
+            reason,
+        })
+    }
+
+    /// Whether calls go to OpenRouter itself (which needs a key), not a local or proxy endpoint.
+    pub fn provider_is_openrouter(&self) -> bool {
+        self.openrouter_base_url.contains("openrouter.ai")
+    }
+
+    /// Every model named in the configuration, in order, without repeats.
+    pub fn configured(&self) -> Vec<String> {
+        let mut all: Vec<String> = Vec::new();
+        for m in self
+            .code_list
+            .iter()
+            .chain(&self.code_model)
+            .chain(&self.code_gen_model)
+        {
+            if !all.contains(m) {
+                all.push(m.clone());
+            }
+        }
+        all
+    }
+
+    /// Whether calls for `requested` models (else the configured ones) would go to OpenRouter
+    /// without a key; `local/…` models never need one.
+    pub fn provider_key_missing_for(&self, requested: Option<&[String]>) -> bool {
+        let missing = self
+            .openrouter_api_key
+            .as_ref()
+            .is_none_or(|k| k.expose_secret().trim().is_empty());
+        let any_remote = match requested {
+            Some(models) => models.iter().any(|m| !writ_local::is_local(m)),
+            None => self.configured().iter().any(|m| !writ_local::is_local(m)),
+        };
+        missing && self.provider_is_openrouter() && any_remote
+    }
+
+    /// Whether calls would go to OpenRouter without a key.
+    pub fn provider_key_missing(&self) -> bool {
+        self.provider_key_missing_for(None)
+    }
+
+    /// Whether any configured model is served by the embedded model.
+    pub fn uses_local_model(&self) -> bool {
+        self.configured().iter().any(|m| writ_local::is_local(m))
+    }
+
+    /// What stops a model-backed write for a batch that asked for `requested` candidate models
+    /// (else the configured ones), naming the variable to set — the one check `writ check`,
+    /// `/readyz` and `POST /write_codebase` share.
+    pub fn problem_for(&self, requested: Option<&[String]>) -> Option<String> {
+        if requested.is_none() && self.code_list.is_empty() {
+            return Some(
+                "no candidate models are configured: set CODE_LIST (comma-separated model ids, or send options.models)"
+                    .into(),
+            );
+        }
+        if self.provider_key_missing_for(requested) {
+            return Some(
+                "OPENROUTER_API_KEY is not set, and the models are served by OpenRouter".into(),
+            );
+        }
+        None
+    }
+
+    /// [`Self::problem_for`] the configured models.
+    pub fn problem(&self) -> Option<String> {
+        self.problem_for(None)
+    }
+}
+
+/// The deployment's straggler policy; each refusal names the variable at fault.
+fn straggler_policy(get: &Get<'_>) -> Result<StragglerPolicy, ConfigError> {
+    let extra_ms = get("WRIT_STRAGGLER_EXTRA_MS")
+        .map(|v| {
+            v.trim().parse::<u64>().map_err(|_| ConfigError::Invalid {
+                name: "WRIT_STRAGGLER_EXTRA_MS",
+                message: format!("'{v}' is not a whole number of milliseconds"),
+            })
+        })
+        .transpose()?;
+    let extra_factor = get("WRIT_STRAGGLER_EXTRA_FACTOR")
+        .map(|v| {
+            v.trim().parse::<f64>().map_err(|_| ConfigError::Invalid {
+                name: "WRIT_STRAGGLER_EXTRA_FACTOR",
+                message: format!("'{v}' is not a number"),
+            })
+        })
+        .transpose()?;
+    StragglerPolicy::from_parts(
+        get("WRIT_STRAGGLER_ENOUGH").as_deref(),
+        extra_ms,
+        extra_factor,
+    )
+    .map_err(|e| ConfigError::Invalid {
+        name: match e.field {
+            "enough" => "WRIT_STRAGGLER_ENOUGH",
+            "extra_factor" => "WRIT_STRAGGLER_EXTRA_FACTOR",
+            _ => "WRIT_STRAGGLER_EXTRA_MS",
+        },
+        message: e.message,
+    })
+}

@@ -1,0 +1,202 @@
+//! `POST /run`: one configured command in the sandbox, on a scratch copy of `REPO_DIR`, recorded
+//! in the audit log like a write (a request and an operation of kind `run`).
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use chrono::Utc;
+use serde::Deserialize;
+use uuid::Uuid;
+use writ_core::audit::{
+    FileKind, NewRequest, Operation, OperationKind, OperationStatus, RequestStatus,
+};
+use writ_core::content::sha256_hex;
+use writ_core::execution::{CommandCall, RunError, Runner, tail};
+
+use crate::error::ApiError;
+use crate::extract::{body_error, json_error};
+use crate::state::AppState;
+use crate::telemetry::RequestId;
+
+/// Output kept in the audit record of a run (the answer has the whole capture).
+const RECORDED_OUTPUT_BYTES: usize = 4_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunRequest {
+    /// A configured command name (`WRIT_COMMANDS`).
+    pub command: String,
+    /// Paths inside the sandbox, in place of the command's `{args}`.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// At most `WRIT_RUN_MAX_TIMEOUT_SECS`; `WRIT_RUN_DEFAULT_TIMEOUT_SECS` when absent.
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+}
+
+/// Run a configured command in the sandbox on a scratch copy of the workspace.
+pub async fn run_command(
+    State(state): State<AppState>,
+    axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
+    caller: Option<axum::Extension<crate::auth::Caller>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;
+    let Json(req) = Json::<RunRequest>::from_bytes(&body).map_err(|e| json_error(&e))?;
+    let Some(runner) = state.commands.clone() else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "commands_unavailable",
+            "no commands are configured: set WRIT_COMMANDS",
+        ));
+    };
+    let settings = &state.settings.run;
+    let timeout = match req.timeout_secs {
+        None => settings.default_timeout,
+        Some(0) => {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+                "must be at least 1",
+            )
+            .with_field("timeout_secs"));
+        }
+        Some(s) if s > settings.max_timeout.as_secs() => {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+                format!(
+                    "at most {} (WRIT_RUN_MAX_TIMEOUT_SECS), got {s}",
+                    settings.max_timeout.as_secs()
+                ),
+            )
+            .with_field("timeout_secs"));
+        }
+        Some(s) => std::time::Duration::from_secs(s),
+    };
+    let call = CommandCall {
+        name: req.command,
+        args: req.args,
+    };
+    runner.check(&call, "").map_err(run_error)?;
+
+    let caller = caller.map(|axum::Extension(c)| c.0);
+    let started = std::time::Instant::now();
+    state
+        .store
+        .insert_request(&NewRequest {
+            id: request_id,
+            received_at: Utc::now(),
+            route: "POST /run".to_string(),
+            caller,
+            idempotency_key: None,
+            body_sha256: Some(sha256_hex(&body)),
+        })
+        .await
+        .map_err(|e| ApiError::audit_unavailable(&e))?;
+    // Its own task: a client hanging up must not leave the run unrecorded.
+    let task = tokio::spawn(async move {
+        let outcome = runner.run(&[], std::slice::from_ref(&call), timeout).await;
+        let result = record(&state, request_id, &call, &outcome, started).await;
+        (outcome, result)
+    });
+    let (outcome, recorded) = task.await.map_err(ApiError::internal)?;
+    recorded?;
+    let mut runs = outcome.map_err(run_error)?;
+    let run = runs
+        .pop()
+        .ok_or_else(|| ApiError::internal("the command produced no outcome"))?;
+    Ok((StatusCode::OK, Json(run)).into_response())
+}
+
+/// The run's operation record, then the request's closing.
+async fn record(
+    state: &AppState,
+    request_id: Uuid,
+    call: &CommandCall,
+    outcome: &Result<Vec<writ_core::execution::RunOutcome>, RunError>,
+    started: std::time::Instant,
+) -> Result<(), ApiError> {
+    let now = Utc::now();
+    let duration_ms = started.elapsed().as_millis() as i64;
+    let (status, error, detail) = match outcome {
+        Ok(runs) => {
+            let run = runs.last();
+            (
+                OperationStatus::Succeeded,
+                None,
+                run.map(|r| {
+                    serde_json::json!({"run": {
+                        "command": call.name,
+                        "args": call.args,
+                        "exit_code": r.exit_code,
+                        "timed_out": r.timed_out,
+                        "truncated": r.truncated,
+                        "duration_ms": r.duration_ms,
+                        "stdout_tail": tail(&r.stdout, RECORDED_OUTPUT_BYTES),
+                        "stderr_tail": tail(&r.stderr, RECORDED_OUTPUT_BYTES),
+                    }})
+                }),
+            )
+        }
+        Err(e) => (
+            OperationStatus::Failed,
+            Some(e.to_string()),
+            Some(serde_json::json!({"run": {"command": call.name, "args": call.args}})),
+        ),
+    };
+    let op = Operation {
+        id: Uuid::now_v7(),
+        request_id,
+        created_at: now,
+        finished_at: Some(now),
+        filename: call.name.clone(),
+        kind: FileKind::Run,
+        operation: if status == OperationStatus::Succeeded {
+            OperationKind::Unchanged
+        } else {
+            OperationKind::Failed
+        },
+        status,
+        chosen_model: None,
+        selection: None,
+        arbiter_reason: None,
+        candidates: Vec::new(),
+        previous_sha256: None,
+        sha256: None,
+        bytes: None,
+        error,
+        duration_ms: Some(duration_ms),
+        detail,
+    };
+    let inserted = state.store.insert_operation(&op, None).await;
+    let request_status = if inserted.is_ok() && status == OperationStatus::Succeeded {
+        RequestStatus::Success
+    } else {
+        RequestStatus::Error
+    };
+    if let Err(e) = state
+        .store
+        .finish_request(request_id, request_status, duration_ms, None)
+        .await
+    {
+        tracing::warn!(error = %e, "could not close the request record of a run");
+    }
+    inserted.map_err(|e| ApiError::audit_unavailable(&e))
+}
+
+fn run_error(e: RunError) -> ApiError {
+    match e {
+        RunError::Invalid { field, message } => {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
+                .with_field(field)
+        }
+        RunError::Unavailable(why) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "commands_unavailable", why)
+        }
+        RunError::Failed(why) => ApiError::internal(why),
+    }
+}
