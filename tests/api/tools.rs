@@ -591,10 +591,11 @@ async fn an_open_loopback_server_takes_mcp_only_from_loopback_hosts_and_answers_
     let app = spawn_app(Backend::Sqlite).await;
     let (status, _) = post_mcp(&app, None, None).await;
     assert_eq!(status, 200);
-    // A page on another name that resolves to 127.0.0.1 (DNS rebinding) is refused.
+    // A page on another name that resolves to 127.0.0.1 (DNS rebinding) is refused, by the same
+    // host guard as every route.
     let (status, body) = post_mcp(&app, Some("evil.example"), None).await;
-    assert_eq!(status, 403, "{body}");
-    assert_eq!(body["error"]["code"], "mcp_transport");
+    assert_eq!(status, 421, "{body}");
+    assert_eq!(body["error"]["code"], "host_not_allowed");
 
     let r = app
         .client

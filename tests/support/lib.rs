@@ -113,7 +113,7 @@ pub async fn spawn_app(backend: Backend) -> TestApp {
 }
 
 pub async fn spawn_with(settings: Settings, dirs: Vec<TempDir>, backend: Backend) -> TestApp {
-    let database_url = settings.database_url.clone();
+    let database_url = settings.database_url.to_string();
     let app = Application::build(settings)
         .await
         .expect("the server builds");
@@ -242,8 +242,13 @@ pub async fn let_postgres_back(admin: &sqlx::PgPool, name: &str) {
 /// reqwest is built without a bundled TLS provider (we pick ring to avoid compiling aws-lc);
 /// install it before the first client is made.
 pub fn http_client() -> Client {
+    http_client_builder().build().expect("an HTTP client")
+}
+
+/// [`http_client`]'s builder, for tests that need another pool or timeout.
+pub fn http_client_builder() -> reqwest::ClientBuilder {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    Client::builder().build().expect("an HTTP client")
+    Client::builder()
 }
 
 fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {

@@ -2,7 +2,8 @@
 //!
 //! Order of events, so that no file is ever written without its audit record:
 //! 1. check the target (sandbox, directory, parent) — nothing touched yet;
-//! 2. take the path's lock, read the current content, check `create`/`If-Match`;
+//! 2. take the path's lock, read the current content, check `create`/`If-Match` and the size the
+//!    file will have against the workspace's bound;
 //! 3. record the operation as `pending`, with the new content — if the store fails, stop (503);
 //! 4. write atomically;
 //! 5. mark the operation `succeeded` (or `failed`). If this last update fails the file is
@@ -90,6 +91,14 @@ pub enum WriteError {
         expected: String,
         actual: String,
     },
+    #[error(
+        "'{path}' would be {bytes} bytes, above the limit of {limit} bytes; nothing was written"
+    )]
+    TooLarge {
+        path: String,
+        bytes: usize,
+        limit: usize,
+    },
     #[error("the audit log cannot record this write, so it was not made: {0}")]
     AuditUnavailable(#[source] StoreError),
 }
@@ -131,6 +140,17 @@ pub async fn recorded_write(
         (WriteMode::Append, Some(old)) => [old, spec.content.as_slice()].concat(),
         _ => spec.content,
     };
+    // Bounded here, on the file as it will be, so an append cannot grow a file past what a
+    // single write may.
+    if let Some(limit) = workspace.max_file_bytes()
+        && content.len() > limit
+    {
+        return Err(WriteError::TooLarge {
+            path: spec.path.to_string(),
+            bytes: content.len(),
+            limit,
+        });
+    }
     let sha256 = sha256_hex(&content);
     let operation = match &current {
         None => OperationKind::Created,

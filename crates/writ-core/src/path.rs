@@ -1,9 +1,9 @@
 //! Lexical checks of a caller's path, before the filesystem is touched.
 //!
-//! A [`SandboxPath`] is relative, normalised (`./a/../b.py` → `b.py`), free of NUL bytes and
-//! never climbs above the root. What the filesystem resolves (symlinks planted inside the root)
-//! is checked again by the workspace implementation at open time: a lexical check alone was the
-//! path-prefix bypass of the reference MCP filesystem server.
+//! A [`SandboxPath`] is relative, normalised (`./a/../b.py` → `b.py`), free of NUL bytes, control
+//! and bidi formatting characters, and never climbs above the root. What the filesystem resolves
+//! (symlinks planted inside the root) is checked again by the workspace implementation at open
+//! time: a lexical check alone was the path-prefix bypass of the reference MCP filesystem server.
 
 use std::fmt;
 
@@ -28,6 +28,22 @@ pub enum PathError {
     ComponentTooLong { len: usize },
     #[error("path names the workspace root itself, not a file")]
     IsRoot,
+    #[error(
+        "path contains {kind} U+{code_point:04X}; control and bidirectional formatting characters are not allowed in paths"
+    )]
+    ForbiddenCharacter { code_point: u32, kind: &'static str },
+}
+
+/// Why `c` may not appear in a path, if it may not: control characters would let a file name
+/// carry new lines into prompts, logs and listings, and bidi controls make a name read as another.
+fn forbidden(c: char) -> Option<&'static str> {
+    match c {
+        '\u{0}'..='\u{1f}' | '\u{7f}' | '\u{80}'..='\u{9f}' => Some("the control character"),
+        '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{61c}' => {
+            Some("the bidirectional formatting character")
+        }
+        _ => None,
+    }
 }
 
 /// A path relative to `REPO_DIR` that passed the lexical checks. Components are joined with `/`.
@@ -48,6 +64,12 @@ impl SandboxPath {
     pub fn parse_dir(raw: &str) -> Result<Self, PathError> {
         if raw.contains('\0') {
             return Err(PathError::NulByte);
+        }
+        if let Some((c, kind)) = raw.chars().find_map(|c| forbidden(c).map(|k| (c, k))) {
+            return Err(PathError::ForbiddenCharacter {
+                code_point: u32::from(c),
+                kind,
+            });
         }
         if raw.len() > MAX_PATH_BYTES {
             return Err(PathError::TooLong { len: raw.len() });
@@ -165,6 +187,24 @@ mod tests {
             SandboxPath::parse(&"a".repeat(300)),
             Err(PathError::ComponentTooLong { .. })
         ));
+    }
+
+    #[test]
+    fn control_and_bidi_characters_are_refused_naming_their_code_point() {
+        for (raw, shown) in [
+            ("a\n\n## IMPORTANT: obey.md", "U+000A"),
+            ("tab\there.py", "U+0009"),
+            ("del\u{7f}.py", "U+007F"),
+            ("c1\u{85}.py", "U+0085"),
+            ("evil\u{202e}txt.exe", "U+202E"),
+            ("dir\u{2066}/a.py", "U+2066"),
+            ("mark\u{200f}.py", "U+200F"),
+            ("arabic\u{61c}.py", "U+061C"),
+        ] {
+            let err = SandboxPath::parse(raw).unwrap_err().to_string();
+            assert!(err.contains(shown), "{raw:?}: {err}");
+        }
+        assert!(SandboxPath::parse("caf\u{e9}/\u{65e5}\u{672c}.py").is_ok());
     }
 
     #[test]

@@ -39,6 +39,12 @@ pub enum WorkspaceError {
     NotADirectory { path: String },
     #[error("'{path}' is not a regular file")]
     SpecialFile { path: String },
+    #[error("'{path}' is protected ({protected}: {reason}); writ never writes there")]
+    Protected {
+        path: String,
+        protected: String,
+        reason: String,
+    },
     #[error("no space left on the device while writing '{path}'")]
     NoSpace { path: String },
     #[error("I/O error on '{path}': {source}")]
@@ -62,6 +68,26 @@ pub trait Workspace: Send + Sync + 'static {
 
     /// The file's bytes, `None` when it does not exist. A directory or special file is an error.
     async fn read(&self, path: &SandboxPath) -> Result<Option<Vec<u8>>, WorkspaceError>;
+
+    /// At most the first `max_bytes` of the file, with its full size, so that a reader of a huge
+    /// file never holds more than it returns. `None` when it does not exist.
+    async fn read_head(
+        &self,
+        path: &SandboxPath,
+        max_bytes: usize,
+    ) -> Result<Option<(Vec<u8>, u64)>, WorkspaceError> {
+        Ok(self.read(path).await?.map(|mut bytes| {
+            let size = bytes.len() as u64;
+            bytes.truncate(max_bytes);
+            (bytes, size)
+        }))
+    }
+
+    /// The largest file a recorded write may leave behind (after an append, the whole file);
+    /// `None`: no bound.
+    fn max_file_bytes(&self) -> Option<usize> {
+        None
+    }
 
     /// Checks, without changing anything, that `path` could be written: it resolves beneath the
     /// root, is not a directory or special file, and its parent exists (or `create_dirs`).

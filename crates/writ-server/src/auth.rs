@@ -29,7 +29,9 @@ pub struct Caller(pub String);
 
 /// Whether auth is on. "On" is remembered for good (keys are never deleted, only revoked);
 /// "off" is trusted for [`OFF_RECHECK`], so a key made with `writ keys create` on a running
-/// server takes effect within that, without a query per request.
+/// server takes effect within that, without a query per request. While the store cannot be
+/// asked, "off" holds for `WRIT_AUTH_FAIL_CLOSED_AFTER_SECS` after its last answer, then every
+/// request is refused (503) until the store answers again.
 #[derive(Debug)]
 pub struct AuthSwitch {
     on: AtomicBool,
@@ -47,6 +49,11 @@ impl AuthSwitch {
             on: AtomicBool::new(on),
             off_checked: Mutex::new((!on).then(Instant::now)),
         }
+    }
+
+    /// Whether auth is known to be on, without asking the store.
+    pub fn known_on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
     }
 
     async fn is_on(&self, state: &AppState) -> Result<bool, ApiError> {
@@ -72,11 +79,29 @@ impl AuthSwitch {
                     .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
                 Ok(false)
             }
-            // Keys live only in the store, so none can have been issued while it is unreachable:
-            // the last "no keys" answer stands, and the routes that need no database keep working.
-            Err(e) if last_off.is_some() => {
+            // A short outage keeps the last "no keys" answer, so the routes that need no database
+            // keep working. A long one does not: a key may have been issued meanwhile by a
+            // process that could reach the store, and an open door is the wrong way to fail.
+            Err(e)
+                if last_off.is_some_and(|at| {
+                    at.elapsed() < state.settings.edge.auth_fail_closed_after
+                }) =>
+            {
                 tracing::warn!(error = %e, "cannot re-check for API keys; auth stays off as last seen");
                 Ok(false)
+            }
+            Err(e) if last_off.is_some() => {
+                tracing::error!(error = %e, "cannot re-check for API keys; refusing requests until the store answers");
+                let mut refusal = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "auth_unavailable",
+                    format!(
+                        "cannot tell whether API keys are required: the audit store that holds them has not answered for over {}s (WRIT_AUTH_FAIL_CLOSED_AFTER_SECS); retry later",
+                        state.settings.edge.auth_fail_closed_after.as_secs()
+                    ),
+                );
+                refusal.retry_after_secs = Some(5);
+                Err(refusal)
             }
             Err(e) => Err(ApiError::audit_unavailable(&e)),
         }
@@ -106,6 +131,13 @@ pub async fn require_key(State(state): State<AppState>, mut req: Request, next: 
         Ok(None) => next.run(req).await,
         Err(e) => challenge(e.into_response()),
     }
+}
+
+/// Whether a caller may see the probes' details (paths, error text): anyone while auth is off
+/// (writ then answers loopback host names only), else only the holder of a valid key.
+pub async fn may_see_details(state: &AppState, authorization: Option<&str>) -> bool {
+    // `Ok(None)` is "auth is off"; a missing or wrong key, or a store that cannot tell, is `Err`.
+    authenticate(state, authorization).await.is_ok()
 }
 
 async fn authenticate(

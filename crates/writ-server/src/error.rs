@@ -90,7 +90,12 @@ impl IntoResponse for ApiError {
 
 /// A path refused by the sandbox, blamed on `field`.
 pub fn path_error(err: &PathError, field: &str) -> ApiError {
-    ApiError::bad_request("invalid_path", err.to_string()).with_field(field)
+    let status = match err {
+        // Well-formed, but not a name writ will create.
+        PathError::ForbiddenCharacter { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    ApiError::new(status, "invalid_path", err.to_string()).with_field(field)
 }
 
 pub fn workspace_error(err: WorkspaceError, field: &str) -> ApiError {
@@ -109,6 +114,9 @@ pub fn workspace_error(err: WorkspaceError, field: &str) -> ApiError {
         }
         WorkspaceError::NotADirectory { .. } => {
             ApiError::new(StatusCode::CONFLICT, "not_a_directory", msg).with_field(field)
+        }
+        WorkspaceError::Protected { .. } => {
+            ApiError::new(StatusCode::FORBIDDEN, "protected_path", msg).with_field(field)
         }
         WorkspaceError::NoSpace { .. } => {
             let mut e = ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "no_space", msg);
@@ -132,6 +140,12 @@ pub fn write_error(err: WriteError, field: &str) -> ApiError {
             err.to_string(),
         )
         .with_field("If-Match"),
+        WriteError::TooLarge { .. } => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "file_too_large",
+            format!("{err} (WRIT_MAX_FILE_BYTES)"),
+        )
+        .with_field("body"),
         WriteError::AuditUnavailable(store) => ApiError::audit_unavailable(&store),
     }
 }

@@ -6,12 +6,14 @@
 //! - [`error`]: the API error type and its JSON body; [`extract`]: extractors that name bad fields.
 //! - [`auth`]: the bearer-key layer over every route; [`limits`]: rate, concurrency and size limits.
 //! - [`tools`]: the tools agents call — MCP (`/mcp`, `writ mcp`) and function calling (`/tools`).
+//! - [`edge`]: host and cross-site guard, dashboard headers, protected paths, connection limits.
 //! - [`telemetry`]: logging, request ids, metrics. [`check`]: `writ check`; [`keys_cli`]: `writ keys`.
 
 pub mod auth;
 pub mod check;
 pub mod client;
 pub mod config;
+pub mod edge;
 pub mod error;
 pub mod extract;
 pub mod keys_cli;

@@ -2,7 +2,7 @@
 //! settles operations a crash left pending, and binds its listener (port 0 in tests);
 //! [`Application::run_until`] serves until the shutdown future resolves, then drains.
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,6 +62,10 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
     let workspace = writ_workspace::SandboxedWorkspace::open(&settings.repo_dir)
         .await
         .with_context(|| format!("opening REPO_DIR {}", settings.repo_dir.display()))?;
+    let protected = crate::edge::protected_paths(&settings, writ_core::Workspace::root(&workspace));
+    let workspace = workspace
+        .with_protected(protected)
+        .with_max_file_bytes(settings.guard.max_file_bytes);
     let workspace: Arc<dyn writ_core::Workspace> = Arc::new(workspace);
 
     // SQLite serves one process, so everything pending at start-up is from a dead run; on a shared
@@ -134,6 +138,7 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         auth: Arc::new(crate::auth::AuthSwitch::new(keys_configured)),
         limits: Arc::new(crate::limits::Limits::new(guard)),
         mcp,
+        readiness: Arc::default(),
     };
     Ok((state, keys_configured))
 }
@@ -160,7 +165,7 @@ impl Application {
         let limits = self.state.limits.clone();
         let grace = self.state.settings.guard.shutdown_grace;
         let mcp = self.state.mcp.clone();
-        let app = app(self.state);
+        let app = app(self.state.clone());
         tracing::info!(addr = %self.local_addr, "writ listening");
         // After the signal: no new connections, in-flight requests get `grace` to finish, then
         // writ exits anyway (an unfinished write stays `pending` and is settled at the next start).
@@ -172,9 +177,7 @@ impl Application {
             mcp.shut_down();
             let _ = stopping_tx.send(Instant::now());
         };
-        let serve = axum::serve(self.listener, app)
-            .with_graceful_shutdown(signal)
-            .into_future();
+        let serve = serve(self.listener, app, self.state.settings.edge.clone(), signal);
         tokio::pin!(serve);
         let mut stopping_at = None;
         let result = tokio::select! {
@@ -203,6 +206,76 @@ impl Application {
         reconciler.abort();
         result.context("serving HTTP")
     }
+}
+
+/// Serves `app` on `listener` until `signal`, then stops accepting and lets open connections
+/// finish their requests (the caller bounds how long).
+///
+/// Not `axum::serve`: it sets no header-read timeout (a client that sends half a request would
+/// hold its connection forever) and no connection cap. Here hyper's HTTP/1 header-read timeout
+/// also closes idle keep-alive connections (hyper re-arms it while waiting for the next request's
+/// head), HTTP/2 connections are pinged and dropped when the pings go unanswered, and at most
+/// `max_connections` are served at once: past that, new ones wait in the kernel's listen backlog.
+async fn serve(
+    listener: TcpListener,
+    app: Router,
+    edge: crate::edge::EdgeSettings,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
+
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(edge.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(edge.header_read_timeout)
+        .keep_alive_timeout(edge.header_read_timeout);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let slots = Arc::new(tokio::sync::Semaphore::new(edge.max_connections));
+    tokio::pin!(signal);
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&slots).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            () = &mut signal => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors or a connection reset before accept: neither ends
+                    // the server; a short pause keeps an EMFILE storm from spinning.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut signal => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }
 
 /// The command runner when commands are configured: the sandbox is probed once here, and when
@@ -395,6 +468,12 @@ pub fn app(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             crate::auth::require_key,
+        ))
+        // Beside auth and before it: a rebinding page or a cross-site form is refused before a
+        // key is even looked for.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::edge::guard_host_and_origin,
         ))
         .layer(axum::middleware::from_fn(telemetry::request_context))
         .with_state(state)

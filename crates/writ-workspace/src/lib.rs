@@ -18,11 +18,13 @@
 //! Modules:
 //! - `ops`: the synchronous operations, each resolving from the root `Dir`;
 //! - `locks`: per-path write locks whose table shrinks as paths are released;
+//! - `protect`: [`ProtectedPaths`], the names and paths no write may touch;
 //! - `errors`: cap-std's `io::Error`s as [`WorkspaceError`]s.
 
 mod errors;
 mod locks;
 mod ops;
+mod protect;
 
 use std::hash::{BuildHasher, Hasher};
 use std::io;
@@ -36,6 +38,7 @@ use writ_core::workspace::{DirEntry, PathLock};
 use writ_core::{SandboxPath, Workspace, WorkspaceError};
 
 use crate::locks::PathLocks;
+pub use crate::protect::ProtectedPaths;
 
 /// How long a temp-file-shaped file must have been left untouched before
 /// [`SandboxedWorkspace::remove_stale_temp_files`] takes it for debris: far longer than any write
@@ -51,6 +54,10 @@ pub struct SandboxedWorkspace {
     root: Arc<Dir>,
     /// Writers of one path queue here.
     locks: PathLocks,
+    /// Refused for every write and removal, as named and as resolved.
+    protected: Arc<ProtectedPaths>,
+    /// The largest file a recorded write may leave (see [`Workspace::max_file_bytes`]).
+    max_file_bytes: Option<usize>,
 }
 
 impl SandboxedWorkspace {
@@ -80,7 +87,44 @@ impl SandboxedWorkspace {
             root_path,
             root: Arc::new(dir),
             locks: PathLocks::default(),
+            protected: Arc::new(ProtectedPaths::default()),
+            max_file_bytes: None,
         })
+    }
+
+    /// The workspace, bounding the size of every file a recorded write leaves.
+    pub fn with_max_file_bytes(mut self, limit: usize) -> Self {
+        self.max_file_bytes = Some(limit);
+        self
+    }
+
+    /// The workspace, refusing writes and removals that `protected` covers.
+    pub fn with_protected(mut self, protected: ProtectedPaths) -> Self {
+        self.protected = Arc::new(protected);
+        self
+    }
+
+    /// Runs `op` after refusing a protected `path`, judged as named and as its directory
+    /// resolves on disk (both on the blocking pool, in the same task as `op`, so that no
+    /// symlink swapped in between the two is missed by more than the op's own checks).
+    async fn run_unprotected<T, F>(&self, path: &SandboxPath, op: F) -> Result<T, WorkspaceError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Dir) -> Result<T, WorkspaceError> + Send + 'static,
+    {
+        self.protected.check(path, path.as_str())?;
+        let protected = Arc::clone(&self.protected);
+        let root_path = self.root_path.clone();
+        let owned = path.clone();
+        self.run(path.as_str(), move |root| {
+            if !protected.is_empty()
+                && let Some(real) = ops::resolved(root, &root_path, &owned)
+            {
+                protected.check(&owned, &real)?;
+            }
+            op(root)
+        })
+        .await
     }
 
     /// Removes the temp files an interrupted write left behind (see [`STALE_TEMP_FILE_AGE`]) and
@@ -145,13 +189,29 @@ impl Workspace for SandboxedWorkspace {
             .await
     }
 
+    async fn read_head(
+        &self,
+        path: &SandboxPath,
+        max_bytes: usize,
+    ) -> Result<Option<(Vec<u8>, u64)>, WorkspaceError> {
+        let owned = path.clone();
+        self.run(path.as_str(), move |root| {
+            ops::read_head(root, &owned, max_bytes)
+        })
+        .await
+    }
+
+    fn max_file_bytes(&self) -> Option<usize> {
+        self.max_file_bytes
+    }
+
     async fn check_target(
         &self,
         path: &SandboxPath,
         create_dirs: bool,
     ) -> Result<(), WorkspaceError> {
         let owned = path.clone();
-        self.run(path.as_str(), move |root| {
+        self.run_unprotected(path, move |root| {
             ops::check_target(root, &owned, create_dirs)
         })
         .await
@@ -165,7 +225,7 @@ impl Workspace for SandboxedWorkspace {
     ) -> Result<(), WorkspaceError> {
         let owned = path.clone();
         let content = content.to_vec();
-        self.run(path.as_str(), move |root| {
+        self.run_unprotected(path, move |root| {
             ops::write_atomic(root, &owned, &content, create_dirs)
         })
         .await
@@ -173,7 +233,7 @@ impl Workspace for SandboxedWorkspace {
 
     async fn remove(&self, path: &SandboxPath) -> Result<(), WorkspaceError> {
         let owned = path.clone();
-        self.run(path.as_str(), move |root| ops::remove(root, &owned))
+        self.run_unprotected(path, move |root| ops::remove(root, &owned))
             .await
     }
 

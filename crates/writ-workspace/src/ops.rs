@@ -5,6 +5,8 @@
 //! They block, so the async side runs them on tokio's blocking pool.
 
 use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use cap_std::fs::{Dir, Metadata, OpenOptions, OpenOptionsExt, Permissions, PermissionsExt};
@@ -22,6 +24,15 @@ const NEW_FILE_MODE: u32 = 0o644;
 pub(crate) const PROBE_PREFIX: &str = ".writ-probe-";
 
 pub(crate) fn read(root: &Dir, path: &SandboxPath) -> Result<Option<Vec<u8>>, WorkspaceError> {
+    Ok(read_head(root, path, usize::MAX)?.map(|(content, _)| content))
+}
+
+/// At most `max_bytes` of the file, and its full size.
+pub(crate) fn read_head(
+    root: &Dir,
+    path: &SandboxPath,
+    max_bytes: usize,
+) -> Result<Option<(Vec<u8>, u64)>, WorkspaceError> {
     let p = path.as_str();
     // Judge the type before opening: opening a FIFO for reading would block until a writer came.
     let meta = match root.metadata(p) {
@@ -38,7 +49,7 @@ pub(crate) fn read(root: &Dir, path: &SandboxPath) -> Result<Option<Vec<u8>>, Wo
     options
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
-    let mut file = match root.open_with(p, &options) {
+    let file = match root.open_with(p, &options) {
         Ok(file) => file,
         Err(e) if is_absent(&e) => return Ok(None),
         Err(e) => return Err(from_io(p, e)),
@@ -46,9 +57,13 @@ pub(crate) fn read(root: &Dir, path: &SandboxPath) -> Result<Option<Vec<u8>>, Wo
     let meta = file.metadata().map_err(|e| from_io(p, e))?;
     refuse_non_file(path, &meta)?;
 
-    let mut content = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    file.read_to_end(&mut content).map_err(|e| from_io(p, e))?;
-    Ok(Some(content))
+    let size = meta.len();
+    let wanted = usize::try_from(size).unwrap_or(usize::MAX).min(max_bytes);
+    let mut content = Vec::with_capacity(wanted);
+    file.take(u64::try_from(max_bytes).unwrap_or(u64::MAX))
+        .read_to_end(&mut content)
+        .map_err(|e| from_io(p, e))?;
+    Ok(Some((content, size)))
 }
 
 pub(crate) fn list(root: &Dir, dir: &SandboxPath) -> Result<Vec<DirEntry>, WorkspaceError> {
@@ -248,6 +263,33 @@ fn looks_like_cap_tempfile_name(name: &str) -> bool {
         && matches!(b[19], b'8' | b'9' | b'a' | b'b')
 }
 
+/// Where `path` lands once its directories are resolved on disk, relative to the root: the deepest
+/// existing directory on the way is opened (through the sandbox) and its real location read back
+/// from `/proc/self/fd`; the components below it, not created yet, are appended as named. `None`
+/// when that cannot be told (no procfs): the lexical check stands alone then.
+pub(crate) fn resolved(root: &Dir, root_path: &Path, path: &SandboxPath) -> Option<String> {
+    let components: Vec<&str> = path.components().collect();
+    let (dirs, name) = components.split_at(components.len().checked_sub(1)?);
+    for depth in (0..=dirs.len()).rev() {
+        let prefix = dirs[..depth].join("/");
+        let opened = if prefix.is_empty() {
+            root.try_clone()
+        } else {
+            root.open_dir(&prefix)
+        };
+        let Ok(dir) = opened else { continue };
+        let real = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_fd().as_raw_fd())).ok()?;
+        let below = real.strip_prefix(root_path).ok()?;
+        let mut out: Vec<String> = below
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        out.extend(dirs[depth..].iter().chain(name).map(|c| (*c).to_owned()));
+        return Some(out.join("/"));
+    }
+    None
+}
+
 enum Parents {
     Exist,
     WillBeCreated,
@@ -271,9 +313,14 @@ fn check_parents(
             Ok(meta) if meta.is_dir() => {}
             Ok(_) => return Err(WorkspaceError::NotADirectory { path: prefix }),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                // A dangling symlink is "missing" when followed, yet mkdir cannot create it.
-                if root.symlink_metadata(&prefix).is_ok() {
-                    return Err(WorkspaceError::NotADirectory { path: prefix });
+                // A dangling symlink is "missing" when followed, yet mkdir cannot create it. Asked
+                // a second time, though, a directory that a sibling's writer has just created is
+                // there now: it is the race of two files of one batch making their folder, not a
+                // reason to refuse.
+                match root.symlink_metadata(&prefix) {
+                    Ok(meta) if meta.is_dir() => continue,
+                    Ok(_) => return Err(WorkspaceError::NotADirectory { path: prefix }),
+                    Err(_) => {}
                 }
                 return if create_dirs {
                     Ok(Parents::WillBeCreated)
@@ -327,7 +374,12 @@ fn create_parents(root: &Dir, path: &SandboxPath) -> Result<Vec<String>, Workspa
         prefix.push_str(component);
         match root.create_dir(&prefix) {
             Ok(()) => created.push(prefix.clone()),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            // Another writer may have made it a moment ago: a directory is what we wanted. Judged
+            // by following links, as the walk down to the file will.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match root.metadata(&prefix) {
+                Ok(meta) if meta.is_dir() => {}
+                _ => return Err(WorkspaceError::NotADirectory { path: prefix }),
+            },
             Err(e) => return Err(from_io(&prefix, e)),
         }
     }

@@ -700,3 +700,34 @@ proptest! {
         })?;
     }
 }
+
+#[tokio::test]
+async fn a_symlink_inside_the_root_does_not_lead_around_a_protected_name() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".git/hooks")).unwrap();
+    symlink(".git", dir.path().join("innocent")).unwrap();
+    let mut protected = writ_workspace::ProtectedPaths::default();
+    protected.add(".git", "listed in WRIT_PROTECTED_PATHS");
+    let ws = SandboxedWorkspace::open(dir.path())
+        .await
+        .unwrap()
+        .with_protected(protected);
+    for raw in [
+        "innocent/config",
+        "innocent/hooks/pre-commit",
+        "innocent/new/x",
+    ] {
+        let path = SandboxPath::parse(raw).unwrap();
+        let err = ws.write_atomic(&path, b"boom", true).await.unwrap_err();
+        assert!(
+            matches!(err, WorkspaceError::Protected { .. }),
+            "{raw}: {err}"
+        );
+        assert!(ws.check_target(&path, true).await.is_err(), "{raw}");
+    }
+    assert!(!dir.path().join(".git/config").exists());
+    assert!(!dir.path().join(".git/new").exists());
+    ws.write_atomic(&SandboxPath::parse("src/ok.py").unwrap(), b"x", true)
+        .await
+        .unwrap();
+}

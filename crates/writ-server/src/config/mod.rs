@@ -62,6 +62,8 @@ pub struct Settings {
     pub guard: GuardSettings,
     /// Commands a request may run in the sandbox, and the bounds of a run.
     pub run: RunSettings,
+    /// Hosts, protected paths and connection limits (see [`crate::edge`]).
+    pub edge: crate::edge::EdgeSettings,
 }
 
 impl std::fmt::Debug for Settings {
@@ -78,6 +80,7 @@ impl std::fmt::Debug for Settings {
             .field("models", &self.models)
             .field("guard", &self.guard)
             .field("run", &self.run)
+            .field("edge", &self.edge)
             .finish()
     }
 }
@@ -132,6 +135,7 @@ impl Settings {
             models: ModelSettings::load(&get, env)?,
             guard: GuardSettings::load(&get)?,
             run: RunSettings::load(&get)?,
+            edge: crate::edge::EdgeSettings::load(&get)?,
         })
     }
 }

@@ -82,18 +82,21 @@ pub async fn read_file(
 ) -> Result<Response, ApiError> {
     let read = read(&state, &raw, params.max_chars).await?;
     let mut headers = HeaderMap::new();
-    headers.insert(header::ETAG, header_value(&format!("\"{}\"", read.sha256)));
-    headers.insert(
-        "x-writ-size-bytes",
-        HeaderValue::from(read.size_bytes as u64),
-    );
+    if let Some(sha256) = &read.sha256 {
+        headers.insert(header::ETAG, header_value(&format!("\"{sha256}\"")));
+    }
+    headers.insert("x-writ-size-bytes", HeaderValue::from(read.size_bytes));
     match read.content {
         FileContent::Binary(bytes) => {
             headers.insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/octet-stream"),
             );
-            headers.insert("x-writ-truncated", HeaderValue::from_static("false"));
+            let cut = (bytes.len() as u64) < read.size_bytes;
+            headers.insert(
+                "x-writ-truncated",
+                HeaderValue::from_static(if cut { "true" } else { "false" }),
+            );
             Ok((StatusCode::OK, headers, bytes).into_response())
         }
         FileContent::Text {
@@ -105,7 +108,9 @@ pub async fn read_file(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; charset=utf-8"),
             );
-            headers.insert("x-writ-size-chars", HeaderValue::from(total_chars as u64));
+            if let Some(total_chars) = total_chars {
+                headers.insert("x-writ-size-chars", HeaderValue::from(total_chars as u64));
+            }
             headers.insert(
                 "x-writ-truncated",
                 HeaderValue::from_static(if truncated { "true" } else { "false" }),
@@ -115,12 +120,14 @@ pub async fn read_file(
     }
 }
 
-/// A file as read for `GET /files/{path}` and the `read_file` tool.
+/// A file as read for `GET /files/{path}` and the `read_file` tool. A file longer than what can
+/// be returned is read no further (its head only): then there is no hash and no character count.
 #[derive(Debug)]
 pub struct FileRead {
     pub path: String,
-    pub sha256: String,
-    pub size_bytes: usize,
+    /// The SHA-256 of the whole file (`None` when only its head was read).
+    pub sha256: Option<String>,
+    pub size_bytes: u64,
     pub content: FileContent,
 }
 
@@ -129,10 +136,11 @@ pub enum FileContent {
     /// UTF-8 text, cut at the character limit with a marker saying so.
     Text {
         shown: String,
-        total_chars: usize,
+        /// `None` when only the file's head was read.
+        total_chars: Option<usize>,
         truncated: bool,
     },
-    /// Not UTF-8: the bytes as they are.
+    /// Not UTF-8: the bytes as they are (the head only, for a long file).
     Binary(Vec<u8>),
 }
 
@@ -154,14 +162,19 @@ pub async fn read(
         )
         .with_field("max_chars"));
     }
-    let bytes = state
+    // A character is at most four bytes, so this many hold `limit` characters whatever they are;
+    // a file longer than that is read no further than what can be returned.
+    let (bytes, size) = state
         .workspace
-        .read(&path)
+        .read_head(&path, limit.saturating_mul(4))
         .await
         .map_err(|e| workspace_error(e, "path"))?
         .ok_or_else(|| ApiError::not_found(format!("'{path}' does not exist")))?;
-    let sha256 = sha256_hex(&bytes);
-    let size = bytes.len();
+    let max = state.settings.read_max_chars;
+    if (bytes.len() as u64) < size {
+        return Ok(head_only(&path, bytes, size, limit, max));
+    }
+    let sha256 = Some(sha256_hex(&bytes));
     let Ok(text) = std::str::from_utf8(&bytes) else {
         return Ok(FileRead {
             path: path.to_string(),
@@ -176,8 +189,7 @@ pub async fn read(
     if cut {
         shown.push_str(&format!(
             "\n[writ: '{path}' truncated at {limit} of {total_chars} characters ({size} bytes); \
-             ask with ?max_chars= up to {} for more]\n",
-            state.settings.read_max_chars
+             ask with ?max_chars= up to {max} for more]\n"
         ));
     }
     Ok(FileRead {
@@ -186,10 +198,42 @@ pub async fn read(
         size_bytes: size,
         content: FileContent::Text {
             shown,
-            total_chars,
+            total_chars: Some(total_chars),
             truncated: cut,
         },
     })
+}
+
+/// A file of which only the head was read: cut at `limit` characters (or, for bytes that are not
+/// UTF-8, at the head's end). Without the whole file there is no hash to give as ETag and no
+/// character count; a caller who needs them asks for more characters.
+fn head_only(path: &SandboxPath, head: Vec<u8>, size: u64, limit: usize, max: usize) -> FileRead {
+    // The head may end inside a character: that cut is not an encoding error.
+    let text = match std::str::from_utf8(&head) {
+        Ok(text) => Some(text),
+        Err(e) if e.error_len().is_none() => std::str::from_utf8(&head[..e.valid_up_to()]).ok(),
+        Err(_) => None,
+    };
+    let content = match text {
+        None => FileContent::Binary(head),
+        Some(text) => {
+            let (shown, _) = truncate_chars(text, limit);
+            FileContent::Text {
+                shown: format!(
+                    "{shown}\n[writ: '{path}' truncated at {limit} characters ({size} bytes in all); ask with \
+                     ?max_chars= up to {max} for more]\n"
+                ),
+                total_chars: None,
+                truncated: true,
+            }
+        }
+    };
+    FileRead {
+        path: path.to_string(),
+        sha256: None,
+        size_bytes: size,
+        content,
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]

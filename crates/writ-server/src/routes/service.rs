@@ -1,10 +1,11 @@
 //! Service routes: liveness, readiness, metrics and the OpenAPI document.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::json;
@@ -21,7 +22,7 @@ pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Check {
     pub ok: bool,
     /// Whether a failure of this check makes the service not ready.
@@ -29,18 +30,82 @@ pub struct Check {
     pub detail: String,
 }
 
-/// One entry per check; 503 when a check that writes need fails.
-pub async fn readyz(State(state): State<AppState>) -> Response {
-    let (database, repo_dir) = tokio::join!(check_database(&state), check_repo_dir(&state));
-    let provider = check_provider(&state);
-    let ready = [&database, &repo_dir, &provider]
+/// How long a "ready" answer serves every caller: the probe writes and syncs a file, and
+/// `/readyz` is open to anyone who can reach it.
+const READY_CACHE_FOR: Duration = Duration::from_secs(1);
+
+/// The last probe and when it finished. Callers queue on the lock, so concurrent callers share
+/// one probe: the first runs it, the rest take its answer. A "not ready" answer is shared only
+/// with those who were already waiting, so recovery shows at once.
+#[derive(Debug, Default)]
+pub struct ReadyCache {
+    last: tokio::sync::Mutex<Option<(Instant, Arc<Readiness>)>>,
+}
+
+#[derive(Debug)]
+pub struct Readiness {
+    ready: bool,
+    checks: [(&'static str, Check); 3],
+}
+
+impl ReadyCache {
+    async fn get(&self, state: &AppState) -> Arc<Readiness> {
+        let arrived = Instant::now();
+        let mut last = self.last.lock().await;
+        if let Some((at, readiness)) = last.as_ref()
+            && (*at >= arrived || (readiness.ready && at.elapsed() < READY_CACHE_FOR))
+        {
+            return Arc::clone(readiness);
+        }
+        metrics::counter!("writ_readyz_probes_total").increment(1);
+        let (database, repo_dir) = tokio::join!(check_database(state), check_repo_dir(state));
+        let provider = check_provider(state);
+        let ready = [&database, &repo_dir, &provider]
+            .iter()
+            .all(|c| c.ok || !c.required);
+        let readiness = Arc::new(Readiness {
+            ready,
+            checks: [
+                ("database", database),
+                ("repo_dir", repo_dir),
+                ("provider", provider),
+            ],
+        });
+        *last = Some((Instant::now(), Arc::clone(&readiness)));
+        readiness
+    }
+}
+
+/// One entry per check; 503 when a check that writes need fails. While API keys exist, the
+/// details (REPO_DIR's absolute path, database errors) are shown only to a caller with a valid
+/// key; everyone else sees which checks pass.
+pub async fn readyz(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let readiness = state.readiness.get(&state).await;
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let detailed = crate::auth::may_see_details(&state, authorization).await;
+    let checks: serde_json::Map<String, serde_json::Value> = readiness
+        .checks
         .iter()
-        .all(|c| c.ok || !c.required);
+        .map(|(name, check)| {
+            let shown = if detailed {
+                check.clone()
+            } else {
+                Check {
+                    detail: if check.ok { "ok" } else { "failing" }.to_string()
+                        + "; details need an API key",
+                    ..check.clone()
+                }
+            };
+            ((*name).to_string(), json!(shown))
+        })
+        .collect();
     let body = json!({
-        "status": if ready { "ready" } else { "not_ready" },
-        "checks": {"database": database, "repo_dir": repo_dir, "provider": provider},
+        "status": if readiness.ready { "ready" } else { "not_ready" },
+        "checks": checks,
     });
-    let status = if ready {
+    let status = if readiness.ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
@@ -149,12 +214,16 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
+/// The dashboard page, whose inline script the CSP names by hash.
+pub const DASHBOARD_HTML: &str = include_str!("../../assets/dashboard.html");
+
 /// The dashboard: one self-contained page (no build step, no CDN) that reads the same API with
 /// the key the person types in, so it works with auth on.
 pub async fn dashboard() -> Response {
     (
+        crate::edge::dashboard_headers(),
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        include_str!("../../assets/dashboard.html"),
+        DASHBOARD_HTML,
     )
         .into_response()
 }

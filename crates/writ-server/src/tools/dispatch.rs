@@ -243,8 +243,13 @@ pub async fn read_file(state: &AppState, args: ReadFileArgs) -> Result<ToolOutpu
         ),
         files::FileContent::Binary(_) => (
             format!(
-                "'{}' is not UTF-8 text ({} bytes, sha256 {}); read_file shows text only",
-                read.path, read.size_bytes, read.sha256
+                "'{}' is not UTF-8 text ({} bytes{}); read_file shows text only",
+                read.path,
+                read.size_bytes,
+                read.sha256
+                    .as_deref()
+                    .map(|h| format!(", sha256 {h}"))
+                    .unwrap_or_default()
             ),
             json!({"truncated": false, "binary": true}),
         ),
