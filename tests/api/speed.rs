@@ -114,7 +114,7 @@ async fn a_bad_straggler_option_is_refused_naming_the_field_before_any_model_is_
 }
 
 async fn the_overhead_header_leaves_out_the_time_spent_waiting_on_models(app: TestApp) {
-    let slow = Latency::fixed(Duration::from_millis(200));
+    let slow = Latency::fixed(Duration::from_millis(500));
     for m in MODELS.iter().chain([&ARBITER]) {
         let step = if *m == ARBITER {
             Step::verdict(1, "the plainest")
@@ -148,16 +148,16 @@ async fn the_overhead_header_leaves_out_the_time_spent_waiting_on_models(app: Te
 
     // writ always does some work of its own (validation, audit rows, the file, the body).
     assert!(overhead_ms > 0.0, "overhead {overhead_ms} ms");
-    // Candidates (200 ms, at once) then the arbiter (200 ms) are upstream time, not writ's: what
+    // Candidates (500 ms, at once) then the arbiter (500 ms) are upstream time, not writ's: what
     // is left of the elapsed time once the overhead is taken off is that critical path, give or
-    // take loopback HTTP. Counting no upstream time makes the overhead too large; counting every
-    // call (800 ms) instead of the critical path makes it too small (zero).
+    // take loopback HTTP on a busy machine. Counting no upstream time makes the overhead too
+    // large; counting every call (2 s) instead of the critical path makes it too small (zero).
     let upstream_ms = elapsed_ms - overhead_ms;
     assert!(
-        (400.0..400.0 + 350.0).contains(&upstream_ms),
+        (1000.0..1000.0 + 750.0).contains(&upstream_ms),
         "overhead {overhead_ms} ms of {elapsed_ms} ms leaves {upstream_ms} ms for the models"
     );
-    assert!(overhead_ms < 400.0, "overhead {overhead_ms} ms");
+    assert!(overhead_ms < 1000.0, "overhead {overhead_ms} ms");
 
     // The histogram got exactly this batch, with the header's value.
     let (count_after, sum_after) = writ_tests::overhead_histogram(&app).await;
