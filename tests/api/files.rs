@@ -58,12 +58,60 @@ async fn mode_create_refuses_an_existing_file_and_leaves_it_alone(app: TestApp) 
 }
 
 async fn append_adds_to_the_end(app: TestApp) {
-    app.put_file("log.txt", "mode=append", "a\n").await;
-    app.put_file("log.txt", "mode=append", "b\n").await;
+    let first = app.put_file("log.txt", "mode=append", "a\n").await;
+    assert_eq!(first.status(), 201, "appending to no file creates it");
+    let first: serde_json::Value = first.json().await.unwrap();
+    assert_eq!(first["operation"], "created");
+    assert_eq!(first["bytes"], 2);
+    assert_eq!(first["sha256"], sha(b"a\n"));
+    assert_eq!(first["previous_sha256"], serde_json::Value::Null);
+
+    let second = app.put_file("log.txt", "mode=append", "b\n").await;
+    assert_eq!(second.status(), 200);
+    let second: serde_json::Value = second.json().await.unwrap();
+    assert_eq!(second["operation"], "updated");
+    // The result describes the whole file, not the appended piece.
+    assert_eq!(second["bytes"], 4);
+    assert_eq!(second["sha256"], sha(b"a\nb\n"));
+    assert_eq!(second["previous_sha256"], sha(b"a\n"));
     assert_eq!(
         std::fs::read_to_string(app.repo_dir.join("log.txt")).unwrap(),
         "a\nb\n"
     );
+
+    let (_, ops) = app.json("/operations?filename=log.txt").await;
+    let ops = ops["operations"].as_array().unwrap();
+    assert_eq!(ops.len(), 2, "{ops:?}");
+    // Newest first.
+    let (rec2, rec1) = (&ops[0], &ops[1]);
+    for (rec, answer) in [(rec1, &first), (rec2, &second)] {
+        assert_eq!(rec["id"], answer["operation_id"]);
+        assert_eq!(rec["kind"], "direct");
+        assert_eq!(rec["selection"], "direct");
+        assert_eq!(rec["status"], "succeeded");
+        assert_eq!(rec["operation"], answer["operation"]);
+        assert_eq!(rec["bytes"], answer["bytes"]);
+        assert_eq!(rec["sha256"], answer["sha256"]);
+        assert_eq!(rec["previous_sha256"], answer["previous_sha256"]);
+    }
+    let (status, op) = app
+        .json(&format!(
+            "/operations/{}",
+            second["operation_id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(status, 200, "{op}");
+    assert_eq!(
+        op["content"], "a\nb\n",
+        "the record holds the file as written"
+    );
+    let (_, op) = app
+        .json(&format!(
+            "/operations/{}",
+            first["operation_id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(op["content"], "a\n");
 }
 
 async fn if_match_refuses_a_stale_hash_with_412_and_accepts_the_current_one(app: TestApp) {

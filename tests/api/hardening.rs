@@ -283,7 +283,12 @@ async fn batches_beyond_the_per_key_and_global_limits_are_refused_at_once_not_qu
                 .status()
         })
     };
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The first batch holds its permit while its three candidates are being answered.
+    assert!(
+        app.fake()
+            .until_in_flight(None, 3, Duration::from_secs(10))
+            .await
+    );
 
     let started = std::time::Instant::now();
     let (status, body, retry) = post_batch(&app, Some(&key.key), &one_file("second.py")).await;
@@ -320,7 +325,11 @@ async fn without_keys_the_process_wide_batch_limit_answers_503_with_retry_after(
                 .status()
         })
     };
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        app.fake()
+            .until_in_flight(None, 3, Duration::from_secs(10))
+            .await
+    );
     let (status, body, retry) = post_batch(&app, None, &one_file("second.py")).await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"]["code"], "busy");
@@ -455,7 +464,11 @@ async fn the_database_lost_mid_batch_leaves_no_file_without_its_record_and_write
         })
     };
     // The request is recorded, the models are thinking: now the database goes away.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        app.fake()
+            .until_in_flight(None, 3, Duration::from_secs(10))
+            .await
+    );
     let (admin, name) = writ_tests::cut_off_postgres(&app.database_url).await;
     let (status, body) = batch.await.unwrap();
     assert!(status == 200 || status == 503, "{status} {body}");

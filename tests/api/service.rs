@@ -17,16 +17,60 @@ async fn healthz_and_readyz_report_each_check(app: TestApp) {
 }
 
 async fn metrics_count_requests_by_route_and_status(app: TestApp) {
-    app.put_file("m.txt", "", "x").await;
-    let text = app.get("/metrics").await.text().await.unwrap();
-    assert!(
-        text.lines()
-            .any(|l| l.starts_with("writ_http_requests_total")
-                && l.contains("route=\"/files/{*path}\"")
-                && l.contains("status=\"201\"")),
-        "{text}"
+    use writ_tests::metric;
+    let series = |text: &str, method: &str, status: &str| {
+        metric(
+            text,
+            "writ_http_requests_total",
+            &[
+                ("method", method),
+                ("route", "/files/{*path}"),
+                ("status", status),
+            ],
+        )
+    };
+    let before = app.get("/metrics").await.text().await.unwrap();
+
+    assert_eq!(app.get("/files/missing-1.txt").await.status(), 404);
+    assert_eq!(app.get("/files/missing-2.txt").await.status(), 404);
+    assert_eq!(app.put_file("m.txt", "", "x").await.status(), 201);
+    assert_eq!(app.put_file("m.txt", "", "y").await.status(), 200);
+    assert_eq!(app.get("/nope").await.status(), 404);
+
+    let after = app.get("/metrics").await.text().await.unwrap();
+    let moved = |method, status| series(&after, method, status) - series(&before, method, status);
+    assert_eq!(moved("GET", "404"), 2.0, "{after}");
+    assert_eq!(moved("PUT", "201"), 1.0, "{after}");
+    assert_eq!(moved("PUT", "200"), 1.0, "{after}");
+    assert_eq!(moved("GET", "200"), 0.0, "{after}");
+    // An unknown path is counted under one label, not under the path itself.
+    let unmatched = |t: &str| {
+        metric(
+            t,
+            "writ_http_requests_total",
+            &[("route", "unmatched"), ("status", "404")],
+        )
+    };
+    assert_eq!(unmatched(&after) - unmatched(&before), 1.0, "{after}");
+    assert!(!after.contains("route=\"/nope\""), "{after}");
+
+    let writes = |t: &str, op: &str| {
+        metric(
+            t,
+            "writ_writes_total",
+            &[("kind", "direct"), ("operation", op)],
+        )
+    };
+    assert_eq!(
+        writes(&after, "created") - writes(&before, "created"),
+        1.0,
+        "{after}"
     );
-    assert!(text.contains("writ_writes_total"), "{text}");
+    assert_eq!(
+        writes(&after, "updated") - writes(&before, "updated"),
+        1.0,
+        "{after}"
+    );
 }
 
 async fn a_caller_request_id_is_kept_and_lands_in_the_audit_log(app: TestApp) {

@@ -285,3 +285,70 @@ macro_rules! on_both_backends {
         }
     };
 }
+
+/// The value of one Prometheus sample in `/metrics` text: the sum over every series of `name`
+/// whose labels include all of `labels` (0 when there is none, as for a counter never touched).
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter_map(|(series, value)| {
+            let (n, found) = match series.split_once('{') {
+                Some((n, rest)) => (n, parse_labels(rest.strip_suffix('}')?)),
+                None => (series, Vec::new()),
+            };
+            let wanted = n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| found.iter().any(|(fk, fv)| fk == k && fv == v));
+            wanted.then(|| value.parse::<f64>().ok()).flatten()
+        })
+        .sum()
+}
+
+/// `a="x",b="y"` with the exposition format's escapes (`\"`, `\\`, `\n`).
+fn parse_labels(s: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut chars = s.chars().peekable();
+    loop {
+        let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        if key.is_empty() || chars.next() != Some('"') {
+            return out;
+        }
+        let mut value = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' => break,
+                '\\' => match chars.next() {
+                    Some('n') => value.push('\n'),
+                    Some(other) => value.push(other),
+                    None => break,
+                },
+                c => value.push(c),
+            }
+        }
+        out.push((key.trim_start_matches(',').to_string(), value));
+        if chars.peek() == Some(&',') {
+            chars.next();
+        }
+    }
+}
+
+/// Polls `cond` every 10 ms until it holds, failing the test after `limit`: for waiting until
+/// something has happened instead of sleeping for long enough.
+pub async fn wait_until(what: &str, limit: std::time::Duration, mut cond: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "timed out waiting until {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// The batch overhead histogram's sample count and sum, from `/metrics`.
+pub async fn overhead_histogram(app: &TestApp) -> (f64, f64) {
+    let text = app.get("/metrics").await.text().await.unwrap();
+    (
+        metric(&text, "writ_batch_overhead_seconds_count", &[]),
+        metric(&text, "writ_batch_overhead_seconds_sum", &[]),
+    )
+}

@@ -133,6 +133,31 @@ impl FakeUpstream {
         self.shared.peak_in_flight_for(model)
     }
 
+    /// Waits until at least `at_least` requests are in flight at once (for `model`, or in all
+    /// when `None`); false if that did not happen `within`. Tests use it to act once calls are
+    /// known to be under way, instead of sleeping for long enough.
+    pub async fn until_in_flight(
+        &self,
+        model: Option<&str>,
+        at_least: usize,
+        within: Duration,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let now = match model {
+                Some(m) => self.in_flight_for(m),
+                None => self.in_flight(),
+            };
+            if now >= at_least {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Stops the server: in-flight answers get a second to finish, hung ones are cut off.
     pub async fn shutdown(mut self) {
         self.stop.cancel();

@@ -398,6 +398,7 @@ async fn the_breaker_opens_after_consecutive_failures_and_recovers_after_cool_do
         "other models are not affected"
     );
 
+    // Letting the cool-down pass is the behaviour under test, so this wait stays a sleep.
     tokio::time::sleep(ms(450)).await;
     assert_eq!(
         client.chat(ask("m")).await.unwrap().content,
@@ -445,6 +446,8 @@ async fn dropping_the_call_cancels_the_upstream_request() {
             || fake.in_flight_for(model) == 0,
         )
         .await;
+        // "Nothing more arrives" has no event to wait for: give a retry (10-40 ms backoff here)
+        // several times its delay to show up.
         tokio::time::sleep(ms(200)).await;
         assert_eq!(
             fake.calls_for(model).len(),

@@ -175,7 +175,6 @@ async fn sigkill_mid_batch_leaves_no_torn_or_temp_file_and_every_operation_settl
                 .await;
         }));
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
     // Kill only once the slow batch is under way (recorded as a running job), so the kill always
     // lands mid-batch.
     for _ in 0..100 {
@@ -290,12 +289,26 @@ async fn sigterm_takes_no_new_work_lets_the_in_flight_batch_finish_and_exits() {
             (r.status().as_u16(), r.json::<Value>().await.unwrap())
         }
     });
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // SIGTERM only once the batch is waiting on its models.
+    assert!(fake.until_in_flight(None, 1, Duration::from_secs(10)).await);
     let sent = Instant::now();
     signal(&writ.child, "-TERM");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let refused = client().get(format!("{}/healthz", writ.base)).send().await;
-    assert!(refused.is_err(), "no new connections after SIGTERM");
+    // The listener closes soon after the signal, while the batch is still running.
+    loop {
+        let probe = client().get(format!("{}/healthz", writ.base)).send().await;
+        if probe.is_err() {
+            break;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(2),
+            "new connections still accepted after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !inflight.is_finished(),
+        "the listener closed before the batch ended"
+    );
 
     let (status, body) = inflight.await.unwrap();
     assert_eq!(status, 200, "{body}");
@@ -332,7 +345,7 @@ async fn sigterm_exits_after_the_grace_period_even_when_a_batch_is_still_waiting
                 .await;
         }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(fake.until_in_flight(None, 1, Duration::from_secs(10)).await);
     let sent = Instant::now();
     signal(&writ.child, "-TERM");
     loop {
