@@ -342,3 +342,54 @@ async fn run_executes_a_configured_command_on_a_scratch_copy_and_records_it() {
     assert_eq!(runs[1]["detail"]["run"]["exit_code"], 0, "{ops}");
     assert_eq!(runs[1]["detail"]["run"]["command"], "python");
 }
+
+#[tokio::test]
+async fn where_the_sandbox_cannot_start_readyz_says_why_and_nothing_runs() {
+    // A read-only path the sandbox refuses makes its start-up probe fail, as a machine without
+    // user namespaces or bubblewrap would.
+    let app = app_with(&[("WRIT_SANDBOX_RO_PATHS", "relative/dir")]).await;
+    with_tests(&app);
+    let (status, ready) = app.json("/readyz").await;
+    assert_eq!(status, 200, "commands are not required for writes: {ready}");
+    let commands = &ready["checks"]["commands"];
+    assert_eq!(commands["ok"], false, "{ready}");
+    assert!(
+        commands["detail"]
+            .as_str()
+            .unwrap()
+            .contains("sandbox cannot start"),
+        "{ready}"
+    );
+    let resp = app
+        .client
+        .post(app.url("/run"))
+        .json(&json!({"command": "python", "args": ["tests/test_calc.py"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 503);
+    let body: Value = resp.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("extra_ro_paths"),
+        "the reason is named: {body}"
+    );
+    let (status, body) = app.post_write_codebase(&batch(checks())).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(app.fake().calls().is_empty(), "no model was called");
+}
+
+#[tokio::test]
+async fn readyz_lists_the_configured_commands_when_the_sandbox_is_ready() {
+    let app = app_with(&[]).await;
+    let (_, ready) = app.json("/readyz").await;
+    let commands = &ready["checks"]["commands"];
+    assert_eq!(commands["ok"], true, "{ready}");
+    assert_eq!(commands["required"], false);
+    assert!(
+        commands["detail"].as_str().unwrap().contains("python"),
+        "{ready}"
+    );
+}

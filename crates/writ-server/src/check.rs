@@ -148,6 +148,7 @@ pub async fn run_checks(settings: &Settings) -> Vec<Line> {
         };
         lines.push(key_line);
     }
+    lines.push(commands_line(settings).await);
     lines
 }
 
@@ -178,6 +179,42 @@ fn local_provider_line(settings: &Settings) -> Line {
             writ_local::SMOLLM2_135M,
             settings.models.reason
         ),
+    }
+}
+
+/// The command sandbox: probed for real when commands are configured, so a machine where it
+/// cannot start says why here, before any request needs it. Not required for writes.
+async fn commands_line(settings: &Settings) -> Line {
+    let Some(commands) = settings.run.commands.clone() else {
+        return Line {
+            ok: true,
+            required: false,
+            name: "commands",
+            detail: "none configured (WRIT_COMMANDS): POST /run and options.validation are off"
+                .into(),
+        };
+    };
+    let names: Vec<String> = commands.names().map(str::to_string).collect();
+    let config = writ_sandbox::SandboxConfig {
+        extra_ro_paths: settings.run.extra_ro_paths.clone(),
+        ..writ_sandbox::SandboxConfig::default()
+    };
+    match writ_sandbox::Sandbox::probe(config).await {
+        Ok(_) => Line {
+            ok: true,
+            required: false,
+            name: "commands",
+            detail: format!("sandbox ready (bubblewrap); commands: {}", names.join(", ")),
+        },
+        Err(e) => Line {
+            ok: false,
+            required: false,
+            name: "commands",
+            detail: format!(
+                "the sandbox cannot start: {}; POST /run and options.validation will answer 503",
+                e.reason
+            ),
+        },
     }
 }
 

@@ -45,7 +45,7 @@ pub struct ReadyCache {
 #[derive(Debug)]
 pub struct Readiness {
     ready: bool,
-    checks: [(&'static str, Check); 3],
+    checks: [(&'static str, Check); 4],
 }
 
 impl ReadyCache {
@@ -60,7 +60,8 @@ impl ReadyCache {
         metrics::counter!("writ_readyz_probes_total").increment(1);
         let (database, repo_dir) = tokio::join!(check_database(state), check_repo_dir(state));
         let provider = check_provider(state);
-        let ready = [&database, &repo_dir, &provider]
+        let commands = check_commands(state);
+        let ready = [&database, &repo_dir, &provider, &commands]
             .iter()
             .all(|c| c.ok || !c.required);
         let readiness = Arc::new(Readiness {
@@ -69,6 +70,7 @@ impl ReadyCache {
                 ("database", database),
                 ("repo_dir", repo_dir),
                 ("provider", provider),
+                ("commands", commands),
             ],
         });
         *last = Some((Instant::now(), Arc::clone(&readiness)));
@@ -167,6 +169,35 @@ pub async fn check_repo_dir(state: &AppState) -> Check {
 
 /// Model-backed writes need the provider; direct file routes do not. So the provider only makes
 /// writ not ready when models are configured but unusable.
+/// The command sandbox (`POST /run`, `options.validation`): not required for writes, so never
+/// makes writ unready, but says in plain words why commands cannot run when they cannot.
+pub fn check_commands(state: &AppState) -> Check {
+    match &state.commands {
+        None => Check {
+            ok: true,
+            required: false,
+            detail:
+                "no commands configured (WRIT_COMMANDS): POST /run and options.validation are off"
+                    .into(),
+        },
+        Some(runner) => match runner.problem() {
+            Some(problem) => Check {
+                ok: false,
+                required: false,
+                detail: format!("{problem}; POST /run and options.validation answer 503"),
+            },
+            None => Check {
+                ok: true,
+                required: false,
+                detail: format!(
+                    "sandbox ready; commands: {}",
+                    runner.command_names().join(", ")
+                ),
+            },
+        },
+    }
+}
+
 pub fn check_provider(state: &AppState) -> Check {
     let settings = &state.settings;
     if settings.models.code_list.is_empty() {
