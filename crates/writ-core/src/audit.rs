@@ -252,7 +252,12 @@ pub enum StoreError {
 /// runs against both.
 #[async_trait]
 pub trait AuditStore:
-    Send + Sync + 'static + crate::jobs::JobStore + crate::keys::KeyStore
+    Send
+    + Sync
+    + 'static
+    + crate::jobs::JobStore
+    + crate::keys::KeyStore
+    + crate::sessions::SessionStore
 {
     /// Backend name for reports (`postgres`, `sqlite`).
     fn backend(&self) -> &'static str;

@@ -11,6 +11,7 @@
 //! - [`execution`]: the [`execution::Runner`] trait for running the caller's checks in a sandbox.
 //! - [`jobs`]: every batch as a job row with its progress events ([`jobs::JobStore`]).
 //! - [`keys`]: API keys (format, constant-time check) and the [`keys::KeyStore`] trait.
+//! - [`sessions`]: write sessions — raw chunks, `DONE`, corrections — and [`sessions::SessionStore`].
 //! - [`content`]: hashing and the text helpers (UTF-8 checks, numbered previews) both use.
 //! - [`synthesis`]: from a `write_codebase` request to files written (see its module docs).
 //!
@@ -25,6 +26,7 @@ pub mod jobs;
 pub mod keys;
 pub mod model;
 pub mod path;
+pub mod sessions;
 pub mod workspace;
 
 pub use audit::{AuditStore, StoreError};

@@ -1,6 +1,6 @@
 //! The audit store's statements, written once for both backends: [`SqlStore`] and its
 //! [`AuditStore`] implementation (plus [`writ_core::jobs::JobStore`] in `jobs` and
-//! [`writ_core::keys::KeyStore`] in `keys`).
+//! [`writ_core::keys::KeyStore`] in `keys`, [`writ_core::sessions::SessionStore`] in `sessions`).
 //!
 //! Statements are built with sqlx's [`QueryBuilder`], which writes each backend's placeholders
 //! (`$1` or `?`); every value is bound, never formatted into the SQL. What the backends do
@@ -13,6 +13,7 @@
 
 mod jobs;
 mod keys;
+mod sessions;
 
 use std::fmt;
 use std::str::FromStr;

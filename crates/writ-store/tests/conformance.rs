@@ -21,6 +21,8 @@ use writ_core::audit::{
     CandidateRecord, Cursor, FileKind, NewRequest, Operation, OperationFilter, OperationKind,
     OperationOutcome, OperationStatus, RequestStatus,
 };
+use writ_core::files::WriteMode;
+use writ_core::sessions::{ChunkAppend, SessionState, SessionTransition, WriteSession};
 use writ_core::{AuditStore, StoreError};
 use writ_store::testing::{fresh_postgres_url, fresh_sqlite_url};
 use writ_store::{Dialect, PgStore, SqlStore, SqliteStore};
@@ -169,6 +171,10 @@ macro_rules! conformance_suite {
                 an_api_key_round_trips_and_is_found_by_id,
                 revoking_a_key_keeps_it_listed_with_the_first_revocation_time,
                 a_duplicate_api_key_id_is_a_conflict,
+                a_write_session_round_trips_and_its_chunks_read_back_in_order,
+                a_chunk_appended_out_of_turn_or_after_the_session_moved_on_is_refused,
+                a_session_changes_state_once_and_can_replace_or_drop_its_content,
+                open_sessions_are_counted_per_caller_and_abandoned_ones_listed_oldest_first,
             );
         }
     };
@@ -1442,4 +1448,273 @@ async fn a_duplicate_api_key_id_is_a_conflict(store: &dyn AuditStore) {
         Err(StoreError::Conflict(_))
     ));
     assert_eq!(store.find_key(&a.id).await.unwrap().unwrap().name, "first");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Write sessions
+
+fn write_session(caller: Option<&str>, updated_at: DateTime<Utc>) -> WriteSession {
+    WriteSession {
+        id: Uuid::now_v7(),
+        caller: caller.map(str::to_string),
+        target_file: "src/big.py".into(),
+        operation: WriteMode::Create,
+        intent: Some("a large module".into()),
+        create_dirs: true,
+        state: SessionState::AwaitingContent,
+        bytes_received: 0,
+        chunks: 0,
+        tail: Vec::new(),
+        correction_rounds: 0,
+        created_at: updated_at,
+        updated_at,
+        finished_at: None,
+        receipt: None,
+        error: None,
+    }
+}
+
+fn chunk<'a>(session: &WriteSession, seq: i64, content: &'a [u8], total: i64) -> ChunkAppend<'a> {
+    ChunkAppend {
+        session_id: session.id,
+        seq,
+        content,
+        bytes_received: total,
+        tail: content,
+        at: now(),
+    }
+}
+
+fn transition<'a>(from: &'a [SessionState], to: SessionState) -> SessionTransition<'a> {
+    SessionTransition {
+        from,
+        to,
+        at: now(),
+        receipt: None,
+        error: None,
+        count_correction: false,
+        content: None,
+        drop_content: false,
+    }
+}
+
+async fn a_write_session_round_trips_and_its_chunks_read_back_in_order(store: &dyn AuditStore) {
+    let session = write_session(Some("k1"), now());
+    store.insert_write_session(&session).await.unwrap();
+    assert_eq!(
+        store.get_write_session(session.id).await.unwrap(),
+        Some(session.clone())
+    );
+    assert!(
+        store
+            .get_write_session(Uuid::now_v7())
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // A chunk boundary inside a two-byte character: the bytes are kept as they came.
+    let first = "héllo\n".as_bytes();
+    let (a, b) = first.split_at(2);
+    assert!(
+        store
+            .append_write_session_chunk(&chunk(&session, 1, a, 2))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .append_write_session_chunk(&chunk(&session, 2, b, first.len() as i64))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.write_session_content(session.id).await.unwrap(),
+        first
+    );
+    let stored = store.get_write_session(session.id).await.unwrap().unwrap();
+    assert_eq!(stored.chunks, 2);
+    assert_eq!(stored.bytes_received, first.len() as i64);
+    assert_eq!(stored.tail, b);
+    assert!(stored.updated_at >= session.updated_at);
+}
+
+async fn a_chunk_appended_out_of_turn_or_after_the_session_moved_on_is_refused(
+    store: &dyn AuditStore,
+) {
+    let session = write_session(None, now());
+    store.insert_write_session(&session).await.unwrap();
+    assert!(
+        store
+            .append_write_session_chunk(&chunk(&session, 1, b"one", 3))
+            .await
+            .unwrap()
+    );
+    // Another append already took place 1.
+    assert!(
+        !store
+            .append_write_session_chunk(&chunk(&session, 1, b"two", 6))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .transition_write_session(
+                session.id,
+                &transition(&[SessionState::AwaitingContent], SessionState::Finalizing)
+            )
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .append_write_session_chunk(&chunk(&session, 2, b"two", 6))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.write_session_content(session.id).await.unwrap(),
+        b"one"
+    );
+    assert_eq!(
+        store
+            .get_write_session(session.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .chunks,
+        1
+    );
+}
+
+async fn a_session_changes_state_once_and_can_replace_or_drop_its_content(store: &dyn AuditStore) {
+    let session = write_session(Some("k1"), now());
+    store.insert_write_session(&session).await.unwrap();
+    store
+        .append_write_session_chunk(&chunk(&session, 1, b"ab\xffc", 4))
+        .await
+        .unwrap();
+    let claim = transition(&[SessionState::AwaitingContent], SessionState::Finalizing);
+    assert!(
+        store
+            .transition_write_session(session.id, &claim)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .transition_write_session(session.id, &claim)
+            .await
+            .unwrap(),
+        "claimed twice"
+    );
+
+    let corrected = SessionTransition {
+        count_correction: true,
+        content: Some(b"abXc"),
+        ..transition(&[SessionState::Finalizing], SessionState::NeedsCorrections)
+    };
+    assert!(
+        store
+            .transition_write_session(session.id, &corrected)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.write_session_content(session.id).await.unwrap(),
+        b"abXc"
+    );
+    let stored = store.get_write_session(session.id).await.unwrap().unwrap();
+    assert_eq!(stored.state, SessionState::NeedsCorrections);
+    assert_eq!(stored.correction_rounds, 1);
+    assert_eq!(stored.finished_at, None);
+
+    let receipt = json!({"sha256": "ab", "bytes": 4});
+    let done = SessionTransition {
+        receipt: Some(&receipt),
+        drop_content: true,
+        ..transition(&[SessionState::NeedsCorrections], SessionState::Done)
+    };
+    assert!(
+        store
+            .transition_write_session(session.id, &done)
+            .await
+            .unwrap()
+    );
+    let stored = store.get_write_session(session.id).await.unwrap().unwrap();
+    assert_eq!(stored.state, SessionState::Done);
+    assert_eq!(stored.receipt, Some(receipt));
+    assert!(stored.finished_at.is_some());
+    assert!(
+        store
+            .write_session_content(session.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn open_sessions_are_counted_per_caller_and_abandoned_ones_listed_oldest_first(
+    store: &dyn AuditStore,
+) {
+    let t0 = now() - TimeDelta::hours(2);
+    let old = write_session(Some("k1"), t0);
+    let older = write_session(Some("k2"), t0 - TimeDelta::minutes(5));
+    let fresh = write_session(Some("k1"), now());
+    let keyless = write_session(None, now());
+    let finished = write_session(Some("k1"), t0);
+    for s in [&old, &older, &fresh, &keyless, &finished] {
+        store.insert_write_session(s).await.unwrap();
+    }
+    store
+        .transition_write_session(
+            finished.id,
+            &transition(&[SessionState::AwaitingContent], SessionState::Expired),
+        )
+        .await
+        .unwrap();
+    let an_hour_ago = now() - TimeDelta::hours(1);
+    assert_eq!(
+        store
+            .count_open_write_sessions(Some("k1"), t0 - TimeDelta::hours(1))
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        store
+            .count_open_write_sessions(Some("k1"), an_hour_ago)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        store
+            .count_open_write_sessions(None, an_hour_ago)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        store
+            .count_open_write_sessions(Some("k3"), an_hour_ago)
+            .await
+            .unwrap(),
+        0
+    );
+
+    let abandoned = store
+        .abandoned_write_sessions(an_hour_ago, 10)
+        .await
+        .unwrap();
+    let ids: Vec<Uuid> = abandoned.iter().map(|s| s.id).collect();
+    assert_eq!(ids, vec![older.id, old.id]);
+    assert_eq!(
+        store
+            .abandoned_write_sessions(an_hour_ago, 1)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }
