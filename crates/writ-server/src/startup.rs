@@ -510,5 +510,14 @@ async fn reconcile_periodically(state: AppState) {
         {
             tracing::warn!(error = %e, "stale-job sweep skipped: audit store unavailable");
         }
+        match writ_core::sessions::expire_abandoned(state.store.as_ref(), &state.settings.sessions)
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(expired = n, "expired abandoned write sessions"),
+            Err(e) => {
+                tracing::warn!(error = %e, "write-session expiry skipped: audit store unavailable")
+            }
+        }
     }
 }

@@ -64,6 +64,8 @@ pub struct Settings {
     pub run: RunSettings,
     /// Hosts, protected paths and connection limits (see [`crate::edge`]).
     pub edge: crate::edge::EdgeSettings,
+    /// Write sessions: idle time, TTL and bounds (`WRITE_SESSION_*`).
+    pub sessions: writ_core::sessions::SessionSettings,
 }
 
 impl std::fmt::Debug for Settings {
@@ -81,6 +83,7 @@ impl std::fmt::Debug for Settings {
             .field("guard", &self.guard)
             .field("run", &self.run)
             .field("edge", &self.edge)
+            .field("sessions", &self.sessions)
             .finish()
     }
 }
@@ -119,13 +122,16 @@ impl Settings {
             });
         }
 
+        let max_body_bytes = parse_num(&get, "WRIT_MAX_BODY_BYTES", 10 * 1024 * 1024)?;
+        let guard = GuardSettings::load(&get)?;
+        let sessions = session_settings(&get, guard.max_file_bytes, max_body_bytes)?;
         Ok(Settings {
             repo_dir: PathBuf::from(
                 get("REPO_DIR").unwrap_or_else(|| DEFAULT_REPO_DIR.to_string()),
             ),
             database_url,
             addr,
-            max_body_bytes: parse_num(&get, "WRIT_MAX_BODY_BYTES", 10 * 1024 * 1024)?,
+            max_body_bytes,
             read_default_chars: parse_num(&get, "WRIT_READ_DEFAULT_CHARS", 10_000)?,
             read_max_chars: parse_num(&get, "WRIT_READ_MAX_CHARS", 1_000_000)?,
             reconcile_after: Duration::from_secs(
@@ -133,11 +139,41 @@ impl Settings {
             ),
             config_file: file_used,
             models: ModelSettings::load(&get, env)?,
-            guard: GuardSettings::load(&get)?,
+            guard,
             run: RunSettings::load(&get)?,
             edge: crate::edge::EdgeSettings::load(&get)?,
+            sessions,
         })
     }
+}
+
+/// `WRITE_SESSION_*`. A session holds at most what a file may be (`WRIT_MAX_FILE_BYTES`) unless
+/// told otherwise; a chunk is at most 1 MiB and never more than a request body may be.
+fn session_settings(
+    get: &source::Get<'_>,
+    max_file_bytes: usize,
+    max_body_bytes: usize,
+) -> Result<writ_core::sessions::SessionSettings, ConfigError> {
+    let at_least_one = |name: &'static str, default: usize| -> Result<usize, ConfigError> {
+        let v = parse_num(get, name, default)?;
+        if v == 0 {
+            return Err(ConfigError::Invalid {
+                name,
+                message: "must be at least 1".into(),
+            });
+        }
+        Ok(v)
+    };
+    Ok(writ_core::sessions::SessionSettings {
+        idle: Duration::from_millis(at_least_one("WRITE_SESSION_IDLE_MS", 2000)? as u64),
+        ttl: Duration::from_secs(at_least_one("WRITE_SESSION_TTL_SECS", 3600)? as u64),
+        max_bytes: at_least_one("WRITE_SESSION_MAX_BYTES", max_file_bytes)?,
+        max_chunk_bytes: at_least_one(
+            "WRITE_SESSION_MAX_CHUNK_BYTES",
+            (1024 * 1024).min(max_body_bytes),
+        )?,
+        max_open: at_least_one("WRITE_SESSION_MAX_OPEN", 16)?.min(u32::MAX as usize) as u32,
+    })
 }
 
 #[cfg(test)]

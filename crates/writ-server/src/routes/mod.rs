@@ -8,6 +8,7 @@ pub mod run;
 pub mod service;
 pub mod synthesis;
 pub mod tools;
+pub mod write_sessions;
 
 use axum::Router;
 use axum::routing::{MethodRouter, get};
@@ -80,6 +81,31 @@ pub fn api_routes() -> Vec<Route> {
             method: "POST",
             path: "/run",
             handler: post(run::run_command),
+        },
+        Route {
+            method: "POST",
+            path: "/write_sessions",
+            handler: post(write_sessions::begin_session),
+        },
+        Route {
+            method: "GET",
+            path: "/write_sessions/{id}",
+            handler: get(write_sessions::get_session),
+        },
+        Route {
+            method: "POST",
+            path: "/write_sessions/{id}/content",
+            handler: post(write_sessions::append_content),
+        },
+        Route {
+            method: "POST",
+            path: "/write_sessions/{id}/finish",
+            handler: post(write_sessions::finish_session),
+        },
+        Route {
+            method: "POST",
+            path: "/write_sessions/{id}/corrections",
+            handler: post(write_sessions::correct_session),
         },
         Route {
             method: "GET",
