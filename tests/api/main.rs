@@ -17,3 +17,4 @@ mod speed;
 mod tools;
 mod validation;
 mod write_codebase;
+mod write_sessions;

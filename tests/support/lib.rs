@@ -198,6 +198,34 @@ impl TestApp {
         out
     }
 
+    /// Stops the server and starts a new one on the same database and `REPO_DIR`, with `extra`
+    /// variables: what a restart (or another replica) sees.
+    pub async fn restart_with(mut self, extra: &[(&str, &str)]) -> TestApp {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(h) = self.server.take() {
+            h.await.unwrap().unwrap();
+        }
+        let repo_dir = self.repo_dir.to_str().unwrap().to_string();
+        let mut vars = vec![
+            ("WRIT_ADDR", "127.0.0.1:0".to_string()),
+            ("REPO_DIR", repo_dir),
+            ("DATABASE_URL", self.database_url.clone()),
+            ("WRIT_LOCAL_MODEL", "off".to_string()),
+        ];
+        vars.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+        let settings = Settings::load(None, &|name| {
+            vars.iter()
+                .rev()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.clone())
+        })
+        .unwrap();
+        let dirs = std::mem::take(&mut self._dirs);
+        spawn_with(settings, dirs, self.backend).await
+    }
+
     /// Stops the server gracefully and waits for it.
     pub async fn stop(mut self) {
         if let Some(tx) = self.shutdown.take() {
