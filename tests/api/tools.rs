@@ -14,13 +14,17 @@ use serde_json::{Value, json};
 use writ_fake_upstream::{Script, Step};
 use writ_tests::{ARBITER, Backend, MODELS, TestApp, spawn_app, spawn_app_with_models};
 
-const TOOL_NAMES: [&str; 6] = [
+/// The tools of a server without commands (`run` is offered only with `WRIT_COMMANDS`).
+const TOOL_NAMES: [&str; 9] = [
     "write_codebase",
     "list_files",
     "read_file",
     "write_file",
     "list_operations",
     "get_operation",
+    "begin_write_session",
+    "append_to_write_session",
+    "finish_write_session",
 ];
 
 async fn call(app: &TestApp, body: Value) -> (u16, Value) {
@@ -670,4 +674,103 @@ async fn a_batch_whose_mcp_caller_cancels_completes_and_is_recorded() {
     let (_, jobs) = app.json("/jobs").await;
     assert_eq!(jobs["jobs"][0]["status"], "done");
     client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_write_session_runs_through_the_tools_and_ends_with_a_done_line() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let (status, begun) = call(
+        &app,
+        json!({"name": "begin_write_session", "arguments": {"target_file": "big.py",
+            "operation": "create", "intent": "a module streamed in pieces"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{begun}");
+    assert_eq!(begun["result"]["state"], "awaiting_content");
+    let id = begun["result"]["id"].as_str().unwrap().to_string();
+    assert!(begun["content"].as_str().unwrap().contains(&id));
+
+    let pieces = ["def f():\n    return 'é", "'\n\n", "print(f())\nDO", "NE\n"];
+    let mut last = Value::Null;
+    for piece in pieces {
+        let (status, answer) = call(
+            &app,
+            json!({"name": "append_to_write_session", "arguments": {"session_id": id, "chunk": piece}}),
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+        last = answer;
+    }
+    assert_eq!(last["result"]["state"], "done", "{last}");
+    assert!(
+        last["content"]
+            .as_str()
+            .unwrap()
+            .contains("written: created 'big.py'"),
+        "{last}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(app.repo_dir.join("big.py")).unwrap(),
+        "def f():\n    return 'é'\n\nprint(f())\n"
+    );
+
+    // Finishing again answers the same receipt; an unknown session names its argument.
+    let (status, again) = call(
+        &app,
+        json!({"name": "finish_write_session", "arguments": {"session_id": id}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["result"]["receipt"], last["result"]["receipt"]);
+    let (status, missing) = call(
+        &app,
+        json!({"name": "append_to_write_session", "arguments": {"session_id": "nope", "chunk": "x"}}),
+    )
+    .await;
+    assert_eq!(status, 404, "{missing}");
+    assert_eq!(missing["error"]["field"], "session_id");
+}
+
+#[tokio::test]
+async fn the_run_tool_is_offered_only_when_commands_are_configured() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let (status, body) = call(
+        &app,
+        json!({"name": "run", "arguments": {"command": "echo"}}),
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+
+    let (settings, dirs) = writ_tests::test_settings_with(
+        Backend::Sqlite,
+        &[("WRIT_COMMANDS", r#"{"echo": ["echo", "{args}"]}"#)],
+    )
+    .await;
+    let app = writ_tests::spawn_with(settings, dirs, Backend::Sqlite).await;
+    let (_, decls) = app.json("/tools?format=anthropic").await;
+    let names: Vec<&str> = decls
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.last(), Some(&"run"), "{names:?}");
+    let (status, ran) = call(
+        &app,
+        json!({"name": "run", "arguments": {"command": "echo", "args": ["hello.txt"]}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{ran}");
+    assert_eq!(ran["result"]["exit_code"], 0, "{ran}");
+    assert!(
+        ran["content"].as_str().unwrap().contains("hello.txt"),
+        "{ran}"
+    );
+    let (status, refused) = call(
+        &app,
+        json!({"name": "run", "arguments": {"command": "rm", "args": []}}),
+    )
+    .await;
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(refused["error"]["field"], "command");
 }

@@ -14,7 +14,7 @@ use writ_core::audit::{
     FileKind, NewRequest, Operation, OperationKind, OperationStatus, RequestStatus,
 };
 use writ_core::content::sha256_hex;
-use writ_core::execution::{CommandCall, RunError, Runner, tail};
+use writ_core::execution::{CommandCall, RunError, RunOutcome, Runner, tail};
 
 use crate::error::ApiError;
 use crate::extract::{body_error, json_error};
@@ -24,15 +24,17 @@ use crate::telemetry::RequestId;
 /// Output kept in the audit record of a run (the answer has the whole capture).
 const RECORDED_OUTPUT_BYTES: usize = 4_000;
 
-#[derive(Debug, Deserialize)]
+/// The body of `POST /run`, and the `run` tool's arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunRequest {
-    /// A configured command name (`WRIT_COMMANDS`).
+    /// A configured command's name (`WRIT_COMMANDS`).
     pub command: String,
-    /// Paths inside the sandbox, in place of the command's `{args}`.
+    /// Workspace paths, in place of the command's `{args}`.
     #[serde(default)]
     pub args: Vec<String>,
-    /// At most `WRIT_RUN_MAX_TIMEOUT_SECS`; `WRIT_RUN_DEFAULT_TIMEOUT_SECS` when absent.
+    /// Seconds before the command is killed: at most `WRIT_RUN_MAX_TIMEOUT_SECS`,
+    /// `WRIT_RUN_DEFAULT_TIMEOUT_SECS` when absent.
     #[serde(default)]
     pub timeout_secs: Option<u64>,
 }
@@ -46,6 +48,40 @@ pub async fn run_command(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;
     let Json(req) = Json::<RunRequest>::from_bytes(&body).map_err(|e| json_error(&e))?;
+    let run = execute(
+        state,
+        RunCall {
+            route: "POST /run",
+            request_id,
+            caller: caller.map(|axum::Extension(c)| c.0),
+            body_sha256: sha256_hex(&body),
+            request: req,
+        },
+    )
+    .await?;
+    Ok((StatusCode::OK, Json(run)).into_response())
+}
+
+/// One run, as `POST /run` and the `run` tool ask for it.
+pub struct RunCall {
+    /// Recorded on the request row: which surface asked.
+    pub route: &'static str,
+    pub request_id: Uuid,
+    pub caller: Option<String>,
+    /// SHA-256 of the request as the caller sent it.
+    pub body_sha256: String,
+    pub request: RunRequest,
+}
+
+/// Checks, records and runs one configured command; the logic behind `POST /run` and the tool.
+pub async fn execute(state: AppState, call: RunCall) -> Result<RunOutcome, ApiError> {
+    let RunCall {
+        route,
+        request_id,
+        caller,
+        body_sha256,
+        request: req,
+    } = call;
     let Some(runner) = state.commands.clone() else {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -83,17 +119,16 @@ pub async fn run_command(
     };
     runner.check(&call, "").map_err(run_error)?;
 
-    let caller = caller.map(|axum::Extension(c)| c.0);
     let started = std::time::Instant::now();
     state
         .store
         .insert_request(&NewRequest {
             id: request_id,
             received_at: Utc::now(),
-            route: "POST /run".to_string(),
+            route: route.to_string(),
             caller,
             idempotency_key: None,
-            body_sha256: Some(sha256_hex(&body)),
+            body_sha256: Some(body_sha256),
         })
         .await
         .map_err(|e| ApiError::audit_unavailable(&e))?;
@@ -106,10 +141,8 @@ pub async fn run_command(
     let (outcome, recorded) = task.await.map_err(ApiError::internal)?;
     recorded?;
     let mut runs = outcome.map_err(run_error)?;
-    let run = runs
-        .pop()
-        .ok_or_else(|| ApiError::internal("the command produced no outcome"))?;
-    Ok((StatusCode::OK, Json(run)).into_response())
+    runs.pop()
+        .ok_or_else(|| ApiError::internal("the command produced no outcome"))
 }
 
 /// The run's operation record, then the request's closing.

@@ -26,7 +26,10 @@ pub struct ToolsParams {
 }
 
 /// The tools as function declarations for OpenAI, Anthropic or Gemini.
-pub async fn list_tools(ApiQuery(p): ApiQuery<ToolsParams>) -> Result<Json<Value>, ApiError> {
+pub async fn list_tools(
+    State(state): State<AppState>,
+    ApiQuery(p): ApiQuery<ToolsParams>,
+) -> Result<Json<Value>, ApiError> {
     let raw = p.format.as_deref().unwrap_or("openai");
     let format = Format::parse(raw).ok_or_else(|| {
         ApiError::bad_request(
@@ -38,7 +41,7 @@ pub async fn list_tools(ApiQuery(p): ApiQuery<ToolsParams>) -> Result<Json<Value
         )
         .with_field("format")
     })?;
-    Ok(Json(declarations(format)))
+    Ok(Json(declarations(format, tools::available(&state))))
 }
 
 /// A tool call as providers return it. `input` (Anthropic) and `args` (Gemini) are accepted for
@@ -94,8 +97,8 @@ async fn run(
 ) -> Result<tools::ToolOutput, ApiError> {
     let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;
     let Json(call) = Json::<ToolCall>::from_bytes(&body).map_err(|e| json_error(&e))?;
-    if tools::find(&call.name).is_none() {
-        return Err(tools::unknown_tool(&call.name));
+    if tools::find(state, &call.name).is_none() {
+        return Err(tools::unknown_tool(state, &call.name));
     }
     let args = tools::arguments_from(call.arguments)?;
     tools::call(state, ctx, &call.name, args).await

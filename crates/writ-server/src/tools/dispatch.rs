@@ -8,9 +8,11 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use writ_core::synthesis::{BatchResponse, Event};
 
-use super::{CallContext, ReadFileArgs, ToolOutput, WriteFileArgs};
+use writ_core::sessions::{BeginSession, SessionCaller, SessionView};
+
+use super::{AppendArgs, CallContext, ReadFileArgs, SessionArgs, ToolOutput, WriteFileArgs};
 use crate::error::ApiError;
-use crate::routes::{files, jobs, operations, synthesis};
+use crate::routes::{files, jobs, operations, run, synthesis, write_sessions};
 use crate::state::AppState;
 
 /// `write_codebase`: the batch runs in its own task as for `POST /write_codebase`; its progress
@@ -378,4 +380,156 @@ pub async fn get_operation(
         content,
         result: op,
     })
+}
+
+/// A session as the model reads it: where it stands and what to do next.
+fn session_output(view: &SessionView) -> Result<ToolOutput, ApiError> {
+    let mut content = format!(
+        "write session {} for '{}' ({}): {}; {} bytes in {} chunks received",
+        view.id,
+        view.target_file,
+        serde_json::to_value(view.operation)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        view.state.as_str(),
+        view.bytes_received,
+        view.chunks,
+    );
+    if let Some(receipt) = &view.receipt {
+        content.push_str(&format!(
+            "\nwritten: {} '{}', {} bytes, sha256 {}; operation_id {}",
+            receipt.operation.as_str(),
+            receipt.path,
+            receipt.bytes,
+            receipt.sha256,
+            receipt.operation_id
+        ));
+    } else if view.state.is_open() && view.message.is_none() {
+        content.push_str(
+            "\nSend the next piece with append_to_write_session; end the last piece with a line that is exactly DONE.",
+        );
+    }
+    if let Some(message) = &view.message {
+        content.push('\n');
+        content.push_str(message);
+    }
+    Ok(ToolOutput {
+        content,
+        result: serde_json::to_value(view).map_err(ApiError::internal)?,
+    })
+}
+
+fn session_caller(ctx: &CallContext) -> SessionCaller {
+    SessionCaller {
+        request_id: ctx.request_id,
+        caller: ctx.caller.clone(),
+    }
+}
+
+pub async fn begin_write_session(
+    state: &AppState,
+    ctx: CallContext,
+    args: BeginSession,
+) -> Result<ToolOutput, ApiError> {
+    let view = write_sessions::run(
+        state,
+        session_caller(&ctx),
+        None,
+        write_sessions::SessionCall::Begin(args),
+    )
+    .await?;
+    session_output(&view)
+}
+
+pub async fn append_to_write_session(
+    state: &AppState,
+    ctx: CallContext,
+    args: AppendArgs,
+) -> Result<ToolOutput, ApiError> {
+    let view = write_sessions::run(
+        state,
+        session_caller(&ctx),
+        Some(args.session_id),
+        write_sessions::SessionCall::Append(args.chunk.into_bytes()),
+    )
+    .await
+    .map_err(|mut e| {
+        e.field = e.field.map(|f| match f.as_str() {
+            "body" => "chunk".to_string(),
+            "id" => "session_id".to_string(),
+            _ => f,
+        });
+        e
+    })?;
+    session_output(&view)
+}
+
+pub async fn finish_write_session(
+    state: &AppState,
+    ctx: CallContext,
+    args: SessionArgs,
+) -> Result<ToolOutput, ApiError> {
+    let view = write_sessions::run(
+        state,
+        session_caller(&ctx),
+        Some(args.session_id),
+        write_sessions::SessionCall::Finish,
+    )
+    .await
+    .map_err(|mut e| {
+        if e.field.as_deref() == Some("id") {
+            e.field = Some("session_id".to_string());
+        }
+        e
+    })?;
+    session_output(&view)
+}
+
+/// `run`: the same checks, record and sandbox as `POST /run`.
+pub async fn run(
+    state: &AppState,
+    ctx: CallContext,
+    args: run::RunRequest,
+) -> Result<ToolOutput, ApiError> {
+    let body_sha256 = writ_core::content::sha256_hex(
+        json!({"command": args.command, "args": args.args, "timeout_secs": args.timeout_secs})
+            .to_string()
+            .as_bytes(),
+    );
+    let outcome = run::execute(
+        state.clone(),
+        run::RunCall {
+            route: "tool run",
+            request_id: ctx.request_id,
+            caller: ctx.caller,
+            body_sha256,
+            request: args,
+        },
+    )
+    .await?;
+    let result = serde_json::to_value(&outcome).map_err(ApiError::internal)?;
+    let mut content = format!(
+        "exit code {}{}{} in {} ms",
+        result["exit_code"],
+        if result["timed_out"] == true {
+            ", timed out"
+        } else {
+            ""
+        },
+        if result["truncated"] == true {
+            ", output truncated"
+        } else {
+            ""
+        },
+        result["duration_ms"],
+    );
+    for stream in ["stdout", "stderr"] {
+        if let Some(text) = result[stream].as_str()
+            && !text.is_empty()
+        {
+            content.push_str(&format!("\n{stream}:\n{text}"));
+        }
+    }
+    Ok(ToolOutput { content, result })
 }

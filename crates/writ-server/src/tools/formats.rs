@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::TOOLS;
+use super::ToolSpec;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -29,9 +29,8 @@ impl Format {
     }
 }
 
-/// Every tool, declared for `format`.
-pub fn declarations(format: Format) -> Value {
-    let tools = TOOLS.iter();
+/// `tools` (the ones the server offers), declared for `format`.
+pub fn declarations(format: Format, tools: impl Iterator<Item = &'static ToolSpec>) -> Value {
     match format {
         Format::OpenAi => Value::Array(
             tools

@@ -22,7 +22,7 @@ use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
 use tower::ServiceExt as _;
 use uuid::Uuid;
 
-use super::{CallContext, Progress, TOOLS};
+use super::{CallContext, Progress};
 use crate::auth::Caller;
 use crate::state::AppState;
 use crate::telemetry::RequestId;
@@ -31,7 +31,10 @@ const INSTRUCTIONS: &str = "writ writes files into one workspace directory and r
     write in an audit log. Use write_codebase to create or rewrite files from descriptions (up \
     to five per call, content written by several models and checked), write_file for small \
     exact edits, read_file and list_files to look, list_operations and get_operation to see \
-    what was written. Paths are relative to the workspace root.";
+    what was written, begin_write_session / append_to_write_session / finish_write_session to \
+    write a large file whose exact content you produce in pieces, and run (when commands are \
+    configured) to check files with a configured command. Paths are relative to the workspace \
+    root.";
 
 /// One MCP connection's handler: cheap, made per session (HTTP) or once (stdio).
 #[derive(Clone)]
@@ -45,10 +48,9 @@ impl WritMcp {
     }
 }
 
-/// The registry as MCP tools.
-pub fn tools() -> Vec<Tool> {
-    TOOLS
-        .iter()
+/// The tools this server offers, as MCP tools.
+pub fn tools(state: &AppState) -> Vec<Tool> {
+    super::available(state)
         .map(|t| {
             let schema = match t.input_schema() {
                 serde_json::Value::Object(map) => map,
@@ -76,7 +78,7 @@ impl ServerHandler for WritMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools()))
+        Ok(ListToolsResult::with_all_items(tools(&self.state)))
     }
 
     async fn call_tool(

@@ -34,6 +34,8 @@ pub struct ToolSpec {
     pub description: &'static str,
     /// Reads only: lets an MCP host run it without asking.
     pub read_only: bool,
+    /// Offered only when commands are configured (`WRIT_COMMANDS`).
+    pub needs_commands: bool,
     schema: fn() -> Value,
 }
 
@@ -58,6 +60,7 @@ pub static TOOLS: &[ToolSpec] = &[
             Paths are relative to the workspace root; `..` and absolute paths are refused. \
             Takes seconds to minutes; progress is reported while it runs.",
         read_only: false,
+        needs_commands: false,
         schema: schema_of::<writ_core::synthesis::WriteCodebaseRequest>,
     },
     ToolSpec {
@@ -66,6 +69,7 @@ pub static TOOLS: &[ToolSpec] = &[
             names, sizes in bytes, and which are directories. `dir` is relative to the \
             workspace root; omit it for the root.",
         read_only: true,
+        needs_commands: false,
         schema: schema_of::<crate::routes::files::ListParams>,
     },
     ToolSpec {
@@ -76,6 +80,7 @@ pub static TOOLS: &[ToolSpec] = &[
             it as `expected_sha256` to `write_file` or `write_codebase` so you never overwrite a \
             change you have not seen.",
         read_only: true,
+        needs_commands: false,
         schema: schema_of::<ReadFileArgs>,
     },
     ToolSpec {
@@ -86,6 +91,7 @@ pub static TOOLS: &[ToolSpec] = &[
             call can be cut off, so large content belongs in `write_codebase` (describe the file, \
             models write it) or a write session.",
         read_only: false,
+        needs_commands: false,
         schema: schema_of::<WriteFileArgs>,
     },
     ToolSpec {
@@ -95,6 +101,7 @@ pub static TOOLS: &[ToolSpec] = &[
             filename, status, model or time; page with `cursor` (the previous page's \
             next_cursor).",
         read_only: true,
+        needs_commands: false,
         schema: schema_of::<crate::routes::operations::ListParams>,
     },
     ToolSpec {
@@ -102,12 +109,86 @@ pub static TOOLS: &[ToolSpec] = &[
         description: "One write from the audit log, with the full content it wrote. `id` is an \
             operation id from `list_operations` or from a write's answer (`operation_id`).",
         read_only: true,
+        needs_commands: false,
         schema: schema_of::<crate::routes::operations::OperationId>,
+    },
+    ToolSpec {
+        name: "begin_write_session",
+        description: "Begin a write session: the way to write a large file whose exact content \
+            you produce yourself. Give the target path (relative to the workspace root), the \
+            operation (`create` fails if the file exists, `overwrite` creates or replaces, \
+            `append` adds to the end) and the intent in a sentence. The target is checked now. \
+            Then send the content in pieces with `append_to_write_session` and end it with a \
+            line that is exactly DONE (or call `finish_write_session`). Nothing is written until \
+            the end; then the file is written atomically and recorded in the audit log. Answers \
+            with the session's id.",
+        read_only: false,
+        needs_commands: false,
+        schema: schema_of::<writ_core::sessions::BeginSession>,
+    },
+    ToolSpec {
+        name: "append_to_write_session",
+        description: "Append the next piece of a write session's content, exactly as it should \
+            appear in the file (pieces are joined with nothing in between, so a piece may end \
+            mid-line). Meant for models that produce text in pieces: send each piece as you \
+            write it. When the content is complete, end your last piece with a line that is \
+            exactly DONE: the session then writes the file (the DONE line is not written). If the \
+            session says it is waiting, reply with DONE on its own line if you are finished, \
+            otherwise continue. Content that already exists elsewhere should go to writ's HTTP \
+            route `POST /write_sessions/{id}/content` as raw text instead of through a tool call.",
+        read_only: false,
+        needs_commands: false,
+        schema: schema_of::<AppendArgs>,
+    },
+    ToolSpec {
+        name: "finish_write_session",
+        description: "Finish a write session without a DONE line: the content sent so far is \
+            written to the target file and recorded in the audit log. Answers with the write's \
+            receipt (operation, bytes, SHA-256, operation_id). Calling it again on a finished \
+            session answers the same receipt; nothing is written twice.",
+        read_only: false,
+        needs_commands: false,
+        schema: schema_of::<SessionArgs>,
+    },
+    ToolSpec {
+        name: "run",
+        description: "Run one of the configured commands (tests, linters, type checkers) in a \
+            sandbox on a copy of the workspace: no network, bounded time and output, nothing it \
+            does reaches the workspace. `command` is a configured command's name; `args` are \
+            workspace paths put in place of its `{args}`. Answers with the exit code, whether it \
+            timed out, and its output. Use it to check files you wrote.",
+        read_only: false,
+        needs_commands: true,
+        schema: schema_of::<crate::routes::run::RunRequest>,
     },
 ];
 
-pub fn find(name: &str) -> Option<&'static ToolSpec> {
-    TOOLS.iter().find(|t| t.name == name)
+/// The tools this server offers: all of [`TOOLS`] but those that need what is not configured.
+pub fn available(state: &AppState) -> impl Iterator<Item = &'static ToolSpec> + use<> {
+    let commands = state.commands.is_some();
+    TOOLS.iter().filter(move |t| commands || !t.needs_commands)
+}
+
+pub fn find(state: &AppState, name: &str) -> Option<&'static ToolSpec> {
+    available(state).find(|t| t.name == name)
+}
+
+/// `append_to_write_session`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AppendArgs {
+    /// The id `begin_write_session` answered.
+    pub session_id: String,
+    /// The next piece of the content, exactly as it goes into the file.
+    pub chunk: String,
+}
+
+/// The arguments of the session tools that name only the session.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionArgs {
+    /// The id `begin_write_session` answered.
+    pub session_id: String,
 }
 
 /// `read_file`'s arguments: the path and query of `GET /files/{path}` as one object.
@@ -194,12 +275,18 @@ pub async fn call(
         "write_file" => dispatch::write_file(state, ctx, parse(args)?).await,
         "list_operations" => dispatch::list_operations(state, parse(args)?).await,
         "get_operation" => dispatch::get_operation(state, parse(args)?).await,
-        _ => Err(unknown_tool(name)),
+        "begin_write_session" => dispatch::begin_write_session(state, ctx, parse(args)?).await,
+        "append_to_write_session" => {
+            dispatch::append_to_write_session(state, ctx, parse(args)?).await
+        }
+        "finish_write_session" => dispatch::finish_write_session(state, ctx, parse(args)?).await,
+        "run" if state.commands.is_some() => dispatch::run(state, ctx, parse(args)?).await,
+        _ => Err(unknown_tool(state, name)),
     }
 }
 
-pub fn unknown_tool(name: &str) -> ApiError {
-    let known: Vec<&str> = TOOLS.iter().map(|t| t.name).collect();
+pub fn unknown_tool(state: &AppState, name: &str) -> ApiError {
+    let known: Vec<&str> = available(state).map(|t| t.name).collect();
     ApiError::not_found(format!(
         "no tool named '{name}'; the tools are: {}",
         known.join(", ")
