@@ -152,8 +152,10 @@ async fn real_answers_have_the_shapes_the_spec_describes() {
 // ---- The document pinned to the Rust types ------------------------------------------------
 
 use writ_core::audit::{FileKind, OperationKind, OperationStatus, RequestStatus, Selection};
+use writ_core::files::WriteMode;
 use writ_core::jobs::JobStatus;
 use writ_core::model::ErrorClass;
+use writ_core::sessions::SessionState;
 use writ_core::synthesis::image::ImageFormat;
 use writ_core::synthesis::progress::Event;
 
@@ -422,6 +424,28 @@ fn every_enum_in_the_spec_lists_exactly_the_values_serde_produces() {
     });
     assert_eq!(schema_enum(&spec, "ImageOptions", "format"), formats);
 
+    let session_states = wire_names!(SessionState {
+        AwaitingContent,
+        AwaitingDoneOrMoreContent,
+        NeedsCorrections,
+        Finalizing,
+        Done,
+        Failed,
+        Expired
+    });
+    assert_eq!(schema_enum(&spec, "WriteSession", "state"), session_states);
+    let modes = wire_names!(WriteMode {
+        Create,
+        Overwrite,
+        Append
+    });
+    assert_eq!(schema_enum(&spec, "WriteSession", "operation"), modes);
+    assert_eq!(schema_enum(&spec, "WriteSessionBegin", "operation"), modes);
+    assert_eq!(
+        schema_enum(&spec, "WriteSessionReceipt", "operation"),
+        operations
+    );
+
     let events = event_names();
     let sse = &spec["paths"]["/jobs/{id}/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]
         ["schema"]["properties"]["event"];
@@ -491,6 +515,22 @@ fn the_request_schemas_have_exactly_the_fields_the_request_types_accept() {
             "ImageOptions",
             &spec["components"]["schemas"]["ImageOptions"],
             accepted_fields!(ImageOptions),
+        ),
+        (
+            "WriteSessionBegin",
+            &spec["components"]["schemas"]["WriteSessionBegin"],
+            accepted_fields!(writ_core::sessions::BeginSession),
+        ),
+        (
+            "WriteSessionCorrections",
+            &spec["components"]["schemas"]["WriteSessionCorrections"],
+            accepted_fields!(writ_server::routes::write_sessions::Corrections),
+        ),
+        (
+            "WriteSessionCorrections.corrections[]",
+            &spec["components"]["schemas"]["WriteSessionCorrections"]["properties"]["corrections"]
+                ["items"],
+            accepted_fields!(writ_core::sessions::Correction),
         ),
     ];
     for (name, schema, rust) in checks {
