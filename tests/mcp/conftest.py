@@ -20,7 +20,13 @@ TOOL_NAMES = [
     "write_file",
     "list_operations",
     "get_operation",
+    "begin_write_session",
+    "append_to_write_session",
+    "finish_write_session",
 ]
+# The HTTP server of scripts/test-mcp has WRIT_COMMANDS, so it offers `run` too; the stdio server
+# has none, so it does not.
+HTTP_TOOL_NAMES = TOOL_NAMES + ["run"]
 
 
 def _required(name: str) -> str:

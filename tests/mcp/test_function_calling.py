@@ -10,7 +10,7 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionFunctionTool, ChatCompletionToolParam
 from pydantic import TypeAdapter
 
-from conftest import TOOL_NAMES
+from conftest import HTTP_TOOL_NAMES as TOOL_NAMES
 
 
 @pytest.fixture

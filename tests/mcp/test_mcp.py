@@ -6,7 +6,7 @@ import jsonschema
 import pytest
 from mcp import Client, StdioServerParameters
 
-from conftest import TOOL_NAMES
+from conftest import HTTP_TOOL_NAMES, TOOL_NAMES
 
 pytestmark = pytest.mark.anyio
 
@@ -42,7 +42,7 @@ async def test_the_tools_are_listed_with_schemas_that_accept_the_http_request(cl
     async with client_factory() as client:
         listed = await client.list_tools()
         names = [t.name for t in listed.tools]
-        assert names == TOOL_NAMES
+        assert names == (TOOL_NAMES if client_factory.kind == "stdio" else HTTP_TOOL_NAMES)
         by_name = {t.name: t for t in listed.tools}
         schema = by_name["write_codebase"].input_schema
         jsonschema.Draft202012Validator.check_schema(schema)
@@ -126,3 +126,79 @@ async def test_a_path_outside_the_workspace_is_a_tool_error(client_factory, repo
         assert unknown.is_error
         assert "the tools are: write_codebase" in _text(unknown)
     assert not (repo_dir.parent / "escape.txt").exists()
+
+
+async def test_a_write_session_streams_pieces_and_ends_with_a_done_line(client_factory):
+    path = f"session-{client_factory.kind}-{uuid.uuid4().hex[:8]}.py"
+    async with client_factory() as client:
+        begun = await client.call_tool(
+            "begin_write_session",
+            {"target_file": path, "operation": "create", "intent": "a module written in pieces"},
+        )
+        assert not begun.is_error, _text(begun)
+        session = begun.structured_content
+        assert session["state"] == "awaiting_content"
+
+        # Pieces as a model streams them: a line split anywhere, then the DONE line split too.
+        pieces = ["def greet(name):\n    return f'héllo ", "{name}'\n", "\nprint(greet('w'))\nDO", "NE\n"]
+        for piece in pieces:
+            answer = await client.call_tool(
+                "append_to_write_session", {"session_id": session["id"], "chunk": piece}
+            )
+            assert not answer.is_error, _text(answer)
+        done = answer.structured_content
+        assert done["state"] == "done", done
+        assert done["receipt"]["operation"] == "created"
+        assert f"written: created '{path}'" in _text(answer)
+
+        again = await client.call_tool("finish_write_session", {"session_id": session["id"]})
+        assert not again.is_error, _text(again)
+        assert again.structured_content["receipt"] == done["receipt"]
+
+        read = await client.call_tool("read_file", {"path": path})
+        assert _text(read) == "def greet(name):\n    return f'héllo {name}'\n\nprint(greet('w'))\n"
+
+        late = await client.call_tool(
+            "append_to_write_session", {"session_id": session["id"], "chunk": "more"}
+        )
+        assert late.is_error
+        assert late.structured_content["error"]["code"] == "session_state"
+
+
+async def test_finish_write_session_writes_without_a_done_line_and_refuses_an_unknown_session(client_factory):
+    path = f"finish-{client_factory.kind}-{uuid.uuid4().hex[:8]}.txt"
+    async with client_factory() as client:
+        begun = await client.call_tool("begin_write_session", {"target_file": path, "operation": "overwrite"})
+        session_id = begun.structured_content["id"]
+        await client.call_tool("append_to_write_session", {"session_id": session_id, "chunk": "no done line\n"})
+        finished = await client.call_tool("finish_write_session", {"session_id": session_id})
+        assert not finished.is_error, _text(finished)
+        assert finished.structured_content["receipt"]["bytes"] == len("no done line\n")
+
+        unknown = await client.call_tool("finish_write_session", {"session_id": str(uuid.uuid4())})
+        assert unknown.is_error
+        assert unknown.structured_content["error"]["field"] == "session_id"
+
+        refused = await client.call_tool("begin_write_session", {"target_file": ".git/config", "operation": "overwrite"})
+        assert refused.is_error
+        assert refused.structured_content["error"]["code"] == "protected_path"
+
+
+async def test_run_is_offered_with_commands_and_runs_one(client_factory):
+    async with client_factory() as client:
+        names = [t.name for t in (await client.list_tools()).tools]
+        if client_factory.kind == "stdio":
+            assert "run" not in names
+            unknown = await client.call_tool("run", {"command": "echo"})
+            assert unknown.is_error
+            return
+        assert "run" in names
+        ran = await client.call_tool("run", {"command": "echo", "args": ["hello.txt"]})
+        assert not ran.is_error, _text(ran)
+        assert ran.structured_content["exit_code"] == 0
+        assert "hello.txt" in ran.structured_content["stdout"]
+        assert _text(ran).startswith("exit code 0")
+
+        refused = await client.call_tool("run", {"command": "rm", "args": ["-rf"]})
+        assert refused.is_error
+        assert refused.structured_content["error"]["field"] == "command"
