@@ -310,6 +310,28 @@ mod tests {
     }
 
     #[test]
+    fn write_sessions_default_to_the_file_bound_and_refuse_a_zero_by_name() {
+        let s = Settings::load(
+            None,
+            &env_of(&[
+                ("WRIT_MAX_FILE_BYTES", "5000"),
+                ("WRIT_MAX_BODY_BYTES", "4096"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.sessions.max_bytes, 5000);
+        assert_eq!(
+            s.sessions.max_chunk_bytes, 4096,
+            "never above a request body"
+        );
+        assert_eq!(s.sessions.max_open, 16);
+        assert_eq!(s.sessions.idle, Duration::from_millis(2000));
+        assert_eq!(s.sessions.ttl, Duration::from_secs(3600));
+        let err = Settings::load(None, &env_of(&[("WRITE_SESSION_TTL_SECS", "0")])).unwrap_err();
+        assert!(err.to_string().contains("WRITE_SESSION_TTL_SECS"), "{err}");
+    }
+
+    #[test]
     fn a_bad_value_names_its_variable() {
         let err = Settings::load(None, &env_of(&[("WRIT_ADDR", "nope")])).unwrap_err();
         assert!(err.to_string().starts_with("WRIT_ADDR:"), "{err}");
