@@ -565,3 +565,46 @@ async fn a_session_whose_whole_content_is_done_writes_an_empty_file() {
     assert_eq!(body["state"], "done", "{body}");
     assert_eq!(std::fs::read(app.repo_dir.join("empty.txt")).unwrap(), b"");
 }
+
+#[tokio::test]
+async fn racing_finishes_write_once_and_both_answer_the_same_receipt() {
+    let app = spawn(Backend::Postgres, &[]).await;
+    let id = begin_ok(&app, "raced.txt", "create").await;
+    send(&app, None, &id, b"one writer\n").await;
+    let finish = format!("/write_sessions/{id}/finish");
+    let (a, b) = tokio::join!(post(&app, &finish, None), post(&app, &finish, None));
+    assert_eq!((a.0, b.0), (200, 200), "{a:?} {b:?}");
+    assert_eq!(a.1["receipt"], b.1["receipt"]);
+    let (_, ops) = app.json("/operations?filename=raced.txt").await;
+    assert_eq!(ops["operations"].as_array().unwrap().len(), 1, "{ops}");
+}
+
+#[tokio::test]
+async fn chunks_sent_at_once_are_each_kept_exactly_once() {
+    let app = spawn(Backend::Postgres, &[]).await;
+    let id = begin_ok(&app, "many.txt", "create").await;
+    let lines: Vec<String> = (0..8).map(|i| format!("line {i}\n")).collect();
+    let mut sends = tokio::task::JoinSet::new();
+    for line in &lines {
+        let request = app
+            .client
+            .post(app.url(&format!("/write_sessions/{id}/content")))
+            .body(line.clone());
+        sends.spawn(async move { answer(request.send().await.unwrap()).await });
+    }
+    while let Some(sent) = sends.join_next().await {
+        let (status, body) = sent.unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    let body = state_of(&app, &id).await;
+    assert_eq!(body["chunks"], 8, "{body}");
+    let (_, done) = post(&app, &format!("/write_sessions/{id}/finish"), None).await;
+    assert_eq!(done["state"], "done", "{done}");
+    let mut written: Vec<String> = std::fs::read_to_string(app.repo_dir.join("many.txt"))
+        .unwrap()
+        .lines()
+        .map(|l| format!("{l}\n"))
+        .collect();
+    written.sort();
+    assert_eq!(written, lines, "each chunk once, in some order");
+}

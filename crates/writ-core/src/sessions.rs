@@ -41,8 +41,11 @@ pub const DONE_PROMPT: &str =
 /// Bytes of the content's end kept on the session row: enough to see a `DONE` line that a chunk
 /// boundary split (`\r\nDONE\r\n` is eight).
 const TAIL_BYTES: usize = 16;
-/// Optimistic retries of an append that raced another append to the same session.
-const APPEND_ATTEMPTS: usize = 5;
+/// How long a finish waits for another request's finalisation of the same session.
+const SETTLE_WAIT: Duration = Duration::from_secs(10);
+/// Optimistic retries of an append that raced other appends to the same session: each round
+/// one of them wins, so this many racing chunks all get in.
+const APPEND_ATTEMPTS: usize = 32;
 
 /// Where a session stands. `AwaitingDoneOrMoreContent` is never stored: it is
 /// `AwaitingContent` seen after the idle time with no new chunk.
@@ -476,7 +479,10 @@ impl Sessions<'_> {
                 })
                 .await?;
             if !appended {
-                // Another chunk took this place (or the session moved on): look again.
+                // Another chunk took this place (or the session moved on): look again, after a
+                // short random pause so the racers do not collide in step.
+                let pause = rand::random_range(1..10);
+                tokio::time::sleep(Duration::from_millis(pause)).await;
                 continue;
             }
             // A tail with nothing before `DONE` holds the whole content (it is shorter than
@@ -498,6 +504,7 @@ impl Sessions<'_> {
     /// with its receipt again.
     pub async fn finish(&self, who: &SessionCaller, id: &str) -> Result<SessionView, SessionError> {
         let session = self.load(who, id).await?;
+        let session = self.settled(session).await?;
         match session.state {
             SessionState::Done => self.view(session, None).await,
             SessionState::AwaitingContent => self.finalise(who, session.id, false).await,
@@ -587,6 +594,17 @@ impl Sessions<'_> {
         self.write_claimed(who, session, corrected).await
     }
 
+    /// A session another request is finalising, once that request is through (or after
+    /// [`SETTLE_WAIT`]): a finish that raced another answers with the same receipt.
+    async fn settled(&self, mut session: WriteSession) -> Result<WriteSession, SessionError> {
+        let until = tokio::time::Instant::now() + SETTLE_WAIT;
+        while session.state == SessionState::Finalizing && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+            session = self.reload(session.id).await?;
+        }
+        Ok(session)
+    }
+
     /// Expires `session` if it was abandoned; returns it as it now is.
     async fn expire_if_abandoned(&self, session: WriteSession) -> Result<WriteSession, StoreError> {
         let now = Utc::now();
@@ -660,6 +678,7 @@ impl Sessions<'_> {
             .await?;
         let session = self.reload(id).await?;
         if !claimed {
+            let session = self.settled(session).await?;
             return match session.state {
                 SessionState::Done => self.view(session, None).await,
                 _ => Err(not_finishable(&session)),
