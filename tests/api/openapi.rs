@@ -147,6 +147,49 @@ async fn real_answers_have_the_shapes_the_spec_describes() {
     assert_matches_schema(&spec, "Readiness", &ready, "readyz");
     let (_, err) = app.json("/operations?limit=0").await;
     assert_matches_schema(&spec, "Error", &err, "error");
+
+    // A write session through its states: awaiting content, needs corrections, done.
+    let begun: serde_json::Value = app
+        .client
+        .post(app.url("/write_sessions"))
+        .json(&serde_json::json!({"target_file": "s.txt", "operation": "create", "intent": "x"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_matches_schema(&spec, "WriteSession", &begun, "write_sessions");
+    let id = begun["id"].as_str().unwrap();
+    let sent: serde_json::Value = app
+        .client
+        .post(app.url(&format!("/write_sessions/{id}/content")))
+        .body(&b"a\xffb\nDONE\n"[..])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(sent["state"], "needs_corrections", "{sent}");
+    assert_matches_schema(&spec, "WriteSession", &sent, "write_sessions content");
+    let corrected: serde_json::Value = app
+        .client
+        .post(app.url(&format!("/write_sessions/{id}/corrections")))
+        .json(&serde_json::json!({"corrections": [{"offset": 1, "replacement": "-"}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(corrected["state"], "done", "{corrected}");
+    assert_matches_schema(
+        &spec,
+        "WriteSession",
+        &corrected,
+        "write_sessions corrections",
+    );
 }
 
 // ---- The document pinned to the Rust types ------------------------------------------------

@@ -608,3 +608,39 @@ async fn chunks_sent_at_once_are_each_kept_exactly_once() {
     written.sort();
     assert_eq!(written, lines, "each chunk once, in some order");
 }
+
+#[tokio::test]
+async fn a_finalisation_the_server_never_completed_is_failed_with_where_to_look() {
+    let app = spawn(Backend::Sqlite, &[("WRITE_SESSION_TTL_SECS", "1")]).await;
+    let id = begin_ok(&app, "cut.txt", "create").await;
+    // What a process killed between claiming the session and recording the write leaves behind.
+    let store = writ_store::connect(&app.database_url).await.unwrap();
+    let claimed = store
+        .transition_write_session(
+            id.parse().unwrap(),
+            &writ_core::sessions::SessionTransition {
+                from: &[writ_core::sessions::SessionState::AwaitingContent],
+                to: writ_core::sessions::SessionState::Finalizing,
+                at: chrono::Utc::now() - chrono::TimeDelta::seconds(5),
+                receipt: None,
+                error: None,
+                count_correction: false,
+                content: None,
+                drop_content: false,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(claimed);
+    let (status, body) = post(&app, &format!("/write_sessions/{id}/finish"), None).await;
+    assert_eq!(status, 409, "{body}");
+    let body = state_of(&app, &id).await;
+    assert_eq!(body["state"], "failed", "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("POST /write_sessions/{id}")),
+        "{body}"
+    );
+}

@@ -605,13 +605,38 @@ impl Sessions<'_> {
         Ok(session)
     }
 
-    /// Expires `session` if it was abandoned; returns it as it now is.
+    /// Expires `session` if it was abandoned, or fails it if its finalisation was interrupted
+    /// (the process stopped between claiming it and recording the write); returns it as it now is.
     async fn expire_if_abandoned(&self, session: WriteSession) -> Result<WriteSession, StoreError> {
         let now = Utc::now();
-        if !session.state.is_open() || session.updated_at >= self.expiry_cutoff(now) {
+        if session.updated_at >= self.expiry_cutoff(now) {
             return Ok(session);
         }
-        expire(self.store, &session, self.settings.ttl).await?;
+        if session.state.is_open() {
+            expire(self.store, &session, self.settings.ttl).await?;
+        } else if session.state == SessionState::Finalizing {
+            let message = format!(
+                "the finalisation of this session was interrupted (the server stopped); whether the file was written is in the audit log, under route {}",
+                finalising_route(session.id)
+            );
+            self.store
+                .transition_write_session(
+                    session.id,
+                    &SessionTransition {
+                        from: &[SessionState::Finalizing],
+                        to: SessionState::Failed,
+                        at: now,
+                        receipt: None,
+                        error: Some(&message),
+                        count_correction: false,
+                        content: None,
+                        drop_content: false,
+                    },
+                )
+                .await?;
+        } else {
+            return Ok(session);
+        }
         Ok(self
             .store
             .get_write_session(session.id)
