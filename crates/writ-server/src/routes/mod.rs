@@ -1,5 +1,10 @@
 //! The route table. Every route is listed once in [`api_routes`]; the router is built from it
 //! and the OpenAPI test walks the same list, so a route cannot be added without the spec noticing.
+//!
+//! One module per resource: [`synthesis`] (`POST /write_codebase`), [`files`] (the direct file
+//! routes), [`run`] (`POST /run`), [`jobs`] (jobs and their event stream), [`operations`] (the
+//! audit log), [`tools`] (function-calling declarations and dispatch), [`service`] (health,
+//! readiness, metrics, the spec, the dashboard).
 
 pub mod files;
 pub mod jobs;
