@@ -132,6 +132,8 @@ pub struct Outcome {
     pub latency: Option<Duration>,
     /// The selection method of each file, or its error.
     pub how: Vec<String>,
+    /// Per file: whether the written candidate was the first model's first answer.
+    pub first_model: Vec<bool>,
 }
 
 /// Runs every configuration over the task set; returns the outcomes.
@@ -159,6 +161,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Vec<Outcome>> {
                 correct,
                 latency: None,
                 how: vec!["first model".into(); task.files.len()],
+                first_model: vec![true; task.files.len()],
             });
         }
     }
@@ -275,6 +278,19 @@ async fn run_one(
             }
         })
         .collect();
+    let first_model = task
+        .files
+        .iter()
+        .enumerate()
+        .map(|(f, file)| {
+            let first = match config {
+                Config::Repair => task.all_wrong(f)[0],
+                _ => task.candidates(index, f)[0],
+            };
+            std::fs::read_to_string(writ.repo_dir().join(&file.path))
+                .is_ok_and(|written| normalise(&written) == normalise(first))
+        })
+        .collect();
     let correct = task.files.iter().all(|f| {
         std::fs::read_to_string(writ.repo_dir().join(&f.path))
             .is_ok_and(|written| normalise(&written) == normalise(&f.correct))
@@ -286,6 +302,7 @@ async fn run_one(
         correct,
         latency: Some(latency),
         how,
+        first_model,
     })
 }
 
@@ -351,6 +368,19 @@ pub fn report(outcomes: &[Outcome]) -> String {
             config.label(),
             pct,
             if pct >= target { "met" } else { "not met" }
+        );
+    }
+    let arbiter: Vec<bool> = outcomes
+        .iter()
+        .filter(|o| o.config == Config::ArbiterOnly)
+        .flat_map(|o| o.first_model.iter().copied())
+        .collect();
+    if !arbiter.is_empty() {
+        let _ = writeln!(
+            out,
+            "- {}: the file written was the first model's candidate for {} files (a fair draw among three: about a third)",
+            Config::ArbiterOnly.label(),
+            rate(arbiter.iter().filter(|&&b| b).count(), arbiter.len())
         );
     }
     let misses: Vec<&Outcome> = outcomes
