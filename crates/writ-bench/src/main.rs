@@ -53,6 +53,9 @@ enum Command {
         /// The fake upstream's latency per model call, in milliseconds.
         #[arg(long, default_value_t = 0)]
         latency_ms: u64,
+        /// Keep every batch's answer as JSON in this directory.
+        #[arg(long)]
+        answers: Option<PathBuf>,
     },
 }
 
@@ -66,6 +69,7 @@ async fn main() -> anyhow::Result<()> {
         only,
         repeat,
         latency_ms,
+        answers,
     }) = args.command
     {
         let opts = writ_bench::eval::Options {
@@ -74,6 +78,7 @@ async fn main() -> anyhow::Result<()> {
             only,
             repeat,
             latency_ms,
+            answers_dir: answers,
         };
         let started = std::time::Instant::now();
         let outcomes = writ_bench::eval::run(&opts).await?;
