@@ -17,6 +17,7 @@ use writ_core::audit::OperationKind;
 use writ_core::content::{invalid_utf8_sequences, numbered_preview, sha256_hex, truncate_chars};
 use writ_core::direct;
 use writ_core::files::{WriteMode, WriteSpec};
+use writ_core::keys::Scope;
 use writ_core::workspace::DirEntry;
 
 use crate::error::{ApiError, path_error, workspace_error, write_error};
@@ -274,6 +275,7 @@ pub async fn put_file(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     caller: Option<axum::Extension<crate::auth::Caller>>,
+    grant: Option<axum::Extension<crate::auth::Grant>>,
     Path(raw): Path<String>,
     ApiQuery(params): ApiQuery<WriteParams>,
     headers: HeaderMap,
@@ -288,6 +290,7 @@ pub async fn put_file(
             route: "PUT /files/{path}",
             request_id,
             caller,
+            scope: grant.and_then(|axum::Extension(g)| g.scope),
             path: raw,
             params,
             expected_sha256,
@@ -312,6 +315,8 @@ pub struct DirectWrite {
     pub route: &'static str,
     pub request_id: Uuid,
     pub caller: Option<String>,
+    /// The key's scope that allowed the write, when auth is on.
+    pub scope: Option<Scope>,
     pub path: String,
     pub params: WriteParams,
     pub expected_sha256: Option<String>,
@@ -330,6 +335,7 @@ pub async fn write(state: AppState, w: DirectWrite) -> Result<Written, ApiError>
         route,
         request_id,
         caller,
+        scope,
         path: raw,
         params,
         expected_sha256,
@@ -367,8 +373,9 @@ pub async fn write(state: AppState, w: DirectWrite) -> Result<Written, ApiError>
     };
     // Run the recorded write in its own task: a client hanging up must not cancel it half-way
     // between the audit record and the file.
-    let task =
-        tokio::spawn(async move { write_recorded(state, route, request_id, caller, spec).await });
+    let task = tokio::spawn(async move {
+        write_recorded(state, route, request_id, (caller, scope), spec).await
+    });
     task.await.map_err(ApiError::internal)?
 }
 
@@ -376,13 +383,14 @@ async fn write_recorded(
     state: AppState,
     route: &'static str,
     request_id: Uuid,
-    caller: Option<String>,
+    (caller, scope): (Option<String>, Option<Scope>),
     spec: WriteSpec,
 ) -> Result<Written, ApiError> {
     let path = spec.path.clone();
     let write = direct::DirectWrite {
         request_id,
         caller,
+        scope,
         route: route.to_string(),
         spec,
     };
