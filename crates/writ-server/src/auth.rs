@@ -44,6 +44,27 @@ pub struct Grant {
     pub scope: Option<Scope>,
 }
 
+/// Who called and which scope allowed it, for a handler that records the request: both `None`
+/// while auth is off.
+pub struct AuditedCaller {
+    pub caller: Option<String>,
+    pub scope: Option<Scope>,
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for AuditedCaller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(Self {
+            caller: parts.extensions.get::<Caller>().map(|c| c.0.clone()),
+            scope: parts.extensions.get::<Grant>().and_then(|g| g.scope),
+        })
+    }
+}
+
 /// The 403 for a key that lacks `needed`: names the scope and what the key holds, never the key.
 pub fn insufficient_scope(needed: Scope, held: Scopes) -> ApiError {
     let held_text = if held == Scopes::EMPTY {

@@ -274,8 +274,7 @@ pub struct WriteAnswer {
 pub async fn put_file(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    caller: Option<axum::Extension<crate::auth::Caller>>,
-    grant: Option<axum::Extension<crate::auth::Grant>>,
+    who: crate::auth::AuditedCaller,
     Path(raw): Path<String>,
     ApiQuery(params): ApiQuery<WriteParams>,
     headers: HeaderMap,
@@ -283,14 +282,13 @@ pub async fn put_file(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;
     let expected_sha256 = parse_if_match(&headers)?;
-    let caller = caller.map(|axum::Extension(c)| c.0);
     let written = write(
         state,
         DirectWrite {
             route: "PUT /files/{path}",
             request_id,
-            caller,
-            scope: grant.and_then(|axum::Extension(g)| g.scope),
+            caller: who.caller,
+            scope: who.scope,
             path: raw,
             params,
             expected_sha256,
