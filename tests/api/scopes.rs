@@ -179,6 +179,13 @@ async fn a_read_only_key_can_look_but_not_write_or_run() {
         call(&app, Some(read), "GET", "/operations").await.status(),
         200
     );
+    // HEAD is served by the GET route and needs what GET needs.
+    assert_eq!(call(&app, Some(read), "HEAD", "/files").await.status(), 200);
+    let write = keys.only(Scope::Write);
+    assert_eq!(
+        call(&app, Some(write), "HEAD", "/files").await.status(),
+        403
+    );
     for (method, path) in [
         ("PUT", "/files/{*path}"),
         ("POST", "/write_codebase"),
