@@ -42,6 +42,7 @@ pub async fn run_command(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     caller: Option<axum::Extension<crate::auth::Caller>>,
+    grant: Option<axum::Extension<crate::auth::Grant>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;
@@ -92,6 +93,7 @@ pub async fn run_command(
             received_at: Utc::now(),
             route: "POST /run".to_string(),
             caller,
+            scope: grant.and_then(|axum::Extension(g)| g.scope),
             idempotency_key: None,
             body_sha256: Some(sha256_hex(&body)),
         })

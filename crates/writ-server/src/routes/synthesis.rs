@@ -29,6 +29,7 @@ pub async fn write_codebase(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     caller: Option<axum::Extension<crate::auth::Caller>>,
+    grant: Option<axum::Extension<crate::auth::Grant>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -39,6 +40,7 @@ pub async fn write_codebase(
         BatchCall {
             request_id,
             caller: caller.map(|axum::Extension(c)| c.0),
+            scope: grant.and_then(|axum::Extension(g)| g.scope),
             idempotency_key: idempotency_key(&headers)?,
             prefer_async: prefers_async(&headers),
             body: &body,
@@ -73,6 +75,8 @@ pub async fn write_codebase(
 pub struct BatchCall<'a> {
     pub request_id: uuid::Uuid,
     pub caller: Option<String>,
+    /// The key's scope that allowed the batch, when auth is on.
+    pub scope: Option<writ_core::keys::Scope>,
     pub idempotency_key: Option<String>,
     /// `Prefer: respond-async`; `options.async` in the body means the same.
     pub prefer_async: bool,
@@ -115,6 +119,7 @@ pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun, ApiEr
     let submission = Submission {
         request_id: call.request_id,
         caller: call.caller,
+        scope: call.scope,
         idempotency_key: call.idempotency_key,
         body_sha256: sha256_hex(call.body),
         batch,

@@ -27,6 +27,7 @@ pub async fn write_codebase(
         synthesis::BatchCall {
             request_id: ctx.request_id,
             caller: ctx.caller.clone(),
+            scope: ctx.scope,
             idempotency_key: None,
             prefer_async: false,
             body: &body,
@@ -285,6 +286,7 @@ pub async fn write_file(
             route: "tool write_file",
             request_id: ctx.request_id,
             caller: ctx.caller,
+            scope: ctx.scope,
             path: args.path,
             params: files::WriteParams {
                 mode: args.mode,

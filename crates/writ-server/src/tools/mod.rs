@@ -23,6 +23,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 use writ_core::files::WriteMode;
+use writ_core::keys::{Scope, Scopes};
 
 use crate::error::ApiError;
 use crate::extract::json_error;
@@ -34,6 +35,8 @@ pub struct ToolSpec {
     pub description: &'static str,
     /// Reads only: lets an MCP host run it without asking.
     pub read_only: bool,
+    /// What the caller's key must hold to call it (checked by [`call`]).
+    pub scope: Scope,
     schema: fn() -> Value,
 }
 
@@ -58,6 +61,7 @@ pub static TOOLS: &[ToolSpec] = &[
             Paths are relative to the workspace root; `..` and absolute paths are refused. \
             Takes seconds to minutes; progress is reported while it runs.",
         read_only: false,
+        scope: Scope::Write,
         schema: schema_of::<writ_core::synthesis::WriteCodebaseRequest>,
     },
     ToolSpec {
@@ -66,6 +70,7 @@ pub static TOOLS: &[ToolSpec] = &[
             names, sizes in bytes, and which are directories. `dir` is relative to the \
             workspace root; omit it for the root.",
         read_only: true,
+        scope: Scope::Read,
         schema: schema_of::<crate::routes::files::ListParams>,
     },
     ToolSpec {
@@ -76,6 +81,7 @@ pub static TOOLS: &[ToolSpec] = &[
             it as `expected_sha256` to `write_file` or `write_codebase` so you never overwrite a \
             change you have not seen.",
         read_only: true,
+        scope: Scope::Read,
         schema: schema_of::<ReadFileArgs>,
     },
     ToolSpec {
@@ -86,6 +92,7 @@ pub static TOOLS: &[ToolSpec] = &[
             call can be cut off, so large content belongs in `write_codebase` (describe the file, \
             models write it) or a write session.",
         read_only: false,
+        scope: Scope::Write,
         schema: schema_of::<WriteFileArgs>,
     },
     ToolSpec {
@@ -95,6 +102,7 @@ pub static TOOLS: &[ToolSpec] = &[
             filename, status, model or time; page with `cursor` (the previous page's \
             next_cursor).",
         read_only: true,
+        scope: Scope::Read,
         schema: schema_of::<crate::routes::operations::ListParams>,
     },
     ToolSpec {
@@ -102,6 +110,7 @@ pub static TOOLS: &[ToolSpec] = &[
         description: "One write from the audit log, with the full content it wrote. `id` is an \
             operation id from `list_operations` or from a write's answer (`operation_id`).",
         read_only: true,
+        scope: Scope::Read,
         schema: schema_of::<crate::routes::operations::OperationId>,
     },
 ];
@@ -148,6 +157,10 @@ pub struct CallContext {
     pub request_id: Uuid,
     /// The API key id, when keys are on.
     pub caller: Option<String>,
+    /// The key's scopes, when keys are on. A caller without them may call no tool.
+    pub scopes: Option<Scopes>,
+    /// The scope that allowed the call, set by [`call`] for the audit record.
+    pub scope: Option<Scope>,
     /// Where progress goes, when the caller asked for it.
     pub progress: Option<Arc<dyn Progress>>,
     /// Cancelled when the caller gives up; work already started completes and is recorded.
@@ -155,10 +168,23 @@ pub struct CallContext {
 }
 
 impl CallContext {
+    /// `grant`: what the auth layer found on the request (`None` while keys are off).
+    pub fn from_request(
+        request_id: Uuid,
+        caller: Option<crate::auth::Caller>,
+        grant: Option<crate::auth::Grant>,
+    ) -> Self {
+        let mut ctx = Self::new(request_id, caller.map(|c| c.0));
+        ctx.scopes = grant.map(|g| g.scopes);
+        ctx
+    }
+
     pub fn new(request_id: Uuid, caller: Option<String>) -> Self {
         Self {
             request_id,
             caller,
+            scopes: None,
+            scope: None,
             progress: None,
             cancelled: CancellationToken::new(),
         }
@@ -180,13 +206,24 @@ pub struct ToolOutput {
     pub result: Value,
 }
 
-/// Runs one tool call. Errors are the HTTP API's own (same code, message and field).
+/// Runs one tool call. Errors are the HTTP API's own (same code, message and field). A caller
+/// with a key must hold the tool's scope (403 `insufficient_scope` otherwise, which MCP turns
+/// into a tool error); without keys (auth off, `writ mcp` on stdio) every tool may be called.
 pub async fn call(
     state: &AppState,
-    ctx: CallContext,
+    mut ctx: CallContext,
     name: &str,
     args: Value,
 ) -> Result<ToolOutput, ApiError> {
+    let tool = find(name).ok_or_else(|| unknown_tool(name))?;
+    if ctx.caller.is_some() {
+        // A keyed caller whose scopes were not passed on holds none: refuse rather than allow.
+        let held = ctx.scopes.unwrap_or(Scopes::EMPTY);
+        if !held.contains(tool.scope) {
+            return Err(crate::auth::insufficient_scope(tool.scope, held));
+        }
+        ctx.scope = Some(tool.scope);
+    }
     match name {
         "write_codebase" => dispatch::write_codebase(state, ctx, args).await,
         "list_files" => dispatch::list_files(state, parse(args)?).await,
