@@ -381,3 +381,27 @@ async fn a_tool_outside_the_keys_scopes_is_refused_on_tools_call_and_over_mcp() 
     client.cancel().await.unwrap();
     assert!(!app.repo_dir.join("t.txt").exists(), "nothing written");
 }
+
+#[tokio::test]
+async fn a_batch_that_runs_checks_needs_the_run_scope_beside_write() {
+    let (app, keys) = app_with_keys().await;
+    let body = json!({"command": "write_codebase",
+        "files": [{"filename": "a.py", "code_description": "x = 1"}],
+        "options": {"validation": {"commands": [{"name": "echo", "args": ["a.py"]}]}}});
+    let post = |key: &str| {
+        app.client
+            .post(app.url("/write_codebase"))
+            .bearer_auth(key)
+            .json(&body)
+            .send()
+    };
+    let r = post(keys.only(Scope::Write)).await.unwrap();
+    assert_eq!(r.status(), 403);
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(answer["error"]["code"], "insufficient_scope", "{answer}");
+    assert_eq!(answer["error"]["field"], "options.validation", "{answer}");
+    assert!(app.fake().calls().is_empty(), "no model was called");
+    // With `run` too (every scope but admin), the batch is taken.
+    let r = post(keys.all_but(Scope::Admin)).await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+}

@@ -27,6 +27,7 @@ pub async fn write_codebase(
         synthesis::BatchCall {
             request_id: ctx.request_id,
             caller: ctx.caller.clone(),
+            scopes: ctx.scopes,
             scope: ctx.scope,
             idempotency_key: None,
             prefer_async: false,
