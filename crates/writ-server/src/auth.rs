@@ -86,7 +86,7 @@ pub fn insufficient_scope(needed: Scope, held: Scopes) -> ApiError {
 }
 
 /// Whether auth is on. "On" is remembered for good (keys are never deleted, only revoked);
-/// "off" is trusted for [`OFF_RECHECK`], so a key made with `writ keys create` on a running
+/// "off" is trusted for `OFF_RECHECK` (2 s), so a key made with `writ keys create` on a running
 /// server takes effect within that, without a query per request. While the store cannot be
 /// asked, "off" holds for `WRIT_AUTH_FAIL_CLOSED_AFTER_SECS` after its last answer, then every
 /// request is refused (503) until the store answers again.
