@@ -204,7 +204,11 @@ async fn writ_refuses_a_non_loopback_address_without_keys_unless_told_insecure()
 
     let key = keys::generate("ops");
     settings.guard.insecure = false;
-    settings.guard.api_keys = vec![(key.record.id.clone(), key.record.secret_sha256.clone())];
+    settings.guard.api_keys = vec![writ_server::config::ConfiguredKey {
+        id: key.record.id.clone(),
+        secret_sha256: key.record.secret_sha256.clone(),
+        scopes: keys::Scopes::LEGACY,
+    }];
     writ_server::Application::build(settings)
         .await
         .expect("with a key it serves");

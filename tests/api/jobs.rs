@@ -290,6 +290,7 @@ async fn a_job_interrupted_by_a_crash_is_failed_with_a_reason_at_the_next_start(
             received_at: long_ago,
             route: "POST /write_codebase".into(),
             caller: None,
+            scope: None,
             idempotency_key: None,
             body_sha256: None,
         })

@@ -12,6 +12,7 @@ mod local_model;
 mod openapi;
 mod operations;
 mod policy;
+mod scopes;
 mod service;
 mod speed;
 mod tools;

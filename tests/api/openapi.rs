@@ -197,10 +197,12 @@ async fn real_answers_have_the_shapes_the_spec_describes() {
 use writ_core::audit::{FileKind, OperationKind, OperationStatus, RequestStatus, Selection};
 use writ_core::files::WriteMode;
 use writ_core::jobs::JobStatus;
+use writ_core::keys::Scope;
 use writ_core::model::ErrorClass;
 use writ_core::sessions::SessionState;
 use writ_core::synthesis::image::ImageFormat;
 use writ_core::synthesis::progress::Event;
+use writ_server::routes::Access;
 
 /// Every variant of a unit-variant enum, as serde writes it, after checking that each reads back
 /// as itself. The `match` makes a variant missing from the list a compile error, so a new variant
@@ -493,6 +495,59 @@ fn every_enum_in_the_spec_lists_exactly_the_values_serde_produces() {
     let sse = &spec["paths"]["/jobs/{id}/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]
         ["schema"]["properties"]["event"];
     assert_eq!(spec_enum(sse, &[]), events);
+
+    // The match makes a new scope a compile error here until the spec lists it.
+    fn exhaustive(s: Scope) {
+        match s {
+            Scope::Read | Scope::Write | Scope::Run | Scope::Admin => {}
+        }
+    }
+    Scope::ALL.into_iter().for_each(exhaustive);
+    let scopes: BTreeSet<String> = Scope::ALL.iter().map(|s| s.as_str().to_string()).collect();
+    assert_eq!(
+        spec_enum(&spec, &["components", "schemas", "Scope"]),
+        scopes
+    );
+    assert_eq!(
+        spec_enum(
+            &spec,
+            &[
+                "components",
+                "schemas",
+                "InsufficientScope",
+                "properties",
+                "error",
+                "properties",
+                "code"
+            ]
+        ),
+        names(&["insufficient_scope"])
+    );
+}
+
+#[test]
+fn each_operation_names_the_scope_the_route_table_requires() {
+    let spec = spec();
+    for route in writ_server::routes::api_routes() {
+        let path = route.openapi_path();
+        let op = &spec["paths"][path.as_str()][route.method.to_lowercase().as_str()];
+        let what = format!("{} {path}", route.method);
+        let (declared, answers_403) = match route.access {
+            Access::Open => (None, false),
+            Access::Scope(scope) => (Some(scope.as_str()), true),
+            Access::PerTool => (Some("tool"), route.path == "/tools/call"),
+        };
+        assert_eq!(
+            op["x-writ-scope"].as_str(),
+            declared,
+            "{what}: x-writ-scope"
+        );
+        assert_eq!(
+            op["responses"]["403"].is_mapping(),
+            answers_403,
+            "{what}: documents 403 insufficient_scope"
+        );
+    }
 }
 
 /// The field names a `deny_unknown_fields` struct accepts, read from serde's own refusal of an

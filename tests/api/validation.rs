@@ -393,3 +393,58 @@ async fn readyz_lists_the_configured_commands_when_the_sandbox_is_ready() {
         "{ready}"
     );
 }
+
+/// Two new files and one test that imports both: no first answer is right, so no candidate of
+/// either file can pass alone; the right pair is among the candidates.
+#[tokio::test]
+async fn files_whose_test_needs_both_right_are_found_together() {
+    let app = app_with(&[]).await;
+    std::fs::create_dir_all(app.repo_dir.join("tests")).unwrap();
+    std::fs::write(
+        app.repo_dir.join("tests/test_pair.py"),
+        "import os, sys\nsys.path.insert(0, os.getcwd())\nfrom unit import scale\nfrom area import area\nassert scale(3) == 6\nassert area(2, 3) == 12\nprint('ok')\n",
+    )
+    .unwrap();
+    let unit_right = "def scale(x):\n    return 2 * x\n";
+    let unit_wrong = "def scale(x):\n    return x + 2\n";
+    let area_right = "from unit import scale\n\n\ndef area(w, h):\n    return scale(w) * h\n";
+    let area_wrong = "from unit import scale\n\n\ndef area(w, h):\n    return scale(w) + h\n";
+    // The first model is wrong on both files; the second right on both; the third mixed.
+    for (model, unit, area) in [
+        (MODELS[0], unit_wrong, area_wrong),
+        (MODELS[1], unit_right, area_right),
+        (MODELS[2], unit_wrong, area_right),
+    ] {
+        app.fake().route(
+            model,
+            "Write the file \"unit.py\"",
+            Script::always(Step::code("python", unit)),
+        );
+        app.fake().route(
+            model,
+            "Write the file \"area.py\"",
+            Script::always(Step::code("python", area)),
+        );
+    }
+    app.fake()
+        .script(ARBITER, Script::always(Step::verdict(1, "first")));
+    let body = json!({"command": "write_codebase",
+        "files": [{"filename": "unit.py", "code_description": "scale(x) doubles x"},
+                  {"filename": "area.py", "code_description": "area(w, h) is scale(w) * h"}],
+        "options": {"validation": {"commands": [{"name": "python", "args": ["tests/test_pair.py"]}],
+                                   "repair_rounds": 0}}});
+    let (status, answer) = app.post_write_codebase(&body).await;
+    assert_eq!(status, 200, "{answer}");
+    for r in answer["results"].as_array().unwrap() {
+        assert_eq!(r["success"], true, "{answer}");
+        assert_eq!(r["validation"]["passed"], true, "{answer}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(app.repo_dir.join("unit.py")).unwrap(),
+        unit_right
+    );
+    assert_eq!(
+        std::fs::read_to_string(app.repo_dir.join("area.py")).unwrap(),
+        area_right
+    );
+}

@@ -644,3 +644,47 @@ async fn a_finalisation_the_server_never_completed_is_failed_with_where_to_look(
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn a_read_only_key_may_not_begin_a_session_and_the_write_records_its_scope() {
+    use writ_core::keys::{Scope, Scopes};
+    let key = keys::generate("reader");
+    let entry =
+        keys::config_entry_with_scopes(&key.key, Some(Scopes::of(&[Scope::Read, Scope::Write])))
+            .unwrap();
+    let reader = keys::generate("reader-only");
+    let reader_entry =
+        keys::config_entry_with_scopes(&reader.key, Some(Scopes::of(&[Scope::Read]))).unwrap();
+    let entries = format!("{entry},{reader_entry}");
+    let app = spawn(Backend::Sqlite, &[("WRIT_API_KEYS", entries.as_str())]).await;
+
+    let (status, body) = begin(
+        &app,
+        Some(&reader.key),
+        json!({"target_file": "r.txt", "operation": "create"}),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], "insufficient_scope");
+
+    let (status, body) = begin(
+        &app,
+        Some(&key.key),
+        json!({"target_file": "w.txt", "operation": "create"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["id"].as_str().unwrap().to_string();
+    let (status, body) = send(&app, Some(&key.key), &id, b"written\nDONE\n").await;
+    assert_eq!(status, 200, "{body}");
+    // The finalising write is recorded with the scope that allowed it.
+    let store = writ_store::connect(&app.database_url).await.unwrap();
+    let request_id = body["receipt"]["request_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let request = store.get_request(request_id).await.unwrap().unwrap();
+    assert_eq!(request.scope, Some(Scope::Write));
+    assert!(request.caller.is_some());
+}

@@ -6,8 +6,10 @@
 //! - [`procfs`]: CPU seconds and peak RSS of a process;
 //! - [`load`]: open- and closed-loop load, one sample per batch;
 //! - [`procs`]: starting and stopping the fake upstream and writ;
-//! - [`scenarios`]: the four tables (overhead, ceiling, stragglers, audit path).
+//! - [`scenarios`]: the four tables (overhead, ceiling, stragglers, audit path);
+//! - [`eval`]: how often the correct file is written, with and without validation (`EVALS.md`).
 
+pub mod eval;
 pub mod load;
 pub mod procfs;
 pub mod procs;

@@ -3,17 +3,23 @@
 //! Needs the release binaries (`cargo build --release --bin writ --bin writ-fake-upstream`) and,
 //! for the PostgreSQL rows, a server at `WRIT_TEST_PG_URL` (default: local, trust auth).
 //! `scripts/bench` builds, runs and writes BENCHMARKS.md.
+//!
+//! `writ-bench eval` runs the quality eval instead (`scripts/eval` writes EVALS.md): how often
+//! the correct file is written with and without `options.validation`; see [`writ_bench::eval`].
 
 use std::io::Write;
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use writ_bench::procs::Fake;
 use writ_bench::scenarios::{self, Backend, Plan};
 
 #[derive(Debug, Parser)]
 #[command(about = "writ's benchmark suite: overhead, ceiling, stragglers, audit path")]
+#[command(args_conflicts_with_subcommands = true)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Directory with the `writ` and `writ-fake-upstream` release binaries.
     #[arg(long)]
     bin_dir: Option<PathBuf>,
@@ -28,10 +34,63 @@ struct Args {
     only: Vec<String>,
 }
 
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The quality eval: how often the correct file is written (prints EVALS.md's table).
+    Eval {
+        /// Directory with the `writ` and `writ-fake-upstream` binaries.
+        #[arg(long)]
+        bin_dir: Option<PathBuf>,
+        /// The task directory (one TOML file per task).
+        #[arg(long)]
+        tasks: Option<PathBuf>,
+        /// Only these task ids.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// Go over the task set this many times per configuration.
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
+        /// The fake upstream's latency per model call, in milliseconds.
+        #[arg(long, default_value_t = 0)]
+        latency_ms: u64,
+        /// Keep every batch's answer as JSON in this directory.
+        #[arg(long)]
+        answers: Option<PathBuf>,
+    },
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let args = Args::parse();
+    if let Some(Command::Eval {
+        bin_dir,
+        tasks,
+        only,
+        repeat,
+        latency_ms,
+        answers,
+    }) = args.command
+    {
+        let opts = writ_bench::eval::Options {
+            bin_dir: bin_dir.unwrap_or_else(writ_bench::procs::default_bin_dir),
+            tasks_dir: tasks.unwrap_or_else(writ_bench::eval::tasks::default_dir),
+            only,
+            repeat,
+            latency_ms,
+            answers_dir: answers,
+        };
+        let started = std::time::Instant::now();
+        let outcomes = writ_bench::eval::run(&opts).await?;
+        let mut out = std::io::stdout();
+        writeln!(out, "{}", writ_bench::eval::report(&outcomes))?;
+        writeln!(
+            out,
+            "Eval wall time: {:.0} s.",
+            started.elapsed().as_secs_f64()
+        )?;
+        return Ok(());
+    }
     let bin_dir = args
         .bin_dir
         .clone()

@@ -43,9 +43,14 @@ pub struct Fake {
 
 impl Fake {
     pub async fn start(bin_dir: &Path, latency_ms: u64) -> anyhow::Result<Fake> {
+        Self::start_with(bin_dir, &script(latency_ms)).await
+    }
+
+    /// Starts the fake with this script file (see `writ_fake_upstream::ScriptFile`).
+    pub async fn start_with(bin_dir: &Path, script: &Value) -> anyhow::Result<Fake> {
         let dir = tempfile::tempdir()?;
         let script_path = dir.path().join("script.json");
-        std::fs::write(&script_path, serde_json::to_vec(&script(latency_ms))?)?;
+        std::fs::write(&script_path, serde_json::to_vec(script)?)?;
         let mut child = Command::new(bin_dir.join("writ-fake-upstream"))
             .args(["--addr", "127.0.0.1:0", "--script"])
             .arg(&script_path)
@@ -84,7 +89,7 @@ pub struct Writ {
     pub base_url: String,
     pub pid: u32,
     child: Child,
-    _repo: tempfile::TempDir,
+    repo: tempfile::TempDir,
 }
 
 impl Writ {
@@ -146,8 +151,13 @@ impl Writ {
             base_url,
             pid,
             child,
-            _repo: repo,
+            repo,
         })
+    }
+
+    /// The `REPO_DIR` it writes into (removed when it is dropped).
+    pub fn repo_dir(&self) -> &Path {
+        self.repo.path()
     }
 
     pub async fn stop(mut self) {

@@ -361,6 +361,7 @@ async fn record_one(store: &dyn AuditStore) -> anyhow::Result<Duration> {
             received_at: chrono::Utc::now(),
             route: "POST /write_codebase".into(),
             caller: None,
+            scope: None,
             idempotency_key: None,
             body_sha256: None,
         })

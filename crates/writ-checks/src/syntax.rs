@@ -45,14 +45,12 @@ pub fn syntax_ok(code: &str, lang: Language) -> Option<bool> {
         return None;
     }
     match lang {
-        Language::Python => tree_sitter_ok(code, tree_sitter_python::LANGUAGE.into()),
-        Language::Rust => tree_sitter_ok(code, tree_sitter_rust::LANGUAGE.into()),
-        Language::JavaScript => tree_sitter_ok(code, tree_sitter_javascript::LANGUAGE.into()),
-        Language::TypeScript => {
-            tree_sitter_ok(code, tree_sitter_typescript::LANGUAGE_TYPESCRIPT.into())
-        }
-        Language::Tsx => tree_sitter_ok(code, tree_sitter_typescript::LANGUAGE_TSX.into()),
-        Language::Go => tree_sitter_ok(code, tree_sitter_go::LANGUAGE.into()),
+        Language::Python
+        | Language::Rust
+        | Language::JavaScript
+        | Language::TypeScript
+        | Language::Tsx
+        | Language::Go => grammar(lang).and_then(|g| tree_sitter_ok(code, g)),
         Language::Html => tree_sitter_ok(code, tree_sitter_html::LANGUAGE.into()),
         Language::Css => tree_sitter_ok(code, tree_sitter_css::LANGUAGE.into()),
         Language::Json => Some(serde_json::from_str::<IgnoredAny>(code).is_ok()),
@@ -101,26 +99,10 @@ pub(crate) fn parse_bounded(
 }
 
 /// Parse with a fresh parser (cheap next to the parse itself, and a parser
-/// halted by the time limit would otherwise need resetting).
+/// halted by the time limit would otherwise need resetting). An ABI mismatch
+/// between grammar and library, or the time limit, means no opinion.
 fn tree_sitter_ok(code: &str, language: tree_sitter::Language) -> Option<bool> {
-    let mut parser = tree_sitter::Parser::new();
-    // Fails only if the grammar's ABI does not match the library: no opinion.
-    parser.set_language(&language).ok()?;
-    let deadline = Instant::now() + PARSE_TIME_LIMIT;
-    let mut progress = |_: &tree_sitter::ParseState| {
-        if Instant::now() > deadline {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
-    };
-    let options = tree_sitter::ParseOptions::new().progress_callback(&mut progress);
-    let bytes = code.as_bytes();
-    let tree = parser.parse_with_options(
-        &mut |offset, _| bytes.get(offset..).unwrap_or_default(),
-        None,
-        Some(options),
-    )?;
+    let tree = parse_bounded(code, language)?;
     Some(!tree.root_node().has_error())
 }
 

@@ -152,6 +152,8 @@ pub struct NewRequest {
     pub route: String,
     /// The API key id of the caller (never the key), when auth is on.
     pub caller: Option<String>,
+    /// The key's scope that allowed the call, when auth is on: what the route or tool required.
+    pub scope: Option<crate::keys::Scope>,
     pub idempotency_key: Option<String>,
     /// SHA-256 of the request body, so an idempotent replay with another body is detected.
     pub body_sha256: Option<String>,
@@ -163,6 +165,8 @@ pub struct RequestRecord {
     pub received_at: DateTime<Utc>,
     pub route: String,
     pub caller: Option<String>,
+    /// See [`NewRequest::scope`]; `None` too for requests recorded before scopes existed.
+    pub scope: Option<crate::keys::Scope>,
     pub idempotency_key: Option<String>,
     pub body_sha256: Option<String>,
     pub status: RequestStatus,

@@ -19,6 +19,8 @@ pub struct DirectWrite {
     pub request_id: Uuid,
     /// The API key id of the caller (never the key), when auth is on.
     pub caller: Option<String>,
+    /// The key's scope that allowed the write, when auth is on.
+    pub scope: Option<crate::keys::Scope>,
     /// The surface, as recorded on the request (`PUT /files/{path}`, `mcp write_file`, …).
     pub route: String,
     pub spec: WriteSpec,
@@ -35,6 +37,7 @@ pub async fn write(
     let DirectWrite {
         request_id,
         caller,
+        scope,
         route,
         spec,
     } = write;
@@ -44,6 +47,7 @@ pub async fn write(
         received_at: Utc::now(),
         route,
         caller,
+        scope,
         idempotency_key: None,
         body_sha256: Some(sha256_hex(&spec.content)),
     };

@@ -8,6 +8,9 @@
 //! offline attacker; a 256-bit random secret cannot be guessed whatever the hash, so the cost
 //! of argon2 on every request would buy nothing. The stored hash is found by id and compared in
 //! constant time, so neither the lookup nor the comparison leaks how much of a guess was right.
+//!
+//! Each key carries [`Scopes`]: what it may do ([`Scope`]). A key issued before scopes existed
+//! has none recorded and keeps what it could always do, [`Scopes::LEGACY`].
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -32,6 +35,112 @@ pub struct ApiKeyRecord {
     pub created_at: DateTime<Utc>,
     /// Set once the key is revoked; a revoked key is refused.
     pub revoked_at: Option<DateTime<Utc>>,
+    /// What the key may do; fixed when it is issued.
+    pub scopes: Scopes,
+}
+
+/// One thing a key may do. Every route and every tool requires exactly one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope {
+    /// Look: list and read files, the audit log, jobs, metrics, the tool list.
+    Read,
+    /// Change the workspace: write files, run batches.
+    Write,
+    /// Run commands in the sandbox (`POST /run`).
+    Run,
+    /// Manage keys. Keys are managed by `writ keys` on the database today, so no route requires
+    /// it yet; it is reserved so a key-management route has a scope to require.
+    Admin,
+}
+
+impl Scope {
+    pub const ALL: [Scope; 4] = [Scope::Read, Scope::Write, Scope::Run, Scope::Admin];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Read => "read",
+            Scope::Write => "write",
+            Scope::Run => "run",
+            Scope::Admin => "admin",
+        }
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Scope {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Scope::ALL
+            .into_iter()
+            .find(|scope| scope.as_str() == s)
+            .ok_or_else(|| format!("'{s}' is not a scope (the scopes are read, write, run, admin)"))
+    }
+}
+
+/// A set of [`Scope`]s, written `read,write` (in the order of [`Scope::ALL`]).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Scopes(u8);
+
+impl Scopes {
+    /// What a key issued before scopes existed could do, and keeps: every route there was.
+    pub const LEGACY: Scopes = Scopes(0b0111);
+    /// What `writ keys create` gives without `--scopes`: look and write, but not run commands
+    /// or manage keys, which an operator grants on purpose.
+    pub const DEFAULT: Scopes = Scopes(0b0011);
+    pub const EMPTY: Scopes = Scopes(0);
+
+    pub fn of(scopes: &[Scope]) -> Self {
+        Scopes(scopes.iter().fold(0, |bits, s| bits | s.bit()))
+    }
+
+    pub fn contains(self, scope: Scope) -> bool {
+        self.0 & scope.bit() != 0
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = Scope> {
+        Scope::ALL.into_iter().filter(move |s| self.contains(*s))
+    }
+
+    /// Parses a list separated by `sep` (`,` on the command line and in the database, `+` in
+    /// `WRIT_API_KEYS`, whose entries are separated by commas). Refuses an empty list and
+    /// names an unknown word.
+    pub fn parse_list(raw: &str, sep: char) -> Result<Self, String> {
+        let mut bits = 0;
+        for word in raw.split(sep).map(str::trim).filter(|w| !w.is_empty()) {
+            bits |= word.to_ascii_lowercase().parse::<Scope>()?.bit();
+        }
+        if bits == 0 {
+            return Err("no scope given (the scopes are read, write, run, admin)".into());
+        }
+        Ok(Scopes(bits))
+    }
+
+    /// The list joined by `sep`.
+    pub fn join(self, sep: &str) -> String {
+        self.iter().map(Scope::as_str).collect::<Vec<_>>().join(sep)
+    }
+}
+
+impl std::fmt::Display for Scopes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.join(","))
+    }
+}
+
+impl std::fmt::Debug for Scopes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Scopes({self})")
+    }
 }
 
 /// A key as presented in `Authorization: Bearer …`, split into its parts.
@@ -80,8 +189,13 @@ pub struct NewKey {
     pub record: ApiKeyRecord,
 }
 
-/// Generates a key named `name` from the thread CSPRNG (ChaCha seeded by the OS).
+/// Generates a key named `name` with [`Scopes::DEFAULT`].
 pub fn generate(name: &str) -> NewKey {
+    generate_with_scopes(name, Scopes::DEFAULT)
+}
+
+/// Generates a key named `name` with `scopes` from the thread CSPRNG (ChaCha seeded by the OS).
+pub fn generate_with_scopes(name: &str, scopes: Scopes) -> NewKey {
     let id = hex::encode(rand::random::<[u8; ID_HEX / 2]>());
     let secret = hex::encode(rand::random::<[u8; SECRET_HEX / 2]>());
     NewKey {
@@ -92,15 +206,25 @@ pub fn generate(name: &str) -> NewKey {
             name: name.to_string(),
             created_at: Utc::now(),
             revoked_at: None,
+            scopes,
         },
     }
 }
 
 /// The `id:sha256hex` entry for `WRIT_API_KEYS` that admits `key`, or `None` if `key` is not a
-/// writ key.
+/// writ key. Such an entry gives the key [`Scopes::LEGACY`].
 pub fn config_entry(key: &str) -> Option<String> {
+    config_entry_with_scopes(key, None)
+}
+
+/// As [`config_entry`]; with `scopes` the entry carries them (`id:sha256hex:read+write`).
+pub fn config_entry_with_scopes(key: &str, scopes: Option<Scopes>) -> Option<String> {
     let k = PresentedKey::parse(key)?;
-    Some(format!("{}:{}", k.id, hash_secret(&k.secret)))
+    let entry = format!("{}:{}", k.id, hash_secret(&k.secret));
+    Some(match scopes {
+        Some(scopes) => format!("{entry}:{}", scopes.join("+")),
+        None => entry,
+    })
 }
 
 fn hash_secret(secret: &str) -> String {
@@ -138,6 +262,10 @@ mod tests {
             config_entry(&a.key).unwrap(),
             format!("{}:{}", a.record.id, a.record.secret_sha256)
         );
+        assert_eq!(
+            config_entry_with_scopes(&a.key, Some(Scopes::of(&[Scope::Run, Scope::Read]))).unwrap(),
+            format!("{}:{}:read+run", a.record.id, a.record.secret_sha256)
+        );
     }
 
     #[test]
@@ -155,5 +283,21 @@ mod tests {
         let secret = k.key.rsplit('_').next().unwrap().to_string();
         let shown = format!("{:?}", PresentedKey::parse(&k.key).unwrap());
         assert!(!shown.contains(&secret));
+    }
+
+    #[test]
+    fn scopes_parse_in_any_order_and_print_in_one() {
+        let s = Scopes::parse_list(" Run, read ,", ',').unwrap();
+        assert_eq!(s, Scopes::of(&[Scope::Read, Scope::Run]));
+        assert_eq!(s.to_string(), "read,run");
+        assert_eq!(
+            Scopes::parse_list("read+write", '+').unwrap(),
+            Scopes::DEFAULT
+        );
+        assert_eq!(Scopes::LEGACY.to_string(), "read,write,run");
+        assert!(!Scopes::LEGACY.contains(Scope::Admin));
+        let e = Scopes::parse_list("read,delete", ',').unwrap_err();
+        assert!(e.contains("'delete'"), "{e}");
+        assert!(Scopes::parse_list(" , ", ',').is_err());
     }
 }

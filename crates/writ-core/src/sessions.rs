@@ -342,6 +342,8 @@ pub struct Sessions<'a> {
 pub struct SessionCaller {
     pub request_id: Uuid,
     pub caller: Option<String>,
+    /// The key's scope that allowed the call, recorded with a finalising write.
+    pub scope: Option<crate::keys::Scope>,
 }
 
 /// Where a `DONE` line ends the content: the content without it, or `None`.
@@ -773,6 +775,7 @@ impl Sessions<'_> {
             DirectWrite {
                 request_id: who.request_id,
                 caller: who.caller.clone(),
+                scope: who.scope,
                 route: finalising_route(id),
                 spec: WriteSpec {
                     path: path.clone(),
@@ -973,6 +976,8 @@ async fn expire(
             received_at: now,
             route: "write session expiry".to_string(),
             caller: session.caller.clone(),
+            // Nobody's key did this: writ expired the session.
+            scope: None,
             idempotency_key: None,
             body_sha256: None,
         })

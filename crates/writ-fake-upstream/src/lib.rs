@@ -29,7 +29,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use script::{Latency, Script, ScriptFile, Step};
+pub use script::{Latency, PromptRoute, Script, ScriptFile, Step};
 pub use server::RecordedCall;
 
 use server::Shared;
@@ -83,6 +83,16 @@ impl FakeUpstream {
         self.shared.script(model, script);
     }
 
+    /// `model`'s calls whose first user message contains `prompt_contains` play `script` (its
+    /// steps start from the first) instead of the model's own; see [`PromptRoute`].
+    pub fn route(&self, model: &str, prompt_contains: &str, script: Script) {
+        self.shared.route(PromptRoute {
+            model: model.to_owned(),
+            prompt_contains: prompt_contains.to_owned(),
+            script,
+        });
+    }
+
     /// What models without a script answer (by default: [`Step::Auto`]).
     pub fn set_default(&self, script: Script) {
         self.shared.set_default(script);
@@ -92,6 +102,9 @@ impl FakeUpstream {
     pub fn load(&self, file: ScriptFile) {
         for (model, script) in file.models {
             self.shared.script(&model, script);
+        }
+        for route in file.routes {
+            self.shared.route(route);
         }
         if let Some(default) = file.default {
             self.shared.set_default(default);

@@ -4,7 +4,8 @@
 //! `bench.json` (see [`writ_fake_upstream::ScriptFile`] and `bench-script.example.json` next to
 //! this crate's Cargo.toml) and prints its base URL on stdout so a
 //! bench script can read it (useful with port 0). Scripts can also be changed while it runs:
-//! `PUT /_fake/script/{model}`, `PUT /_fake/default`, `GET`/`DELETE /_fake/calls`.
+//! `PUT /_fake/script/{model}`, `PUT /_fake/route` (a script for one model and prompt needle, see
+//! [`writ_fake_upstream::PromptRoute`]), `PUT /_fake/default`, `GET`/`DELETE /_fake/calls`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -275,11 +275,27 @@ fn standard_normal() -> f64 {
     (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
 }
 
-/// The JSON file the binary reads: scripts per model, and what unknown models answer.
+/// A script for the calls of one model whose first user message contains `prompt_contains`.
+///
+/// A batch of several files asks each model once per file, concurrently, so a model's plain
+/// script cannot say which answer goes to which file; a route can (its needle is e.g. the
+/// prompt's opening line naming the file). Repair prompts keep the first user message, so a
+/// route also answers the repairs of its file. Each route plays its own steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromptRoute {
+    pub model: String,
+    pub prompt_contains: String,
+    pub script: Script,
+}
+
+/// The JSON file the binary reads: scripts per model, routes by prompt, and what unknown models
+/// answer.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ScriptFile {
     pub models: BTreeMap<String, Script>,
+    pub routes: Vec<PromptRoute>,
     pub default: Option<Script>,
 }
 

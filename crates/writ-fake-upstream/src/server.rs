@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::respond::{Call, bad_request, into_response, plan};
-use crate::script::{Latency, Script, Step};
+use crate::script::{Latency, PromptRoute, Script, Step};
 
 /// One request the fake received, for tests to assert on.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -78,6 +78,8 @@ struct InFlight {
 pub(crate) struct Shared {
     started: Instant,
     scripts: Mutex<HashMap<String, Playing>>,
+    /// Keyed by model, then needle; checked in the order they were first set.
+    routes: Mutex<Vec<(String, String, Playing)>>,
     default: Mutex<Script>,
     calls: Mutex<Vec<RecordedCall>>,
     in_flight: Mutex<InFlight>,
@@ -95,6 +97,7 @@ impl Shared {
         Self {
             started: Instant::now(),
             scripts: Mutex::default(),
+            routes: Mutex::default(),
             default: Mutex::default(),
             calls: Mutex::default(),
             in_flight: Mutex::default(),
@@ -104,6 +107,18 @@ impl Shared {
 
     pub(crate) fn script(&self, model: &str, script: Script) {
         lock(&self.scripts).insert(model.to_owned(), script.into());
+    }
+
+    pub(crate) fn route(&self, route: PromptRoute) {
+        let mut routes = lock(&self.routes);
+        let playing: Playing = route.script.into();
+        match routes
+            .iter_mut()
+            .find(|(m, n, _)| *m == route.model && *n == route.prompt_contains)
+        {
+            Some(slot) => slot.2 = playing,
+            None => routes.push((route.model, route.prompt_contains, playing)),
+        }
     }
 
     pub(crate) fn set_default(&self, script: Script) {
@@ -142,9 +157,27 @@ impl Shared {
             .unwrap_or(0)
     }
 
-    /// The step for this call of `model`, with the script's latency and trickle. Unknown
-    /// models start playing a copy of the default script.
-    fn next_step(&self, model: &str) -> (Step, Option<Latency>, Option<Duration>) {
+    /// The step for this call of `model`, with the script's latency and trickle: from the first
+    /// route whose needle is in `first_prompt`, else the model's script. Unknown models start
+    /// playing a copy of the default script.
+    fn next_step(
+        &self,
+        model: &str,
+        first_prompt: &str,
+    ) -> (Step, Option<Latency>, Option<Duration>) {
+        {
+            let mut routes = lock(&self.routes);
+            if let Some((_, _, playing)) = routes
+                .iter_mut()
+                .find(|(m, needle, _)| m == model && first_prompt.contains(needle.as_str()))
+            {
+                let step = playing
+                    .queue
+                    .pop_front()
+                    .unwrap_or_else(|| playing.then.clone());
+                return (step, playing.latency, playing.trickle);
+            }
+        }
         let mut scripts = lock(&self.scripts);
         let playing = scripts
             .entry(model.to_owned())
@@ -219,6 +252,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(list_models))
         .route("/_fake/script/{model}", put(put_script))
+        .route("/_fake/route", put(put_route))
         .route("/_fake/default", put(put_default))
         .route("/_fake/calls", get(get_calls).delete(delete_calls))
         .with_state(shared)
@@ -240,7 +274,7 @@ async fn chat_completions(
     shared.record(&model, at, body.clone(), &headers);
     let guard = InFlightGuard::enter(shared.clone(), &model);
 
-    let (mut step, latency, trickle) = shared.next_step(&model);
+    let (mut step, latency, trickle) = shared.next_step(&model, &first_user_message(&body));
     let call = Call {
         stream: body.get("stream").and_then(Value::as_bool).unwrap_or(false),
         prompt: last_user_message(&body),
@@ -275,12 +309,23 @@ async fn chat_completions(
 }
 
 fn last_user_message(body: &Value) -> String {
+    user_message(body, true)
+}
+
+fn first_user_message(body: &Value) -> String {
+    user_message(body, false)
+}
+
+fn user_message(body: &Value, last: bool) -> String {
+    let is_user = |m: &&Value| m.get("role").and_then(Value::as_str) == Some("user");
     body.get("messages")
         .and_then(Value::as_array)
         .and_then(|msgs| {
-            msgs.iter()
-                .rev()
-                .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+            if last {
+                msgs.iter().rev().find(is_user)
+            } else {
+                msgs.iter().find(is_user)
+            }
         })
         .and_then(|m| m.get("content"))
         .and_then(Value::as_str)
@@ -306,6 +351,15 @@ async fn put_script(
     Json(script): Json<Script>,
 ) -> StatusCode {
     shared.script(&model, script);
+    StatusCode::NO_CONTENT
+}
+
+/// `PUT /_fake/route`: sets (or replaces) the script of one model and prompt needle.
+async fn put_route(
+    State(shared): State<Arc<Shared>>,
+    Json(route): Json<PromptRoute>,
+) -> StatusCode {
+    shared.route(route);
     StatusCode::NO_CONTENT
 }
 

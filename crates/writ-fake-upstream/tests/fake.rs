@@ -79,6 +79,51 @@ async fn steps_are_played_in_order_then_the_repeated_step() {
 }
 
 #[tokio::test]
+async fn a_route_answers_the_calls_whose_first_prompt_names_its_file_repairs_included() {
+    let fake = FakeUpstream::start().await.unwrap();
+    fake.script("m", Script::always(Step::text("plain")));
+    fake.route(
+        "m",
+        "Write the file `a.py`",
+        Script::steps([Step::text("a first"), Step::text("a second")]),
+    );
+    let put = http()
+        .put(format!("http://{}/_fake/route", fake.addr()))
+        .json(
+            &json!({"model": "m", "prompt_contains": "Write the file `b.py`",
+                      "script": {"then": {"kind": "text", "content": "b"}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 204);
+    let base = fake.base_url();
+    let a = chat(
+        "m",
+        "Write the file `a.py` (Python). Other files: `b.py`",
+        false,
+    );
+    // A repair keeps the first user message and adds a later one that names another file.
+    let a_repair = json!({"model": "m", "messages": [
+        {"role": "user", "content": "Write the file `a.py` (Python)."},
+        {"role": "assistant", "content": "x"},
+        {"role": "user", "content": "Write the file `b.py` failed"}]});
+    let b = chat("m", "Write the file `b.py` (Python).", false);
+    let other = chat("m", "Write the file `c.py` (Python).", false);
+    let mut got = Vec::new();
+    for body in [a, b, a_repair, other] {
+        let answer: Value = post(&base, &body).await.json().await.unwrap();
+        got.push(
+            answer["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    assert_eq!(got, ["a first", "b", "a second", "plain"]);
+}
+
+#[tokio::test]
 async fn a_streamed_answer_has_keep_alives_content_chunks_usage_and_done() {
     let fake = FakeUpstream::start().await.unwrap();
     fake.script(

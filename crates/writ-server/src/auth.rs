@@ -5,18 +5,25 @@
 //! create`). Auth is on as soon as either holds a key; once the store has issued one it stays on,
 //! so revoking the last key locks the door instead of opening it. A found key's id goes into the
 //! request as [`Caller`] (and from there into the audit log); the key itself is never logged.
+//!
+//! Each key has [`Scopes`]. The route table says what each route requires
+//! ([`crate::routes::Access`]); a key without it is refused here with 403 `insufficient_scope`.
+//! The tool routes (`/tools/call`, `/mcp`) require the scope of the tool called, which only the
+//! tool dispatcher knows: it checks [`Grant::scopes`] itself. The scope that allowed a request
+//! goes into the request as [`Grant`] and from there onto its audit record.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use writ_core::keys::PresentedKey;
+use writ_core::keys::{PresentedKey, Scope, Scopes};
 
 use crate::error::ApiError;
+use crate::routes::{Access, access_of};
 use crate::state::AppState;
 
 /// Probes that load balancers and orchestrators call without credentials.
@@ -27,8 +34,59 @@ pub const OPEN_PATHS: [&str; 3] = ["/", "/healthz", "/readyz"];
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller(pub String);
 
+/// What an authenticated caller's key may do, as a request extension beside [`Caller`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    /// Every scope the key holds.
+    pub scopes: Scopes,
+    /// The scope the route required, which the key held; `None` on the tool routes, where the
+    /// tool called decides.
+    pub scope: Option<Scope>,
+}
+
+/// Who called and which scope allowed it, for a handler that records the request: both `None`
+/// while auth is off.
+pub struct AuditedCaller {
+    pub caller: Option<String>,
+    pub scope: Option<Scope>,
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for AuditedCaller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(Self {
+            caller: parts.extensions.get::<Caller>().map(|c| c.0.clone()),
+            scope: parts.extensions.get::<Grant>().and_then(|g| g.scope),
+        })
+    }
+}
+
+/// The 403 for a key that lacks `needed`: names the scope and what the key holds, never the key.
+pub fn insufficient_scope(needed: Scope, held: Scopes) -> ApiError {
+    let held_text = if held == Scopes::EMPTY {
+        "none".to_string()
+    } else {
+        held.to_string()
+    };
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "insufficient_scope",
+        format!(
+            "this call needs the `{needed}` scope; the API key has: {held_text} (scopes are set when a key is issued: `writ keys create --scopes`)"
+        ),
+    )
+    .with_details(serde_json::json!({
+        "required_scope": needed.as_str(),
+        "key_scopes": held.iter().map(Scope::as_str).collect::<Vec<_>>(),
+    }))
+}
+
 /// Whether auth is on. "On" is remembered for good (keys are never deleted, only revoked);
-/// "off" is trusted for [`OFF_RECHECK`], so a key made with `writ keys create` on a running
+/// "off" is trusted for `OFF_RECHECK` (2 s), so a key made with `writ keys create` on a running
 /// server takes effect within that, without a query per request. While the store cannot be
 /// asked, "off" holds for `WRIT_AUTH_FAIL_CLOSED_AFTER_SECS` after its last answer, then every
 /// request is refused (503) until the store answers again.
@@ -121,11 +179,26 @@ pub async fn require_key(State(state): State<AppState>, mut req: Request, next: 
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     match authenticate(&state, authorization.as_deref()).await {
-        Ok(Some(caller)) => {
+        Ok(Some((caller, scopes))) => {
             if let Err(e) = state.limits.take_request(&caller.0) {
                 return e.into_response();
             }
+            // The layer runs after routing, so the matched route is known; a request no route
+            // matches (404, 405) needs no scope to be told so.
+            let route = req
+                .extensions()
+                .get::<MatchedPath>()
+                .and_then(|p| access_of(req.method().as_str(), p.as_str()));
+            let scope = match route {
+                Some(Access::Scope(needed)) if !scopes.contains(needed) => {
+                    tracing::info!(key_id = %caller.0, required = %needed, held = %scopes, "refused a call outside the key's scopes");
+                    return insufficient_scope(needed, scopes).into_response();
+                }
+                Some(Access::Scope(needed)) => Some(needed),
+                _ => None,
+            };
             req.extensions_mut().insert(caller);
+            req.extensions_mut().insert(Grant { scopes, scope });
             next.run(req).await
         }
         Ok(None) => next.run(req).await,
@@ -140,10 +213,11 @@ pub async fn may_see_details(state: &AppState, authorization: Option<&str>) -> b
     authenticate(state, authorization).await.is_ok()
 }
 
+/// The caller and its key's scopes; `None` while auth is off.
 async fn authenticate(
     state: &AppState,
     authorization: Option<&str>,
-) -> Result<Option<Caller>, ApiError> {
+) -> Result<Option<(Caller, Scopes)>, ApiError> {
     if !state.auth.is_on(state).await? {
         return Ok(None);
     }
@@ -162,26 +236,28 @@ async fn authenticate(
         .guard
         .api_keys
         .iter()
-        .find(|(id, _)| *id == presented.id);
+        .find(|k| k.id == presented.id);
     let valid = match configured {
-        Some((_, hash)) => presented.matches(hash),
+        Some(k) => presented.matches(&k.secret_sha256).then_some(k.scopes),
         None => match state
             .store
             .find_key(&presented.id)
             .await
             .map_err(|e| ApiError::audit_unavailable(&e))?
         {
-            Some(record) => record.revoked_at.is_none() && presented.matches(&record.secret_sha256),
-            None => false,
+            Some(record) => (record.revoked_at.is_none()
+                && presented.matches(&record.secret_sha256))
+            .then_some(record.scopes),
+            None => None,
         },
     };
-    if !valid {
+    let Some(scopes) = valid else {
         tracing::info!(key_id = %presented.id, "refused an unknown, revoked or wrong API key");
         return Err(unauthorized(
             "the API key is not valid (unknown, revoked or wrong)",
         ));
-    }
-    Ok(Some(Caller(presented.id)))
+    };
+    Ok(Some((Caller(presented.id), scopes)))
 }
 
 fn unauthorized(message: &str) -> ApiError {

@@ -5,7 +5,7 @@ use std::io::{BufRead, Write};
 
 use anyhow::Context;
 use clap::Subcommand;
-use writ_core::keys;
+use writ_core::keys::{self, Scopes};
 
 use crate::config::Settings;
 
@@ -15,13 +15,27 @@ pub enum KeysCommand {
     Create {
         /// A label for people (who or what uses the key).
         name: String,
+        /// What the key may do, comma-separated: read, write, run (commands in the sandbox),
+        /// admin (reserved for key management). Fixed for the key's life.
+        #[arg(long, default_value = "read,write", value_parser = parse_scopes)]
+        scopes: Scopes,
     },
-    /// List issued keys: id, name, created, revoked (never a key or a hash).
+    /// List issued keys: id, name, scopes, created, revoked (never a key or a hash).
     List,
     /// Revoke a key by id; requests with it are refused from then on.
     Revoke { id: String },
-    /// Read a key on stdin and print its `WRIT_API_KEYS` entry (`id:sha256hex`).
-    Hash,
+    /// Read a key on stdin and print its `WRIT_API_KEYS` entry (`id:sha256hex`, or
+    /// `id:sha256hex:read+write` with `--scopes`).
+    Hash {
+        /// The scopes the configured key has, comma-separated; without, it has read, write
+        /// and run, as keys had before scopes existed.
+        #[arg(long, value_parser = parse_scopes)]
+        scopes: Option<Scopes>,
+    },
+}
+
+fn parse_scopes(raw: &str) -> Result<Scopes, String> {
+    Scopes::parse_list(raw, ',')
 }
 
 /// Runs one `writ keys` command, writing its answer to `out`.
@@ -31,12 +45,12 @@ pub async fn run(
     input: &mut dyn BufRead,
     out: &mut dyn Write,
 ) -> anyhow::Result<bool> {
-    if let KeysCommand::Hash = command {
+    if let KeysCommand::Hash { scopes } = command {
         let mut line = String::new();
         input
             .read_line(&mut line)
             .context("reading the key from stdin")?;
-        let Some(entry) = keys::config_entry(line.trim()) else {
+        let Some(entry) = keys::config_entry_with_scopes(line.trim(), scopes) else {
             anyhow::bail!("stdin does not hold a writ key (writ_<12 hex>_<64 hex>)");
         };
         writeln!(out, "{entry}")?;
@@ -45,14 +59,15 @@ pub async fn run(
     let store = writ_store::connect(&settings.database_url).await?;
     store.migrate().await.context("applying migrations")?;
     match command {
-        KeysCommand::Create { name } => {
-            let new = keys::generate(&name);
+        KeysCommand::Create { name, scopes } => {
+            let new = keys::generate_with_scopes(&name, scopes);
             store
                 .create_key(&new.record)
                 .await
                 .context("storing the key")?;
             writeln!(out, "id:  {}", new.record.id)?;
             writeln!(out, "key: {}", new.key)?;
+            writeln!(out, "scopes: {scopes}")?;
             writeln!(
                 out,
                 "Keep the key now: writ stores only its hash and cannot show it again."
@@ -67,9 +82,10 @@ pub async fn run(
                     .unwrap_or_else(|| "active".into());
                 writeln!(
                     out,
-                    "{}\t{}\tcreated {}\t{revoked}",
+                    "{}\t{}\tscopes {}\tcreated {}\t{revoked}",
                     k.id,
                     k.name,
+                    k.scopes,
                     k.created_at.to_rfc3339()
                 )?;
             }
@@ -88,6 +104,6 @@ pub async fn run(
                 Ok(false)
             }
         }
-        KeysCommand::Hash => Ok(true),
+        KeysCommand::Hash { .. } => Ok(true),
     }
 }

@@ -7,7 +7,9 @@
 //! - [`auth`]: the bearer-key layer over every route; [`limits`]: rate, concurrency and size limits.
 //! - [`tools`]: the tools agents call — MCP (`/mcp`, `writ mcp`) and function calling (`/tools`).
 //! - [`edge`]: host and cross-site guard, dashboard headers, protected paths, connection limits.
-//! - [`telemetry`]: logging, request ids, metrics. [`check`]: `writ check`; [`keys_cli`]: `writ keys`.
+//! - [`state`]: what every handler shares ([`state::AppState`]).
+//! - [`telemetry`]: logging, request ids, metrics. [`check`]: `writ check`; [`keys_cli`]: `writ keys`;
+//!   [`client`]: the client commands `writ write` and `writ ops`.
 
 pub mod auth;
 pub mod check;

@@ -591,3 +591,41 @@ async fn writ_keys_creates_a_key_that_admits_its_holder_and_revoke_shuts_it_out(
     writ.child.kill().unwrap();
     writ.child.wait().unwrap();
 }
+
+#[test]
+fn writ_keys_sets_scopes_at_creation_and_lists_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, reader) = writ_keys(dir.path(), &["create", "reader", "--scopes", "read"], "");
+    assert!(ok && reader.contains("scopes: read\n"), "{reader}");
+    let (ok, default) = writ_keys(dir.path(), &["create", "default"], "");
+    assert!(ok && default.contains("scopes: read,write\n"), "{default}");
+    let (ok, refused) = writ_keys(dir.path(), &["create", "x", "--scopes", "read,sudo"], "");
+    assert!(!ok && refused.contains("'sudo'"), "{refused}");
+
+    let (ok, listed) = writ_keys(dir.path(), &["list"], "");
+    assert!(ok, "{listed}");
+    let line = |name: &str| {
+        listed
+            .lines()
+            .find(|l| l.contains(&format!("\t{name}\t")))
+            .unwrap_or_else(|| panic!("{name} in {listed}"))
+            .to_string()
+    };
+    assert!(line("reader").contains("\tscopes read\t"), "{listed}");
+    assert!(
+        line("default").contains("\tscopes read,write\t"),
+        "{listed}"
+    );
+    assert!(!listed.contains("\tx\t"), "a refused create stores nothing");
+
+    let key = reader
+        .lines()
+        .find_map(|l| l.strip_prefix("key: "))
+        .unwrap();
+    let (ok, entry) = writ_keys(
+        dir.path(),
+        &["hash", "--scopes", "run,read"],
+        &format!("{key}\n"),
+    );
+    assert!(ok && entry.trim().ends_with(":read+run"), "{entry}");
+}

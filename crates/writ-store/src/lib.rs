@@ -8,7 +8,8 @@
 //! - `dialect` ([`Dialect`]) is what the backends do differently; [`postgres`] ([`PgStore`]) and
 //!   [`sqlite`] ([`SqliteStore`]) implement it and own their connection settings.
 //! - `error` turns sqlx errors into [`StoreError`] without ever quoting a bound value, and
-//!   [`redact_url`] keeps passwords out of every message.
+//!   [`redact_url`] (in `url`, with the connection errors both backends share) keeps passwords out
+//!   of every message.
 //! - `listing` holds what both backends share about reading rows back: the column lists, the
 //!   cursor format of the newest-first listing, and the decoding of enum columns.
 //! - `store::keys` and `store::jobs`: [`writ_core::keys::KeyStore`] (API keys, hashed) and

@@ -20,8 +20,8 @@ macro_rules! operation_columns {
 /// The columns of a request row, in the order both backends select them.
 macro_rules! request_columns {
     () => {
-        "id, received_at, route, caller, idempotency_key, body_sha256, status, finished_at, \
-         duration_ms, response"
+        "id, received_at, route, caller, scope, idempotency_key, body_sha256, status, \
+         finished_at, duration_ms, response"
     };
 }
 

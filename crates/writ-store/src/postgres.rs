@@ -19,9 +19,12 @@ use crate::url::{no_connection, unusable_url};
 
 static MIGRATOR: Migrator = sqlx::migrate!("../../migrations/postgres");
 
-/// Enough for a busy replica (each batch holds a connection only per statement or short
-/// transaction) while leaving PostgreSQL's default 100 connections for several replicas.
-const MAX_CONNECTIONS: u32 = 10;
+/// One per batch the default in-flight limit admits (`WRIT_MAX_BATCHES_IN_FLIGHT`, 32): each batch
+/// holds a connection only per statement or short transaction, so a full replica never waits long
+/// for one, and three replicas still fit in PostgreSQL's default 100 connections. (With 10, 400
+/// batches at once timed out in the pool: measured with `WRIT_LOAD_BATCHES=400` on the sibling
+/// files test in tests/api/edges.rs.)
+const MAX_CONNECTIONS: u32 = 32;
 /// Short, so that a database that is down turns into a quick 503 and a red `/readyz`, not a
 /// request hanging for the default 30 s.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);

@@ -345,6 +345,10 @@ fn request_from_row<D: Dialect>(row: &D::Row) -> Result<RequestRecord, StoreErro
         received_at: row.time("received_at")?,
         route: row.get("route")?,
         caller: row.get("caller")?,
+        scope: row
+            .get::<Option<String>>("scope")?
+            .map(|s| parse_column("scope", &s))
+            .transpose()?,
         idempotency_key: row.get("idempotency_key")?,
         body_sha256: row.get("body_sha256")?,
         status: row.parse("status")?,
@@ -432,14 +436,15 @@ impl<D: Dialect> AuditStore for SqlStore<D> {
 
     async fn insert_request(&self, req: &NewRequest) -> Result<(), StoreError> {
         let mut sql = Sql::new(
-            "INSERT INTO requests (id, received_at, route, caller, idempotency_key, body_sha256, \
-             status) VALUES ",
+            "INSERT INTO requests (id, received_at, route, caller, scope, idempotency_key, \
+             body_sha256, status) VALUES ",
         );
         sql.tuple(|row| {
             row.bind(req.id)
                 .bind_time(req.received_at)
                 .bind(req.route.as_str())
                 .bind(req.caller.as_deref())
+                .bind(req.scope.map(|s| s.as_str()))
                 .bind(req.idempotency_key.as_deref())
                 .bind(req.body_sha256.as_deref())
                 .bind(RequestStatus::Running.as_str());

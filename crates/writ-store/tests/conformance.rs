@@ -81,6 +81,29 @@ async fn restamp_to_the_old_text(fresh: &Fresh) {
     }
 }
 
+/// Inserts a key with the statement writ used before migration 0006, leaving `scopes` NULL as
+/// the migration leaves every key issued before it.
+async fn insert_key_as_before_scopes(fresh: &Fresh, id: &str) {
+    let hash = "a".repeat(64);
+    if fresh.url.starts_with("sqlite") {
+        let pool = sqlx::SqlitePool::connect(&fresh.url).await.unwrap();
+        sqlx::query("INSERT INTO api_keys (id, name, secret_sha256, created_at, revoked_at) VALUES (?, 'old', ?, 0, NULL)")
+            .bind(id)
+            .bind(&hash)
+            .execute(&pool)
+            .await
+            .unwrap();
+    } else {
+        let pool = sqlx::PgPool::connect(&fresh.url).await.unwrap();
+        sqlx::query("INSERT INTO api_keys (id, name, secret_sha256, created_at, revoked_at) VALUES ($1, 'old', $2, now(), NULL)")
+            .bind(id)
+            .bind(&hash)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+}
+
 /// The recorded checksum of 0002 is the SHA-384 of the file as it is now.
 async fn checksum_of_version_2_is_current(fresh: &Fresh) {
     use sha2::Digest as _;
@@ -126,6 +149,17 @@ macro_rules! conformance_suite {
                 fresh.store.migrate().await.unwrap();
                 assert!(fresh.store.is_migrated().await.unwrap());
                 super::checksum_of_version_2_is_current(&fresh).await;
+            }
+
+            #[tokio::test]
+            async fn a_key_issued_before_scopes_keeps_read_write_and_run() {
+                let fresh = $open().await;
+                fresh.store.migrate().await.unwrap();
+                super::insert_key_as_before_scopes(&fresh, "0123456789ab").await;
+                let found = fresh.store.find_key("0123456789ab").await.unwrap().unwrap();
+                assert_eq!(found.scopes, writ_core::keys::Scopes::LEGACY);
+                assert_eq!(found.scopes.to_string(), "read,write,run");
+                assert_eq!(fresh.store.list_keys().await.unwrap(), vec![found]);
             }
 
             #[tokio::test]
@@ -216,6 +250,7 @@ fn new_request(caller: Option<&str>, idempotency_key: Option<&str>) -> NewReques
         received_at: now(),
         route: "POST /write_codebase".into(),
         caller: caller.map(Into::into),
+        scope: caller.map(|_| writ_core::keys::Scope::Write),
         idempotency_key: idempotency_key.map(Into::into),
         body_sha256: Some("ab".repeat(32)),
     }
@@ -345,6 +380,7 @@ async fn a_request_round_trips_through_insert_finish_and_get(store: &dyn AuditSt
     assert_eq!(running.received_at, req.received_at);
     assert_eq!(running.route, req.route);
     assert_eq!(running.caller, req.caller);
+    assert_eq!(running.scope, Some(writ_core::keys::Scope::Write));
     assert_eq!(running.idempotency_key, req.idempotency_key);
     assert_eq!(running.body_sha256, req.body_sha256);
     assert_eq!(running.status, RequestStatus::Running);
@@ -1399,6 +1435,7 @@ fn key_record(id: &str, name: &str, at: DateTime<Utc>) -> writ_core::keys::ApiKe
         // Microseconds: what both backends keep.
         created_at: DateTime::from_timestamp_micros(at.timestamp_micros()).unwrap(),
         revoked_at: None,
+        scopes: writ_core::keys::Scopes::of(&[writ_core::keys::Scope::Read]),
     }
 }
 

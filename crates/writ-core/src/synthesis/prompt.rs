@@ -11,6 +11,8 @@ use crate::synthesis::batch::{Batch, FileSpec};
 
 /// Longest current content shown to a model for an update; past it the file is cut with a note.
 const MAX_CURRENT_CHARS: usize = 60_000;
+/// Longest content of another batch file shown with a repair request.
+const MAX_NEIGHBOUR_CHARS: usize = 12_000;
 
 pub const CANDIDATE_SYSTEM: &str = "You are a senior software engineer who writes complete, working source files. \
 Answer with the entire content of the requested file in exactly one fenced code block tagged with its language. \
@@ -119,6 +121,7 @@ pub fn repair_messages(
     code: &str,
     language: Language,
     failure: Option<&crate::audit::ValidationRecord>,
+    neighbours: &[(String, String)],
 ) -> Vec<ChatMessage> {
     let mut messages = original.to_vec();
     messages.push(ChatMessage::assistant(fence(code, language)));
@@ -137,6 +140,20 @@ pub fn repair_messages(
             p.push_str(&fence(&f.output_tail, Language::Other));
         }
         None => p.push_str("The checks could not be run on it.\n"),
+    }
+    if !neighbours.is_empty() {
+        p.push_str(
+            "\nIt was checked together with these other files of the batch, as they stood then. \
+             The failure may come from one of them rather than from yours; keep your file correct \
+             against its description either way.\n",
+        );
+        for (path, code) in neighbours {
+            p.push_str(&format!("### {}\n", quote(path)));
+            p.push_str(&fence(
+                crate::content::truncate_chars(code, MAX_NEIGHBOUR_CHARS).0,
+                Language::from_path(path),
+            ));
+        }
     }
     let tag = language.fence_tags().first().copied().unwrap_or("");
     p.push_str(&format!(

@@ -19,6 +19,8 @@ use crate::synthesis::run::Synthesizer;
 pub struct Submission {
     pub request_id: Uuid,
     pub caller: Option<String>,
+    /// The key's scope that allowed the batch, when auth is on.
+    pub scope: Option<crate::keys::Scope>,
     pub idempotency_key: Option<String>,
     /// SHA-256 of the request body as received.
     pub body_sha256: String,
@@ -67,6 +69,7 @@ impl Synthesizer {
             received_at: chrono::Utc::now(),
             route: "POST /write_codebase".to_string(),
             caller: sub.caller.clone(),
+            scope: sub.scope,
             idempotency_key: sub.idempotency_key.clone(),
             body_sha256: Some(sub.body_sha256.clone()),
         };

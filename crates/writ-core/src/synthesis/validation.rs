@@ -5,13 +5,16 @@
 //! staged in a scratch copy of `REPO_DIR` with the batch's other files at their current best
 //! choice (so tests that import several new files work) and the commands run in the sandbox
 //! ([`crate::execution::Runner`]); a candidate passes when every command exits 0 in time. Files
-//! validated before another file's best choice changed are tried once more.
+//! validated before another file's best choice changed are tried once more, and files that still
+//! have no passer are tried together — combinations of their candidates, each model's own files
+//! first — since a test that imports several new files passes only when all of them are right.
 //!
 //! Then, per file: several distinct passers → the arbiter judges only among them
 //! (`validated_arbiter`); one → taken without an arbiter call (`validated`); none → repair
 //! rounds: each model that answered gets its own candidate back with the failing command's
-//! output (a bounded tail) and is asked for the corrected whole file; the new candidates are
-//! checked and validated (`repaired`). Still none: the file fails with `validation_failed`
+//! output (a bounded tail) and the other files it was checked with, and is asked for the
+//! corrected whole file; every failing file is repaired in a round, then the new candidates are
+//! checked and validated, alone and together (`repaired`). Still none: the file fails with `validation_failed`
 //! (`on_fail: "refuse"`) or the usual selection writes the best unvalidated candidate, marked as
 //! not passing (`"write_best"`).
 
@@ -34,6 +37,9 @@ use crate::synthesis::selection::{Chosen, Content, Viable, distinct_viable};
 
 /// Bytes of a failing command's output kept in the record and shown to a model for repair.
 pub const OUTPUT_TAIL_BYTES: usize = 4_000;
+/// Most combinations of several files' candidates tried together in one round (three files of
+/// four candidates each is 64).
+pub const MAX_COMBINATIONS: usize = 64;
 
 /// One candidate under validation.
 struct Trial {
@@ -166,25 +172,42 @@ impl Synthesizer {
             }
         }
 
-        // Repair rounds for files with no passer.
-        for i in 0..files.len() {
-            for round in 1..=validation.repair_rounds {
-                if !files[i].passers().is_empty() || files[i].trials.is_empty() {
-                    break;
-                }
+        // Files whose test needs several of the batch's new files right at once: no single
+        // candidate can pass against wrong neighbours, so try the failing files' candidates
+        // together.
+        self.search_combinations(runner.as_ref(), validation, &mut files, 0, sink)
+            .await;
+
+        // Repair rounds: every file still without a passer gets its models' candidates back with
+        // the failure, then the new candidates are tried alone and together.
+        for round in 1..=validation.repair_rounds {
+            let failing: Vec<usize> = (0..files.len())
+                .filter(|&i| files[i].passers().is_empty() && !files[i].trials.is_empty())
+                .collect();
+            if failing.is_empty() {
+                break;
+            }
+            let mut any_added = false;
+            for &i in &failing {
                 let started = Instant::now();
-                let added = self.repair_round(&mut files[i], round, sink).await;
+                let added = self.repair_round(&mut files, i, round, sink).await;
                 clocks[files[i].file.index].add(started.elapsed());
                 files[i].rounds = round;
                 if added.is_empty() {
-                    break;
+                    continue;
                 }
+                any_added = true;
                 self.validate_trials(runner.as_ref(), validation, &mut files, i, &added, sink)
                     .await;
                 if let Some(&first) = files[i].passers().first() {
                     files[i].best = Some(first);
                 }
             }
+            if !any_added {
+                break;
+            }
+            self.search_combinations(runner.as_ref(), validation, &mut files, round, sink)
+                .await;
         }
 
         let mut chosen: Vec<Option<Produced>> = Vec::with_capacity(files.len());
@@ -265,14 +288,115 @@ impl Synthesizer {
         }
     }
 
+    /// Tries the candidates of the files that have no passer together, with every other file at
+    /// its best choice: the first combination (each model's own files first, then in order) whose
+    /// checks pass becomes those files' choice. Only candidates of `round` take part (all of a
+    /// file's, for round 0), and at most [`MAX_COMBINATIONS`] combinations run.
+    async fn search_combinations(
+        &self,
+        runner: &dyn Runner,
+        validation: &Validation,
+        files: &mut [FileTrials<'_>],
+        round: u32,
+        sink: &dyn ProgressSink,
+    ) {
+        let failing: Vec<usize> = (0..files.len())
+            .filter(|&i| files[i].passers().is_empty() && !files[i].trials.is_empty())
+            .collect();
+        // One file alone was already tried against every neighbour choice it can get.
+        if failing.len() < 2 {
+            return;
+        }
+        let options: Vec<Vec<usize>> = failing
+            .iter()
+            .map(|&i| {
+                (0..files[i].trials.len())
+                    .filter(|&t| files[i].trials[t].round == round)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        if options.iter().any(Vec::is_empty) {
+            return;
+        }
+        let combos = combinations(&options, MAX_COMBINATIONS, |k, t| {
+            files[failing[k]].trials[t].model.clone()
+        });
+        let fixed: Vec<(SandboxPath, Vec<u8>)> = files
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| !failing.contains(j))
+            .filter_map(|(_, f)| {
+                f.best_code()
+                    .map(|code| (f.file.path.clone(), code.as_bytes().to_vec()))
+            })
+            .collect();
+        for &i in &failing {
+            sink.emit(Event::ValidationStarted {
+                file: files[i].file.path.to_string(),
+                candidates: combos.len(),
+            });
+        }
+        let runs = combos.iter().map(|combo| {
+            let mut staged = fixed.clone();
+            for (k, &t) in combo.iter().enumerate() {
+                let f = &files[failing[k]];
+                staged.push((f.file.path.clone(), f.trials[t].code.as_bytes().to_vec()));
+            }
+            async move {
+                runner
+                    .run(&staged, &validation.commands, validation.timeout)
+                    .await
+            }
+        });
+        let outcomes = join_all(runs).await;
+        let Some((combo, outcome)) = combos
+            .iter()
+            .zip(outcomes)
+            .map(|(c, o)| (c, to_record(validation, o)))
+            .find(|(_, o)| o.passed)
+        else {
+            return;
+        };
+        for (k, &t) in combo.iter().enumerate() {
+            let f = &mut files[failing[k]];
+            sink.emit(Event::ValidationFinished {
+                file: f.file.path.to_string(),
+                model: f.trials[t].model.clone(),
+                round: f.trials[t].round,
+                passed: true,
+                exit_code: outcome.exit_code,
+                duration_ms: outcome.duration_ms,
+            });
+            let r = f.trials[t].record;
+            if let Some(rec) = f.records.get_mut(r) {
+                rec.validation = Some(outcome.clone());
+            }
+            f.trials[t].outcome = Some(outcome.clone());
+            f.best = Some(t);
+        }
+    }
+
     /// Sends each model's latest failing candidate back with its failure; returns the indexes of
     /// the new trials.
     async fn repair_round(
         &self,
-        f: &mut FileTrials<'_>,
+        files: &mut [FileTrials<'_>],
+        i: usize,
         round: u32,
         sink: &dyn ProgressSink,
     ) -> Vec<usize> {
+        // The other files of the batch as they stood in this file's checks: the failure may be
+        // theirs, and the model must know what it was tested with.
+        let neighbours: Vec<(String, String)> = files
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .filter_map(|(_, o)| {
+                o.best_code()
+                    .map(|code| (o.file.path.to_string(), code.to_string()))
+            })
+            .collect();
+        let f = &mut files[i];
         // The latest trial of each model that answered.
         let mut latest: Vec<usize> = Vec::new();
         for (i, t) in f.trials.iter().enumerate() {
@@ -294,6 +418,7 @@ impl Synthesizer {
                 &t.code,
                 f.generated.language,
                 outcome.as_ref(),
+                &neighbours,
             );
             let model = t.model.clone();
             let language = f.generated.language;
@@ -462,6 +587,40 @@ impl Synthesizer {
             }
         }
     }
+}
+
+/// The cartesian product of `options` (one list of trial indexes per file), at most `max`
+/// combinations: those where every file's candidate comes from one model first (a model's files
+/// are written to fit each other), then the rest in order.
+fn combinations(
+    options: &[Vec<usize>],
+    max: usize,
+    model_of: impl Fn(usize, usize) -> String,
+) -> Vec<Vec<usize>> {
+    let mut all: Vec<Vec<usize>> = vec![Vec::new()];
+    for opts in options {
+        let mut next = Vec::new();
+        for prefix in &all {
+            for &t in opts {
+                let mut c = prefix.clone();
+                c.push(t);
+                next.push(c);
+            }
+        }
+        all = next;
+        // The product grows fast; past a few times the bound, ordering cannot save it.
+        if all.len() > max.saturating_mul(64) {
+            all.truncate(max.saturating_mul(64));
+        }
+    }
+    let same_model = |c: &Vec<usize>| {
+        let first = model_of(0, c[0]);
+        c.iter().enumerate().all(|(k, &t)| model_of(k, t) == first)
+    };
+    let (mut together, rest): (Vec<_>, Vec<_>) = all.into_iter().partition(same_model);
+    together.extend(rest);
+    together.truncate(max);
+    together
 }
 
 fn records_of(g: &Generated) -> Vec<CandidateRecord> {

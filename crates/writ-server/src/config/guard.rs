@@ -3,13 +3,27 @@
 
 use std::time::Duration;
 
+use writ_core::keys::Scopes;
+
 use super::ConfigError;
+
+/// One `WRIT_API_KEYS` entry: a key admitted by configuration rather than by the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfiguredKey {
+    pub id: String,
+    /// Lower-case hex SHA-256 of the key's secret.
+    pub secret_sha256: String,
+    /// From `id:sha256hex:read+write`; an entry without scopes keeps what every key could do
+    /// before scopes existed ([`Scopes::LEGACY`]), so a configuration that worked still works.
+    pub scopes: Scopes,
+}
 
 /// Access and limits, read with the rest of [`crate::Settings`].
 #[derive(Debug, Clone)]
 pub struct GuardSettings {
-    /// `WRIT_API_KEYS`: `id:sha256hex` entries (see `writ keys hash`); the hashes, never keys.
-    pub api_keys: Vec<(String, String)>,
+    /// `WRIT_API_KEYS`: `id:sha256hex[:scopes]` entries (see `writ keys hash`); the hashes,
+    /// never keys.
+    pub api_keys: Vec<ConfiguredKey>,
     /// `writ serve --insecure`: serve on a non-loopback address without keys.
     pub insecure: bool,
     /// `WRIT_RATE_LIMIT_PER_MIN`: requests per minute per key (0: no limit).
@@ -63,9 +77,10 @@ impl GuardSettings {
     }
 }
 
-/// `id:sha256hex,id:sha256hex`. A malformed entry is refused naming the variable and the entry's
-/// position, never its text (it might be a key pasted by mistake).
-pub fn parse_api_keys(raw: &str) -> Result<Vec<(String, String)>, ConfigError> {
+/// `id:sha256hex[:scopes],…`, the scopes joined by `+` (`read+write`). A malformed entry is
+/// refused naming the variable and the entry's position, never its text (it might be a key
+/// pasted by mistake).
+pub fn parse_api_keys(raw: &str) -> Result<Vec<ConfiguredKey>, ConfigError> {
     let mut keys = Vec::new();
     for (i, entry) in raw
         .split(',')
@@ -73,22 +88,36 @@ pub fn parse_api_keys(raw: &str) -> Result<Vec<(String, String)>, ConfigError> {
         .filter(|e| !e.is_empty())
         .enumerate()
     {
-        let ok = entry.split_once(':').filter(|(id, hash)| {
-            !id.is_empty()
-                && id.bytes().all(|b| b.is_ascii_hexdigit())
-                && hash.len() == 64
-                && hash.bytes().all(|b| b.is_ascii_hexdigit())
-        });
-        let Some((id, hash)) = ok else {
+        let mut parts = entry.splitn(3, ':');
+        let (id, hash) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let well_formed = !id.is_empty()
+            && id.bytes().all(|b| b.is_ascii_hexdigit())
+            && hash.len() == 64
+            && hash.bytes().all(|b| b.is_ascii_hexdigit());
+        if !well_formed {
             return Err(ConfigError::Invalid {
                 name: "WRIT_API_KEYS",
                 message: format!(
-                    "entry {} is not `id:sha256hex` (make one with `writ keys hash`, which reads a key on stdin)",
+                    "entry {} is not `id:sha256hex` or `id:sha256hex:scopes` (make one with `writ keys hash`, which reads a key on stdin)",
                     i + 1
                 ),
             });
+        }
+        let scopes = match parts.next() {
+            None => Scopes::LEGACY,
+            Some(list) => Scopes::parse_list(list, '+').map_err(|e| ConfigError::Invalid {
+                name: "WRIT_API_KEYS",
+                message: format!(
+                    "entry {}: {e}; write scopes as `id:sha256hex:read+write`",
+                    i + 1
+                ),
+            })?,
         };
-        keys.push((id.to_ascii_lowercase(), hash.to_ascii_lowercase()));
+        keys.push(ConfiguredKey {
+            id: id.to_ascii_lowercase(),
+            secret_sha256: hash.to_ascii_lowercase(),
+            scopes,
+        });
     }
     Ok(keys)
 }
@@ -96,6 +125,7 @@ pub fn parse_api_keys(raw: &str) -> Result<Vec<(String, String)>, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use writ_core::keys::Scope;
 
     #[test]
     fn a_malformed_api_keys_entry_names_the_variable_but_not_the_entry() {
@@ -104,6 +134,28 @@ mod tests {
         assert!(!e.to_string().contains("secret"));
         let hash = "a".repeat(64);
         let ok = parse_api_keys(&format!(" 0A1b:{hash} ,")).unwrap();
-        assert_eq!(ok, vec![("0a1b".to_string(), hash)]);
+        assert_eq!(
+            ok,
+            vec![ConfiguredKey {
+                id: "0a1b".into(),
+                secret_sha256: hash,
+                scopes: Scopes::LEGACY,
+            }]
+        );
+    }
+
+    #[test]
+    fn an_entry_may_carry_scopes_and_an_unknown_scope_is_named() {
+        let hash = "b".repeat(64);
+        let keys = parse_api_keys(&format!("aa:{hash}:read, bb:{hash}:Run+read")).unwrap();
+        assert_eq!(keys[0].scopes, Scopes::of(&[Scope::Read]));
+        assert_eq!(keys[1].scopes, Scopes::of(&[Scope::Read, Scope::Run]));
+        let e = parse_api_keys(&format!("aa:{hash}, bb:{hash}:read+sudo")).unwrap_err();
+        assert!(e.to_string().contains("entry 2"), "{e}");
+        assert!(e.to_string().contains("'sudo'"), "{e}");
+        assert!(
+            parse_api_keys(&format!("aa:{hash}:")).is_err(),
+            "empty scopes"
+        );
     }
 }

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use guard::{GuardSettings, parse_api_keys};
+pub use guard::{ConfiguredKey, GuardSettings, parse_api_keys};
 pub use local::LocalSettings;
 pub use models::ModelSettings;
 pub use run::RunSettings;

@@ -17,6 +17,7 @@ use writ_core::audit::OperationKind;
 use writ_core::content::{invalid_utf8_sequences, numbered_preview, sha256_hex, truncate_chars};
 use writ_core::direct;
 use writ_core::files::{WriteMode, WriteSpec};
+use writ_core::keys::Scope;
 use writ_core::workspace::DirEntry;
 
 use crate::error::{ApiError, path_error, workspace_error, write_error};
@@ -273,7 +274,7 @@ pub struct WriteAnswer {
 pub async fn put_file(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    caller: Option<axum::Extension<crate::auth::Caller>>,
+    who: crate::auth::AuditedCaller,
     Path(raw): Path<String>,
     ApiQuery(params): ApiQuery<WriteParams>,
     headers: HeaderMap,
@@ -281,13 +282,13 @@ pub async fn put_file(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;
     let expected_sha256 = parse_if_match(&headers)?;
-    let caller = caller.map(|axum::Extension(c)| c.0);
     let written = write(
         state,
         DirectWrite {
             route: "PUT /files/{path}",
             request_id,
-            caller,
+            caller: who.caller,
+            scope: who.scope,
             path: raw,
             params,
             expected_sha256,
@@ -312,6 +313,8 @@ pub struct DirectWrite {
     pub route: &'static str,
     pub request_id: Uuid,
     pub caller: Option<String>,
+    /// The key's scope that allowed the write, when auth is on.
+    pub scope: Option<Scope>,
     pub path: String,
     pub params: WriteParams,
     pub expected_sha256: Option<String>,
@@ -330,6 +333,7 @@ pub async fn write(state: AppState, w: DirectWrite) -> Result<Written, ApiError>
         route,
         request_id,
         caller,
+        scope,
         path: raw,
         params,
         expected_sha256,
@@ -367,8 +371,9 @@ pub async fn write(state: AppState, w: DirectWrite) -> Result<Written, ApiError>
     };
     // Run the recorded write in its own task: a client hanging up must not cancel it half-way
     // between the audit record and the file.
-    let task =
-        tokio::spawn(async move { write_recorded(state, route, request_id, caller, spec).await });
+    let task = tokio::spawn(async move {
+        write_recorded(state, route, request_id, (caller, scope), spec).await
+    });
     task.await.map_err(ApiError::internal)?
 }
 
@@ -376,13 +381,14 @@ async fn write_recorded(
     state: AppState,
     route: &'static str,
     request_id: Uuid,
-    caller: Option<String>,
+    (caller, scope): (Option<String>, Option<Scope>),
     spec: WriteSpec,
 ) -> Result<Written, ApiError> {
     let path = spec.path.clone();
     let write = direct::DirectWrite {
         request_id,
         caller,
+        scope,
         route: route.to_string(),
         spec,
     };

@@ -1,5 +1,10 @@
 //! The route table. Every route is listed once in [`api_routes`]; the router is built from it
 //! and the OpenAPI test walks the same list, so a route cannot be added without the spec noticing.
+//!
+//! One module per resource: [`synthesis`] (`POST /write_codebase`), [`files`] (the direct file
+//! routes), [`run`] (`POST /run`), [`jobs`] (jobs and their event stream), [`operations`] (the
+//! audit log), [`tools`] (function-calling declarations and dispatch), [`service`] (health,
+//! readiness, metrics, the spec, the dashboard).
 
 pub mod files;
 pub mod jobs;
@@ -10,16 +15,49 @@ pub mod synthesis;
 pub mod tools;
 pub mod write_sessions;
 
+use std::sync::LazyLock;
+
 use axum::Router;
 use axum::routing::{MethodRouter, get};
+use writ_core::keys::Scope;
 
 use crate::state::AppState;
 
-/// One route: method, axum path, handler.
+/// One route: method, axum path, what a key needs to call it, handler.
 pub struct Route {
     pub method: &'static str,
     pub path: &'static str,
+    pub access: Access,
     pub handler: MethodRouter<AppState>,
+}
+
+/// What a caller's key must hold for a route (checked by [`crate::auth::require_key`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// No key at all: the probes and the dashboard's page ([`crate::auth::OPEN_PATHS`]).
+    Open,
+    /// A valid key with this scope.
+    Scope(Scope),
+    /// A valid key; the tool dispatcher then requires the scope of the tool called.
+    PerTool,
+}
+
+/// `(method, path, access)` of every route, for the auth layer's look-up.
+static ACCESS: LazyLock<Vec<(&'static str, &'static str, Access)>> = LazyLock::new(|| {
+    api_routes()
+        .into_iter()
+        .map(|r| (r.method, r.path, r.access))
+        .collect()
+});
+
+/// The access a route requires, by method and matched axum path; `None` when no route has that
+/// method on that path (axum then answers 404 or 405). `HEAD` is served by the `GET` route.
+pub fn access_of(method: &str, path: &str) -> Option<Access> {
+    let method = if method == "HEAD" { "GET" } else { method };
+    ACCESS
+        .iter()
+        .find(|(m, p, _)| *m == method && *p == path)
+        .map(|(_, _, access)| *access)
 }
 
 impl Route {
@@ -35,111 +73,133 @@ pub fn api_routes() -> Vec<Route> {
         Route {
             method: "GET",
             path: "/",
+            access: Access::Open,
             handler: get(service::dashboard),
         },
         Route {
             method: "GET",
             path: "/healthz",
+            access: Access::Open,
             handler: get(service::healthz),
         },
         Route {
             method: "GET",
             path: "/readyz",
+            access: Access::Open,
             handler: get(service::readyz),
         },
         Route {
             method: "GET",
             path: "/metrics",
+            access: Access::Scope(Scope::Read),
             handler: get(service::metrics),
         },
         Route {
             method: "GET",
             path: "/openapi.yaml",
+            access: Access::Scope(Scope::Read),
             handler: get(service::openapi),
         },
         Route {
             method: "GET",
             path: "/files",
+            access: Access::Scope(Scope::Read),
             handler: get(files::list_files),
         },
         Route {
             method: "GET",
             path: "/files/{*path}",
+            access: Access::Scope(Scope::Read),
             handler: get(files::read_file),
         },
         Route {
             method: "PUT",
             path: "/files/{*path}",
+            access: Access::Scope(Scope::Write),
             handler: put(files::put_file),
         },
         Route {
             method: "POST",
             path: "/write_codebase",
+            access: Access::Scope(Scope::Write),
             handler: post(synthesis::write_codebase),
         },
         Route {
             method: "POST",
             path: "/run",
+            access: Access::Scope(Scope::Run),
             handler: post(run::run_command),
         },
         Route {
             method: "POST",
             path: "/write_sessions",
+            access: Access::Scope(Scope::Write),
             handler: post(write_sessions::begin_session),
         },
         Route {
             method: "GET",
             path: "/write_sessions/{id}",
+            access: Access::Scope(Scope::Read),
             handler: get(write_sessions::get_session),
         },
         Route {
             method: "POST",
             path: "/write_sessions/{id}/content",
+            access: Access::Scope(Scope::Write),
             handler: post(write_sessions::append_content),
         },
         Route {
             method: "POST",
             path: "/write_sessions/{id}/finish",
+            access: Access::Scope(Scope::Write),
             handler: post(write_sessions::finish_session),
         },
         Route {
             method: "POST",
             path: "/write_sessions/{id}/corrections",
+            access: Access::Scope(Scope::Write),
             handler: post(write_sessions::correct_session),
         },
         Route {
             method: "GET",
             path: "/jobs",
+            access: Access::Scope(Scope::Read),
             handler: get(jobs::list_jobs),
         },
         Route {
             method: "GET",
             path: "/jobs/{id}",
+            access: Access::Scope(Scope::Read),
             handler: get(jobs::get_job),
         },
         Route {
             method: "GET",
             path: "/jobs/{id}/events",
+            access: Access::Scope(Scope::Read),
             handler: get(jobs::job_events),
         },
         Route {
             method: "GET",
             path: "/operations",
+            access: Access::Scope(Scope::Read),
             handler: get(operations::list_operations),
         },
         Route {
             method: "GET",
             path: "/operations/{id}",
+            access: Access::Scope(Scope::Read),
             handler: get(operations::get_operation),
         },
         Route {
             method: "GET",
             path: "/tools",
+            access: Access::Scope(Scope::Read),
             handler: get(tools::list_tools),
         },
         Route {
             method: "POST",
             path: "/tools/call",
+            access: Access::PerTool,
             handler: post(tools::call_tool),
         },
         // MCP's streamable HTTP transport: POST carries messages, GET opens the server's
@@ -147,16 +207,19 @@ pub fn api_routes() -> Vec<Route> {
         Route {
             method: "POST",
             path: "/mcp",
+            access: Access::PerTool,
             handler: post(crate::tools::mcp::serve_http),
         },
         Route {
             method: "GET",
             path: "/mcp",
+            access: Access::PerTool,
             handler: get(crate::tools::mcp::serve_http),
         },
         Route {
             method: "DELETE",
             path: "/mcp",
+            access: Access::PerTool,
             handler: delete(crate::tools::mcp::serve_http),
         },
     ]

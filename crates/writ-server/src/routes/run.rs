@@ -43,7 +43,7 @@ pub struct RunRequest {
 pub async fn run_command(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    caller: Option<axum::Extension<crate::auth::Caller>>,
+    who: crate::auth::AuditedCaller,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;
@@ -53,7 +53,8 @@ pub async fn run_command(
         RunCall {
             route: "POST /run",
             request_id,
-            caller: caller.map(|axum::Extension(c)| c.0),
+            caller: who.caller,
+            scope: who.scope,
             body_sha256: sha256_hex(&body),
             request: req,
         },
@@ -68,6 +69,8 @@ pub struct RunCall {
     pub route: &'static str,
     pub request_id: Uuid,
     pub caller: Option<String>,
+    /// The key's scope that allowed the run, when auth is on.
+    pub scope: Option<writ_core::keys::Scope>,
     /// SHA-256 of the request as the caller sent it.
     pub body_sha256: String,
     pub request: RunRequest,
@@ -79,6 +82,7 @@ pub async fn execute(state: AppState, call: RunCall) -> Result<RunOutcome, ApiEr
         route,
         request_id,
         caller,
+        scope,
         body_sha256,
         request: req,
     } = call;
@@ -127,6 +131,7 @@ pub async fn execute(state: AppState, call: RunCall) -> Result<RunOutcome, ApiEr
             received_at: Utc::now(),
             route: route.to_string(),
             caller,
+            scope,
             idempotency_key: None,
             body_sha256: Some(body_sha256),
         })

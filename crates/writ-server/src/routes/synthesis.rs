@@ -29,6 +29,7 @@ pub async fn write_codebase(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     caller: Option<axum::Extension<crate::auth::Caller>>,
+    grant: Option<axum::Extension<crate::auth::Grant>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -39,6 +40,8 @@ pub async fn write_codebase(
         BatchCall {
             request_id,
             caller: caller.map(|axum::Extension(c)| c.0),
+            scopes: grant.as_ref().map(|axum::Extension(g)| g.scopes),
+            scope: grant.and_then(|axum::Extension(g)| g.scope),
             idempotency_key: idempotency_key(&headers)?,
             prefer_async: prefers_async(&headers),
             body: &body,
@@ -73,6 +76,11 @@ pub async fn write_codebase(
 pub struct BatchCall<'a> {
     pub request_id: uuid::Uuid,
     pub caller: Option<String>,
+    /// Every scope the key holds, when auth is on: `options.validation` runs commands, which
+    /// needs `run` beside `write`.
+    pub scopes: Option<writ_core::keys::Scopes>,
+    /// The key's scope that allowed the batch, when auth is on.
+    pub scope: Option<writ_core::keys::Scope>,
     pub idempotency_key: Option<String>,
     /// `Prefer: respond-async`; `options.async` in the body means the same.
     pub prefer_async: bool,
@@ -111,10 +119,21 @@ pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun, ApiEr
     if let Some(problem) = state.settings.models.problem_for(batch.options().models()) {
         return Err(unavailable(&problem));
     }
+    // Validation runs the server's commands on the caller's behalf: the same scope as POST /run.
+    if batch.options().validation().is_some()
+        && let Some(held) = call.scopes
+        && !held.contains(writ_core::keys::Scope::Run)
+    {
+        return Err(
+            crate::auth::insufficient_scope(writ_core::keys::Scope::Run, held)
+                .with_field("options.validation"),
+        );
+    }
 
     let submission = Submission {
         request_id: call.request_id,
         caller: call.caller,
+        scope: call.scope,
         idempotency_key: call.idempotency_key,
         body_sha256: sha256_hex(call.body),
         batch,

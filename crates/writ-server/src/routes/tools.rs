@@ -72,9 +72,14 @@ pub async fn call_tool(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     caller: Option<axum::Extension<Caller>>,
+    grant: Option<axum::Extension<crate::auth::Grant>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let ctx = CallContext::new(request_id, caller.map(|axum::Extension(c)| c.0));
+    let ctx = CallContext::from_request(
+        request_id,
+        caller.map(|axum::Extension(c)| c),
+        grant.map(|axum::Extension(g)| g),
+    );
     match run(&state, ctx, body).await {
         Ok(out) => Json(json!({"content": out.content, "result": out.result})).into_response(),
         Err(e) => {

@@ -66,10 +66,11 @@ pub async fn run(
         .map_err(session_error)
 }
 
-fn who(request_id: Uuid, caller: Option<axum::Extension<crate::auth::Caller>>) -> SessionCaller {
+fn who(request_id: Uuid, audited: crate::auth::AuditedCaller) -> SessionCaller {
     SessionCaller {
         request_id,
-        caller: caller.map(|axum::Extension(c)| c.0),
+        caller: audited.caller,
+        scope: audited.scope,
     }
 }
 
@@ -77,7 +78,7 @@ fn who(request_id: Uuid, caller: Option<axum::Extension<crate::auth::Caller>>) -
 pub async fn begin_session(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    caller: Option<axum::Extension<crate::auth::Caller>>,
+    caller: crate::auth::AuditedCaller,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;
@@ -96,7 +97,7 @@ pub async fn begin_session(
 pub async fn get_session(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    caller: Option<axum::Extension<crate::auth::Caller>>,
+    caller: crate::auth::AuditedCaller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let view = run(&state, who(request_id, caller), Some(id), SessionCall::Get).await?;
@@ -107,7 +108,7 @@ pub async fn get_session(
 pub async fn append_content(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    caller: Option<axum::Extension<crate::auth::Caller>>,
+    caller: crate::auth::AuditedCaller,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -126,7 +127,7 @@ pub async fn append_content(
 pub async fn finish_session(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    caller: Option<axum::Extension<crate::auth::Caller>>,
+    caller: crate::auth::AuditedCaller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let view = run(
@@ -143,7 +144,7 @@ pub async fn finish_session(
 pub async fn correct_session(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    caller: Option<axum::Extension<crate::auth::Caller>>,
+    caller: crate::auth::AuditedCaller,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {

@@ -29,6 +29,8 @@ pub async fn write_codebase(
         synthesis::BatchCall {
             request_id: ctx.request_id,
             caller: ctx.caller.clone(),
+            scopes: ctx.scopes,
+            scope: ctx.scope,
             idempotency_key: None,
             prefer_async: false,
             body: &body,
@@ -287,6 +289,7 @@ pub async fn write_file(
             route: "tool write_file",
             request_id: ctx.request_id,
             caller: ctx.caller,
+            scope: ctx.scope,
             path: args.path,
             params: files::WriteParams {
                 mode: args.mode,
@@ -424,6 +427,7 @@ fn session_caller(ctx: &CallContext) -> SessionCaller {
     SessionCaller {
         request_id: ctx.request_id,
         caller: ctx.caller.clone(),
+        scope: ctx.scope,
     }
 }
 
@@ -503,6 +507,7 @@ pub async fn run(
             route: "tool run",
             request_id: ctx.request_id,
             caller: ctx.caller,
+            scope: ctx.scope,
             body_sha256,
             request: args,
         },

@@ -23,7 +23,7 @@ use tower::ServiceExt as _;
 use uuid::Uuid;
 
 use super::{CallContext, Progress};
-use crate::auth::Caller;
+use crate::auth::{Caller, Grant};
 use crate::state::AppState;
 use crate::telemetry::RequestId;
 
@@ -92,10 +92,9 @@ impl ServerHandler for WritMcp {
             .and_then(|p| p.extensions.get::<RequestId>())
             .map(|r| r.0)
             .unwrap_or_else(Uuid::now_v7);
-        let caller = parts
-            .and_then(|p| p.extensions.get::<Caller>())
-            .map(|c| c.0.clone());
-        let mut ctx = CallContext::new(request_id, caller);
+        let caller = parts.and_then(|p| p.extensions.get::<Caller>()).cloned();
+        let grant = parts.and_then(|p| p.extensions.get::<Grant>()).copied();
+        let mut ctx = CallContext::from_request(request_id, caller, grant);
         ctx.cancelled = context.ct.clone();
         if let Some(token) = context.meta.get_progress_token() {
             ctx.progress = Some(Arc::new(McpProgress {

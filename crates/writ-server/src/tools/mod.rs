@@ -23,6 +23,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 use writ_core::files::WriteMode;
+use writ_core::keys::{Scope, Scopes};
 
 use crate::error::ApiError;
 use crate::extract::json_error;
@@ -36,6 +37,8 @@ pub struct ToolSpec {
     pub read_only: bool,
     /// Offered only when commands are configured (`WRIT_COMMANDS`).
     pub needs_commands: bool,
+    /// What the caller's key must hold to call it (checked by [`call`]).
+    pub scope: Scope,
     schema: fn() -> Value,
 }
 
@@ -61,6 +64,7 @@ pub static TOOLS: &[ToolSpec] = &[
             Takes seconds to minutes; progress is reported while it runs.",
         read_only: false,
         needs_commands: false,
+        scope: Scope::Write,
         schema: schema_of::<writ_core::synthesis::WriteCodebaseRequest>,
     },
     ToolSpec {
@@ -70,6 +74,7 @@ pub static TOOLS: &[ToolSpec] = &[
             workspace root; omit it for the root.",
         read_only: true,
         needs_commands: false,
+        scope: Scope::Read,
         schema: schema_of::<crate::routes::files::ListParams>,
     },
     ToolSpec {
@@ -81,6 +86,7 @@ pub static TOOLS: &[ToolSpec] = &[
             change you have not seen.",
         read_only: true,
         needs_commands: false,
+        scope: Scope::Read,
         schema: schema_of::<ReadFileArgs>,
     },
     ToolSpec {
@@ -92,6 +98,7 @@ pub static TOOLS: &[ToolSpec] = &[
             models write it) or a write session.",
         read_only: false,
         needs_commands: false,
+        scope: Scope::Write,
         schema: schema_of::<WriteFileArgs>,
     },
     ToolSpec {
@@ -102,6 +109,7 @@ pub static TOOLS: &[ToolSpec] = &[
             next_cursor).",
         read_only: true,
         needs_commands: false,
+        scope: Scope::Read,
         schema: schema_of::<crate::routes::operations::ListParams>,
     },
     ToolSpec {
@@ -110,6 +118,7 @@ pub static TOOLS: &[ToolSpec] = &[
             operation id from `list_operations` or from a write's answer (`operation_id`).",
         read_only: true,
         needs_commands: false,
+        scope: Scope::Read,
         schema: schema_of::<crate::routes::operations::OperationId>,
     },
     ToolSpec {
@@ -124,6 +133,7 @@ pub static TOOLS: &[ToolSpec] = &[
             with the session's id.",
         read_only: false,
         needs_commands: false,
+        scope: Scope::Write,
         schema: schema_of::<writ_core::sessions::BeginSession>,
     },
     ToolSpec {
@@ -138,6 +148,7 @@ pub static TOOLS: &[ToolSpec] = &[
             route `POST /write_sessions/{id}/content` as raw text instead of through a tool call.",
         read_only: false,
         needs_commands: false,
+        scope: Scope::Write,
         schema: schema_of::<AppendArgs>,
     },
     ToolSpec {
@@ -148,6 +159,7 @@ pub static TOOLS: &[ToolSpec] = &[
             session answers the same receipt; nothing is written twice.",
         read_only: false,
         needs_commands: false,
+        scope: Scope::Write,
         schema: schema_of::<SessionArgs>,
     },
     ToolSpec {
@@ -159,6 +171,7 @@ pub static TOOLS: &[ToolSpec] = &[
             timed out, and its output. Use it to check files you wrote.",
         read_only: false,
         needs_commands: true,
+        scope: Scope::Run,
         schema: schema_of::<crate::routes::run::RunRequest>,
     },
 ];
@@ -229,6 +242,10 @@ pub struct CallContext {
     pub request_id: Uuid,
     /// The API key id, when keys are on.
     pub caller: Option<String>,
+    /// The key's scopes, when keys are on. A caller without them may call no tool.
+    pub scopes: Option<Scopes>,
+    /// The scope that allowed the call, set by [`call`] for the audit record.
+    pub scope: Option<Scope>,
     /// Where progress goes, when the caller asked for it.
     pub progress: Option<Arc<dyn Progress>>,
     /// Cancelled when the caller gives up; work already started completes and is recorded.
@@ -236,10 +253,23 @@ pub struct CallContext {
 }
 
 impl CallContext {
+    /// `grant`: what the auth layer found on the request (`None` while keys are off).
+    pub fn from_request(
+        request_id: Uuid,
+        caller: Option<crate::auth::Caller>,
+        grant: Option<crate::auth::Grant>,
+    ) -> Self {
+        let mut ctx = Self::new(request_id, caller.map(|c| c.0));
+        ctx.scopes = grant.map(|g| g.scopes);
+        ctx
+    }
+
     pub fn new(request_id: Uuid, caller: Option<String>) -> Self {
         Self {
             request_id,
             caller,
+            scopes: None,
+            scope: None,
             progress: None,
             cancelled: CancellationToken::new(),
         }
@@ -261,13 +291,24 @@ pub struct ToolOutput {
     pub result: Value,
 }
 
-/// Runs one tool call. Errors are the HTTP API's own (same code, message and field).
+/// Runs one tool call. Errors are the HTTP API's own (same code, message and field). A caller
+/// with a key must hold the tool's scope (403 `insufficient_scope` otherwise, which MCP turns
+/// into a tool error); without keys (auth off, `writ mcp` on stdio) every tool may be called.
 pub async fn call(
     state: &AppState,
-    ctx: CallContext,
+    mut ctx: CallContext,
     name: &str,
     args: Value,
 ) -> Result<ToolOutput, ApiError> {
+    let tool = find(state, name).ok_or_else(|| unknown_tool(state, name))?;
+    if ctx.caller.is_some() {
+        // A keyed caller whose scopes were not passed on holds none: refuse rather than allow.
+        let held = ctx.scopes.unwrap_or(Scopes::EMPTY);
+        if !held.contains(tool.scope) {
+            return Err(crate::auth::insufficient_scope(tool.scope, held));
+        }
+        ctx.scope = Some(tool.scope);
+    }
     match name {
         "write_codebase" => dispatch::write_codebase(state, ctx, args).await,
         "list_files" => dispatch::list_files(state, parse(args)?).await,
@@ -280,7 +321,7 @@ pub async fn call(
             dispatch::append_to_write_session(state, ctx, parse(args)?).await
         }
         "finish_write_session" => dispatch::finish_write_session(state, ctx, parse(args)?).await,
-        "run" if state.commands.is_some() => dispatch::run(state, ctx, parse(args)?).await,
+        "run" => dispatch::run(state, ctx, parse(args)?).await,
         _ => Err(unknown_tool(state, name)),
     }
 }

@@ -1,9 +1,10 @@
-//! [`KeyStore`] for both backends: the `api_keys` table of `migrations/<backend>/0002_api_keys.sql`.
+//! [`KeyStore`] for both backends: the `api_keys` table of `migrations/<backend>/0002_api_keys.sql`
+//! and its `scopes` column (0006).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use writ_core::StoreError;
-use writ_core::keys::{ApiKeyRecord, KeyStore};
+use writ_core::keys::{ApiKeyRecord, KeyStore, Scopes};
 
 use super::{Record, Sql, SqlStore};
 use crate::dialect::Dialect;
@@ -11,7 +12,7 @@ use crate::dialect::Dialect;
 // A macro, not a const, so the statements stay static strings (never format! into SQL).
 macro_rules! key_columns {
     () => {
-        "id, name, secret_sha256, created_at, revoked_at"
+        "id, name, secret_sha256, created_at, revoked_at, scopes"
     };
 }
 
@@ -23,21 +24,29 @@ fn key_from_row<D: Dialect>(row: &D::Row) -> Result<ApiKeyRecord, StoreError> {
         secret_sha256: row.get("secret_sha256")?,
         created_at: row.time("created_at")?,
         revoked_at: row.optional_time("revoked_at")?,
+        // NULL: issued before scopes existed, and keeps what keys could do then.
+        scopes: match row.get::<Option<String>>("scopes")? {
+            None => Scopes::LEGACY,
+            Some(list) => Scopes::parse_list(&list, ',')
+                .map_err(|e| StoreError::Other(format!("column scopes: {e}")))?,
+        },
     })
 }
 
 #[async_trait]
 impl<D: Dialect> KeyStore for SqlStore<D> {
     async fn create_key(&self, key: &ApiKeyRecord) -> Result<(), StoreError> {
+        let scopes = key.scopes.to_string();
         let mut sql = Sql::new(
-            "INSERT INTO api_keys (id, name, secret_sha256, created_at, revoked_at) VALUES ",
+            "INSERT INTO api_keys (id, name, secret_sha256, created_at, revoked_at, scopes) VALUES ",
         );
         sql.tuple(|row| {
             row.bind(key.id.as_str())
                 .bind(key.name.as_str())
                 .bind(key.secret_sha256.as_str())
                 .bind_time(key.created_at)
-                .bind_time(key.revoked_at);
+                .bind_time(key.revoked_at)
+                .bind(scopes.as_str());
         });
         sql.execute(self, "insert api key").await?;
         Ok(())
