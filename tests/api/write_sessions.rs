@@ -688,3 +688,15 @@ async fn a_read_only_key_may_not_begin_a_session_and_the_write_records_its_scope
     assert_eq!(request.scope, Some(Scope::Write));
     assert!(request.caller.is_some());
 }
+
+#[tokio::test]
+async fn an_empty_chunk_is_refused_and_counts_for_nothing() {
+    let app = spawn(Backend::Sqlite, &[]).await;
+    let id = begin_ok(&app, "empty.txt", "create").await;
+    let (status, body) = send(&app, None, &id, b"").await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["field"], "body", "{body}");
+    let state = state_of(&app, &id).await;
+    assert_eq!(state["chunks"], 0, "{state}");
+    assert_eq!(state["state"], "awaiting_content", "{state}");
+}

@@ -439,6 +439,13 @@ impl Sessions<'_> {
         id: &str,
         chunk: &[u8],
     ) -> Result<SessionView, SessionError> {
+        // An empty chunk changes nothing but the count; a caller sending one has a bug to hear of.
+        if chunk.is_empty() {
+            return Err(SessionError::Invalid {
+                field: "body".into(),
+                message: "the chunk is empty: send the text to append (raw, not JSON), or finish the session".into(),
+            });
+        }
         if chunk.len() > self.settings.max_chunk_bytes {
             return Err(SessionError::TooLarge {
                 field: "body",
