@@ -92,20 +92,24 @@ async def test_write_codebase_reports_progress_while_it_runs(client_factory):
     async def on_progress(progress, total, message):
         updates.append((progress, message))
 
-    name = f"calc_{uuid.uuid4().hex[:8]}.py"
+    # Five files into a new folder, as an agent asks for a small module.
+    folder = f"calc_{uuid.uuid4().hex[:8]}"
+    names = [f"{folder}/part_{i}.py" for i in range(5)]
     async with client_factory() as client:
         result = await client.call_tool(
             "write_codebase",
             {"command": "write_codebase",
-             "files": [{"filename": name, "code_description": "a function add(a, b)"}]},
+             "files": [{"filename": n, "code_description": f"a function add_{i}(a, b)"}
+                       for i, n in enumerate(names)]},
             progress_callback=on_progress,
         )
     assert not result.is_error, _text(result)
     assert result.structured_content["status"] == "success"
-    assert _text(result).startswith("status: success (1 of 1 files succeeded)")
+    assert _text(result).startswith("status: success (5 of 5 files succeeded)")
     messages = [m for _, m in updates]
-    assert messages[0] == f"queued: {name}"
-    assert any(m.startswith(f"{name}: created (") for m in messages), messages
+    assert messages[0] == f"queued: {', '.join(names)}"
+    for name in names:
+        assert any(m.startswith(f"{name}: created (") for m in messages), messages
     assert messages[-1] == "done: success"
     numbers = [p for p, _ in updates]
     assert numbers == sorted(set(numbers)), "progress only grows"
