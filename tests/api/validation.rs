@@ -448,3 +448,36 @@ async fn files_whose_test_needs_both_right_are_found_together() {
         area_right
     );
 }
+
+/// The README's setup: a `pytest` command and a test module in the repository.
+#[tokio::test]
+async fn a_pytest_command_configured_as_the_readme_shows_picks_the_passing_file() {
+    let app = writ_tests::spawn_app_with_models_and(
+        Backend::Sqlite,
+        &[(
+            "WRIT_COMMANDS",
+            r#"{"pytest": ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "{args}"]}"#,
+        )],
+    )
+    .await;
+    std::fs::create_dir_all(app.repo_dir.join("tests")).unwrap();
+    std::fs::write(
+        app.repo_dir.join("tests/test_calc.py"),
+        "from calc import add, mul\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\ndef test_mul():\n    assert mul(4, 5) == 20\n",
+    )
+    .unwrap();
+    script(&app, [WRONG_MUL, CORRECT, WRONG_ADD]);
+    let body = batch(json!({"commands": [{"name": "pytest", "args": ["tests/test_calc.py"]}]}));
+    let (status, answer) = app.post_write_codebase(&body).await;
+    assert_eq!(status, 200, "{answer}");
+    let result = &answer["results"][0];
+    assert_eq!(result["selection"], "validated", "{answer}");
+    assert_eq!(
+        std::fs::read_to_string(app.repo_dir.join("calc.py")).unwrap(),
+        CORRECT
+    );
+    let failing = result["candidates"][0]["validation"]["output_tail"]
+        .as_str()
+        .unwrap();
+    assert!(failing.contains("failed"), "pytest's own report: {failing}");
+}
