@@ -246,7 +246,15 @@ pub async fn stragglers(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
     // policy rather than the audit store.
     let backend = plan.backends.last().copied().unwrap_or(Backend::Sqlite);
     let url = backend.fresh_url(data.path()).await;
-    let writ = Writ::start(&plan.bin_dir, fake, &url, &[]).await?;
+    // The straggler is not a configured model: a batch may name it only when it is allowed.
+    let allowed = [MODELS[0], MODELS[1], STRAGGLER, ARBITER].join(",");
+    let writ = Writ::start(
+        &plan.bin_dir,
+        fake,
+        &url,
+        &[("WRIT_ALLOWED_MODELS", allowed.as_str())],
+    )
+    .await?;
     let target = Target::new(&writ.base_url)?;
     let models = json!([MODELS[0], MODELS[1], STRAGGLER]);
     for (name, policy) in straggler_policies() {
