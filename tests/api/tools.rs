@@ -671,8 +671,18 @@ async fn a_batch_whose_mcp_caller_cancels_completes_and_is_recorded() {
         std::fs::read_to_string(app.repo_dir.join("slow.py")).unwrap(),
         "x = 1\n"
     );
-    let (_, jobs) = app.json("/jobs").await;
-    assert_eq!(jobs["jobs"][0]["status"], "done");
+    // The file is written before the job is closed (its answer is stored last): wait for that too.
+    loop {
+        let (_, jobs) = app.json("/jobs").await;
+        if jobs["jobs"][0]["status"] == "done" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the batch's job was not closed: {jobs}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     client.cancel().await.unwrap();
 }
 

@@ -163,20 +163,31 @@ async fn sigkill_mid_batch_leaves_no_torn_or_temp_file_and_every_operation_settl
         }
     });
     let mut writers = Vec::new();
+    let acknowledged = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for i in 0..24 {
         let (http, base) = (http.clone(), writ.base.clone());
+        let acknowledged = acknowledged.clone();
         writers.push(tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(15 * i)).await;
             let body = vec![b'a' + (i % 26) as u8; 1024 * 1024];
-            let _ = http
+            let sent = http
                 .put(format!("{base}/files/direct/f{i}.bin?create_dirs=true"))
                 .body(body)
                 .send()
                 .await;
+            if sent.is_ok_and(|r| r.status().is_success()) {
+                acknowledged.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
         }));
     }
-    // Kill only once the slow batch is under way (recorded as a running job), so the kill always
-    // lands mid-batch.
+    // Kill only once the slow batch is under way (recorded as a running job) and a direct write
+    // has been acknowledged, so the kill always lands mid-batch with writes racing it.
+    for _ in 0..100 {
+        if acknowledged.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     for _ in 0..100 {
         let jobs: Value = match http.get(format!("{}/jobs", writ.base)).send().await {
             Ok(r) => r.json().await.unwrap_or(Value::Null),
