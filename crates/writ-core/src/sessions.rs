@@ -166,6 +166,22 @@ pub struct SessionTransition<'a> {
     pub drop_content: bool,
 }
 
+impl<'a> SessionTransition<'a> {
+    /// A move from one of `from` to `to` now, changing nothing else.
+    pub fn new(from: &'a [SessionState], to: SessionState) -> Self {
+        SessionTransition {
+            from,
+            to,
+            at: Utc::now(),
+            receipt: None,
+            error: None,
+            count_correction: false,
+            content: None,
+            drop_content: false,
+        }
+    }
+}
+
 #[async_trait]
 pub trait SessionStore: Send + Sync {
     async fn insert_write_session(&self, session: &WriteSession) -> Result<(), StoreError>;
@@ -585,14 +601,12 @@ impl Sessions<'_> {
             .transition_write_session(
                 session.id,
                 &SessionTransition {
-                    from: &[SessionState::NeedsCorrections],
-                    to: SessionState::Finalizing,
-                    at: Utc::now(),
-                    receipt: None,
-                    error: None,
                     count_correction: true,
                     content: Some(&corrected),
-                    drop_content: false,
+                    ..SessionTransition::new(
+                        &[SessionState::NeedsCorrections],
+                        SessionState::Finalizing,
+                    )
                 },
             )
             .await?;
@@ -632,14 +646,9 @@ impl Sessions<'_> {
                 .transition_write_session(
                     session.id,
                     &SessionTransition {
-                        from: &[SessionState::Finalizing],
-                        to: SessionState::Failed,
                         at: now,
-                        receipt: None,
                         error: Some(&message),
-                        count_correction: false,
-                        content: None,
-                        drop_content: false,
+                        ..SessionTransition::new(&[SessionState::Finalizing], SessionState::Failed)
                     },
                 )
                 .await?;
@@ -698,16 +707,7 @@ impl Sessions<'_> {
             .store
             .transition_write_session(
                 id,
-                &SessionTransition {
-                    from: &[SessionState::AwaitingContent],
-                    to: SessionState::Finalizing,
-                    at: Utc::now(),
-                    receipt: None,
-                    error: None,
-                    count_correction: false,
-                    content: None,
-                    drop_content: false,
-                },
+                &SessionTransition::new(&[SessionState::AwaitingContent], SessionState::Finalizing),
             )
             .await?;
         let session = self.reload(id).await?;
@@ -727,14 +727,11 @@ impl Sessions<'_> {
                     .transition_write_session(
                         id,
                         &SessionTransition {
-                            from: &[SessionState::Finalizing],
-                            to: SessionState::Finalizing,
-                            at: Utc::now(),
-                            receipt: None,
-                            error: None,
-                            count_correction: false,
                             content: Some(&content),
-                            drop_content: false,
+                            ..SessionTransition::new(
+                                &[SessionState::Finalizing],
+                                SessionState::Finalizing,
+                            )
                         },
                     )
                     .await?;
@@ -757,16 +754,10 @@ impl Sessions<'_> {
                 self.store
                     .transition_write_session(
                         id,
-                        &SessionTransition {
-                            from: &[SessionState::Finalizing],
-                            to: SessionState::NeedsCorrections,
-                            at: Utc::now(),
-                            receipt: None,
-                            error: None,
-                            count_correction: false,
-                            content: None,
-                            drop_content: false,
-                        },
+                        &SessionTransition::new(
+                            &[SessionState::Finalizing],
+                            SessionState::NeedsCorrections,
+                        ),
                     )
                     .await?;
                 let session = self.reload(id).await?;
@@ -811,14 +802,12 @@ impl Sessions<'_> {
                     .transition_write_session(
                         id,
                         &SessionTransition {
-                            from: &[SessionState::Finalizing],
-                            to: SessionState::Done,
-                            at: Utc::now(),
                             receipt: Some(&json),
-                            error: None,
-                            count_correction: false,
-                            content: None,
                             drop_content: true,
+                            ..SessionTransition::new(
+                                &[SessionState::Finalizing],
+                                SessionState::Done,
+                            )
                         },
                     )
                     .await?;
@@ -832,14 +821,11 @@ impl Sessions<'_> {
                     .transition_write_session(
                         id,
                         &SessionTransition {
-                            from: &[SessionState::Finalizing],
-                            to: SessionState::Failed,
-                            at: Utc::now(),
-                            receipt: None,
                             error: Some(&message),
-                            count_correction: false,
-                            content: None,
-                            drop_content: false,
+                            ..SessionTransition::new(
+                                &[SessionState::Finalizing],
+                                SessionState::Failed,
+                            )
                         },
                     )
                     .await
@@ -962,14 +948,10 @@ async fn expire(
         .transition_write_session(
             session.id,
             &SessionTransition {
-                from: &SessionState::OPEN_STORED,
-                to: SessionState::Expired,
                 at: now,
-                receipt: None,
                 error: Some(&message),
-                count_correction: false,
-                content: None,
                 drop_content: true,
+                ..SessionTransition::new(&SessionState::OPEN_STORED, SessionState::Expired)
             },
         )
         .await?;

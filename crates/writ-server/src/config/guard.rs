@@ -6,6 +6,7 @@ use std::time::Duration;
 use writ_core::keys::Scopes;
 
 use super::ConfigError;
+use super::source::{parse_num, parse_positive};
 
 /// One `WRIT_API_KEYS` entry: a key admitted by configuration rather than by the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,35 +45,20 @@ pub struct GuardSettings {
 
 impl GuardSettings {
     pub fn load(get: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let num = |name: &'static str, default: u64| -> Result<u64, ConfigError> {
-            match get(name) {
-                None => Ok(default),
-                Some(v) => v.trim().parse().map_err(|_| ConfigError::Invalid {
-                    name,
-                    message: format!("'{v}' is not a whole number"),
-                }),
-            }
-        };
-        let at_least_one = |name: &'static str, default: u64| -> Result<u64, ConfigError> {
-            let v = num(name, default)?;
-            if v == 0 {
-                return Err(ConfigError::Invalid {
-                    name,
-                    message: "must be at least 1".into(),
-                });
-            }
-            Ok(v)
-        };
+        let num = |name, default| parse_num(get, name, default);
+        let at_least_one = |name, default| parse_positive(get, name, default);
         Ok(Self {
             api_keys: parse_api_keys(get("WRIT_API_KEYS").as_deref().unwrap_or(""))?,
             insecure: false,
-            rate_per_min: num("WRIT_RATE_LIMIT_PER_MIN", 600)? as u32,
-            rate_burst: at_least_one("WRIT_RATE_LIMIT_BURST", 60)? as u32,
-            max_batches_per_key: at_least_one("WRIT_MAX_BATCHES_PER_KEY", 4)? as usize,
-            max_batches_in_flight: at_least_one("WRIT_MAX_BATCHES_IN_FLIGHT", 32)? as usize,
-            max_file_bytes: at_least_one("WRIT_MAX_FILE_BYTES", 1024 * 1024)? as usize,
-            batch_deadline: Duration::from_secs(at_least_one("WRIT_BATCH_DEADLINE_SECS", 600)?),
-            shutdown_grace: Duration::from_secs(num("WRIT_SHUTDOWN_GRACE_SECS", 30)?),
+            rate_per_min: num("WRIT_RATE_LIMIT_PER_MIN", 600)?.min(u32::MAX as usize) as u32,
+            rate_burst: at_least_one("WRIT_RATE_LIMIT_BURST", 60)?.min(u32::MAX as usize) as u32,
+            max_batches_per_key: at_least_one("WRIT_MAX_BATCHES_PER_KEY", 4)?,
+            max_batches_in_flight: at_least_one("WRIT_MAX_BATCHES_IN_FLIGHT", 32)?,
+            max_file_bytes: at_least_one("WRIT_MAX_FILE_BYTES", 1024 * 1024)?,
+            batch_deadline: Duration::from_secs(
+                at_least_one("WRIT_BATCH_DEADLINE_SECS", 600)? as u64
+            ),
+            shutdown_grace: Duration::from_secs(num("WRIT_SHUTDOWN_GRACE_SECS", 30)? as u64),
         })
     }
 }

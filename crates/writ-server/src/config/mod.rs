@@ -154,16 +154,7 @@ fn session_settings(
     max_file_bytes: usize,
     max_body_bytes: usize,
 ) -> Result<writ_core::sessions::SessionSettings, ConfigError> {
-    let at_least_one = |name: &'static str, default: usize| -> Result<usize, ConfigError> {
-        let v = parse_num(get, name, default)?;
-        if v == 0 {
-            return Err(ConfigError::Invalid {
-                name,
-                message: "must be at least 1".into(),
-            });
-        }
-        Ok(v)
-    };
+    let at_least_one = |name, default| source::parse_positive(get, name, default);
     Ok(writ_core::sessions::SessionSettings {
         idle: Duration::from_millis(at_least_one("WRITE_SESSION_IDLE_MS", 2000)? as u64),
         ttl: Duration::from_secs(at_least_one("WRITE_SESSION_TTL_SECS", 3600)? as u64),

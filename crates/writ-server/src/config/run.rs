@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::ConfigError;
-use super::source::{Get, parse_num};
+use super::source::{Get, parse_num, parse_positive};
 
 #[derive(Debug, Clone)]
 pub struct RunSettings {
@@ -43,15 +43,7 @@ impl RunSettings {
                 })?),
             };
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let at_least_one = |name: &'static str, default: usize| -> Result<usize, ConfigError> {
-            match parse_num(get, name, default)? {
-                0 => Err(ConfigError::Invalid {
-                    name,
-                    message: "must be at least 1".into(),
-                }),
-                n => Ok(n),
-            }
-        };
+        let at_least_one = |name, default| parse_positive(get, name, default);
         let max_timeout =
             Duration::from_secs(at_least_one("WRIT_RUN_MAX_TIMEOUT_SECS", 120)? as u64);
         let default_timeout =

@@ -67,6 +67,21 @@ pub fn parse_num(get: &Get<'_>, name: &'static str, default: usize) -> Result<us
     }
 }
 
+/// A whole number of at least 1, or `default` when unset; 0 or a bad value names its variable.
+pub fn parse_positive(
+    get: &Get<'_>,
+    name: &'static str,
+    default: usize,
+) -> Result<usize, ConfigError> {
+    match parse_num(get, name, default)? {
+        0 => Err(ConfigError::Invalid {
+            name,
+            message: "must be at least 1".into(),
+        }),
+        n => Ok(n),
+    }
+}
+
 /// A comma-separated list, blanks dropped.
 pub fn parse_list(get: &Get<'_>, name: &str) -> Vec<String> {
     get(name)
