@@ -21,10 +21,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::audit::{
-    AuditStore, FileKind, NewRequest, Operation, OperationKind, OperationStatus, RequestStatus,
-    StoreError,
-};
+use crate::audit::{AuditStore, FileKind, NewRequest, OperationKind, RequestStatus, StoreError};
 use crate::content::{InvalidUtf8, invalid_utf8_sequences};
 use crate::direct::{self, DirectWrite};
 use crate::files::{WriteError, WriteMode, WriteSpec};
@@ -971,39 +968,26 @@ async fn expire(
             body_sha256: None,
         })
         .await?;
-    store
-        .insert_operation(
-            &Operation {
-                id: Uuid::now_v7(),
-                request_id,
-                created_at: now,
-                finished_at: Some(now),
-                filename: session.target_file.clone(),
-                kind: FileKind::Direct,
-                operation: OperationKind::Failed,
-                status: OperationStatus::Failed,
-                chosen_model: None,
-                selection: None,
-                arbiter_reason: None,
-                candidates: Vec::new(),
-                previous_sha256: None,
-                sha256: None,
-                bytes: None,
-                error: Some(message),
-                duration_ms: Some(0),
-                detail: Some(serde_json::json!({"write_session": {
-                    "id": session.id,
-                    "state": SessionState::Expired,
-                    "operation": session.operation,
-                    "bytes_received": session.bytes_received,
-                    "chunks": session.chunks,
-                    "created_at": session.created_at,
-                    "updated_at": session.updated_at,
-                }})),
-            },
-            None,
-        )
-        .await?;
+    crate::files::record_failure(
+        store,
+        request_id,
+        FileKind::Direct,
+        &session.target_file,
+        &message,
+        crate::files::Provenance {
+            detail: Some(serde_json::json!({"write_session": {
+                "id": session.id,
+                "state": SessionState::Expired,
+                "operation": session.operation,
+                "bytes_received": session.bytes_received,
+                "chunks": session.chunks,
+                "created_at": session.created_at,
+                "updated_at": session.updated_at,
+            }})),
+            ..crate::files::Provenance::default()
+        },
+    )
+    .await?;
     store
         .finish_request(request_id, RequestStatus::Error, 0, None)
         .await?;
