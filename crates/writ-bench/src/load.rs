@@ -15,6 +15,8 @@ pub struct Sample {
     pub overhead_ms: Option<f64>,
     /// HTTP 200 with status `success`.
     pub ok: bool,
+    /// 503 with `Retry-After`: refused before any work, to be sent again.
+    pub refused: bool,
     /// Candidate calls plus arbiter calls the batch made, from its answer.
     pub upstream_calls: u64,
     /// Candidates the straggler policy cut off.
@@ -51,6 +53,8 @@ impl Target {
             };
         };
         let status = resp.status();
+        let refused = status == reqwest::StatusCode::SERVICE_UNAVAILABLE
+            && resp.headers().contains_key(reqwest::header::RETRY_AFTER);
         let overhead_ms = resp
             .headers()
             .get("x-writ-overhead-ms")
@@ -61,6 +65,7 @@ impl Target {
         let mut sample = Sample {
             latency,
             overhead_ms,
+            refused,
             ..Sample::default()
         };
         if let Some(answer) = answer {
@@ -148,7 +153,12 @@ pub async fn closed_loop(
             let mut samples = Vec::new();
             while Instant::now() < deadline {
                 let seq = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                samples.push(target.send(&body(seq)).await);
+                let sample = target.send(&body(seq)).await;
+                if sample.refused {
+                    // A client backing off, briefly: the bench measures the server, not the wait.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                samples.push(sample);
             }
             samples
         });

@@ -42,7 +42,7 @@ impl Plan {
             latency_ms: 50,
             overhead_rates: vec![10.0, 50.0, 200.0],
             overhead_secs: 8.0,
-            ceiling_concurrency: vec![1, 4, 16, 64, 256, 500],
+            ceiling_concurrency: vec![1, 4, 16, 32, 64, 256, 500],
             ceiling_secs: 8.0,
             straggler_rate: 20.0,
             straggler_secs: 15.0,
@@ -102,8 +102,10 @@ fn body_with(files: usize, options: Value) -> Arc<dyn Fn(u64) -> Value + Send + 
     })
 }
 
+/// Batches that failed: a refusal (503 with `Retry-After`) is the server protecting itself, and
+/// is counted apart.
 fn errors(samples: &[Sample]) -> usize {
-    samples.iter().filter(|s| !s.ok).count()
+    samples.iter().filter(|s| !s.ok && !s.refused).count()
 }
 
 /// Table 1: writ's overhead per batch at fixed arrival rates.
@@ -170,9 +172,9 @@ pub async fn ceiling(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
     let mut out = String::new();
     writeln!(
         out,
-        "| backend | concurrency | batches/s | upstream calls/s | writ CPU ms/batch | writ peak RSS (MB) | errors | batch p50 (ms) | p99 |"
+        "| backend | concurrency | batches/s | upstream calls/s | writ CPU ms/batch | writ peak RSS (MB) | errors | refused (503) | batch p50 (ms) | p99 | overhead p50 (ms) | p99 |"
     )?;
-    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")?;
     for &backend in &plan.backends {
         let data = tempfile::tempdir()?;
         let url = backend.fresh_url(data.path()).await;
@@ -195,17 +197,22 @@ pub async fn ceiling(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
             let calls: u64 = samples.iter().map(|s| s.upstream_calls).sum();
             let lat: Vec<f64> = samples.iter().map(|s| millis(s.latency)).collect();
             let lat = Summary::of(&lat);
+            let oh: Vec<f64> = samples.iter().filter_map(|s| s.overhead_ms).collect();
+            let oh = Summary::of(&oh);
             writeln!(
                 out,
-                "| {} | {concurrency} | {:.0} | {:.0} | {:.2} | {:.0} | {} | {} | {} |",
+                "| {} | {concurrency} | {:.0} | {:.0} | {:.2} | {:.0} | {} | {} | {} | {} | {} | {} |",
                 backend.name(),
                 samples.len() as f64 / elapsed.as_secs_f64(),
                 calls as f64 / elapsed.as_secs_f64(),
                 millis(cpu) / n,
                 rss as f64 / (1024.0 * 1024.0),
                 errors(&samples),
+                samples.iter().filter(|s| s.refused).count(),
                 ms(lat.p50),
                 ms(lat.p99),
+                ms(oh.p50),
+                ms(oh.p99),
             )?;
             fake.forget_calls(&reqwest::Client::new()).await;
         }

@@ -237,6 +237,47 @@ pub struct OperationPage {
     pub next_cursor: Option<Cursor>,
 }
 
+/// One change to the records, for [`AuditStore::commit`], which writes several in one
+/// transaction. What must be durable together commits together (a batch's request and job; its
+/// last file's completion, its request's closing and its stored answer), and the changes of
+/// concurrent batches share commits instead of queueing for one each.
+#[derive(Debug, Clone)]
+pub enum AuditWrite {
+    /// Fails the commit with [`StoreError::Conflict`] if `(caller, idempotency_key)` is taken.
+    InsertRequest(NewRequest),
+    /// Fails the commit if the request is not recorded.
+    FinishRequest {
+        id: Uuid,
+        status: RequestStatus,
+        duration_ms: i64,
+        response: Option<serde_json::Value>,
+    },
+    /// An operation in whatever state it is given, with the content written (if any).
+    InsertOperation {
+        operation: Operation,
+        content: Option<Vec<u8>>,
+    },
+    /// Fails the commit if the operation is not recorded.
+    CompleteOperation {
+        id: Uuid,
+        outcome: OperationOutcome,
+    },
+    InsertJob {
+        job: crate::jobs::NewJob,
+        status: crate::jobs::JobStatus,
+    },
+    /// Ends a job that has not ended yet; one that has (failed by a stale-job sweep) is left
+    /// as it is, without failing the commit.
+    FinishJob {
+        id: Uuid,
+        status: crate::jobs::JobStatus,
+        batch_status: Option<String>,
+        response: Option<serde_json::Value>,
+        error: Option<String>,
+    },
+    AppendEvents(Vec<crate::jobs::JobEvent>),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The database cannot be reached or refused the statement for reasons outside the caller.
@@ -274,6 +315,11 @@ pub trait AuditStore:
     async fn migrate(&self) -> Result<(), StoreError>;
     /// Whether every migration this build knows has been applied.
     async fn is_migrated(&self) -> Result<bool, StoreError>;
+
+    /// Writes `writes` in one transaction: all of them or none. Concurrent calls share commits
+    /// (group commit), so a burst of small records costs a few commits, not one each; the
+    /// single-record methods below go the same way.
+    async fn commit(&self, writes: Vec<AuditWrite>) -> Result<(), StoreError>;
 
     /// Fails with [`StoreError::Conflict`] if `(caller, idempotency_key)` is already recorded.
     async fn insert_request(&self, req: &NewRequest) -> Result<(), StoreError>;

@@ -203,6 +203,9 @@ impl Application {
                 "shutdown grace period over with batches unfinished; their pending operations are settled at the next start"
             );
         }
+        if let Some(runner) = &self.state.runner {
+            runner.flush_events(EVENT_FLUSH).await;
+        }
         reconciler.abort();
         result.context("serving HTTP")
     }
@@ -435,6 +438,9 @@ fn refuse_open_exposure(settings: &Settings, keys_configured: bool) -> anyhow::R
     )
 }
 
+/// How long a stopping process waits for the last progress events to be stored.
+const EVENT_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// `writ mcp`: writ in this process, spoken to over stdin/stdout by an MCP host. No listener,
 /// so no keys: whoever can start the process is trusted. Returns when the host closes stdin.
 pub async fn serve_mcp_stdio(settings: Settings) -> anyhow::Result<()> {
@@ -442,12 +448,16 @@ pub async fn serve_mcp_stdio(settings: Settings) -> anyhow::Result<()> {
     let reconciler = tokio::spawn(reconcile_periodically(state.clone()));
     let limits = state.limits.clone();
     let grace = state.settings.guard.shutdown_grace;
+    let runner = state.runner.clone();
     let served = crate::tools::mcp::serve_stdio(state).await;
     if !limits.drain(grace).await {
         tracing::warn!(
             batches = limits.batches_in_flight(),
             "the MCP host closed the session with batches unfinished; their pending operations are settled at the next start"
         );
+    }
+    if let Some(runner) = &runner {
+        runner.flush_events(EVENT_FLUSH).await;
     }
     reconciler.abort();
     served

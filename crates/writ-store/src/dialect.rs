@@ -58,6 +58,8 @@ pub trait Dialect:
     /// Whether only one process may use a database at a time (SQLite's file and its locks belong
     /// to one host), for the coming `AuditStore::single_process`.
     const SINGLE_PROCESS: bool;
+    /// Writer tasks committing record writes (see `store::commit`).
+    const WRITERS: usize;
     /// Opens a transaction that will write.
     const BEGIN_WRITE: &'static str;
     /// Put before a `SELECT` to get its plan instead of its rows.

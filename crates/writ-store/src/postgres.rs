@@ -54,6 +54,9 @@ impl PgStore {
 
 impl Dialect for Postgres {
     const SINGLE_PROCESS: bool = false;
+    // A few, so one slow transaction (a large file's content) does not hold up the others;
+    // PostgreSQL flushes concurrent commits together anyway.
+    const WRITERS: usize = 4;
     const BACKEND: &'static str = "postgres";
     const BEGIN_WRITE: &'static str = "BEGIN";
     const EXPLAIN: &'static str = "EXPLAIN ";

@@ -73,6 +73,8 @@ fn is_in_memory(database_url: &str) -> bool {
 
 impl Dialect for Sqlite {
     const SINGLE_PROCESS: bool = true;
+    // The database file has one write lock: a second writer would only wait on it.
+    const WRITERS: usize = 1;
     const BACKEND: &'static str = "sqlite";
     /// Takes the write lock at `BEGIN`: a deferred transaction that reads first cannot wait for
     /// the lock later (SQLite answers `SQLITE_BUSY` at once to avoid a deadlock).

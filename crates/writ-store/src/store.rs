@@ -11,11 +11,13 @@
 //! process time too, so comparing the two (a stale heartbeat, for one) means the same thing on
 //! either backend and for every replica, whichever database server answers.
 
+mod commit;
 mod jobs;
 mod keys;
 mod sessions;
 
 use std::fmt;
+use std::sync::Arc;
 use std::str::FromStr;
 
 use async_trait::async_trait;
@@ -26,11 +28,12 @@ use sqlx::{Database, Pool, QueryBuilder};
 use uuid::Uuid;
 use writ_core::audit::Selection;
 use writ_core::audit::{
-    CandidateRecord, Cursor, NewRequest, Operation, OperationFilter, OperationOutcome,
+    AuditWrite, CandidateRecord, Cursor, NewRequest, Operation, OperationFilter, OperationOutcome,
     OperationPage, RequestRecord, RequestStatus,
 };
 use writ_core::{AuditStore, StoreError};
 
+use self::commit::GroupCommit;
 use crate::dialect::{Binds, BoxFuture, Dialect, Reads};
 use crate::error::{from_migrate, from_sqlx};
 use crate::listing::{decode_cursor, fetch_size, into_page, parse_column};
@@ -39,12 +42,15 @@ use crate::listing::{decode_cursor, fetch_size, into_page, parse_column};
 /// clone (the pool is shared).
 pub struct SqlStore<D: Dialect> {
     pool: Pool<D>,
+    /// Every record write goes through here (see `commit`).
+    writer: Arc<GroupCommit<D>>,
 }
 
 impl<D: Dialect> Clone for SqlStore<D> {
     fn clone(&self) -> Self {
         Self {
             pool: self.pool.clone(),
+            writer: self.writer.clone(),
         }
     }
 }
@@ -62,7 +68,10 @@ impl<D: Dialect> SqlStore<D> {
     /// Wraps a pool configured elsewhere (the caller is then responsible for the connection
     /// settings `connect` would have applied).
     pub fn from_pool(pool: Pool<D>) -> Self {
-        Self { pool }
+        Self {
+            writer: Arc::new(GroupCommit::new(pool.clone())),
+            pool,
+        }
     }
 
     /// The pool, for operational queries the traits do not cover (and for tests that seed rows
@@ -214,6 +223,15 @@ impl<D: Dialect> Tuple<'_, D> {
         self.separate().bind_time(at);
         self
     }
+
+    /// A value the database computes: `before`, the bound `value`, `after` (a scalar subquery).
+    fn computed<'a, T: 'a>(&mut self, before: &str, value: T, after: &str) -> &mut Self
+    where
+        D: Binds<'a, T>,
+    {
+        self.separate().push(before).bind(value).push(after);
+        self
+    }
 }
 
 /// One row read back, by column name.
@@ -288,12 +306,10 @@ fn listing<D: Dialect>(
     match &filter.caller {
         None => {}
         Some(Some(caller)) => {
-            sql.push(" AND request_id IN (SELECT id FROM requests WHERE caller = ")
-                .bind(caller.as_str())
-                .push(")");
+            sql.push(" AND caller = ").bind(caller.as_str());
         }
         Some(None) => {
-            sql.push(" AND request_id IN (SELECT id FROM requests WHERE caller IS NULL)");
+            sql.push(" AND caller IS NULL");
         }
     }
     if let Some(since) = filter.since {
@@ -434,23 +450,13 @@ impl<D: Dialect> AuditStore for SqlStore<D> {
         ))
     }
 
+    async fn commit(&self, writes: Vec<AuditWrite>) -> Result<(), StoreError> {
+        self.writer.commit(writes).await
+    }
+
     async fn insert_request(&self, req: &NewRequest) -> Result<(), StoreError> {
-        let mut sql = Sql::new(
-            "INSERT INTO requests (id, received_at, route, caller, scope, idempotency_key, \
-             body_sha256, status) VALUES ",
-        );
-        sql.tuple(|row| {
-            row.bind(req.id)
-                .bind_time(req.received_at)
-                .bind(req.route.as_str())
-                .bind(req.caller.as_deref())
-                .bind(req.scope.map(|s| s.as_str()))
-                .bind(req.idempotency_key.as_deref())
-                .bind(req.body_sha256.as_deref())
-                .bind(RequestStatus::Running.as_str());
-        });
-        sql.execute(self, "insert request").await?;
-        Ok(())
+        self.commit(vec![AuditWrite::InsertRequest(req.clone())])
+            .await
     }
 
     async fn finish_request(
@@ -460,20 +466,13 @@ impl<D: Dialect> AuditStore for SqlStore<D> {
         duration_ms: i64,
         response: Option<&serde_json::Value>,
     ) -> Result<(), StoreError> {
-        let mut sql = Sql::new("UPDATE requests SET status = ");
-        sql.bind(status.as_str())
-            .push(", finished_at = ")
-            .bind_time(Utc::now())
-            .push(", duration_ms = ")
-            .bind(duration_ms)
-            .push(", response = ")
-            .bind(response.map(Json))
-            .push(" WHERE id = ")
-            .bind(id);
-        if sql.execute(self, "finish request").await? == 0 {
-            return Err(StoreError::Other(format!("no request {id}")));
-        }
-        Ok(())
+        self.commit(vec![AuditWrite::FinishRequest {
+            id,
+            status,
+            duration_ms,
+            response: response.cloned(),
+        }])
+        .await
     }
 
     async fn get_request(&self, id: Uuid) -> Result<Option<RequestRecord>, StoreError> {
@@ -512,49 +511,11 @@ impl<D: Dialect> AuditStore for SqlStore<D> {
         op: &Operation,
         content: Option<&[u8]>,
     ) -> Result<(), StoreError> {
-        let mut sql = Sql::<D>::new(
-            "INSERT INTO operations (id, request_id, created_at, finished_at, filename, kind, \
-             operation, status, chosen_model, selection, arbiter_reason, candidates, \
-             previous_sha256, sha256, bytes, error, duration_ms, detail) VALUES ",
-        );
-        sql.tuple(|row| {
-            row.bind(op.id)
-                .bind(op.request_id)
-                .bind_time(op.created_at)
-                .bind_time(op.finished_at)
-                .bind(op.filename.as_str())
-                .bind(op.kind.as_str())
-                .bind(op.operation.as_str())
-                .bind(op.status.as_str())
-                .bind(op.chosen_model.as_deref())
-                .bind(selection_to_column(op))
-                .bind(op.arbiter_reason.as_deref())
-                .bind(Json(op.candidates.as_slice()))
-                .bind(op.previous_sha256.as_deref())
-                .bind(op.sha256.as_deref())
-                .bind(op.bytes)
-                .bind(op.error.as_deref())
-                .bind(op.duration_ms)
-                .bind(op.detail.as_ref().map(Json));
-        });
-        // The row and its content commit together or not at all.
-        let mut tx = self
-            .pool
-            .begin_with(D::BEGIN_WRITE)
-            .await
-            .map_err(|err| from_sqlx("begin insert operation", err))?;
-        sql.execute_on(&mut tx, "insert operation").await?;
-        if let Some(content) = content {
-            let mut sql =
-                Sql::<D>::new("INSERT INTO operation_contents (operation_id, content) VALUES ");
-            sql.tuple(|row| {
-                row.bind(op.id).bind(content);
-            });
-            sql.execute_on(&mut tx, "insert operation content").await?;
-        }
-        tx.commit()
-            .await
-            .map_err(|err| from_sqlx("commit insert operation", err))
+        self.commit(vec![AuditWrite::InsertOperation {
+            operation: op.clone(),
+            content: content.map(<[u8]>::to_vec),
+        }])
+        .await
     }
 
     async fn complete_operation(
@@ -562,22 +523,11 @@ impl<D: Dialect> AuditStore for SqlStore<D> {
         id: Uuid,
         outcome: &OperationOutcome,
     ) -> Result<(), StoreError> {
-        let mut sql = Sql::new("UPDATE operations SET status = ");
-        sql.bind(outcome.status.as_str())
-            .push(", operation = ")
-            .bind(outcome.operation.as_str())
-            .push(", error = ")
-            .bind(outcome.error.as_deref())
-            .push(", finished_at = ")
-            .bind_time(outcome.finished_at)
-            .push(", duration_ms = ")
-            .bind(outcome.duration_ms)
-            .push(" WHERE id = ")
-            .bind(id);
-        if sql.execute(self, "complete operation").await? == 0 {
-            return Err(StoreError::Other(format!("no operation {id}")));
-        }
-        Ok(())
+        self.commit(vec![AuditWrite::CompleteOperation {
+            id,
+            outcome: outcome.clone(),
+        }])
+        .await
     }
 
     async fn get_operation(

@@ -18,7 +18,7 @@ use serde_json::json;
 use tempfile::TempDir;
 use uuid::Uuid;
 use writ_core::audit::{
-    CandidateRecord, Cursor, FileKind, NewRequest, Operation, OperationFilter, OperationKind,
+    AuditWrite, CandidateRecord, Cursor, FileKind, NewRequest, Operation, OperationFilter, OperationKind,
     OperationOutcome, OperationStatus, RequestStatus,
 };
 use writ_core::files::WriteMode;
@@ -175,6 +175,9 @@ macro_rules! conformance_suite {
 
             conformance_suite!(@migrated $open;
                 a_request_round_trips_through_insert_finish_and_get,
+                a_commit_writes_all_of_its_records_or_none,
+                concurrent_commits_share_transactions_and_a_refused_one_fails_alone,
+                an_operation_carries_its_requests_caller_for_the_listing,
                 finishing_an_unknown_request_is_an_error,
                 a_duplicate_idempotency_key_is_a_conflict_even_without_a_caller,
                 requests_without_an_idempotency_key_never_conflict,
@@ -235,6 +238,174 @@ macro_rules! conformance_suite {
 
 conformance_suite!(postgres, "postgres", super::fresh_postgres);
 conformance_suite!(sqlite, "sqlite", super::fresh_sqlite);
+
+// ---------------------------------------------------------------------------------------------
+// Commits (group commit)
+
+async fn a_commit_writes_all_of_its_records_or_none(store: &dyn AuditStore) {
+    let req = new_request(None, None);
+    let job = writ_core::jobs::NewJob {
+        id: req.id,
+        created_at: now(),
+        is_async: false,
+        files: vec!["a.py".into()],
+    };
+    let op = operation(req.id, "a.py");
+    // The last write refers to a request that does not exist: the whole unit is refused.
+    let err = store
+        .commit(vec![
+            AuditWrite::InsertRequest(req.clone()),
+            AuditWrite::InsertJob {
+                job: job.clone(),
+                status: writ_core::jobs::JobStatus::Running,
+            },
+            AuditWrite::InsertOperation {
+                operation: op.clone(),
+                content: Some(b"x".to_vec()),
+            },
+            AuditWrite::FinishRequest {
+                id: Uuid::now_v7(),
+                status: RequestStatus::Success,
+                duration_ms: 1,
+                response: None,
+            },
+        ])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no request"), "{err}");
+    assert!(store.get_request(req.id).await.unwrap().is_none());
+    assert!(store.get_job(req.id).await.unwrap().is_none());
+    assert!(store.get_operation(op.id).await.unwrap().is_none());
+
+    store
+        .commit(vec![
+            AuditWrite::InsertRequest(req.clone()),
+            AuditWrite::InsertJob {
+                job,
+                status: writ_core::jobs::JobStatus::Running,
+            },
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_job(req.id).await.unwrap().unwrap().status,
+        writ_core::jobs::JobStatus::Running
+    );
+    store
+        .commit(vec![
+            AuditWrite::FinishRequest {
+                id: req.id,
+                status: RequestStatus::Success,
+                duration_ms: 7,
+                response: Some(json!({"status": "success"})),
+            },
+            AuditWrite::FinishJob {
+                id: req.id,
+                status: writ_core::jobs::JobStatus::Done,
+                batch_status: Some("success".into()),
+                response: Some(json!({"status": "success"})),
+                error: None,
+            },
+        ])
+        .await
+        .unwrap();
+    let got = store.get_request(req.id).await.unwrap().unwrap();
+    assert_eq!(got.status, RequestStatus::Success);
+    assert_eq!(got.response, Some(json!({"status": "success"})));
+    let job = store.get_job(req.id).await.unwrap().unwrap();
+    assert_eq!(job.status, writ_core::jobs::JobStatus::Done);
+    assert_eq!(job.response, Some(json!({"status": "success"})));
+    // Finishing a job that has ended already changes nothing and refuses nothing.
+    store
+        .commit(vec![AuditWrite::FinishJob {
+            id: req.id,
+            status: writ_core::jobs::JobStatus::Failed,
+            batch_status: None,
+            response: None,
+            error: Some("late".into()),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_job(req.id).await.unwrap().unwrap().status,
+        writ_core::jobs::JobStatus::Done
+    );
+}
+
+async fn concurrent_commits_share_transactions_and_a_refused_one_fails_alone(
+    store: &dyn AuditStore,
+) {
+    let taken = new_request(None, Some("same-key"));
+    store.insert_request(&taken).await.unwrap();
+    // Queued together, so they share a transaction; the replayed key spoils it, and the others
+    // must still land, each on its own.
+    let mut units = Vec::new();
+    let mut good = Vec::new();
+    for i in 0..20 {
+        let req = if i == 7 {
+            new_request(None, Some("same-key"))
+        } else {
+            new_request(None, None)
+        };
+        let op = operation(req.id, &format!("f{i}.py"));
+        if i != 7 {
+            good.push((req.id, op.id));
+        }
+        units.push(vec![
+            AuditWrite::InsertRequest(req),
+            AuditWrite::InsertOperation {
+                operation: op,
+                content: Some(format!("content {i}").into_bytes()),
+            },
+        ]);
+    }
+    let outcomes = futures::future::join_all(units.into_iter().map(|u| store.commit(u))).await;
+    for (i, outcome) in outcomes.iter().enumerate() {
+        if i == 7 {
+            assert!(
+                matches!(outcome, Err(StoreError::Conflict(_))),
+                "{outcome:?}"
+            );
+        } else {
+            assert!(outcome.is_ok(), "unit {i}: {outcome:?}");
+        }
+    }
+    for (request_id, op_id) in good {
+        assert!(store.get_request(request_id).await.unwrap().is_some());
+        let (_, content) = store.get_operation(op_id).await.unwrap().unwrap();
+        assert!(content.is_some());
+    }
+}
+
+async fn an_operation_carries_its_requests_caller_for_the_listing(store: &dyn AuditStore) {
+    let mine = new_request(Some("key-a"), None);
+    let theirs = new_request(Some("key-b"), None);
+    let anonymous = new_request(None, None);
+    let mut ids = Vec::new();
+    for req in [&mine, &theirs, &anonymous] {
+        let op = operation(req.id, "same.py");
+        ids.push(op.id);
+        // Request and operation in one commit, the request first: the operation takes its
+        // caller from the request written just before it.
+        store
+            .commit(vec![
+                AuditWrite::InsertRequest(req.clone()),
+                AuditWrite::InsertOperation {
+                    operation: op,
+                    content: None,
+                },
+            ])
+            .await
+            .unwrap();
+    }
+    let of = |caller: Option<&str>| OperationFilter {
+        caller: Some(caller.map(str::to_string)),
+        ..OperationFilter::default()
+    };
+    assert_eq!(list_all(store, &of(Some("key-a"))).await, vec![ids[0]]);
+    assert_eq!(list_all(store, &of(Some("key-b"))).await, vec![ids[1]]);
+    assert_eq!(list_all(store, &of(None)).await, vec![ids[2]]);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures

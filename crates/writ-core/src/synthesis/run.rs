@@ -18,6 +18,7 @@ use crate::model::ModelClient;
 use crate::synthesis::batch::{Batch, FileSpec, Validation};
 use crate::synthesis::fanout::{StragglerPolicy, UpstreamClock};
 use crate::synthesis::progress::{Event, ProgressSink};
+use crate::synthesis::runner::Recorded;
 use crate::synthesis::response::{BatchResponse, FileResult, FileValidation};
 use crate::synthesis::selection::Chosen;
 use crate::synthesis::validation::Stage;
@@ -145,6 +146,7 @@ impl Synthesizer {
         batch: &Batch,
         caller: Option<&str>,
         sink: &dyn ProgressSink,
+        recorded: &Recorded,
     ) -> BatchResponse {
         let started = Instant::now();
         sink.emit(Event::Queued {
@@ -162,6 +164,7 @@ impl Synthesizer {
             let produced = self
                 .produce_validated(batch, validation, &recent, sink, &clocks)
                 .await;
+            recorded.wait().await;
             if batch.options.atomic && !batch.options.dry_run {
                 self.write_atomically(request_id, batch, produced, sink)
                     .await
@@ -181,6 +184,7 @@ impl Synthesizer {
                     .map(|(f, clock)| self.produce(batch, f, &recent, sink, clock)),
             )
             .await;
+            recorded.wait().await;
             self.write_atomically(request_id, batch, produced, sink)
                 .await
         } else {
@@ -192,6 +196,7 @@ impl Synthesizer {
                     .zip(&clocks)
                     .map(|(f, clock)| async move {
                         let produced = self.produce(batch, f, recent, sink, clock).await;
+                        recorded.wait().await;
                         self.finish_file(request_id, batch, f, produced, sink).await
                     }),
             )

@@ -6,14 +6,15 @@
 //! hangs up never cancels it. Jobs whose process died are failed with a reason by
 //! [`fail_stale_jobs`], at start-up and periodically.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use chrono::Utc;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{Notify, broadcast, mpsc, watch};
 use uuid::Uuid;
 
-use crate::audit::{AuditStore, RequestStatus, StoreError};
+use crate::audit::{AuditStore, AuditWrite, RequestStatus, StoreError};
 use crate::jobs::{JobEvent, JobStatus, NewJob};
 use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::run::Synthesizer;
@@ -51,22 +52,88 @@ impl EventHub {
 pub enum Started {
     /// A repeated `Idempotency-Key`: the stored answer.
     Replayed(Submitted),
-    /// The job runs; await the handle for its answer, or drop it to let it run on.
+    /// The job runs; await the handle for its answer, or drop it to let it run on. The answer
+    /// can still be a refusal: a synchronous batch's records commit while its models run.
     Running {
         job_id: Uuid,
-        handle: tokio::task::JoinHandle<Submitted>,
+        handle: tokio::task::JoinHandle<Result<Submitted, SubmitError>>,
     },
+}
+
+/// Whether a batch's records (its request and job) are committed. They commit while the models
+/// run; nothing of the batch is written, and no answer given, before they are.
+#[derive(Clone)]
+pub struct Recorded(watch::Receiver<Option<bool>>);
+
+impl Recorded {
+    fn already() -> Self {
+        Recorded(watch::channel(Some(true)).1)
+    }
+
+    /// Waits for the commit; `false` if it failed (the batch is then being abandoned).
+    pub(crate) async fn wait(&self) -> bool {
+        let mut rx = self.0.clone();
+        matches!(rx.wait_for(Option::is_some).await.map(|v| *v), Ok(Some(true)))
+    }
 }
 
 /// The one entry to synthesis: HTTP, MCP and the CLI start every batch here.
 pub struct JobRunner {
     synthesizer: Arc<Synthesizer>,
     hub: EventHub,
+    /// Every job's events, to the one task that stores them (started with the first batch).
+    events: OnceLock<EventQueue>,
+}
+
+/// The way to the event writer, and how far it has got.
+#[derive(Clone)]
+struct EventQueue {
+    tx: mpsc::UnboundedSender<JobEvent>,
+    progress: Arc<EventProgress>,
+}
+
+#[derive(Default)]
+struct EventProgress {
+    sent: AtomicU64,
+    stored: AtomicU64,
+    stored_more: Notify,
+}
+
+impl EventQueue {
+    fn send(&self, event: JobEvent) {
+        self.progress.sent.fetch_add(1, Ordering::SeqCst);
+        if self.tx.send(event).is_err() {
+            self.progress.stored.fetch_add(1, Ordering::SeqCst);
+        }
+    }
 }
 
 impl JobRunner {
     pub fn new(synthesizer: Arc<Synthesizer>, hub: EventHub) -> Self {
-        JobRunner { synthesizer, hub }
+        JobRunner {
+            synthesizer,
+            hub,
+            events: OnceLock::new(),
+        }
+    }
+
+    /// Waits (at most `within`) until every event queued so far has been written, so a process
+    /// that is stopping does not drop the last events of the batches it just finished.
+    pub async fn flush_events(&self, within: Duration) {
+        let Some(queue) = self.events.get() else {
+            return;
+        };
+        let progress = &queue.progress;
+        let _ = tokio::time::timeout(within, async {
+            loop {
+                let stored_more = progress.stored_more.notified();
+                if progress.stored.load(Ordering::SeqCst) >= progress.sent.load(Ordering::SeqCst) {
+                    return;
+                }
+                stored_more.await;
+            }
+        })
+        .await;
     }
 
     /// Wakes this process's subscribers of job events.
@@ -74,35 +141,104 @@ impl JobRunner {
         &self.hub
     }
 
-    /// Checks, records and starts a batch. Errors here are the caller's (4xx) or the store's (503);
-    /// after `Ok(Running)` the batch belongs to its own task.
+    /// Checks and starts a batch. Errors here are the caller's (4xx) or the store's (503); after
+    /// `Ok(Running)` the batch belongs to its own task.
+    ///
+    /// The request and its job are recorded in one commit. An async caller's 202 waits for it
+    /// (it promises a job to follow); a waiting caller's batch starts its models at once and
+    /// the commit runs beside them, since the answer comes long after it anyway.
     pub async fn start(&self, sub: Submission, is_async: bool) -> Result<Started, SubmitError> {
         if let Some(replay) = self.synthesizer.prepare(&sub).await? {
             return Ok(Started::Replayed(replay));
         }
-        let store = self.synthesizer.store.clone();
-        let job = NewJob {
-            id: sub.request_id,
-            created_at: Utc::now(),
-            is_async,
-            files: sub.batch.files.iter().map(|f| f.path.to_string()).collect(),
-        };
-        store.insert_job(&job).await.map_err(SubmitError::Audit)?;
-
+        let record = vec![
+            AuditWrite::InsertRequest(self.synthesizer.request_record(&sub)),
+            AuditWrite::InsertJob {
+                job: NewJob {
+                    id: sub.request_id,
+                    created_at: Utc::now(),
+                    is_async,
+                    files: sub.batch.files.iter().map(|f| f.path.to_string()).collect(),
+                },
+                status: JobStatus::Running,
+            },
+        ];
         let synthesizer = self.synthesizer.clone();
-        let hub = self.hub.clone();
+        let events = self.events();
         let job_id = sub.request_id;
-        let handle = tokio::spawn(async move { run_job(synthesizer, hub, sub).await });
+        let handle = if is_async {
+            if let Err(e) = synthesizer.store.commit(record).await {
+                return synthesizer
+                    .not_recorded(&sub, e)
+                    .await
+                    .map(Started::Replayed);
+            }
+            tokio::spawn(async move {
+                Ok(run_job(&synthesizer, events, &sub, Recorded::already()).await)
+            })
+        } else {
+            tokio::spawn(async move { record_and_run(synthesizer, events, sub, record).await })
+        };
         Ok(Started::Running { job_id, handle })
+    }
+
+    fn events(&self) -> EventQueue {
+        self.events
+            .get_or_init(|| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let progress = Arc::new(EventProgress::default());
+                tokio::spawn(write_events(
+                    self.synthesizer.store.clone(),
+                    self.hub.clone(),
+                    rx,
+                    progress.clone(),
+                ));
+                EventQueue { tx, progress }
+            })
+            .clone()
     }
 }
 
-async fn run_job(synthesizer: Arc<Synthesizer>, hub: EventHub, sub: Submission) -> Submitted {
+/// Runs the batch while its records commit; a refused record stops it (nothing was written:
+/// writes wait for the record) and is the answer.
+async fn record_and_run(
+    synthesizer: Arc<Synthesizer>,
+    events: EventQueue,
+    sub: Submission,
+    record: Vec<AuditWrite>,
+) -> Result<Submitted, SubmitError> {
+    let (recorded_tx, recorded_rx) = watch::channel(None);
+    let store = synthesizer.store.clone();
+    let commit = async move {
+        let outcome = store.commit(record).await;
+        let _ = recorded_tx.send(Some(outcome.is_ok()));
+        outcome
+    };
+    let run = run_job(&synthesizer, events, &sub, Recorded(recorded_rx));
+    tokio::pin!(commit, run);
+    let mut committed = false;
+    loop {
+        tokio::select! {
+            biased;
+            outcome = &mut commit, if !committed => {
+                committed = true;
+                if let Err(e) = outcome {
+                    return synthesizer.not_recorded(&sub, e).await;
+                }
+            }
+            submitted = &mut run => return Ok(submitted),
+        }
+    }
+}
+
+async fn run_job(
+    synthesizer: &Synthesizer,
+    events: EventQueue,
+    sub: &Submission,
+    recorded: Recorded,
+) -> Submitted {
     let store = synthesizer.store.clone();
     let job_id = sub.request_id;
-    if let Err(e) = store.heartbeat_job(job_id, JobStatus::Running).await {
-        tracing::warn!(job = %job_id, error = %e, "could not mark the job running");
-    }
     // Aborted when this function ends in any way, a panic included: a job whose batch is gone
     // must stop looking alive, so that it is failed as interrupted.
     let heartbeat = AbortOnDrop(tokio::spawn({
@@ -117,33 +253,43 @@ async fn run_job(synthesizer: Arc<Synthesizer>, hub: EventHub, sub: Submission) 
         }
     }));
 
-    let (tx, rx) = mpsc::unbounded_channel();
-    let writer = tokio::spawn(write_events(store.clone(), hub.clone(), job_id, rx));
-    let sink = ChannelSink { tx };
-    let submitted = synthesizer.execute(&sub, &sink).await;
+    let sink = ChannelSink {
+        job_id,
+        seq: AtomicI64::new(0),
+        tx: events,
+    };
+    let submitted = synthesizer.execute(sub, &sink, &recorded).await;
     drop(heartbeat);
 
-    // The answer is stored before `done` is announced, so whoever reacts to `done` by reading
-    // the job finds its answer there.
+    // A batch that wrote nothing still closes its records, once they exist.
+    if !recorded.wait().await {
+        return submitted;
+    }
+    // The request's closing, its stored answer and the job's, in one commit; and before `done`
+    // is announced, so whoever reacts to `done` by reading the job finds its answer there.
     let batch_status = submitted.response.status;
     let body = serde_json::to_value(&submitted.response).unwrap_or(serde_json::Value::Null);
-    if let Err(e) = store
-        .finish_job(
-            job_id,
-            JobStatus::Done,
-            Some(batch_status.as_str()),
-            Some(&body),
-            None,
-        )
-        .await
-    {
-        tracing::error!(job = %job_id, error = %e, "batch done but its job record could not be closed");
+    let finish = vec![
+        AuditWrite::FinishRequest {
+            id: job_id,
+            status: batch_status,
+            duration_ms: submitted.response.duration_ms as i64,
+            response: Some(body.clone()),
+        },
+        AuditWrite::FinishJob {
+            id: job_id,
+            status: JobStatus::Done,
+            batch_status: Some(batch_status.as_str().to_string()),
+            response: Some(body),
+            error: None,
+        },
+    ];
+    if let Err(e) = store.commit(finish).await {
+        tracing::error!(job = %job_id, error = %e, "batch done but its request and job records could not be closed");
     }
     sink.emit(Event::Done {
         status: batch_status.as_str().to_string(),
     });
-    drop(sink);
-    let _ = writer.await;
     submitted
 }
 
@@ -156,54 +302,73 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Queues events from the (synchronous) sink for the writer task, keeping their order.
+/// Numbers a job's events in the order the batch emits them and queues them for the writer.
 struct ChannelSink {
-    tx: mpsc::UnboundedSender<Event>,
+    job_id: Uuid,
+    seq: AtomicI64,
+    tx: EventQueue,
 }
 
 impl ProgressSink for ChannelSink {
     fn emit(&self, event: Event) {
-        let _ = self.tx.send(event);
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        self.tx.send(JobEvent {
+            job_id: self.job_id,
+            seq,
+            created_at: Utc::now(),
+            name: event.name().to_string(),
+            data: serde_json::to_value(&event).unwrap_or(serde_json::Value::Null),
+        });
     }
 }
 
 /// Most events written in one statement.
-const EVENTS_PER_WRITE: usize = 256;
+const EVENTS_PER_WRITE: usize = 512;
 
+/// Stores every job's events, in bursts: whatever arrived while the last write ran goes out in
+/// the next one, so the events of many batches cost a few commits, and no batch's answer waits
+/// for its progress to be stored.
 async fn write_events(
     store: Arc<dyn AuditStore>,
     hub: EventHub,
-    job_id: Uuid,
-    mut rx: mpsc::UnboundedReceiver<Event>,
+    mut rx: mpsc::UnboundedReceiver<JobEvent>,
+    progress: Arc<EventProgress>,
 ) {
-    let mut seq = 0_i64;
     let mut burst: Vec<JobEvent> = Vec::new();
-    let stamp = |event: Event, seq: &mut i64| {
-        *seq += 1;
-        JobEvent {
-            job_id,
-            seq: *seq,
-            created_at: Utc::now(),
-            name: event.name().to_string(),
-            data: serde_json::to_value(&event).unwrap_or(serde_json::Value::Null),
-        }
-    };
-    // Whatever arrived while the last write ran goes out in the next one, so a burst of events
-    // (the fan-out of a five-file batch) costs a few commits, not one each.
     while let Some(event) = rx.recv().await {
-        burst.push(stamp(event, &mut seq));
+        burst.push(event);
         while burst.len() < EVENTS_PER_WRITE {
             match rx.try_recv() {
-                Ok(event) => burst.push(stamp(event, &mut seq)),
+                Ok(event) => burst.push(event),
                 Err(_) => break,
             }
         }
+        let mut jobs: Vec<Uuid> = burst.iter().map(|e| e.job_id).collect();
+        jobs.sort_unstable();
+        jobs.dedup();
         if let Err(e) = store.append_job_events(&burst).await {
-            // Progress is best effort; the batch and its audit trail do not depend on it.
-            tracing::warn!(job = %job_id, events = burst.len(), error = %e, "could not store progress events");
+            // Progress is best effort; the batch and its audit trail do not depend on it. One
+            // job's refused events (a stale-job sweep got in first) must not cost the others.
+            if jobs.len() == 1 {
+                tracing::warn!(events = burst.len(), error = %e, "could not store progress events");
+            } else {
+                for job in &jobs {
+                    let own: Vec<JobEvent> =
+                        burst.iter().filter(|e| e.job_id == *job).cloned().collect();
+                    if let Err(e) = store.append_job_events(&own).await {
+                        tracing::warn!(job = %job, events = own.len(), error = %e, "could not store progress events");
+                    }
+                }
+            }
         }
+        progress
+            .stored
+            .fetch_add(burst.len() as u64, Ordering::SeqCst);
+        progress.stored_more.notify_waiters();
         burst.clear();
-        hub.notify(job_id);
+        for job in jobs {
+            hub.notify(job);
+        }
     }
 }
 

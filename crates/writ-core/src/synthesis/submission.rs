@@ -1,7 +1,7 @@
 //! Submission: what must hold before a batch is accepted and what must survive the process.
 //! A repeated `Idempotency-Key` replays its stored answer (or is refused); every target is checked
-//! on disk, before any model is called; the request is recorded. When the batch ends, its answer
-//! is stored on the request record for replay.
+//! on disk, before any model is called. The request is recorded by the job runner (with its job,
+//! while the models run); when the batch ends, its answer is stored on the request for replay.
 
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ use crate::synthesis::batch::{Batch, BatchError};
 use crate::synthesis::progress::ProgressSink;
 use crate::synthesis::response::BatchResponse;
 use crate::synthesis::run::Synthesizer;
+use crate::synthesis::runner::Recorded;
 
 /// Who is asking and how to recognise a repeat.
 #[derive(Debug, Clone)]
@@ -54,9 +55,9 @@ pub struct Submitted {
 }
 
 impl Synthesizer {
-    /// Checked without calling any model: a repeated `Idempotency-Key` (its stored answer is
-    /// returned as `Some`), the targets on disk, and the request record. An async caller gets
-    /// its 202 only after this.
+    /// Checked without calling any model or writing anything: a repeated `Idempotency-Key`
+    /// (its stored answer is returned as `Some`), the models, the targets on disk, the
+    /// validation commands.
     pub(crate) async fn prepare(&self, sub: &Submission) -> Result<Option<Submitted>, SubmitError> {
         if let Some(found) = self.replay(sub).await? {
             return Ok(Some(found));
@@ -64,7 +65,12 @@ impl Synthesizer {
         self.check_models(&sub.batch)?;
         self.check_targets(&sub.batch).await?;
         self.check_validation(&sub.batch)?;
-        let record = NewRequest {
+        Ok(None)
+    }
+
+    /// The batch's request record, for the unit that records it with its job.
+    pub(crate) fn request_record(&self, sub: &Submission) -> NewRequest {
+        NewRequest {
             id: sub.request_id,
             received_at: chrono::Utc::now(),
             route: "POST /write_codebase".to_string(),
@@ -72,38 +78,38 @@ impl Synthesizer {
             scope: sub.scope,
             idempotency_key: sub.idempotency_key.clone(),
             body_sha256: Some(sub.body_sha256.clone()),
-        };
-        match self.store.insert_request(&record).await {
-            Ok(()) => Ok(None),
-            // Another request with the same key got in first.
-            Err(StoreError::Conflict(_)) if sub.idempotency_key.is_some() => {
-                match self.replay(sub).await? {
-                    Some(found) => Ok(Some(found)),
-                    None => Err(SubmitError::InProgress),
-                }
-            }
-            Err(e) => Err(SubmitError::Audit(e)),
         }
     }
 
-    /// Runs a prepared batch to its end and stores its answer on the request record.
-    pub(crate) async fn execute(&self, sub: &Submission, sink: &dyn ProgressSink) -> Submitted {
-        let response = self
-            .run(sub.request_id, &sub.batch, sub.caller.as_deref(), sink)
-            .await;
-        let body = serde_json::to_value(&response).unwrap_or(serde_json::Value::Null);
-        if let Err(e) = self
-            .store
-            .finish_request(
-                sub.request_id,
-                response.status,
-                response.duration_ms as i64,
-                Some(&body),
-            )
-            .await
-        {
-            tracing::warn!(error = %e, "batch done but its request record could not be closed");
+    /// What a failed commit of the request record means: another request with the same key
+    /// got in first (its answer is replayed, or it is still running), or the store is down.
+    pub(crate) async fn not_recorded(
+        &self,
+        sub: &Submission,
+        err: StoreError,
+    ) -> Result<Submitted, SubmitError> {
+        match err {
+            StoreError::Conflict(_) if sub.idempotency_key.is_some() => {
+                match self.replay(sub).await? {
+                    Some(found) => Ok(found),
+                    None => Err(SubmitError::InProgress),
+                }
+            }
+            e => Err(SubmitError::Audit(e)),
         }
+    }
+
+    /// Runs a prepared batch to its end. The caller stores its answer (with the job's, in one
+    /// commit).
+    pub(crate) async fn execute(
+        &self,
+        sub: &Submission,
+        sink: &dyn ProgressSink,
+        recorded: &Recorded,
+    ) -> Submitted {
+        let response = self
+            .run(sub.request_id, &sub.batch, sub.caller.as_deref(), sink, recorded)
+            .await;
         let upstream = response.upstream;
         Submitted {
             response,

@@ -54,7 +54,8 @@ pub async fn write_codebase(
         Begun::Running { answer, .. } => answer
             .await
             .map_err(ApiError::internal)?
-            .map_err(ApiError::internal)?,
+            .map_err(ApiError::internal)?
+            .map_err(submit_error)?,
     };
     let mut resp = (StatusCode::OK, Json(&done.response)).into_response();
     if done.replayed {
@@ -98,7 +99,9 @@ pub enum Begun {
     /// it run on and be recorded all the same.
     Running {
         job_id: uuid::Uuid,
-        answer: tokio::sync::oneshot::Receiver<Result<Submitted, tokio::task::JoinError>>,
+        answer: tokio::sync::oneshot::Receiver<
+            Result<Result<Submitted, SubmitError>, tokio::task::JoinError>,
+        >,
     },
 }
 
@@ -233,7 +236,7 @@ fn unavailable(message: &str) -> ApiError {
     )
 }
 
-fn submit_error(err: SubmitError) -> ApiError {
+pub(crate) fn submit_error(err: SubmitError) -> ApiError {
     match err {
         SubmitError::Invalid(e) => ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,

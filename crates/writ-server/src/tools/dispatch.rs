@@ -78,23 +78,35 @@ pub async fn write_codebase(
     };
     let done = done
         .map_err(ApiError::internal)?
-        .map_err(ApiError::internal)?;
-    // The batch's events are all stored by the time its answer is: report the ones not seen yet.
-    if let Some(progress) = &ctx.progress
-        && let Ok(rest) = state.store.job_events(job_id, reported, u32::MAX).await
-    {
-        for event in rest {
-            progress
-                .report(
-                    event.seq as f64,
-                    None,
-                    progress_line(&event.name, &event.data),
-                )
-                .await;
-        }
+        .map_err(ApiError::internal)?
+        .map_err(synthesis::submit_error)?;
+    // Events are stored in the background and may trail the answer by a commit: report the
+    // ones not seen yet, up to `done` (bounded, so a store that lost them cannot hold the answer).
+    if let Some(progress) = &ctx.progress {
+        let rest = async {
+            while let Some(event) = events.next().await {
+                if event.seq <= reported {
+                    continue;
+                }
+                progress
+                    .report(
+                        event.seq as f64,
+                        None,
+                        progress_line(&event.name, &event.data),
+                    )
+                    .await;
+                if event.name == "done" {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(TRAILING_EVENTS, rest).await;
     }
     Ok(batch_output(&done.response))
 }
+
+/// How long a tool call's answer waits for the batch's last progress events to be stored.
+const TRAILING_EVENTS: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// One line per progress event, for a person watching (and a model reading the log).
 fn progress_line(name: &str, data: &Value) -> String {

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use uuid::Uuid;
 use writ_core::StoreError;
+use writ_core::audit::{AuditStore, AuditWrite};
 use writ_core::jobs::{Job, JobEvent, JobStatus, JobStore, NewJob};
 
 use super::{Record, Sql, SqlStore};
@@ -54,7 +55,7 @@ fn event_from_row<D: Dialect>(row: &D::Row) -> Result<JobEvent, StoreError> {
     })
 }
 
-fn insert_events<D: Dialect>(events: &[JobEvent]) -> Sql<D> {
+pub(super) fn insert_events<D: Dialect>(events: &[JobEvent]) -> Sql<D> {
     let mut sql = Sql::new("INSERT INTO job_events (job_id, seq, created_at, name, data) VALUES ");
     for (i, event) in events.iter().enumerate() {
         if i > 0 {
@@ -71,22 +72,55 @@ fn insert_events<D: Dialect>(events: &[JobEvent]) -> Sql<D> {
     sql
 }
 
+pub(super) fn insert_job<D: Dialect>(job: &NewJob, status: JobStatus) -> Sql<D> {
+    let mut sql =
+        Sql::new("INSERT INTO jobs (id, status, is_async, files, created_at, heartbeat_at) VALUES ");
+    sql.tuple(|row| {
+        row.bind(job.id)
+            .bind(status.as_str())
+            .bind(job.is_async)
+            .bind(Json(job.files.as_slice()))
+            .bind_time(job.created_at)
+            .bind_time(job.created_at);
+    });
+    sql
+}
+
+/// Ends a job that has not ended yet (changes no row otherwise).
+pub(super) fn finish_job<D: Dialect>(
+    id: Uuid,
+    status: JobStatus,
+    batch_status: Option<&str>,
+    response: Option<&serde_json::Value>,
+    error: Option<&str>,
+) -> Sql<D> {
+    let now = Utc::now();
+    let mut sql = Sql::new("UPDATE jobs SET status = ");
+    sql.bind(status.as_str())
+        .push(", batch_status = ")
+        .bind(batch_status)
+        .push(", response = ")
+        .bind(response.map(Json))
+        .push(", error = ")
+        .bind(error)
+        .push(", finished_at = ")
+        .bind_time(now)
+        .push(", heartbeat_at = ")
+        .bind_time(now)
+        .push(" WHERE id = ")
+        .bind(id)
+        .push(UNFINISHED);
+    sql
+}
+
 #[async_trait]
 impl<D: Dialect> JobStore for SqlStore<D> {
     async fn insert_job(&self, job: &NewJob) -> Result<(), StoreError> {
-        let mut sql = Sql::new(
-            "INSERT INTO jobs (id, status, is_async, files, created_at, heartbeat_at) VALUES ",
-        );
-        sql.tuple(|row| {
-            row.bind(job.id)
-                .bind(JobStatus::Queued.as_str())
-                .bind(job.is_async)
-                .bind(Json(job.files.as_slice()))
-                .bind_time(job.created_at)
-                .bind_time(job.created_at);
-        });
-        sql.execute(self, "insert job").await?;
-        Ok(())
+        self.commit(vec![AuditWrite::InsertJob {
+            job: job.clone(),
+            status: JobStatus::Queued,
+        }])
+        .await
     }
 
     async fn heartbeat_job(&self, id: Uuid, status: JobStatus) -> Result<(), StoreError> {
@@ -109,23 +143,10 @@ impl<D: Dialect> JobStore for SqlStore<D> {
         response: Option<&serde_json::Value>,
         error: Option<&str>,
     ) -> Result<bool, StoreError> {
-        let now = Utc::now();
-        let mut sql = Sql::new("UPDATE jobs SET status = ");
-        sql.bind(status.as_str())
-            .push(", batch_status = ")
-            .bind(batch_status)
-            .push(", response = ")
-            .bind(response.map(Json))
-            .push(", error = ")
-            .bind(error)
-            .push(", finished_at = ")
-            .bind_time(now)
-            .push(", heartbeat_at = ")
-            .bind_time(now)
-            .push(" WHERE id = ")
-            .bind(id)
-            .push(UNFINISHED);
-        Ok(sql.execute(self, "finish job").await? == 1)
+        Ok(finish_job::<D>(id, status, batch_status, response, error)
+            .execute(self, "finish job")
+            .await?
+            == 1)
     }
 
     async fn get_job(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
@@ -168,20 +189,12 @@ impl<D: Dialect> JobStore for SqlStore<D> {
     }
 
     async fn append_job_event(&self, event: &JobEvent) -> Result<(), StoreError> {
-        insert_events::<D>(std::slice::from_ref(event))
-            .execute(self, "append job event")
-            .await?;
-        Ok(())
+        self.append_job_events(std::slice::from_ref(event)).await
     }
 
     async fn append_job_events(&self, events: &[JobEvent]) -> Result<(), StoreError> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        insert_events::<D>(events)
-            .execute(self, "append job events")
-            .await?;
-        Ok(())
+        self.commit(vec![AuditWrite::AppendEvents(events.to_vec())])
+            .await
     }
 
     async fn job_events(
