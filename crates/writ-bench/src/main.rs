@@ -27,8 +27,11 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// SQLite only (no PostgreSQL needed).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "postgres_only")]
     sqlite_only: bool,
+    /// PostgreSQL only.
+    #[arg(long)]
+    postgres_only: bool,
     /// Run only these tables (overhead, ceiling, stragglers, audit); all by default.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -102,6 +105,9 @@ async fn main() -> anyhow::Result<()> {
     };
     if args.sqlite_only {
         plan.backends = vec![Backend::Sqlite];
+    }
+    if args.postgres_only {
+        plan.backends = vec![Backend::Postgres];
     }
     let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
     let fake = Fake::start(&plan.bin_dir, plan.latency_ms).await?;

@@ -8,6 +8,10 @@
 //! 4. write atomically;
 //! 5. mark the operation `succeeded` (or `failed`). If this last update fails the file is
 //!    written and its pending record holds its hash and content: [`reconcile_pending`] settles it.
+//!
+//! A batch defers step 5 of its successful writes ([`write_deferring_completion`]) to its
+//! closing commit, so the completions, the request's closing and its stored answer cost one
+//! commit instead of one each; the durable `pending` record still precedes every file write.
 
 use std::time::Instant;
 
@@ -15,7 +19,7 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use crate::audit::{
-    AuditStore, CandidateRecord, FileKind, Operation, OperationKind, OperationOutcome,
+    AuditStore, AuditWrite, CandidateRecord, FileKind, Operation, OperationKind, OperationOutcome,
     OperationStatus, Selection, StoreError,
 };
 use crate::content::sha256_hex;
@@ -112,6 +116,28 @@ pub async fn recorded_write(
     spec: WriteSpec,
     provenance: Provenance,
 ) -> Result<WriteReceipt, WriteError> {
+    let (receipt, completion) =
+        write_deferring_completion(store, workspace, request_id, kind, spec, provenance).await?;
+    if let Some(completion) = completion
+        && let Err(store_err) = store.commit(vec![completion]).await
+    {
+        tracing::warn!(operation_id = %receipt.operation_id, error = %store_err, "write done but its record is still pending; reconciliation will settle it");
+    }
+    Ok(receipt)
+}
+
+/// [`recorded_write`] up to and including the file write; the completion of a write that
+/// happened is returned (`None` when there is none to make) for the caller to commit. Until it
+/// is committed the operation reads `pending`, and reconciliation settles it if the process
+/// stops first.
+pub async fn write_deferring_completion(
+    store: &dyn AuditStore,
+    workspace: &dyn Workspace,
+    request_id: Uuid,
+    kind: FileKind,
+    spec: WriteSpec,
+    provenance: Provenance,
+) -> Result<(WriteReceipt, Option<AuditWrite>), WriteError> {
     let started = Instant::now();
     workspace.check_target(&spec.path, spec.create_dirs).await?;
     let _lock = workspace.lock(&spec.path).await;
@@ -188,7 +214,7 @@ pub async fn recorded_write(
             .insert_operation(&op, Some(&content))
             .await
             .map_err(WriteError::AuditUnavailable)?;
-        return Ok(receipt(&op, content, current));
+        return Ok((receipt(&op, content, current), None));
     }
 
     store
@@ -221,10 +247,8 @@ pub async fn recorded_write(
         finished_at: Utc::now(),
         duration_ms: Some(started.elapsed().as_millis() as i64),
     };
-    if let Err(store_err) = store.complete_operation(op.id, &outcome).await {
-        tracing::warn!(operation_id = %op.id, error = %store_err, "write done but its record is still pending; reconciliation will settle it");
-    }
-    Ok(receipt(&op, content, current))
+    let completion = AuditWrite::CompleteOperation { id: op.id, outcome };
+    Ok((receipt(&op, content, current), Some(completion)))
 }
 
 fn receipt(op: &Operation, content: Vec<u8>, previous: Option<Vec<u8>>) -> WriteReceipt {

@@ -81,6 +81,32 @@ fn redact_query(tail: &str) -> String {
     format!("?{}{fragment}", params.join("&"))
 }
 
+/// Whether the URL's query sets `key` (case-insensitive), whatever its value.
+pub(crate) fn sets_param(url: &str, key: &str) -> bool {
+    let parts = split(url);
+    let Some(query) = parts.tail.strip_prefix('?') else {
+        return false;
+    };
+    query[..query.find('#').unwrap_or(query.len())]
+        .split('&')
+        .any(|param| {
+            param
+                .split_once('=')
+                .map_or(param, |(k, _)| k)
+                .eq_ignore_ascii_case(key)
+        })
+}
+
+/// A host on this machine: a loopback name or address, or a Unix socket directory.
+pub(crate) fn is_local_host(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.starts_with('/')
+        || host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 fn is_secret_param(key: &str) -> bool {
     SECRET_PARAMS
         .iter()
@@ -188,6 +214,24 @@ pub(crate) fn with_database(url: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sslmode_is_found_only_when_the_query_sets_it() {
+        assert!(sets_param("postgres://h/db?sslmode=require", "sslmode"));
+        assert!(sets_param("postgres://h/db?a=1&SSLMode=disable#x", "sslmode"));
+        assert!(!sets_param("postgres://h/db?sslrootcert=x", "sslmode"));
+        assert!(!sets_param("postgres://h/db", "sslmode"));
+    }
+
+    #[test]
+    fn only_this_machine_counts_as_local() {
+        for host in ["localhost", "127.0.0.1", "127.1.2.3", "::1", "[::1]", "/var/run/postgresql"] {
+            assert!(is_local_host(host), "{host}");
+        }
+        for host in ["db.internal", "10.0.0.5", "localhost.example.com", "::2"] {
+            assert!(!is_local_host(host), "{host}");
+        }
+    }
 
     #[test]
     fn a_password_in_the_userinfo_is_replaced() {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use uuid::Uuid;
 
-use crate::audit::{AuditStore, CandidateRecord, FileKind, Operation, OperationFilter};
+use crate::audit::{AuditStore, AuditWrite, CandidateRecord, FileKind, Operation, OperationFilter};
 use crate::execution::Runner;
 use crate::model::ModelClient;
 use crate::synthesis::batch::{Batch, FileSpec, Validation};
@@ -21,6 +21,7 @@ use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::runner::Recorded;
 use crate::synthesis::response::{BatchResponse, FileResult, FileValidation};
 use crate::synthesis::selection::Chosen;
+use crate::synthesis::writing::Written;
 use crate::synthesis::validation::Stage;
 use crate::workspace::Workspace;
 
@@ -147,7 +148,7 @@ impl Synthesizer {
         caller: Option<&str>,
         sink: &dyn ProgressSink,
         recorded: &Recorded,
-    ) -> BatchResponse {
+    ) -> (BatchResponse, Vec<AuditWrite>) {
         let started = Instant::now();
         sink.emit(Event::Queued {
             files: batch.files.iter().map(|f| f.path.to_string()).collect(),
@@ -159,7 +160,7 @@ impl Synthesizer {
             .map(|_| UpstreamClock::default())
             .collect();
 
-        let results: Vec<FileResult> = if let Some(validation) = &batch.options.validation {
+        let written: Vec<Written> = if let Some(validation) = &batch.options.validation {
             // Validation needs every file's candidates before any file can be chosen.
             let produced = self
                 .produce_validated(batch, validation, &recent, sink, &clocks)
@@ -202,6 +203,10 @@ impl Synthesizer {
             )
             .await
         };
+        let (results, completions): (Vec<FileResult>, Vec<Option<AuditWrite>>) = written
+            .into_iter()
+            .map(|w| (w.result, w.completion))
+            .unzip();
         let write_path = self.workspace.root().display().to_string();
         let mut response = BatchResponse::assemble(
             request_id,
@@ -215,7 +220,7 @@ impl Synthesizer {
             .map(UpstreamClock::total)
             .max()
             .unwrap_or_default();
-        response
+        (response, completions.into_iter().flatten().collect())
     }
 
     /// The caller's own latest operations, shown to the models as context. Another caller's

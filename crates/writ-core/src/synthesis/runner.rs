@@ -258,18 +258,20 @@ async fn run_job(
         seq: AtomicI64::new(0),
         tx: events,
     };
-    let submitted = synthesizer.execute(sub, &sink, &recorded).await;
+    let (submitted, completions) = synthesizer.execute(sub, &sink, &recorded).await;
     drop(heartbeat);
 
     // A batch that wrote nothing still closes its records, once they exist.
     if !recorded.wait().await {
         return submitted;
     }
-    // The request's closing, its stored answer and the job's, in one commit; and before `done`
-    // is announced, so whoever reacts to `done` by reading the job finds its answer there.
+    // The completions of the batch's writes, the request's closing, its stored answer and the
+    // job's, in one commit; and before `done` is announced, so whoever reacts to `done` by
+    // reading the job finds its answer there.
     let batch_status = submitted.response.status;
     let body = serde_json::to_value(&submitted.response).unwrap_or(serde_json::Value::Null);
-    let finish = vec![
+    let mut finish = completions;
+    finish.extend([
         AuditWrite::FinishRequest {
             id: job_id,
             status: batch_status,
@@ -283,9 +285,11 @@ async fn run_job(
             response: Some(body),
             error: None,
         },
-    ];
+    ]);
     if let Err(e) = store.commit(finish).await {
-        tracing::error!(job = %job_id, error = %e, "batch done but its request and job records could not be closed");
+        // The files are written and their pending records hold their content: reconciliation
+        // settles them; the job is failed as interrupted once its heartbeat is stale.
+        tracing::error!(job = %job_id, error = %e, "batch done but its records could not be closed");
     }
     sink.emit(Event::Done {
         status: batch_status.as_str().to_string(),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::audit::{NewRequest, StoreError};
+use crate::audit::{AuditWrite, NewRequest, StoreError};
 use crate::execution::RunError;
 use crate::synthesis::batch::{Batch, BatchError};
 use crate::synthesis::progress::ProgressSink;
@@ -99,23 +99,24 @@ impl Synthesizer {
         }
     }
 
-    /// Runs a prepared batch to its end. The caller stores its answer (with the job's, in one
-    /// commit).
+    /// Runs a prepared batch to its end. The caller commits the completions of its writes with
+    /// its answer and the closing of its request and job, in one commit.
     pub(crate) async fn execute(
         &self,
         sub: &Submission,
         sink: &dyn ProgressSink,
         recorded: &Recorded,
-    ) -> Submitted {
-        let response = self
+    ) -> (Submitted, Vec<AuditWrite>) {
+        let (response, completions) = self
             .run(sub.request_id, &sub.batch, sub.caller.as_deref(), sink, recorded)
             .await;
         let upstream = response.upstream;
-        Submitted {
+        let submitted = Submitted {
             response,
             replayed: false,
             upstream,
-        }
+        };
+        (submitted, completions)
     }
 
     async fn replay(&self, sub: &Submission) -> Result<Option<Submitted>, SubmitError> {

@@ -8,11 +8,11 @@
 use base64::Engine;
 use uuid::Uuid;
 
-use crate::audit::{CandidateRecord, Selection};
+use crate::audit::{AuditWrite, CandidateRecord, Selection};
 use crate::content::sha256_hex;
 use crate::files::{
     Provenance, RemoveOutcome, WriteMode, WriteSpec, record_failure, recorded_remove,
-    recorded_write,
+    recorded_write, write_deferring_completion,
 };
 use crate::synthesis::batch::{Batch, FileSpec};
 use crate::synthesis::progress::{Event, ProgressSink};
@@ -20,8 +20,28 @@ use crate::synthesis::response::{FileResult, ImageInfo};
 use crate::synthesis::run::{Produced, Synthesizer};
 use crate::synthesis::selection::{Chosen, Content};
 
+/// One file's write as the batch sees it: its result, the content it replaced (for an atomic
+/// rollback) and the completion of its record, which the batch commits with its closing records.
+pub(crate) struct Written {
+    pub result: FileResult,
+    /// `Some` when the file was written: what it held before (`None`: it did not exist).
+    before: Option<Option<Vec<u8>>>,
+    pub completion: Option<AuditWrite>,
+}
+
+impl Written {
+    /// A file that was not written (failed, or a dry run).
+    fn only(result: FileResult) -> Self {
+        Written {
+            result,
+            before: None,
+            completion: None,
+        }
+    }
+}
+
 /// A file an atomic batch wrote, and how to put it back.
-struct Written<'a> {
+struct Undo<'a> {
     file: &'a FileSpec,
     /// The content before writ's write (`None`: the file did not exist).
     before: Option<Vec<u8>>,
@@ -39,20 +59,21 @@ impl Synthesizer {
         file: &FileSpec,
         produced: Produced,
         sink: &dyn ProgressSink,
-    ) -> FileResult {
-        let (result, _) = self.write_file(request_id, batch, file, produced).await;
-        emit_outcome(sink, &result);
-        result
+    ) -> Written {
+        let written = self.write_file(request_id, batch, file, produced).await;
+        emit_outcome(sink, &written.result);
+        written
     }
 
-    /// The write itself; also returns the content the file held before, for an atomic rollback.
+    /// The write itself; also returns the content the file held before, for an atomic rollback,
+    /// and the completion of its record, for the batch's closing commit.
     async fn write_file(
         &self,
         request_id: Uuid,
         batch: &Batch,
         file: &FileSpec,
         produced: Produced,
-    ) -> (FileResult, Option<Option<Vec<u8>>>) {
+    ) -> Written {
         let Produced {
             chosen,
             candidates,
@@ -83,13 +104,13 @@ impl Synthesizer {
                         Err(e) => tracing::warn!(error = %e, "could not record a failed file"),
                     }
                 }
-                return (result, None);
+                return Written::only(result);
             }
         };
         if batch.options.dry_run {
             let mut result = dry_run_result(file, chosen, candidates);
             result.validation = validation;
-            return (result, None);
+            return Written::only(result);
         }
         let image = chosen.content.image().map(ImageInfo::from);
         let spec = WriteSpec {
@@ -110,7 +131,7 @@ impl Synthesizer {
             candidates: candidates.clone(),
         };
         let kind = file.kind;
-        match recorded_write(
+        match write_deferring_completion(
             self.store.as_ref(),
             self.workspace.as_ref(),
             request_id,
@@ -120,7 +141,7 @@ impl Synthesizer {
         )
         .await
         {
-            Ok(receipt) => {
+            Ok((receipt, completion)) => {
                 metrics::counter!("writ_writes_total", "kind" => kind.as_str(), "operation" => receipt.operation.as_str()).increment(1);
                 let result = FileResult {
                     filename: file.path.to_string(),
@@ -139,7 +160,11 @@ impl Synthesizer {
                     content: None,
                     validation,
                 };
-                (result, Some(receipt.previous))
+                Written {
+                    result,
+                    before: Some(receipt.previous),
+                    completion,
+                }
             }
             Err(err) => {
                 metrics::counter!("writ_writes_total", "kind" => kind.as_str(), "operation" => "failed")
@@ -164,7 +189,7 @@ impl Synthesizer {
                 {
                     result.operation_id = Some(id);
                 }
-                (result, None)
+                Written::only(result)
             }
         }
     }
@@ -177,7 +202,7 @@ impl Synthesizer {
         batch: &Batch,
         produced: Vec<Produced>,
         sink: &dyn ProgressSink,
-    ) -> Vec<FileResult> {
+    ) -> Vec<Written> {
         let first_failure = produced
             .iter()
             .zip(&batch.files)
@@ -202,8 +227,8 @@ impl Synthesizer {
             return results;
         }
 
-        let mut results: Vec<FileResult> = Vec::new();
-        let mut written: Vec<Written<'_>> = Vec::new();
+        let mut results: Vec<Written> = Vec::new();
+        let mut written: Vec<Undo<'_>> = Vec::new();
         let mut broke: Option<String> = None;
         for (p, f) in produced.into_iter().zip(&batch.files) {
             if let Some(why) = &broke {
@@ -213,23 +238,24 @@ impl Synthesizer {
                 results.push(self.finish_file(request_id, batch, f, failed, sink).await);
                 continue;
             }
-            let (result, before) = self.write_file(request_id, batch, f, p).await;
-            match (&result.sha256, before) {
-                (Some(sha256), Some(before)) if result.success => written.push(Written {
+            let mut done = self.write_file(request_id, batch, f, p).await;
+            match (&done.result.sha256, done.before.take()) {
+                (Some(sha256), Some(before)) if done.result.success => written.push(Undo {
                     file: f,
                     before,
                     sha256: sha256.clone(),
                 }),
-                _ => broke = Some(result.error.clone().unwrap_or_default()),
+                _ => broke = Some(done.result.error.clone().unwrap_or_default()),
             }
-            emit_outcome(sink, &result);
-            results.push(result);
+            emit_outcome(sink, &done.result);
+            results.push(done);
         }
         if let Some(why) = broke {
             for w in written.into_iter().rev() {
                 let outcome = self.roll_back(request_id, &w, &why).await;
                 if let Some(r) = results
                     .iter_mut()
+                    .map(|done| &mut done.result)
                     .find(|r| r.filename == w.file.path.as_str())
                 {
                     r.success = false;
@@ -250,7 +276,7 @@ impl Synthesizer {
 
     /// Puts one file back as it was before this batch wrote it — only if it still holds what
     /// the batch wrote (another writer's later content is never overwritten or removed).
-    async fn roll_back(&self, request_id: Uuid, w: &Written<'_>, why: &str) -> Result<(), String> {
+    async fn roll_back(&self, request_id: Uuid, w: &Undo<'_>, why: &str) -> Result<(), String> {
         let prov = Provenance {
             selection: Some(Selection::Rollback),
             ..Provenance::default()
