@@ -174,7 +174,10 @@ pub async fn ceiling(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
         out,
         "| backend | concurrency | batches/s | upstream calls/s | writ CPU ms/batch | writ peak RSS (MB) | errors | refused (503) | batch p50 (ms) | p99 | overhead p50 (ms) | p99 |"
     )?;
-    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+    writeln!(
+        out,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )?;
     for &backend in &plan.backends {
         let data = tempfile::tempdir()?;
         let url = backend.fresh_url(data.path()).await;

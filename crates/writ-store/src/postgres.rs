@@ -19,7 +19,8 @@ use crate::url::{is_local_host, no_connection, sets_param, unusable_url};
 
 static MIGRATOR: Migrator = sqlx::migrate!("../../migrations/postgres");
 
-/// One per batch the default in-flight limit admits (`WRIT_MAX_BATCHES_IN_FLIGHT`, 32): each batch
+/// For reads (the group commit's writers have their own, `Dialect::WRITERS`). One per batch the
+/// default in-flight limit admits (`WRIT_MAX_BATCHES_IN_FLIGHT`, 32): each batch
 /// holds a connection only per statement or short transaction, so a full replica never waits long
 /// for one, and three replicas still fit in PostgreSQL's default 100 connections. (With 10, 400
 /// batches at once timed out in the pool: measured with `WRIT_LOAD_BATCHES=400` on the sibling
@@ -54,11 +55,15 @@ impl PgStore {
                 no_connection("cannot connect to PostgreSQL at", database_url, &cause)
             })?;
         // Lazy: the probe has just shown the server answers, and connections open on demand.
+        let writers: PgPool = PgPoolOptions::new()
+            .max_connections(Postgres::WRITERS as u32)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_lazy_with(options.clone());
         let pool: PgPool = PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_lazy_with(options);
-        Ok(Self::from_pool(pool))
+        Ok(Self::from_pools(pool, writers))
     }
 }
 

@@ -57,13 +57,19 @@ impl SqliteStore {
             .acquire_timeout(ACQUIRE_TIMEOUT);
         if is_in_memory(database_url) {
             // An in-memory database lives as long as one connection to it: never let the pool
-            // close the last one.
+            // close the last one (and the writer shares it: another pool would be another
+            // database).
             pool = pool
                 .min_connections(1)
                 .idle_timeout(None)
                 .max_lifetime(None);
+            return Ok(Self::from_pool(pool.connect_lazy_with(options)));
         }
-        Ok(Self::from_pool(pool.connect_lazy_with(options)))
+        let writer = SqlitePoolOptions::new()
+            .max_connections(Sqlite::WRITERS as u32)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_lazy_with(options.clone());
+        Ok(Self::from_pools(pool.connect_lazy_with(options), writer))
     }
 }
 

@@ -17,8 +17,8 @@ mod keys;
 mod sessions;
 
 use std::fmt;
-use std::sync::Arc;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -68,8 +68,15 @@ impl<D: Dialect> SqlStore<D> {
     /// Wraps a pool configured elsewhere (the caller is then responsible for the connection
     /// settings `connect` would have applied).
     pub fn from_pool(pool: Pool<D>) -> Self {
+        Self::from_pools(pool.clone(), pool)
+    }
+
+    /// Reads (and the few writes outside the group commit) on `pool`; the group commit's writers
+    /// on `writers`, their own connections, so that hundreds of batches queueing to read never
+    /// starve the commits every batch is waiting for.
+    pub fn from_pools(pool: Pool<D>, writers: Pool<D>) -> Self {
         Self {
-            writer: Arc::new(GroupCommit::new(pool.clone())),
+            writer: Arc::new(GroupCommit::new(writers)),
             pool,
         }
     }

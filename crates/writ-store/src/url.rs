@@ -218,14 +218,24 @@ mod tests {
     #[test]
     fn sslmode_is_found_only_when_the_query_sets_it() {
         assert!(sets_param("postgres://h/db?sslmode=require", "sslmode"));
-        assert!(sets_param("postgres://h/db?a=1&SSLMode=disable#x", "sslmode"));
+        assert!(sets_param(
+            "postgres://h/db?a=1&SSLMode=disable#x",
+            "sslmode"
+        ));
         assert!(!sets_param("postgres://h/db?sslrootcert=x", "sslmode"));
         assert!(!sets_param("postgres://h/db", "sslmode"));
     }
 
     #[test]
     fn only_this_machine_counts_as_local() {
-        for host in ["localhost", "127.0.0.1", "127.1.2.3", "::1", "[::1]", "/var/run/postgresql"] {
+        for host in [
+            "localhost",
+            "127.0.0.1",
+            "127.1.2.3",
+            "::1",
+            "[::1]",
+            "/var/run/postgresql",
+        ] {
             assert!(is_local_host(host), "{host}");
         }
         for host in ["db.internal", "10.0.0.5", "localhost.example.com", "::2"] {

@@ -18,8 +18,8 @@ use serde_json::json;
 use tempfile::TempDir;
 use uuid::Uuid;
 use writ_core::audit::{
-    AuditWrite, CandidateRecord, Cursor, FileKind, NewRequest, Operation, OperationFilter, OperationKind,
-    OperationOutcome, OperationStatus, RequestStatus,
+    AuditWrite, CandidateRecord, Cursor, FileKind, NewRequest, Operation, OperationFilter,
+    OperationKind, OperationOutcome, OperationStatus, RequestStatus,
 };
 use writ_core::files::WriteMode;
 use writ_core::sessions::{ChunkAppend, SessionState, SessionTransition, WriteSession};

@@ -18,11 +18,11 @@ use crate::model::ModelClient;
 use crate::synthesis::batch::{Batch, FileSpec, Validation};
 use crate::synthesis::fanout::{StragglerPolicy, UpstreamClock};
 use crate::synthesis::progress::{Event, ProgressSink};
-use crate::synthesis::runner::Recorded;
 use crate::synthesis::response::{BatchResponse, FileResult, FileValidation};
+use crate::synthesis::runner::Recorded;
 use crate::synthesis::selection::Chosen;
-use crate::synthesis::writing::Written;
 use crate::synthesis::validation::Stage;
+use crate::synthesis::writing::Written;
 use crate::workspace::Workspace;
 
 /// Which models to ask and how; from `CODE_LIST`, `CODE_MODEL`, `CODE_GEN_MODEL`.

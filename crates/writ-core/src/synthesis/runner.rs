@@ -73,7 +73,10 @@ impl Recorded {
     /// Waits for the commit; `false` if it failed (the batch is then being abandoned).
     pub(crate) async fn wait(&self) -> bool {
         let mut rx = self.0.clone();
-        matches!(rx.wait_for(Option::is_some).await.map(|v| *v), Ok(Some(true)))
+        matches!(
+            rx.wait_for(Option::is_some).await.map(|v| *v),
+            Ok(Some(true))
+        )
     }
 }
 

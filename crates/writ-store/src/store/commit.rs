@@ -205,7 +205,11 @@ async fn insert_operations<D: Dialect>(
                 .bind(op.error.as_deref())
                 .bind(op.duration_ms)
                 .bind(op.detail.as_ref().map(Json))
-                .computed("(SELECT caller FROM requests WHERE id = ", op.request_id, ")");
+                .computed(
+                    "(SELECT caller FROM requests WHERE id = ",
+                    op.request_id,
+                    ")",
+                );
         });
     }
     sql.execute_on(conn, "insert operation").await?;

@@ -73,8 +73,9 @@ pub(super) fn insert_events<D: Dialect>(events: &[JobEvent]) -> Sql<D> {
 }
 
 pub(super) fn insert_job<D: Dialect>(job: &NewJob, status: JobStatus) -> Sql<D> {
-    let mut sql =
-        Sql::new("INSERT INTO jobs (id, status, is_async, files, created_at, heartbeat_at) VALUES ");
+    let mut sql = Sql::new(
+        "INSERT INTO jobs (id, status, is_async, files, created_at, heartbeat_at) VALUES ",
+    );
     sql.tuple(|row| {
         row.bind(job.id)
             .bind(status.as_str())
