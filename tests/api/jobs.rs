@@ -266,6 +266,60 @@ async fn unknown_jobs_and_bad_ids_are_clear_errors(app: TestApp) {
     assert_eq!(body["error"]["field"], "limit");
 }
 
+/// Batches that run together share commits (group commit) and one event writer. Each answer
+/// still comes after its records are closed: the job holds the answer, the request is closed,
+/// every file's operation has succeeded — read the moment the answer arrives, without waiting.
+/// Events are stored in the background; every job's arrive in full, numbered without gaps.
+async fn concurrent_batches_answer_with_every_record_closed_and_every_event_stored(app: TestApp) {
+    for (i, m) in MODELS.iter().enumerate() {
+        app.fake()
+            .script(m, Script::always(Step::code("python", format!("v = {i}"))));
+    }
+    app.fake()
+        .script(ARBITER, Script::always(Step::verdict(1, "shortest")));
+    let answers = futures::future::join_all((0..12).map(|b| {
+        let app = &app;
+        async move {
+            let files: Vec<String> = (0..3).map(|f| format!("b{b}/f{f}.py")).collect();
+            let files: Vec<&str> = files.iter().map(String::as_str).collect();
+            let (status, answer) = app.post_write_codebase(&batch(&files)).await;
+            assert_eq!(status, 200, "{answer}");
+            assert_eq!(answer["status"], "success", "{answer}");
+            let job = answer["request_id"].as_str().unwrap().to_string();
+            // At once: no poll, no sleep.
+            let (status, ops) = app
+                .json(&format!("/operations?request_id={job}&limit=100"))
+                .await;
+            assert_eq!(status, 200, "{ops}");
+            let statuses: Vec<&str> = ops["operations"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o["status"].as_str().unwrap())
+                .collect();
+            assert_eq!(statuses, ["succeeded"; 3], "{ops}");
+            let (status, record) = app.json(&format!("/jobs/{job}")).await;
+            assert_eq!(status, 200, "{record}");
+            assert_eq!(record["status"], "done", "{record}");
+            assert_eq!(record["response"]["request_id"], answer["request_id"]);
+            job
+        }
+    }))
+    .await;
+    for job in answers {
+        let all = events(&app, &job, None).await;
+        let ids: Vec<i64> = all.iter().map(|e| e.0).collect();
+        assert_eq!(ids, (1..=all.len() as i64).collect::<Vec<_>>(), "{job}");
+        assert_eq!(all.first().map(|e| e.1.as_str()), Some("queued"));
+        assert_eq!(all.last().map(|e| e.1.as_str()), Some("done"));
+        assert_eq!(
+            all.iter().filter(|e| e.1 == "file_written").count(),
+            3,
+            "{job}"
+        );
+    }
+}
+
 on_both_backends!(with_models:
     an_async_batch_answers_202_and_its_job_ends_with_the_synchronous_body,
     options_async_is_the_same_as_prefer_respond_async,
@@ -273,6 +327,7 @@ on_both_backends!(with_models:
     a_failed_file_is_an_event_too,
     a_subscriber_follows_a_running_batch_live,
     unknown_jobs_and_bad_ids_are_clear_errors,
+    concurrent_batches_answer_with_every_record_closed_and_every_event_stored,
 );
 
 /// A job that was running when its process died (heartbeat long stopped) is failed with a

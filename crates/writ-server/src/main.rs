@@ -81,9 +81,6 @@ async fn fetch_local_model(settings: &Settings) {
     let _ = settings;
 }
 
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     telemetry::init_logging();
     let cli = Cli::parse();
