@@ -1,8 +1,9 @@
 -- The caller of each operation's request, on the operation itself: "this caller's newest
 -- operations" (the prompts' recent context, and GET /operations for a key) walks one index
 -- backwards and stops after a page, instead of joining every request the caller ever made.
--- Filled by the insert from the request row, which is always committed first.
-ALTER TABLE operations ADD COLUMN caller TEXT;
+-- Filled by the insert from the request row, which is always committed first. '' is "no key"
+-- (not NULL): an equality lets the planner read the index in `seq` order, `IS NULL` does not.
+ALTER TABLE operations ADD COLUMN caller TEXT NOT NULL DEFAULT '';
 
 UPDATE operations o SET caller = r.caller
   FROM requests r

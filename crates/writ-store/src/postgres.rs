@@ -38,7 +38,12 @@ impl PgStore {
     pub async fn connect(database_url: &str) -> Result<Self, StoreError> {
         let mut options = PgConnectOptions::from_str(database_url)
             .map_err(|err| unusable_url("PostgreSQL", database_url, err))?
-            .application_name("writ");
+            .application_name("writ")
+            // Every listing writ makes is a newest-first page walked along an index. Without
+            // fresh statistics (a new database, autovacuum off) the planner prefers a bitmap
+            // scan that reads every matching row and sorts them: measured as most of
+            // PostgreSQL's CPU under load, growing with the table.
+            .options([("enable_bitmapscan", "off")]);
         // TLS to a server on this machine protects nothing, and costs a handshake per connection
         // and CPU on every round trip (a tenth of a batch's overhead on loopback). Unless the
         // URL or PGSSLMODE asks for a mode, a local server is spoken to in clear; any other host

@@ -312,11 +312,10 @@ fn listing<D: Dialect>(
     }
     match &filter.caller {
         None => {}
-        Some(Some(caller)) => {
-            sql.push(" AND caller = ").bind(caller.as_str());
-        }
-        Some(None) => {
-            sql.push(" AND caller IS NULL");
+        // '' is "no key" (migration 0007): equality either way, so the index is read in order.
+        Some(caller) => {
+            sql.push(" AND caller = ")
+                .bind(caller.as_deref().unwrap_or(""));
         }
     }
     if let Some(since) = filter.since {

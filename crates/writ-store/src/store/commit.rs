@@ -206,9 +206,9 @@ async fn insert_operations<D: Dialect>(
                 .bind(op.duration_ms)
                 .bind(op.detail.as_ref().map(Json))
                 .computed(
-                    "(SELECT caller FROM requests WHERE id = ",
+                    "COALESCE((SELECT caller FROM requests WHERE id = ",
                     op.request_id,
-                    ")",
+                    "), '')",
                 );
         });
     }
