@@ -329,8 +329,10 @@ impl ProgressSink for ChannelSink {
     }
 }
 
-/// Most events written in one statement.
-const EVENTS_PER_WRITE: usize = 512;
+/// Most events written in one statement: five values each, well under the bound parameters
+/// either backend takes in one statement (SQLite's 32,766), so a backlog under load drains in
+/// a few large inserts instead of growing.
+const EVENTS_PER_WRITE: usize = 2048;
 
 /// Stores every job's events, in bursts: whatever arrived while the last write ran goes out in
 /// the next one, so the events of many batches cost a few commits, and no batch's answer waits
