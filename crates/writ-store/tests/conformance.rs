@@ -1525,6 +1525,46 @@ mod postgres_only {
 
         assert_seeded_listings_are_planned(&store, |plan| !plan.contains("Seq Scan")).await;
     }
+    /// The prompt context of every batch is "this caller's newest operations". On a database
+    /// without statistics (new, or autovacuum off) PostgreSQL used to answer it by reading every
+    /// matching row and sorting them; it must stay a walk down one index that stops after a page.
+    #[tokio::test]
+    async fn a_callers_newest_operations_are_an_index_walk_even_without_statistics() {
+        let store = PgStore::connect(&fresh_postgres_url().await).await.unwrap();
+        store.migrate().await.unwrap();
+        let bitmap: String = sqlx::query_scalar("SHOW enable_bitmapscan")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(bitmap, "off");
+        sqlx::query(
+            "INSERT INTO operations (id, request_id, created_at, filename, kind, operation, status, caller) \
+             SELECT gen_random_uuid(), gen_random_uuid(), now(), 'src/f_' || g || '.py', 'code', \
+                    'created', 'succeeded', CASE WHEN g % 10 = 0 THEN 'key-a' ELSE '' END \
+             FROM generate_series(1, 20000) AS g",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+        for caller in [None, Some("key-a".to_string())] {
+            let filter = OperationFilter {
+                caller: Some(caller.clone()),
+                ..OperationFilter::default()
+            };
+            let plan = store
+                .explain_list_operations(&filter, None, 10)
+                .await
+                .unwrap();
+            assert!(
+                plan.contains("Index Scan Backward")
+                    && !plan.contains("Sort")
+                    && !plan.contains("Bitmap"),
+                "{caller:?}: {plan}"
+            );
+            let page = store.list_operations(&filter, None, 10).await.unwrap();
+            assert_eq!(page.operations.len(), 10);
+        }
+    }
 }
 
 mod sqlite_only {
