@@ -50,14 +50,17 @@ impl Application {
 /// an earlier run left unfinished settled, the models, the keys. Also answers whether keys are
 /// configured.
 async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
-    let store = writ_store::connect(&settings.database_url)
-        .await
-        .with_context(|| {
-            format!(
-                "opening the audit store at {}",
-                writ_store::redact_url(&settings.database_url)
-            )
-        })?;
+    let store = writ_store::connect_for_batches(
+        &settings.database_url,
+        settings.guard.max_batches_in_flight,
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "opening the audit store at {}",
+            writ_store::redact_url(&settings.database_url)
+        )
+    })?;
     store.migrate().await.context("applying migrations")?;
     let workspace = writ_workspace::SandboxedWorkspace::open(&settings.repo_dir)
         .await

@@ -70,12 +70,31 @@ impl Backend {
 /// is down fails start-up with [`StoreError::Unavailable`] in a few seconds rather than at the
 /// first write. The schema is not touched: call [`AuditStore::migrate`] for that.
 pub async fn connect(database_url: &str) -> Result<Arc<dyn AuditStore>, StoreError> {
+    connect_for_batches(database_url, postgres::DEFAULT_READERS as usize).await
+}
+
+/// [`connect`] for a server that runs up to `batches_in_flight` batches at once: PostgreSQL's
+/// read pool gets one connection per batch (a batch holds one only for a statement; the group
+/// commit's writers have their own), between 4 and 64 so that a few replicas still fit in the
+/// server's default 100 connections. SQLite's pool does not depend on it.
+pub async fn connect_for_batches(
+    database_url: &str,
+    batches_in_flight: usize,
+) -> Result<Arc<dyn AuditStore>, StoreError> {
+    let readers = readers_for(batches_in_flight);
     let store: Arc<dyn AuditStore> = match Backend::from_url(database_url)? {
-        Backend::Postgres => Arc::new(PgStore::connect(database_url).await?),
+        Backend::Postgres => Arc::new(PgStore::connect_with(database_url, readers).await?),
         Backend::Sqlite => Arc::new(SqliteStore::connect(database_url).await?),
     };
     tracing::info!(backend = store.backend(), url = %redact_url(database_url), "audit store connected");
     Ok(store)
+}
+
+/// PostgreSQL read connections for `batches_in_flight` batches at once (see [`connect_for_batches`]).
+fn readers_for(batches_in_flight: usize) -> u32 {
+    u32::try_from(batches_in_flight)
+        .unwrap_or(u32::MAX)
+        .clamp(4, 64)
 }
 
 /// Whether every up-migration `migrator` embeds is recorded as applied with the same checksum.
@@ -114,5 +133,18 @@ async fn probe<C: sqlx::Connection>(options: &C::Options, timeout: Duration) -> 
         }
         Ok(Err(err)) => Err(err.to_string()),
         Err(_) => Err(format!("no connection within {} s", timeout.as_secs())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_read_pool_follows_the_in_flight_limit_within_bounds() {
+        assert_eq!(readers_for(32), 32);
+        assert_eq!(readers_for(48), 48);
+        assert_eq!(readers_for(1), 4);
+        assert_eq!(readers_for(100_000), 64);
     }
 }

@@ -25,7 +25,7 @@ static MIGRATOR: Migrator = sqlx::migrate!("../../migrations/postgres");
 /// for one, and three replicas still fit in PostgreSQL's default 100 connections. (With 10, 400
 /// batches at once timed out in the pool: measured with `WRIT_LOAD_BATCHES=400` on the sibling
 /// files test in tests/api/edges.rs.)
-const MAX_CONNECTIONS: u32 = 32;
+pub(crate) const DEFAULT_READERS: u32 = 32;
 /// Short, so that a database that is down turns into a quick 503 and a red `/readyz`, not a
 /// request hanging for the default 30 s.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -36,6 +36,11 @@ pub type PgStore = SqlStore<Postgres>;
 impl PgStore {
     /// Opens a pool on `database_url` and checks that one connection can be made.
     pub async fn connect(database_url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(database_url, DEFAULT_READERS).await
+    }
+
+    /// [`Self::connect`] with `readers` connections in the read pool.
+    pub async fn connect_with(database_url: &str, readers: u32) -> Result<Self, StoreError> {
         let mut options = PgConnectOptions::from_str(database_url)
             .map_err(|err| unusable_url("PostgreSQL", database_url, err))?
             .application_name("writ")
@@ -65,7 +70,7 @@ impl PgStore {
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_lazy_with(options.clone());
         let pool: PgPool = PgPoolOptions::new()
-            .max_connections(MAX_CONNECTIONS)
+            .max_connections(readers.max(1))
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_lazy_with(options);
         Ok(Self::from_pools(pool, writers))
