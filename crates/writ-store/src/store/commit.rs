@@ -109,11 +109,14 @@ async fn commit_units<D: Dialect>(pool: &Pool<D>, units: Vec<Unit>) {
                 let _ = unit.done.send(Ok(()));
             }
         }
-        Err(err) if units.len() == 1 || matches!(err, StoreError::Unavailable(_)) => {
-            let message = err.to_string();
-            let mut err = Some(err);
+        // The store is not there: every unit hears so at once, none is retried into the outage.
+        Err(StoreError::Unavailable(why)) => {
             for unit in units {
-                let err = err.take().unwrap_or_else(|| same_error(&message));
+                let _ = unit.done.send(Err(StoreError::Unavailable(why.clone())));
+            }
+        }
+        Err(err) if units.len() == 1 => {
+            if let Some(unit) = units.into_iter().next() {
                 let _ = unit.done.send(Err(err));
             }
         }
@@ -125,16 +128,6 @@ async fn commit_units<D: Dialect>(pool: &Pool<D>, units: Vec<Unit>) {
             }
         }
     }
-}
-
-/// The error every unit of a failed group gets (it is not `Clone`).
-fn same_error(message: &str) -> StoreError {
-    StoreError::Unavailable(
-        message
-            .strip_prefix("audit store unavailable: ")
-            .unwrap_or(message)
-            .to_string(),
-    )
 }
 
 /// `writes` in order, in one transaction. Runs of operation inserts (the pending rows of files
