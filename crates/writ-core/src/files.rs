@@ -1,15 +1,17 @@
 //! Recorded writes: the one way writ changes a file.
 //!
 //! Order of events, so that no file is ever written without its audit record:
-//! 1. check the target (sandbox, directory, parent) — nothing touched yet;
-//! 2. take the path's lock, read the current content, check `create`/`If-Match` and the size the
-//!    file will have against the workspace's bound;
-//! 3. record the operation as `pending`, with the new content — if the store fails, stop (503);
-//! 4. write atomically;
-//! 5. mark the operation `succeeded` (or `failed`). If this last update fails the file is
+//! 1. take the path's lock, check the target (sandbox, directory, parent) and read its current
+//!    content, check `create`/`If-Match` and the size the file will have against the
+//!    workspace's bound — nothing touched yet;
+//! 2. record the operation as `pending`, with the new content, while the content is staged (a
+//!    synced temp file no reader sees) — if the store fails, the staged write is dropped and
+//!    nothing changed (503);
+//! 3. publish the staged write (rename into place, directory synced);
+//! 4. mark the operation `succeeded` (or `failed`). If this last update fails the file is
 //!    written and its pending record holds its hash and content: [`reconcile_pending`] settles it.
 //!
-//! A batch defers step 5 of its successful writes ([`write_deferring_completion`]) to its
+//! A batch defers step 4 of its successful writes ([`write_deferring_completion`]) to its
 //! closing commit, so the completions, the request's closing and its stored answer cost one
 //! commit instead of one each; the durable `pending` record still precedes every file write.
 
@@ -139,10 +141,9 @@ pub async fn write_deferring_completion(
     provenance: Provenance,
 ) -> Result<(WriteReceipt, Option<AuditWrite>), WriteError> {
     let started = Instant::now();
-    workspace.check_target(&spec.path, spec.create_dirs).await?;
     let _lock = workspace.lock(&spec.path).await;
 
-    let current = workspace.read(&spec.path).await?;
+    let current = workspace.read_target(&spec.path, spec.create_dirs).await?;
     let previous_sha256 = current.as_deref().map(sha256_hex);
     if spec.mode == WriteMode::Create && current.is_some() {
         return Err(WriteError::AlreadyExists {
@@ -217,15 +218,19 @@ pub async fn write_deferring_completion(
         return Ok((receipt(&op, content, current), None));
     }
 
-    store
-        .insert_operation(&op, Some(&content))
-        .await
-        .map_err(WriteError::AuditUnavailable)?;
-
-    if let Err(err) = workspace
-        .write_atomic(&spec.path, &content, spec.create_dirs)
-        .await
-    {
+    // The pending record is committed while the content is written to its temp file and synced;
+    // the file changes (the rename) only once both are durable.
+    let (recorded, staged) = tokio::join!(
+        store.insert_operation(&op, Some(&content)),
+        workspace.stage(&spec.path, &content, spec.create_dirs),
+    );
+    // Dropping a staged write discards it, so a refused record leaves the file untouched.
+    recorded.map_err(WriteError::AuditUnavailable)?;
+    let published = match staged {
+        Ok(staged) => staged.publish().await,
+        Err(err) => Err(err),
+    };
+    if let Err(err) = published {
         let outcome = OperationOutcome {
             status: OperationStatus::Failed,
             operation: OperationKind::Failed,

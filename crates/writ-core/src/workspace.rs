@@ -3,6 +3,10 @@
 //! Implementations must resolve every path beneath the root at open time (symlinks included),
 //! write atomically and durably (temp file in the same directory, fsync, rename, fsync of the
 //! directory), and never leave a temp file behind on failure.
+//!
+//! A write comes in two steps, [`Workspace::stage`] and [`StagedWrite::publish`], so that what
+//! must be durable before a file changes (its audit record) can be committed while the file's
+//! content is being made durable, instead of one after the other.
 
 use std::path::Path;
 
@@ -55,6 +59,16 @@ pub enum WorkspaceError {
     },
 }
 
+/// A write whose content is durable but not yet visible ([`Workspace::stage`]). Dropped without
+/// being published, it leaves nothing behind: no temp file, and no directory it created that is
+/// still empty.
+#[async_trait]
+pub trait StagedWrite: Send {
+    /// Puts the staged content in place of the target (one rename: readers see the old file or
+    /// the new one, whole) and syncs the directories the write changed.
+    async fn publish(self: Box<Self>) -> Result<(), WorkspaceError>;
+}
+
 #[async_trait]
 pub trait Workspace: Send + Sync + 'static {
     /// Absolute path of `REPO_DIR`, for reports (`write_path`).
@@ -97,13 +111,36 @@ pub trait Workspace: Send + Sync + 'static {
         create_dirs: bool,
     ) -> Result<(), WorkspaceError>;
 
+    /// [`Workspace::check_target`] and [`Workspace::read`] in one step: the content a write of
+    /// `path` would replace (`None`: there is no such file yet).
+    async fn read_target(
+        &self,
+        path: &SandboxPath,
+        create_dirs: bool,
+    ) -> Result<Option<Vec<u8>>, WorkspaceError>;
+
+    /// The first half of a write: checks the target, creates its missing parents if
+    /// `create_dirs`, and writes `content` durably to a temp file beside it that no reader can
+    /// see. [`StagedWrite::publish`] is the second half.
+    async fn stage(
+        &self,
+        path: &SandboxPath,
+        content: &[u8],
+        create_dirs: bool,
+    ) -> Result<Box<dyn StagedWrite>, WorkspaceError>;
+
     /// Replaces the file's content atomically and durably, creating parents if `create_dirs`.
     async fn write_atomic(
         &self,
         path: &SandboxPath,
         content: &[u8],
         create_dirs: bool,
-    ) -> Result<(), WorkspaceError>;
+    ) -> Result<(), WorkspaceError> {
+        self.stage(path, content, create_dirs)
+            .await?
+            .publish()
+            .await
+    }
 
     /// Removes a regular file (durably: the directory is synced). Absent is not an error.
     async fn remove(&self, path: &SandboxPath) -> Result<(), WorkspaceError>;

@@ -60,6 +60,9 @@ pub trait Dialect:
     const SINGLE_PROCESS: bool;
     /// Writer tasks committing record writes (see `store::commit`).
     const WRITERS: usize;
+    /// Whether several writes can be one statement (`WITH w AS (INSERT …) UPDATE …`), which
+    /// saves a round trip per write on a server.
+    const WRITABLE_CTES: bool;
     /// Opens a transaction that will write.
     const BEGIN_WRITE: &'static str;
     /// Put before a `SELECT` to get its plan instead of its rows.

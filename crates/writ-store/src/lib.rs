@@ -124,6 +124,31 @@ fn migrations_applied(
 /// Opens and closes one connection, so that a database that is down is reported with its cause
 /// ("connection refused", "password authentication failed") within `timeout`; a pool retries until
 /// its acquire timeout and then only says that it timed out.
+/// How long a pooled connection may sit idle and still be lent without a check.
+const CHECK_IDLE_AFTER: Duration = Duration::from_secs(10);
+
+/// Settings of the group commit's writer pools. sqlx checks every connection with a round trip
+/// before lending it, which would double the round trips of a one-statement commit; a writer's
+/// connection is checked only after sitting idle a while, and a commit that finds its connection
+/// closed (a server restart in between) is made again on a checked one (`store::commit`).
+fn writer_pool_options<DB: sqlx::Database>(
+    max_connections: u32,
+    acquire_timeout: Duration,
+) -> sqlx::pool::PoolOptions<DB> {
+    sqlx::pool::PoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(acquire_timeout)
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for > CHECK_IDLE_AFTER {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
+}
+
 async fn probe<C: sqlx::Connection>(options: &C::Options, timeout: Duration) -> Result<(), String> {
     match tokio::time::timeout(timeout, C::connect_with(options)).await {
         Ok(Ok(connection)) => {

@@ -65,9 +65,7 @@ impl PgStore {
                 no_connection("cannot connect to PostgreSQL at", database_url, &cause)
             })?;
         // Lazy: the probe has just shown the server answers, and connections open on demand.
-        let writers: PgPool = PgPoolOptions::new()
-            .max_connections(Postgres::WRITERS as u32)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
+        let writers: PgPool = crate::writer_pool_options(Postgres::WRITERS as u32, ACQUIRE_TIMEOUT)
             .connect_lazy_with(options.clone());
         let pool: PgPool = PgPoolOptions::new()
             .max_connections(readers.max(1))
@@ -81,6 +79,7 @@ impl Dialect for Postgres {
     const SINGLE_PROCESS: bool = false;
     // A few, so one slow transaction (a large file's content) does not hold up the others;
     // PostgreSQL flushes concurrent commits together anyway.
+    const WRITABLE_CTES: bool = true;
     const WRITERS: usize = 4;
     const BACKEND: &'static str = "postgres";
     const BEGIN_WRITE: &'static str = "BEGIN";

@@ -65,9 +65,7 @@ impl SqliteStore {
                 .max_lifetime(None);
             return Ok(Self::from_pool(pool.connect_lazy_with(options)));
         }
-        let writer = SqlitePoolOptions::new()
-            .max_connections(Sqlite::WRITERS as u32)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
+        let writer = crate::writer_pool_options(Sqlite::WRITERS as u32, ACQUIRE_TIMEOUT)
             .connect_lazy_with(options.clone());
         Ok(Self::from_pools(pool.connect_lazy_with(options), writer))
     }
@@ -80,6 +78,7 @@ fn is_in_memory(database_url: &str) -> bool {
 impl Dialect for Sqlite {
     const SINGLE_PROCESS: bool = true;
     // The database file has one write lock: a second writer would only wait on it.
+    const WRITABLE_CTES: bool = false;
     const WRITERS: usize = 1;
     const BACKEND: &'static str = "sqlite";
     /// Takes the write lock at `BEGIN`: a deferred transaction that reads first cannot wait for

@@ -176,6 +176,7 @@ macro_rules! conformance_suite {
             conformance_suite!(@migrated $open;
                 a_request_round_trips_through_insert_finish_and_get,
                 a_commit_writes_all_of_its_records_or_none,
+                a_batch_closing_commit_completes_every_file_or_none,
                 concurrent_commits_share_transactions_and_a_refused_one_fails_alone,
                 an_operation_carries_its_requests_caller_for_the_listing,
                 finishing_an_unknown_request_is_an_error,
@@ -326,6 +327,128 @@ async fn a_commit_writes_all_of_its_records_or_none(store: &dyn AuditStore) {
         }])
         .await
         .unwrap();
+    assert_eq!(
+        store.get_job(req.id).await.unwrap().unwrap().status,
+        writ_core::jobs::JobStatus::Done
+    );
+}
+
+/// A batch's closing commit: its files' completions, its request's closing and its job's, which
+/// the store may send as one statement. One completion naming an operation that does not exist
+/// refuses them all.
+async fn a_batch_closing_commit_completes_every_file_or_none(store: &dyn AuditStore) {
+    let req = new_request(Some("caller-a"), None);
+    let job = writ_core::jobs::NewJob {
+        id: req.id,
+        created_at: now(),
+        is_async: false,
+        files: vec!["a.py".into(), "b.py".into(), "c.py".into()],
+    };
+    store
+        .commit(vec![
+            AuditWrite::InsertRequest(req.clone()),
+            AuditWrite::InsertJob {
+                job,
+                status: writ_core::jobs::JobStatus::Running,
+            },
+        ])
+        .await
+        .unwrap();
+    let ops: Vec<Operation> = ["a.py", "b.py", "c.py"]
+        .iter()
+        .map(|f| operation(req.id, f))
+        .collect();
+    store
+        .commit(
+            ops.iter()
+                .map(|op| AuditWrite::InsertOperation {
+                    operation: op.clone(),
+                    content: Some(op.filename.clone().into_bytes()),
+                })
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let outcome = |ms: i64| OperationOutcome {
+        status: OperationStatus::Succeeded,
+        operation: OperationKind::Created,
+        error: None,
+        finished_at: now(),
+        duration_ms: Some(ms),
+    };
+    let closing = |ids: Vec<Uuid>| {
+        let mut writes: Vec<AuditWrite> = ids
+            .into_iter()
+            .enumerate()
+            .map(|(i, id)| AuditWrite::CompleteOperation {
+                id,
+                outcome: outcome(10 + i as i64),
+            })
+            .collect();
+        writes.push(AuditWrite::FinishRequest {
+            id: req.id,
+            status: RequestStatus::Success,
+            duration_ms: 9,
+            response: Some(json!({"status": "success"})),
+        });
+        writes.push(AuditWrite::FinishJob {
+            id: req.id,
+            status: writ_core::jobs::JobStatus::Done,
+            batch_status: Some("success".into()),
+            response: Some(json!({"status": "success"})),
+            error: None,
+        });
+        writes
+    };
+
+    let unknown = Uuid::now_v7();
+    let err = store
+        .commit(closing(vec![ops[0].id, unknown, ops[2].id]))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no operation"), "{err}");
+    for op in &ops {
+        let (stored, _) = store.get_operation(op.id).await.unwrap().unwrap();
+        assert_eq!(stored.status, OperationStatus::Pending, "{}", op.filename);
+    }
+    assert_eq!(
+        store.get_request(req.id).await.unwrap().unwrap().status,
+        RequestStatus::Running
+    );
+    assert_eq!(
+        store.get_job(req.id).await.unwrap().unwrap().status,
+        writ_core::jobs::JobStatus::Running
+    );
+
+    store
+        .commit(closing(ops.iter().map(|op| op.id).collect()))
+        .await
+        .unwrap();
+    for (i, op) in ops.iter().enumerate() {
+        let (stored, content) = store.get_operation(op.id).await.unwrap().unwrap();
+        assert_eq!(stored.status, OperationStatus::Succeeded);
+        assert_eq!(stored.duration_ms, Some(10 + i as i64));
+        assert_eq!(content.as_deref(), Some(op.filename.as_bytes()));
+    }
+    let listed = store
+        .list_operations(
+            &OperationFilter {
+                caller: Some(Some("caller-a".into())),
+                ..OperationFilter::default()
+            },
+            None,
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.operations.len(),
+        3,
+        "each row carries its request's caller"
+    );
+    let got = store.get_request(req.id).await.unwrap().unwrap();
+    assert_eq!(got.status, RequestStatus::Success);
+    assert_eq!(got.response, Some(json!({"status": "success"})));
     assert_eq!(
         store.get_job(req.id).await.unwrap().unwrap().status,
         writ_core::jobs::JobStatus::Done
@@ -1500,6 +1623,46 @@ async fn assert_seeded_listings_are_planned<D: Dialect>(
 
 mod postgres_only {
     use super::*;
+
+    /// A restart of the server closes every pooled connection; writers take theirs unchecked,
+    /// so the first commit after it must find an open one by itself instead of failing.
+    #[tokio::test]
+    async fn commits_go_on_after_the_servers_connections_are_closed() {
+        let url = fresh_postgres_url().await;
+        let store = writ_store::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        for i in 0..8 {
+            store
+                .insert_request(&new_request(None, Some(&format!("before-{i}"))))
+                .await
+                .unwrap();
+        }
+        let db = url
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .split('?')
+            .next()
+            .unwrap()
+            .to_owned();
+        let admin = std::env::var(writ_store::testing::PG_URL_ENV)
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
+            .await
+            .unwrap();
+        let closed: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
+        )
+        .bind(&db)
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        assert!(!closed.is_empty(), "the store had connections to close");
+
+        let req = new_request(None, Some("after"));
+        store.insert_request(&req).await.unwrap();
+        assert!(store.get_request(req.id).await.unwrap().is_some());
+    }
 
     #[tokio::test]
     async fn a_filtered_listing_over_20k_rows_walks_an_index_not_the_table() {

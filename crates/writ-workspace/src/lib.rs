@@ -17,6 +17,8 @@
 //!
 //! Modules:
 //! - `ops`: the synchronous operations, each resolving from the root `Dir`;
+//! - `staged`: a write in two halves (temp file written and synced; renamed into place);
+//! - `writer`: the thread that does writes in groups, so their syncs share journal commits;
 //! - `locks`: per-path write locks whose table shrinks as paths are released;
 //! - `protect`: [`ProtectedPaths`], the names and paths no write may touch;
 //! - `errors`: cap-std's `io::Error`s as [`WorkspaceError`]s.
@@ -25,6 +27,8 @@ mod errors;
 mod locks;
 mod ops;
 mod protect;
+mod staged;
+mod writer;
 
 use std::hash::{BuildHasher, Hasher};
 use std::io;
@@ -34,11 +38,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cap_std::fs::Dir;
-use writ_core::workspace::{DirEntry, PathLock};
+use writ_core::workspace::{DirEntry, PathLock, StagedWrite};
 use writ_core::{SandboxPath, Workspace, WorkspaceError};
 
 use crate::locks::PathLocks;
 pub use crate::protect::ProtectedPaths;
+use crate::staged::Prepared;
+use crate::writer::Writer;
 
 /// How long a temp-file-shaped file must have been left untouched before
 /// [`SandboxedWorkspace::remove_stale_temp_files`] takes it for debris: far longer than any write
@@ -58,6 +64,14 @@ pub struct SandboxedWorkspace {
     protected: Arc<ProtectedPaths>,
     /// The largest file a recorded write may leave (see [`Workspace::max_file_bytes`]).
     max_file_bytes: Option<usize>,
+    /// Every write goes through it.
+    writer: Writer,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Writer")
+    }
 }
 
 impl SandboxedWorkspace {
@@ -83,9 +97,12 @@ impl SandboxedWorkspace {
         .map_err(|e| io_error(io::Error::other(e)))?
         .map_err(io_error)?;
 
+        let root = Arc::new(dir);
+        let writer = Writer::start(Arc::clone(&root)).map_err(io_error)?;
         Ok(SandboxedWorkspace {
             root_path,
-            root: Arc::new(dir),
+            root,
+            writer,
             locks: PathLocks::default(),
             protected: Arc::new(ProtectedPaths::default()),
             max_file_bytes: None,
@@ -104,19 +121,32 @@ impl SandboxedWorkspace {
         self
     }
 
-    /// Runs `op` after refusing a protected `path`, judged as named and as its directory
-    /// resolves on disk (both on the blocking pool, in the same task as `op`, so that no
-    /// symlink swapped in between the two is missed by more than the op's own checks).
+    /// Runs `op` after refusing a protected `path` (see [`SandboxedWorkspace::guarded`]).
     async fn run_unprotected<T, F>(&self, path: &SandboxPath, op: F) -> Result<T, WorkspaceError>
     where
         T: Send + 'static,
-        F: FnOnce(&Dir) -> Result<T, WorkspaceError> + Send + 'static,
+        F: FnOnce(&Arc<Dir>) -> Result<T, WorkspaceError> + Send + 'static,
+    {
+        let guarded = self.guarded(path, op)?;
+        self.run(path.as_str(), guarded).await
+    }
+
+    /// `op`, refusing a protected `path` first: judged as named now, and as its directory
+    /// resolves on disk where `op` runs (in the same task, so that no symlink swapped in between
+    /// the two is missed by more than the op's own checks).
+    fn guarded<T, F>(
+        &self,
+        path: &SandboxPath,
+        op: F,
+    ) -> Result<impl FnOnce(&Arc<Dir>) -> Result<T, WorkspaceError> + Send + 'static, WorkspaceError>
+    where
+        F: FnOnce(&Arc<Dir>) -> Result<T, WorkspaceError> + Send + 'static,
     {
         self.protected.check(path, path.as_str())?;
         let protected = Arc::clone(&self.protected);
         let root_path = self.root_path.clone();
         let owned = path.clone();
-        self.run(path.as_str(), move |root| {
+        Ok(move |root: &Arc<Dir>| {
             if !protected.is_empty()
                 && let Some(real) = ops::resolved(root, &root_path, &owned)
             {
@@ -124,7 +154,6 @@ impl SandboxedWorkspace {
             }
             op(root)
         })
-        .await
     }
 
     /// Removes the temp files an interrupted write left behind (see [`STALE_TEMP_FILE_AGE`]) and
@@ -155,7 +184,7 @@ impl SandboxedWorkspace {
     async fn run<T, F>(&self, shown: &str, op: F) -> Result<T, WorkspaceError>
     where
         T: Send + 'static,
-        F: FnOnce(&Dir) -> Result<T, WorkspaceError> + Send + 'static,
+        F: FnOnce(&Arc<Dir>) -> Result<T, WorkspaceError> + Send + 'static,
     {
         let root = Arc::clone(&self.root);
         tokio::task::spawn_blocking(move || op(&root))
@@ -217,18 +246,35 @@ impl Workspace for SandboxedWorkspace {
         .await
     }
 
-    async fn write_atomic(
+    async fn read_target(
+        &self,
+        path: &SandboxPath,
+        create_dirs: bool,
+    ) -> Result<Option<Vec<u8>>, WorkspaceError> {
+        let owned = path.clone();
+        self.run_unprotected(path, move |root| {
+            ops::check_target(root, &owned, create_dirs)?;
+            ops::read(root, &owned)
+        })
+        .await
+    }
+
+    async fn stage(
         &self,
         path: &SandboxPath,
         content: &[u8],
         create_dirs: bool,
-    ) -> Result<(), WorkspaceError> {
+    ) -> Result<Box<dyn StagedWrite>, WorkspaceError> {
         let owned = path.clone();
         let content = content.to_vec();
-        self.run_unprotected(path, move |root| {
-            ops::write_atomic(root, &owned, &content, create_dirs)
-        })
-        .await
+        let prepare = self.guarded(path, move |root| {
+            staged::prepare(root, &owned, &content, create_dirs)
+        })?;
+        let prepared = self.writer.stage(path.as_str(), Box::new(prepare)).await?;
+        Ok(Box::new(Staged {
+            writer: self.writer.clone(),
+            prepared: Some(prepared),
+        }))
     }
 
     async fn remove(&self, path: &SandboxPath) -> Result<(), WorkspaceError> {
@@ -242,6 +288,31 @@ impl Workspace for SandboxedWorkspace {
         let shown = name.clone();
         self.run(&shown, move |root| ops::probe_writable(root, &name))
             .await
+    }
+}
+
+/// A write of this workspace, durable in its temp file, waiting to be published; discarded by
+/// the writer if dropped first.
+struct Staged {
+    writer: Writer,
+    prepared: Option<Prepared>,
+}
+
+#[async_trait]
+impl StagedWrite for Staged {
+    async fn publish(mut self: Box<Self>) -> Result<(), WorkspaceError> {
+        match self.prepared.take() {
+            Some(prepared) => self.writer.publish(prepared).await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if let Some(prepared) = self.prepared.take() {
+            self.writer.discard(prepared);
+        }
     }
 }
 

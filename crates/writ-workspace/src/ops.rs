@@ -18,7 +18,7 @@ use crate::errors::{from_io, is_absent, is_escape};
 
 /// Mode of a file that did not exist before; fixed rather than left to the process umask so that
 /// what lands in the repository does not depend on how the service was started.
-const NEW_FILE_MODE: u32 = 0o644;
+pub(crate) const NEW_FILE_MODE: u32 = 0o644;
 
 /// Prefix of the probe file written by `/readyz` and `writ check`.
 pub(crate) const PROBE_PREFIX: &str = ".writ-probe-";
@@ -111,58 +111,23 @@ pub(crate) fn check_target(
     }
 }
 
-pub(crate) fn write_atomic(
+/// The mode a write of `path` gives the file: the current one's permission bits, or
+/// [`NEW_FILE_MODE`]. Judged through `dir`, the directory about to be written into, since the
+/// checks before ran on paths that may have changed since; anything but a regular file (or
+/// nothing) at the target is refused.
+pub(crate) fn target_mode(
     root: &Dir,
+    dir: &Dir,
     path: &SandboxPath,
-    content: &[u8],
-    create_dirs: bool,
-) -> Result<(), WorkspaceError> {
-    check_target(root, path, create_dirs)?;
-    let created = if create_dirs {
-        create_parents(root, path)?
-    } else {
-        Vec::new()
-    };
-
-    let parent = path.parent();
-    let opened;
-    let dir = if parent.is_root() {
-        root
-    } else {
-        opened = root
-            .open_dir(parent.as_str())
-            .map_err(|e| from_io(&parent.to_string(), e))?;
-        &opened
-    };
-
-    // Judged again through the directory we are about to write into, since the checks above ran
-    // on paths that may have changed since.
-    let name = path.file_name();
-    let mode = match dir.symlink_metadata(name) {
-        Ok(meta) if meta.is_file() => existing_mode(&meta),
-        Ok(_) => {
-            return Err(check_final(root, path)
-                .err()
-                .unwrap_or_else(|| special(path)));
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => NEW_FILE_MODE,
-        Err(e) => return Err(from_io(path.as_str(), e)),
-    };
-
-    // cap-std-ext 5.1 `atomic_replace_with` (src/dirext.rs): temp file (O_TMPFILE, or a
-    // UUID-named file where the filesystem lacks it) in `dir`, write, `sync_all`, rename over
-    // `name` (which replaces a symlink rather than following it), then `open(".").sync_all()` on
-    // `dir`. On any error before the rename the temp file is dropped, and cap-tempfile's `Drop`
-    // unlinks a named one, so a failure leaves nothing behind.
-    dir.atomic_write_with_perms(name, content, Permissions::from_mode(mode))
-        .map_err(|e| from_io(path.as_str(), e))?;
-
-    // The new file's directory entry is durable now; the entries of directories we created are
-    // not until their own parents are synced.
-    for created_dir in &created {
-        sync_dir(root, &parent_of(created_dir)).map_err(|e| from_io(created_dir, e))?;
+) -> Result<u32, WorkspaceError> {
+    match dir.symlink_metadata(path.file_name()) {
+        Ok(meta) if meta.is_file() => Ok(existing_mode(&meta)),
+        Ok(_) => Err(check_final(root, path)
+            .err()
+            .unwrap_or_else(|| special(path))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(NEW_FILE_MODE),
+        Err(e) => Err(from_io(path.as_str(), e)),
     }
-    Ok(())
 }
 
 /// Removes a regular file beneath the root and syncs its directory; a missing file is fine.
@@ -364,7 +329,10 @@ fn check_final(root: &Dir, path: &SandboxPath) -> Result<(), WorkspaceError> {
 
 /// Creates the target's missing directories one by one, returning those it created (so that their
 /// parents can be synced once the file is in place).
-fn create_parents(root: &Dir, path: &SandboxPath) -> Result<Vec<String>, WorkspaceError> {
+pub(crate) fn create_parents(
+    root: &Dir,
+    path: &SandboxPath,
+) -> Result<Vec<String>, WorkspaceError> {
     let mut created = Vec::new();
     let mut prefix = String::new();
     for component in path.parent().components() {
@@ -410,15 +378,9 @@ fn existing_mode(meta: &Metadata) -> u32 {
     meta.permissions().mode() & 0o777
 }
 
-fn sync_dir(root: &Dir, dir: &str) -> io::Result<()> {
+pub(crate) fn sync_dir(root: &Dir, dir: &str) -> io::Result<()> {
     root.open(if dir.is_empty() { "." } else { dir })?
         .sync_all()
-}
-
-fn parent_of(dir: &str) -> String {
-    dir.rfind('/')
-        .map(|i| dir[..i].to_owned())
-        .unwrap_or_default()
 }
 
 fn join(dir: &str, name: &str) -> String {

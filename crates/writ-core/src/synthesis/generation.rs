@@ -4,7 +4,6 @@
 
 use writ_checks::Language;
 
-use crate::audit::Operation;
 use crate::content::sha256_hex;
 use crate::model::ChatMessage;
 use crate::path::SandboxPath;
@@ -44,7 +43,7 @@ fn import_paths(import: &str, language: Language) -> Vec<SandboxPath> {
     }
     paths
 }
-use crate::synthesis::run::Synthesizer;
+use crate::synthesis::run::{Prior, Synthesizer};
 
 /// A code file's candidates, with what selection needs to ask again (arbiter, fallback).
 pub(crate) struct Generated {
@@ -63,21 +62,14 @@ impl Synthesizer {
         &self,
         batch: &Batch,
         file: &FileSpec,
-        recent: &[Operation],
+        prior: &Prior,
         sink: &dyn ProgressSink,
         upstream: &UpstreamClock,
     ) -> Result<Generated, String> {
         let language = Language::from_path(file.path.as_str());
-        let current = self
-            .workspace
-            .read(&file.path)
-            .await
-            .map_err(|e| e.to_string())?;
+        let current = prior.current(&file.path)?;
         if let Some(expected) = &file.expected_sha256 {
-            let actual = current
-                .as_deref()
-                .map(sha256_hex)
-                .unwrap_or_else(|| "absent".into());
+            let actual = current.map(sha256_hex).unwrap_or_else(|| "absent".into());
             if &actual != expected {
                 return Err(format!(
                     "'{}' changed: expected sha256 {expected}, found {actual}; no model was called",
@@ -85,14 +77,14 @@ impl Synthesizer {
                 ));
             }
         }
-        let current_text = current.as_deref().map(String::from_utf8_lossy);
+        let current_text = current.map(String::from_utf8_lossy);
         let context = self.repository_context(batch, file).await;
         let messages = prompt::candidate_messages(
             batch,
             file,
             language,
             current_text.as_deref(),
-            recent,
+            &prior.recent,
             &context,
         );
         let models = batch

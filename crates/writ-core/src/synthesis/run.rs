@@ -25,6 +25,10 @@ use crate::synthesis::validation::Stage;
 use crate::synthesis::writing::Written;
 use crate::workspace::Workspace;
 
+/// How long a file ready to be written waits for the rest of its batch to join it
+/// ([`Synthesizer::produce_and_write`]).
+const WRITE_GROUP_WINDOW: Duration = Duration::from_millis(5);
+
 /// Which models to ask and how; from `CODE_LIST`, `CODE_MODEL`, `CODE_GEN_MODEL`.
 #[derive(Debug, Clone)]
 pub struct SynthesisConfig {
@@ -99,6 +103,27 @@ pub struct Synthesizer {
     pub(crate) runner: Option<Arc<dyn Runner>>,
 }
 
+/// What a batch's prompts show of what exists before it ([`Synthesizer::prior`]).
+pub(crate) struct Prior {
+    pub recent: Vec<Operation>,
+    /// Each code file's content (`None`: no such file yet), or why it could not be read.
+    current: Vec<(crate::path::SandboxPath, CurrentContent)>,
+}
+
+/// A file's content when its batch began (`None`: no such file), or why it could not be read.
+type CurrentContent = Result<Option<Vec<u8>>, String>;
+
+impl Prior {
+    /// The content `path` held when the batch began.
+    pub fn current(&self, path: &crate::path::SandboxPath) -> Result<Option<&[u8]>, String> {
+        match self.current.iter().find(|(p, _)| p == path) {
+            Some((_, Ok(content))) => Ok(content.as_deref()),
+            Some((_, Err(e))) => Err(e.clone()),
+            None => Ok(None),
+        }
+    }
+}
+
 /// One file's outcome before it is written: the chosen content (or why there is none) and every
 /// candidate that was asked, for the answer and the audit record.
 pub(crate) struct Produced {
@@ -153,7 +178,7 @@ impl Synthesizer {
         sink.emit(Event::Queued {
             files: batch.files.iter().map(|f| f.path.to_string()).collect(),
         });
-        let recent = self.recent_operations(caller).await;
+        let prior = self.prior(batch, caller).await;
         let clocks: Vec<UpstreamClock> = batch
             .files
             .iter()
@@ -163,7 +188,7 @@ impl Synthesizer {
         let written: Vec<Written> = if let Some(validation) = &batch.options.validation {
             // Validation needs every file's candidates before any file can be chosen.
             let produced = self
-                .produce_validated(batch, validation, &recent, sink, &clocks)
+                .produce_validated(batch, validation, &prior, sink, &clocks)
                 .await;
             recorded.wait().await;
             if batch.options.atomic && !batch.options.dry_run {
@@ -182,26 +207,15 @@ impl Synthesizer {
                     .files
                     .iter()
                     .zip(&clocks)
-                    .map(|(f, clock)| self.produce(batch, f, &recent, sink, clock)),
+                    .map(|(f, clock)| self.produce(batch, f, &prior, sink, clock)),
             )
             .await;
             recorded.wait().await;
             self.write_atomically(request_id, batch, produced, sink)
                 .await
         } else {
-            let recent = &recent;
-            join_all(
-                batch
-                    .files
-                    .iter()
-                    .zip(&clocks)
-                    .map(|(f, clock)| async move {
-                        let produced = self.produce(batch, f, recent, sink, clock).await;
-                        recorded.wait().await;
-                        self.finish_file(request_id, batch, f, produced, sink).await
-                    }),
-            )
-            .await
+            self.produce_and_write(request_id, batch, &prior, sink, recorded, &clocks)
+                .await
         };
         let (results, completions): (Vec<FileResult>, Vec<Option<AuditWrite>>) = written
             .into_iter()
@@ -221,6 +235,88 @@ impl Synthesizer {
             .max()
             .unwrap_or_default();
         (response, completions.into_iter().flatten().collect())
+    }
+
+    /// Every file produced and written as soon as it is ready, except that files ready close
+    /// together are written together: a ready file waits (at most [`WRITE_GROUP_WINDOW`]) for the
+    /// batch's other files, so that their pending records are one commit and their temp files
+    /// and renames share the filesystem's journal commits, instead of queueing one behind the
+    /// other. The wait costs the batch nothing unless it outlasts the last file's generation:
+    /// the batch answers when its last file is written, and a group closes as soon as every
+    /// file still running has joined it.
+    async fn produce_and_write(
+        &self,
+        request_id: Uuid,
+        batch: &Batch,
+        prior: &Prior,
+        sink: &dyn ProgressSink,
+        recorded: &Recorded,
+        clocks: &[UpstreamClock],
+    ) -> Vec<Written> {
+        let (ready_tx, mut ready) = tokio::sync::mpsc::unbounded_channel();
+        let producing = join_all(batch.files.iter().zip(clocks).enumerate().map(
+            |(i, (file, clock))| {
+                let ready_tx = ready_tx.clone();
+                async move {
+                    let produced = self.produce(batch, file, prior, sink, clock).await;
+                    let _ = ready_tx.send((i, produced));
+                }
+            },
+        ));
+        drop(ready_tx);
+        let writing = async {
+            let mut written: Vec<Option<Written>> = batch.files.iter().map(|_| None).collect();
+            let mut remaining = batch.files.len();
+            while let Some(first) = ready.recv().await {
+                let mut group = vec![first];
+                let window = tokio::time::sleep(WRITE_GROUP_WINDOW);
+                tokio::pin!(window);
+                while group.len() < remaining {
+                    tokio::select! {
+                        more = ready.recv() => match more {
+                            Some(more) => group.push(more),
+                            None => break,
+                        },
+                        () = &mut window => break,
+                    }
+                }
+                remaining -= group.len();
+                recorded.wait().await;
+                let done = join_all(group.into_iter().map(|(i, produced)| async move {
+                    let file = &batch.files[i];
+                    (
+                        i,
+                        self.finish_file(request_id, batch, file, produced, sink)
+                            .await,
+                    )
+                }))
+                .await;
+                for (i, w) in done {
+                    written[i] = Some(w);
+                }
+            }
+            written
+        };
+        let (_, written) = futures::future::join(producing, writing).await;
+        written.into_iter().flatten().collect()
+    }
+
+    /// What the prompts show of the present, read at once: the caller's recent operations and
+    /// each code file's current content (read together rather than one after the other, since
+    /// every file's models wait for both).
+    async fn prior(&self, batch: &Batch, caller: Option<&str>) -> Prior {
+        let reads = join_all(
+            batch
+                .files
+                .iter()
+                .filter(|f| f.kind != FileKind::Image)
+                .map(|f| async move {
+                    let read = self.workspace.read(&f.path).await;
+                    (f.path.clone(), read.map_err(|e| e.to_string()))
+                }),
+        );
+        let (recent, current) = futures::future::join(self.recent_operations(caller), reads).await;
+        Prior { recent, current }
     }
 
     /// The caller's own latest operations, shown to the models as context. Another caller's
@@ -249,7 +345,7 @@ impl Synthesizer {
         &self,
         batch: &Batch,
         validation: &Validation,
-        recent: &[Operation],
+        prior: &Prior,
         sink: &dyn ProgressSink,
         clocks: &[UpstreamClock],
     ) -> Vec<Produced> {
@@ -266,7 +362,7 @@ impl Synthesizer {
                                 Stage::Done(self.generate_image(batch, file, sink).await)
                             }
                             FileKind::Code | FileKind::Direct | FileKind::Run => {
-                                match self.generate(batch, file, recent, sink, clock).await {
+                                match self.generate(batch, file, prior, sink, clock).await {
                                     Ok(generated) => Stage::Generated(Box::new(generated)),
                                     Err(error) => Stage::Done(Produced::failed(error, Vec::new())),
                                 }
@@ -295,7 +391,7 @@ impl Synthesizer {
         &self,
         batch: &Batch,
         file: &FileSpec,
-        recent: &[Operation],
+        prior: &Prior,
         sink: &dyn ProgressSink,
         upstream: &UpstreamClock,
     ) -> Produced {
@@ -307,7 +403,7 @@ impl Synthesizer {
             match file.kind {
                 FileKind::Image => self.generate_image(batch, file, sink).await,
                 FileKind::Code | FileKind::Direct | FileKind::Run => {
-                    match self.generate(batch, file, recent, sink, upstream).await {
+                    match self.generate(batch, file, prior, sink, upstream).await {
                         Ok(generated) => self.select(batch, file, generated, sink, upstream).await,
                         Err(error) => Produced::failed(error, Vec::new()),
                     }

@@ -55,8 +55,8 @@ fn event_from_row<D: Dialect>(row: &D::Row) -> Result<JobEvent, StoreError> {
     })
 }
 
-pub(super) fn insert_events<D: Dialect>(events: &[JobEvent]) -> Sql<D> {
-    let mut sql = Sql::new("INSERT INTO job_events (job_id, seq, created_at, name, data) VALUES ");
+pub(super) fn push_insert_events<D: Dialect>(sql: &mut Sql<D>, events: &[JobEvent]) {
+    sql.push("INSERT INTO job_events (job_id, seq, created_at, name, data) VALUES ");
     for (i, event) in events.iter().enumerate() {
         if i > 0 {
             sql.push(", ");
@@ -69,13 +69,10 @@ pub(super) fn insert_events<D: Dialect>(events: &[JobEvent]) -> Sql<D> {
                 .bind(Json(&event.data));
         });
     }
-    sql
 }
 
-pub(super) fn insert_job<D: Dialect>(job: &NewJob, status: JobStatus) -> Sql<D> {
-    let mut sql = Sql::new(
-        "INSERT INTO jobs (id, status, is_async, files, created_at, heartbeat_at) VALUES ",
-    );
+pub(super) fn push_insert_job<D: Dialect>(sql: &mut Sql<D>, job: &NewJob, status: JobStatus) {
+    sql.push("INSERT INTO jobs (id, status, is_async, files, created_at, heartbeat_at) VALUES ");
     sql.tuple(|row| {
         row.bind(job.id)
             .bind(status.as_str())
@@ -84,20 +81,20 @@ pub(super) fn insert_job<D: Dialect>(job: &NewJob, status: JobStatus) -> Sql<D> 
             .bind_time(job.created_at)
             .bind_time(job.created_at);
     });
-    sql
 }
 
 /// Ends a job that has not ended yet (changes no row otherwise).
-pub(super) fn finish_job<D: Dialect>(
+pub(super) fn push_finish_job<D: Dialect>(
+    sql: &mut Sql<D>,
     id: Uuid,
     status: JobStatus,
     batch_status: Option<&str>,
     response: Option<&serde_json::Value>,
     error: Option<&str>,
-) -> Sql<D> {
+) {
     let now = Utc::now();
-    let mut sql = Sql::new("UPDATE jobs SET status = ");
-    sql.bind(status.as_str())
+    sql.push("UPDATE jobs SET status = ")
+        .bind(status.as_str())
         .push(", batch_status = ")
         .bind(batch_status)
         .push(", response = ")
@@ -111,7 +108,6 @@ pub(super) fn finish_job<D: Dialect>(
         .push(" WHERE id = ")
         .bind(id)
         .push(UNFINISHED);
-    sql
 }
 
 #[async_trait]
@@ -144,10 +140,9 @@ impl<D: Dialect> JobStore for SqlStore<D> {
         response: Option<&serde_json::Value>,
         error: Option<&str>,
     ) -> Result<bool, StoreError> {
-        Ok(finish_job::<D>(id, status, batch_status, response, error)
-            .execute(self, "finish job")
-            .await?
-            == 1)
+        let mut sql = Sql::new("");
+        push_finish_job::<D>(&mut sql, id, status, batch_status, response, error);
+        Ok(sql.execute(self, "finish job").await? == 1)
     }
 
     async fn get_job(&self, id: Uuid) -> Result<Option<Job>, StoreError> {

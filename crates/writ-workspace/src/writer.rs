@@ -1,0 +1,239 @@
+//! The workspace's file writer: one thread that takes every write queued while it was busy and
+//! does them as a group, so that their syncs share the filesystem's journal commits.
+//!
+//! On ext4, a `fsync` commits the journal, and syncs issued at once from several threads each
+//! wait for their own commit: five concurrent write-and-rename cycles take several times as long
+//! as five in a row (measured with a C loop on this machine's disk; BENCHMARKS.md). So the writer
+//! runs one group at a time: it prepares every staged write (temp file written), syncs them one
+//! after another — the first commit carries most of the others' metadata — then renames every
+//! published write into place and syncs each directory they touched once.
+//!
+//! Each request answers on its own channel as soon as its part is done. A caller that stopped
+//! waiting does not stop its request: a publish still completes, a staged write is discarded.
+//!
+//! A discarded write (its audit record was refused, say) takes back the directories it created,
+//! unless another staged write still lives in them: the writer keeps count of where its staged
+//! writes are, so that it never removes a directory from under one.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::mpsc;
+
+use cap_std::fs::Dir;
+use tokio::sync::oneshot;
+use writ_core::WorkspaceError;
+
+use crate::errors::from_io;
+use crate::staged::Prepared;
+
+/// At most this many requests per group, so one group's answers are not held back by a flood.
+const MAX_GROUP: usize = 256;
+
+pub(crate) type PrepareOp = Box<dyn FnOnce(&Arc<Dir>) -> Result<Prepared, WorkspaceError> + Send>;
+
+pub(crate) enum Request {
+    Stage {
+        prepare: PrepareOp,
+        answer: oneshot::Sender<Result<Prepared, WorkspaceError>>,
+    },
+    Publish {
+        prepared: Prepared,
+        answer: oneshot::Sender<Result<(), WorkspaceError>>,
+    },
+    /// A staged write that will not be published.
+    Discard(Prepared),
+}
+
+/// The queue to the writer thread; the thread ends when the last sender is dropped.
+#[derive(Clone)]
+pub(crate) struct Writer {
+    queue: mpsc::Sender<Request>,
+}
+
+impl Writer {
+    pub(crate) fn start(root: Arc<Dir>) -> std::io::Result<Writer> {
+        let (queue, requests) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("writ-file-writer".into())
+            .spawn(move || run(&root, &requests))?;
+        Ok(Writer { queue })
+    }
+
+    pub(crate) async fn stage(
+        &self,
+        shown: &str,
+        prepare: PrepareOp,
+    ) -> Result<Prepared, WorkspaceError> {
+        let (answer, answered) = oneshot::channel();
+        self.send(shown, Request::Stage { prepare, answer })?;
+        answered.await.map_err(|_| stopped(shown))?
+    }
+
+    pub(crate) async fn publish(&self, prepared: Prepared) -> Result<(), WorkspaceError> {
+        let shown = prepared.path().to_string();
+        let (answer, answered) = oneshot::channel();
+        self.send(&shown, Request::Publish { prepared, answer })?;
+        answered.await.map_err(|_| stopped(&shown))?
+    }
+
+    /// Discards `prepared` without waiting (from a `Drop`).
+    pub(crate) fn discard(&self, prepared: Prepared) {
+        let _ = self.queue.send(Request::Discard(prepared));
+    }
+
+    fn send(&self, shown: &str, request: Request) -> Result<(), WorkspaceError> {
+        self.queue.send(request).map_err(|_| stopped(shown))
+    }
+}
+
+fn stopped(shown: &str) -> WorkspaceError {
+    WorkspaceError::Io {
+        path: shown.to_owned(),
+        source: std::io::Error::other("the workspace's file writer stopped"),
+    }
+}
+
+fn run(root: &Arc<Dir>, requests: &mpsc::Receiver<Request>) {
+    let mut live = Live::default();
+    while let Ok(first) = requests.recv() {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match requests.try_recv() {
+                Ok(request) => group.push(request),
+                Err(_) => break,
+            }
+        }
+        let mut staged = Vec::new();
+        let mut published = Vec::new();
+        for request in group {
+            match request {
+                Request::Stage { prepare, answer } => {
+                    // A panic fails its own request, not the writer.
+                    let prepared = catch_unwind(AssertUnwindSafe(|| prepare(root)))
+                        .unwrap_or_else(|_| Err(panicked()));
+                    if let Ok(p) = &prepared {
+                        live.add(p);
+                    }
+                    staged.push((prepared, answer));
+                }
+                Request::Publish { prepared, answer } => published.push((prepared, answer)),
+                Request::Discard(prepared) => live.discard(root, prepared),
+            }
+        }
+        for (prepared, _) in &staged {
+            if let Ok(p) = prepared {
+                p.start_writeback();
+            }
+        }
+        for (prepared, answer) in staged {
+            let synced = match prepared {
+                Ok(p) => match p.sync() {
+                    Ok(()) => Ok(p),
+                    Err(e) => {
+                        live.discard(root, p);
+                        Err(e)
+                    }
+                },
+                Err(e) => Err(e),
+            };
+            if let Err(Ok(unwanted)) = answer.send(synced) {
+                live.discard(root, unwanted);
+            }
+        }
+        for (prepared, _) in &published {
+            live.remove(prepared);
+        }
+        publish_group(published);
+    }
+}
+
+/// Where the staged writes not yet published or discarded are: their directories, counted.
+#[derive(Default)]
+struct Live(Vec<(String, usize)>);
+
+impl Live {
+    fn add(&mut self, prepared: &Prepared) {
+        let dir = prepared.dir_path();
+        match self.0.iter_mut().find(|(d, _)| d == dir) {
+            Some((_, n)) => *n += 1,
+            None => self.0.push((dir.to_owned(), 1)),
+        }
+    }
+
+    fn remove(&mut self, prepared: &Prepared) {
+        let dir = prepared.dir_path();
+        if let Some(at) = self.0.iter().position(|(d, _)| d == dir) {
+            self.0[at].1 -= 1;
+            if self.0[at].1 == 0 {
+                self.0.swap_remove(at);
+            }
+        }
+    }
+
+    /// Drops an unpublished write and removes the directories it created that no live staged
+    /// write is in (at any depth), innermost first.
+    fn discard(&mut self, root: &Dir, prepared: Prepared) {
+        self.remove(&prepared);
+        let created = prepared.created().to_vec();
+        drop(prepared);
+        let unused: Vec<String> = created
+            .into_iter()
+            .filter(|dir| {
+                !self
+                    .0
+                    .iter()
+                    .any(|(d, _)| d == dir || d.starts_with(&format!("{dir}/")))
+            })
+            .collect();
+        crate::staged::remove_created(root, &unused);
+    }
+}
+
+/// Renames every write into place, then syncs each directory they changed once; a write is
+/// answered `Ok` when its rename and all its directories' syncs succeeded.
+fn publish_group(group: Vec<(Prepared, oneshot::Sender<Result<(), WorkspaceError>>)>) {
+    let mut renamed = Vec::with_capacity(group.len());
+    for (mut prepared, answer) in group {
+        match prepared.publish() {
+            Ok(()) => renamed.push((prepared, answer)),
+            Err(e) => {
+                let _ = answer.send(Err(e));
+            }
+        }
+    }
+    let mut synced: Vec<(String, Result<(), std::io::Error>)> = Vec::new();
+    for (prepared, answer) in renamed {
+        let mut outcome = Ok(());
+        for dir in prepared.dirs_to_sync() {
+            let at = match synced.iter().position(|(d, _)| d == dir) {
+                Some(at) => at,
+                None => {
+                    synced.push((dir.to_owned(), prepared.sync_dir(dir)));
+                    synced.len() - 1
+                }
+            };
+            if let Err(e) = &synced[at].1 {
+                let shown = if dir.is_empty() { "." } else { dir };
+                outcome = Err(from_io(shown, copy(e)));
+                break;
+            }
+        }
+        let _ = answer.send(outcome);
+    }
+}
+
+/// The same error again, for each write that shares a directory whose sync failed (keeping the
+/// errno, which tells a full disk from other failures).
+fn copy(e: &std::io::Error) -> std::io::Error {
+    match e.raw_os_error() {
+        Some(code) => std::io::Error::from_raw_os_error(code),
+        None => std::io::Error::new(e.kind(), e.to_string()),
+    }
+}
+
+fn panicked() -> WorkspaceError {
+    WorkspaceError::Io {
+        path: String::new(),
+        source: std::io::Error::other("the file writer failed on this write"),
+    }
+}

@@ -1,0 +1,178 @@
+//! Writes in two halves against a real filesystem: a staged write is invisible until it is
+//! published, a discarded one leaves nothing (no temp file, no directory it created, unless
+//! another staged write still lives there), and many writes staged at once all land.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use writ_core::{SandboxPath, Workspace};
+use writ_workspace::SandboxedWorkspace;
+
+fn p(raw: &str) -> SandboxPath {
+    SandboxPath::parse(raw).unwrap()
+}
+
+/// Every path beneath `dir`, relative to it, sorted (directories included).
+fn tree(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut pending: Vec<PathBuf> = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            found.push(path.strip_prefix(dir).unwrap().display().to_string());
+            if entry.file_type().unwrap().is_dir() {
+                pending.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Waits until the writer has handled what a `Drop` sent it (a discard is not answered): the
+/// writer takes requests in order, so once a later write is answered, the discard is done.
+async fn settled(ws: &SandboxedWorkspace) {
+    let marker = p(".settled");
+    ws.write_atomic(&marker, b"", false).await.unwrap();
+    ws.remove(&marker).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_staged_write_is_invisible_until_published() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = SandboxedWorkspace::open(dir.path()).await.unwrap();
+    let root = ws.root().to_path_buf();
+    ws.write_atomic(&p("src/app.py"), b"old\n", true)
+        .await
+        .unwrap();
+
+    let staged = ws.stage(&p("src/app.py"), b"new\n", true).await.unwrap();
+    assert_eq!(
+        ws.read(&p("src/app.py")).await.unwrap().as_deref(),
+        Some(&b"old\n"[..])
+    );
+    // The temp file is anonymous: nothing but the old file is in the directory.
+    assert_eq!(tree(&root), vec!["src", "src/app.py"]);
+
+    staged.publish().await.unwrap();
+    assert_eq!(
+        ws.read(&p("src/app.py")).await.unwrap().as_deref(),
+        Some(&b"new\n"[..])
+    );
+    assert_eq!(tree(&root), vec!["src", "src/app.py"]);
+}
+
+#[tokio::test]
+async fn a_discarded_write_leaves_neither_file_nor_the_directories_it_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = SandboxedWorkspace::open(dir.path()).await.unwrap();
+    let root = ws.root().to_path_buf();
+    std::fs::create_dir(root.join("kept")).unwrap();
+
+    let staged = ws
+        .stage(&p("kept/new/deeper/file.py"), b"x = 1\n", true)
+        .await
+        .unwrap();
+    // Staging made the directories, so the temp file could sit beside its target.
+    assert!(root.join("kept/new/deeper").is_dir());
+    drop(staged);
+    settled(&ws).await;
+
+    assert_eq!(tree(&root), vec!["kept"]);
+    assert_eq!(ws.read(&p("kept/new/deeper/file.py")).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_discarded_write_keeps_a_directory_another_staged_write_lives_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = SandboxedWorkspace::open(dir.path()).await.unwrap();
+    let root = ws.root().to_path_buf();
+
+    // The first write creates `pkg/sub`; the second finds it there.
+    let first = ws
+        .stage(&p("pkg/sub/a.py"), b"a = 1\n", true)
+        .await
+        .unwrap();
+    let second = ws
+        .stage(&p("pkg/sub/b.py"), b"b = 2\n", true)
+        .await
+        .unwrap();
+    // Its creator is discarded while the other write, whose temp file no listing shows, still
+    // waits in the directory: removing it would make that write fail.
+    drop(first);
+    settled(&ws).await;
+    assert!(root.join("pkg/sub").is_dir());
+
+    second.publish().await.unwrap();
+    assert_eq!(tree(&root), vec!["pkg", "pkg/sub", "pkg/sub/b.py"]);
+    assert_eq!(
+        ws.read(&p("pkg/sub/b.py")).await.unwrap().as_deref(),
+        Some(&b"b = 2\n"[..])
+    );
+}
+
+#[tokio::test]
+async fn a_published_write_keeps_the_mode_of_the_file_it_replaces() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = SandboxedWorkspace::open(dir.path()).await.unwrap();
+    let root = ws.root().to_path_buf();
+    ws.write_atomic(&p("run.sh"), b"#!/bin/sh\n", false)
+        .await
+        .unwrap();
+    std::fs::set_permissions(root.join("run.sh"), std::fs::Permissions::from_mode(0o750)).unwrap();
+
+    ws.stage(&p("run.sh"), b"#!/bin/sh\necho hi\n", false)
+        .await
+        .unwrap()
+        .publish()
+        .await
+        .unwrap();
+    ws.write_atomic(&p("new.txt"), b"n", false).await.unwrap();
+
+    let mode = |name: &str| {
+        std::fs::metadata(root.join(name))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode("run.sh"), 0o750);
+    assert_eq!(mode("new.txt"), 0o644);
+}
+
+/// Writes staged and published from many tasks at once form groups in the writer; every one
+/// must land whole, beside its siblings, whatever group it fell in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_staged_together_all_land_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = Arc::new(SandboxedWorkspace::open(dir.path()).await.unwrap());
+    let root = ws.root().to_path_buf();
+    let mut tasks = Vec::new();
+    for batch in 0..20 {
+        for file in 0..5 {
+            let ws = Arc::clone(&ws);
+            tasks.push(tokio::spawn(async move {
+                let path = p(&format!("b{batch}/deep/f{file}.py"));
+                let content = format!("# batch {batch} file {file}\n").repeat(100 + file);
+                ws.stage(&path, content.as_bytes(), true)
+                    .await?
+                    .publish()
+                    .await?;
+                Ok::<_, writ_core::WorkspaceError>((path, content))
+            }));
+        }
+    }
+    for task in tasks {
+        let (path, content) = task.await.unwrap().unwrap();
+        assert_eq!(
+            ws.read(&path).await.unwrap().as_deref(),
+            Some(content.as_bytes())
+        );
+    }
+    // 20 batch folders, each with `deep` and five files: nothing else (no temp file).
+    assert_eq!(tree(&root).len(), 20 * 7);
+}
