@@ -53,6 +53,16 @@ pub async fn write_codebase(
         synthesis::Begun::Running { job_id, answer } => (job_id, answer),
     };
 
+    // Progress goes out from a task of its own, in order: the answer never waits on a
+    // notification's delivery (a transport slow to take them, or stuck, cannot hold it).
+    let (lines, mut queued) = tokio::sync::mpsc::unbounded_channel::<(f64, String)>();
+    let reporter = ctx.progress.clone().map(|progress| {
+        tokio::spawn(async move {
+            while let Some((seq, line)) = queued.recv().await {
+                progress.report(seq, None, line).await;
+            }
+        })
+    });
     let mut events = std::pin::pin!(jobs::follow(state.clone(), job_id, 0));
     let mut answer = std::pin::pin!(answer);
     let mut reported = 0_i64;
@@ -60,11 +70,9 @@ pub async fn write_codebase(
         tokio::select! {
             // Events first: every event stored before the answer is reported before it.
             biased;
-            Some(event) = events.next(), if ctx.progress.is_some() => {
-                if let Some(progress) = &ctx.progress {
-                    reported = event.seq;
-                    progress.report(event.seq as f64, None, progress_line(&event.name, &event.data)).await;
-                }
+            Some(event) = events.next(), if reporter.is_some() => {
+                reported = event.seq;
+                let _ = lines.send((event.seq as f64, progress_line(&event.name, &event.data)));
             }
             done = &mut answer => break done,
             _ = ctx.cancelled.cancelled() => {
@@ -81,24 +89,21 @@ pub async fn write_codebase(
         .map_err(ApiError::internal)?
         .map_err(synthesis::submit_error)?;
     // Events are stored in the background and may trail the answer by a commit: report the
-    // ones not seen yet, up to `done` (bounded, so a store that lost them cannot hold the answer).
-    if let Some(progress) = &ctx.progress {
+    // ones not seen yet, up to `done`, and let them go out before the answer (bounded, so a
+    // store that lost them or a transport that does not take them cannot hold the answer).
+    if let Some(reporter) = reporter {
         let rest = async {
             while let Some(event) = events.next().await {
                 if event.seq <= reported {
                     continue;
                 }
-                progress
-                    .report(
-                        event.seq as f64,
-                        None,
-                        progress_line(&event.name, &event.data),
-                    )
-                    .await;
+                let _ = lines.send((event.seq as f64, progress_line(&event.name, &event.data)));
                 if event.name == "done" {
                     break;
                 }
             }
+            drop(lines);
+            let _ = reporter.await;
         };
         let _ = tokio::time::timeout(TRAILING_EVENTS, rest).await;
     }
