@@ -63,7 +63,9 @@ pub async fn write_codebase(
             }
         })
     });
-    let mut events = std::pin::pin!(jobs::follow(state.clone(), job_id, 0));
+    // Fused: the stream ends at `done`, and an ended `follow` must not be polled again (it
+    // panics, which took the tool call's answer with it) — both loops below may ask once more.
+    let mut events = std::pin::pin!(jobs::follow(state.clone(), job_id, 0).fuse());
     let mut answer = std::pin::pin!(answer);
     let mut reported = 0_i64;
     let done = loop {
