@@ -278,16 +278,7 @@ async fn a_commit_writes_all_of_its_records_or_none(store: &dyn AuditStore) {
     assert!(store.get_job(req.id).await.unwrap().is_none());
     assert!(store.get_operation(op.id).await.unwrap().is_none());
 
-    store
-        .commit(vec![
-            AuditWrite::InsertRequest(req.clone()),
-            AuditWrite::InsertJob {
-                job,
-                status: writ_core::jobs::JobStatus::Running,
-            },
-        ])
-        .await
-        .unwrap();
+    store.commit(batch_start(&req, job)).await.unwrap();
     assert_eq!(
         store.get_job(req.id).await.unwrap().unwrap().status,
         writ_core::jobs::JobStatus::Running
@@ -333,6 +324,17 @@ async fn a_commit_writes_all_of_its_records_or_none(store: &dyn AuditStore) {
     );
 }
 
+/// A batch's first commit: its request and its job, running.
+fn batch_start(req: &NewRequest, job: writ_core::jobs::NewJob) -> Vec<AuditWrite> {
+    vec![
+        AuditWrite::InsertRequest(req.clone()),
+        AuditWrite::InsertJob {
+            job,
+            status: writ_core::jobs::JobStatus::Running,
+        },
+    ]
+}
+
 /// A batch's closing commit: its files' completions, its request's closing and its job's, which
 /// the store may send as one statement. One completion naming an operation that does not exist
 /// refuses them all.
@@ -344,16 +346,7 @@ async fn a_batch_closing_commit_completes_every_file_or_none(store: &dyn AuditSt
         is_async: false,
         files: vec!["a.py".into(), "b.py".into(), "c.py".into()],
     };
-    store
-        .commit(vec![
-            AuditWrite::InsertRequest(req.clone()),
-            AuditWrite::InsertJob {
-                job,
-                status: writ_core::jobs::JobStatus::Running,
-            },
-        ])
-        .await
-        .unwrap();
+    store.commit(batch_start(&req, job)).await.unwrap();
     let ops: Vec<Operation> = ["a.py", "b.py", "c.py"]
         .iter()
         .map(|f| operation(req.id, f))

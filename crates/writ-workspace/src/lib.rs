@@ -159,8 +159,8 @@ impl SandboxedWorkspace {
     /// Removes the temp files an interrupted write left behind (see [`STALE_TEMP_FILE_AGE`]) and
     /// returns how many it removed. Meant for start-up, before requests are served.
     ///
-    /// Writes go through cap-std-ext's `atomic_write`, whose temp file is anonymous (O_TMPFILE)
-    /// for nearly its whole life but is named with a bare UUIDv4 for an instant before its rename
+    /// A write's temp file (`staged`) is anonymous (O_TMPFILE) for nearly its whole life but is
+    /// named with a bare UUIDv4 for an instant before its rename
     /// (and throughout the write on filesystems without O_TMPFILE); a crash in that window leaves
     /// it. The name carries no mark of ours, so a user's extension-less file named exactly like a
     /// lowercase UUIDv4 and untouched for ten minutes would be removed too.
@@ -283,11 +283,18 @@ impl Workspace for SandboxedWorkspace {
             .await
     }
 
+    /// Through the same writer as every write, so a writer that stopped shows here too.
     async fn probe_writable(&self) -> Result<(), WorkspaceError> {
         let name = format!("{}{}", ops::PROBE_PREFIX, random_suffix());
-        let shown = name.clone();
-        self.run(&shown, move |root| ops::probe_writable(root, &name))
-            .await
+        let path = SandboxPath::parse(&name)?;
+        let written = match self.stage(&path, b"writ probe\n", false).await {
+            Ok(staged) => staged.publish().await,
+            Err(e) => Err(e),
+        };
+        // Removed even when the write failed: a failed directory sync comes after the rename.
+        let removed = self.remove(&path).await;
+        written?;
+        removed
     }
 }
 

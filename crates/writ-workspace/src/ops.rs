@@ -9,8 +9,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use cap_std::fs::{Dir, Metadata, OpenOptions, OpenOptionsExt, Permissions, PermissionsExt};
-use cap_std_ext::dirext::CapStdExtDirExt;
+use cap_std::fs::{Dir, Metadata, OpenOptions, OpenOptionsExt, PermissionsExt};
 use writ_core::workspace::DirEntry;
 use writ_core::{SandboxPath, WorkspaceError};
 
@@ -147,22 +146,11 @@ pub(crate) fn remove(root: &Dir, path: &SandboxPath) -> Result<(), WorkspaceErro
     sync_dir(root, path.parent().as_str()).map_err(|e| from_io(path.as_str(), e))
 }
 
-pub(crate) fn probe_writable(root: &Dir, name: &str) -> Result<(), WorkspaceError> {
-    let written =
-        root.atomic_write_with_perms(name, b"writ probe\n", Permissions::from_mode(0o600));
-    // Removed even when the write failed: a failed directory fsync comes after the rename.
-    let removed = root.remove_file_optional(name);
-    written.map_err(|e| from_io(name, e))?;
-    removed.map_err(|e| from_io(name, e))?;
-    Ok(())
-}
-
 /// Removes temp files that a crash left behind, returning how many went.
 ///
-/// cap-std-ext writes through cap-tempfile, whose temp file has a name only (a) between the
-/// `linkat` that names an O_TMPFILE and the rename, or (b) for the whole write on a filesystem
-/// without O_TMPFILE. Either way the name is a bare lowercase UUIDv4 (cap-tempfile `lib.rs`,
-/// `TempDir::new_name`), and a crash in that window leaves it. Such a name carries no mark of ours,
+/// A write's temp file (`crate::staged`) has a name only (a) between the `linkat` that names an
+/// O_TMPFILE and the rename, or (b) for the whole write on a filesystem without O_TMPFILE.
+/// Either way the name is a bare lowercase UUIDv4, and a crash in that window leaves it. Such a name carries no mark of ours,
 /// so a user's file named exactly like a UUIDv4, with no extension, and untouched for `min_age`,
 /// would be taken for one: callers should run this when they know the tree is theirs (start-up).
 /// `min_age` keeps an in-flight write of the fallback kind from losing its temp file.
@@ -198,7 +186,7 @@ pub(crate) fn remove_stale_temp_files(root: &Dir, min_age: Duration) -> usize {
             };
             if file_type.is_dir() {
                 pending.push(join(&dir_path, &name));
-            } else if file_type.is_file() && looks_like_cap_tempfile_name(&name) {
+            } else if file_type.is_file() && looks_like_temp_file_name(&name) {
                 let old_enough = entry
                     .metadata()
                     .and_then(|meta| meta.modified())
@@ -217,7 +205,7 @@ pub(crate) fn remove_stale_temp_files(root: &Dir, min_age: Duration) -> usize {
 }
 
 /// The shape of `Uuid::new_v4().to_string()`: 8-4-4-4-12 lowercase hex, version 4, RFC variant.
-fn looks_like_cap_tempfile_name(name: &str) -> bool {
+fn looks_like_temp_file_name(name: &str) -> bool {
     let b = name.as_bytes();
     b.len() == 36
         && b.iter().enumerate().all(|(i, &c)| match i {
@@ -397,18 +385,18 @@ mod tests {
 
     #[test]
     fn only_the_uuid_v4_shape_counts_as_a_temp_file_name() {
-        assert!(looks_like_cap_tempfile_name(
+        assert!(looks_like_temp_file_name(
             "3f2504e0-4f89-41d3-a654-0e02b2c3d479"
         ));
-        assert!(!looks_like_cap_tempfile_name(
+        assert!(!looks_like_temp_file_name(
             "3F2504E0-4F89-41D3-A654-0E02B2C3D479"
         ));
-        assert!(!looks_like_cap_tempfile_name(
+        assert!(!looks_like_temp_file_name(
             "3f2504e0-4f89-11d3-a654-0e02b2c3d479"
         ));
-        assert!(!looks_like_cap_tempfile_name(
+        assert!(!looks_like_temp_file_name(
             "3f2504e0-4f89-41d3-a654-0e02b2c3d479.py"
         ));
-        assert!(!looks_like_cap_tempfile_name("notes.txt"));
+        assert!(!looks_like_temp_file_name("notes.txt"));
     }
 }

@@ -237,7 +237,7 @@ fn link_anonymous(dir: &Dir, file: &std::fs::File) -> io::Result<String> {
     }
 }
 
-/// The shape the start-up sweep takes for debris (`ops::looks_like_cap_tempfile_name`).
+/// The shape the start-up sweep takes for debris (`ops::looks_like_temp_file_name`).
 fn temp_name() -> String {
     uuid::Uuid::new_v4().to_string()
 }
