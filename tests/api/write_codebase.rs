@@ -421,6 +421,63 @@ async fn an_update_shows_the_models_the_current_content(app: TestApp) {
     assert!(prompt.contains("u.py") && prompt.contains("Python"));
 }
 
+async fn files_written_together_keep_their_own_outcomes_and_leave_nothing_pending(app: TestApp) {
+    script_all(&app, Step::code("python", "ok = True"));
+    let repo = &app.repo_dir;
+    std::fs::write(repo.join("same.py"), "ok = True\n").unwrap();
+    std::fs::write(repo.join("upd.py"), "old = 1\n").unwrap();
+    std::fs::write(repo.join("guarded.py"), "original\n").unwrap();
+    let upd_sha = writ_core::content::sha256_hex(b"old = 1\n");
+    let body = json!({"command": "write_codebase",
+        "files": [{"filename": "fresh.py", "code_description": "d"},
+                  {"filename": "same.py", "code_description": "d"},
+                  {"filename": "upd.py", "code_description": "d", "expected_sha256": upd_sha},
+                  {"filename": "guarded.py", "code_description": "d", "expected_sha256": "0".repeat(64)},
+                  {"filename": "sub/dir/deep.py", "code_description": "d"}]});
+    let (status, answer) = app.post_write_codebase(&body).await;
+    assert_eq!(status, 200, "{answer}");
+    let results = answer["results"].as_array().unwrap();
+    let outcome = |i: usize| results[i]["operation"].as_str().unwrap_or("-").to_string();
+    assert_eq!(
+        (0..5).map(outcome).collect::<Vec<_>>(),
+        ["created", "unchanged", "updated", "-", "created"],
+        "{answer}"
+    );
+    assert_eq!(answer["status"], "partial_success");
+    assert_eq!(results[3]["success"], false);
+    assert!(
+        results[3]["error"].as_str().unwrap().contains("changed"),
+        "{answer}"
+    );
+    for name in ["fresh.py", "same.py", "upd.py", "sub/dir/deep.py"] {
+        assert_eq!(on_disk(&app, name), "ok = True\n", "{name}");
+    }
+    assert_eq!(on_disk(&app, "guarded.py"), "original\n");
+
+    // Every record of the batch is final, and each one says what happened to its file.
+    let request_id = answer["request_id"].as_str().unwrap();
+    let (_, ops) = app
+        .json(&format!("/operations?request_id={request_id}&limit=100"))
+        .await;
+    let ops = ops["operations"].as_array().unwrap();
+    let status_of = |name: &str| {
+        ops.iter()
+            .filter(|op| op["filename"] == name)
+            .map(|op| op["status"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    for name in ["fresh.py", "same.py", "upd.py", "sub/dir/deep.py"] {
+        assert_eq!(status_of(name), ["succeeded"], "{name}: {ops:?}");
+    }
+    assert!(
+        status_of("guarded.py").iter().all(|s| s == "failed")
+            && !status_of("guarded.py").is_empty(),
+        "{ops:?}"
+    );
+    let (_, pending) = app.json("/operations?status=pending").await;
+    assert_eq!(pending["operations"], json!([]), "{pending}");
+}
+
 on_both_backends!(with_models:
     identical_candidates_are_one_and_need_no_arbiter,
     the_arbiter_sees_numbered_anonymous_candidates_and_its_choice_is_honoured,
@@ -436,6 +493,7 @@ on_both_backends!(with_models:
     an_atomic_batch_with_a_failing_file_writes_nothing,
     dry_run_returns_the_content_and_writes_nothing,
     an_update_shows_the_models_the_current_content,
+    files_written_together_keep_their_own_outcomes_and_leave_nothing_pending,
 );
 
 mod configuration {

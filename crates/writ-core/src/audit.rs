@@ -278,7 +278,7 @@ pub enum AuditWrite {
     AppendEvents(Vec<crate::jobs::JobEvent>),
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The database cannot be reached or refused the statement for reasons outside the caller.
     #[error("audit store unavailable: {0}")]

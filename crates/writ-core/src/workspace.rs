@@ -119,6 +119,29 @@ pub trait Workspace: Send + Sync + 'static {
         create_dirs: bool,
     ) -> Result<Option<Vec<u8>>, WorkspaceError>;
 
+    /// [`Workspace::read`] of several files, in order: one hand-off to wherever the reads run
+    /// instead of one each.
+    async fn read_many(
+        &self,
+        paths: &[SandboxPath],
+    ) -> Vec<Result<Option<Vec<u8>>, WorkspaceError>> {
+        futures::future::join_all(paths.iter().map(|path| self.read(path))).await
+    }
+
+    /// [`Workspace::read_target`] of several targets (path, `create_dirs`), in order: one
+    /// hand-off to wherever the reads run instead of one each.
+    async fn read_targets(
+        &self,
+        targets: &[(SandboxPath, bool)],
+    ) -> Vec<Result<Option<Vec<u8>>, WorkspaceError>> {
+        futures::future::join_all(
+            targets
+                .iter()
+                .map(|(path, create_dirs)| self.read_target(path, *create_dirs)),
+        )
+        .await
+    }
+
     /// The first half of a write: checks the target, creates its missing parents if
     /// `create_dirs`, and writes `content` durably to a temp file beside it that no reader can
     /// see. [`StagedWrite::publish`] is the second half.

@@ -176,3 +176,62 @@ async fn writes_staged_together_all_land_whole() {
     // 20 batch folders, each with `deep` and five files: nothing else (no temp file).
     assert_eq!(tree(&root).len(), 20 * 7);
 }
+
+#[tokio::test]
+async fn targets_read_together_answer_each_in_order_with_its_own_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("src/pkg")).unwrap();
+    std::fs::create_dir_all(dir.path().join(".git")).unwrap();
+    std::fs::write(dir.path().join("src/a.py"), "a = 1\n").unwrap();
+    std::fs::write(dir.path().join("notes"), "a file, not a directory\n").unwrap();
+    let mut protected = writ_workspace::ProtectedPaths::default();
+    protected.add(".git", "listed in WRIT_PROTECTED_PATHS");
+    let ws = SandboxedWorkspace::open(dir.path())
+        .await
+        .unwrap()
+        .with_protected(protected);
+    let targets = [
+        (p("src/a.py"), false),
+        (p("src/pkg"), true),
+        (p("new/b.py"), true),
+        (p(".git/config"), true),
+        (p("new/c.py"), false),
+        (p("notes/d.py"), true),
+    ];
+    let read = ws.read_targets(&targets).await;
+    assert_eq!(read.len(), targets.len());
+    assert_eq!(read[0].as_ref().unwrap().as_deref(), Some(&b"a = 1\n"[..]));
+    assert!(read[1].is_err(), "a directory is not a file to write");
+    assert_eq!(read[2].as_ref().unwrap(), &None, "absent, creatable");
+    assert!(
+        matches!(read[3], Err(writ_core::WorkspaceError::Protected { .. })),
+        "{:?}",
+        read[3]
+    );
+    assert!(read[4].is_err(), "no parent, and create_dirs not asked");
+    assert!(read[5].is_err(), "a parent that is a file");
+    // Each one answers as the single read does.
+    for ((path, create_dirs), together) in targets.iter().zip(&read) {
+        let alone = ws.read_target(path, *create_dirs).await;
+        assert_eq!(
+            alone.as_ref().map_err(ToString::to_string),
+            together.as_ref().map_err(ToString::to_string),
+            "{path}"
+        );
+    }
+    // Plain reads together: each as `read` alone would answer it.
+    let paths: Vec<SandboxPath> = targets.iter().map(|(path, _)| path.clone()).collect();
+    let many = ws.read_many(&paths).await;
+    assert_eq!(many[0].as_ref().unwrap().as_deref(), Some(&b"a = 1\n"[..]));
+    assert_eq!(many[2].as_ref().unwrap(), &None);
+    for (path, together) in paths.iter().zip(&many) {
+        let alone = ws.read(path).await;
+        assert_eq!(
+            alone.as_ref().map_err(ToString::to_string),
+            together.as_ref().map_err(ToString::to_string),
+            "{path}"
+        );
+    }
+    // Reading changed nothing: no directory was created.
+    assert!(!dir.path().join("new").exists());
+}

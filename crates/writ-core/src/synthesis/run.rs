@@ -195,11 +195,8 @@ impl Synthesizer {
                 self.write_atomically(request_id, batch, produced, sink)
                     .await
             } else {
-                let mut results = Vec::with_capacity(produced.len());
-                for (p, f) in produced.into_iter().zip(&batch.files) {
-                    results.push(self.finish_file(request_id, batch, f, p, sink).await);
-                }
-                results
+                let files = batch.files.iter().zip(produced).collect();
+                self.finish_files(request_id, batch, files, sink).await
             }
         } else if batch.options.atomic && !batch.options.dry_run {
             let produced = join_all(
@@ -282,16 +279,13 @@ impl Synthesizer {
                 }
                 remaining -= group.len();
                 recorded.wait().await;
-                let done = join_all(group.into_iter().map(|(i, produced)| async move {
-                    let file = &batch.files[i];
-                    (
-                        i,
-                        self.finish_file(request_id, batch, file, produced, sink)
-                            .await,
-                    )
-                }))
-                .await;
-                for (i, w) in done {
+                let indices: Vec<usize> = group.iter().map(|(i, _)| *i).collect();
+                let files = group
+                    .into_iter()
+                    .map(|(i, produced)| (&batch.files[i], produced))
+                    .collect();
+                let done = self.finish_files(request_id, batch, files, sink).await;
+                for (i, w) in indices.into_iter().zip(done) {
                     written[i] = Some(w);
                 }
             }
@@ -305,17 +299,22 @@ impl Synthesizer {
     /// each code file's current content (read together rather than one after the other, since
     /// every file's models wait for both).
     async fn prior(&self, batch: &Batch, caller: Option<&str>) -> Prior {
-        let reads = join_all(
-            batch
-                .files
-                .iter()
-                .filter(|f| f.kind != FileKind::Image)
-                .map(|f| async move {
-                    let read = self.workspace.read(&f.path).await;
-                    (f.path.clone(), read.map_err(|e| e.to_string()))
-                }),
-        );
-        let (recent, current) = futures::future::join(self.recent_operations(caller), reads).await;
+        let paths: Vec<crate::path::SandboxPath> = batch
+            .files
+            .iter()
+            .filter(|f| f.kind != FileKind::Image)
+            .map(|f| f.path.clone())
+            .collect();
+        let (recent, reads) = futures::future::join(
+            self.recent_operations(caller),
+            self.workspace.read_many(&paths),
+        )
+        .await;
+        let current = paths
+            .into_iter()
+            .zip(reads)
+            .map(|(path, read)| (path, read.map_err(|e| e.to_string())))
+            .collect();
         Prior { recent, current }
     }
 

@@ -11,12 +11,12 @@ use uuid::Uuid;
 use crate::audit::{AuditWrite, CandidateRecord, Selection};
 use crate::content::sha256_hex;
 use crate::files::{
-    Provenance, RemoveOutcome, WriteMode, WriteSpec, record_failure, recorded_remove,
-    recorded_write, write_deferring_completion,
+    DeferredWrite, GroupedWrite, Provenance, RemoveOutcome, WriteMode, WriteSpec, record_failure,
+    recorded_remove, recorded_write, write_group_deferring_completion,
 };
 use crate::synthesis::batch::{Batch, FileSpec};
 use crate::synthesis::progress::{Event, ProgressSink};
-use crate::synthesis::response::{FileResult, ImageInfo};
+use crate::synthesis::response::{FileResult, FileValidation, ImageInfo};
 use crate::synthesis::run::{Produced, Synthesizer};
 use crate::synthesis::selection::{Chosen, Content};
 
@@ -38,6 +38,15 @@ impl Written {
             completion: None,
         }
     }
+}
+
+/// A file's chosen content on its way to being written, and what its result will say.
+struct ToWrite {
+    write: GroupedWrite,
+    chosen: Chosen,
+    candidates: Vec<CandidateRecord>,
+    validation: Option<FileValidation>,
+    image: Option<ImageInfo>,
 }
 
 /// A file an atomic batch wrote, and how to put it back.
@@ -65,6 +74,23 @@ impl Synthesizer {
         written
     }
 
+    /// [`Self::finish_file`] for files ready together: their writes are one group
+    /// ([`write_group_deferring_completion`]), so their pending records are one commit and
+    /// their syncs one group. In the order given.
+    pub(crate) async fn finish_files(
+        &self,
+        request_id: Uuid,
+        batch: &Batch,
+        files: Vec<(&FileSpec, Produced)>,
+        sink: &dyn ProgressSink,
+    ) -> Vec<Written> {
+        let written = self.write_files(request_id, batch, files).await;
+        for w in &written {
+            emit_outcome(sink, &w.result);
+        }
+        written
+    }
+
     /// The write itself; also returns the content the file held before, for an atomic rollback,
     /// and the completion of its record, for the batch's closing commit.
     async fn write_file(
@@ -74,6 +100,62 @@ impl Synthesizer {
         file: &FileSpec,
         produced: Produced,
     ) -> Written {
+        let mut written = self
+            .write_files(request_id, batch, vec![(file, produced)])
+            .await;
+        written.pop().unwrap_or_else(|| {
+            Written::only(FileResult::failed(
+                file.path.as_str(),
+                file.kind,
+                "the write was lost",
+                Vec::new(),
+            ))
+        })
+    }
+
+    /// The writes of `files`, in their order: failed files recorded, a dry run's described, the
+    /// rest written as one group.
+    async fn write_files(
+        &self,
+        request_id: Uuid,
+        batch: &Batch,
+        files: Vec<(&FileSpec, Produced)>,
+    ) -> Vec<Written> {
+        let mut written: Vec<Option<Written>> = files.iter().map(|_| None).collect();
+        let mut to_write: Vec<(usize, &FileSpec, ToWrite)> = Vec::new();
+        for (i, (file, produced)) in files.into_iter().enumerate() {
+            match self.to_write(request_id, batch, file, produced).await {
+                Ok(w) => to_write.push((i, file, w)),
+                Err(done) => written[i] = Some(done),
+            }
+        }
+        let grouped: Vec<GroupedWrite> = to_write.iter().map(|(_, _, w)| w.write.clone()).collect();
+        let outcomes = if grouped.is_empty() {
+            Vec::new()
+        } else {
+            write_group_deferring_completion(
+                self.store.as_ref(),
+                self.workspace.as_ref(),
+                request_id,
+                grouped,
+            )
+            .await
+        };
+        for ((i, file, w), outcome) in to_write.into_iter().zip(outcomes) {
+            written[i] = Some(self.written(request_id, file, w, outcome).await);
+        }
+        written.into_iter().flatten().collect()
+    }
+
+    /// What `file`'s write will be, or (`Err`) its result if there is nothing to write: its
+    /// failure, recorded, or a dry run's description.
+    async fn to_write(
+        &self,
+        request_id: Uuid,
+        batch: &Batch,
+        file: &FileSpec,
+        produced: Produced,
+    ) -> Result<ToWrite, Written> {
         let Produced {
             chosen,
             candidates,
@@ -104,13 +186,13 @@ impl Synthesizer {
                         Err(e) => tracing::warn!(error = %e, "could not record a failed file"),
                     }
                 }
-                return Written::only(result);
+                return Err(Written::only(result));
             }
         };
         if batch.options.dry_run {
             let mut result = dry_run_result(file, chosen, candidates);
             result.validation = validation;
-            return Written::only(result);
+            return Err(Written::only(result));
         }
         let image = chosen.content.image().map(ImageInfo::from);
         let spec = WriteSpec {
@@ -130,17 +212,36 @@ impl Synthesizer {
             arbiter_reason: chosen.reason.clone(),
             candidates: candidates.clone(),
         };
+        Ok(ToWrite {
+            write: GroupedWrite {
+                kind: file.kind,
+                spec,
+                provenance,
+            },
+            chosen,
+            candidates,
+            validation,
+            image,
+        })
+    }
+
+    /// The result of a write made (or refused).
+    async fn written(
+        &self,
+        request_id: Uuid,
+        file: &FileSpec,
+        w: ToWrite,
+        outcome: DeferredWrite,
+    ) -> Written {
+        let ToWrite {
+            write,
+            chosen,
+            candidates,
+            validation,
+            image,
+        } = w;
         let kind = file.kind;
-        match write_deferring_completion(
-            self.store.as_ref(),
-            self.workspace.as_ref(),
-            request_id,
-            kind,
-            spec,
-            provenance.clone(),
-        )
-        .await
-        {
+        match outcome {
             Ok((receipt, completion)) => {
                 metrics::counter!("writ_writes_total", "kind" => kind.as_str(), "operation" => receipt.operation.as_str()).increment(1);
                 let result = FileResult {
@@ -183,7 +284,7 @@ impl Synthesizer {
                     kind,
                     file.path.as_str(),
                     &message,
-                    provenance,
+                    write.provenance,
                 )
                 .await
                 {
