@@ -65,14 +65,8 @@ impl PgStore {
                 no_connection("cannot connect to PostgreSQL at", database_url, &cause)
             })?;
         // Lazy: the probe has just shown the server answers, and connections open on demand.
-        // The writers' statements are a handful of inserts and updates by key, each prepared
-        // once per connection: planned once (a generic plan) rather than at every execution,
-        // which took about 0.15 ms of every commit a batch waits for (PostgreSQL's bind times).
-        let writer_options = options
-            .clone()
-            .options([("plan_cache_mode", "force_generic_plan")]);
         let writers: PgPool = crate::writer_pool_options(Postgres::WRITERS as u32, ACQUIRE_TIMEOUT)
-            .connect_lazy_with(writer_options);
+            .connect_lazy_with(options.clone());
         let pool: PgPool = PgPoolOptions::new()
             .max_connections(readers.max(1))
             .acquire_timeout(ACQUIRE_TIMEOUT)
