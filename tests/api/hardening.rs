@@ -455,12 +455,12 @@ async fn the_database_lost_mid_batch_leaves_no_file_without_its_record_and_write
         let client = app.client.clone();
         let url = app.url("/write_codebase");
         tokio::spawn(async move {
-            let r = client
-                .post(url)
-                .json(&one_file("mid.py"))
-                .send()
-                .await
-                .unwrap();
+            // Several files, so that they are one group whose records the store refuses at once.
+            let body = json!({"command": "write_codebase",
+                "files": [{"filename": "mid.py", "code_description": "d"},
+                          {"filename": "mid/a.py", "code_description": "d"},
+                          {"filename": "mid/deep/b.py", "code_description": "d"}]});
+            let r = client.post(url).json(&body).send().await.unwrap();
             (
                 r.status().as_u16(),
                 r.json::<Value>().await.unwrap_or(Value::Null),
@@ -477,12 +477,23 @@ async fn the_database_lost_mid_batch_leaves_no_file_without_its_record_and_write
     let (status, body) = batch.await.unwrap();
     assert!(status == 200 || status == 503, "{status} {body}");
     if status == 200 {
-        assert_eq!(body["results"][0]["success"], false, "{body}");
+        for result in body["results"].as_array().unwrap() {
+            assert_eq!(result["success"], false, "{body}");
+        }
     }
     assert!(
-        !app.repo_dir.join("mid.py").exists(),
-        "no file without its audit record"
+        app.files_on_disk().is_empty(),
+        "no file without its audit record, and no temp file: {:?}",
+        app.files_on_disk()
     );
+    // A dropped staged write is discarded by the file writer in the background.
+    let mid = app.repo_dir.join("mid");
+    writ_tests::wait_until(
+        "the directories the refused writes created are gone",
+        Duration::from_secs(5),
+        || !mid.exists(),
+    )
+    .await;
     let (ready, _) = app.json("/readyz").await;
     assert_eq!(ready, 503);
 

@@ -13,7 +13,8 @@
 //!
 //! A discarded write (its audit record was refused, say) takes back the directories it created,
 //! unless another staged write still lives in them: the writer keeps count of where its staged
-//! writes are, so that it never removes a directory from under one.
+//! writes are, so that it never removes a directory from under one, and takes such a directory
+//! back once no staged write is left in it (if it is still empty).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -144,48 +145,69 @@ fn run(root: &Arc<Dir>, requests: &mpsc::Receiver<Request>) {
             live.remove(prepared);
         }
         publish_group(published);
+        live.sweep(root);
     }
 }
 
-/// Where the staged writes not yet published or discarded are: their directories, counted.
+/// Where the staged writes not yet published or discarded are: their directories, counted; and
+/// the directories discarded writes created that a staged write was still in.
 #[derive(Default)]
-struct Live(Vec<(String, usize)>);
+struct Live {
+    dirs: Vec<(String, usize)>,
+    /// Created by a discarded write while another staged write was beneath them (files of one
+    /// batch staged together, say): removed, if still empty, once no staged write is in them,
+    /// so that whichever of the writes is discarded first, none of their directories stays.
+    orphans: Vec<String>,
+}
 
 impl Live {
     fn add(&mut self, prepared: &Prepared) {
         let dir = prepared.dir_path();
-        match self.0.iter_mut().find(|(d, _)| d == dir) {
+        match self.dirs.iter_mut().find(|(d, _)| d == dir) {
             Some((_, n)) => *n += 1,
-            None => self.0.push((dir.to_owned(), 1)),
+            None => self.dirs.push((dir.to_owned(), 1)),
         }
     }
 
     fn remove(&mut self, prepared: &Prepared) {
         let dir = prepared.dir_path();
-        if let Some(at) = self.0.iter().position(|(d, _)| d == dir) {
-            self.0[at].1 -= 1;
-            if self.0[at].1 == 0 {
-                self.0.swap_remove(at);
+        if let Some(at) = self.dirs.iter().position(|(d, _)| d == dir) {
+            self.dirs[at].1 -= 1;
+            if self.dirs[at].1 == 0 {
+                self.dirs.swap_remove(at);
             }
         }
     }
 
     /// Drops an unpublished write and removes the directories it created that no live staged
-    /// write is in (at any depth), innermost first.
+    /// write is in (at any depth), innermost first; the others wait in `orphans`.
     fn discard(&mut self, root: &Dir, prepared: Prepared) {
         self.remove(&prepared);
-        let created = prepared.created().to_vec();
+        self.orphans.extend(prepared.created().iter().cloned());
         drop(prepared);
-        let unused: Vec<String> = created
+        self.sweep(root);
+    }
+
+    /// Removes the orphaned directories no staged write is in any more. Only empty ones go (a
+    /// published write's file keeps its directory), so each is tried once and forgotten.
+    fn sweep(&mut self, root: &Dir) {
+        if self.orphans.is_empty() {
+            return;
+        }
+        let (kept, mut unused): (Vec<String>, Vec<String>) = std::mem::take(&mut self.orphans)
             .into_iter()
-            .filter(|dir| {
-                !self
-                    .0
-                    .iter()
-                    .any(|(d, _)| d == dir || d.starts_with(&format!("{dir}/")))
-            })
-            .collect();
+            .partition(|dir| self.holds_a_write(dir));
+        // Outermost first, as `remove_created` takes them (it removes from the end).
+        unused.sort_by_key(|dir| dir.matches('/').count());
+        unused.dedup();
         crate::staged::remove_created(root, &unused);
+        self.orphans = kept;
+    }
+
+    fn holds_a_write(&self, dir: &str) -> bool {
+        self.dirs
+            .iter()
+            .any(|(d, _)| d == dir || d.starts_with(&format!("{dir}/")))
     }
 }
 

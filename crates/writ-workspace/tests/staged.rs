@@ -115,6 +115,27 @@ async fn a_discarded_write_keeps_a_directory_another_staged_write_lives_in() {
 }
 
 #[tokio::test]
+async fn writes_discarded_one_after_another_leave_none_of_the_directories_they_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = SandboxedWorkspace::open(dir.path()).await.unwrap();
+    let root = ws.root().to_path_buf();
+    // A batch's files staged together: the first creates `pkg`, the second `pkg/deep` beneath it.
+    let first = ws.stage(&p("pkg/a.py"), b"a = 1\n", true).await.unwrap();
+    let second = ws
+        .stage(&p("pkg/deep/b.py"), b"b = 2\n", true)
+        .await
+        .unwrap();
+    // The creator of `pkg` goes first, while the other still lives beneath it: `pkg` must wait,
+    // and go when the second is discarded too.
+    drop(first);
+    settled(&ws).await;
+    assert!(root.join("pkg/deep").is_dir());
+    drop(second);
+    settled(&ws).await;
+    assert_eq!(tree(&root), Vec::<String>::new());
+}
+
+#[tokio::test]
 async fn a_published_write_keeps_the_mode_of_the_file_it_replaces() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
