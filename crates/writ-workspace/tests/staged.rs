@@ -135,36 +135,6 @@ async fn writes_discarded_one_after_another_leave_none_of_the_directories_they_c
     assert_eq!(tree(&root), Vec::<String>::new());
 }
 
-#[tokio::test]
-async fn a_published_write_keeps_the_mode_of_the_file_it_replaces() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    let ws = SandboxedWorkspace::open(dir.path()).await.unwrap();
-    let root = ws.root().to_path_buf();
-    ws.write_atomic(&p("run.sh"), b"#!/bin/sh\n", false)
-        .await
-        .unwrap();
-    std::fs::set_permissions(root.join("run.sh"), std::fs::Permissions::from_mode(0o750)).unwrap();
-
-    ws.stage(&p("run.sh"), b"#!/bin/sh\necho hi\n", false)
-        .await
-        .unwrap()
-        .publish()
-        .await
-        .unwrap();
-    ws.write_atomic(&p("new.txt"), b"n", false).await.unwrap();
-
-    let mode = |name: &str| {
-        std::fs::metadata(root.join(name))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777
-    };
-    assert_eq!(mode("run.sh"), 0o750);
-    assert_eq!(mode("new.txt"), 0o644);
-}
-
 /// Writes staged and published from many tasks at once form groups in the writer; every one
 /// must land whole, beside its siblings, whatever group it fell in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -42,7 +42,8 @@ impl Written {
 
 /// A file's chosen content on its way to being written, and what its result will say.
 struct ToWrite {
-    write: GroupedWrite,
+    /// What the write's record carries, for the record of its failure if it is refused.
+    provenance: Provenance,
     chosen: Chosen,
     candidates: Vec<CandidateRecord>,
     validation: Option<FileValidation>,
@@ -123,13 +124,16 @@ impl Synthesizer {
     ) -> Vec<Written> {
         let mut written: Vec<Option<Written>> = files.iter().map(|_| None).collect();
         let mut to_write: Vec<(usize, &FileSpec, ToWrite)> = Vec::new();
+        let mut grouped: Vec<GroupedWrite> = Vec::new();
         for (i, (file, produced)) in files.into_iter().enumerate() {
             match self.to_write(request_id, batch, file, produced).await {
-                Ok(w) => to_write.push((i, file, w)),
+                Ok((write, w)) => {
+                    grouped.push(write);
+                    to_write.push((i, file, w));
+                }
                 Err(done) => written[i] = Some(done),
             }
         }
-        let grouped: Vec<GroupedWrite> = to_write.iter().map(|(_, _, w)| w.write.clone()).collect();
         let outcomes = if grouped.is_empty() {
             Vec::new()
         } else {
@@ -155,7 +159,7 @@ impl Synthesizer {
         batch: &Batch,
         file: &FileSpec,
         produced: Produced,
-    ) -> Result<ToWrite, Written> {
+    ) -> Result<(GroupedWrite, ToWrite), Written> {
         let Produced {
             chosen,
             candidates,
@@ -212,17 +216,21 @@ impl Synthesizer {
             arbiter_reason: chosen.reason.clone(),
             candidates: candidates.clone(),
         };
-        Ok(ToWrite {
-            write: GroupedWrite {
-                kind: file.kind,
-                spec,
+        let write = GroupedWrite {
+            kind: file.kind,
+            spec,
+            provenance: provenance.clone(),
+        };
+        Ok((
+            write,
+            ToWrite {
                 provenance,
+                chosen,
+                candidates,
+                validation,
+                image,
             },
-            chosen,
-            candidates,
-            validation,
-            image,
-        })
+        ))
     }
 
     /// The result of a write made (or refused).
@@ -234,7 +242,7 @@ impl Synthesizer {
         outcome: DeferredWrite,
     ) -> Written {
         let ToWrite {
-            write,
+            provenance,
             chosen,
             candidates,
             validation,
@@ -284,7 +292,7 @@ impl Synthesizer {
                     kind,
                     file.path.as_str(),
                     &message,
-                    write.provenance,
+                    provenance,
                 )
                 .await
                 {
