@@ -66,6 +66,8 @@ enum Command {
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let args = Args::parse();
+    // Every repo this run makes goes at the end, whichever way it ends.
+    let _repos = writ_bench::procs::KeptRepos;
     if let Some(Command::Eval {
         bin_dir,
         tasks,

@@ -4,6 +4,7 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -89,7 +90,25 @@ pub struct Writ {
     pub base_url: String,
     pub pid: u32,
     child: Child,
-    repo: tempfile::TempDir,
+    /// Taken by `Drop` into [`KEPT`].
+    repo: Option<tempfile::TempDir>,
+}
+
+/// The repos of writs that have stopped, removed when the run ends ([`KeptRepos`]), not when
+/// their writ stops: removing a row's tens of thousands of files while the next row runs would
+/// slow that row's own file creation (ext4 mounted without a journal, as on the benchmark
+/// machine, looks up every inode freed in the last minutes before it reuses one), so the next
+/// row would measure the last one's clean-up.
+static KEPT: Mutex<Vec<tempfile::TempDir>> = Mutex::new(Vec::new());
+
+/// Removes the repos kept in [`KEPT`] when dropped: held for the whole run by `main`.
+pub struct KeptRepos;
+
+impl Drop for KeptRepos {
+    fn drop(&mut self) {
+        let kept = std::mem::take(&mut *KEPT.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(kept);
+    }
 }
 
 impl Writ {
@@ -151,18 +170,26 @@ impl Writ {
             base_url,
             pid,
             child,
-            repo,
+            repo: Some(repo),
         })
     }
 
-    /// The `REPO_DIR` it writes into (removed when it is dropped).
+    /// The `REPO_DIR` it writes into (removed when the run ends, see [`KEPT`]).
     pub fn repo_dir(&self) -> &Path {
-        self.repo.path()
+        self.repo.as_ref().map_or(Path::new(""), |r| r.path())
     }
 
     pub async fn stop(mut self) {
         let _ = self.child.start_kill();
         let _ = self.child.wait().await;
+    }
+}
+
+impl Drop for Writ {
+    fn drop(&mut self) {
+        if let Some(repo) = self.repo.take() {
+            KEPT.lock().unwrap_or_else(|e| e.into_inner()).push(repo);
+        }
     }
 }
 

@@ -204,6 +204,7 @@ macro_rules! conformance_suite {
                 a_finished_job_is_not_ended_twice,
                 stale_jobs_are_the_unfinished_ones_whose_heartbeat_stopped,
                 job_events_replay_after_a_sequence_number_in_order,
+                a_burst_of_many_jobs_events_reads_back_field_for_field,
                 heartbeats_and_finishes_are_stamped_with_the_process_clock,
                 jobs_list_newest_first_within_the_limit_and_keep_is_async,
                 an_api_key_round_trips_and_is_found_by_id,
@@ -1385,6 +1386,72 @@ async fn stale_jobs_are_the_unfinished_ones_whose_heartbeat_stopped(store: &dyn 
         .map(|j| j.id)
         .collect();
     assert_eq!(found, vec![stale]);
+}
+
+/// Progress events are stored in bursts that mix jobs and vary in size: every field of every event
+/// (JSON with quotes, escapes, non-ASCII text and nesting; timestamps to the microsecond) reads
+/// back as written, each job's in its own order, whether the burst is a commit of its own or
+/// shares one with other records.
+async fn a_burst_of_many_jobs_events_reads_back_field_for_field(store: &dyn AuditStore) {
+    use writ_core::jobs::JobEvent;
+    let jobs: Vec<Uuid> = (0..3).map(|_| Uuid::now_v7()).collect();
+    let start = now();
+    let event = |job: usize, seq: i64| JobEvent {
+        job_id: jobs[job],
+        seq,
+        created_at: start + TimeDelta::microseconds(seq * 7 + job as i64),
+        name: format!("candidate_finished_{job}"),
+        data: json!({
+            "type": "candidate_finished",
+            "model": format!("vendor/model-{seq}"),
+            "text": "quotes \" and \\ backslashes, ünïcödé, 改行\nnew line, {braces}, [brackets]",
+            "n": seq,
+            "nested": {"list": [1, 2.5, null, true, {"k": "v"}], "empty": {}},
+        }),
+    };
+    // 100 events per job, interleaved: one burst alone, then one in a commit with a job's record.
+    let mut first: Vec<JobEvent> = Vec::new();
+    let mut second: Vec<JobEvent> = Vec::new();
+    for seq in 1..=100 {
+        for job in 0..3 {
+            if seq <= 60 {
+                first.push(event(job, seq));
+            } else {
+                second.push(event(job, seq));
+            }
+        }
+    }
+    store.append_job_events(&first).await.unwrap();
+    let new_job = writ_core::jobs::NewJob {
+        id: Uuid::now_v7(),
+        created_at: now(),
+        is_async: true,
+        files: vec!["a.py".into()],
+    };
+    store
+        .commit(vec![
+            AuditWrite::InsertJob {
+                job: new_job.clone(),
+                status: writ_core::jobs::JobStatus::Queued,
+            },
+            AuditWrite::AppendEvents(second.clone()),
+        ])
+        .await
+        .unwrap();
+    assert!(store.get_job(new_job.id).await.unwrap().is_some());
+
+    for (job, id) in jobs.iter().enumerate() {
+        let stored = store.job_events(*id, 0, 1000).await.unwrap();
+        let expected: Vec<JobEvent> = (1..=100).map(|seq| event(job, seq)).collect();
+        assert_eq!(stored.len(), expected.len());
+        for (got, want) in stored.iter().zip(&expected) {
+            assert_eq!(got.job_id, want.job_id);
+            assert_eq!(got.seq, want.seq);
+            assert_eq!(got.created_at, want.created_at);
+            assert_eq!(got.name, want.name);
+            assert_eq!(got.data, want.data);
+        }
+    }
 }
 
 async fn job_events_replay_after_a_sequence_number_in_order(store: &dyn AuditStore) {

@@ -1,6 +1,7 @@
 //! Writes in two halves against a real filesystem: a staged write is invisible until it is
 //! published, a discarded one leaves nothing (no temp file, no directory it created, unless
-//! another staged write still lives there), and many writes staged at once all land.
+//! another staged write still lives there), many writes staged at once all land, and so do writes
+//! into directories on other mounts and into set-group-ID directories (with their group).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -225,4 +226,125 @@ async fn targets_read_together_answer_each_in_order_with_its_own_outcome() {
     }
     // Reading changed nothing: no directory was created.
     assert!(!dir.path().join("new").exists());
+}
+
+/// Runs `mount` with `args`; tests run as root in CI, and without the privilege this fails loudly
+/// rather than skipping, so the case is never silently untested.
+fn mount(args: &[&str], target: &Path) {
+    let out = std::process::Command::new("mount")
+        .args(args)
+        .arg(target)
+        .output()
+        .expect("running mount");
+    assert!(
+        out.status.success(),
+        "this test mounts a filesystem (run as root): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Unmounts on drop, so a failed assertion does not leave a mount behind.
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A `REPO_DIR` with other filesystems mounted inside it (a volume, a tmpfs, a bind mount of
+/// another directory): a write's temp file must be made where its target is, since neither a
+/// rename nor a link crosses mounts. A bind mount is the sharp case: the same filesystem (the
+/// same device number) but another mount, where `linkat` and `renameat` fail with `EXDEV`.
+/// Writes there land all the same, new and replaced alike.
+#[tokio::test]
+async fn new_files_land_in_directories_on_other_mounts() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir_in(dir.path()).unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir_all(repo.join("bound")).unwrap();
+    std::fs::create_dir_all(repo.join("tmp")).unwrap();
+    mount(
+        &["--bind", elsewhere.path().to_str().unwrap()],
+        &repo.join("bound"),
+    );
+    let _bound = Mounted(repo.join("bound"));
+    mount(
+        &["-t", "tmpfs", "-o", "size=1m", "tmpfs"],
+        &repo.join("tmp"),
+    );
+    let _tmp = Mounted(repo.join("tmp"));
+    let ws = SandboxedWorkspace::open(&repo).await.unwrap();
+    // Files in the root too, on the root's own mount.
+    for i in 0..4 {
+        ws.write_atomic(&p(&format!("root_{i}.txt")), b"root\n", false)
+            .await
+            .unwrap();
+    }
+
+    for i in 0..4 {
+        for sub in ["bound", "bound/deeper", "tmp"] {
+            let path = format!("{sub}/file_{i}.txt");
+            ws.write_atomic(&p(&path), path.as_bytes(), true)
+                .await
+                .unwrap_or_else(|e| panic!("{path}: {e}"));
+            ws.write_atomic(&p(&path), b"replaced", true)
+                .await
+                .unwrap_or_else(|e| panic!("replacing {path}: {e}"));
+        }
+    }
+
+    for i in 0..4 {
+        assert_eq!(
+            std::fs::read(elsewhere.path().join(format!("deeper/file_{i}.txt"))).unwrap(),
+            b"replaced"
+        );
+        assert_eq!(
+            std::fs::read(repo.join(format!("tmp/file_{i}.txt"))).unwrap(),
+            b"replaced"
+        );
+    }
+    assert_eq!(
+        tree(elsewhere.path()).len(),
+        9,
+        "{:?}",
+        tree(elsewhere.path())
+    );
+}
+
+/// A new file in a set-group-ID directory takes the directory's group, as a shared checkout
+/// relies on, while one in the root takes the process's: the temp file that becomes the file is
+/// made in the target's own directory.
+#[tokio::test]
+async fn a_new_file_in_a_set_group_id_directory_takes_the_directorys_group() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    let group = 4242;
+    std::os::unix::fs::chown(&shared, None, Some(group)).expect("chown (run as root)");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o2775)).unwrap();
+    let ws = SandboxedWorkspace::open(dir.path()).await.unwrap();
+    let own_group = std::fs::metadata(dir.path()).unwrap().gid();
+    assert_ne!(own_group, group);
+
+    for i in 0..4 {
+        ws.write_atomic(&p(&format!("root_{i}.txt")), b"root\n", false)
+            .await
+            .unwrap();
+        ws.write_atomic(&p(&format!("shared/file_{i}.txt")), b"shared\n", false)
+            .await
+            .unwrap();
+        ws.write_atomic(&p(&format!("shared/new/file_{i}.txt")), b"deep\n", true)
+            .await
+            .unwrap();
+    }
+
+    for i in 0..4 {
+        let gid = |rel: &str| std::fs::metadata(dir.path().join(rel)).unwrap().gid();
+        assert_eq!(gid(&format!("shared/file_{i}.txt")), group);
+        assert_eq!(gid(&format!("shared/new/file_{i}.txt")), group);
+        assert_eq!(gid(&format!("root_{i}.txt")), own_group);
+    }
 }
