@@ -96,6 +96,14 @@ async fn main() -> anyhow::Result<()> {
         )?;
         return Ok(());
     }
+    let outcome = suite(&args).await;
+    // However the suite ended, before the repos (`_repos`) go.
+    scenarios::drop_databases().await;
+    outcome
+}
+
+/// The benchmark suite: the tables `args` asks for, on stdout.
+async fn suite(args: &Args) -> anyhow::Result<()> {
     let bin_dir = args
         .bin_dir
         .clone()

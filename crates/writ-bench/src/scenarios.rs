@@ -83,7 +83,29 @@ impl Backend {
     async fn fresh_url(self, dir: &std::path::Path) -> String {
         match self {
             Backend::Sqlite => writ_store::testing::fresh_sqlite_url(dir),
-            Backend::Postgres => writ_store::testing::fresh_postgres_url().await,
+            Backend::Postgres => {
+                let url = writ_store::testing::fresh_postgres_url().await;
+                CREATED
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(url.clone());
+                url
+            }
+        }
+    }
+}
+
+/// The PostgreSQL databases this run made, dropped by [`drop_databases`] when it ends (not after
+/// each row, for the same reason as `procs::KEPT`).
+static CREATED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Drops every PostgreSQL database this run made, so that running `writ-bench` on its own leaves
+/// none behind (a server holding hundreds of them measured slower).
+pub async fn drop_databases() {
+    let created = std::mem::take(&mut *CREATED.lock().unwrap_or_else(|e| e.into_inner()));
+    for url in created {
+        if let Err(e) = writ_store::testing::drop_postgres_database(&url).await {
+            eprintln!("writ-bench: {e}");
         }
     }
 }
