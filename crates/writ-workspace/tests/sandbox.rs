@@ -16,6 +16,9 @@ use writ_core::workspace::DirEntry;
 use writ_core::{SandboxPath, Workspace, WorkspaceError};
 use writ_workspace::SandboxedWorkspace;
 
+mod common;
+use common::{Mounted, open_guarding_git, p, walk};
+
 /// A root and, beside it, a directory that must stay untouched.
 struct Sandbox {
     _base: tempfile::TempDir,
@@ -40,29 +43,8 @@ async fn sandbox() -> Sandbox {
     }
 }
 
-fn p(raw: &str) -> SandboxPath {
-    SandboxPath::parse(raw).unwrap()
-}
-
 fn dir(raw: &str) -> SandboxPath {
     SandboxPath::parse_dir(raw).unwrap()
-}
-
-/// Every path beneath `dir`, symlinks reported but not followed.
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(d) = pending.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let entry = entry.unwrap();
-            if entry.file_type().unwrap().is_dir() {
-                pending.push(entry.path());
-            }
-            found.push(entry.path());
-        }
-    }
-    found.sort();
-    found
 }
 
 fn names(entries: &[DirEntry]) -> Vec<&str> {
@@ -471,22 +453,7 @@ async fn a_write_that_runs_out_of_space_is_no_space_and_leaves_no_temp_file() {
     let sb = sandbox().await;
     let mount_point = sb.root.join("small");
     std::fs::create_dir(&mount_point).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
-        .arg(&mount_point)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("skipped: mounting a small tmpfs needs root and CAP_SYS_ADMIN");
-        return;
-    }
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _unmount = Unmount(mount_point.clone());
+    let _mounted = Mounted::new(&["-t", "tmpfs", "-o", "size=64k", "tmpfs"], &mount_point);
     std::fs::write(mount_point.join("kept.txt"), "kept").unwrap();
 
     let written = sb
@@ -706,12 +673,7 @@ async fn a_symlink_inside_the_root_does_not_lead_around_a_protected_name() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join(".git/hooks")).unwrap();
     symlink(".git", dir.path().join("innocent")).unwrap();
-    let mut protected = writ_workspace::ProtectedPaths::default();
-    protected.add(".git", "listed in WRIT_PROTECTED_PATHS");
-    let ws = SandboxedWorkspace::open(dir.path())
-        .await
-        .unwrap()
-        .with_protected(protected);
+    let ws = open_guarding_git(dir.path()).await;
     for raw in [
         "innocent/config",
         "innocent/hooks/pre-commit",

@@ -5,33 +5,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use writ_core::{SandboxPath, Workspace};
 use writ_workspace::SandboxedWorkspace;
 
-fn p(raw: &str) -> SandboxPath {
-    SandboxPath::parse(raw).unwrap()
-}
-
-/// Every path beneath `dir`, relative to it, sorted (directories included).
-fn tree(dir: &Path) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut pending: Vec<PathBuf> = vec![dir.to_path_buf()];
-    while let Some(d) = pending.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let entry = entry.unwrap();
-            let path = entry.path();
-            found.push(path.strip_prefix(dir).unwrap().display().to_string());
-            if entry.file_type().unwrap().is_dir() {
-                pending.push(path);
-            }
-        }
-    }
-    found.sort();
-    found
-}
+mod common;
+use common::{Mounted, open_guarding_git, p, tree};
 
 /// Waits until the writer has handled what a `Drop` sent it (a discard is not answered): the
 /// writer takes requests in order, so once a later write is answered, the discard is done.
@@ -176,12 +156,7 @@ async fn targets_read_together_answer_each_in_order_with_its_own_outcome() {
     std::fs::create_dir_all(dir.path().join(".git")).unwrap();
     std::fs::write(dir.path().join("src/a.py"), "a = 1\n").unwrap();
     std::fs::write(dir.path().join("notes"), "a file, not a directory\n").unwrap();
-    let mut protected = writ_workspace::ProtectedPaths::default();
-    protected.add(".git", "listed in WRIT_PROTECTED_PATHS");
-    let ws = SandboxedWorkspace::open(dir.path())
-        .await
-        .unwrap()
-        .with_protected(protected);
+    let ws = open_guarding_git(dir.path()).await;
     let targets = [
         (p("src/a.py"), false),
         (p("src/pkg"), true),
@@ -228,30 +203,6 @@ async fn targets_read_together_answer_each_in_order_with_its_own_outcome() {
     assert!(!dir.path().join("new").exists());
 }
 
-/// Runs `mount` with `args`; tests run as root in CI, and without the privilege this fails loudly
-/// rather than skipping, so the case is never silently untested.
-fn mount(args: &[&str], target: &Path) {
-    let out = std::process::Command::new("mount")
-        .args(args)
-        .arg(target)
-        .output()
-        .expect("running mount");
-    assert!(
-        out.status.success(),
-        "this test mounts a filesystem (run as root): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Unmounts on drop, so a failed assertion does not leave a mount behind.
-struct Mounted(PathBuf);
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
-    }
-}
-
 /// A `REPO_DIR` with other filesystems mounted inside it (a volume, a tmpfs, a bind mount of
 /// another directory): a write's temp file must be made where its target is, since neither a
 /// rename nor a link crosses mounts. A bind mount is the sharp case: the same filesystem (the
@@ -264,16 +215,14 @@ async fn new_files_land_in_directories_on_other_mounts() {
     let repo = dir.path().join("repo");
     std::fs::create_dir_all(repo.join("bound")).unwrap();
     std::fs::create_dir_all(repo.join("tmp")).unwrap();
-    mount(
+    let _bound = Mounted::new(
         &["--bind", elsewhere.path().to_str().unwrap()],
         &repo.join("bound"),
     );
-    let _bound = Mounted(repo.join("bound"));
-    mount(
+    let _tmp = Mounted::new(
         &["-t", "tmpfs", "-o", "size=1m", "tmpfs"],
         &repo.join("tmp"),
     );
-    let _tmp = Mounted(repo.join("tmp"));
     let ws = SandboxedWorkspace::open(&repo).await.unwrap();
     // Files in the root too, on the root's own mount.
     for i in 0..4 {
