@@ -111,14 +111,6 @@ pub trait Workspace: Send + Sync + 'static {
         create_dirs: bool,
     ) -> Result<(), WorkspaceError>;
 
-    /// [`Workspace::check_target`] and [`Workspace::read`] in one step: the content a write of
-    /// `path` would replace (`None`: there is no such file yet).
-    async fn read_target(
-        &self,
-        path: &SandboxPath,
-        create_dirs: bool,
-    ) -> Result<Option<Vec<u8>>, WorkspaceError>;
-
     /// [`Workspace::read`] of several files, in order: one hand-off to wherever the reads run
     /// instead of one each.
     async fn read_many(
@@ -128,19 +120,14 @@ pub trait Workspace: Send + Sync + 'static {
         futures::future::join_all(paths.iter().map(|path| self.read(path))).await
     }
 
-    /// [`Workspace::read_target`] of several targets (path, `create_dirs`), in order: one
-    /// hand-off to wherever the reads run instead of one each.
+    /// [`Workspace::check_target`] and [`Workspace::read`] in one step, for each target (path,
+    /// `create_dirs`) in order: the content a write of the path would replace (`None`: there is
+    /// no such file yet). A write reads its target under its path lock; a group of writes reads
+    /// all of theirs in one hand-off to wherever the reads run.
     async fn read_targets(
         &self,
         targets: &[(SandboxPath, bool)],
-    ) -> Vec<Result<Option<Vec<u8>>, WorkspaceError>> {
-        futures::future::join_all(
-            targets
-                .iter()
-                .map(|(path, create_dirs)| self.read_target(path, *create_dirs)),
-        )
-        .await
-    }
+    ) -> Vec<Result<Option<Vec<u8>>, WorkspaceError>>;
 
     /// The first half of a write: checks the target, creates its missing parents if
     /// `create_dirs`, and writes `content` durably to a temp file beside it that no reader can

@@ -280,19 +280,6 @@ impl Workspace for SandboxedWorkspace {
         .await
     }
 
-    async fn read_target(
-        &self,
-        path: &SandboxPath,
-        create_dirs: bool,
-    ) -> Result<Option<Vec<u8>>, WorkspaceError> {
-        let owned = path.clone();
-        self.run_unprotected(path, move |root| {
-            ops::check_target(root, &owned, create_dirs)?;
-            ops::read(root, &owned)
-        })
-        .await
-    }
-
     async fn read_many(
         &self,
         paths: &[SandboxPath],

@@ -177,9 +177,14 @@ async fn targets_read_together_answer_each_in_order_with_its_own_outcome() {
     );
     assert!(read[4].is_err(), "no parent, and create_dirs not asked");
     assert!(read[5].is_err(), "a parent that is a file");
-    // Each one answers as the single read does.
-    for ((path, create_dirs), together) in targets.iter().zip(&read) {
-        let alone = ws.read_target(path, *create_dirs).await;
+    // Each one answers as it does read alone.
+    for (target, together) in targets.iter().zip(&read) {
+        let path = &target.0;
+        let alone = ws
+            .read_targets(std::slice::from_ref(target))
+            .await
+            .pop()
+            .unwrap();
         assert_eq!(
             alone.as_ref().map_err(ToString::to_string),
             together.as_ref().map_err(ToString::to_string),
