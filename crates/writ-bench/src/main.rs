@@ -35,6 +35,9 @@ struct Args {
     /// Run only these tables (overhead, ceiling, stragglers, audit); all by default.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// The ceiling table's concurrencies (default: 1, 4, 16, 32, 64, 256, 500).
+    #[arg(long, value_delimiter = ',')]
+    concurrency: Vec<usize>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -118,6 +121,9 @@ async fn suite(args: &Args) -> anyhow::Result<()> {
     }
     if args.postgres_only {
         plan.backends = vec![Backend::Postgres];
+    }
+    if !args.concurrency.is_empty() {
+        plan.ceiling_concurrency.clone_from(&args.concurrency);
     }
     let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
     let fake = Fake::start(&plan.bin_dir, plan.latency_ms).await?;

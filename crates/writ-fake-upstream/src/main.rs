@@ -14,6 +14,11 @@ use anyhow::Context;
 use clap::Parser;
 use writ_fake_upstream::{FakeUpstream, ScriptFile};
 
+// The same allocator as writ: the fake shares the benchmark machine with writ, and glibc's
+// malloc/free were a quarter of the fake's CPU there.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     version,

@@ -81,6 +81,9 @@ async fn fetch_local_model(settings: &Settings) {
     let _ = settings;
 }
 
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     telemetry::init_logging();
     let cli = Cli::parse();
