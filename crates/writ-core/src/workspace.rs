@@ -111,15 +111,6 @@ pub trait Workspace: Send + Sync + 'static {
         create_dirs: bool,
     ) -> Result<(), WorkspaceError>;
 
-    /// [`Workspace::read`] of several files, in order: one hand-off to wherever the reads run
-    /// instead of one each.
-    async fn read_many(
-        &self,
-        paths: &[SandboxPath],
-    ) -> Vec<Result<Option<Vec<u8>>, WorkspaceError>> {
-        futures::future::join_all(paths.iter().map(|path| self.read(path))).await
-    }
-
     /// [`Workspace::check_target`] and [`Workspace::read`] in one step, for each target (path,
     /// `create_dirs`) in order: the content a write of the path would replace (`None`: there is
     /// no such file yet). A write reads its target under its path lock; a group of writes reads

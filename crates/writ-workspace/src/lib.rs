@@ -280,20 +280,6 @@ impl Workspace for SandboxedWorkspace {
         .await
     }
 
-    async fn read_many(
-        &self,
-        paths: &[SandboxPath],
-    ) -> Vec<Result<Option<Vec<u8>>, WorkspaceError>> {
-        let reads = paths
-            .iter()
-            .map(|path| {
-                let owned = path.clone();
-                Ok(Box::new(move |root: &Arc<Dir>| ops::read(root, &owned)) as Read)
-            })
-            .collect();
-        self.run_each(paths, reads).await
-    }
-
     async fn read_targets(
         &self,
         targets: &[(SandboxPath, bool)],

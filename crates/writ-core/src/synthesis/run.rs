@@ -103,15 +103,16 @@ pub struct Synthesizer {
     pub(crate) runner: Option<Arc<dyn Runner>>,
 }
 
-/// What a batch's prompts show of what exists before it ([`Synthesizer::prior`]).
+/// What a batch's prompts show of what exists before it, read while the batch is checked
+/// (`Synthesizer::prepare`).
 pub(crate) struct Prior {
     pub recent: Vec<Operation>,
     /// Each code file's content (`None`: no such file yet), or why it could not be read.
-    current: Vec<(crate::path::SandboxPath, CurrentContent)>,
+    pub current: Vec<(crate::path::SandboxPath, CurrentContent)>,
 }
 
 /// A file's content when its batch began (`None`: no such file), or why it could not be read.
-type CurrentContent = Result<Option<Vec<u8>>, String>;
+pub(crate) type CurrentContent = Result<Option<Vec<u8>>, String>;
 
 impl Prior {
     /// The content `path` held when the batch began.
@@ -170,7 +171,7 @@ impl Synthesizer {
         &self,
         request_id: Uuid,
         batch: &Batch,
-        caller: Option<&str>,
+        prior: Prior,
         sink: &dyn ProgressSink,
         recorded: &Recorded,
     ) -> (BatchResponse, Vec<AuditWrite>) {
@@ -178,7 +179,6 @@ impl Synthesizer {
         sink.emit(Event::Queued {
             files: batch.files.iter().map(|f| f.path.to_string()).collect(),
         });
-        let prior = self.prior(batch, caller).await;
         let clocks: Vec<UpstreamClock> = batch
             .files
             .iter()
@@ -295,32 +295,9 @@ impl Synthesizer {
         written.into_iter().flatten().collect()
     }
 
-    /// What the prompts show of the present, read at once: the caller's recent operations and
-    /// each code file's current content (read together rather than one after the other, since
-    /// every file's models wait for both).
-    async fn prior(&self, batch: &Batch, caller: Option<&str>) -> Prior {
-        let paths: Vec<crate::path::SandboxPath> = batch
-            .files
-            .iter()
-            .filter(|f| f.kind != FileKind::Image)
-            .map(|f| f.path.clone())
-            .collect();
-        let (recent, reads) = futures::future::join(
-            self.recent_operations(caller),
-            self.workspace.read_many(&paths),
-        )
-        .await;
-        let current = paths
-            .into_iter()
-            .zip(reads)
-            .map(|(path, read)| (path, read.map_err(|e| e.to_string())))
-            .collect();
-        Prior { recent, current }
-    }
-
     /// The caller's own latest operations, shown to the models as context. Another caller's
     /// filenames never reach this caller's prompts.
-    async fn recent_operations(&self, caller: Option<&str>) -> Vec<Operation> {
+    pub(crate) async fn recent_operations(&self, caller: Option<&str>) -> Vec<Operation> {
         let filter = OperationFilter {
             caller: Some(caller.map(str::to_string)),
             ..OperationFilter::default()

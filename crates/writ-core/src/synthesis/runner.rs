@@ -17,8 +17,8 @@ use uuid::Uuid;
 use crate::audit::{AuditStore, AuditWrite, RequestStatus, StoreError};
 use crate::jobs::{JobEvent, JobStatus, NewJob};
 use crate::synthesis::progress::{Event, ProgressSink};
-use crate::synthesis::run::Synthesizer;
-use crate::synthesis::submission::{Submission, SubmitError, Submitted};
+use crate::synthesis::run::{Prior, Synthesizer};
+use crate::synthesis::submission::{Prepared, Submission, SubmitError, Submitted};
 
 /// How often a running job refreshes its heartbeat.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
@@ -151,9 +151,10 @@ impl JobRunner {
     /// (it promises a job to follow); a waiting caller's batch starts its models at once and
     /// the commit runs beside them, since the answer comes long after it anyway.
     pub async fn start(&self, sub: Submission, is_async: bool) -> Result<Started, SubmitError> {
-        if let Some(replay) = self.synthesizer.prepare(&sub).await? {
-            return Ok(Started::Replayed(replay));
-        }
+        let prior = match self.synthesizer.prepare(&sub).await? {
+            Prepared::Replay(replay) => return Ok(Started::Replayed(replay)),
+            Prepared::Fresh(prior) => prior,
+        };
         let record = vec![
             AuditWrite::InsertRequest(self.synthesizer.request_record(&sub)),
             AuditWrite::InsertJob {
@@ -177,10 +178,12 @@ impl JobRunner {
                     .map(Started::Replayed);
             }
             tokio::spawn(async move {
-                Ok(run_job(&synthesizer, events, &sub, Recorded::already()).await)
+                Ok(run_job(&synthesizer, events, &sub, prior, Recorded::already()).await)
             })
         } else {
-            tokio::spawn(async move { record_and_run(synthesizer, events, sub, record).await })
+            tokio::spawn(
+                async move { record_and_run(synthesizer, events, sub, prior, record).await },
+            )
         };
         Ok(Started::Running { job_id, handle })
     }
@@ -208,6 +211,7 @@ async fn record_and_run(
     synthesizer: Arc<Synthesizer>,
     events: EventQueue,
     sub: Submission,
+    prior: Prior,
     record: Vec<AuditWrite>,
 ) -> Result<Submitted, SubmitError> {
     let (recorded_tx, recorded_rx) = watch::channel(None);
@@ -217,7 +221,7 @@ async fn record_and_run(
         let _ = recorded_tx.send(Some(outcome.is_ok()));
         outcome
     };
-    let run = run_job(&synthesizer, events, &sub, Recorded(recorded_rx));
+    let run = run_job(&synthesizer, events, &sub, prior, Recorded(recorded_rx));
     tokio::pin!(commit, run);
     let mut committed = false;
     loop {
@@ -238,6 +242,7 @@ async fn run_job(
     synthesizer: &Synthesizer,
     events: EventQueue,
     sub: &Submission,
+    prior: Prior,
     recorded: Recorded,
 ) -> Submitted {
     let store = synthesizer.store.clone();
@@ -261,7 +266,7 @@ async fn run_job(
         seq: AtomicI64::new(0),
         tx: events,
     };
-    let (submitted, completions) = synthesizer.execute(sub, &sink, &recorded).await;
+    let (submitted, completions) = synthesizer.execute(sub, prior, &sink, &recorded).await;
     drop(heartbeat);
 
     // A batch that wrote nothing still closes its records, once they exist.

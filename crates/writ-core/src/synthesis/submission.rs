@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::audit::{AuditWrite, NewRequest, StoreError};
+use crate::audit::{AuditWrite, FileKind, NewRequest, StoreError};
 use crate::execution::RunError;
+use crate::path::SandboxPath;
+
 use crate::synthesis::batch::{Batch, BatchError};
 use crate::synthesis::progress::ProgressSink;
 use crate::synthesis::response::BatchResponse;
-use crate::synthesis::run::Synthesizer;
+use crate::synthesis::run::{CurrentContent, Prior, Synthesizer};
 use crate::synthesis::runner::Recorded;
 
 /// Who is asking and how to recognise a repeat.
@@ -44,6 +46,13 @@ pub enum SubmitError {
     Unavailable(String),
 }
 
+/// What [`Synthesizer::prepare`] found: a stored answer to replay, or a batch to run with what
+/// its prompts show of the present.
+pub(crate) enum Prepared {
+    Replay(Submitted),
+    Fresh(Prior),
+}
+
 /// A submitted batch's answer.
 #[derive(Debug)]
 pub struct Submitted {
@@ -56,16 +65,23 @@ pub struct Submitted {
 
 impl Synthesizer {
     /// Checked without calling any model or writing anything: a repeated `Idempotency-Key`
-    /// (its stored answer is returned as `Some`), the models, the targets on disk, the
-    /// validation commands.
-    pub(crate) async fn prepare(&self, sub: &Submission) -> Result<Option<Submitted>, SubmitError> {
+    /// (its stored answer is returned), the models, the targets on disk, the validation
+    /// commands. What the prompts show of the present is read meanwhile: each code file's
+    /// current content in the same hand-off as its check, the caller's recent operations beside
+    /// it.
+    pub(crate) async fn prepare(&self, sub: &Submission) -> Result<Prepared, SubmitError> {
         if let Some(found) = self.replay(sub).await? {
-            return Ok(Some(found));
+            return Ok(Prepared::Replay(found));
         }
         self.check_models(&sub.batch)?;
-        self.check_targets(&sub.batch).await?;
+        let (current, recent) = futures::future::join(
+            self.check_targets(&sub.batch),
+            self.recent_operations(sub.caller.as_deref()),
+        )
+        .await;
+        let current = current?;
         self.check_validation(&sub.batch)?;
-        Ok(None)
+        Ok(Prepared::Fresh(Prior { recent, current }))
     }
 
     /// The batch's request record, for the unit that records it with its job.
@@ -104,17 +120,12 @@ impl Synthesizer {
     pub(crate) async fn execute(
         &self,
         sub: &Submission,
+        prior: Prior,
         sink: &dyn ProgressSink,
         recorded: &Recorded,
     ) -> (Submitted, Vec<AuditWrite>) {
         let (response, completions) = self
-            .run(
-                sub.request_id,
-                &sub.batch,
-                sub.caller.as_deref(),
-                sink,
-                recorded,
-            )
+            .run(sub.request_id, &sub.batch, prior, sink, recorded)
             .await;
         let upstream = response.upstream;
         let submitted = Submitted {
@@ -225,25 +236,53 @@ impl Synthesizer {
     }
 
     /// What the filesystem says about each target (symlinks out, directories, protected paths),
-    /// before any model is called.
-    async fn check_targets(&self, batch: &Batch) -> Result<(), BatchError> {
-        // Together: each check is a trip to the blocking pool, and a batch has up to five.
-        let checked = futures::future::join_all(
-            batch
-                .files
-                .iter()
-                .map(|f| self.workspace.check_target(&f.path, true)),
+    /// before any model is called, and each code file's content (its prompts show it). One
+    /// hand-off for all the code files: each check and read is a trip to the blocking pool
+    /// otherwise. Image files are only checked; their prompts do not show the old image.
+    async fn check_targets(
+        &self,
+        batch: &Batch,
+    ) -> Result<Vec<(SandboxPath, CurrentContent)>, BatchError> {
+        let (images, code): (Vec<_>, Vec<_>) =
+            batch.files.iter().partition(|f| f.kind == FileKind::Image);
+        let targets: Vec<(SandboxPath, bool)> =
+            code.iter().map(|f| (f.path.clone(), true)).collect();
+        let (reads, image_checks) = futures::future::join(
+            self.workspace.read_targets(&targets),
+            futures::future::join_all(
+                images
+                    .iter()
+                    .map(|f| self.workspace.check_target(&f.path, true)),
+            ),
         )
         .await;
-        // The first refused file in the batch's order, as before.
-        for (f, outcome) in batch.files.iter().zip(checked) {
-            if let Err(e) = outcome {
-                return Err(BatchError {
-                    field: format!("files[{}].filename", f.index),
-                    message: e.to_string(),
-                });
+        let outcomes = code
+            .iter()
+            .zip(reads.into_iter().map(|r| r.map(Some)))
+            .chain(
+                images
+                    .iter()
+                    .zip(image_checks.into_iter().map(|r| r.map(|()| None))),
+            );
+        let mut refused: Option<(usize, String)> = None;
+        let mut current = Vec::with_capacity(code.len());
+        for (f, outcome) in outcomes {
+            match outcome {
+                Ok(Some(content)) => current.push((f.path.clone(), Ok(content))),
+                Ok(None) => {}
+                // The first refused file in the batch's order.
+                Err(e) if refused.as_ref().is_none_or(|(i, _)| f.index < *i) => {
+                    refused = Some((f.index, e.to_string()));
+                }
+                Err(_) => {}
             }
         }
-        Ok(())
+        match refused {
+            Some((index, message)) => Err(BatchError {
+                field: format!("files[{index}].filename"),
+                message,
+            }),
+            None => Ok(current),
+        }
     }
 }
