@@ -258,7 +258,37 @@ async fn bad_image_options_are_refused_before_any_model_is_called(app: TestApp) 
     assert!(app.fake().calls().is_empty());
 }
 
+/// Code files are checked (and read) together in one step and image files beside them; the
+/// refusal still names the first refused file in the batch's order, whichever kind it is.
+async fn a_refused_target_is_the_first_in_the_batchs_order_whatever_its_kind(app: TestApp) {
+    std::fs::create_dir_all(app.repo_dir.join("art.png")).unwrap();
+    std::fs::create_dir_all(app.repo_dir.join("later.py")).unwrap();
+    let image = json!({"filename": "art.png", "code_description": "a logo", "image": {"width": 16, "height": 16}});
+    let code = json!({"filename": "later.py", "code_description": "a module"});
+    let fine = json!({"filename": "ok.py", "code_description": "prints hi"});
+    for (files, field) in [
+        (json!([fine, image, code]), "files[1].filename"),
+        (json!([fine, code, image]), "files[1].filename"),
+        (json!([image, fine, code]), "files[0].filename"),
+        (json!([code, fine, image]), "files[0].filename"),
+    ] {
+        let body = json!({"command": "write_codebase", "files": files});
+        let (status, answer) = app.post_write_codebase(&body).await;
+        assert_eq!(status, 422, "{answer}");
+        assert_eq!(answer["error"]["field"], field, "{answer}");
+    }
+    assert!(app.fake().calls().is_empty(), "refused before any model");
+    assert!(!app.repo_dir.join("ok.py").exists());
+}
+
 mod sqlite {
+    #[tokio::test]
+    async fn a_refused_target_is_the_first_in_the_batchs_order_whatever_its_kind() {
+        super::a_refused_target_is_the_first_in_the_batchs_order_whatever_its_kind(
+            super::app().await,
+        )
+        .await;
+    }
     #[tokio::test]
     async fn an_image_above_the_file_size_limit_fails_its_file_and_writes_nothing() {
         let app = writ_tests::spawn_app_with_models_and(

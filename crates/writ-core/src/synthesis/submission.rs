@@ -10,7 +10,6 @@ use uuid::Uuid;
 use crate::audit::{AuditWrite, FileKind, NewRequest, StoreError};
 use crate::execution::RunError;
 use crate::path::SandboxPath;
-
 use crate::synthesis::batch::{Batch, BatchError};
 use crate::synthesis::progress::ProgressSink;
 use crate::synthesis::response::BatchResponse;
