@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use uuid::Uuid;
 
-use crate::audit::{AuditStore, AuditWrite, CandidateRecord, FileKind, Operation, OperationFilter};
+use crate::audit::{AuditStore, AuditWrite, CandidateRecord, FileKind, Operation};
 use crate::execution::Runner;
 use crate::model::ModelClient;
 use crate::synthesis::batch::{Batch, FileSpec, Validation};
@@ -104,24 +104,20 @@ pub struct Synthesizer {
 }
 
 /// What a batch's prompts show of what exists before it, read while the batch is checked
-/// (`Synthesizer::prepare`).
+/// (`Synthesizer::prepare`, which refuses the batch when a code file cannot be read).
 pub(crate) struct Prior {
     pub recent: Vec<Operation>,
-    /// Each code file's content (`None`: no such file yet), or why it could not be read.
-    pub current: Vec<(crate::path::SandboxPath, CurrentContent)>,
+    /// Each code file's content when the batch began (`None`: no such file yet).
+    pub current: Vec<(crate::path::SandboxPath, Option<Vec<u8>>)>,
 }
-
-/// A file's content when its batch began (`None`: no such file), or why it could not be read.
-pub(crate) type CurrentContent = Result<Option<Vec<u8>>, String>;
 
 impl Prior {
     /// The content `path` held when the batch began.
-    pub fn current(&self, path: &crate::path::SandboxPath) -> Result<Option<&[u8]>, String> {
-        match self.current.iter().find(|(p, _)| p == path) {
-            Some((_, Ok(content))) => Ok(content.as_deref()),
-            Some((_, Err(e))) => Err(e.clone()),
-            None => Ok(None),
-        }
+    pub fn current(&self, path: &crate::path::SandboxPath) -> Option<&[u8]> {
+        self.current
+            .iter()
+            .find(|(p, _)| p == path)
+            .and_then(|(_, content)| content.as_deref())
     }
 }
 
@@ -293,26 +289,6 @@ impl Synthesizer {
         };
         let (_, written) = futures::future::join(producing, writing).await;
         written.into_iter().flatten().collect()
-    }
-
-    /// The caller's own latest operations, shown to the models as context. Another caller's
-    /// filenames never reach this caller's prompts.
-    pub(crate) async fn recent_operations(&self, caller: Option<&str>) -> Vec<Operation> {
-        let filter = OperationFilter {
-            caller: Some(caller.map(str::to_string)),
-            ..OperationFilter::default()
-        };
-        match self
-            .store
-            .list_operations(&filter, None, self.config.recent_operations)
-            .await
-        {
-            Ok(page) => page.operations,
-            Err(e) => {
-                tracing::warn!(error = %e, "no recent operations for the prompts: audit store unavailable");
-                Vec::new()
-            }
-        }
     }
 
     /// Every file's candidates, then validation and selection across the batch

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::audit::{AuditWrite, FileKind, NewRequest, StoreError};
+use crate::audit::{AuditWrite, FileKind, NewRequest, Operation, OperationFilter, StoreError};
 use crate::execution::RunError;
 use crate::path::SandboxPath;
 use crate::synthesis::batch::{Batch, BatchError};
 use crate::synthesis::progress::ProgressSink;
 use crate::synthesis::response::BatchResponse;
-use crate::synthesis::run::{CurrentContent, Prior, Synthesizer};
+use crate::synthesis::run::{Prior, Synthesizer};
 use crate::synthesis::runner::Recorded;
 
 /// Who is asking and how to recognise a repeat.
@@ -241,7 +241,7 @@ impl Synthesizer {
     async fn check_targets(
         &self,
         batch: &Batch,
-    ) -> Result<Vec<(SandboxPath, CurrentContent)>, BatchError> {
+    ) -> Result<Vec<(SandboxPath, Option<Vec<u8>>)>, BatchError> {
         let (images, code): (Vec<_>, Vec<_>) =
             batch.files.iter().partition(|f| f.kind == FileKind::Image);
         let targets: Vec<(SandboxPath, bool)> =
@@ -255,33 +255,50 @@ impl Synthesizer {
             ),
         )
         .await;
-        let outcomes = code
+        // Back in the batch's order, so that a refusal names the first refused file.
+        let mut outcomes: Vec<_> = code
             .iter()
             .zip(reads.into_iter().map(|r| r.map(Some)))
             .chain(
                 images
                     .iter()
                     .zip(image_checks.into_iter().map(|r| r.map(|()| None))),
-            );
-        let mut refused: Option<(usize, String)> = None;
+            )
+            .collect();
+        outcomes.sort_by_key(|(f, _)| f.index);
         let mut current = Vec::with_capacity(code.len());
         for (f, outcome) in outcomes {
             match outcome {
-                Ok(Some(content)) => current.push((f.path.clone(), Ok(content))),
+                Ok(Some(content)) => current.push((f.path.clone(), content)),
                 Ok(None) => {}
-                // The first refused file in the batch's order.
-                Err(e) if refused.as_ref().is_none_or(|(i, _)| f.index < *i) => {
-                    refused = Some((f.index, e.to_string()));
+                Err(e) => {
+                    return Err(BatchError {
+                        field: format!("files[{}].filename", f.index),
+                        message: e.to_string(),
+                    });
                 }
-                Err(_) => {}
             }
         }
-        match refused {
-            Some((index, message)) => Err(BatchError {
-                field: format!("files[{index}].filename"),
-                message,
-            }),
-            None => Ok(current),
+        Ok(current)
+    }
+
+    /// The caller's own latest operations, shown to the models as context. Another caller's
+    /// filenames never reach this caller's prompts.
+    async fn recent_operations(&self, caller: Option<&str>) -> Vec<Operation> {
+        let filter = OperationFilter {
+            caller: Some(caller.map(str::to_string)),
+            ..OperationFilter::default()
+        };
+        match self
+            .store
+            .list_operations(&filter, None, self.config.recent_operations)
+            .await
+        {
+            Ok(page) => page.operations,
+            Err(e) => {
+                tracing::warn!(error = %e, "no recent operations for the prompts: audit store unavailable");
+                Vec::new()
+            }
         }
     }
 }
