@@ -26,7 +26,7 @@ use crate::audit::{
 };
 use crate::content::sha256_hex;
 use crate::path::SandboxPath;
-use crate::workspace::{Workspace, WorkspaceError};
+use crate::workspace::{ToStage, Workspace, WorkspaceError};
 
 #[derive(
     Debug,
@@ -249,17 +249,17 @@ pub async fn write_group_deferring_completion(
             }
         })
         .collect();
-    let (recorded, staged) = futures::future::join(
-        store.commit(records),
-        futures::future::join_all(planned.iter().map(|(_, p)| async move {
-            if p.unchanged {
-                None
-            } else {
-                Some(workspace.stage(&p.path, &p.content, p.create_dirs).await)
-            }
-        })),
-    )
-    .await;
+    let to_stage: Vec<ToStage<'_>> = planned
+        .iter()
+        .filter(|(_, p)| !p.unchanged)
+        .map(|(_, p)| ToStage {
+            path: &p.path,
+            content: &p.content,
+            create_dirs: p.create_dirs,
+        })
+        .collect();
+    let (recorded, staged) =
+        futures::future::join(store.commit(records), workspace.stage_all(&to_stage)).await;
     if let Err(refused) = recorded {
         // Dropping the staged writes discards them: no file changes.
         drop(staged);
@@ -268,16 +268,19 @@ pub async fn write_group_deferring_completion(
         }
         return outcomes.into_iter().flatten().collect();
     }
-    let published = futures::future::join_all(staged.into_iter().map(|staged| async move {
-        match staged {
-            None => None,
-            Some(Ok(staged)) => Some(staged.publish().await),
-            Some(Err(err)) => Some(Err(err)),
-        }
-    }))
-    .await;
+    let mut published = staged.publish().await.into_iter();
     let mut failures = Vec::new();
-    for ((i, p), published) in planned.into_iter().zip(published) {
+    for (i, p) in planned {
+        let published = if p.unchanged {
+            None
+        } else {
+            Some(published.next().unwrap_or_else(|| {
+                Err(WorkspaceError::Io {
+                    path: p.path.to_string(),
+                    source: std::io::Error::other("the write was lost"),
+                })
+            }))
+        };
         let outcome = match published {
             None => Ok((receipt(&p.op, p.content, p.current), None)),
             Some(Ok(())) => {

@@ -6,7 +6,9 @@
 //!
 //! A write comes in two steps, [`Workspace::stage`] and [`StagedWrite::publish`], so that what
 //! must be durable before a file changes (its audit record) can be committed while the file's
-//! content is being made durable, instead of one after the other.
+//! content is being made durable, instead of one after the other. Files written together are
+//! staged together ([`Workspace::stage_all`]) and published together ([`StagedGroup::publish`]),
+//! so that a directory they share is synced once, not once per file.
 
 use std::path::Path;
 
@@ -69,6 +71,23 @@ pub trait StagedWrite: Send {
     async fn publish(self: Box<Self>) -> Result<(), WorkspaceError>;
 }
 
+/// Several writes staged in one step ([`Workspace::stage_all`]). Dropped without being
+/// published, it discards every one of them.
+#[async_trait]
+pub trait StagedGroup: Send {
+    /// Publishes every write that was staged, together (their renames, then each directory they
+    /// changed synced once). One result per write, in the order they were staged; a write that
+    /// could not be staged gives its staging error here.
+    async fn publish(self: Box<Self>) -> Vec<Result<(), WorkspaceError>>;
+}
+
+/// One write of [`Workspace::stage_all`].
+pub struct ToStage<'a> {
+    pub path: &'a SandboxPath,
+    pub content: &'a [u8],
+    pub create_dirs: bool,
+}
+
 #[async_trait]
 pub trait Workspace: Send + Sync + 'static {
     /// Absolute path of `REPO_DIR`, for reports (`write_path`).
@@ -129,6 +148,11 @@ pub trait Workspace: Send + Sync + 'static {
         content: &[u8],
         create_dirs: bool,
     ) -> Result<Box<dyn StagedWrite>, WorkspaceError>;
+
+    /// [`Workspace::stage`] for several files in one step: their contents made durable as one
+    /// group (each target checked as `stage` checks it; one refused target fails only its own
+    /// write, which [`StagedGroup::publish`] reports).
+    async fn stage_all(&self, writes: &[ToStage<'_>]) -> Box<dyn StagedGroup>;
 
     /// Replaces the file's content atomically and durably, creating parents if `create_dirs`.
     async fn write_atomic(

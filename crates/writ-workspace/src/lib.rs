@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cap_std::fs::Dir;
-use writ_core::workspace::{DirEntry, PathLock, StagedWrite};
+use writ_core::workspace::{DirEntry, PathLock, StagedGroup, StagedWrite, ToStage};
 use writ_core::{SandboxPath, Workspace, WorkspaceError};
 
 use crate::locks::PathLocks;
@@ -227,6 +227,33 @@ impl SandboxedWorkspace {
     }
 }
 
+impl SandboxedWorkspace {
+    /// How the writer stages `write` (its path as errors show it); an `Err` if it is refused
+    /// before it gets there.
+    fn to_prepare(
+        &self,
+        write: &ToStage<'_>,
+    ) -> (String, Result<writer::PrepareOp, WorkspaceError>) {
+        let owned = write.path.clone();
+        let content = write.content.to_vec();
+        let create_dirs = write.create_dirs;
+        let prepare = self
+            .guarded(write.path, move |root| {
+                staged::prepare(root, &owned, &content, create_dirs)
+            })
+            .map(|op| Box::new(op) as writer::PrepareOp);
+        (write.path.to_string(), prepare)
+    }
+}
+
+/// A write the writer never answered for (it answers every request it takes).
+fn lost(shown: &str) -> WorkspaceError {
+    WorkspaceError::Io {
+        path: shown.to_owned(),
+        source: io::Error::other("the write was lost"),
+    }
+}
+
 /// One file's read, to run on the blocking pool.
 type Read = Box<dyn FnOnce(&Arc<Dir>) -> Result<Option<Vec<u8>>, WorkspaceError> + Send>;
 
@@ -306,16 +333,28 @@ impl Workspace for SandboxedWorkspace {
         content: &[u8],
         create_dirs: bool,
     ) -> Result<Box<dyn StagedWrite>, WorkspaceError> {
-        let owned = path.clone();
-        let content = content.to_vec();
-        let prepare = self.guarded(path, move |root| {
-            staged::prepare(root, &owned, &content, create_dirs)
-        })?;
-        let prepared = self.writer.stage(path.as_str(), Box::new(prepare)).await?;
+        let write = ToStage {
+            path,
+            content,
+            create_dirs,
+        };
+        let prepared = self.writer.stage_all(vec![self.to_prepare(&write)]).await;
+        let prepared = prepared
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Err(lost(path.as_str())))?;
         Ok(Box::new(Staged {
             writer: self.writer.clone(),
             prepared: Some(prepared),
         }))
+    }
+
+    async fn stage_all(&self, writes: &[ToStage<'_>]) -> Box<dyn StagedGroup> {
+        let prepares = writes.iter().map(|w| self.to_prepare(w)).collect();
+        Box::new(StagedFiles {
+            writer: self.writer.clone(),
+            writes: self.writer.stage_all(prepares).await,
+        })
     }
 
     async fn remove(&self, path: &SandboxPath) -> Result<(), WorkspaceError> {
@@ -350,7 +389,14 @@ struct Staged {
 impl StagedWrite for Staged {
     async fn publish(mut self: Box<Self>) -> Result<(), WorkspaceError> {
         match self.prepared.take() {
-            Some(prepared) => self.writer.publish(prepared).await,
+            Some(prepared) => {
+                let shown = prepared.path().to_string();
+                let published = self.writer.publish_all(vec![prepared]).await;
+                published
+                    .into_iter()
+                    .next()
+                    .unwrap_or_else(|| Err(lost(&shown)))
+            }
             None => Ok(()),
         }
     }
@@ -359,7 +405,52 @@ impl StagedWrite for Staged {
 impl Drop for Staged {
     fn drop(&mut self) {
         if let Some(prepared) = self.prepared.take() {
-            self.writer.discard(prepared);
+            self.writer.discard(vec![prepared]);
+        }
+    }
+}
+
+/// Writes staged together ([`Workspace::stage_all`]), in their order: each durable in its temp
+/// file or refused; published together, or discarded by the writer if dropped first.
+struct StagedFiles {
+    writer: Writer,
+    writes: Vec<Result<Prepared, WorkspaceError>>,
+}
+
+#[async_trait]
+impl StagedGroup for StagedFiles {
+    async fn publish(mut self: Box<Self>) -> Vec<Result<(), WorkspaceError>> {
+        let writes = std::mem::take(&mut self.writes);
+        let mut refused: Vec<Option<WorkspaceError>> = Vec::with_capacity(writes.len());
+        let mut prepared = Vec::with_capacity(writes.len());
+        for write in writes {
+            match write {
+                Ok(p) => {
+                    prepared.push(p);
+                    refused.push(None);
+                }
+                Err(e) => refused.push(Some(e)),
+            }
+        }
+        let mut published = self.writer.publish_all(prepared).await.into_iter();
+        refused
+            .into_iter()
+            .map(|refused| match refused {
+                Some(e) => Err(e),
+                None => published.next().unwrap_or_else(|| Err(lost(""))),
+            })
+            .collect()
+    }
+}
+
+impl Drop for StagedFiles {
+    fn drop(&mut self) {
+        let unpublished: Vec<Prepared> = std::mem::take(&mut self.writes)
+            .into_iter()
+            .flatten()
+            .collect();
+        if !unpublished.is_empty() {
+            self.writer.discard(unpublished);
         }
     }
 }

@@ -8,6 +8,8 @@
 //! after another — the first commit carries most of the others' metadata — then renames every
 //! published write into place and syncs each directory they touched once.
 //!
+//! The writes of one group of files (a batch's) arrive as one hand-off, so the thread never
+//! wakes for the first of them and does it alone: that would sync a directory they share twice.
 //! Each request answers on its own channel as soon as its part is done. A caller that stopped
 //! waiting does not stop its request: a publish still completes, a staged write is discarded.
 //!
@@ -27,7 +29,8 @@ use writ_core::WorkspaceError;
 use crate::errors::from_io;
 use crate::staged::Prepared;
 
-/// At most this many requests per group, so one group's answers are not held back by a flood.
+/// A group takes no further hand-off once it has this many requests, so one group's answers are
+/// not held back by a flood.
 const MAX_GROUP: usize = 256;
 
 pub(crate) type PrepareOp = Box<dyn FnOnce(&Arc<Dir>) -> Result<Prepared, WorkspaceError> + Send>;
@@ -45,10 +48,11 @@ pub(crate) enum Request {
     Discard(Prepared),
 }
 
-/// The queue to the writer thread; the thread ends when the last sender is dropped.
+/// The queue to the writer thread, one hand-off (one or more requests) per message; the thread
+/// ends when the last sender is dropped.
 #[derive(Clone)]
 pub(crate) struct Writer {
-    queue: mpsc::Sender<Request>,
+    queue: mpsc::Sender<Vec<Request>>,
 }
 
 impl Writer {
@@ -60,30 +64,71 @@ impl Writer {
         Ok(Writer { queue })
     }
 
-    pub(crate) async fn stage(
+    /// Stages each write (its path as shown in errors, and how to prepare it; an `Err` is a
+    /// write refused before it reached the writer) in one hand-off. In order.
+    pub(crate) async fn stage_all(
         &self,
-        shown: &str,
-        prepare: PrepareOp,
-    ) -> Result<Prepared, WorkspaceError> {
-        let (answer, answered) = oneshot::channel();
-        self.send(shown, Request::Stage { prepare, answer })?;
-        answered.await.map_err(|_| stopped(shown))?
+        writes: Vec<(String, Result<PrepareOp, WorkspaceError>)>,
+    ) -> Vec<Result<Prepared, WorkspaceError>> {
+        let mut requests = Vec::with_capacity(writes.len());
+        let waits: Vec<_> = writes
+            .into_iter()
+            .map(|(shown, prepare)| {
+                let prepare = prepare?;
+                let (answer, answered) = oneshot::channel();
+                requests.push(Request::Stage { prepare, answer });
+                Ok((shown, answered))
+            })
+            .collect();
+        let sent = self.send(requests);
+        let mut staged = Vec::with_capacity(waits.len());
+        for wait in waits {
+            staged.push(match wait {
+                Err(refused) => Err(refused),
+                Ok((shown, answered)) if sent => {
+                    answered.await.map_err(|_| stopped(&shown)).and_then(|r| r)
+                }
+                Ok((shown, _)) => Err(stopped(&shown)),
+            });
+        }
+        staged
     }
 
-    pub(crate) async fn publish(&self, prepared: Prepared) -> Result<(), WorkspaceError> {
-        let shown = prepared.path().to_string();
-        let (answer, answered) = oneshot::channel();
-        self.send(&shown, Request::Publish { prepared, answer })?;
-        answered.await.map_err(|_| stopped(&shown))?
+    /// Publishes the writes in one hand-off: renamed together, each directory synced once.
+    pub(crate) async fn publish_all(
+        &self,
+        prepared: Vec<Prepared>,
+    ) -> Vec<Result<(), WorkspaceError>> {
+        let mut requests = Vec::with_capacity(prepared.len());
+        let waits: Vec<_> = prepared
+            .into_iter()
+            .map(|prepared| {
+                let shown = prepared.path().to_string();
+                let (answer, answered) = oneshot::channel();
+                requests.push(Request::Publish { prepared, answer });
+                (shown, answered)
+            })
+            .collect();
+        let sent = self.send(requests);
+        let mut published = Vec::with_capacity(waits.len());
+        for (shown, answered) in waits {
+            published.push(if sent {
+                answered.await.map_err(|_| stopped(&shown)).and_then(|r| r)
+            } else {
+                Err(stopped(&shown))
+            });
+        }
+        published
     }
 
-    /// Discards `prepared` without waiting (from a `Drop`).
-    pub(crate) fn discard(&self, prepared: Prepared) {
-        let _ = self.queue.send(Request::Discard(prepared));
+    /// Discards the writes without waiting (from a `Drop`).
+    pub(crate) fn discard(&self, prepared: Vec<Prepared>) {
+        self.send(prepared.into_iter().map(Request::Discard).collect());
     }
 
-    fn send(&self, shown: &str, request: Request) -> Result<(), WorkspaceError> {
-        self.queue.send(request).map_err(|_| stopped(shown))
+    /// Whether the writer took the hand-off (it has stopped otherwise).
+    fn send(&self, requests: Vec<Request>) -> bool {
+        requests.is_empty() || self.queue.send(requests).is_ok()
     }
 }
 
@@ -94,13 +139,12 @@ fn stopped(shown: &str) -> WorkspaceError {
     }
 }
 
-fn run(root: &Arc<Dir>, requests: &mpsc::Receiver<Request>) {
+fn run(root: &Arc<Dir>, requests: &mpsc::Receiver<Vec<Request>>) {
     let mut live = Live::default();
-    while let Ok(first) = requests.recv() {
-        let mut group = vec![first];
+    while let Ok(mut group) = requests.recv() {
         while group.len() < MAX_GROUP {
             match requests.try_recv() {
-                Ok(request) => group.push(request),
+                Ok(more) => group.extend(more),
                 Err(_) => break,
             }
         }

@@ -1,13 +1,15 @@
 //! Writes in two halves against a real filesystem: a staged write is invisible until it is
 //! published, a discarded one leaves nothing (no temp file, no directory it created, unless
-//! another staged write still lives there), many writes staged at once all land, and so do writes
+//! another staged write still lives there), many writes staged at once all land (a group staged
+//! in one step too, each refused target failing alone), and so do writes
 //! into directories on other mounts and into set-group-ID directories (with their group).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 
-use writ_core::Workspace;
+use writ_core::workspace::ToStage;
+use writ_core::{Workspace, WorkspaceError};
 use writ_workspace::SandboxedWorkspace;
 
 mod common;
@@ -147,6 +149,106 @@ async fn writes_staged_together_all_land_whole() {
     }
     // 20 batch folders, each with `deep` and five files: nothing else (no temp file).
     assert_eq!(tree(&root).len(), 20 * 7);
+}
+
+/// A batch's files staged in one step: invisible until the group is published, then all in
+/// place; a refused target fails only its own write, in its own place in the order.
+#[tokio::test]
+async fn files_staged_as_a_group_land_together_and_a_refused_one_fails_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".git")).unwrap();
+    std::fs::write(dir.path().join("old.py"), "old\n").unwrap();
+    let ws = open_guarding_git(dir.path()).await;
+    let root = ws.root().to_path_buf();
+    let paths = [
+        p("pkg/a.py"),
+        p(".git/config"),
+        p("pkg/deep/b.py"),
+        p("old.py"),
+        p("missing/c.py"),
+    ];
+    let contents: Vec<String> = (0..paths.len()).map(|i| format!("x = {i}\n")).collect();
+    let writes: Vec<ToStage<'_>> = paths
+        .iter()
+        .zip(&contents)
+        .enumerate()
+        .map(|(i, (path, content))| ToStage {
+            path,
+            content: content.as_bytes(),
+            // The last one may not create its parent.
+            create_dirs: i != 4,
+        })
+        .collect();
+    let group = ws.stage_all(&writes).await;
+    // Staged: the old file unchanged, no new file visible yet.
+    assert_eq!(
+        std::fs::read_to_string(root.join("old.py")).unwrap(),
+        "old\n"
+    );
+    assert!(!root.join("pkg/a.py").exists());
+
+    let published = group.publish().await;
+    assert_eq!(published.len(), paths.len());
+    assert!(
+        matches!(published[1], Err(WorkspaceError::Protected { .. })),
+        "{:?}",
+        published[1]
+    );
+    assert!(
+        matches!(published[4], Err(WorkspaceError::ParentMissing { .. })),
+        "{:?}",
+        published[4]
+    );
+    for i in [0, 2, 3] {
+        assert!(published[i].is_ok(), "{}: {:?}", paths[i], published[i]);
+        assert_eq!(
+            ws.read(&paths[i]).await.unwrap().as_deref(),
+            Some(contents[i].as_bytes()),
+            "{}",
+            paths[i]
+        );
+    }
+    assert_eq!(
+        tree(&root),
+        vec![
+            ".git",
+            "old.py",
+            "pkg",
+            "pkg/a.py",
+            "pkg/deep",
+            "pkg/deep/b.py"
+        ]
+    );
+}
+
+/// A group dropped before it is published (its audit record was refused, say) leaves nothing:
+/// no file changed, no temp file, none of the directories its writes created.
+#[tokio::test]
+async fn a_group_dropped_unpublished_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = SandboxedWorkspace::open(dir.path()).await.unwrap();
+    let root = ws.root().to_path_buf();
+    ws.write_atomic(&p("kept.py"), b"kept\n", false)
+        .await
+        .unwrap();
+    let paths = [p("new/a.py"), p("new/deeper/b.py"), p("kept.py")];
+    let writes: Vec<ToStage<'_>> = paths
+        .iter()
+        .map(|path| ToStage {
+            path,
+            content: b"replaced\n",
+            create_dirs: true,
+        })
+        .collect();
+    let group = ws.stage_all(&writes).await;
+    assert!(root.join("new/deeper").is_dir(), "staging made the parents");
+    drop(group);
+    settled(&ws).await;
+    assert_eq!(tree(&root), vec!["kept.py"]);
+    assert_eq!(
+        ws.read(&p("kept.py")).await.unwrap().as_deref(),
+        Some(&b"kept\n"[..])
+    );
 }
 
 #[tokio::test]
