@@ -67,11 +67,19 @@ impl PgStore {
         // Lazy: the probe has just shown the server answers, and connections open on demand.
         let writers: PgPool = crate::writer_pool_options(Postgres::WRITERS as u32, ACQUIRE_TIMEOUT)
             .connect_lazy_with(options.clone());
+        // Progress events are written in bursts by one task per process and hold nothing up: no
+        // answer, file or record waits for them, so their commits need not wait for the WAL
+        // flush either. On one disk, each such flush queued beside the pending records' and the
+        // files' syncs, on a batch's critical path (eight per five-file batch at a low rate). A
+        // later synchronous commit (every batch's closing) flushes them anyway; a database crash
+        // can lose the last fraction of a second of progress, never a record.
+        let progress: PgPool = crate::writer_pool_options(1, ACQUIRE_TIMEOUT)
+            .connect_lazy_with(options.clone().options([("synchronous_commit", "off")]));
         let pool: PgPool = PgPoolOptions::new()
             .max_connections(readers.max(1))
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_lazy_with(options);
-        Ok(Self::from_pools(pool, writers))
+        Ok(Self::from_pools(pool, writers).with_progress_pool(progress))
     }
 }
 

@@ -44,6 +44,9 @@ pub struct SqlStore<D: Dialect> {
     pool: Pool<D>,
     /// Every record write goes through here (see `commit`).
     writer: Arc<GroupCommit<D>>,
+    /// Where progress events go when they have a connection of their own (PostgreSQL: one that
+    /// commits without waiting for the WAL flush); otherwise through `writer` like a record.
+    progress: Option<Pool<D>>,
 }
 
 impl<D: Dialect> Clone for SqlStore<D> {
@@ -51,6 +54,7 @@ impl<D: Dialect> Clone for SqlStore<D> {
         Self {
             pool: self.pool.clone(),
             writer: self.writer.clone(),
+            progress: self.progress.clone(),
         }
     }
 }
@@ -78,7 +82,14 @@ impl<D: Dialect> SqlStore<D> {
         Self {
             writer: Arc::new(GroupCommit::new(writers)),
             pool,
+            progress: None,
         }
+    }
+
+    /// Progress events are stored on `progress` instead of through the group commit.
+    pub(crate) fn with_progress_pool(mut self, progress: Pool<D>) -> Self {
+        self.progress = Some(progress);
+        self
     }
 
     /// The pool, for operational queries the traits do not cover (and for tests that seed rows

@@ -1724,6 +1724,53 @@ mod postgres_only {
         assert!(store.get_request(req.id).await.unwrap().is_some());
     }
 
+    /// Progress events have a connection of their own, also taken unchecked: after the server
+    /// closed it, the next burst must still be stored, not dropped with a warning.
+    #[tokio::test]
+    async fn progress_events_go_on_after_the_servers_connections_are_closed() {
+        use writ_core::jobs::JobEvent;
+        let url = fresh_postgres_url().await;
+        let store = writ_store::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        let job = Uuid::now_v7();
+        let event = |seq: i64| JobEvent {
+            job_id: job,
+            seq,
+            created_at: now(),
+            name: "file_started".into(),
+            data: json!({"seq": seq}),
+        };
+        store
+            .append_job_events(&[event(1), event(2)])
+            .await
+            .unwrap();
+        let db = url
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .split('?')
+            .next()
+            .unwrap()
+            .to_owned();
+        let admin = std::env::var(writ_store::testing::PG_URL_ENV)
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
+            .await
+            .unwrap();
+        let closed: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
+        )
+        .bind(&db)
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        assert!(!closed.is_empty(), "the store had connections to close");
+
+        store.append_job_events(&[event(3)]).await.unwrap();
+        let stored = store.job_events(job, 0, 10).await.unwrap();
+        assert_eq!(stored.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
+    }
+
     #[tokio::test]
     async fn a_filtered_listing_over_20k_rows_walks_an_index_not_the_table() {
         let store = PgStore::connect(&fresh_postgres_url().await).await.unwrap();

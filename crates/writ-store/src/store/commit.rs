@@ -54,6 +54,11 @@ impl<D: Dialect> GroupCommit<D> {
         }
     }
 
+    #[cfg(test)]
+    pub(crate) fn pool(&self) -> &Pool<D> {
+        &self.pool
+    }
+
     /// Queues `writes` as one unit and waits until they are committed (or refused).
     pub(crate) async fn commit(&self, writes: Vec<AuditWrite>) -> Result<(), StoreError> {
         if writes.is_empty() {

@@ -10,6 +10,7 @@ use writ_core::jobs::{Job, JobEvent, JobStatus, JobStore, NewJob};
 
 use super::{Record, Sql, SqlStore};
 use crate::dialect::Dialect;
+use crate::error::from_sqlx;
 
 // A macro, not a const, so the statements stay static strings (never format! into SQL).
 macro_rules! job_columns {
@@ -189,8 +190,29 @@ impl<D: Dialect> JobStore for SqlStore<D> {
     }
 
     async fn append_job_events(&self, events: &[JobEvent]) -> Result<(), StoreError> {
-        self.commit(vec![AuditWrite::AppendEvents(events.to_vec())])
-            .await
+        let Some(progress) = &self.progress else {
+            return self
+                .commit(vec![AuditWrite::AppendEvents(events.to_vec())])
+                .await;
+        };
+        if events.is_empty() {
+            return Ok(());
+        }
+        // Twice at most: after a server restart the connection first taken is a closed one
+        // (unchecked, as the group commit's are); the second is opened anew.
+        let mut outcome = Ok(0);
+        for _ in 0..2 {
+            let mut sql = Sql::new("");
+            push_insert_events::<D>(&mut sql, events);
+            outcome = match progress.acquire().await {
+                Ok(mut conn) => sql.execute_on(&mut conn, "store progress events").await,
+                Err(err) => Err(from_sqlx("store progress events", err)),
+            };
+            if !matches!(outcome, Err(StoreError::Unavailable(_))) {
+                break;
+            }
+        }
+        outcome.map(|_| ())
     }
 
     async fn job_events(
@@ -208,5 +230,33 @@ impl<D: Dialect> JobStore for SqlStore<D> {
             .bind(i64::from(limit));
         let rows = sql.fetch_all(self, "read job events").await?;
         rows.iter().map(event_from_row::<D>).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::PgStore;
+    use crate::testing::fresh_postgres_url;
+
+    /// Progress events, and only they, commit without waiting for the WAL flush: a record's
+    /// commit (the group commit's connections) must keep the server's `synchronous_commit`.
+    #[tokio::test]
+    async fn only_progress_events_commit_without_waiting_for_the_wal_flush() {
+        let url = fresh_postgres_url().await;
+        let store = PgStore::connect(&url).await.unwrap();
+        let setting = |pool: sqlx::PgPool| async move {
+            sqlx::query_scalar::<_, String>("SHOW synchronous_commit")
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        };
+        let server = setting(sqlx::PgPool::connect(&url).await.unwrap()).await;
+        let progress = store
+            .progress
+            .clone()
+            .expect("PostgreSQL stores events apart");
+        assert_eq!(setting(progress).await, "off");
+        assert_eq!(setting(store.writer.pool().clone()).await, server);
+        assert_eq!(setting(store.pool().clone()).await, server);
     }
 }
