@@ -237,11 +237,13 @@ impl SandboxedWorkspace {
         let owned = write.path.clone();
         let content = write.content.to_vec();
         let create_dirs = write.create_dirs;
-        let prepare = self
-            .guarded(write.path, move |root| {
-                staged::prepare(root, &owned, &content, create_dirs)
-            })
-            .map(|op| Box::new(op) as writer::PrepareOp);
+        // The protected-path check is the write's own, whatever directory it shares.
+        let prepare = self.guarded(write.path, |_| Ok(())).map(|protected| {
+            Box::new(move |root: &Arc<Dir>, parents: &mut staged::Parents| {
+                protected(root)?;
+                staged::prepare(root, &owned, &content, create_dirs, parents)
+            }) as writer::PrepareOp
+        });
         (write.path.to_string(), prepare)
     }
 }

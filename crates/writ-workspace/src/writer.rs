@@ -27,13 +27,15 @@ use tokio::sync::oneshot;
 use writ_core::WorkspaceError;
 
 use crate::errors::from_io;
-use crate::staged::Prepared;
+use crate::staged::{Parents, Prepared};
 
 /// A group takes no further hand-off once it has this many requests, so one group's answers are
 /// not held back by a flood.
 const MAX_GROUP: usize = 256;
 
-pub(crate) type PrepareOp = Box<dyn FnOnce(&Arc<Dir>) -> Result<Prepared, WorkspaceError> + Send>;
+/// Stages one write, given the directories its group has already been prepared in.
+pub(crate) type PrepareOp =
+    Box<dyn FnOnce(&Arc<Dir>, &mut Parents) -> Result<Prepared, WorkspaceError> + Send>;
 
 pub(crate) enum Request {
     Stage {
@@ -150,11 +152,12 @@ fn run(root: &Arc<Dir>, requests: &mpsc::Receiver<Vec<Request>>) {
         }
         let mut staged = Vec::new();
         let mut published = Vec::new();
+        let mut parents = Parents::default();
         for request in group {
             match request {
                 Request::Stage { prepare, answer } => {
                     // A panic fails its own request, not the writer.
-                    let prepared = catch_unwind(AssertUnwindSafe(|| prepare(root)))
+                    let prepared = catch_unwind(AssertUnwindSafe(|| prepare(root, &mut parents)))
                         .unwrap_or_else(|_| Err(panicked()));
                     if let Ok(p) = &prepared {
                         live.add(p);

@@ -221,6 +221,68 @@ async fn files_staged_as_a_group_land_together_and_a_refused_one_fails_alone() {
     );
 }
 
+/// Files of one group that share a directory reach it through one handle; each target is still
+/// judged on its own there (a directory, a symlink out, a symlink in), exactly as a write of it
+/// alone is judged, and a refused one does not stop the siblings after it.
+#[tokio::test]
+async fn files_sharing_a_directory_in_a_group_are_each_judged_as_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(outside.path(), "outside\n").unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir_all(repo.join("pkg/sub")).unwrap();
+    std::fs::write(repo.join("pkg/ok.py"), "ok\n").unwrap();
+    std::os::unix::fs::symlink(outside.path(), repo.join("pkg/out")).unwrap();
+    std::os::unix::fs::symlink("ok.py", repo.join("pkg/inside")).unwrap();
+    let ws = SandboxedWorkspace::open(&repo).await.unwrap();
+    let paths = [
+        p("pkg/a.py"),
+        p("pkg/out"),
+        p("pkg/sub"),
+        p("pkg/inside"),
+        p("pkg/b.py"),
+    ];
+    let writes: Vec<ToStage<'_>> = paths
+        .iter()
+        .map(|path| ToStage {
+            path,
+            content: b"new\n",
+            create_dirs: true,
+        })
+        .collect();
+    let published = ws.stage_all(&writes).await.publish().await;
+    for i in [1, 2, 3] {
+        let alone = ws
+            .stage(&paths[i], b"new\n", true)
+            .await
+            .err()
+            .map(|e| e.to_string());
+        assert!(alone.is_some(), "{} is refused alone", paths[i]);
+        assert_eq!(
+            published[i].as_ref().err().map(ToString::to_string),
+            alone,
+            "{}",
+            paths[i]
+        );
+    }
+    for i in [0, 4] {
+        assert!(published[i].is_ok(), "{}: {:?}", paths[i], published[i]);
+        assert_eq!(
+            std::fs::read_to_string(repo.join(paths[i].as_str())).unwrap(),
+            "new\n"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(outside.path()).unwrap(),
+        "outside\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("pkg/ok.py")).unwrap(),
+        "ok\n"
+    );
+    assert!(repo.join("pkg/sub").is_dir());
+}
+
 /// A group dropped before it is published (its audit record was refused, say) leaves nothing:
 /// no file changed, no temp file, none of the directories its writes created.
 #[tokio::test]
