@@ -104,6 +104,8 @@ pub trait JobStore: Send + Sync {
         response: Option<&serde_json::Value>,
         error: Option<&str>,
     ) -> Result<bool, StoreError>;
+    /// The job and its answer: its own, or else that of the request with its id (a batch stores
+    /// its answer once, on its request).
     async fn get_job(&self, id: Uuid) -> Result<Option<Job>, StoreError>;
     /// Newest first, without response bodies.
     async fn list_jobs(&self, limit: u32) -> Result<Vec<Job>, StoreError>;

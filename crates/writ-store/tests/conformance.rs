@@ -201,6 +201,7 @@ macro_rules! conformance_suite {
                 listing_combines_filters_with_and_and_pages_within_them,
                 an_unparseable_cursor_is_rejected,
                 a_job_moves_from_queued_to_running_to_done_and_keeps_its_response,
+                a_job_without_an_answer_of_its_own_gives_its_requests,
                 a_finished_job_is_not_ended_twice,
                 stale_jobs_are_the_unfinished_ones_whose_heartbeat_stopped,
                 job_events_replay_after_a_sequence_number_in_order,
@@ -1320,6 +1321,67 @@ async fn a_job_moves_from_queued_to_running_to_done_and_keeps_its_response(store
     let listed = store.list_jobs(10).await.unwrap();
     assert_eq!(listed[0].id, id);
     assert_eq!(listed[0].response, None, "listings leave the bodies out");
+}
+
+/// A batch stores its answer once, on its request, in the commit that closes the request and
+/// the job: the job (same id) reads it from there.
+async fn a_job_without_an_answer_of_its_own_gives_its_requests(store: &dyn AuditStore) {
+    use writ_core::jobs::{JobStatus, NewJob};
+    let req = new_request(None, None);
+    let answer = json!({"status": "success", "results": [{"path": "a.py"}]});
+    store
+        .commit(vec![
+            AuditWrite::InsertRequest(req.clone()),
+            AuditWrite::InsertJob {
+                job: NewJob {
+                    id: req.id,
+                    created_at: now(),
+                    is_async: false,
+                    files: vec!["a.py".into()],
+                },
+                status: JobStatus::Running,
+            },
+        ])
+        .await
+        .unwrap();
+    assert_eq!(store.get_job(req.id).await.unwrap().unwrap().response, None);
+    store
+        .commit(vec![
+            AuditWrite::FinishRequest {
+                id: req.id,
+                status: RequestStatus::Success,
+                duration_ms: 12,
+                response: Some(answer.clone()),
+            },
+            AuditWrite::FinishJob {
+                id: req.id,
+                status: JobStatus::Done,
+                batch_status: Some("success".into()),
+                response: None,
+                error: None,
+            },
+        ])
+        .await
+        .unwrap();
+    let job = store.get_job(req.id).await.unwrap().unwrap();
+    assert_eq!(job.status, JobStatus::Done);
+    assert_eq!(job.response, Some(answer.clone()));
+    assert_eq!(
+        store.get_request(req.id).await.unwrap().unwrap().response,
+        Some(answer)
+    );
+    // A job with no request behind it and no answer has none.
+    let lone = Uuid::now_v7();
+    store
+        .insert_job(&NewJob {
+            id: lone,
+            created_at: now(),
+            is_async: true,
+            files: vec!["b.py".into()],
+        })
+        .await
+        .unwrap();
+    assert_eq!(store.get_job(lone).await.unwrap().unwrap().response, None);
 }
 
 async fn a_finished_job_is_not_ended_twice(store: &dyn AuditStore) {

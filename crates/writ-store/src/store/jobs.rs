@@ -147,10 +147,13 @@ impl<D: Dialect> JobStore for SqlStore<D> {
     }
 
     async fn get_job(&self, id: Uuid) -> Result<Option<Job>, StoreError> {
+        // A batch stores its answer once, on its request (same id); a job with none of its own
+        // gives that one.
         let mut sql = Sql::new(concat!(
             "SELECT ",
             job_columns!(),
-            ", response FROM jobs WHERE id = "
+            ", COALESCE(response, (SELECT r.response FROM requests r WHERE r.id = jobs.id)) \
+             AS response FROM jobs WHERE id = "
         ));
         sql.bind(id);
         let row = sql.fetch_optional(self, "get job").await?;
