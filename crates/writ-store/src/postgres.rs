@@ -22,7 +22,9 @@ static MIGRATOR: Migrator = sqlx::migrate!("../../migrations/postgres");
 /// For reads (the group commit's writers have their own, `Dialect::WRITERS`). One per batch the
 /// default in-flight limit admits (`WRIT_MAX_BATCHES_IN_FLIGHT`, 32): each batch
 /// holds a connection only per statement or short transaction, so a full replica never waits long
-/// for one, and three replicas still fit in PostgreSQL's default 100 connections. (With 10, 400
+/// for one. With the group commit's four and the progress events' one, a busy replica holds 37
+/// (they open on demand): two fit in PostgreSQL's default 100 connections, three need a lower
+/// in-flight limit or a higher `max_connections`. (With 10, 400
 /// batches at once timed out in the pool: measured with `WRIT_LOAD_BATCHES=400` on the sibling
 /// files test in tests/api/edges.rs.)
 pub(crate) const DEFAULT_READERS: u32 = 32;
