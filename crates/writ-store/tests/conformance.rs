@@ -1746,19 +1746,8 @@ async fn assert_seeded_listings_are_planned<D: Dialect>(
 mod postgres_only {
     use super::*;
 
-    /// A restart of the server closes every pooled connection; writers take theirs unchecked,
-    /// so the first commit after it must find an open one by itself instead of failing.
-    #[tokio::test]
-    async fn commits_go_on_after_the_servers_connections_are_closed() {
-        let url = fresh_postgres_url().await;
-        let store = writ_store::connect(&url).await.unwrap();
-        store.migrate().await.unwrap();
-        for i in 0..8 {
-            store
-                .insert_request(&new_request(None, Some(&format!("before-{i}"))))
-                .await
-                .unwrap();
-        }
+    /// What a server restart does to a store's pooled connections: closes every one of them.
+    async fn close_every_connection_to(url: &str) {
         let db = url
             .rsplit('/')
             .next()
@@ -1780,6 +1769,22 @@ mod postgres_only {
         .await
         .unwrap();
         assert!(!closed.is_empty(), "the store had connections to close");
+    }
+
+    /// A restart of the server closes every pooled connection; writers take theirs unchecked,
+    /// so the first commit after it must find an open one by itself instead of failing.
+    #[tokio::test]
+    async fn commits_go_on_after_the_servers_connections_are_closed() {
+        let url = fresh_postgres_url().await;
+        let store = writ_store::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        for i in 0..8 {
+            store
+                .insert_request(&new_request(None, Some(&format!("before-{i}"))))
+                .await
+                .unwrap();
+        }
+        close_every_connection_to(&url).await;
 
         let req = new_request(None, Some("after"));
         store.insert_request(&req).await.unwrap();
@@ -1806,27 +1811,7 @@ mod postgres_only {
             .append_job_events(&[event(1), event(2)])
             .await
             .unwrap();
-        let db = url
-            .rsplit('/')
-            .next()
-            .unwrap()
-            .split('?')
-            .next()
-            .unwrap()
-            .to_owned();
-        let admin = std::env::var(writ_store::testing::PG_URL_ENV)
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
-            .await
-            .unwrap();
-        let closed: Vec<bool> = sqlx::query_scalar(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
-        )
-        .bind(&db)
-        .fetch_all(&mut conn)
-        .await
-        .unwrap();
-        assert!(!closed.is_empty(), "the store had connections to close");
+        close_every_connection_to(&url).await;
 
         store.append_job_events(&[event(3)]).await.unwrap();
         let stored = store.job_events(job, 0, 10).await.unwrap();
