@@ -145,14 +145,14 @@ async fn commit_units<D: Dialect>(pool: &Pool<D>, units: Vec<Unit>) {
 
 /// Whether a commit's connection is checked with a round trip before use.
 #[derive(Clone, Copy)]
-enum Lend {
+pub(super) enum Lend {
     AsIs,
     Checked,
 }
 
 /// A connection from `pool`, pinged first when `lend` asks; one that does not answer is closed
 /// and the next one tried.
-async fn connection<D: Dialect>(
+pub(super) async fn connection<D: Dialect>(
     pool: &Pool<D>,
     lend: Lend,
 ) -> Result<PoolConnection<D>, StoreError> {

@@ -8,9 +8,9 @@ use writ_core::StoreError;
 use writ_core::audit::{AuditStore, AuditWrite};
 use writ_core::jobs::{Job, JobEvent, JobStatus, JobStore, NewJob};
 
+use super::commit::{Lend, connection};
 use super::{Record, Sql, SqlStore};
 use crate::dialect::Dialect;
-use crate::error::from_sqlx;
 
 // A macro, not a const, so the statements stay static strings (never format! into SQL).
 macro_rules! job_columns {
@@ -201,21 +201,18 @@ impl<D: Dialect> JobStore for SqlStore<D> {
         if events.is_empty() {
             return Ok(());
         }
-        // Twice at most: after a server restart the connection first taken is a closed one
-        // (unchecked, as the group commit's are); the second is opened anew.
-        let mut outcome = Ok(0);
-        for _ in 0..2 {
+        let insert = |lend| async move {
+            let mut conn = connection(progress, lend).await?;
             let mut sql = Sql::new("");
             push_insert_events::<D>(&mut sql, events);
-            outcome = match progress.acquire().await {
-                Ok(mut conn) => sql.execute_on(&mut conn, "store progress events").await,
-                Err(err) => Err(from_sqlx("store progress events", err)),
-            };
-            if !matches!(outcome, Err(StoreError::Unavailable(_))) {
-                break;
-            }
+            sql.execute_on(&mut conn, "store progress events").await
+        };
+        // As the group commit does: its connection is taken unchecked, so after a server restart
+        // the first one is closed; once more on one known to be open.
+        match insert(Lend::AsIs).await {
+            Err(StoreError::Unavailable(_)) => insert(Lend::Checked).await.map(|_| ()),
+            outcome => outcome.map(|_| ()),
         }
-        outcome.map(|_| ())
     }
 
     async fn job_events(
