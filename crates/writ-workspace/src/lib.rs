@@ -340,15 +340,12 @@ impl Workspace for SandboxedWorkspace {
             content,
             create_dirs,
         };
-        let prepared = self.writer.stage_all(vec![self.to_prepare(&write)]).await;
-        let prepared = prepared
-            .into_iter()
-            .next()
-            .unwrap_or_else(|| Err(lost(path.as_str())))?;
-        Ok(Box::new(Staged {
+        let mut writes = self.writer.stage_all(vec![self.to_prepare(&write)]).await;
+        let prepared = writes.pop().unwrap_or_else(|| Err(lost(path.as_str())))?;
+        Ok(Box::new(Staged(StagedFiles {
             writer: self.writer.clone(),
-            prepared: Some(prepared),
-        }))
+            writes: vec![Ok(prepared)],
+        })))
     }
 
     async fn stage_all(&self, writes: &[ToStage<'_>]) -> Box<dyn StagedGroup> {
@@ -380,35 +377,16 @@ impl Workspace for SandboxedWorkspace {
     }
 }
 
-/// A write of this workspace, durable in its temp file, waiting to be published; discarded by
-/// the writer if dropped first.
-struct Staged {
-    writer: Writer,
-    prepared: Option<Prepared>,
-}
+/// A write of this workspace, durable in its temp file, waiting to be published: a group of one
+/// (discarded by the writer if dropped first).
+struct Staged(StagedFiles);
 
 #[async_trait]
 impl StagedWrite for Staged {
-    async fn publish(mut self: Box<Self>) -> Result<(), WorkspaceError> {
-        match self.prepared.take() {
-            Some(prepared) => {
-                let shown = prepared.path().to_string();
-                let published = self.writer.publish_all(vec![prepared]).await;
-                published
-                    .into_iter()
-                    .next()
-                    .unwrap_or_else(|| Err(lost(&shown)))
-            }
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Staged {
-    fn drop(&mut self) {
-        if let Some(prepared) = self.prepared.take() {
-            self.writer.discard(vec![prepared]);
-        }
+    async fn publish(self: Box<Self>) -> Result<(), WorkspaceError> {
+        let shown = self.0.shown();
+        let mut published = Box::new(self.0).publish().await;
+        published.pop().unwrap_or_else(|| Err(lost(&shown)))
     }
 }
 
@@ -417,6 +395,16 @@ impl Drop for Staged {
 struct StagedFiles {
     writer: Writer,
     writes: Vec<Result<Prepared, WorkspaceError>>,
+}
+
+impl StagedFiles {
+    /// The first write's path, for an error about the group.
+    fn shown(&self) -> String {
+        self.writes
+            .iter()
+            .find_map(|w| w.as_ref().ok().map(|p| p.path().to_string()))
+            .unwrap_or_default()
+    }
 }
 
 #[async_trait]
