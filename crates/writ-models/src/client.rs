@@ -140,7 +140,7 @@ impl OpenRouterClient {
         let last_error: Mutex<Option<AttemptError>> = Mutex::new(None);
         let deadline_stopped_retries = AtomicBool::new(false);
 
-        let result = match serde_json::to_vec(&WireRequest::new(&req, self.transport.stream)) {
+        let result = match WireRequest::new(&req, self.transport.stream).to_body() {
             Err(e) => Err(AttemptError::new(
                 ErrorClass::BadRequest,
                 format!("the request cannot be serialized: {e}"),

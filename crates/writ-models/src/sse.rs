@@ -30,12 +30,17 @@ impl SseParser {
         let mut events = Vec::new();
         let mut start = 0;
         let mut from = self.scanned;
-        while let Some(offset) = self.buf[from..].iter().position(|&b| b == b'\n') {
+        while let Some(offset) = memchr::memchr(b'\n', &self.buf[from..]) {
             let end = from + offset;
             let line = &self.buf[start..end];
             let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let line = String::from_utf8_lossy(line).into_owned();
-            self.line(&line, &mut events);
+            // A provider streams one small event per token, so this runs for every token of
+            // every candidate: valid UTF-8 (the rule) is read in place, only a broken line is
+            // copied to replace its bad bytes.
+            match std::str::from_utf8(line) {
+                Ok(line) => on_line(&mut self.data, line, &mut events),
+                Err(_) => on_line(&mut self.data, &String::from_utf8_lossy(line), &mut events),
+            }
             start = end + 1;
             from = start;
         }
@@ -50,36 +55,36 @@ impl SseParser {
         let mut events = Vec::new();
         if !self.buf.is_empty() {
             let rest = std::mem::take(&mut self.buf);
-            let line =
-                String::from_utf8_lossy(rest.strip_suffix(b"\r").unwrap_or(&rest)).into_owned();
-            self.line(&line, &mut events);
+            let line = String::from_utf8_lossy(rest.strip_suffix(b"\r").unwrap_or(&rest));
+            on_line(&mut self.data, &line, &mut events);
         }
         self.scanned = 0;
-        self.line("", &mut events);
+        on_line(&mut self.data, "", &mut events);
         events
     }
+}
 
-    fn line(&mut self, line: &str, events: &mut Vec<SseEvent>) {
-        if line.is_empty() {
-            if let Some(data) = self.data.take() {
-                events.push(SseEvent::Data(data));
-            }
-            return;
+/// One line of the stream; `data` holds the event being assembled.
+fn on_line(data: &mut Option<String>, line: &str, events: &mut Vec<SseEvent>) {
+    if line.is_empty() {
+        if let Some(data) = data.take() {
+            events.push(SseEvent::Data(data));
         }
-        if let Some(comment) = line.strip_prefix(':') {
-            events.push(SseEvent::Comment(comment.trim().to_owned()));
-            return;
-        }
-        let (field, value) = line.split_once(':').unwrap_or((line, ""));
-        let value = value.strip_prefix(' ').unwrap_or(value);
-        if field == "data" {
-            match &mut self.data {
-                Some(data) => {
-                    data.push('\n');
-                    data.push_str(value);
-                }
-                None => self.data = Some(value.to_owned()),
+        return;
+    }
+    if let Some(comment) = line.strip_prefix(':') {
+        events.push(SseEvent::Comment(comment.trim().to_owned()));
+        return;
+    }
+    let (field, value) = line.split_once(':').unwrap_or((line, ""));
+    let value = value.strip_prefix(' ').unwrap_or(value);
+    if field == "data" {
+        match data {
+            Some(data) => {
+                data.push('\n');
+                data.push_str(value);
             }
+            None => *data = Some(value.to_owned()),
         }
     }
 }
@@ -130,6 +135,24 @@ mod tests {
         assert_eq!(
             parse_in_pieces("data: [DONE]", 4),
             vec![SseEvent::Data("[DONE]".into())]
+        );
+    }
+
+    #[test]
+    fn a_line_with_bytes_that_are_not_utf8_keeps_the_rest_of_its_text() {
+        assert_eq!(
+            parse_in_pieces("data: a\u{0}b\n\n", 3),
+            vec![SseEvent::Data("a\u{0}b".into())]
+        );
+        let mut parser = SseParser::default();
+        let mut events = parser.push(b"data: caf\xe9 ok\n\ndata: next\n\n");
+        events.extend(parser.finish());
+        assert_eq!(
+            events,
+            vec![
+                SseEvent::Data("caf\u{FFFD} ok".into()),
+                SseEvent::Data("next".into())
+            ]
         );
     }
 

@@ -55,6 +55,18 @@ impl<'a> WireRequest<'a> {
             }),
         }
     }
+
+    /// The request as JSON bytes, in a buffer sized once: a prompt is several kilobytes (the
+    /// arbiter's carries every candidate), and growing the buffer by doubling copied it again
+    /// at each step, on every call of a fan-out.
+    pub fn to_body(&self) -> serde_json::Result<Vec<u8>> {
+        // Text plus a margin for escapes (newlines and quotes in code), the other fields and the
+        // envelope; a schema-constrained arbiter's `response_format` adds its own size.
+        let text: usize = self.messages.iter().map(|m| m.content.len()).sum();
+        let mut body = Vec::with_capacity(text + text / 8 + 512);
+        serde_json::to_writer(&mut body, self)?;
+        Ok(body)
+    }
 }
 
 /// A completion or a stream chunk: the same shape, `message` in one, `delta` in the other.
