@@ -176,6 +176,15 @@ pub struct RequestRecord {
     pub response: Option<serde_json::Value>,
 }
 
+/// What the prompts say of an earlier operation ([`AuditStore::recent_operations`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecentOperation {
+    pub created_at: DateTime<Utc>,
+    pub filename: String,
+    pub operation: OperationKind,
+    pub chosen_model: Option<String>,
+}
+
 /// One file touched by one request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Operation {
@@ -360,6 +369,13 @@ pub trait AuditStore:
         cursor: Option<&Cursor>,
         limit: u32,
     ) -> Result<OperationPage, StoreError>;
+    /// `caller`'s newest `limit` operations (`None`: those made without a key), newest first,
+    /// as the prompts show them: read for every batch, so only the columns they need.
+    async fn recent_operations(
+        &self,
+        caller: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<RecentOperation>, StoreError>;
     /// Operations still `pending` (oldest first), for reconciliation after a crash.
     async fn pending_operations(&self) -> Result<Vec<Operation>, StoreError>;
 }

@@ -29,7 +29,7 @@ use uuid::Uuid;
 use writ_core::audit::Selection;
 use writ_core::audit::{
     AuditWrite, CandidateRecord, Cursor, NewRequest, Operation, OperationFilter, OperationOutcome,
-    OperationPage, RequestRecord, RequestStatus,
+    OperationPage, RecentOperation, RequestRecord, RequestStatus,
 };
 use writ_core::{AuditStore, StoreError};
 
@@ -302,13 +302,22 @@ fn listing<D: Dialect>(
     cursor: Option<&Cursor>,
     limit: u32,
 ) -> Result<Sql<D>, StoreError> {
+    listing_of(prefix, operation_columns!(), filter, cursor, limit)
+}
+
+/// [`listing`] of some `columns` only.
+fn listing_of<D: Dialect>(
+    prefix: &str,
+    columns: &str,
+    filter: &OperationFilter,
+    cursor: Option<&Cursor>,
+    limit: u32,
+) -> Result<Sql<D>, StoreError> {
     let after = cursor.map(decode_cursor).transpose()?;
     let mut sql = Sql::new(prefix);
-    sql.push(concat!(
-        "SELECT ",
-        operation_columns!(),
-        " FROM operations WHERE TRUE"
-    ));
+    sql.push("SELECT ")
+        .push(columns)
+        .push(" FROM operations WHERE TRUE");
     if let Some(request_id) = filter.request_id {
         sql.push(" AND request_id = ").bind(request_id);
     }
@@ -583,6 +592,41 @@ impl<D: Dialect> AuditStore for SqlStore<D> {
             operations,
             next_cursor,
         })
+    }
+
+    async fn recent_operations(
+        &self,
+        caller: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<RecentOperation>, StoreError> {
+        // The listing's own statement, so it walks the same (caller, seq) index; without the
+        // candidates and detail JSON, which the prompts never show.
+        let filter = OperationFilter {
+            caller: Some(caller.map(str::to_string)),
+            ..OperationFilter::default()
+        };
+        let rows = listing_of::<D>(
+            "",
+            "seq, created_at, filename, operation, chosen_model",
+            &filter,
+            None,
+            limit,
+        )?
+        .fetch_all(self, "list recent operations")
+        .await?;
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        rows.iter()
+            .take(limit)
+            .map(|row| {
+                let row = Record::<D>(row);
+                Ok(RecentOperation {
+                    created_at: row.time("created_at")?,
+                    filename: row.get("filename")?,
+                    operation: row.parse("operation")?,
+                    chosen_model: row.get("chosen_model")?,
+                })
+            })
+            .collect()
     }
 
     async fn pending_operations(&self) -> Result<Vec<Operation>, StoreError> {

@@ -179,6 +179,7 @@ macro_rules! conformance_suite {
                 a_batch_closing_commit_completes_every_file_or_none,
                 concurrent_commits_share_transactions_and_a_refused_one_fails_alone,
                 an_operation_carries_its_requests_caller_for_the_listing,
+                recent_operations_are_the_callers_newest_as_the_listing_has_them,
                 finishing_an_unknown_request_is_an_error,
                 a_duplicate_idempotency_key_is_a_conflict_even_without_a_caller,
                 requests_without_an_idempotency_key_never_conflict,
@@ -523,6 +524,77 @@ async fn an_operation_carries_its_requests_caller_for_the_listing(store: &dyn Au
     assert_eq!(list_all(store, &of(Some("key-a"))).await, vec![ids[0]]);
     assert_eq!(list_all(store, &of(Some("key-b"))).await, vec![ids[1]]);
     assert_eq!(list_all(store, &of(None)).await, vec![ids[2]]);
+}
+
+/// The prompts' context: the caller's newest operations, newest first, what the full listing
+/// says of them, and no one else's.
+async fn recent_operations_are_the_callers_newest_as_the_listing_has_them(store: &dyn AuditStore) {
+    let mine = new_request(Some("key-a"), None);
+    let theirs = new_request(Some("key-b"), None);
+    for req in [&mine, &theirs] {
+        store.insert_request(req).await.unwrap();
+    }
+    for i in 0..4 {
+        let mut op = operation(mine.id, &format!("src/mine_{i}.py"));
+        op.created_at = now() + chrono::Duration::seconds(i);
+        op.operation = if i % 2 == 0 {
+            OperationKind::Created
+        } else {
+            OperationKind::Updated
+        };
+        op.chosen_model = (i != 2).then(|| format!("model-{i}"));
+        store.insert_operation(&op, None).await.unwrap();
+        store
+            .insert_operation(&operation(theirs.id, "src/theirs.py"), None)
+            .await
+            .unwrap();
+    }
+
+    let recent = store.recent_operations(Some("key-a"), 3).await.unwrap();
+    let listed = store
+        .list_operations(
+            &OperationFilter {
+                caller: Some(Some("key-a".into())),
+                ..OperationFilter::default()
+            },
+            None,
+            3,
+        )
+        .await
+        .unwrap()
+        .operations;
+    let summary: Vec<_> = listed
+        .iter()
+        .map(|op| {
+            (
+                op.created_at,
+                op.filename.clone(),
+                op.operation,
+                op.chosen_model.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        recent
+            .iter()
+            .map(|r| (
+                r.created_at,
+                r.filename.clone(),
+                r.operation,
+                r.chosen_model.clone()
+            ))
+            .collect::<Vec<_>>(),
+        summary
+    );
+    assert_eq!(
+        recent
+            .iter()
+            .map(|r| r.filename.as_str())
+            .collect::<Vec<_>>(),
+        ["src/mine_3.py", "src/mine_2.py", "src/mine_1.py"]
+    );
+    assert_eq!(recent[1].chosen_model, None);
+    assert!(store.recent_operations(None, 10).await.unwrap().is_empty());
 }
 
 // ---------------------------------------------------------------------------------------------

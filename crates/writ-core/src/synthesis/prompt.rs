@@ -3,9 +3,12 @@
 //! Models answer in plain text with the whole file in one fenced block — never as a JSON or
 //! tool-call argument, which is where large contents get truncated or mangled.
 
+use std::fmt::Write as _;
+
+use chrono::{Datelike as _, Timelike as _};
 use writ_checks::Language;
 
-use crate::audit::Operation;
+use crate::audit::RecentOperation;
 use crate::model::ChatMessage;
 use crate::synthesis::batch::{Batch, FileSpec};
 
@@ -24,7 +27,7 @@ pub fn candidate_messages(
     file: &FileSpec,
     language: Language,
     current: Option<&str>,
-    recent: &[Operation],
+    recent: &[RecentOperation],
     context: &[ContextFile],
 ) -> Vec<ChatMessage> {
     let mut p = String::new();
@@ -94,16 +97,24 @@ pub fn candidate_messages(
     if !recent.is_empty() {
         p.push_str("## Recent operations in this repository (newest first)\n");
         for op in recent {
-            p.push_str(&format!(
-                "- {} {} {}{}\n",
-                op.created_at.format("%Y-%m-%d %H:%M"),
+            // Written in place, date fields by hand: this list is rendered for every file of
+            // every batch, and a strftime pattern is parsed again at each use.
+            let at = op.created_at;
+            let _ = write!(
+                p,
+                "- {:04}-{:02}-{:02} {:02}:{:02} {} {}",
+                at.year(),
+                at.month(),
+                at.day(),
+                at.hour(),
+                at.minute(),
                 quote(&op.filename),
                 op.operation,
-                op.chosen_model
-                    .as_deref()
-                    .map(|m| format!(" by {m}"))
-                    .unwrap_or_default()
-            ));
+            );
+            if let Some(model) = &op.chosen_model {
+                let _ = write!(p, " by {model}");
+            }
+            p.push('\n');
         }
         p.push('\n');
     }
@@ -241,7 +252,7 @@ fn fence(code: &str, language: Language) -> String {
 /// A path as a quoted string literal (JSON escapes), so that a filename can never break out of
 /// its place in a prompt: no newline, heading or instruction of its own survives quoting.
 pub fn quote(path: &str) -> String {
-    serde_json::Value::String(path.to_string()).to_string()
+    serde_json::to_string(path).unwrap_or_else(|_| format!("{path:?}"))
 }
 
 fn one_line(text: &str, max: usize) -> String {
@@ -264,6 +275,50 @@ mod tests {
         assert!(!q.contains('\n'), "{q}");
         assert!(q.starts_with('"') && q.ends_with('"'), "{q}");
         assert!(q.contains("\\n\\n## IMPORTANT"), "{q}");
+    }
+
+    #[test]
+    fn recent_operations_are_listed_newest_first_with_minute_dates_and_models() {
+        use chrono::TimeZone as _;
+
+        use crate::audit::OperationKind;
+        let batch = Batch::parse(
+            serde_json::from_value(serde_json::json!({
+                "command": "write_codebase",
+                "files": [{"filename": "src/new.py", "code_description": "does things"}],
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        let op = |filename: &str, minute: u32, model: Option<&str>| RecentOperation {
+            created_at: chrono::Utc
+                .with_ymd_and_hms(2026, 3, 7, 9, minute, 59)
+                .unwrap(),
+            filename: filename.into(),
+            operation: OperationKind::Updated,
+            chosen_model: model.map(str::to_string),
+        };
+        let recent = [
+            op("src/b.py", 5, Some("vendor/model-x")),
+            op("src/a \"x\".py", 4, None),
+        ];
+        let messages = candidate_messages(
+            &batch,
+            &batch.files()[0],
+            Language::Python,
+            None,
+            &recent,
+            &[],
+        );
+        let prompt = &messages.last().unwrap().content;
+        assert!(
+            prompt.contains(
+                "## Recent operations in this repository (newest first)\n\
+                 - 2026-03-07 09:05 \"src/b.py\" updated by vendor/model-x\n\
+                 - 2026-03-07 09:04 \"src/a \\\"x\\\".py\" updated\n\n"
+            ),
+            "{prompt}"
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use uuid::Uuid;
 
-use crate::audit::{AuditStore, AuditWrite, CandidateRecord, FileKind, Operation};
+use crate::audit::{AuditStore, AuditWrite, CandidateRecord, FileKind, RecentOperation};
 use crate::execution::Runner;
 use crate::model::ModelClient;
 use crate::synthesis::batch::{Batch, FileSpec, Validation};
@@ -106,7 +106,7 @@ pub struct Synthesizer {
 /// What a batch's prompts show of what exists before it, read while the batch is checked
 /// (`Synthesizer::prepare`, which refuses the batch when a code file cannot be read).
 pub(crate) struct Prior {
-    pub recent: Vec<Operation>,
+    pub recent: Vec<RecentOperation>,
     /// Each code file's content when the batch began (`None`: no such file yet).
     pub current: Vec<(crate::path::SandboxPath, Option<Vec<u8>>)>,
 }

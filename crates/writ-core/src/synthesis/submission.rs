@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::audit::{AuditWrite, FileKind, NewRequest, Operation, OperationFilter, StoreError};
+use crate::audit::{AuditWrite, FileKind, NewRequest, RecentOperation, StoreError};
 use crate::execution::RunError;
 use crate::path::SandboxPath;
 use crate::synthesis::batch::{Batch, BatchError};
@@ -284,17 +284,13 @@ impl Synthesizer {
 
     /// The caller's own latest operations, shown to the models as context. Another caller's
     /// filenames never reach this caller's prompts.
-    async fn recent_operations(&self, caller: Option<&str>) -> Vec<Operation> {
-        let filter = OperationFilter {
-            caller: Some(caller.map(str::to_string)),
-            ..OperationFilter::default()
-        };
+    async fn recent_operations(&self, caller: Option<&str>) -> Vec<RecentOperation> {
         match self
             .store
-            .list_operations(&filter, None, self.config.recent_operations)
+            .recent_operations(caller, self.config.recent_operations)
             .await
         {
-            Ok(page) => page.operations,
+            Ok(recent) => recent,
             Err(e) => {
                 tracing::warn!(error = %e, "no recent operations for the prompts: audit store unavailable");
                 Vec::new()
