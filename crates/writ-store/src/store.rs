@@ -302,16 +302,22 @@ fn listing<D: Dialect>(
     cursor: Option<&Cursor>,
     limit: u32,
 ) -> Result<Sql<D>, StoreError> {
-    listing_of(prefix, operation_columns!(), filter, cursor, limit)
+    listing_of(
+        prefix,
+        operation_columns!(),
+        filter,
+        cursor,
+        fetch_size(limit),
+    )
 }
 
-/// [`listing`] of some `columns` only.
+/// [`listing`] of some `columns` only, at most `rows` of them.
 fn listing_of<D: Dialect>(
     prefix: &str,
     columns: &str,
     filter: &OperationFilter,
     cursor: Option<&Cursor>,
-    limit: u32,
+    rows: i64,
 ) -> Result<Sql<D>, StoreError> {
     let after = cursor.map(decode_cursor).transpose()?;
     let mut sql = Sql::new(prefix);
@@ -347,8 +353,7 @@ fn listing_of<D: Dialect>(
     if let Some(seq) = after {
         sql.push(" AND seq < ").bind(seq);
     }
-    sql.push(" ORDER BY seq DESC LIMIT ")
-        .bind(fetch_size(limit));
+    sql.push(" ORDER BY seq DESC LIMIT ").bind(rows);
     Ok(sql)
 }
 
@@ -610,13 +615,11 @@ impl<D: Dialect> AuditStore for SqlStore<D> {
             "seq, created_at, filename, operation, chosen_model",
             &filter,
             None,
-            limit,
+            i64::from(limit),
         )?
         .fetch_all(self, "list recent operations")
         .await?;
-        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         rows.iter()
-            .take(limit)
             .map(|row| {
                 let row = Record::<D>(row);
                 Ok(RecentOperation {

@@ -109,14 +109,7 @@ async fn write_loop<D: Dialect>(pool: Pool<D>, queue: Arc<Mutex<mpsc::UnboundedR
 
 async fn commit_units<D: Dialect>(pool: &Pool<D>, units: Vec<Unit>) {
     let all: Vec<&AuditWrite> = units.iter().flat_map(|u| &u.writes).collect();
-    let mut outcome = transaction(pool, &all, Lend::AsIs).await;
-    if matches!(outcome, Err(StoreError::Unavailable(_))) {
-        // Writers take their connections unchecked (see `crate::pool_options`), so the first
-        // commit after a server restart finds a closed one. Once more on a connection known to be
-        // open: if the server is really gone this fails the same way.
-        outcome = transaction(pool, &all, Lend::Checked).await;
-    }
-    match outcome {
+    match rechecked(|lend| transaction(pool, &all, lend)).await {
         Ok(()) => {
             for unit in units {
                 let _ = unit.done.send(Ok(()));
@@ -148,6 +141,20 @@ async fn commit_units<D: Dialect>(pool: &Pool<D>, units: Vec<Unit>) {
 pub(super) enum Lend {
     AsIs,
     Checked,
+}
+
+/// Runs `attempt` on a connection lent as is and, if the store was unavailable, once more on one
+/// checked open. Writers take their connections unchecked (see `crate::pool_options`), so the
+/// first use after a server restart finds a closed one; if the server is really gone, the second
+/// attempt fails the same way.
+pub(super) async fn rechecked<T, Fut>(attempt: impl Fn(Lend) -> Fut) -> Result<T, StoreError>
+where
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    match attempt(Lend::AsIs).await {
+        Err(StoreError::Unavailable(_)) => attempt(Lend::Checked).await,
+        outcome => outcome,
+    }
 }
 
 /// A connection from `pool`, pinged first when `lend` asks; one that does not answer is closed

@@ -8,7 +8,7 @@ use writ_core::StoreError;
 use writ_core::audit::{AuditStore, AuditWrite};
 use writ_core::jobs::{Job, JobEvent, JobStatus, JobStore, NewJob};
 
-use super::commit::{Lend, connection};
+use super::commit::{connection, rechecked};
 use super::{Record, Sql, SqlStore};
 use crate::dialect::Dialect;
 
@@ -201,18 +201,15 @@ impl<D: Dialect> JobStore for SqlStore<D> {
         if events.is_empty() {
             return Ok(());
         }
-        let insert = |lend| async move {
+        // Taken unchecked like the group commit's, so retried the same way after a restart.
+        rechecked(|lend| async move {
             let mut conn = connection(progress, lend).await?;
             let mut sql = Sql::new("");
             push_insert_events::<D>(&mut sql, events);
             sql.execute_on(&mut conn, "store progress events").await
-        };
-        // As the group commit does: its connection is taken unchecked, so after a server restart
-        // the first one is closed; once more on one known to be open.
-        match insert(Lend::AsIs).await {
-            Err(StoreError::Unavailable(_)) => insert(Lend::Checked).await.map(|_| ()),
-            outcome => outcome.map(|_| ()),
-        }
+        })
+        .await
+        .map(|_| ())
     }
 
     async fn job_events(
