@@ -43,6 +43,9 @@ try {
     const chosen = (await card.locator(".chosen-model").textContent()) || "";
     if (!chosen.trim()) throw new Error(`${f}: no chosen model shown`);
   }
+  // The cards turn green on each file's `file_written` event; the batch's state follows on its
+  // `done` event, which comes after the closing commit: wait for it instead of racing it.
+  await page.waitForFunction(() => !/following/.test(document.querySelector("#jobstate")?.textContent || ""), null, { timeout: 15000 });
   const state = await page.textContent("#jobstate");
   if (!/success/.test(state || "")) throw new Error(`batch state shown as: ${state}`);
   if (shot) await page.screenshot({ path: shot.replace(/\.png$/, "-batch.png"), fullPage: true });
