@@ -416,3 +416,46 @@ async fn sqlite_a_job_interrupted_by_a_crash_is_failed_with_a_reason_at_the_next
 async fn postgres_a_job_interrupted_by_a_crash_is_failed_with_a_reason_at_the_next_start() {
     a_job_interrupted_by_a_crash_is_failed_with_a_reason_at_the_next_start(Backend::Postgres).await;
 }
+
+/// A batch's progress events reach the database in a few bursts, not a statement each: each
+/// statement is a transaction on the server. Rows inserted by one statement share their `xmin`.
+/// How the writer gathers a burst (the linger, `done`) is tested in `runner::tests` without
+/// timing; this bound holds on a loaded machine too (three to six statements then, three idle).
+#[tokio::test]
+async fn postgres_a_batchs_progress_events_are_stored_in_a_few_statements() {
+    let app = writ_tests::spawn_app_with_models(Backend::Postgres).await;
+    // The candidates answer 2 ms apart, so their events do not arrive all at once.
+    let latency = |ms| Latency::fixed(Duration::from_millis(ms));
+    for (i, m) in MODELS.iter().enumerate() {
+        app.fake().script(
+            m,
+            Script::always(Step::code("python", format!("v = {i}")))
+                .with_latency(latency(40 + 2 * i as u64)),
+        );
+    }
+    app.fake().script(
+        ARBITER,
+        Script::always(Step::verdict(1, "shortest")).with_latency(latency(40)),
+    );
+    let files = ["e/a.py", "e/b.py", "e/c.py", "e/d.py", "e/f.py"];
+    let (status, answer) = app.post_write_codebase(&batch(&files)).await;
+    assert_eq!(status, 200, "{answer}");
+    let job = answer["request_id"].as_str().unwrap().to_string();
+    let streamed = events(&app, &job, None).await;
+    assert_eq!(streamed.last().unwrap().1, "done");
+
+    let db = sqlx::PgPool::connect(&app.database_url).await.unwrap();
+    let (rows, statements): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT xmin::text) FROM job_events WHERE job_id = $1::uuid",
+    )
+    .bind(&job)
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert_eq!(rows as usize, streamed.len());
+    assert!(rows > 40, "{rows} events");
+    assert!(
+        statements <= 10,
+        "{rows} events were stored by {statements} statements"
+    );
+}

@@ -341,9 +341,19 @@ impl ProgressSink for ChannelSink {
 /// a few large inserts instead of growing.
 const EVENTS_PER_WRITE: usize = 2048;
 
-/// Stores every job's events, in bursts: whatever arrived while the last write ran goes out in
-/// the next one, so the events of many batches cost a few commits, and no batch's answer waits
-/// for its progress to be stored.
+/// How long the event writer waits, once an event has arrived, for the rest of its burst. A
+/// batch emits its events in bursts (its files start their calls within a millisecond or two,
+/// their answers arrive together, its files are written together), but spread enough that a
+/// writer taking whatever was queued wrote a statement for every two or three events at low
+/// rates: some seventeen statements for a five-file batch, each a transaction on the database.
+/// Waiting this long merges a burst into one; live progress is this much later at most, which
+/// no one following a model call can see. A `done` event ends the wait.
+const EVENT_LINGER: Duration = Duration::from_millis(5);
+
+/// Stores every job's events, in bursts: what arrives within [`EVENT_LINGER`] of a burst's
+/// first event, and whatever arrived while the last write ran, goes out in one statement, so
+/// the events of many batches cost a few commits, and no batch's answer waits for its progress
+/// to be stored.
 async fn write_events(
     store: Arc<dyn AuditStore>,
     hub: EventHub,
@@ -351,14 +361,7 @@ async fn write_events(
     progress: Arc<EventProgress>,
 ) {
     let mut burst: Vec<JobEvent> = Vec::new();
-    while let Some(event) = rx.recv().await {
-        burst.push(event);
-        while burst.len() < EVENTS_PER_WRITE {
-            match rx.try_recv() {
-                Ok(event) => burst.push(event),
-                Err(_) => break,
-            }
-        }
+    while next_burst(&mut rx, &mut burst, EVENT_LINGER).await {
         let mut jobs: Vec<Uuid> = burst.iter().map(|e| e.job_id).collect();
         jobs.sort_unstable();
         jobs.dedup();
@@ -387,6 +390,40 @@ async fn write_events(
         }
     }
 }
+
+/// Waits for an event, then gathers into `burst` the events that arrive within `linger` of it,
+/// up to [`EVENTS_PER_WRITE`]; a `done` event, or a closed channel, ends the gathering early.
+/// False when the channel is closed and nothing is left to write.
+async fn next_burst(
+    rx: &mut mpsc::UnboundedReceiver<JobEvent>,
+    burst: &mut Vec<JobEvent>,
+    linger: Duration,
+) -> bool {
+    let Some(first) = rx.recv().await else {
+        return false;
+    };
+    let until = tokio::time::Instant::now() + linger;
+    let mut ended = first.name == DONE;
+    burst.push(first);
+    while !ended && burst.len() < EVENTS_PER_WRITE {
+        let event = match rx.try_recv() {
+            Ok(event) => event,
+            Err(mpsc::error::TryRecvError::Disconnected) => break,
+            Err(mpsc::error::TryRecvError::Empty) => {
+                match tokio::time::timeout_at(until, rx.recv()).await {
+                    Ok(Some(event)) => event,
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        };
+        ended = event.name == DONE;
+        burst.push(event);
+    }
+    true
+}
+
+/// The name of the event that ends a job's stream.
+const DONE: &str = "done";
 
 /// Fails every unfinished job whose heartbeat is older than `older_than`: its process is gone.
 /// The request record is closed too, and a final `done` event ends any stream following it.
@@ -447,4 +484,84 @@ pub async fn fail_stale_jobs(
         tracing::warn!(job = %job.id, "failed an interrupted job");
     }
     Ok(failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: i64, name: &str) -> JobEvent {
+        JobEvent {
+            job_id: Uuid::nil(),
+            seq,
+            created_at: Utc::now(),
+            name: name.to_string(),
+            data: serde_json::Value::Null,
+        }
+    }
+
+    fn seqs(burst: &[JobEvent]) -> Vec<i64> {
+        burst.iter().map(|e| e.seq).collect()
+    }
+
+    /// Far longer than any test waits: a burst that ends before it ended for another reason.
+    const LONG: Duration = Duration::from_secs(30);
+
+    #[tokio::test]
+    async fn events_arriving_within_the_linger_go_out_together_and_done_ends_the_wait() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        tx.send(event(1, "queued")).unwrap();
+        let sender = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            tx.send(event(2, "file_started")).unwrap();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            tx.send(event(3, DONE)).unwrap();
+            tx.send(event(4, "queued")).unwrap();
+            tx
+        });
+        let mut burst = Vec::new();
+        let gathered = tokio::time::timeout(Duration::from_secs(10), async {
+            next_burst(&mut rx, &mut burst, LONG).await
+        })
+        .await
+        .expect("done ends the burst before the linger does");
+        assert!(gathered);
+        assert_eq!(seqs(&burst), [1, 2, 3]);
+        let _tx = sender.await.unwrap();
+        burst.clear();
+        assert!(next_burst(&mut rx, &mut burst, Duration::ZERO).await);
+        assert_eq!(seqs(&burst), [4]);
+    }
+
+    #[tokio::test]
+    async fn an_event_after_the_linger_starts_the_next_burst() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        tx.send(event(1, "queued")).unwrap();
+        let mut burst = Vec::new();
+        assert!(next_burst(&mut rx, &mut burst, Duration::from_millis(20)).await);
+        assert_eq!(seqs(&burst), [1]);
+        tx.send(event(2, "file_started")).unwrap();
+        tx.send(event(3, "file_started")).unwrap();
+        burst.clear();
+        assert!(next_burst(&mut rx, &mut burst, Duration::from_millis(20)).await);
+        assert_eq!(seqs(&burst), [2, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_closed_queue_ends_the_burst_and_then_the_writer() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        tx.send(event(1, "queued")).unwrap();
+        drop(tx);
+        let mut burst = Vec::new();
+        let gathered = tokio::time::timeout(Duration::from_secs(10), async {
+            next_burst(&mut rx, &mut burst, LONG).await
+        })
+        .await
+        .expect("a closed queue does not wait for the linger");
+        assert!(gathered);
+        assert_eq!(seqs(&burst), [1]);
+        burst.clear();
+        assert!(!next_burst(&mut rx, &mut burst, LONG).await);
+        assert!(burst.is_empty());
+    }
 }
