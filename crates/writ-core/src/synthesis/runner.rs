@@ -347,7 +347,7 @@ const EVENTS_PER_WRITE: usize = 2048;
 /// writer taking whatever was queued wrote a statement for every two or three events at low
 /// rates: some seventeen statements for a five-file batch, each a transaction on the database.
 /// Waiting this long merges a burst into one; live progress is this much later at most, which
-/// no one following a model call can see. A `done` event ends the wait.
+/// no one following a model call can see. A `done` event ends the wait (not the burst).
 const EVENT_LINGER: Duration = Duration::from_millis(5);
 
 /// Stores every job's events, in bursts: what arrives within [`EVENT_LINGER`] of a burst's
@@ -391,9 +391,11 @@ async fn write_events(
     }
 }
 
-/// Waits for an event, then gathers into `burst` the events that arrive within `linger` of it,
-/// up to [`EVENTS_PER_WRITE`]; a `done` event, or a closed channel, ends the gathering early.
-/// False when the channel is closed and nothing is left to write.
+/// Waits for an event, then gathers into `burst` every event already queued and those that
+/// arrive within `linger` of the first, up to [`EVENTS_PER_WRITE`]. Once a `done` event is among
+/// them the gathering stops waiting but still takes what is queued: under load the queue holds
+/// many jobs' `done`s, and stopping at the first would cut the bursts small enough for the
+/// writer to fall behind. False when the channel is closed and nothing is left to write.
 async fn next_burst(
     rx: &mut mpsc::UnboundedReceiver<JobEvent>,
     burst: &mut Vec<JobEvent>,
@@ -403,12 +405,13 @@ async fn next_burst(
         return false;
     };
     let until = tokio::time::Instant::now() + linger;
-    let mut ended = first.name == DONE;
+    let mut waiting = first.name != DONE;
     burst.push(first);
-    while !ended && burst.len() < EVENTS_PER_WRITE {
+    while burst.len() < EVENTS_PER_WRITE {
         let event = match rx.try_recv() {
             Ok(event) => event,
             Err(mpsc::error::TryRecvError::Disconnected) => break,
+            Err(mpsc::error::TryRecvError::Empty) if !waiting => break,
             Err(mpsc::error::TryRecvError::Empty) => {
                 match tokio::time::timeout_at(until, rx.recv()).await {
                     Ok(Some(event)) => event,
@@ -416,7 +419,7 @@ async fn next_burst(
                 }
             }
         };
-        ended = event.name == DONE;
+        waiting &= event.name != DONE;
         burst.push(event);
     }
     true
@@ -517,6 +520,8 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(30)).await;
             tx.send(event(3, DONE)).unwrap();
             tx.send(event(4, "queued")).unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            tx.send(event(5, "queued")).unwrap();
             tx
         });
         let mut burst = Vec::new();
@@ -524,13 +529,36 @@ mod tests {
             next_burst(&mut rx, &mut burst, LONG).await
         })
         .await
-        .expect("done ends the burst before the linger does");
+        .expect("done ends the wait before the linger does");
         assert!(gathered);
-        assert_eq!(seqs(&burst), [1, 2, 3]);
+        // The event queued with `done` goes too; the one sent later waits for the next burst.
+        assert_eq!(seqs(&burst), [1, 2, 3, 4]);
         let _tx = sender.await.unwrap();
         burst.clear();
         assert!(next_burst(&mut rx, &mut burst, Duration::ZERO).await);
-        assert_eq!(seqs(&burst), [4]);
+        assert_eq!(seqs(&burst), [5]);
+    }
+
+    #[tokio::test]
+    async fn everything_queued_goes_out_in_one_burst_past_any_done() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        for (seq, name) in [
+            (1, "queued"),
+            (2, DONE),
+            (3, "queued"),
+            (4, DONE),
+            (5, "file_started"),
+        ] {
+            tx.send(event(seq, name)).unwrap();
+        }
+        let mut burst = Vec::new();
+        let gathered = tokio::time::timeout(Duration::from_secs(10), async {
+            next_burst(&mut rx, &mut burst, LONG).await
+        })
+        .await
+        .expect("a burst with a done does not wait for the linger");
+        assert!(gathered);
+        assert_eq!(seqs(&burst), [1, 2, 3, 4, 5]);
     }
 
     #[tokio::test]
