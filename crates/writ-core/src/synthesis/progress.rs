@@ -75,6 +75,9 @@ pub enum Event {
     },
 }
 
+/// The name of the event that ends a job's stream.
+pub const DONE: &str = "done";
+
 impl Event {
     /// The SSE `event:` name.
     pub fn name(&self) -> &'static str {
@@ -90,7 +93,7 @@ impl Event {
             Event::RepairStarted { .. } => "repair_started",
             Event::FileWritten { .. } => "file_written",
             Event::FileFailed { .. } => "file_failed",
-            Event::Done { .. } => "done",
+            Event::Done { .. } => DONE,
         }
     }
 }

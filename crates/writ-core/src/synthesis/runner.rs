@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::audit::{AuditStore, AuditWrite, RequestStatus, StoreError};
 use crate::jobs::{JobEvent, JobStatus, NewJob};
-use crate::synthesis::progress::{Event, ProgressSink};
+use crate::synthesis::progress::{DONE, Event, ProgressSink};
 use crate::synthesis::run::{Prior, Synthesizer};
 use crate::synthesis::submission::{Prepared, Submission, SubmitError, Submitted};
 
@@ -345,7 +345,7 @@ const EVENTS_PER_WRITE: usize = 2048;
 /// batch emits its events in bursts (its files start their calls within a millisecond or two,
 /// their answers arrive together, its files are written together), but spread enough that a
 /// writer taking whatever was queued wrote a statement for every two or three events at low
-/// rates: some seventeen statements for a five-file batch, each a transaction on the database.
+/// rates: nine statements for a five-file batch's 52 events, each a transaction on the database.
 /// Waiting this long merges a burst into one; live progress is this much later at most, which
 /// no one following a model call can see. A `done` event ends the wait (not the burst).
 const EVENT_LINGER: Duration = Duration::from_millis(5);
@@ -424,9 +424,6 @@ async fn next_burst(
     }
     true
 }
-
-/// The name of the event that ends a job's stream.
-const DONE: &str = "done";
 
 /// Fails every unfinished job whose heartbeat is older than `older_than`: its process is gone.
 /// The request record is closed too, and a final `done` event ends any stream following it.
