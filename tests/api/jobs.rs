@@ -420,7 +420,8 @@ async fn postgres_a_job_interrupted_by_a_crash_is_failed_with_a_reason_at_the_ne
 /// A batch's progress events reach the database in a few bursts, not a statement each: each
 /// statement is a transaction on the server. Rows inserted by one statement share their `xmin`.
 /// How the writer gathers a burst (the linger, `done`) is tested in `runner::tests` without
-/// timing; this bound holds on a loaded machine too (three to six statements then, three idle).
+/// timing; this bound holds on a loaded machine too (four to six statements then, three or four
+/// idle).
 #[tokio::test]
 async fn postgres_a_batchs_progress_events_are_stored_in_a_few_statements() {
     let app = writ_tests::spawn_app_with_models(Backend::Postgres).await;

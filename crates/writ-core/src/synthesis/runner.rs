@@ -507,6 +507,19 @@ mod tests {
     /// Far longer than any test waits: a burst that ends before it ended for another reason.
     const LONG: Duration = Duration::from_secs(30);
 
+    /// The next burst's events with a linger of [`LONG`], which must end (within 10 s) for a
+    /// reason other than the linger: `why` says which.
+    async fn burst_ended_early(rx: &mut mpsc::UnboundedReceiver<JobEvent>, why: &str) -> Vec<i64> {
+        let mut burst = Vec::new();
+        let gathered = tokio::time::timeout(Duration::from_secs(10), async {
+            next_burst(rx, &mut burst, LONG).await
+        })
+        .await
+        .expect(why);
+        assert!(gathered);
+        seqs(&burst)
+    }
+
     #[tokio::test]
     async fn events_arriving_within_the_linger_go_out_together_and_done_ends_the_wait() {
         let (tx, mut rx) = mpsc::unbounded_channel();
@@ -521,17 +534,11 @@ mod tests {
             tx.send(event(5, "queued")).unwrap();
             tx
         });
-        let mut burst = Vec::new();
-        let gathered = tokio::time::timeout(Duration::from_secs(10), async {
-            next_burst(&mut rx, &mut burst, LONG).await
-        })
-        .await
-        .expect("done ends the wait before the linger does");
-        assert!(gathered);
+        let burst = burst_ended_early(&mut rx, "done ends the wait before the linger does").await;
         // The event queued with `done` goes too; the one sent later waits for the next burst.
-        assert_eq!(seqs(&burst), [1, 2, 3, 4]);
+        assert_eq!(burst, [1, 2, 3, 4]);
         let _tx = sender.await.unwrap();
-        burst.clear();
+        let mut burst = Vec::new();
         assert!(next_burst(&mut rx, &mut burst, Duration::ZERO).await);
         assert_eq!(seqs(&burst), [5]);
     }
@@ -548,14 +555,9 @@ mod tests {
         ] {
             tx.send(event(seq, name)).unwrap();
         }
-        let mut burst = Vec::new();
-        let gathered = tokio::time::timeout(Duration::from_secs(10), async {
-            next_burst(&mut rx, &mut burst, LONG).await
-        })
-        .await
-        .expect("a burst with a done does not wait for the linger");
-        assert!(gathered);
-        assert_eq!(seqs(&burst), [1, 2, 3, 4, 5]);
+        let burst =
+            burst_ended_early(&mut rx, "a burst with a done does not wait for the linger").await;
+        assert_eq!(burst, [1, 2, 3, 4, 5]);
     }
 
     #[tokio::test]
@@ -577,15 +579,9 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel();
         tx.send(event(1, "queued")).unwrap();
         drop(tx);
+        let burst = burst_ended_early(&mut rx, "a closed queue does not wait for the linger").await;
+        assert_eq!(burst, [1]);
         let mut burst = Vec::new();
-        let gathered = tokio::time::timeout(Duration::from_secs(10), async {
-            next_burst(&mut rx, &mut burst, LONG).await
-        })
-        .await
-        .expect("a closed queue does not wait for the linger");
-        assert!(gathered);
-        assert_eq!(seqs(&burst), [1]);
-        burst.clear();
         assert!(!next_burst(&mut rx, &mut burst, LONG).await);
         assert!(burst.is_empty());
     }
