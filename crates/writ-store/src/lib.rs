@@ -125,7 +125,7 @@ fn migrations_applied(
 /// ("connection refused", "password authentication failed") within `timeout`; a pool retries until
 /// its acquire timeout and then only says that it timed out.
 /// How long a pooled connection may sit idle and still be lent without a check.
-const CHECK_IDLE_AFTER: Duration = Duration::from_secs(10);
+pub(crate) const CHECK_IDLE_AFTER: Duration = Duration::from_secs(10);
 
 /// Settings of the group commit's writer pools. sqlx checks every connection with a round trip
 /// before lending it, which would double the round trips of a one-statement commit; a writer's

@@ -33,7 +33,7 @@ use writ_core::audit::{
 };
 use writ_core::{AuditStore, StoreError};
 
-use self::commit::GroupCommit;
+use self::commit::{GroupCommit, Kept};
 use crate::dialect::{Binds, BoxFuture, Dialect, Reads};
 use crate::error::{from_migrate, from_sqlx};
 use crate::listing::{decode_cursor, fetch_size, into_page, parse_column};
@@ -46,7 +46,8 @@ pub struct SqlStore<D: Dialect> {
     writer: Arc<GroupCommit<D>>,
     /// Where progress events go when they have a connection of their own (PostgreSQL: one that
     /// commits without waiting for the WAL flush); otherwise through `writer` like a record.
-    progress: Option<Pool<D>>,
+    /// One event writer per process uses it, so the lock is not contended.
+    progress: Option<Arc<tokio::sync::Mutex<Kept<D>>>>,
 }
 
 impl<D: Dialect> Clone for SqlStore<D> {
@@ -72,7 +73,12 @@ impl<D: Dialect> SqlStore<D> {
     /// Wraps a pool configured elsewhere (the caller is then responsible for the connection
     /// settings `connect` would have applied).
     pub fn from_pool(pool: Pool<D>) -> Self {
-        Self::from_pools(pool.clone(), pool)
+        Self {
+            // The writers share the pool with the reads: they hand their connections back.
+            writer: Arc::new(GroupCommit::new(pool.clone(), false)),
+            pool,
+            progress: None,
+        }
     }
 
     /// Reads (and the few writes outside the group commit) on `pool`; the group commit's writers
@@ -80,7 +86,7 @@ impl<D: Dialect> SqlStore<D> {
     /// starve the commits every batch is waiting for.
     pub fn from_pools(pool: Pool<D>, writers: Pool<D>) -> Self {
         Self {
-            writer: Arc::new(GroupCommit::new(writers)),
+            writer: Arc::new(GroupCommit::new(writers, true)),
             pool,
             progress: None,
         }
@@ -88,7 +94,7 @@ impl<D: Dialect> SqlStore<D> {
 
     /// Progress events are stored on `progress` instead of through the group commit.
     pub(crate) fn with_progress_pool(mut self, progress: Pool<D>) -> Self {
-        self.progress = Some(progress);
+        self.progress = Some(Arc::new(tokio::sync::Mutex::new(Kept::new(progress, true))));
         self
     }
 

@@ -8,7 +8,7 @@ use writ_core::StoreError;
 use writ_core::audit::{AuditStore, AuditWrite};
 use writ_core::jobs::{Job, JobEvent, JobStatus, JobStore, NewJob};
 
-use super::commit::{connection, rechecked};
+use super::commit::Work;
 use super::{Record, Sql, SqlStore};
 use crate::dialect::Dialect;
 
@@ -201,15 +201,8 @@ impl<D: Dialect> JobStore for SqlStore<D> {
         if events.is_empty() {
             return Ok(());
         }
-        // Taken unchecked like the group commit's, so retried the same way after a restart.
-        rechecked(|lend| async move {
-            let mut conn = connection(progress, lend).await?;
-            let mut sql = Sql::new("");
-            push_insert_events::<D>(&mut sql, events);
-            sql.execute_on(&mut conn, "store progress events").await
-        })
-        .await
-        .map(|_| ())
+        // Kept like a group commit writer's connection, and retried the same way after a restart.
+        progress.lock().await.run(Work::Events(events)).await
     }
 
     async fn job_events(
@@ -251,7 +244,11 @@ mod tests {
         let progress = store
             .progress
             .clone()
-            .expect("PostgreSQL stores events apart");
+            .expect("PostgreSQL stores events apart")
+            .lock()
+            .await
+            .pool()
+            .clone();
         assert_eq!(setting(progress).await, "off");
         assert_eq!(setting(store.writer.pool().clone()).await, server);
         assert_eq!(setting(store.pool().clone()).await, server);
