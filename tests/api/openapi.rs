@@ -402,6 +402,10 @@ fn every_enum_in_the_spec_lists_exactly_the_values_serde_produces() {
         Cancelled,
         NoCode,
         BadImage,
+        EditFailed,
+        Elided,
+        RemovedDefinitions,
+        Shrunk,
     });
     assert_eq!(schema_enum(&spec, "Candidate", "error_class"), classes);
 

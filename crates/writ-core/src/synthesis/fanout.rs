@@ -7,13 +7,12 @@
 
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
-use writ_checks::Language;
-
 use crate::audit::CandidateRecord;
 use crate::model::{ChatMessage, ChatRequest, ChatResponse, ErrorClass, ModelClient, ModelError};
 use crate::synthesis::progress::{Event, ProgressSink};
+use crate::synthesis::update::{Expect, judge};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 
 /// Longest extra wait a policy may ask for; beyond it the model deadline bounds the call anyway.
 pub const MAX_STRAGGLER_EXTRA_MS: u64 = 600_000;
@@ -159,7 +158,7 @@ pub async fn fan_out(
     client: &dyn ModelClient,
     models: &[String],
     messages: &[ChatMessage],
-    language: Language,
+    expect: &Expect<'_>,
     call: CallSettings,
     file: &str,
     sink: &dyn ProgressSink,
@@ -174,7 +173,7 @@ pub async fn fan_out(
                 file: file.to_string(),
                 model: m.clone(),
             });
-            let c = ask(client, m, messages.to_vec(), language, call).await;
+            let c = ask(client, m, messages.to_vec(), expect, call).await;
             sink.emit(Event::CandidateFinished {
                 file: file.to_string(),
                 model: m.clone(),
@@ -258,12 +257,12 @@ fn cut_off(model: &str, waited: Duration, viable: usize) -> Candidate {
     }
 }
 
-/// One candidate model: the call, then the checks.
+/// One candidate model: the call, then the checks ([`judge`]).
 pub async fn ask(
     client: &dyn ModelClient,
     model: &str,
     messages: Vec<ChatMessage>,
-    language: Language,
+    expect: &Expect<'_>,
     call: CallSettings,
 ) -> Candidate {
     let started = Instant::now();
@@ -277,21 +276,8 @@ pub async fn ask(
     match client.chat(req).await {
         Ok(resp) => {
             let mut record = answered(model, &resp);
-            match writ_checks::check_candidate(&resp.content, language) {
-                Ok(checked) => {
-                    record.ok = true;
-                    record.parsed = checked.parsed;
-                    Candidate {
-                        record,
-                        code: Some(checked.code),
-                    }
-                }
-                Err(rejection) => {
-                    record.error_class = Some(ErrorClass::NoCode);
-                    record.error = Some(rejection.to_string());
-                    Candidate { record, code: None }
-                }
-            }
+            let code = judge(&resp.content, expect, &mut record);
+            Candidate { record, code }
         }
         Err(err) => Candidate {
             record: failed(model, started, &err),

@@ -24,7 +24,7 @@ use futures::future::join_all;
 
 use crate::audit::{CandidateRecord, Selection, ValidationRecord};
 use crate::execution::{RunOutcome, Runner, tail};
-use crate::model::{ChatRequest, ErrorClass};
+use crate::model::ChatRequest;
 use crate::path::SandboxPath;
 use crate::synthesis::batch::{Batch, FileSpec, OnFail, Validation};
 use crate::synthesis::fanout::{self, UpstreamClock};
@@ -34,6 +34,7 @@ use crate::synthesis::prompt;
 use crate::synthesis::response::FileValidation;
 use crate::synthesis::run::{Produced, Synthesizer};
 use crate::synthesis::selection::{Chosen, Content, Viable, distinct_viable};
+use crate::synthesis::update::judge;
 
 /// Bytes of a failing command's output kept in the record and shown to a model for repair.
 pub const OUTPUT_TAIL_BYTES: usize = 4_000;
@@ -419,9 +420,10 @@ impl Synthesizer {
                 f.generated.language,
                 outcome.as_ref(),
                 &neighbours,
+                f.generated.existing.is_some(),
             );
             let model = t.model.clone();
-            let language = f.generated.language;
+            let expect = f.generated.expect(f.file).on_base(&t.code);
             let call = self.call_settings();
             let file = f.file.path.to_string();
             async move {
@@ -440,18 +442,8 @@ impl Synthesizer {
                 let candidate = match self.models.chat(req).await {
                     Ok(resp) => {
                         let mut record = fanout::answered(&model, &resp);
-                        match writ_checks::check_candidate(&resp.content, language) {
-                            Ok(checked) => {
-                                record.ok = true;
-                                record.parsed = checked.parsed;
-                                (record, Some(checked.code))
-                            }
-                            Err(rejection) => {
-                                record.error_class = Some(ErrorClass::NoCode);
-                                record.error = Some(rejection.to_string());
-                                (record, None)
-                            }
-                        }
+                        let code = judge(&resp.content, &expect, &mut record);
+                        (record, code)
                     }
                     Err(e) => (fanout::failed(&model, started, &e), None),
                 };
@@ -529,6 +521,7 @@ impl Synthesizer {
                         chosen: Err(failure_message(&f, validation)),
                         candidates: f.records,
                         validation: summary(false),
+                        existing: None,
                     },
                     OnFail::WriteBest => {
                         let records = f.records;
@@ -557,6 +550,7 @@ impl Synthesizer {
                     }),
                     candidates: f.records,
                     validation: summary(true),
+                    existing: f.generated.existing,
                 }
             }
             several => {
@@ -583,6 +577,7 @@ impl Synthesizer {
                     chosen: Ok(chosen),
                     candidates: f.records,
                     validation: summary(true),
+                    existing: f.generated.existing,
                 }
             }
         }

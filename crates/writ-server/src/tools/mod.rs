@@ -102,6 +102,23 @@ pub static TOOLS: &[ToolSpec] = &[
         schema: schema_of::<WriteFileArgs>,
     },
     ToolSpec {
+        name: "edit_files",
+        description: "Change up to five existing files with exact edits, all or nothing. Either \
+            `files`: per file `{path, edits: [{old, new, replace_all?}], expected_sha256?}` — each \
+            `old` must match the file exactly once (unless `replace_all`), copied with its \
+            indentation; or `patch`: an apply_patch patch (`*** Begin Patch`, `*** Update File: \
+            path` with `@@` hunks of ' ' context, '-' removed and '+' added lines, `*** Add File: \
+            path` with '+' lines, `*** End Patch`). If any edit does not apply, nothing is written \
+            and the error names the file and the edit and shows the closest lines, so you can \
+            retry at once. Optional `validation` runs configured checks on the edited files \
+            first. Everything outside the edits stays byte for byte (line endings too). Answers \
+            with each file's diff, SHA-256 and operation_id.",
+        read_only: false,
+        needs_commands: false,
+        scope: Scope::Write,
+        schema: schema_of::<writ_core::edits::EditsRequest>,
+    },
+    ToolSpec {
         name: "list_operations",
         description: "List the audit log: every write writ made (newest first), with its file, \
             operation, size, SHA-256, status and the model that wrote it. Filter by request_id, \
@@ -314,6 +331,7 @@ pub async fn call(
         "list_files" => dispatch::list_files(state, parse(args)?).await,
         "read_file" => dispatch::read_file(state, parse(args)?).await,
         "write_file" => dispatch::write_file(state, ctx, parse(args)?).await,
+        "edit_files" => dispatch::edit_files(state, ctx, args).await,
         "list_operations" => dispatch::list_operations(state, parse(args)?).await,
         "get_operation" => dispatch::get_operation(state, parse(args)?).await,
         "begin_write_session" => dispatch::begin_write_session(state, ctx, parse(args)?).await,
