@@ -229,7 +229,47 @@ async fn an_edit_that_does_not_apply_is_not_viable_and_names_its_block(app: Test
         error.contains("def f9(x):"),
         "the closest lines are shown: {error}"
     );
+    assert_eq!(
+        r["candidates"][0]["edit_retry_error"], r["candidates"][0]["error"],
+        "the model was asked once more with the error: {r}"
+    );
+    let second_prompt = &app.fake().calls_for(MODELS[0])[1].body["messages"];
+    let last = second_prompt.as_array().unwrap().last().unwrap()["content"]
+        .as_str()
+        .unwrap();
+    assert!(
+        last.contains("could not be applied: SEARCH block 1"),
+        "{last}"
+    );
     assert_eq!(on_disk(&app, "mod.py"), original.as_bytes());
+}
+
+async fn an_edit_that_missed_is_sent_back_once_and_its_second_answer_lands(app: TestApp) {
+    let original = module(10);
+    seed(&app, "mod.py", &original);
+    let miss = Step::text(
+        "<<<<<<< SEARCH\ndef f9(x):\n    return x + 99\n=======\nnope\n>>>>>>> REPLACE\n",
+    );
+    for m in MODELS {
+        app.fake().script(
+            m,
+            Script::steps([miss.clone(), Step::text(edit_answer(10))]),
+        );
+    }
+    let (_, body) = app.post_write_codebase(&add_one_function("mod.py")).await;
+    let r = &body["results"][0];
+    assert_eq!(r["success"], true, "{r}");
+    assert!(
+        r["candidates"][0]["edit_retry_error"]
+            .as_str()
+            .unwrap()
+            .starts_with("SEARCH block 1")
+    );
+    assert!(
+        String::from_utf8(on_disk(&app, "mod.py"))
+            .unwrap()
+            .contains(NEW_FUNCTION)
+    );
 }
 
 on_both_backends!(with_models:
@@ -239,6 +279,7 @@ on_both_backends!(with_models:
     edits_change_a_crlf_file_with_a_bom_and_keep_every_other_byte,
     the_prompt_shows_a_large_file_whole_and_an_edit_keeps_all_of_it,
     an_edit_that_does_not_apply_is_not_viable_and_names_its_block,
+    an_edit_that_missed_is_sent_back_once_and_its_second_answer_lands,
 );
 
 #[tokio::test]

@@ -136,6 +136,10 @@ pub struct CandidateRecord {
     /// What a `removed_definitions` candidate dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removed_definitions: Vec<String>,
+    /// Why the model's first answer did not apply: it was sent back once with this, and this
+    /// record is its second answer (latency, tokens and cost count both).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edit_retry_error: Option<String>,
 }
 
 /// One candidate's run of the caller's checks.

@@ -641,6 +641,7 @@ fn candidates() -> Vec<CandidateRecord> {
             answer_form: Some(writ_checks::AnswerForm::Edits),
             edit_fallback: Some(writ_checks::edit::Fallback::Whitespace),
             removed_definitions: Vec::new(),
+            edit_retry_error: Some("SEARCH block 1: the text to replace was not found".into()),
         },
         CandidateRecord {
             model: "model-b".into(),

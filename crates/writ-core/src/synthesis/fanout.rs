@@ -257,8 +257,44 @@ fn cut_off(model: &str, waited: Duration, viable: usize) -> Candidate {
     }
 }
 
-/// One candidate model: the call, then the checks ([`judge`]).
+/// One candidate model: the call, then the checks ([`judge`]). An answer whose edits do not
+/// apply goes back to its model once with why (the block, the closest lines), as agents' edit
+/// tools do: a near miss is the usual way edit answers fail, and one more answer usually fixes
+/// it. The record then says what the first answer's error was and counts both calls.
 pub async fn ask(
+    client: &dyn ModelClient,
+    model: &str,
+    messages: Vec<ChatMessage>,
+    expect: &Expect<'_>,
+    call: CallSettings,
+) -> Candidate {
+    let first = ask_once(client, model, messages.clone(), expect, call).await;
+    let retry = first.record.error_class == Some(ErrorClass::EditFailed) && expect.update.is_some();
+    let Some(error) = first.record.error.clone().filter(|_| retry) else {
+        return first;
+    };
+    let again = crate::synthesis::prompt::edit_retry_messages(&messages, &error);
+    let mut second = ask_once(client, model, again, expect, call).await;
+    let r = &mut second.record;
+    r.latency_ms += first.record.latency_ms;
+    r.prompt_tokens = sum(r.prompt_tokens, first.record.prompt_tokens);
+    r.completion_tokens = sum(r.completion_tokens, first.record.completion_tokens);
+    r.cost = match (r.cost, first.record.cost) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    };
+    r.edit_retry_error = Some(error);
+    second
+}
+
+fn sum(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    }
+}
+
+async fn ask_once(
     client: &dyn ModelClient,
     model: &str,
     messages: Vec<ChatMessage>,
