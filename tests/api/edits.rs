@@ -159,6 +159,32 @@ async fn a_one_megabyte_file_is_changed_by_an_edit_with_nothing_cut() {
 }
 
 #[tokio::test]
+async fn edits_that_fail_the_checks_are_not_written_and_edits_that_pass_are() {
+    let commands = r#"{"python": ["python3", "{args}"]}"#;
+    let app = writ_tests::spawn_app_with_models_and(Backend::Sqlite, &[("WRIT_COMMANDS", commands)]).await;
+    seed(&app, "calc.py", "def add(a, b):\n    return a + b\n");
+    seed(
+        &app,
+        "tests/check_calc.py",
+        "import os, sys\nsys.path.insert(0, os.getcwd())\nfrom calc import add\nassert add(2, 3) == 5\nprint('1 passed')\n",
+    );
+    let edit = |new: &str| {
+        json!({"files": [{"path": "calc.py", "edits": [{"old": "return a + b", "new": new}]}],
+               "validation": {"commands": [{"name": "python", "args": ["tests/check_calc.py"]}], "timeout_secs": 20}})
+    };
+    let (status, body) = post(&app, edit("return a - b")).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "validation_failed");
+    assert!(body["error"]["details"]["output_tail"].as_str().unwrap().contains("AssertionError"), "{body}");
+    assert_eq!(read(&app, "calc.py"), "def add(a, b):\n    return a + b\n");
+
+    let (status, body) = post(&app, edit("return b + a")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["validated"], true);
+    assert_eq!(read(&app, "calc.py"), "def add(a, b):\n    return b + a\n");
+}
+
+#[tokio::test]
 async fn malformed_requests_name_the_field() {
     let app = spawn_app(Backend::Sqlite).await;
     seed(&app, "a.py", "x = 1\n");

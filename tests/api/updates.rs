@@ -272,6 +272,29 @@ async fn an_edit_that_missed_is_sent_back_once_and_its_second_answer_lands(app: 
     );
 }
 
+async fn the_arbiter_judges_diffs_not_whole_files(app: TestApp) {
+    let original = module(500);
+    seed(&app, "mod.py", &original);
+    for (i, m) in MODELS.iter().enumerate() {
+        let answer = format!(
+            "<<<<<<< SEARCH\ndef f499(x):\n    return x + 499\n=======\ndef f499(x):\n    return x + 499\n\n\ndef added(x):\n    return x * {i}\n>>>>>>> REPLACE\n"
+        );
+        app.fake().script(m, Script::always(Step::text(answer)));
+    }
+    app.fake()
+        .script(ARBITER, Script::always(Step::verdict(2, "the second")));
+    let (_, body) = app.post_write_codebase(&add_one_function("mod.py")).await;
+    assert_eq!(body["results"][0]["selection"], "arbiter", "{body}");
+    let prompt = app.fake().calls_for(ARBITER)[0].body["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(prompt.contains("--- a/mod.py\n+++ b/mod.py\n"), "{prompt}");
+    assert!(prompt.contains("+def added(x):"), "{prompt}");
+    assert!(!prompt.contains("def f100(x):"), "unchanged lines far from the change are not shown");
+    assert!(prompt.len() < original.len() / 4, "{} chars", prompt.len());
+}
+
 on_both_backends!(with_models:
     lazy_placeholders_from_every_model_leave_the_file_as_it_was,
     silently_halved_files_are_refused_naming_the_definitions_they_drop,
@@ -280,6 +303,7 @@ on_both_backends!(with_models:
     the_prompt_shows_a_large_file_whole_and_an_edit_keeps_all_of_it,
     an_edit_that_does_not_apply_is_not_viable_and_names_its_block,
     an_edit_that_missed_is_sent_back_once_and_its_second_answer_lands,
+    the_arbiter_judges_diffs_not_whole_files,
 );
 
 #[tokio::test]
