@@ -161,7 +161,9 @@ async fn a_one_megabyte_file_is_changed_by_an_edit_with_nothing_cut() {
 #[tokio::test]
 async fn edits_that_fail_the_checks_are_not_written_and_edits_that_pass_are() {
     let commands = r#"{"python": ["python3", "{args}"]}"#;
-    let app = writ_tests::spawn_app_with_models_and(Backend::Sqlite, &[("WRIT_COMMANDS", commands)]).await;
+    let app =
+        writ_tests::spawn_app_with_models_and(Backend::Sqlite, &[("WRIT_COMMANDS", commands)])
+            .await;
     seed(&app, "calc.py", "def add(a, b):\n    return a + b\n");
     seed(
         &app,
@@ -175,7 +177,13 @@ async fn edits_that_fail_the_checks_are_not_written_and_edits_that_pass_are() {
     let (status, body) = post(&app, edit("return a - b")).await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["error"]["code"], "validation_failed");
-    assert!(body["error"]["details"]["output_tail"].as_str().unwrap().contains("AssertionError"), "{body}");
+    assert!(
+        body["error"]["details"]["output_tail"]
+            .as_str()
+            .unwrap()
+            .contains("AssertionError"),
+        "{body}"
+    );
     assert_eq!(read(&app, "calc.py"), "def add(a, b):\n    return a + b\n");
 
     let (status, body) = post(&app, edit("return b + a")).await;

@@ -291,7 +291,10 @@ async fn the_arbiter_judges_diffs_not_whole_files(app: TestApp) {
         .to_string();
     assert!(prompt.contains("--- a/mod.py\n+++ b/mod.py\n"), "{prompt}");
     assert!(prompt.contains("+def added(x):"), "{prompt}");
-    assert!(!prompt.contains("def f100(x):"), "unchanged lines far from the change are not shown");
+    assert!(
+        !prompt.contains("def f100(x):"),
+        "unchanged lines far from the change are not shown"
+    );
     assert!(prompt.len() < original.len() / 4, "{} chars", prompt.len());
 }
 

@@ -70,6 +70,15 @@ struct FileTrials<'a> {
 }
 
 impl FileTrials<'_> {
+    /// A candidate as the checks see it: in the file's own shape (line endings, BOM) when it is
+    /// a change of an existing file, exactly as it would be written.
+    fn staged(&self, code: &str) -> (SandboxPath, Vec<u8>) {
+        let bytes = match &self.generated.existing {
+            Some(e) => e.render(code).into_bytes(),
+            None => code.as_bytes().to_vec(),
+        };
+        (self.file.path.clone(), bytes)
+    }
     fn best_code(&self) -> Option<&str> {
         self.best.map(|i| self.trials[i].code.as_str())
     }
@@ -246,10 +255,7 @@ impl Synthesizer {
             .iter()
             .enumerate()
             .filter(|(j, _)| *j != i)
-            .filter_map(|(_, f)| {
-                f.best_code()
-                    .map(|code| (f.file.path.clone(), code.as_bytes().to_vec()))
-            })
+            .filter_map(|(_, f)| f.best_code().map(|code| f.staged(code)))
             .collect();
         let target = &files[i];
         sink.emit(Event::ValidationStarted {
@@ -258,10 +264,7 @@ impl Synthesizer {
         });
         let runs = which.iter().map(|&t| {
             let mut staged = others.clone();
-            staged.push((
-                target.file.path.clone(),
-                target.trials[t].code.as_bytes().to_vec(),
-            ));
+            staged.push(target.staged(&target.trials[t].code));
             async move {
                 let outcome = runner
                     .run(&staged, &validation.commands, validation.timeout)
@@ -326,10 +329,7 @@ impl Synthesizer {
             .iter()
             .enumerate()
             .filter(|(j, _)| !failing.contains(j))
-            .filter_map(|(_, f)| {
-                f.best_code()
-                    .map(|code| (f.file.path.clone(), code.as_bytes().to_vec()))
-            })
+            .filter_map(|(_, f)| f.best_code().map(|code| f.staged(code)))
             .collect();
         for &i in &failing {
             sink.emit(Event::ValidationStarted {
@@ -341,7 +341,7 @@ impl Synthesizer {
             let mut staged = fixed.clone();
             for (k, &t) in combo.iter().enumerate() {
                 let f = &files[failing[k]];
-                staged.push((f.file.path.clone(), f.trials[t].code.as_bytes().to_vec()));
+                staged.push(f.staged(&f.trials[t].code));
             }
             async move {
                 runner
