@@ -193,6 +193,36 @@ async fn edits_that_fail_the_checks_are_not_written_and_edits_that_pass_are() {
 }
 
 #[tokio::test]
+async fn protected_and_escaping_targets_are_refused_and_nothing_changes() {
+    let app = spawn_app(Backend::Sqlite).await;
+    seed(&app, ".git/config", "[core]\n");
+    seed(&app, "a.py", "x = 1\n");
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.py"), "s = 1\n").unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("secret.py"),
+        app.repo_dir.join("link.py"),
+    )
+    .unwrap();
+    let patch = |target: &str| {
+        format!(
+            "*** Begin Patch\n*** Update File: a.py\n-x = 1\n+x = 2\n*** Update File: {target}\n-s = 1\n+s = 2\n*** End Patch\n"
+        )
+    };
+    let (status, body) = post(&app, json!({"patch": patch(".git/config")})).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], "protected_path");
+    let (status, body) = post(&app, json!({"patch": patch("link.py")})).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_path");
+    assert_eq!(read(&app, "a.py"), "x = 1\n");
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret.py")).unwrap(),
+        "s = 1\n"
+    );
+}
+
+#[tokio::test]
 async fn malformed_requests_name_the_field() {
     let app = spawn_app(Backend::Sqlite).await;
     seed(&app, "a.py", "x = 1\n");

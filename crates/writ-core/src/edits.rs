@@ -144,6 +144,12 @@ pub enum EditsError {
     },
     #[error("{0}")]
     Unavailable(String),
+    /// A target the workspace refuses (outside it, protected, a directory, …), blamed on `field`.
+    #[error("{source}")]
+    Target {
+        field: String,
+        source: crate::workspace::WorkspaceError,
+    },
     #[error(transparent)]
     Write(WriteError),
 }
@@ -471,7 +477,10 @@ pub async fn apply(
     let reads = workspace.read_targets(&targets).await;
     let mut edited = Vec::with_capacity(edits.files.len());
     for (f, read) in edits.files.iter().zip(reads) {
-        let current = read.map_err(|e| invalid(f.field.clone(), e.to_string()))?;
+        let current = read.map_err(|source| EditsError::Target {
+            field: f.field.clone(),
+            source,
+        })?;
         edited.push(edit_one(f, current)?);
     }
     let mut validated = None;

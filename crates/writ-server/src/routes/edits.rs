@@ -13,7 +13,7 @@ use writ_core::content::sha256_hex;
 use writ_core::edits::{self, Editor, EditsError, EditsRequest, EditsResponse};
 use writ_core::execution::Runner;
 
-use crate::error::{ApiError, write_error};
+use crate::error::{ApiError, workspace_error, write_error};
 use crate::extract::{body_error, json_error};
 use crate::state::AppState;
 use crate::telemetry::RequestId;
@@ -114,6 +114,7 @@ fn edits_error(err: EditsError) -> ApiError {
             "commands_unavailable",
             message,
         ),
+        EditsError::Target { field, source } => workspace_error(source, &field),
         EditsError::Write(e) => write_error(e, "path"),
     }
 }
