@@ -67,7 +67,7 @@ async def test_three_files_change_in_one_all_or_nothing_patch(client_factory):
             hunks = []
             for i, path in enumerate(paths):
                 old = last_old if i == 2 else f"    return {i}"
-                hunks.append(f"*** Update File: {path}\n@@ def f{i}():\n-{old}\n+    return {i * 10}\n")
+                hunks.append(f"*** Update File: {path}\n@@ def f{i}():\n-{old}\n+    return {i * 10 + 1}\n")
             return "*** Begin Patch\n" + "".join(hunks) + "*** End Patch\n"
 
         refused = await client.call_tool("edit_files", {"patch": patch("    return 99")})
@@ -82,7 +82,7 @@ async def test_three_files_change_in_one_all_or_nothing_patch(client_factory):
         assert [f["operation"] for f in applied.structured_content["files"]] == ["updated"] * 3
         for i, path in enumerate(paths):
             read = await client.call_tool("read_file", {"path": path})
-            assert _text(read) == f"def f{i}():\n    return {i * 10}\n"
+            assert _text(read) == f"def f{i}():\n    return {i * 10 + 1}\n"
 
 
 async def test_each_tool_can_be_called(client_factory):

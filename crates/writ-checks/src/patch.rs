@@ -169,8 +169,8 @@ pub fn parse(patch: &str) -> Result<Vec<FileOp>, PatchError> {
                 }
                 i += 1;
             }
-            if hunks.iter().all(|h| h.old == h.new) {
-                return Err(err(i, format!("the update of '{path}' changes nothing")));
+            if hunks.is_empty() {
+                return Err(err(i, format!("the update of '{path}' has no hunk")));
             }
             ops.push(FileOp::Update { path, hunks });
         } else if line.trim().is_empty() {

@@ -80,7 +80,7 @@ pub fn tool_editor(
 fn edits_error(err: EditsError) -> ApiError {
     let message = err.to_string();
     match err {
-        EditsError::Invalid { field, .. } => {
+        EditsError::Invalid { field, message } => {
             ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
                 .with_field(field)
         }
