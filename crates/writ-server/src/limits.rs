@@ -13,11 +13,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::GuardSettings;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 
 /// How long a caller refused for concurrency is told to wait: batches take seconds.
 const BUSY_RETRY_SECS: u64 = 5;
@@ -98,8 +97,7 @@ impl Limits {
         }
         let wait = ((1.0 - bucket.tokens) / per_sec).ceil().max(1.0) as u64;
         let mut e = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limited",
+            ErrorCode::RateLimited,
             format!(
                 "this API key made more than {per_min} requests per minute (burst {}, WRIT_RATE_LIMIT_PER_MIN); retry after {wait} s",
                 self.settings.rate_burst
@@ -118,8 +116,7 @@ impl Limits {
                 let n = counts.entry(id.to_string()).or_insert(0);
                 if *n >= self.settings.max_batches_per_key {
                     let mut e = ApiError::new(
-                        StatusCode::TOO_MANY_REQUESTS,
-                        "too_many_batches",
+                        ErrorCode::TooManyBatches,
                         format!(
                             "this API key already has {} batches running (WRIT_MAX_BATCHES_PER_KEY); retry when one finishes",
                             self.settings.max_batches_per_key
@@ -137,8 +134,7 @@ impl Limits {
         let slot = KeySlot(key);
         let Ok(global) = self.in_flight.clone().try_acquire_owned() else {
             let mut e = ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "busy",
+                ErrorCode::Busy,
                 format!(
                     "writ is running its maximum of {} batches (WRIT_MAX_BATCHES_IN_FLIGHT); retry shortly",
                     self.settings.max_batches_in_flight
@@ -170,6 +166,7 @@ impl Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::StatusCode;
 
     fn settings(per_min: u32, burst: u32, per_key: usize, global: usize) -> GuardSettings {
         let mut s = GuardSettings::load(&|_| None).unwrap();

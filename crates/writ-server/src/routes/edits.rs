@@ -13,7 +13,7 @@ use writ_core::content::sha256_hex;
 use writ_core::edits::{self, Editor, EditsError, EditsRequest, EditsResponse};
 use writ_core::execution::Runner;
 
-use crate::error::{ApiError, workspace_error, write_error};
+use crate::error::{ApiError, ErrorCode, workspace_error, write_error};
 use crate::extract::{body_error, json_error};
 use crate::state::AppState;
 use crate::telemetry::RequestId;
@@ -81,14 +81,11 @@ fn edits_error(err: EditsError) -> ApiError {
     let message = err.to_string();
     match err {
         EditsError::Invalid { field, message } => {
-            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
-                .with_field(field)
+            ApiError::new(ErrorCode::InvalidRequest, message).with_field(field)
         }
-        EditsError::EditFailed { path, edit, .. } => {
-            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "edit_failed", message)
-                .with_field("path")
-                .with_details(json!({ "path": path, "edit": edit }))
-        }
+        EditsError::EditFailed { path, edit, .. } => ApiError::new(ErrorCode::EditFailed, message)
+            .with_field("path")
+            .with_details(json!({ "path": path, "edit": edit })),
         EditsError::Precondition(e) => {
             write_error(e, "expected_sha256").with_field("expected_sha256")
         }
@@ -97,23 +94,15 @@ fn edits_error(err: EditsError) -> ApiError {
             exit_code,
             timed_out,
             output_tail,
-        } => ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "validation_failed",
-            message,
-        )
-        .with_field("validation")
-        .with_details(json!({
-            "command": command,
-            "exit_code": exit_code,
-            "timed_out": timed_out,
-            "output_tail": output_tail,
-        })),
-        EditsError::Unavailable(_) => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "commands_unavailable",
-            message,
-        ),
+        } => ApiError::new(ErrorCode::ValidationFailed, message)
+            .with_field("validation")
+            .with_details(json!({
+                "command": command,
+                "exit_code": exit_code,
+                "timed_out": timed_out,
+                "output_tail": output_tail,
+            })),
+        EditsError::Unavailable(_) => ApiError::new(ErrorCode::CommandsUnavailable, message),
         EditsError::Target { field, source } => workspace_error(source, &field),
         EditsError::Write(e) => write_error(e, "path"),
     }

@@ -11,7 +11,7 @@ use writ_core::synthesis::{BatchResponse, Event};
 use writ_core::sessions::{BeginSession, SessionCaller, SessionView};
 
 use super::{AppendArgs, CallContext, ReadFileArgs, SessionArgs, ToolOutput, WriteFileArgs};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::routes::{edits, files, jobs, operations, run, synthesis, write_sessions};
 use crate::state::AppState;
 
@@ -79,8 +79,7 @@ pub async fn write_codebase(
             done = &mut answer => break done,
             _ = ctx.cancelled.cancelled() => {
                 return Err(ApiError::new(
-                    axum::http::StatusCode::CONFLICT,
-                    "cancelled",
+                    ErrorCode::Cancelled,
                     format!("the caller cancelled; the batch runs on as job {job_id} (see /jobs/{job_id})"),
                 ));
             }

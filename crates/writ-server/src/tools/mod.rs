@@ -16,7 +16,6 @@ pub mod mcp;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::http::StatusCode;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -25,7 +24,7 @@ use uuid::Uuid;
 use writ_core::files::WriteMode;
 use writ_core::keys::{Scope, Scopes};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::extract::json_error;
 use crate::state::AppState;
 
@@ -370,12 +369,7 @@ pub fn parse<T: DeserializeOwned>(args: Value) -> Result<T, ApiError> {
 /// with where it broke off and what was expected.
 pub fn arguments_from(raw: Option<Value>) -> Result<Value, ApiError> {
     let invalid = |message: String| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_arguments",
-            message,
-        )
-        .with_field("arguments")
+        ApiError::new(ErrorCode::InvalidArguments, message).with_field("arguments")
     };
     match raw {
         None | Some(Value::Null) => Ok(Value::Object(Default::default())),
@@ -462,6 +456,7 @@ fn schema_of<T: schemars::JsonSchema>() -> Value {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use axum::http::StatusCode;
 
     #[test]
     fn a_truncated_arguments_string_is_refused_with_where_it_broke_off() {
