@@ -363,8 +363,29 @@ pub fn closest_note(text: &str, old: &str) -> String {
     if shown.len() > 12 {
         let _ = writeln!(note, "       | … {} more lines", shown.len() - 12);
     }
+    // What differs, line by line: the file's lines against the text that was asked for.
+    let window: String = shown.concat();
+    let asked: String = needle.concat();
+    let diff = similar::TextDiff::from_lines(window.as_str(), asked.as_str());
+    let unified = diff
+        .unified_diff()
+        .context_radius(1)
+        .header("the file", "the text to replace")
+        .to_string();
+    if !unified.is_empty() {
+        note.push_str("How they differ:\n");
+        for l in unified.lines().take(MAX_DIFF_LINES) {
+            let _ = writeln!(note, "{l}");
+        }
+        if unified.lines().count() > MAX_DIFF_LINES {
+            note.push_str("…\n");
+        }
+    }
     note
 }
+
+/// Lines of the short diff a refusal shows.
+const MAX_DIFF_LINES: usize = 24;
 
 fn most_similar_line(hay: &[&str], line: &str) -> Option<usize> {
     let target = line.trim();
@@ -480,5 +501,10 @@ mod tests {
             err.message
         );
         assert!(err.message.contains("     5 | def b():"), "{}", err.message);
+        assert!(
+            err.message.contains("-    return 2\n+    return 22\n"),
+            "{}",
+            err.message
+        );
     }
 }
