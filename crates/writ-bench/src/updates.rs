@@ -167,24 +167,26 @@ fn batch() -> Value {
            "files": [{"filename": "mod.py", "code_description": "add a function added(x) returning x * 2 at the end of the module"}]})
 }
 
-async fn start(bin_dir: &Path, db_dir: &Path) -> anyhow::Result<(Fake, Writ)> {
+/// The fake (with a first-position arbiter), writ on a fresh SQLite file, and a client that
+/// waits as long as a streamed whole-file answer takes.
+async fn start(bin_dir: &Path) -> anyhow::Result<(tempfile::TempDir, Fake, Writ, reqwest::Client)> {
+    let db_dir = tempfile::tempdir()?;
     let fake = Fake::start_with(
         bin_dir,
         &json!({"models": {ARBITER: {"then": {"kind": "verdict", "choice": 1, "reason": "the first"}}}}),
     )
     .await?;
-    let db = writ_store::testing::fresh_sqlite_url(db_dir);
+    let db = writ_store::testing::fresh_sqlite_url(db_dir.path());
     let writ = Writ::start(bin_dir, &fake, &db, &[("WRIT_MODEL_DEADLINE_SECS", "600")]).await?;
-    Ok((fake, writ))
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()?;
+    Ok((db_dir, fake, writ, client))
 }
 
 /// The no-loss table: every size against every way of answering.
 pub async fn eval(bin_dir: &Path, sizes: &[usize]) -> anyhow::Result<Vec<Row>> {
-    let db_dir = tempfile::tempdir()?;
-    let (fake, writ) = start(bin_dir, db_dir.path()).await?;
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(600))
-        .build()?;
+    let (_db_dir, fake, writ, client) = start(bin_dir).await?;
     let mut rows = Vec::new();
     for &lines in sizes {
         let functions = (lines / LINES_PER_FUNCTION).max(2);
@@ -318,11 +320,7 @@ async fn one_line_change(
 
 /// The cost table: whole-file answers against edit answers for a one-line change.
 pub async fn cost(bin_dir: &Path, runs: usize) -> anyhow::Result<String> {
-    let db_dir = tempfile::tempdir()?;
-    let (fake, writ) = start(bin_dir, db_dir.path()).await?;
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(600))
-        .build()?;
+    let (_db_dir, fake, writ, client) = start(bin_dir).await?;
     let mut out = String::new();
     out.push_str("| answers | completion tokens (3 candidates) | batch latency, median of runs |\n|---|---|---|\n");
     let mut measured = Vec::new();
