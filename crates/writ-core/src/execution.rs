@@ -33,12 +33,16 @@ pub struct RunOutcome {
     pub timed_out: bool,
     /// Output past the capture bound was dropped.
     pub truncated: bool,
+    /// Set when the command exited 0 but its output lacks what a pass of it must show (a test
+    /// runner's report of at least one passing test, or the command's declared pattern): why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing_evidence: Option<String>,
 }
 
 impl RunOutcome {
-    /// Exited 0 within its time.
+    /// Exited 0 within its time, and showed the evidence of a pass its command requires.
     pub fn passed(&self) -> bool {
-        self.exit_code == Some(0) && !self.timed_out
+        self.exit_code == Some(0) && !self.timed_out && self.missing_evidence.is_none()
     }
 }
 

@@ -11,7 +11,8 @@
 //!
 //! Limits ([`Limits`]): wall time (the sandbox's process group is killed), CPU seconds, address
 //! space, processes, file size (rlimits set by `prlimit` inside the sandbox), `/tmp` size (tmpfs
-//! size), and captured output per stream (the rest is read and discarded).
+//! size), `/dev/shm` size ([`SHM_BYTES`]; the rest of `/dev` is read-only), and captured output
+//! per stream (the rest is read and discarded).
 //!
 //! It fails closed: [`Sandbox::probe`] runs `true` inside a real sandbox and returns
 //! [`SandboxUnavailable`] with plain words when it cannot; there is no way to run a command
@@ -36,12 +37,14 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Modules: `commands` (named command templates), `scratch` (the copy), `run` (the bubblewrap
+//! Modules: `commands` (named command templates), `evidence` (what a pass must show),
+//! `scratch` (the copy), `run` (the bubblewrap
 //! command line and the capture of one run), `runner` ([`SandboxRunner`], the synthesis core's
 //! `Runner` over all of this), `error`.
 
 mod commands;
 mod error;
+mod evidence;
 mod run;
 mod runner;
 mod scratch;
@@ -54,7 +57,8 @@ use tokio::sync::Semaphore;
 
 pub use commands::{COMMANDS_ENV, CommandError, CommandSet, MAX_ARG_BYTES, MAX_ARGS};
 pub use error::{SandboxError, SandboxUnavailable};
-pub use run::{REPO_MOUNT, SAFE_ENV};
+pub use evidence::Evidence;
+pub use run::{REPO_MOUNT, SAFE_ENV, SHM_BYTES};
 pub use runner::SandboxRunner;
 pub use scratch::{CopyLimits, Scratch};
 

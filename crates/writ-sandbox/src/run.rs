@@ -35,6 +35,10 @@ const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib6
 /// Debian's alternatives). Deliberately not `/etc` as a whole.
 const ETC_PATHS: &[&str] = &["/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime"];
 
+/// Size of the sandbox's `/dev/shm`: enough for the semaphores and small shared buffers of
+/// Python's `multiprocessing` and the like, never a way to hold host memory.
+pub const SHM_BYTES: u64 = 16 << 20;
+
 /// How long the output readers may take after the sandbox is gone.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
@@ -159,9 +163,24 @@ pub(crate) fn command_line(
         line.path(path);
         line.path(path);
     }
-    let tmp_size = limits.tmp_bytes.to_string();
+    let (tmp_size, shm_size) = (limits.tmp_bytes.to_string(), SHM_BYTES.to_string());
+    // bubblewrap's /dev is a tmpfs of the kernel's default size (half the RAM) that the command
+    // owns: it gets a small /dev/shm of its own and the rest of /dev read-only.
     line.push(&[
-        "--proc", "/proc", "--dev", "/dev", "--size", &tmp_size, "--tmpfs", "/tmp",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        &shm_size,
+        "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
+        "/dev",
+        "--size",
+        &tmp_size,
+        "--tmpfs",
+        "/tmp",
     ]);
     line.push(&["--bind"]);
     line.path(scratch);
@@ -331,6 +350,7 @@ mod tests {
             "--die-with-parent --new-session --cap-drop ALL --clearenv",
             "--ro-bind /usr /usr",
             "--ro-bind /opt/venv /opt/venv",
+            "--dev /dev --size 16777216 --tmpfs /dev/shm --remount-ro /dev",
             "--bind /s/scratch-1 /work/repo --chdir /work/repo --remount-ro / --",
             "-- prlimit --cpu=7 --as=1000 --nproc=9 --fsize=55 --core=0 -- python3 t.py",
         ] {

@@ -127,12 +127,20 @@ impl Runner for SandboxRunner {
                 .map_err(|e| RunError::Failed(e.to_string()))?;
         }
         let mut outcomes = Vec::with_capacity(argvs.len());
-        for argv in argvs {
+        for (call, argv) in calls.iter().zip(argvs) {
             let started = Instant::now();
             let out = sandbox
                 .run(&scratch, &argv, timeout.min(self.limits.max_timeout))
                 .await
                 .map_err(|e| RunError::Failed(e.to_string()))?;
+            // Exit 0 is checked against what the command's pass must show: a candidate that
+            // ends the process early at import exits 0 with no test run.
+            let missing_evidence = match self.commands.evidence(&call.name) {
+                Some(evidence) if out.exit_code == Some(0) && !out.timed_out => evidence
+                    .check(&format!("{}\n{}", out.stdout, out.stderr))
+                    .err(),
+                _ => None,
+            };
             let outcome = RunOutcome {
                 exit_code: out.exit_code,
                 stdout: out.stdout,
@@ -140,6 +148,7 @@ impl Runner for SandboxRunner {
                 duration_ms: out.duration_ms.max(started.elapsed().as_millis() as u64),
                 timed_out: out.timed_out,
                 truncated: out.truncated,
+                missing_evidence,
             };
             let passed = outcome.passed();
             outcomes.push(outcome);

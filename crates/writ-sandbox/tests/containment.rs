@@ -760,3 +760,35 @@ async fn extra_read_only_paths_are_visible_but_not_writable() {
         "{err}"
     );
 }
+
+/// bubblewrap's own `/dev` is a tmpfs as large as half the host's memory: a command must not be
+/// able to park host memory there, in `/dev/shm` or beside it.
+#[tokio::test]
+async fn dev_and_dev_shm_cannot_hold_host_memory() {
+    let Some(h) = harness().await else { return };
+    // 1 MiB files (each under the file-size limit) until 1 GiB or the first refusal.
+    let script = r#"
+import errno
+for where in ["/dev/shm", "/dev"]:
+    written = 0
+    try:
+        for i in range(1024):
+            with open(f"{where}/fill{i}", "wb") as f:
+                f.write(b"x" * (1 << 20))
+            written += 1
+        print(where, "wrote", written, "MiB")
+    except OSError as e:
+        print(where, "stopped at", written, "MiB", errno.errorcode[e.errno])
+"#;
+    let (out, _scratch) = h.python(script, Duration::from_secs(30)).await;
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{out:?}");
+    let mib = |line: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|w| w.parse().ok())
+            .unwrap()
+    };
+    assert!(lines[0].starts_with("/dev/shm stopped at"), "{out:?}");
+    assert!(mib(lines[0]) <= writ_sandbox::SHM_BYTES >> 20, "{out:?}");
+    assert!(lines[1].starts_with("/dev stopped at 0 MiB"), "{out:?}");
+}
