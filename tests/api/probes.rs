@@ -293,3 +293,166 @@ async fn one_key_cannot_see_or_use_what_another_key_made() {
         .unwrap();
     assert!(r.status().is_success(), "{}", r.status());
 }
+
+/// A key at its bound of runs in flight is refused at once (429, `Retry-After`), as is any run
+/// once every slot is taken and the queue is full (503, `Retry-After`).
+#[tokio::test]
+async fn runs_past_the_queue_or_the_keys_bound_are_refused_with_retry_after() {
+    use writ_core::keys::{self, Scope, Scopes};
+    let (a, b) = (keys::generate("a"), keys::generate("b"));
+    let work = Some(Scopes::of(&[Scope::Read, Scope::Run]));
+    let entries = [
+        keys::config_entry_with_scopes(&a.key, work).unwrap(),
+        keys::config_entry_with_scopes(&b.key, work).unwrap(),
+    ]
+    .join(",");
+    let app = writ_tests::spawn_app_with_models_and(
+        Backend::Sqlite,
+        &[
+            ("WRIT_API_KEYS", entries.as_str()),
+            ("WRIT_COMMANDS", PYTEST),
+            ("WRIT_RUN_CONCURRENCY", "1"),
+            ("WRIT_RUN_QUEUE", "0"),
+            ("WRIT_RUN_MAX_PER_KEY", "1"),
+        ],
+    )
+    .await;
+    std::fs::write(app.repo_dir.join("slow.py"), "import time\ntime.sleep(8)\n").unwrap();
+    std::fs::write(app.repo_dir.join("fast.py"), "print('ok')\n").unwrap();
+    let run = |key: String, script: &'static str| {
+        let req = app
+            .client
+            .post(app.url("/run"))
+            .bearer_auth(key)
+            .json(&json!({"command": "python", "args": [script]}));
+        async move { req.send().await.unwrap() }
+    };
+    let slow = tokio::spawn(run(a.key.clone(), "slow.py"));
+    // Until the slow run holds the only slot, a fast run of A's may still get in and finish.
+    let refused = async {
+        loop {
+            let r = run(a.key.clone(), "fast.py").await;
+            if r.status() == 429 {
+                return r;
+            }
+        }
+    };
+    let r = tokio::time::timeout(std::time::Duration::from_secs(20), refused)
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["retry-after"], "5");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_runs", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("WRIT_RUN_MAX_PER_KEY"),
+        "{body}"
+    );
+    // Key B is not at its bound, but the only slot is taken (once the admitted slow run has
+    // reached it: moments after its admission) and no run may wait.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let r = run(b.key.clone(), "fast.py").await;
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "5");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "run_queue_full", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("WRIT_RUN_QUEUE"),
+        "{body}"
+    );
+    assert_eq!(slow.await.unwrap().status(), 200);
+    // Both free again.
+    assert_eq!(run(a.key.clone(), "fast.py").await.status(), 200);
+}
+
+/// A run whose caller hangs up is stopped, not left running, and recorded as cancelled.
+#[tokio::test]
+async fn a_run_is_stopped_when_its_caller_hangs_up() {
+    let app = app().await;
+    std::fs::write(
+        app.repo_dir.join("forever.py"),
+        "import time\nwhile True:\n    time.sleep(0.1)\n",
+    )
+    .unwrap();
+    let sent = app
+        .client
+        .post(app.url("/run"))
+        .timeout(std::time::Duration::from_millis(1500))
+        .json(&json!({"command": "python", "args": ["forever.py"], "timeout_secs": 60}))
+        .send()
+        .await;
+    assert!(sent.is_err(), "the client gave up first");
+    let mut recorded = Value::Null;
+    for _ in 0..100 {
+        let (_, ops) = app.json("/operations?limit=5").await;
+        if let Some(op) = ops["operations"].as_array().and_then(|o| o.first()) {
+            recorded = op.clone();
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(recorded["status"], "failed", "{recorded}");
+    assert!(
+        recorded["error"]
+            .as_str()
+            .unwrap()
+            .contains("caller hung up"),
+        "{recorded}"
+    );
+    assert!(
+        recorded["duration_ms"].as_u64().unwrap() < 30_000,
+        "{recorded}"
+    );
+}
+
+/// A REPO_DIR past the copy bound is refused naming the bound and its variable, never 500.
+#[tokio::test]
+async fn a_repository_over_the_copy_bound_is_a_named_limit_not_an_internal_error() {
+    let app = writ_tests::spawn_app_with_models_and(
+        Backend::Sqlite,
+        &[
+            ("WRIT_COMMANDS", PYTEST),
+            ("WRIT_RUN_OVERLAY", "0"),
+            ("WRIT_RUN_COPY_MAX_FILES", "5"),
+        ],
+    )
+    .await;
+    for i in 0..10 {
+        std::fs::write(app.repo_dir.join(format!("f{i}.py")), "").unwrap();
+    }
+    let (status, body) = post_run(&app, json!({"command": "python", "args": ["f0.py"]})).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "repository_too_large", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("more than 5 files") && message.contains("WRIT_RUN_COPY_MAX_FILES"),
+        "{message}"
+    );
+    let (_, ready) = app.json("/readyz").await;
+    assert!(
+        ready["checks"]["commands"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("bounded copy"),
+        "{ready}"
+    );
+}
+
+/// Where the machine allows it, runs use the copy-on-write overlay, and `/readyz` says so.
+#[tokio::test]
+async fn readyz_names_the_scratch_mechanism() {
+    let app = app().await;
+    std::fs::set_permissions(
+        &app.repo_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let (_, ready) = app.json("/readyz").await;
+    let detail = ready["checks"]["commands"]["detail"].as_str().unwrap();
+    assert!(detail.contains("scratch: "), "{ready}");
+}
