@@ -645,7 +645,13 @@ fn to_record(
                 runs.len() == validation.commands.len() && runs.iter().all(RunOutcome::passed);
             match runs.get(deciding) {
                 Some(run) => {
-                    let output = format!("{}{}", run.stdout, run.stderr);
+                    // The missing evidence goes last, where the tail keeps it for a repair.
+                    let output = match (&run.missing_evidence, &run.limit_reached) {
+                        (_, Some(why)) | (Some(why), None) => {
+                            format!("{}{}\n{why}\n", run.stdout, run.stderr)
+                        }
+                        (None, None) => format!("{}{}", run.stdout, run.stderr),
+                    };
                     ValidationRecord {
                         passed,
                         command: validation.commands[deciding.min(validation.commands.len() - 1)]
@@ -694,6 +700,10 @@ fn failure_message(f: &FileTrials<'_>, validation: &Validation) -> String {
                 o.command,
                 match (o.timed_out, o.exit_code) {
                     (true, _) => format!("timed out after {} s", validation.timeout.as_secs()),
+                    (false, Some(0)) if o.output_tail.contains("scratch bound") => {
+                        "reached its scratch's bound".to_string()
+                    }
+                    (false, Some(0)) => "exited 0 without showing a pass".to_string(),
                     (false, Some(code)) => format!("exited {code}"),
                     (false, None) => "was killed".to_string(),
                 }
