@@ -83,7 +83,8 @@ pub struct ClaimedJob {
     pub job: Job,
     /// The request body recorded with the job (`None` for jobs recorded without one).
     pub request: Option<String>,
-    /// How many times the job has been claimed after its first run, this claim included.
+    /// How many times the job has been claimed after its first run, this claim included
+    /// (also in `job.attempts`).
     pub attempts: i64,
 }
 
@@ -101,6 +102,10 @@ pub struct Job {
     /// The same body the synchronous call returns, once done.
     pub response: Option<serde_json::Value>,
     pub error: Option<String>,
+    /// How many times another run took the job over after its first (its replica died or
+    /// stopped): 0 for a job that ran once.
+    #[serde(default)]
+    pub attempts: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

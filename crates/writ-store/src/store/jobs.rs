@@ -16,7 +16,8 @@ use crate::dialect::Dialect;
 // A macro, not a const, so the statements stay static strings (never format! into SQL).
 macro_rules! job_columns {
     () => {
-        "id, status, is_async, files, created_at, heartbeat_at, finished_at, batch_status, error"
+        "id, status, is_async, files, created_at, heartbeat_at, finished_at, batch_status, error, \
+         attempts"
     };
 }
 
@@ -42,6 +43,7 @@ fn job_from_row<D: Dialect>(row: &D::Row, with_response: bool) -> Result<Job, St
         batch_status: row.get("batch_status")?,
         response: response.map(|json| json.0),
         error: row.get("error")?,
+        attempts: row.get("attempts")?,
     })
 }
 
@@ -262,9 +264,9 @@ impl<D: Dialect> JobStore for SqlStore<D> {
                 let job = job_from_row::<D>(row, false)?;
                 let record = Record::<D>(row);
                 Ok(ClaimedJob {
-                    job,
                     request: record.get("request")?,
-                    attempts: record.get("attempts")?,
+                    attempts: job.attempts,
+                    job,
                 })
             })
             .collect()
