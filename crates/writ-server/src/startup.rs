@@ -126,10 +126,11 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
     // Where replicas share the store, each job is leased by the replica running it, so that
     // another resumes it if this one dies.
     let shared = !store.single_process();
+    let replica = replica_name();
     let runner = synthesizer.map(|synthesizer| {
         let runner = JobRunner::new(synthesizer, hub.clone());
         Arc::new(if shared {
-            runner.with_leases(replica_name())
+            runner.with_leases(replica.clone())
         } else {
             runner
         })
@@ -141,6 +142,13 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
             .await
             .context("reading the API keys in the store")?;
     let guard = settings.guard.clone();
+    // Replicas sharing a database share each key's limits there.
+    let limits = match writ_store::shared_limits(&settings.database_url)
+        .context("setting up the shared limits")?
+    {
+        Some(store) => crate::limits::Limits::new(guard).with_shared(store, &replica),
+        None => crate::limits::Limits::new(guard),
+    };
     let mcp = crate::tools::mcp::McpHttp::new(
         settings.addr.ip().is_loopback(),
         keys_configured,
@@ -156,7 +164,7 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         hub,
         metrics: telemetry::metrics_handle(),
         auth: Arc::new(crate::auth::AuthSwitch::new(keys_configured)),
-        limits: Arc::new(crate::limits::Limits::new(guard)),
+        limits: Arc::new(limits),
         mcp,
         readiness: Arc::default(),
     };

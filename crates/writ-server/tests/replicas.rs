@@ -491,3 +491,153 @@ fn sse_events(body: &str) -> Vec<(i64, String)> {
     }
     out
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_whose_replicas_keep_dying_ends_failed_with_the_reason_and_its_answer_stored() {
+    let cluster = Cluster::new(Duration::from_secs(20), &[]).await;
+    let mut first = cluster.start().await;
+    let http = client();
+    let files = vec!["dies/a.py".to_string()];
+    let r = http
+        .post(format!("{}/write_codebase", first.base))
+        .header("prefer", "respond-async")
+        .header("idempotency-key", "keeps-dying")
+        .json(&batch(&files))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let job = r.json::<Value>().await.unwrap()["job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        cluster
+            .fake
+            .until_in_flight(None, 1, Duration::from_secs(10))
+            .await
+    );
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    // As if three replicas had already died running it.
+    cluster.query(&format!(
+        "UPDATE jobs SET attempts = 3, lease_until = now() - interval '1 second' WHERE id = '{job}'"
+    ));
+    let next = cluster.start().await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let ended = loop {
+        let j: Value = http
+            .get(format!("{}/jobs/{job}", next.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if j["status"] != "running" {
+            break j;
+        }
+        assert!(Instant::now() < deadline, "the job never ended: {j}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(ended["status"], "failed", "{ended}");
+    assert_eq!(ended["attempts"], 4, "{ended}");
+    let reason = ended["error"].as_str().unwrap();
+    assert!(reason.contains("stopped 4 times"), "{reason}");
+    // The repeat gets the stored answer: the file failed with the reason.
+    let again = http
+        .post(format!("{}/write_codebase", next.base))
+        .header("idempotency-key", "keeps-dying")
+        .json(&batch(&files))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 200);
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["status"], "error", "{again}");
+    assert!(
+        again["results"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("stopped 4 times"),
+        "{again}"
+    );
+    assert!(!cluster.repo().join("dies/a.py").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_limited_to_n_batches_runs_n_across_three_replicas_not_3n() {
+    const PER_KEY: usize = 2;
+    let api = writ_core::keys::generate("limits-test");
+    let entry = writ_core::keys::config_entry(&api.key).unwrap();
+    let per_key = PER_KEY.to_string();
+    let cluster = Cluster::new(
+        Duration::from_secs(4),
+        &[
+            ("WRIT_API_KEYS", entry.as_str()),
+            ("WRIT_MAX_BATCHES_PER_KEY", per_key.as_str()),
+        ],
+    )
+    .await;
+    let replicas = [
+        cluster.start().await,
+        cluster.start().await,
+        cluster.start().await,
+    ];
+    let http = client();
+    let mut sent = Vec::new();
+    for i in 0..3 * PER_KEY {
+        let req = http
+            .post(format!("{}/write_codebase", replicas[i % 3].base))
+            .bearer_auth(&api.key)
+            .header("prefer", "respond-async")
+            .json(&batch(&[format!("lim/f{i}.py")]));
+        sent.push(tokio::spawn(async move {
+            req.send().await.unwrap().status().as_u16()
+        }));
+    }
+    let mut statuses = Vec::new();
+    for s in sent {
+        statuses.push(s.await.unwrap());
+    }
+    let accepted = statuses.iter().filter(|s| **s == 202).count();
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!((accepted, refused), (PER_KEY, 2 * PER_KEY), "{statuses:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_keys_request_rate_is_one_bucket_across_replicas() {
+    let api = writ_core::keys::generate("rate-test");
+    let entry = writ_core::keys::config_entry(&api.key).unwrap();
+    let cluster = Cluster::new(
+        Duration::from_millis(10),
+        &[
+            ("WRIT_API_KEYS", entry.as_str()),
+            ("WRIT_RATE_LIMIT_PER_MIN", "6"),
+            ("WRIT_RATE_LIMIT_BURST", "3"),
+        ],
+    )
+    .await;
+    let replicas = [
+        cluster.start().await,
+        cluster.start().await,
+        cluster.start().await,
+    ];
+    let http = client();
+    let mut statuses = Vec::new();
+    for i in 0..9 {
+        let r = http
+            .get(format!("{}/jobs", replicas[i % 3].base))
+            .bearer_auth(&api.key)
+            .send()
+            .await
+            .unwrap();
+        statuses.push(r.status().as_u16());
+    }
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        3,
+        "a burst of 3 for the key, not 3 per replica: {statuses:?}"
+    );
+    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 6);
+}

@@ -16,6 +16,8 @@
 //!   [`writ_core::jobs::JobStore`], for both backends.
 //! - [`locks`] ([`AdvisoryLocks`], [`shared_locks`]): PostgreSQL advisory locks that serialise
 //!   writers of one path across replicas.
+//! - [`limits`] ([`PgLimits`], [`shared_limits`]): per-key rate and batch limits in PostgreSQL,
+//!   one for every replica.
 //! - [`testing`] makes fresh databases for tests (this crate's and other crates').
 //!
 //! The schemas live in `migrations/postgres` and `migrations/sqlite` at the workspace root and are
@@ -26,6 +28,7 @@
 mod listing;
 mod dialect;
 mod error;
+pub mod limits;
 pub mod locks;
 pub mod postgres;
 pub mod sqlite;
@@ -37,6 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use dialect::Dialect;
+pub use limits::PgLimits;
 pub use locks::AdvisoryLocks;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
@@ -101,6 +105,17 @@ pub fn shared_locks(
 ) -> Result<Option<Arc<dyn writ_core::workspace::SharedLocks>>, StoreError> {
     Ok(match Backend::from_url(database_url)? {
         Backend::Postgres => Some(Arc::new(AdvisoryLocks::connect(database_url)?)),
+        Backend::Sqlite => None,
+    })
+}
+
+/// The per-key limits replicas sharing `database_url` hold together; `None` for SQLite, whose
+/// one process keeps them in memory.
+pub fn shared_limits(
+    database_url: &str,
+) -> Result<Option<Arc<dyn writ_core::limits::LimitStore>>, StoreError> {
+    Ok(match Backend::from_url(database_url)? {
+        Backend::Postgres => Some(Arc::new(PgLimits::connect(database_url)?)),
         Backend::Sqlite => None,
     })
 }

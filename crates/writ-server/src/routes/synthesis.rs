@@ -143,7 +143,10 @@ pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun, ApiEr
         batch,
     };
     // Refused at once rather than queued; the permit travels with the task it bounds.
-    let permit = state.limits.admit_batch(submission.caller.as_deref())?;
+    let permit = state
+        .limits
+        .admit_batch(submission.caller.as_deref())
+        .await?;
     let Some(runner) = state.runner.clone() else {
         return Err(unavailable(
             "no model provider could be set up; see the server log and `writ check`",
