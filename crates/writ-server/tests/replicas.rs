@@ -641,3 +641,77 @@ async fn a_keys_request_rate_is_one_bucket_across_replicas() {
     );
     assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 6);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_stopping_hands_its_unfinished_jobs_back_and_another_resumes_them_at_once() {
+    let cluster = Cluster::new(Duration::from_secs(3), &[("WRIT_SHUTDOWN_GRACE_SECS", "1")]).await;
+    let mut stopping = cluster.start().await;
+    let stays = cluster.start().await;
+    let http = client();
+    let files: Vec<String> = (0..3).map(|f| format!("term/f{f}.py")).collect();
+    let r = http
+        .post(format!("{}/write_codebase", stopping.base))
+        .header("prefer", "respond-async")
+        .json(&batch(&files))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let job = r.json::<Value>().await.unwrap()["job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        cluster
+            .fake
+            .until_in_flight(None, 1, Duration::from_secs(10))
+            .await
+    );
+    let sent = Instant::now();
+    let ok = Command::new("kill")
+        .args(["-TERM", &stopping.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let done = loop {
+        let j: Value = http
+            .get(format!("{}/jobs/{job}", stays.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if j["status"] != "running" {
+            break j;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(30),
+            "the job never ended: {j}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let took = sent.elapsed();
+    assert_eq!(done["status"], "done", "{done}");
+    assert_eq!(
+        done["attempts"], 1,
+        "resumed once, by the other replica: {done}"
+    );
+    assert_eq!(done["response"]["succeeded"], 3, "{done}");
+    // Handed back after the 1 s grace and claimed within 2 s, then 3 s of models; waiting for
+    // the lease to lapse instead would take 10 s before the models even start.
+    assert!(
+        took < Duration::from_secs(9),
+        "resumed at once, not after the lease lapsed: {took:?}"
+    );
+    let code = stopping.child.wait().unwrap();
+    assert!(
+        code.success(),
+        "the stopping replica exits cleanly: {code:?}"
+    );
+    eprintln!(
+        "SIGTERM hand-back: job done {:.1} s after the signal",
+        took.as_secs_f64()
+    );
+}
