@@ -233,7 +233,7 @@ async fn a_killed_replicas_batches_are_resumed_by_the_others_and_each_ends_done_
     const BATCHES: usize = 60;
     const FILES: usize = 5;
     let cluster = Cluster::new(Duration::from_millis(1500), &[]).await;
-    let mut replicas = vec![
+    let mut replicas = [
         cluster.start().await,
         cluster.start().await,
         cluster.start().await,
