@@ -719,3 +719,72 @@ async fn a_replica_stopping_hands_its_unfinished_jobs_back_and_another_resumes_t
         claimed_after.as_secs_f64()
     );
 }
+
+/// One stateless MCP request (protocol 2026-07-28: no session, the protocol in every request),
+/// and the JSON-RPC answer, whether it came as JSON or as SSE.
+async fn mcp_stateless(http: &reqwest::Client, base: &str, method: &str, params: Value) -> Value {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "replicas-test", "version": "1"},
+    });
+    let mut req = http
+        .post(format!("{base}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}));
+    if let Some(name) = params["name"].as_str() {
+        req = req.header("mcp-name", name);
+    }
+    let text = req.send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:").or(Some(l)))
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+        .find(|v| v.get("id").is_some())
+        .unwrap_or_else(|| panic!("no JSON-RPC answer in {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mcp_clients_of_the_current_revision_reach_any_replica_and_a_batch_is_fetched_from_another()
+{
+    let cluster = Cluster::new(Duration::from_millis(200), &[]).await;
+    let a = cluster.start().await;
+    let b = cluster.start().await;
+    let http = client();
+    let answer = mcp_stateless(
+        &http,
+        &a.base,
+        "tools/call",
+        json!({"name": "write_codebase", "arguments": batch(&["mcp/a.py".to_string()])}),
+    )
+    .await;
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    let id = answer["result"]["structuredContent"]["request_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_string();
+    // No session: the next request goes to the other replica.
+    let listed = mcp_stateless(
+        &http,
+        &b.base,
+        "tools/call",
+        json!({"name": "list_files", "arguments": {"dir": "mcp"}}),
+    )
+    .await;
+    assert_eq!(
+        listed["result"]["structuredContent"]["entries"][0]["name"], "a.py",
+        "{listed}"
+    );
+    let job: Value = http
+        .get(format!("{}/jobs/{id}", b.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(job["status"], "done", "{job}");
+    assert_eq!(job["response"]["succeeded"], 1, "{job}");
+}
