@@ -357,6 +357,7 @@ async fn a_job_interrupted_by_a_crash_is_failed_with_a_reason_at_the_next_start(
             created_at: long_ago,
             is_async: true,
             files: vec!["a.py".into()],
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -1,10 +1,13 @@
 //! Jobs: every `write_codebase` batch, synchronous or not, as a row that outlives the process,
 //! with the progress events it emitted.
 //!
-//! A job's id is its request id. A replica running a job refreshes `heartbeat_at`; a job whose
-//! heartbeat stopped (its replica crashed or was killed) is found by [`JobStore::stale_jobs`] and
-//! failed with a reason, never silently lost. Events are numbered per job from 1, so
-//! `Last-Event-ID` can replay what a subscriber missed, from any replica.
+//! A job's id is its request id. On PostgreSQL a job is owned by the replica running it through a
+//! lease it renews ([`JobStore::renew_lease`]); a job whose lease lapsed (its replica was killed,
+//! or handed it back when stopping) is claimed by another replica ([`JobStore::claim_jobs`]) and
+//! resumed from its operations. On SQLite (one process) a job carries no lease: one whose
+//! heartbeat stopped is found by [`JobStore::stale_jobs`] and failed with a reason, never silently
+//! lost. Events are numbered per job from 1, so `Last-Event-ID` can replay what a subscriber
+//! missed, from any replica.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -52,7 +55,7 @@ impl std::str::FromStr for JobStatus {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct NewJob {
     pub id: Uuid,
     pub created_at: DateTime<Utc>,
@@ -60,6 +63,29 @@ pub struct NewJob {
     pub is_async: bool,
     /// The batch's file paths, for listings.
     pub files: Vec<String>,
+    /// The replica running it and until when, where replicas share jobs; `None` on a
+    /// single-process store.
+    pub lease: Option<Lease>,
+    /// The request body as the caller sent it, so another replica can resume the batch.
+    pub request: Option<String>,
+}
+
+/// Who runs a job, and until when that holds unless renewed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease {
+    pub owner: String,
+    pub until: DateTime<Utc>,
+}
+
+/// A job this replica has just claimed because its lease lapsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedJob {
+    pub job: Job,
+    /// The request body recorded with the job (`None` for jobs recorded without one).
+    pub request: Option<String>,
+    /// How many times the job has been claimed after its first run, this claim included
+    /// (also in `job.attempts`).
+    pub attempts: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -76,6 +102,10 @@ pub struct Job {
     /// The same body the synchronous call returns, once done.
     pub response: Option<serde_json::Value>,
     pub error: Option<String>,
+    /// How many times another run took the job over after its first (its replica died or
+    /// stopped): 0 for a job that ran once.
+    #[serde(default)]
+    pub attempts: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -111,8 +141,35 @@ pub trait JobStore: Send + Sync {
     async fn list_jobs(&self, limit: u32) -> Result<Vec<Job>, StoreError>;
     /// The jobs of the requests `caller` (a key id) made, newest first, without response bodies.
     async fn list_jobs_of(&self, caller: &str, limit: u32) -> Result<Vec<Job>, StoreError>;
-    /// Jobs still queued or running whose heartbeat is older than `before`.
+    /// Jobs still queued or running, without a lease, whose heartbeat is older than `before`
+    /// (leased jobs are claimed and resumed instead).
     async fn stale_jobs(&self, before: DateTime<Utc>) -> Result<Vec<Job>, StoreError>;
+    /// Extends `owner`'s lease on an unfinished job to `until` (and refreshes its heartbeat);
+    /// false when the job is no longer `owner`'s or has ended, so its batch must stop.
+    async fn renew_lease(
+        &self,
+        id: Uuid,
+        owner: &str,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+    /// Ends `owner`'s lease at once, so another replica may claim the job now; `reason` is kept
+    /// in the job's `error` while it waits. False when the job was not `owner`'s.
+    async fn release_lease(
+        &self,
+        id: Uuid,
+        owner: &str,
+        reason: Option<&str>,
+    ) -> Result<bool, StoreError>;
+    /// Takes over at most `limit` unfinished jobs whose lease lapsed before `now`: `owner` holds
+    /// them until `until`, each claim counted in `attempts`. Replicas claiming together never
+    /// take the same job (PostgreSQL: `FOR UPDATE SKIP LOCKED`).
+    async fn claim_jobs(
+        &self,
+        owner: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<ClaimedJob>, StoreError>;
     async fn append_job_event(&self, event: &JobEvent) -> Result<(), StoreError>;
     /// Several events in one statement (one commit): events come in bursts, and a commit each
     /// was most of a batch's database time.

@@ -12,6 +12,7 @@
 //! - [`execution`]: the [`execution::Runner`] trait for running the caller's checks in a sandbox.
 //! - [`jobs`]: every batch as a job row with its progress events ([`jobs::JobStore`]).
 //! - [`keys`]: API keys (format, constant-time check) and the [`keys::KeyStore`] trait.
+//! - [`limits`]: per-key limits replicas share ([`limits::LimitStore`]).
 //! - [`sessions`]: write sessions — raw chunks, `DONE`, corrections — and [`sessions::SessionStore`].
 //! - [`content`]: hashing and the text helpers (UTF-8 checks, numbered previews) both use.
 //! - [`synthesis`]: from a `write_codebase` request to files written (see its module docs).
@@ -26,6 +27,7 @@ pub mod execution;
 pub mod files;
 pub mod jobs;
 pub mod keys;
+pub mod limits;
 pub mod model;
 pub mod path;
 pub mod sessions;

@@ -17,8 +17,36 @@ use serde::Serialize;
 
 use crate::path::{PathError, SandboxPath};
 
-/// Held while one path is being written; writers of one path queue on it.
-pub type PathLock = tokio::sync::OwnedMutexGuard<()>;
+/// Held while one path is being written; writers of one path queue on it: within this process,
+/// and, where replicas share `REPO_DIR`, across them ([`SharedLocks`]). Dropping it releases both.
+pub struct PathLock {
+    // Declared first, so dropped first: the shared lock is let go (queued for release) before the
+    // next writer in this process can take the local one.
+    _shared: Option<SharedLock>,
+    _local: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl PathLock {
+    pub fn new(local: tokio::sync::OwnedMutexGuard<()>, shared: Option<SharedLock>) -> Self {
+        PathLock {
+            _shared: shared,
+            _local: local,
+        }
+    }
+}
+
+/// A lock held against other processes until dropped (whatever the implementation keeps to
+/// release it).
+pub type SharedLock = Box<dyn std::any::Any + Send + Sync>;
+
+/// Locks by name shared by every process of one deployment (replicas over one database and one
+/// `REPO_DIR`), so that writers of one path on different replicas are serialised.
+#[async_trait]
+pub trait SharedLocks: Send + Sync + std::fmt::Debug {
+    /// Waits until `key` is held by no other process, then holds it until the guard is dropped.
+    /// An error means the lock could not be taken (the database is away).
+    async fn lock(&self, key: &str) -> Result<SharedLock, crate::audit::StoreError>;
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DirEntry {

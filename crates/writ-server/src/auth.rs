@@ -221,7 +221,7 @@ pub async fn require_key(State(state): State<AppState>, mut req: Request, next: 
         .map(str::to_owned);
     match authenticate(&state, authorization.as_deref()).await {
         Ok(Some((caller, scopes))) => {
-            if let Err(e) = state.limits.take_request(&caller.0) {
+            if let Err(e) = state.limits.take_request(&caller.0).await {
                 return e.into_response();
             }
             // The layer runs after routing, so the matched route is known; a request no route

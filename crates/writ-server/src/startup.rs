@@ -66,9 +66,16 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         .await
         .with_context(|| format!("opening REPO_DIR {}", settings.repo_dir.display()))?;
     let protected = crate::edge::protected_paths(&settings, writ_core::Workspace::root(&workspace));
-    let workspace = workspace
+    let mut workspace = workspace
         .with_protected(protected)
         .with_max_file_bytes(settings.guard.max_file_bytes);
+    // Replicas share REPO_DIR through the database they share: writers of one path wait for
+    // each other's advisory lock.
+    if let Some(shared) = writ_store::shared_locks(&settings.database_url)
+        .context("setting up the shared path locks")?
+    {
+        workspace = workspace.with_shared_locks(shared);
+    }
     let workspace: Arc<dyn writ_core::Workspace> = Arc::new(workspace);
 
     // SQLite serves one process, so everything pending at start-up is from a dead run; on a shared
@@ -116,7 +123,18 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
             .clone()
             .map(|c| c as Arc<dyn writ_core::execution::Runner>),
     );
-    let runner = synthesizer.map(|synthesizer| Arc::new(JobRunner::new(synthesizer, hub.clone())));
+    // Where replicas share the store, each job is leased by the replica running it, so that
+    // another resumes it if this one dies.
+    let shared = !store.single_process();
+    let replica = replica_name();
+    let runner = synthesizer.map(|synthesizer| {
+        let runner = JobRunner::new(synthesizer, hub.clone());
+        Arc::new(if shared {
+            runner.with_leases(replica.clone())
+        } else {
+            runner
+        })
+    });
 
     let keys_configured = !settings.guard.api_keys.is_empty()
         || store
@@ -124,6 +142,13 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
             .await
             .context("reading the API keys in the store")?;
     let guard = settings.guard.clone();
+    // Replicas sharing a database share each key's limits there.
+    let limits = match writ_store::shared_limits(&settings.database_url)
+        .context("setting up the shared limits")?
+    {
+        Some(store) => crate::limits::Limits::new(guard).with_shared(store, &replica),
+        None => crate::limits::Limits::new(guard),
+    };
     let mcp = crate::tools::mcp::McpHttp::new(
         settings.addr.ip().is_loopback(),
         keys_configured,
@@ -139,7 +164,7 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         hub,
         metrics: telemetry::metrics_handle(),
         auth: Arc::new(crate::auth::AuthSwitch::new(keys_configured)),
-        limits: Arc::new(crate::limits::Limits::new(guard)),
+        limits: Arc::new(limits),
         mcp,
         readiness: Arc::default(),
     };
@@ -165,6 +190,8 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let reconciler = tokio::spawn(reconcile_periodically(self.state.clone()));
+        let claimer = tokio::spawn(claim_periodically(self.state.clone()));
+        let claiming = claimer.abort_handle();
         let limits = self.state.limits.clone();
         let grace = self.state.settings.guard.shutdown_grace;
         let mcp = self.state.mcp.clone();
@@ -175,6 +202,8 @@ impl Application {
         let (stopping_tx, mut stopping) = tokio::sync::oneshot::channel::<Instant>();
         let signal = async move {
             shutdown.await;
+            // A stopping replica takes on no other replica's jobs.
+            claiming.abort();
             // Open MCP streams would hold the drain until the grace ran out; batches they
             // started run on in their own tasks and are recorded.
             mcp.shut_down();
@@ -207,9 +236,11 @@ impl Application {
             );
         }
         if let Some(runner) = &self.state.runner {
+            hand_back(runner).await;
             runner.flush_events(EVENT_FLUSH).await;
         }
         reconciler.abort();
+        claimer.abort();
         result.context("serving HTTP")
     }
 }
@@ -433,6 +464,63 @@ fn refuse_open_exposure(settings: &Settings, keys_configured: bool) -> anyhow::R
     )
 }
 
+/// How long a stopping process waits for the jobs it hands back to stop.
+const HAND_BACK_WITHIN: Duration = Duration::from_secs(5);
+
+/// How often a replica looks for jobs whose lease lapsed.
+const CLAIM_EVERY: Duration = Duration::from_secs(2);
+
+/// A name for this process in job leases, unique among replicas (and across restarts of one):
+/// the host, the process id and a random suffix.
+fn replica_name() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "writ".to_string());
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}-{}-{}", std::process::id(), &suffix[..8])
+}
+
+/// The jobs still running when the grace ran out go back to the other replicas, which resume
+/// them at once, instead of waiting for their leases to lapse.
+async fn hand_back(runner: &JobRunner) {
+    let running = runner.jobs_running();
+    if running == 0 {
+        return;
+    }
+    let handed = runner.hand_back(HAND_BACK_WITHIN).await;
+    if handed > 0 {
+        tracing::warn!(
+            jobs = handed,
+            "handed unfinished jobs back for another replica to resume"
+        );
+    }
+}
+
+/// Claims and resumes the jobs of replicas that died (their leases lapsed), while this one serves.
+async fn claim_periodically(state: AppState) {
+    let Some(runner) = state.runner.clone() else {
+        return;
+    };
+    if runner.owner().is_none() {
+        return;
+    }
+    loop {
+        match runner.claim_lapsed().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(jobs = n, "claimed jobs whose lease lapsed"),
+            Err(e) => tracing::warn!(error = %e, "job claim skipped: audit store unavailable"),
+        }
+        tokio::time::sleep(CLAIM_EVERY).await;
+    }
+}
+
 /// How long a stopping process waits for the last progress events to be stored.
 const EVENT_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -444,7 +532,9 @@ pub async fn serve_mcp_stdio(settings: Settings) -> anyhow::Result<()> {
     let limits = state.limits.clone();
     let grace = state.settings.guard.shutdown_grace;
     let runner = state.runner.clone();
+    let claimer = tokio::spawn(claim_periodically(state.clone()));
     let served = crate::tools::mcp::serve_stdio(state).await;
+    claimer.abort();
     if !limits.drain(grace).await {
         tracing::warn!(
             batches = limits.batches_in_flight(),
@@ -452,6 +542,7 @@ pub async fn serve_mcp_stdio(settings: Settings) -> anyhow::Result<()> {
         );
     }
     if let Some(runner) = &runner {
+        hand_back(runner).await;
         runner.flush_events(EVENT_FLUSH).await;
     }
     reconciler.abort();

@@ -63,6 +63,9 @@ pub trait Dialect:
     /// Whether several writes can be one statement (`WITH w AS (INSERT …) UPDATE …`), which
     /// saves a round trip per write on a server.
     const WRITABLE_CTES: bool;
+    /// Ends a `SELECT` whose rows a claim takes over, so concurrent claims on other replicas
+    /// skip them instead of waiting or taking them twice (empty where one process writes).
+    const SKIP_LOCKED: &'static str;
     /// Opens a transaction that will write.
     const BEGIN_WRITE: &'static str;
     /// Put before a `SELECT` to get its plan instead of its rows.

@@ -14,6 +14,10 @@
 //!   cursor format of the newest-first listing, and the decoding of enum columns.
 //! - `store::keys` and `store::jobs`: [`writ_core::keys::KeyStore`] (API keys, hashed) and
 //!   [`writ_core::jobs::JobStore`], for both backends.
+//! - [`locks`] ([`AdvisoryLocks`], [`shared_locks`]): PostgreSQL advisory locks that serialise
+//!   writers of one path across replicas.
+//! - [`limits`] ([`PgLimits`], [`shared_limits`]): per-key rate and batch limits in PostgreSQL,
+//!   one for every replica.
 //! - [`testing`] makes fresh databases for tests (this crate's and other crates').
 //!
 //! The schemas live in `migrations/postgres` and `migrations/sqlite` at the workspace root and are
@@ -24,6 +28,8 @@
 mod listing;
 mod dialect;
 mod error;
+pub mod limits;
+pub mod locks;
 pub mod postgres;
 pub mod sqlite;
 mod store;
@@ -34,6 +40,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use dialect::Dialect;
+pub use limits::PgLimits;
+pub use locks::AdvisoryLocks;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 pub use store::SqlStore;
@@ -88,6 +96,28 @@ pub async fn connect_for_batches(
     };
     tracing::info!(backend = store.backend(), url = %redact_url(database_url), "audit store connected");
     Ok(store)
+}
+
+/// The locks replicas sharing `database_url` use to serialise writers of one path: PostgreSQL's
+/// advisory locks; `None` for SQLite, which serves one process.
+pub fn shared_locks(
+    database_url: &str,
+) -> Result<Option<Arc<dyn writ_core::workspace::SharedLocks>>, StoreError> {
+    Ok(match Backend::from_url(database_url)? {
+        Backend::Postgres => Some(Arc::new(AdvisoryLocks::connect(database_url)?)),
+        Backend::Sqlite => None,
+    })
+}
+
+/// The per-key limits replicas sharing `database_url` hold together; `None` for SQLite, whose
+/// one process keeps them in memory.
+pub fn shared_limits(
+    database_url: &str,
+) -> Result<Option<Arc<dyn writ_core::limits::LimitStore>>, StoreError> {
+    Ok(match Backend::from_url(database_url)? {
+        Backend::Postgres => Some(Arc::new(PgLimits::connect(database_url)?)),
+        Backend::Sqlite => None,
+    })
 }
 
 /// PostgreSQL read connections for `batches_in_flight` batches at once (see [`connect_for_batches`]).

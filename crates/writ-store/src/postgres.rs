@@ -43,29 +43,42 @@ impl PgStore {
 
     /// [`Self::connect`] with `readers` connections in the read pool.
     pub async fn connect_with(database_url: &str, readers: u32) -> Result<Self, StoreError> {
-        let mut options = PgConnectOptions::from_str(database_url)
-            .map_err(|err| unusable_url("PostgreSQL", database_url, err))?
-            .application_name("writ")
-            // Every listing writ makes is a newest-first page walked along an index. Without
-            // fresh statistics (a new database, autovacuum off) the planner prefers a bitmap
-            // scan that reads every matching row and sorts them: measured as most of
-            // PostgreSQL's CPU under load, growing with the table.
-            .options([("enable_bitmapscan", "off")]);
-        // TLS to a server on this machine protects nothing, and costs a handshake per connection
-        // and CPU on every round trip (a tenth of a batch's overhead on loopback). Unless the
-        // URL or PGSSLMODE asks for a mode, a local server is spoken to in clear; any other host
-        // keeps the driver's default (`prefer`).
-        if !sets_param(database_url, "sslmode")
-            && std::env::var_os("PGSSLMODE").is_none()
-            && is_local_host(options.get_host())
-        {
-            options = options.ssl_mode(PgSslMode::Disable);
-        }
+        let options = connect_options(database_url)?;
         crate::probe::<sqlx::PgConnection>(&options, ACQUIRE_TIMEOUT)
             .await
             .map_err(|cause| {
                 no_connection("cannot connect to PostgreSQL at", database_url, &cause)
             })?;
+        Self::connect_lazy(options, readers)
+    }
+}
+
+/// How writ connects to `database_url`: every connection of a store, and the advisory-lock
+/// session of [`crate::locks::AdvisoryLocks`], the same way.
+pub(crate) fn connect_options(database_url: &str) -> Result<PgConnectOptions, StoreError> {
+    let mut options = PgConnectOptions::from_str(database_url)
+        .map_err(|err| unusable_url("PostgreSQL", database_url, err))?
+        .application_name("writ")
+        // Every listing writ makes is a newest-first page walked along an index. Without
+        // fresh statistics (a new database, autovacuum off) the planner prefers a bitmap
+        // scan that reads every matching row and sorts them: measured as most of
+        // PostgreSQL's CPU under load, growing with the table.
+        .options([("enable_bitmapscan", "off")]);
+    // TLS to a server on this machine protects nothing, and costs a handshake per connection
+    // and CPU on every round trip (a tenth of a batch's overhead on loopback). Unless the
+    // URL or PGSSLMODE asks for a mode, a local server is spoken to in clear; any other host
+    // keeps the driver's default (`prefer`).
+    if !sets_param(database_url, "sslmode")
+        && std::env::var_os("PGSSLMODE").is_none()
+        && is_local_host(options.get_host())
+    {
+        options = options.ssl_mode(PgSslMode::Disable);
+    }
+    Ok(options)
+}
+
+impl PgStore {
+    fn connect_lazy(options: PgConnectOptions, readers: u32) -> Result<Self, StoreError> {
         // Lazy: the probe has just shown the server answers, and connections open on demand.
         let writers: PgPool = crate::writer_pool_options(Postgres::WRITERS as u32, ACQUIRE_TIMEOUT)
             .connect_lazy_with(options.clone());
@@ -87,6 +100,8 @@ impl PgStore {
 
 impl Dialect for Postgres {
     const SINGLE_PROCESS: bool = false;
+    // Replicas claiming jobs together skip the rows another claim holds.
+    const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     // A few, so one slow transaction (a large file's content) does not hold up the others;
     // PostgreSQL flushes concurrent commits together anyway.
     const WRITABLE_CTES: bool = true;

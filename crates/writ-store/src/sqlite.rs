@@ -77,6 +77,8 @@ fn is_in_memory(database_url: &str) -> bool {
 
 impl Dialect for Sqlite {
     const SINGLE_PROCESS: bool = true;
+    // One process: nothing else can hold the rows.
+    const SKIP_LOCKED: &'static str = "";
     // The database file has one write lock: a second writer would only wait on it.
     const WRITABLE_CTES: bool = false;
     const WRITERS: usize = 1;

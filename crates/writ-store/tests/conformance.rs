@@ -205,6 +205,8 @@ macro_rules! conformance_suite {
                 a_job_without_an_answer_of_its_own_gives_its_requests,
                 a_finished_job_is_not_ended_twice,
                 stale_jobs_are_the_unfinished_ones_whose_heartbeat_stopped,
+                a_lapsed_lease_is_claimed_once_and_its_old_owner_can_no_longer_renew_it,
+                a_released_lease_is_claimable_at_once_and_only_the_owner_can_release_it,
                 job_events_replay_after_a_sequence_number_in_order,
                 a_burst_of_many_jobs_events_reads_back_field_for_field,
                 heartbeats_and_finishes_are_stamped_with_the_process_clock,
@@ -253,6 +255,7 @@ async fn a_commit_writes_all_of_its_records_or_none(store: &dyn AuditStore) {
         created_at: now(),
         is_async: false,
         files: vec!["a.py".into()],
+        ..Default::default()
     };
     let op = operation(req.id, "a.py");
     // The last write refers to a request that does not exist: the whole unit is refused.
@@ -348,6 +351,7 @@ async fn a_batch_closing_commit_completes_every_file_or_none(store: &dyn AuditSt
         created_at: now(),
         is_async: false,
         files: vec!["a.py".into(), "b.py".into(), "c.py".into()],
+        ..Default::default()
     };
     store.commit(batch_start(&req, job)).await.unwrap();
     let ops: Vec<Operation> = ["a.py", "b.py", "c.py"]
@@ -1283,6 +1287,7 @@ async fn heartbeats_and_finishes_are_stamped_with_the_process_clock(store: &dyn 
             created_at,
             is_async: true,
             files: vec!["a.py".into()],
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -1339,6 +1344,7 @@ async fn jobs_list_newest_first_within_the_limit_and_keep_is_async(store: &dyn A
             created_at: t0 + TimeDelta::seconds(i),
             is_async: i % 2 == 1,
             files: vec![format!("f{i}.py")],
+            ..Default::default()
         })
         .collect();
     // Inserted out of order: the listing follows created_at, not insertion.
@@ -1372,6 +1378,7 @@ async fn a_job_moves_from_queued_to_running_to_done_and_keeps_its_response(store
         created_at: now(),
         is_async: true,
         files: vec!["a.py".into(), "b.rs".into()],
+        ..Default::default()
     };
     store.insert_job(&job).await.unwrap();
     let got = store.get_job(id).await.unwrap().unwrap();
@@ -1415,6 +1422,7 @@ async fn a_job_without_an_answer_of_its_own_gives_its_requests(store: &dyn Audit
                     created_at: now(),
                     is_async: false,
                     files: vec!["a.py".into()],
+                    ..Default::default()
                 },
                 status: JobStatus::Running,
             },
@@ -1455,6 +1463,7 @@ async fn a_job_without_an_answer_of_its_own_gives_its_requests(store: &dyn Audit
             created_at: now(),
             is_async: true,
             files: vec!["b.py".into()],
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -1470,6 +1479,7 @@ async fn a_finished_job_is_not_ended_twice(store: &dyn AuditStore) {
             created_at: now(),
             is_async: false,
             files: vec![],
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -1496,6 +1506,135 @@ async fn a_finished_job_is_not_ended_twice(store: &dyn AuditStore) {
     );
 }
 
+async fn a_lapsed_lease_is_claimed_once_and_its_old_owner_can_no_longer_renew_it(
+    store: &dyn AuditStore,
+) {
+    use writ_core::jobs::{JobStatus, Lease, NewJob};
+    let lapsed = Uuid::now_v7();
+    let held = Uuid::now_v7();
+    let ended = Uuid::now_v7();
+    for (id, until) in [
+        (lapsed, now() - TimeDelta::seconds(5)),
+        (held, now() + TimeDelta::minutes(5)),
+        (ended, now() - TimeDelta::seconds(5)),
+    ] {
+        store
+            .insert_job(&NewJob {
+                id,
+                created_at: now(),
+                is_async: true,
+                files: vec!["a.py".into()],
+                lease: Some(Lease {
+                    owner: "replica-a".into(),
+                    until,
+                }),
+                request: Some(r#"{"command":"write_codebase"}"#.into()),
+            })
+            .await
+            .unwrap();
+    }
+    store
+        .finish_job(ended, JobStatus::Done, Some("success"), None, None)
+        .await
+        .unwrap();
+    // A leased job is resumed, never failed by the heartbeat sweep.
+    assert!(
+        store
+            .stale_jobs(now() + TimeDelta::minutes(1))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let claimed = store
+        .claim_jobs("replica-b", now(), now() + TimeDelta::seconds(10), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.len(),
+        1,
+        "only the unfinished job whose lease lapsed"
+    );
+    assert_eq!(claimed[0].job.id, lapsed);
+    assert_eq!(claimed[0].attempts, 1);
+    assert_eq!(
+        claimed[0].request.as_deref(),
+        Some(r#"{"command":"write_codebase"}"#)
+    );
+    assert!(
+        store
+            .claim_jobs("replica-c", now(), now() + TimeDelta::seconds(10), 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a claimed job is not claimed again while its new lease holds"
+    );
+    let until = now() + TimeDelta::seconds(10);
+    assert!(!store.renew_lease(lapsed, "replica-a", until).await.unwrap());
+    assert!(store.renew_lease(lapsed, "replica-b", until).await.unwrap());
+    assert!(!store.renew_lease(ended, "replica-a", until).await.unwrap());
+
+    // Lapsed again: the next claim counts a second attempt.
+    let again = store
+        .claim_jobs(
+            "replica-c",
+            now() + TimeDelta::seconds(11),
+            now() + TimeDelta::seconds(20),
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        again
+            .iter()
+            .map(|c| (c.job.id, c.attempts))
+            .collect::<Vec<_>>(),
+        vec![(lapsed, 2)]
+    );
+}
+
+async fn a_released_lease_is_claimable_at_once_and_only_the_owner_can_release_it(
+    store: &dyn AuditStore,
+) {
+    use writ_core::jobs::{Lease, NewJob};
+    let id = Uuid::now_v7();
+    store
+        .insert_job(&NewJob {
+            id,
+            created_at: now(),
+            is_async: false,
+            files: vec!["a.py".into()],
+            lease: Some(Lease {
+                owner: "replica-a".into(),
+                until: now() + TimeDelta::minutes(5),
+            }),
+            request: None,
+        })
+        .await
+        .unwrap();
+    assert!(!store.release_lease(id, "replica-b", None).await.unwrap());
+    assert!(
+        store
+            .claim_jobs("replica-b", now(), now() + TimeDelta::seconds(10), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .release_lease(id, "replica-a", Some("handed back"))
+            .await
+            .unwrap()
+    );
+    let claimed = store
+        .claim_jobs("replica-b", now(), now() + TimeDelta::seconds(10), 10)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].job.error.as_deref(), Some("handed back"));
+    assert_eq!(claimed[0].request, None);
+}
+
 async fn stale_jobs_are_the_unfinished_ones_whose_heartbeat_stopped(store: &dyn AuditStore) {
     use writ_core::jobs::{JobStatus, NewJob};
     let old = now() - TimeDelta::minutes(10);
@@ -1509,6 +1648,7 @@ async fn stale_jobs_are_the_unfinished_ones_whose_heartbeat_stopped(store: &dyn 
                 created_at: at,
                 is_async: true,
                 files: vec![],
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -1566,6 +1706,7 @@ async fn a_burst_of_many_jobs_events_reads_back_field_for_field(store: &dyn Audi
         created_at: now(),
         is_async: true,
         files: vec!["a.py".into()],
+        ..Default::default()
     };
     store
         .commit(vec![

@@ -109,6 +109,13 @@ impl SandboxedWorkspace {
         })
     }
 
+    /// The workspace, its writers of one path serialised with those of other processes too
+    /// (replicas sharing this `REPO_DIR`) through `shared`.
+    pub fn with_shared_locks(mut self, shared: Arc<dyn writ_core::workspace::SharedLocks>) -> Self {
+        self.locks = std::mem::take(&mut self.locks).with_shared(shared);
+        self
+    }
+
     /// The workspace, bounding the size of every file a recorded write leaves.
     pub fn with_max_file_bytes(mut self, limit: usize) -> Self {
         self.max_file_bytes = Some(limit);

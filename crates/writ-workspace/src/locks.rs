@@ -1,4 +1,7 @@
-//! Per-path write locks: writers of one path queue behind each other within this process.
+//! Per-path write locks: writers of one path queue behind each other within this process, and,
+//! where replicas share `REPO_DIR` and a database, across processes too ([`SharedLocks`]: the
+//! store's advisory locks, taken once the local lock is held, so each process asks for a path at
+//! most once at a time).
 //!
 //! The table holds one async mutex per path that someone currently holds or waits for, and
 //! nothing else: an entry that only the table itself references is dropped on the next call, so
@@ -8,15 +11,28 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use writ_core::SandboxPath;
-use writ_core::workspace::PathLock;
+use writ_core::workspace::{PathLock, SharedLocks};
 
 #[derive(Debug, Default)]
 pub(crate) struct PathLocks {
     /// A std mutex is enough: it is held only to look up or insert an entry, never across `.await`.
     table: Mutex<HashMap<SandboxPath, Arc<tokio::sync::Mutex<()>>>>,
+    /// Other processes' writers of the same `REPO_DIR`, where there are any.
+    shared: Option<Arc<dyn SharedLocks>>,
+}
+
+/// What a shared lock is named: the workspace's own prefix, so that no other user of the
+/// database's advisory locks collides with a path.
+fn shared_key(path: &SandboxPath) -> String {
+    format!("writ:path:{}", path.as_str())
 }
 
 impl PathLocks {
+    pub(crate) fn with_shared(mut self, shared: Arc<dyn SharedLocks>) -> Self {
+        self.shared = Some(shared);
+        self
+    }
+
     pub(crate) async fn lock(&self, path: &SandboxPath) -> PathLock {
         let entry = {
             // A panic while holding the table cannot leave it inconsistent (every update is a
@@ -27,7 +43,20 @@ impl PathLocks {
             table.retain(|_, mutex| Arc::strong_count(mutex) > 1);
             Arc::clone(table.entry(path.clone()).or_default())
         };
-        entry.lock_owned().await
+        let local = entry.lock_owned().await;
+        let shared = match &self.shared {
+            None => None,
+            Some(shared) => match shared.lock(&shared_key(path)).await {
+                Ok(held) => Some(held),
+                // The write that follows records its operation in that same database first, so
+                // it fails there; nothing is published without the record.
+                Err(e) => {
+                    tracing::warn!(path = %path, error = %e, "the shared path lock could not be taken");
+                    None
+                }
+            },
+        };
+        PathLock::new(local, shared)
     }
 
     #[cfg(test)]

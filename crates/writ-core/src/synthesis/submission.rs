@@ -16,6 +16,13 @@ use crate::synthesis::response::BatchResponse;
 use crate::synthesis::run::{Prior, Synthesizer};
 use crate::synthesis::runner::Recorded;
 
+/// How long a repeated `Idempotency-Key` waits for the batch it repeats to end before being
+/// refused as still in progress (a resumed batch ends within its lease and one claim).
+pub const REPLAY_WAIT: Duration = Duration::from_secs(120);
+
+/// How often that wait looks at the job.
+const REPLAY_POLL: Duration = Duration::from_millis(200);
+
 /// Who is asking and how to recognise a repeat.
 #[derive(Debug, Clone)]
 pub struct Submission {
@@ -26,6 +33,9 @@ pub struct Submission {
     pub idempotency_key: Option<String>,
     /// SHA-256 of the request body as received.
     pub body_sha256: String,
+    /// The request body as received, recorded with the job so that another replica can resume
+    /// the batch if this one dies (`None`: the batch cannot be resumed elsewhere).
+    pub body: Option<String>,
     pub batch: Batch,
 }
 
@@ -81,6 +91,20 @@ impl Synthesizer {
         let current = current?;
         self.check_validation(&sub.batch)?;
         Ok(Prepared::Fresh(Prior { recent, current }))
+    }
+
+    /// What a resumed batch's prompts show of the present, its remaining targets checked on
+    /// disk again (the idempotency key and the models were checked when it was accepted).
+    pub(crate) async fn prepare_resumed(&self, sub: &Submission) -> Result<Prior, BatchError> {
+        let (current, recent) = futures::future::join(
+            self.check_targets(&sub.batch),
+            self.recent_operations(sub.caller.as_deref()),
+        )
+        .await;
+        Ok(Prior {
+            recent,
+            current: current?,
+        })
     }
 
     /// The batch's request record, for the unit that records it with its job.
@@ -149,22 +173,56 @@ impl Synthesizer {
             Some(r) if r.body_sha256.as_deref() != Some(sub.body_sha256.as_str()) => {
                 Err(SubmitError::IdempotencyConflict)
             }
-            Some(r) => match r.response {
-                Some(body) => {
-                    let response = serde_json::from_value(body).map_err(|e| {
-                        SubmitError::Audit(StoreError::Other(format!(
-                            "the stored answer of request {} cannot be read: {e}",
-                            r.id
-                        )))
-                    })?;
-                    Ok(Some(Submitted {
-                        response,
-                        replayed: true,
-                        upstream: Duration::ZERO,
-                    }))
+            Some(r) => {
+                let body = match r.response {
+                    Some(body) => body,
+                    None => self.await_answer(r.id).await?,
+                };
+                let response = serde_json::from_value(body).map_err(|e| {
+                    SubmitError::Audit(StoreError::Other(format!(
+                        "the stored answer of request {} cannot be read: {e}",
+                        r.id
+                    )))
+                })?;
+                Ok(Some(Submitted {
+                    response,
+                    replayed: true,
+                    upstream: Duration::ZERO,
+                }))
+            }
+        }
+    }
+
+    /// The answer of a batch still running under the same `Idempotency-Key`, once its job ends:
+    /// the repeat follows the job instead of being refused, whichever replica runs it (a
+    /// replica that died has its jobs resumed by another). Refused as still in progress when the
+    /// job does not end within [`REPLAY_WAIT`].
+    async fn await_answer(&self, id: Uuid) -> Result<serde_json::Value, SubmitError> {
+        let until = tokio::time::Instant::now() + REPLAY_WAIT;
+        loop {
+            let job = self.store.get_job(id).await.map_err(SubmitError::Audit)?;
+            let Some(job) = job else {
+                // Not a job (yet): its records commit beside its first model calls.
+                if tokio::time::Instant::now() >= until {
+                    return Err(SubmitError::InProgress);
                 }
-                None => Err(SubmitError::InProgress),
-            },
+                tokio::time::sleep(REPLAY_POLL).await;
+                continue;
+            };
+            if job.status.is_final() {
+                return match job.response {
+                    Some(body) => Ok(body),
+                    // Failed by an older release, which stored no answer for a failed job.
+                    None => Err(SubmitError::Unavailable(format!(
+                        "the batch with this Idempotency-Key ended without an answer: {}",
+                        job.error.as_deref().unwrap_or("no reason recorded")
+                    ))),
+                };
+            }
+            if tokio::time::Instant::now() >= until {
+                return Err(SubmitError::InProgress);
+            }
+            tokio::time::sleep(REPLAY_POLL).await;
         }
     }
 

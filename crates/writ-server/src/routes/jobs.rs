@@ -228,6 +228,7 @@ fn job_json(job: &Job) -> Value {
         "finished_at": job.finished_at,
         "batch_status": job.batch_status,
         "error": job.error,
+        "attempts": job.attempts,
         "response": job.response,
         "events": format!("/jobs/{}/events", job.id),
     })

@@ -133,10 +133,14 @@ pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun, ApiEr
         scope: call.scope,
         idempotency_key: call.idempotency_key,
         body_sha256: sha256_hex(call.body),
+        body: std::str::from_utf8(call.body).ok().map(str::to_owned),
         batch,
     };
     // Refused at once rather than queued; the permit travels with the task it bounds.
-    let permit = state.limits.admit_batch(submission.caller.as_deref())?;
+    let permit = state
+        .limits
+        .admit_batch(submission.caller.as_deref())
+        .await?;
     let Some(runner) = state.runner.clone() else {
         return Err(unavailable(
             "no model provider could be set up; see the server log and `writ check`",

@@ -1,4 +1,5 @@
-//! [`JobStore`] for both backends (schema: `migrations/<backend>/0003_jobs.sql`).
+//! [`JobStore`] for both backends (schema: `migrations/<backend>/0003_jobs.sql`, leases in
+//! `0010_job_leases.sql` on PostgreSQL and `0008_job_leases.sql` on SQLite).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -6,7 +7,7 @@ use sqlx::types::Json;
 use uuid::Uuid;
 use writ_core::StoreError;
 use writ_core::audit::{AuditStore, AuditWrite};
-use writ_core::jobs::{Job, JobEvent, JobStatus, JobStore, NewJob};
+use writ_core::jobs::{ClaimedJob, Job, JobEvent, JobStatus, JobStore, NewJob};
 
 use super::commit::Work;
 use super::{Record, Sql, SqlStore};
@@ -15,7 +16,8 @@ use crate::dialect::Dialect;
 // A macro, not a const, so the statements stay static strings (never format! into SQL).
 macro_rules! job_columns {
     () => {
-        "id, status, is_async, files, created_at, heartbeat_at, finished_at, batch_status, error"
+        "id, status, is_async, files, created_at, heartbeat_at, finished_at, batch_status, error, \
+         attempts"
     };
 }
 
@@ -41,6 +43,7 @@ fn job_from_row<D: Dialect>(row: &D::Row, with_response: bool) -> Result<Job, St
         batch_status: row.get("batch_status")?,
         response: response.map(|json| json.0),
         error: row.get("error")?,
+        attempts: row.get("attempts")?,
     })
 }
 
@@ -73,14 +76,20 @@ pub(super) fn push_insert_events<D: Dialect>(sql: &mut Sql<D>, events: &[JobEven
 }
 
 pub(super) fn push_insert_job<D: Dialect>(sql: &mut Sql<D>, job: &NewJob, status: JobStatus) {
-    sql.push("INSERT INTO jobs (id, status, is_async, files, created_at, heartbeat_at) VALUES ");
+    sql.push(
+        "INSERT INTO jobs (id, status, is_async, files, created_at, heartbeat_at, owner, \
+         lease_until, request) VALUES ",
+    );
     sql.tuple(|row| {
         row.bind(job.id)
             .bind(status.as_str())
             .bind(job.is_async)
             .bind(Json(job.files.as_slice()))
             .bind_time(job.created_at)
-            .bind_time(job.created_at);
+            .bind_time(job.created_at)
+            .bind(job.lease.as_ref().map(|l| l.owner.as_str()))
+            .bind_time(job.lease.as_ref().map(|l| l.until))
+            .bind(job.request.as_deref());
     });
 }
 
@@ -193,7 +202,7 @@ impl<D: Dialect> JobStore for SqlStore<D> {
         let mut sql = Sql::new(concat!(
             "SELECT ",
             job_columns!(),
-            " FROM jobs WHERE heartbeat_at < "
+            " FROM jobs WHERE lease_until IS NULL AND heartbeat_at < "
         ));
         sql.bind_time(before)
             .push(UNFINISHED)
@@ -201,6 +210,81 @@ impl<D: Dialect> JobStore for SqlStore<D> {
         let rows = sql.fetch_all(self, "list stale jobs").await?;
         rows.iter()
             .map(|row| job_from_row::<D>(row, false))
+            .collect()
+    }
+
+    async fn renew_lease(
+        &self,
+        id: Uuid,
+        owner: &str,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let mut sql = Sql::new("UPDATE jobs SET lease_until = ");
+        sql.bind_time(until)
+            .push(", heartbeat_at = ")
+            .bind_time(Utc::now())
+            .push(" WHERE id = ")
+            .bind(id)
+            .push(" AND owner = ")
+            .bind(owner)
+            .push(UNFINISHED);
+        Ok(sql.execute(self, "renew job lease").await? == 1)
+    }
+
+    async fn release_lease(
+        &self,
+        id: Uuid,
+        owner: &str,
+        reason: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        // A lease that ended a moment ago: the next claim, on any replica, takes the job.
+        let mut sql = Sql::new("UPDATE jobs SET lease_until = ");
+        sql.bind_time(Utc::now() - chrono::Duration::milliseconds(1))
+            .push(", error = ")
+            .bind(reason)
+            .push(" WHERE id = ")
+            .bind(id)
+            .push(" AND owner = ")
+            .bind(owner)
+            .push(UNFINISHED);
+        Ok(sql.execute(self, "release job lease").await? == 1)
+    }
+
+    async fn claim_jobs(
+        &self,
+        owner: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<ClaimedJob>, StoreError> {
+        let mut sql = Sql::new("UPDATE jobs SET owner = ");
+        sql.bind(owner)
+            .push(", lease_until = ")
+            .bind_time(until)
+            .push(", heartbeat_at = ")
+            .bind_time(now)
+            .push(", attempts = attempts + 1 WHERE id IN (SELECT id FROM jobs WHERE lease_until < ")
+            .bind_time(now)
+            .push(UNFINISHED)
+            .push(" ORDER BY lease_until LIMIT ")
+            .bind(i64::from(limit))
+            .push(D::SKIP_LOCKED)
+            .push(concat!(
+                ") RETURNING ",
+                job_columns!(),
+                ", request, attempts"
+            ));
+        let rows = sql.fetch_all(self, "claim jobs").await?;
+        rows.iter()
+            .map(|row| {
+                let job = job_from_row::<D>(row, false)?;
+                let record = Record::<D>(row);
+                Ok(ClaimedJob {
+                    request: record.get("request")?,
+                    attempts: job.attempts,
+                    job,
+                })
+            })
             .collect()
     }
 
