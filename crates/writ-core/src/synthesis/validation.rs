@@ -716,3 +716,21 @@ fn failure_message(f: &FileTrials<'_>, validation: &Validation) -> String {
         f.rounds
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combinations_try_each_models_own_files_together_first_and_stay_bounded() {
+        // Two files, three candidates each; candidate t of every file came from model t.
+        let options = vec![vec![0, 1, 2], vec![0, 1, 2]];
+        let combos = combinations(&options, 64, |_, t| format!("model-{t}"));
+        assert_eq!(combos.len(), 9);
+        assert_eq!(&combos[..3], &[vec![0, 0], vec![1, 1], vec![2, 2]]);
+        let bounded = combinations(&vec![vec![0, 1, 2, 3]; 4], 64, |_, t| t.to_string());
+        assert_eq!(bounded.len(), 64);
+        assert_eq!(bounded[0], vec![0, 0, 0, 0]);
+        assert_eq!(bounded[3], vec![3, 3, 3, 3]);
+    }
+}
