@@ -4,6 +4,7 @@
 
 mod dashboard;
 mod edges;
+mod edits;
 mod files;
 mod hardening;
 mod images;
@@ -16,6 +17,7 @@ mod scopes;
 mod service;
 mod speed;
 mod tools;
+mod updates;
 mod validation;
 mod write_codebase;
 mod write_sessions;

@@ -202,6 +202,7 @@ use writ_core::model::ErrorClass;
 use writ_core::sessions::SessionState;
 use writ_core::synthesis::image::ImageFormat;
 use writ_core::synthesis::progress::Event;
+use writ_server::error::ErrorCode;
 use writ_server::routes::Access;
 
 /// Every variant of a unit-variant enum, as serde writes it, after checking that each reads back
@@ -402,6 +403,10 @@ fn every_enum_in_the_spec_lists_exactly_the_values_serde_produces() {
         Cancelled,
         NoCode,
         BadImage,
+        EditFailed,
+        Elided,
+        RemovedDefinitions,
+        Shrunk,
     });
     assert_eq!(schema_enum(&spec, "Candidate", "error_class"), classes);
 
@@ -495,6 +500,58 @@ fn every_enum_in_the_spec_lists_exactly_the_values_serde_produces() {
     let sse = &spec["paths"]["/jobs/{id}/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]
         ["schema"]["properties"]["event"];
     assert_eq!(spec_enum(sse, &[]), events);
+
+    let codes = wire_names!(ErrorCode {
+        AlreadyExists,
+        AuditUnavailable,
+        AuthUnavailable,
+        BodyTooLarge,
+        Busy,
+        Cancelled,
+        CommandsUnavailable,
+        Conflict,
+        CrossSite,
+        EditFailed,
+        FileTooLarge,
+        HostNotAllowed,
+        IdempotencyConflict,
+        IdempotencyInProgress,
+        InsufficientScope,
+        Internal,
+        InvalidArguments,
+        InvalidBody,
+        InvalidCursor,
+        InvalidHeader,
+        InvalidParameter,
+        InvalidPath,
+        InvalidRequest,
+        InvalidUtf8,
+        McpTransport,
+        ModelsUnavailable,
+        NoSpace,
+        NotADirectory,
+        NotAFile,
+        NotFound,
+        ParentMissing,
+        PreconditionFailed,
+        ProtectedPath,
+        RateLimited,
+        SessionState,
+        TooLarge,
+        TooManyBatches,
+        TooManyWriteSessions,
+        Unauthorized,
+        UnsupportedMediaType,
+        ValidationFailed,
+    });
+    assert_eq!(
+        spec_enum(&spec, &["components", "schemas", "ErrorCode"]),
+        codes
+    );
+    for code in &codes {
+        let parsed: ErrorCode = serde_json::from_value(serde_json::json!(code)).unwrap();
+        assert_eq!(parsed.as_str(), code, "as_str and serde agree");
+    }
 
     // The match makes a new scope a compile error here until the spec lists it.
     fn exhaustive(s: Scope) {

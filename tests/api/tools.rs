@@ -15,11 +15,12 @@ use writ_fake_upstream::{Script, Step};
 use writ_tests::{ARBITER, Backend, MODELS, TestApp, spawn_app, spawn_app_with_models};
 
 /// The tools of a server without commands (`run` is offered only with `WRIT_COMMANDS`).
-const TOOL_NAMES: [&str; 9] = [
+const TOOL_NAMES: [&str; 10] = [
     "write_codebase",
     "list_files",
     "read_file",
     "write_file",
+    "edit_files",
     "list_operations",
     "get_operation",
     "begin_write_session",

@@ -18,6 +18,7 @@ TOOL_NAMES = [
     "list_files",
     "read_file",
     "write_file",
+    "edit_files",
     "list_operations",
     "get_operation",
     "begin_write_session",

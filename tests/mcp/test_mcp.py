@@ -53,6 +53,38 @@ async def test_the_tools_are_listed_with_schemas_that_accept_the_http_request(cl
         assert by_name["read_file"].annotations.read_only_hint is True
 
 
+async def test_three_files_change_in_one_all_or_nothing_patch(client_factory):
+    stem = f"patch-{client_factory.kind}-{uuid.uuid4().hex[:8]}"
+    paths = [f"{stem}/m{i}.py" for i in range(3)]
+    async with client_factory() as client:
+        for i, path in enumerate(paths):
+            made = await client.call_tool(
+                "write_file", {"path": path, "content": f"def f{i}():\n    return {i}\n", "create_dirs": True}
+            )
+            assert not made.is_error, _text(made)
+
+        def patch(last_old: str) -> str:
+            hunks = []
+            for i, path in enumerate(paths):
+                old = last_old if i == 2 else f"    return {i}"
+                hunks.append(f"*** Update File: {path}\n@@ def f{i}():\n-{old}\n+    return {i * 10 + 1}\n")
+            return "*** Begin Patch\n" + "".join(hunks) + "*** End Patch\n"
+
+        refused = await client.call_tool("edit_files", {"patch": patch("    return 99")})
+        assert refused.is_error
+        assert f"'{paths[2]}' hunk 1" in _text(refused)
+        for i, path in enumerate(paths):
+            read = await client.call_tool("read_file", {"path": path})
+            assert _text(read) == f"def f{i}():\n    return {i}\n", "a refused patch changed nothing"
+
+        applied = await client.call_tool("edit_files", {"patch": patch("    return 2")})
+        assert not applied.is_error, _text(applied)
+        assert [f["operation"] for f in applied.structured_content["files"]] == ["updated"] * 3
+        for i, path in enumerate(paths):
+            read = await client.call_tool("read_file", {"path": path})
+            assert _text(read) == f"def f{i}():\n    return {i * 10 + 1}\n"
+
+
 async def test_each_tool_can_be_called(client_factory):
     path = f"py-{client_factory.kind}-{uuid.uuid4().hex[:8]}.txt"
     async with client_factory() as client:

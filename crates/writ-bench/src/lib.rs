@@ -7,7 +7,9 @@
 //! - [`load`]: open- and closed-loop load, one sample per batch;
 //! - [`procs`]: starting and stopping the fake upstream and writ;
 //! - [`scenarios`]: the four tables (overhead, ceiling, stragglers, audit path);
-//! - [`eval`]: how often the correct file is written, with and without validation (`EVALS.md`).
+//! - [`eval`]: how often the correct file is written, with and without validation (`EVALS.md`);
+//! - [`updates`]: changes of existing files — the right file, no line lost, whatever the models
+//!   answer — and what edit answers save against whole files.
 
 pub mod eval;
 pub mod load;
@@ -15,3 +17,4 @@ pub mod procfs;
 pub mod procs;
 pub mod scenarios;
 pub mod stats;
+pub mod updates;

@@ -63,6 +63,19 @@ enum Command {
         #[arg(long)]
         answers: Option<PathBuf>,
     },
+    /// Changes of existing files: no line lost whatever the models answer, and the cost of
+    /// edits against whole files (prints EVALS.md's and BENCHMARKS.md's update tables).
+    Updates {
+        /// Directory with the `writ` and `writ-fake-upstream` binaries.
+        #[arg(long)]
+        bin_dir: Option<PathBuf>,
+        /// Sizes of the existing files, in lines.
+        #[arg(long, value_delimiter = ',', default_values_t = [50, 300, 1000, 3000])]
+        lines: Vec<usize>,
+        /// Runs per row of the cost table (its latency is the median).
+        #[arg(long, default_value_t = 3)]
+        cost_runs: usize,
+    },
 }
 
 #[tokio::main]
@@ -71,6 +84,26 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     // Every repo this run makes goes at the end, whichever way it ends.
     let _repos = writ_bench::procs::KeptRepos;
+    if let Some(Command::Updates {
+        bin_dir,
+        lines,
+        cost_runs,
+    }) = &args.command
+    {
+        let bin_dir = bin_dir
+            .clone()
+            .unwrap_or_else(writ_bench::procs::default_bin_dir);
+        let rows = writ_bench::updates::eval(&bin_dir, lines).await?;
+        let cost = writ_bench::updates::cost(&bin_dir, *cost_runs).await?;
+        let mut out = std::io::stdout();
+        writeln!(
+            out,
+            "### No line lost\n\n{}",
+            writ_bench::updates::eval_report(&rows)
+        )?;
+        writeln!(out, "### A one-line change in a 2,000-line file\n\n{cost}")?;
+        return Ok(());
+    }
     if let Some(Command::Eval {
         bin_dir,
         tasks,

@@ -9,17 +9,28 @@
 //! - [`candidate`]: all of the above applied to one answer.
 //! - [`verdict`]: reading the arbiter's choice among distinct candidates.
 //! - [`outline`](mod@outline): a file's definitions, one line each, for context too large to show.
+//! - [`shape`]: a file's line endings, BOM and final newline, kept apart from its lines; diffs.
+//! - [`edit`]: edits applied strictly (SEARCH/REPLACE blocks, `str_replace`).
+//! - [`patch`]: the `apply_patch` format agents speak, parsed into per-file edits.
+//! - [`loss`]: what an update must not lose (placeholders, removed definitions, cut-off files).
 
 pub mod candidate;
+pub mod edit;
 pub mod extract;
 pub mod language;
+pub mod loss;
 pub mod mojibake;
 pub mod normalise;
 pub mod outline;
+pub mod patch;
+pub mod shape;
 pub mod syntax;
 pub mod verdict;
 
-pub use candidate::{CheckedCandidate, Rejection, check_candidate};
+pub use candidate::{
+    AnswerForm, CheckedCandidate, CheckedUpdate, Rejection, UpdateRejection, UpdateTarget,
+    check_candidate, check_update,
+};
 pub use extract::extract_code;
 pub use language::Language;
 pub use mojibake::repair_mojibake;

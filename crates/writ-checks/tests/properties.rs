@@ -124,4 +124,35 @@ proptest! {
         let answer = format!("prose\n```python\n{code}\n```\nprose");
         prop_assert_eq!(extract_code(&answer, Language::Python), Some(code));
     }
+
+    #[test]
+    fn an_update_answer_never_panics(answer in hostile(), original in hostile(), lang in language()) {
+        let view = writ_checks::shape::view(&original);
+        let target = writ_checks::UpdateTarget {
+            original: &view,
+            base: &view,
+            description: "change it",
+            allow_removals: false,
+        };
+        let _ = writ_checks::check_update(&answer, lang, target);
+        let _ = writ_checks::patch::parse(&answer);
+    }
+
+    #[test]
+    fn rendering_the_unchanged_view_gives_the_original_back(original in hostile()) {
+        let view = writ_checks::shape::view(&original);
+        prop_assert_eq!(writ_checks::shape::render(&original, &view), original);
+    }
+
+    #[test]
+    fn an_edit_of_one_line_changes_that_line_only(lines in prop::collection::vec("[a-z ]{0,12}", 1..40), crlf in any::<bool>(), pick in any::<prop::sample::Index>()) {
+        let ending = if crlf { "\r\n" } else { "\n" };
+        let original: String = lines.iter().enumerate().map(|(i, l)| format!("{i}:{l}{ending}")).collect();
+        let view = writ_checks::shape::view(&original);
+        let i = pick.index(lines.len());
+        let old = format!("{i}:{}\n", lines[i]);
+        let edited = writ_checks::edit::apply_one(&view, &old, "changed\n", false, 1, "edit").unwrap();
+        let rendered = writ_checks::shape::render(&original, &edited.text);
+        prop_assert_eq!(rendered, original.replacen(&format!("{i}:{}{ending}", lines[i]), &format!("changed{ending}"), 1));
+    }
 }

@@ -126,6 +126,20 @@ pub struct CandidateRecord {
     /// How the candidate did against the caller's checks, when the batch asked for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validation: Option<ValidationRecord>,
+    /// For a file that existed: whether the answer came as `edits` or as a `whole_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_form: Option<writ_checks::AnswerForm>,
+    /// Set (`whitespace`) when an edit matched only by ignoring trailing whitespace and
+    /// indentation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edit_fallback: Option<writ_checks::edit::Fallback>,
+    /// What a `removed_definitions` candidate dropped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_definitions: Vec<String>,
+    /// Why the model's first answer did not apply: it was sent back once with this, and this
+    /// record is its second answer (latency, tokens and cost count both).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edit_retry_error: Option<String>,
 }
 
 /// One candidate's run of the caller's checks.

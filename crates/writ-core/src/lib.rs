@@ -8,6 +8,7 @@
 //! - [`files`]: recorded writes — every write is in the audit log before it is acknowledged —
 //!   shared by direct writes and synthesis; reconciliation of writes a crash interrupted.
 //! - [`direct`]: direct writes of the caller's own content, the same for every surface.
+//! - [`edits`]: direct edits (`str_replace`, `apply_patch`) of up to five files, all or nothing.
 //! - [`execution`]: the [`execution::Runner`] trait for running the caller's checks in a sandbox.
 //! - [`jobs`]: every batch as a job row with its progress events ([`jobs::JobStore`]).
 //! - [`keys`]: API keys (format, constant-time check) and the [`keys::KeyStore`] trait.
@@ -21,6 +22,7 @@
 pub mod audit;
 pub mod content;
 pub mod direct;
+pub mod edits;
 pub mod execution;
 pub mod files;
 pub mod jobs;

@@ -105,6 +105,15 @@ pub enum ErrorClass {
     NoCode,
     /// The image model answered, but not with an image writ could check and shape.
     BadImage,
+    /// An edit of the answer did not apply to the file (no match, several matches, a block cut
+    /// off).
+    EditFailed,
+    /// The answer put a placeholder ("rest of the code…", a bare `...`) where code was.
+    Elided,
+    /// The answer removed definitions the description does not ask to remove.
+    RemovedDefinitions,
+    /// The answer kept too few of the file's lines: it looks cut off.
+    Shrunk,
 }
 
 impl ErrorClass {
@@ -127,6 +136,10 @@ impl ErrorClass {
             Self::Cancelled => "cancelled",
             Self::NoCode => "no_code",
             Self::BadImage => "bad_image",
+            Self::EditFailed => "edit_failed",
+            Self::Elided => "elided",
+            Self::RemovedDefinitions => "removed_definitions",
+            Self::Shrunk => "shrunk",
         }
     }
 

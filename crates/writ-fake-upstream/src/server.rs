@@ -251,7 +251,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(list_models))
-        .route("/_fake/script/{model}", put(put_script))
+        .route("/_fake/script/{*model}", put(put_script))
         .route("/_fake/route", put(put_route))
         .route("/_fake/default", put(put_default))
         .route("/_fake/calls", get(get_calls).delete(delete_calls))

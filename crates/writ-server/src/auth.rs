@@ -22,7 +22,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use writ_core::keys::{PresentedKey, Scope, Scopes};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::routes::{Access, access_of};
 use crate::state::AppState;
 
@@ -73,8 +73,7 @@ pub fn insufficient_scope(needed: Scope, held: Scopes) -> ApiError {
         held.to_string()
     };
     ApiError::new(
-        StatusCode::FORBIDDEN,
-        "insufficient_scope",
+        ErrorCode::InsufficientScope,
         format!(
             "this call needs the `{needed}` scope; the API key has: {held_text} (scopes are set when a key is issued: `writ keys create --scopes`)"
         ),
@@ -151,8 +150,7 @@ impl AuthSwitch {
             Err(e) if last_off.is_some() => {
                 tracing::error!(error = %e, "cannot re-check for API keys; refusing requests until the store answers");
                 let mut refusal = ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "auth_unavailable",
+                    ErrorCode::AuthUnavailable,
                     format!(
                         "cannot tell whether API keys are required: the audit store that holds them has not answered for over {}s (WRIT_AUTH_FAIL_CLOSED_AFTER_SECS); retry later",
                         state.settings.edge.auth_fail_closed_after.as_secs()
@@ -261,7 +259,7 @@ async fn authenticate(
 }
 
 fn unauthorized(message: &str) -> ApiError {
-    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).with_field("Authorization")
+    ApiError::new(ErrorCode::Unauthorized, message).with_field("Authorization")
 }
 
 /// Adds `WWW-Authenticate` to a 401 answer (RFC 6750).

@@ -12,14 +12,14 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
 use crate::config::ConfigError;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::state::AppState;
 
 /// `WRIT_PROTECTED_PATHS` when unset: the one directory whose files run code on the next git command.
@@ -187,8 +187,7 @@ pub async fn guard_host_and_origin(
         });
         if !allowed {
             return ApiError::new(
-                StatusCode::MISDIRECTED_REQUEST,
-                "host_not_allowed",
+                ErrorCode::HostNotAllowed,
                 format!(
                     "writ without API keys answers only loopback host names; '{}' is not one. Add it to WRIT_ALLOWED_HOSTS (comma-separated) or configure API keys",
                     host.as_deref().unwrap_or("")
@@ -202,7 +201,7 @@ pub async fn guard_host_and_origin(
         && let Some(reason) =
             cross_site(headers, host.as_deref(), &state.settings.edge.allowed_hosts)
     {
-        return ApiError::new(StatusCode::FORBIDDEN, "cross_site", reason)
+        return ApiError::new(ErrorCode::CrossSite, reason)
             .with_field("Origin")
             .into_response();
     }

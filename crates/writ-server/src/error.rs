@@ -1,16 +1,161 @@
 //! The one error type of the HTTP API and its stable JSON body:
 //! `{"error": {"code": "...", "message": "...", "field": "..."?, "details": ...?}}`.
+//!
+//! Every code a client can see is a variant of [`ErrorCode`]; openapi.yaml lists the same set
+//! (pinned by the API tests), so a code cannot appear on the wire without being documented.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use writ_core::files::WriteError;
 use writ_core::{PathError, StoreError, WorkspaceError};
 
+/// The machine-readable `code` of an error body. The wire strings are the client's contract:
+/// a variant may be added, but never renamed (the three "too large" spellings stay apart because
+/// clients already match on each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    AlreadyExists,
+    AuditUnavailable,
+    AuthUnavailable,
+    BodyTooLarge,
+    Busy,
+    Cancelled,
+    CommandsUnavailable,
+    Conflict,
+    CrossSite,
+    EditFailed,
+    FileTooLarge,
+    HostNotAllowed,
+    IdempotencyConflict,
+    IdempotencyInProgress,
+    InsufficientScope,
+    Internal,
+    InvalidArguments,
+    InvalidBody,
+    InvalidCursor,
+    InvalidHeader,
+    InvalidParameter,
+    InvalidPath,
+    InvalidRequest,
+    InvalidUtf8,
+    McpTransport,
+    ModelsUnavailable,
+    NoSpace,
+    NotADirectory,
+    NotAFile,
+    NotFound,
+    ParentMissing,
+    PreconditionFailed,
+    ProtectedPath,
+    RateLimited,
+    SessionState,
+    TooLarge,
+    TooManyBatches,
+    TooManyWriteSessions,
+    Unauthorized,
+    UnsupportedMediaType,
+    ValidationFailed,
+}
+
+impl ErrorCode {
+    /// The status this code is answered with. Three call sites answer another one and say why
+    /// with [`ApiError::with_status`]: a path with a forbidden character (422), a body that could
+    /// not be read at all (400), and the MCP transport's own refusals (its status).
+    pub fn status(self) -> StatusCode {
+        use ErrorCode::*;
+        match self {
+            InvalidBody | InvalidRequest | InvalidArguments | InvalidUtf8 | EditFailed
+            | ValidationFailed => StatusCode::UNPROCESSABLE_ENTITY,
+            InvalidCursor | InvalidHeader | InvalidParameter | InvalidPath | McpTransport => {
+                StatusCode::BAD_REQUEST
+            }
+            Unauthorized => StatusCode::UNAUTHORIZED,
+            InsufficientScope | CrossSite | ProtectedPath => StatusCode::FORBIDDEN,
+            NotFound => StatusCode::NOT_FOUND,
+            AlreadyExists
+            | Cancelled
+            | Conflict
+            | IdempotencyConflict
+            | IdempotencyInProgress
+            | NotADirectory
+            | NotAFile
+            | ParentMissing
+            | SessionState => StatusCode::CONFLICT,
+            PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+            BodyTooLarge | FileTooLarge | TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            HostNotAllowed => StatusCode::MISDIRECTED_REQUEST,
+            RateLimited | TooManyBatches | TooManyWriteSessions => StatusCode::TOO_MANY_REQUESTS,
+            Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            AuditUnavailable | AuthUnavailable | Busy | CommandsUnavailable | ModelsUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            NoSpace => StatusCode::INSUFFICIENT_STORAGE,
+        }
+    }
+
+    /// The wire string, as serde writes it.
+    pub fn as_str(self) -> &'static str {
+        use ErrorCode::*;
+        match self {
+            AlreadyExists => "already_exists",
+            AuditUnavailable => "audit_unavailable",
+            AuthUnavailable => "auth_unavailable",
+            BodyTooLarge => "body_too_large",
+            Busy => "busy",
+            Cancelled => "cancelled",
+            CommandsUnavailable => "commands_unavailable",
+            Conflict => "conflict",
+            CrossSite => "cross_site",
+            EditFailed => "edit_failed",
+            FileTooLarge => "file_too_large",
+            HostNotAllowed => "host_not_allowed",
+            IdempotencyConflict => "idempotency_conflict",
+            IdempotencyInProgress => "idempotency_in_progress",
+            InsufficientScope => "insufficient_scope",
+            Internal => "internal",
+            InvalidArguments => "invalid_arguments",
+            InvalidBody => "invalid_body",
+            InvalidCursor => "invalid_cursor",
+            InvalidHeader => "invalid_header",
+            InvalidParameter => "invalid_parameter",
+            InvalidPath => "invalid_path",
+            InvalidRequest => "invalid_request",
+            InvalidUtf8 => "invalid_utf8",
+            McpTransport => "mcp_transport",
+            ModelsUnavailable => "models_unavailable",
+            NoSpace => "no_space",
+            NotADirectory => "not_a_directory",
+            NotAFile => "not_a_file",
+            NotFound => "not_found",
+            ParentMissing => "parent_missing",
+            PreconditionFailed => "precondition_failed",
+            ProtectedPath => "protected_path",
+            RateLimited => "rate_limited",
+            SessionState => "session_state",
+            TooLarge => "too_large",
+            TooManyBatches => "too_many_batches",
+            TooManyWriteSessions => "too_many_write_sessions",
+            Unauthorized => "unauthorized",
+            UnsupportedMediaType => "unsupported_media_type",
+            ValidationFailed => "validation_failed",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
     pub field: Option<String>,
     pub details: Option<serde_json::Value>,
@@ -18,15 +163,21 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    /// An error answered with its code's status.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
-            status,
+            status: code.status(),
             code,
             message: message.into(),
             field: None,
             details: None,
             retry_after_secs: None,
         }
+    }
+    /// Answers another status than the code's own; see [`ErrorCode::status`] for who does.
+    pub fn with_status(mut self, status: StatusCode) -> Self {
+        self.status = status;
+        self
     }
     pub fn with_field(mut self, field: impl Into<String>) -> Self {
         self.field = Some(field.into());
@@ -36,18 +187,14 @@ impl ApiError {
         self.details = Some(details);
         self
     }
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, code, message)
-    }
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+        Self::new(ErrorCode::NotFound, message)
     }
     /// The audit store cannot record: nothing was changed, the caller may retry.
     pub fn audit_unavailable(err: &StoreError) -> Self {
         tracing::error!(error = %err, "audit store unavailable");
         let mut e = Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "audit_unavailable",
+            ErrorCode::AuditUnavailable,
             "the audit log cannot be written right now, so nothing was changed; retry later",
         );
         e.retry_after_secs = Some(5);
@@ -55,11 +202,7 @@ impl ApiError {
     }
     pub fn internal(err: impl std::fmt::Display) -> Self {
         tracing::error!(error = %err, "internal error");
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "internal error; see the server log",
-        )
+        Self::new(ErrorCode::Internal, "internal error; see the server log")
     }
 }
 
@@ -95,7 +238,9 @@ pub fn path_error(err: &PathError, field: &str) -> ApiError {
         PathError::ForbiddenCharacter { .. } => StatusCode::UNPROCESSABLE_ENTITY,
         _ => StatusCode::BAD_REQUEST,
     };
-    ApiError::new(status, "invalid_path", err.to_string()).with_field(field)
+    ApiError::new(ErrorCode::InvalidPath, err.to_string())
+        .with_status(status)
+        .with_field(field)
 }
 
 pub fn workspace_error(err: WorkspaceError, field: &str) -> ApiError {
@@ -103,23 +248,23 @@ pub fn workspace_error(err: WorkspaceError, field: &str) -> ApiError {
     match err {
         WorkspaceError::Path(p) => path_error(&p, field),
         WorkspaceError::Escapes { .. } => {
-            ApiError::bad_request("invalid_path", msg).with_field(field)
+            ApiError::new(ErrorCode::InvalidPath, msg).with_field(field)
         }
         WorkspaceError::NotFound { .. } => ApiError::not_found(msg),
         WorkspaceError::ParentMissing { .. } => {
-            ApiError::new(StatusCode::CONFLICT, "parent_missing", msg).with_field("create_dirs")
+            ApiError::new(ErrorCode::ParentMissing, msg).with_field("create_dirs")
         }
         WorkspaceError::IsDirectory { .. } | WorkspaceError::SpecialFile { .. } => {
-            ApiError::new(StatusCode::CONFLICT, "not_a_file", msg).with_field(field)
+            ApiError::new(ErrorCode::NotAFile, msg).with_field(field)
         }
         WorkspaceError::NotADirectory { .. } => {
-            ApiError::new(StatusCode::CONFLICT, "not_a_directory", msg).with_field(field)
+            ApiError::new(ErrorCode::NotADirectory, msg).with_field(field)
         }
         WorkspaceError::Protected { .. } => {
-            ApiError::new(StatusCode::FORBIDDEN, "protected_path", msg).with_field(field)
+            ApiError::new(ErrorCode::ProtectedPath, msg).with_field(field)
         }
         WorkspaceError::NoSpace { .. } => {
-            let mut e = ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "no_space", msg);
+            let mut e = ApiError::new(ErrorCode::NoSpace, msg);
             e.retry_after_secs = Some(60);
             e
         }
@@ -131,18 +276,13 @@ pub fn write_error(err: WriteError, field: &str) -> ApiError {
     match err {
         WriteError::Workspace(w) => workspace_error(w, field),
         WriteError::AlreadyExists { .. } => {
-            ApiError::new(StatusCode::CONFLICT, "already_exists", err.to_string())
-                .with_field("mode")
+            ApiError::new(ErrorCode::AlreadyExists, err.to_string()).with_field("mode")
         }
-        WriteError::PreconditionFailed { .. } => ApiError::new(
-            StatusCode::PRECONDITION_FAILED,
-            "precondition_failed",
-            err.to_string(),
-        )
-        .with_field("If-Match"),
+        WriteError::PreconditionFailed { .. } => {
+            ApiError::new(ErrorCode::PreconditionFailed, err.to_string()).with_field("If-Match")
+        }
         WriteError::TooLarge { .. } => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "file_too_large",
+            ErrorCode::FileTooLarge,
             format!("{err} (WRIT_MAX_FILE_BYTES)"),
         )
         .with_field("body"),
@@ -153,11 +293,12 @@ pub fn write_error(err: WriteError, field: &str) -> ApiError {
 pub fn store_error(err: StoreError) -> ApiError {
     match err {
         StoreError::Unavailable(_) => ApiError::audit_unavailable(&err),
-        StoreError::InvalidCursor => {
-            ApiError::bad_request("invalid_cursor", "cursor was not issued by this server")
-                .with_field("cursor")
-        }
-        StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
+        StoreError::InvalidCursor => ApiError::new(
+            ErrorCode::InvalidCursor,
+            "cursor was not issued by this server",
+        )
+        .with_field("cursor"),
+        StoreError::Conflict(m) => ApiError::new(ErrorCode::Conflict, m),
         StoreError::Other(m) => ApiError::internal(m),
     }
 }

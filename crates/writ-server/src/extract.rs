@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 
 /// `Query<T>` whose errors say which parameter is wrong.
 pub struct ApiQuery<T>(pub T);
@@ -28,8 +28,8 @@ fn query_error(rejection: &QueryRejection) -> ApiError {
         .strip_prefix("Failed to deserialize query string: ")
         .unwrap_or(&text)
         .to_string();
-    let mut err = ApiError::bad_request(
-        "invalid_parameter",
+    let mut err = ApiError::new(
+        ErrorCode::InvalidParameter,
         format!("invalid query parameter: {detail}"),
     );
     if let Some(field) = field_in(&detail) {
@@ -41,8 +41,7 @@ fn query_error(rejection: &QueryRejection) -> ApiError {
 pub fn json_error(rejection: &JsonRejection) -> ApiError {
     match rejection {
         JsonRejection::MissingJsonContentType(_) => ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
+            ErrorCode::UnsupportedMediaType,
             "send the request body as JSON with Content-Type: application/json",
         ),
         JsonRejection::BytesRejection(b) => body_error(b, 0),
@@ -53,11 +52,7 @@ pub fn json_error(rejection: &JsonRejection) -> ApiError {
                 .or_else(|| text.strip_prefix("Failed to parse the request body as JSON: "))
                 .unwrap_or(&text)
                 .to_string();
-            let mut err = ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_body",
-                detail.clone(),
-            );
+            let mut err = ApiError::new(ErrorCode::InvalidBody, detail.clone());
             if let Some(field) = field_in(&detail) {
                 err = err.with_field(field);
             }
@@ -76,13 +71,14 @@ pub fn body_error(rejection: &BytesRejection, limit: usize) -> ApiError {
             "the configured limit".to_string()
         };
         return ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
+            ErrorCode::BodyTooLarge,
             format!("the request body is larger than {limit_text} (WRIT_MAX_BODY_BYTES)"),
         )
         .with_field("body");
     }
-    ApiError::bad_request("invalid_body", text).with_field("body")
+    ApiError::new(ErrorCode::InvalidBody, text)
+        .with_status(StatusCode::BAD_REQUEST)
+        .with_field("body")
 }
 
 /// Pulls the field name out of serde's messages: "unknown field `x`", "missing field `y`", or

@@ -17,12 +17,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use writ_core::limits::LimitStore;
 
 use crate::config::GuardSettings;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 
 /// How long a caller refused for concurrency is told to wait: batches take seconds.
 const BUSY_RETRY_SECS: u64 = 5;
@@ -83,8 +82,7 @@ fn slot_until() -> chrono::DateTime<chrono::Utc> {
 
 fn too_many_batches(max: usize) -> ApiError {
     let mut e = ApiError::new(
-        StatusCode::TOO_MANY_REQUESTS,
-        "too_many_batches",
+        ErrorCode::TooManyBatches,
         format!(
             "this API key already has {max} batches running (WRIT_MAX_BATCHES_PER_KEY); retry when one finishes"
         ),
@@ -95,8 +93,7 @@ fn too_many_batches(max: usize) -> ApiError {
 
 fn rate_limited(per_min: u32, burst: u32, wait: u64) -> ApiError {
     let mut e = ApiError::new(
-        StatusCode::TOO_MANY_REQUESTS,
-        "rate_limited",
+        ErrorCode::RateLimited,
         format!(
             "this API key made more than {per_min} requests per minute (burst {burst}, WRIT_RATE_LIMIT_PER_MIN); retry after {wait} s"
         ),
@@ -244,8 +241,7 @@ impl Limits {
         let slot = KeySlot(key);
         let Ok(global) = self.in_flight.clone().try_acquire_owned() else {
             let mut e = ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "busy",
+                ErrorCode::Busy,
                 format!(
                     "writ is running its maximum of {} batches (WRIT_MAX_BATCHES_IN_FLIGHT); retry shortly",
                     self.settings.max_batches_in_flight
@@ -278,6 +274,7 @@ impl Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::StatusCode;
 
     fn settings(per_min: u32, burst: u32, per_key: usize, global: usize) -> GuardSettings {
         let mut s = GuardSettings::load(&|_| None).unwrap();

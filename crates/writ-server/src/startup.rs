@@ -394,6 +394,7 @@ fn build_models(
         fallback_backoff: settings.models.fallback_backoff,
         straggler: settings.models.straggler,
         max_file_bytes: settings.guard.max_file_bytes,
+        max_shown_file_chars: settings.guard.max_shown_file_chars,
         batch_deadline: settings.guard.batch_deadline,
         allowed_models: settings.models.allowed.clone(),
         ..SynthesisConfig::default()

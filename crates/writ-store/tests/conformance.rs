@@ -642,6 +642,10 @@ fn candidates() -> Vec<CandidateRecord> {
                 duration_ms: 812,
                 output_tail: "1 passed\n".into(),
             }),
+            answer_form: Some(writ_checks::AnswerForm::Edits),
+            edit_fallback: Some(writ_checks::edit::Fallback::Whitespace),
+            removed_definitions: Vec::new(),
+            edit_retry_error: Some("SEARCH block 1: the text to replace was not found".into()),
         },
         CandidateRecord {
             model: "model-b".into(),
@@ -651,6 +655,7 @@ fn candidates() -> Vec<CandidateRecord> {
             error_class: Some(writ_core::model::ErrorClass::RateLimited),
             error: Some("429 from upstream".into()),
             round: Some(1),
+            removed_definitions: vec!["Stack.pop".into()],
             ..CandidateRecord::default()
         },
     ]

@@ -97,6 +97,10 @@ pub struct BatchOptions {
     /// Run these checks on every candidate; choose among those that pass, repair those that fail.
     #[serde(default)]
     pub validation: Option<ValidationOptions>,
+    /// Let a change to an existing file remove definitions the description does not name, and
+    /// shrink the file by more than the documented share. Off: such candidates are not viable.
+    #[serde(default)]
+    pub allow_removals: bool,
 }
 
 /// `options.validation` as sent.
@@ -286,6 +290,8 @@ pub struct Options {
     pub(crate) straggler: Option<StragglerPolicy>,
     /// Checks every candidate must pass (`options.validation`).
     pub(crate) validation: Option<Validation>,
+    /// A change may remove definitions and shrink the file (`options.allow_removals`).
+    pub(crate) allow_removals: bool,
 }
 
 impl Options {
@@ -590,6 +596,7 @@ impl Batch {
                 run_async: options.run_async,
                 straggler,
                 validation,
+                allow_removals: options.allow_removals,
             },
         })
     }

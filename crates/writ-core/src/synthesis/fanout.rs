@@ -7,13 +7,12 @@
 
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
-use writ_checks::Language;
-
 use crate::audit::CandidateRecord;
 use crate::model::{ChatMessage, ChatRequest, ChatResponse, ErrorClass, ModelClient, ModelError};
 use crate::synthesis::progress::{Event, ProgressSink};
+use crate::synthesis::update::{Expect, judge};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 
 /// Longest extra wait a policy may ask for; beyond it the model deadline bounds the call anyway.
 pub const MAX_STRAGGLER_EXTRA_MS: u64 = 600_000;
@@ -159,7 +158,7 @@ pub async fn fan_out(
     client: &dyn ModelClient,
     models: &[String],
     messages: &[ChatMessage],
-    language: Language,
+    expect: &Expect<'_>,
     call: CallSettings,
     file: &str,
     sink: &dyn ProgressSink,
@@ -174,7 +173,7 @@ pub async fn fan_out(
                 file: file.to_string(),
                 model: m.clone(),
             });
-            let c = ask(client, m, messages.to_vec(), language, call).await;
+            let c = ask(client, m, messages.to_vec(), expect, call).await;
             sink.emit(Event::CandidateFinished {
                 file: file.to_string(),
                 model: m.clone(),
@@ -258,12 +257,48 @@ fn cut_off(model: &str, waited: Duration, viable: usize) -> Candidate {
     }
 }
 
-/// One candidate model: the call, then the checks.
+/// One candidate model: the call, then the checks ([`judge`]). An answer whose edits do not
+/// apply goes back to its model once with why (the block, the closest lines), as agents' edit
+/// tools do: a near miss is the usual way edit answers fail, and one more answer usually fixes
+/// it. The record then says what the first answer's error was and counts both calls.
 pub async fn ask(
     client: &dyn ModelClient,
     model: &str,
     messages: Vec<ChatMessage>,
-    language: Language,
+    expect: &Expect<'_>,
+    call: CallSettings,
+) -> Candidate {
+    let first = ask_once(client, model, messages.clone(), expect, call).await;
+    let retry = first.record.error_class == Some(ErrorClass::EditFailed) && expect.update.is_some();
+    let Some(error) = first.record.error.clone().filter(|_| retry) else {
+        return first;
+    };
+    let again = crate::synthesis::prompt::edit_retry_messages(&messages, &error);
+    let mut second = ask_once(client, model, again, expect, call).await;
+    let r = &mut second.record;
+    r.latency_ms += first.record.latency_ms;
+    r.prompt_tokens = sum(r.prompt_tokens, first.record.prompt_tokens);
+    r.completion_tokens = sum(r.completion_tokens, first.record.completion_tokens);
+    r.cost = match (r.cost, first.record.cost) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    };
+    r.edit_retry_error = Some(error);
+    second
+}
+
+fn sum(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    }
+}
+
+async fn ask_once(
+    client: &dyn ModelClient,
+    model: &str,
+    messages: Vec<ChatMessage>,
+    expect: &Expect<'_>,
     call: CallSettings,
 ) -> Candidate {
     let started = Instant::now();
@@ -277,21 +312,8 @@ pub async fn ask(
     match client.chat(req).await {
         Ok(resp) => {
             let mut record = answered(model, &resp);
-            match writ_checks::check_candidate(&resp.content, language) {
-                Ok(checked) => {
-                    record.ok = true;
-                    record.parsed = checked.parsed;
-                    Candidate {
-                        record,
-                        code: Some(checked.code),
-                    }
-                }
-                Err(rejection) => {
-                    record.error_class = Some(ErrorClass::NoCode);
-                    record.error = Some(rejection.to_string());
-                    Candidate { record, code: None }
-                }
-            }
+            let code = judge(&resp.content, expect, &mut record);
+            Candidate { record, code }
         }
         Err(err) => Candidate {
             record: failed(model, started, &err),

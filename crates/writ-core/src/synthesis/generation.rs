@@ -44,6 +44,7 @@ fn import_paths(import: &str, language: Language) -> Vec<SandboxPath> {
     paths
 }
 use crate::synthesis::run::{Prior, Synthesizer};
+use crate::synthesis::update::{Existing, Expect};
 
 /// A code file's candidates, with what selection needs to ask again (arbiter, fallback).
 pub(crate) struct Generated {
@@ -53,6 +54,25 @@ pub(crate) struct Generated {
     pub messages: Vec<ChatMessage>,
     /// One per model, in `models` order.
     pub answers: Vec<Candidate>,
+    /// The file as it was when the batch began, when it existed: candidates are changes of it.
+    pub existing: Option<Existing>,
+    /// `options.allow_removals`.
+    pub allow_removals: bool,
+}
+
+impl Generated {
+    /// What every answer for this file is checked against.
+    pub fn expect<'a>(&'a self, file: &'a FileSpec) -> Expect<'a> {
+        Expect {
+            language: self.language,
+            update: self.existing.as_ref().map(|e| writ_checks::UpdateTarget {
+                original: &e.view,
+                base: &e.view,
+                description: &file.description,
+                allow_removals: self.allow_removals,
+            }),
+        }
+    }
 }
 
 impl Synthesizer {
@@ -77,13 +97,18 @@ impl Synthesizer {
                 ));
             }
         }
-        let current_text = current.map(String::from_utf8_lossy);
+        let existing = current.map(Existing::read).transpose().map_err(|why| {
+            format!(
+                "'{}' cannot be changed: {why}; no model was called",
+                file.path
+            )
+        })?;
         let context = self.repository_context(batch, file).await;
         let messages = prompt::candidate_messages(
             batch,
             file,
             language,
-            current_text.as_deref(),
+            existing.as_ref().map(|e| e.view.as_str()),
             &prior.recent,
             &context,
         );
@@ -93,11 +118,19 @@ impl Synthesizer {
             .clone()
             .unwrap_or_else(|| self.config.candidates.clone());
         let policy = batch.options.straggler.unwrap_or(self.config.straggler);
+        let mut generated = Generated {
+            language,
+            models,
+            messages,
+            answers: Vec::new(),
+            existing,
+            allow_removals: batch.options.allow_removals,
+        };
         let (answers, waited) = fanout::fan_out(
             self.models.as_ref(),
-            &models,
-            &messages,
-            language,
+            &generated.models,
+            &generated.messages,
+            &generated.expect(file),
             self.call_settings(),
             file.path.as_str(),
             sink,
@@ -105,12 +138,8 @@ impl Synthesizer {
         )
         .await;
         upstream.add(waited);
-        Ok(Generated {
-            language,
-            models,
-            messages,
-            answers,
-        })
+        generated.answers = answers;
+        Ok(generated)
     }
 
     /// The current content of what the file builds on, when it exists in `REPO_DIR`: the files

@@ -104,6 +104,7 @@ impl Synthesizer {
             chosen,
             candidates: vec![record],
             validation: None,
+            existing: None,
         }
     }
 }

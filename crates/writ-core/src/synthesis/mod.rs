@@ -5,6 +5,8 @@
 //! - [`run`]: the orchestration of one batch — each file's stages, the deadline, the size limit;
 //! - [`generation`]: a code file's prompt ([`prompt`]) to every candidate model at once
 //!   ([`fanout`], with the straggler policy), each answer checked as it arrives;
+//! - [`update`]: for a file that exists, what its candidates are checked against (edits applied
+//!   strictly, nothing elided, removed or cut) and how the change is written in the file's shape;
 //! - [`selection`]: distinct viable candidates, the arbiter, first-viable, the fallback models;
 //! - [`validation`]: with `options.validation`, the caller's checks run on every candidate in the
 //!   sandbox and decide the selection, and failing candidates go back to their models for repair;
@@ -27,6 +29,7 @@ pub mod run;
 pub mod runner;
 pub mod selection;
 pub mod submission;
+pub mod update;
 pub mod validation;
 pub mod writing;
 
@@ -34,7 +37,7 @@ pub use batch::{Batch, BatchError, BatchOptions, FileSpec, Options, WriteCodebas
 pub use fanout::StragglerPolicy;
 pub use progress::{Event, NoProgress, ProgressSink};
 pub use response::{BatchResponse, Counts, FileResult};
-pub use run::{SynthesisConfig, Synthesizer};
+pub use run::{DEFAULT_MAX_SHOWN_FILE_CHARS, SynthesisConfig, Synthesizer};
 pub use runner::{EventHub, JobRunner, Started};
 pub use selection::Content;
 pub use submission::{Submission, SubmitError, Submitted};

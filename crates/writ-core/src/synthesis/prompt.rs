@@ -1,7 +1,9 @@
 //! The prompts: one per file for the candidate models, one per contested file for the arbiter.
 //!
-//! Models answer in plain text with the whole file in one fenced block — never as a JSON or
-//! tool-call argument, which is where large contents get truncated or mangled.
+//! Models answer in plain text — never as a JSON or tool-call argument, which is where large
+//! contents get truncated or mangled: a new file whole in one fenced block, a change to an
+//! existing file as SEARCH/REPLACE blocks against its whole current content (never a cut of it),
+//! so that nothing the model does not repeat can be lost.
 
 use std::fmt::Write as _;
 
@@ -12,14 +14,32 @@ use crate::audit::RecentOperation;
 use crate::model::ChatMessage;
 use crate::synthesis::batch::{Batch, FileSpec};
 
-/// Longest current content shown to a model for an update; past it the file is cut with a note.
-const MAX_CURRENT_CHARS: usize = 60_000;
 /// Longest content of another batch file shown with a repair request.
 const MAX_NEIGHBOUR_CHARS: usize = 12_000;
 
 pub const CANDIDATE_SYSTEM: &str = "You are a senior software engineer who writes complete, working source files. \
 Answer with the entire content of the requested file in exactly one fenced code block tagged with its language. \
 Do not elide anything, do not write placeholders such as \"rest of the code here\", and do not add a second code block.";
+
+pub const EDIT_SYSTEM: &str = "You are a senior software engineer who changes existing source files with precise edits. \
+Answer with SEARCH/REPLACE blocks against the file's current content, in exactly the format the user describes. \
+Each SEARCH text is copied from the current file character for character; never abbreviate or elide code inside a block.";
+
+/// How to answer with edits, shown after an existing file's content.
+const EDIT_FORMAT: &str = "## How to answer: edits, not the whole file
+Answer with one or more SEARCH/REPLACE blocks that change the current content above:
+
+<<<<<<< SEARCH
+lines copied exactly from the current file, indentation included
+=======
+the lines that replace them
+>>>>>>> REPLACE
+
+- Each SEARCH text must match the current content exactly once: copy it character for character, with a few unchanged lines around the change so that it is unique.
+- Blocks apply in order, each to the file as the blocks before it left it.
+- To add at the end of the file, leave SEARCH empty. To delete lines, leave REPLACE empty.
+- Everything outside your blocks stays exactly as it is: do not repeat unchanged code and never write placeholders such as \"rest of the code\".
+";
 
 /// Everything a candidate model sees for one file.
 pub fn candidate_messages(
@@ -82,16 +102,11 @@ pub fn candidate_messages(
         p.push('\n');
     }
     if let Some(current) = current {
-        let (shown, cut) = crate::content::truncate_chars(current, MAX_CURRENT_CHARS);
-        p.push_str(
-            "## The file exists; this is its current content — return the whole updated file\n",
-        );
-        p.push_str(&fence(shown, language));
-        if cut {
-            p.push_str(&format!(
-                "(current content cut at {MAX_CURRENT_CHARS} characters)\n"
-            ));
-        }
+        // Whole: a file too large to show is refused before any model is called, never cut.
+        p.push_str("## The file exists; this is its whole current content\n");
+        p.push_str(&fence(current, language));
+        p.push('\n');
+        p.push_str(EDIT_FORMAT);
         p.push('\n');
     }
     if !recent.is_empty() {
@@ -118,6 +133,10 @@ pub fn candidate_messages(
         }
         p.push('\n');
     }
+    if current.is_some() {
+        p.push_str("Answer with SEARCH/REPLACE blocks only.");
+        return vec![ChatMessage::system(EDIT_SYSTEM), ChatMessage::user(p)];
+    }
     let tag = language.fence_tags().first().copied().unwrap_or("");
     p.push_str(&format!(
         "Answer with the complete file in one ```{tag} block."
@@ -126,17 +145,26 @@ pub fn candidate_messages(
 }
 
 /// The messages that send a candidate back to its model with why it failed the caller's checks:
-/// the original conversation, the model's own answer, and the failure (a bounded tail).
+/// the original conversation, the model's own answer, and the failure (a bounded tail). For a
+/// change of an existing file (`edits`), the answer is shown as the file it gives, and the
+/// corrections are asked as edits of that.
 pub fn repair_messages(
     original: &[ChatMessage],
     code: &str,
     language: Language,
     failure: Option<&crate::audit::ValidationRecord>,
     neighbours: &[(String, String)],
+    edits: bool,
 ) -> Vec<ChatMessage> {
     let mut messages = original.to_vec();
     messages.push(ChatMessage::assistant(fence(code, language)));
-    let mut p = String::from("Your file failed the project's checks.\n\n");
+    let mut p = if edits {
+        String::from(
+            "That is the whole file with your edits applied. It failed the project's checks.\n\n",
+        )
+    } else {
+        String::from("Your file failed the project's checks.\n\n")
+    };
     match failure {
         Some(f) => {
             let how = match (f.timed_out, f.exit_code) {
@@ -166,11 +194,26 @@ pub fn repair_messages(
             ));
         }
     }
-    let tag = language.fence_tags().first().copied().unwrap_or("");
-    p.push_str(&format!(
-        "\nFix the file so that the checks pass. Answer with the complete corrected file in one ```{tag} block."
-    ));
+    if edits {
+        p.push_str(
+            "\nFix the file so that the checks pass. Answer with SEARCH/REPLACE blocks against the file as it reads in your last message.",
+        );
+    } else {
+        let tag = language.fence_tags().first().copied().unwrap_or("");
+        p.push_str(&format!(
+            "\nFix the file so that the checks pass. Answer with the complete corrected file in one ```{tag} block."
+        ));
+    }
     messages.push(ChatMessage::user(p));
+    messages
+}
+
+/// The message that sends an answer whose edits did not apply back to its model with why.
+pub fn edit_retry_messages(original: &[ChatMessage], error: &str) -> Vec<ChatMessage> {
+    let mut messages = original.to_vec();
+    messages.push(ChatMessage::user(format!(
+        "Your previous answer could not be applied: {error}\n\nAnswer again with SEARCH/REPLACE blocks whose SEARCH text matches the current content shown above exactly once."
+    )));
     messages
 }
 
@@ -187,12 +230,16 @@ Judge correctness first, then completeness against the description, then clarity
 Answer only with a JSON object {\"choice\": N, \"reason\": \"...\"} where N is the number of the best candidate.";
 
 /// The arbiter's prompt: each candidate under `Candidate N` (N from 1) in the order given —
-/// the caller shuffles — and without model names, since judges favour positions and names.
+/// the caller shuffles — and without model names, since judges favour positions and names. For
+/// a file that exists (`current`), each candidate is shown as the unified diff of its change:
+/// what differs is what is judged, and an unchanged 2,000-line file is not read once per
+/// candidate.
 pub fn arbiter_messages(
     batch: &Batch,
     file: &FileSpec,
     language: Language,
     candidates: &[&str],
+    current: Option<&str>,
 ) -> Vec<ChatMessage> {
     let mut p = String::new();
     p.push_str(&format!(
@@ -207,9 +254,26 @@ pub fn arbiter_messages(
             one_line(task, 2_000)
         ));
     }
+    if current.is_some() {
+        p.push_str("The file exists. Each candidate is shown as the unified diff of its change to the current content.\n\n");
+    }
     for (i, code) in candidates.iter().enumerate() {
         p.push_str(&format!("## Candidate {}\n", i + 1));
-        p.push_str(&fence(code, language));
+        match current {
+            Some(current) => {
+                let change = writ_checks::shape::Change::between(
+                    file.path.as_str(),
+                    current,
+                    code,
+                    crate::synthesis::update::MAX_DIFF_BYTES,
+                );
+                p.push_str(&fence(&change.diff, Language::Other));
+                if change.truncated {
+                    p.push_str("(diff cut at its bound)\n");
+                }
+            }
+            None => p.push_str(&fence(code, language)),
+        }
         p.push('\n');
     }
     p.push_str(&format!(

@@ -36,6 +36,9 @@ pub struct FileResult {
     /// Whether what was chosen passed the caller's checks, when the batch asked for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validation: Option<FileValidation>,
+    /// For a file that existed: what the change did (lines added and removed, the unified diff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<writ_checks::shape::Change>,
 }
 
 /// A file's outcome against the caller's checks (`options.validation`).
@@ -70,6 +73,7 @@ impl FileResult {
             image: None,
             content: None,
             validation: None,
+            change: None,
         }
     }
 }

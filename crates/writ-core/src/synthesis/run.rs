@@ -29,6 +29,10 @@ use crate::workspace::Workspace;
 /// ([`Synthesizer::produce_and_write`]).
 const WRITE_GROUP_WINDOW: Duration = Duration::from_millis(5);
 
+/// `WRIT_MAX_SHOWN_FILE_CHARS` unset: about 50,000 tokens of code, which every current
+/// long-context model takes with room for the rest of the prompt and the answer.
+pub const DEFAULT_MAX_SHOWN_FILE_CHARS: usize = 200_000;
+
 /// Which models to ask and how; from `CODE_LIST`, `CODE_MODEL`, `CODE_GEN_MODEL`.
 #[derive(Debug, Clone)]
 pub struct SynthesisConfig {
@@ -46,6 +50,9 @@ pub struct SynthesisConfig {
     /// A chosen candidate (code or image) larger than this fails its file instead of being
     /// written (`WRIT_MAX_FILE_BYTES`).
     pub max_file_bytes: usize,
+    /// The largest existing file (in characters) shown whole to the models for a change
+    /// (`WRIT_MAX_SHOWN_FILE_CHARS`); a larger one is refused, never cut.
+    pub max_shown_file_chars: usize,
     /// Files run at once, so each file's generation is bounded by this (`WRIT_BATCH_DEADLINE_SECS`).
     pub batch_deadline: Duration,
     /// When a fan-out stops waiting for slow candidates (`WRIT_STRAGGLER_*`; `options.straggler`).
@@ -85,6 +92,7 @@ impl Default for SynthesisConfig {
             recent_operations: 10,
             image_model: None,
             max_file_bytes: 1024 * 1024,
+            max_shown_file_chars: DEFAULT_MAX_SHOWN_FILE_CHARS,
             batch_deadline: Duration::from_secs(600),
             straggler: StragglerPolicy::WaitAll,
             allowed_models: Vec::new(),
@@ -128,6 +136,8 @@ pub(crate) struct Produced {
     pub candidates: Vec<CandidateRecord>,
     /// How the file did against the caller's checks, when the batch asked for them.
     pub validation: Option<FileValidation>,
+    /// The file as the batch found it, when it existed: the chosen code is a change of it.
+    pub existing: Option<crate::synthesis::update::Existing>,
 }
 
 impl Produced {
@@ -136,6 +146,7 @@ impl Produced {
             chosen: Err(error.into()),
             candidates,
             validation: None,
+            existing: None,
         }
     }
 }
@@ -376,6 +387,7 @@ impl Synthesizer {
                 chosen: Ok(chosen),
                 candidates,
                 validation,
+                existing,
             } if chosen.content.len() > limit => Produced {
                 chosen: Err(format!(
                     "the chosen candidate from '{}' is {} bytes, above the limit of {limit} (WRIT_MAX_FILE_BYTES); nothing was written",
@@ -384,6 +396,7 @@ impl Synthesizer {
                 )),
                 candidates,
                 validation,
+                existing,
             },
             produced => produced,
         }

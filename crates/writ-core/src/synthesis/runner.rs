@@ -655,6 +655,9 @@ fn written_result(op: &Operation) -> FileResult {
             .and_then(|d| serde_json::from_value::<ImageInfo>(d).ok()),
         content: None,
         validation: None,
+        // The diff a resumed run would show is of the file before the batch, which the records
+        // keep only as a hash.
+        change: None,
     }
 }
 

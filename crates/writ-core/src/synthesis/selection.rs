@@ -102,6 +102,7 @@ impl Synthesizer {
             chosen,
             candidates: records,
             validation: None,
+            existing: generated.existing,
         }
     }
 
@@ -127,7 +128,13 @@ impl Synthesizer {
             .unwrap_or_default();
         let req = ChatRequest {
             model: arbiter.clone(),
-            messages: prompt::arbiter_messages(batch, file, generated.language, &shown),
+            messages: prompt::arbiter_messages(
+                batch,
+                file,
+                generated.language,
+                &shown,
+                generated.existing.as_ref().map(|e| e.view.as_str()),
+            ),
             temperature: Some(0.0),
             max_tokens: Some(1_000),
             response_format: Some(prompt::verdict_schema(shown.len())),
@@ -229,7 +236,7 @@ impl Synthesizer {
                 self.models.as_ref(),
                 std::slice::from_ref(model),
                 &generated.messages,
-                generated.language,
+                &generated.expect(file),
                 self.call_settings(),
                 file.path.as_str(),
                 sink,

@@ -327,6 +327,10 @@ impl Synthesizer {
         let mut current = Vec::with_capacity(code.len());
         for (f, outcome) in outcomes {
             match outcome {
+                Ok(Some(Some(content))) => {
+                    self.check_changeable(f.index, f.path.as_str(), &content)?;
+                    current.push((f.path.clone(), Some(content)));
+                }
                 Ok(Some(content)) => current.push((f.path.clone(), content)),
                 Ok(None) => {}
                 Err(e) => {
@@ -342,6 +346,30 @@ impl Synthesizer {
 
     /// The caller's own latest operations, shown to the models as context. Another caller's
     /// filenames never reach this caller's prompts.
+    /// An existing code file is changed by edits against its whole content: it must be text
+    /// writ can show whole. Refused before any model is called, naming the limit and what the
+    /// caller can do instead.
+    fn check_changeable(&self, index: usize, path: &str, content: &[u8]) -> Result<(), BatchError> {
+        let field = format!("files[{index}].filename");
+        let existing = crate::synthesis::update::Existing::read(content).map_err(|why| BatchError {
+            field: field.clone(),
+            message: format!(
+                "'{path}' exists and {why}; write it whole with PUT /files/{{path}} or a write session instead"
+            ),
+        })?;
+        let limit = self.config.max_shown_file_chars;
+        let chars = existing.view.chars().count();
+        if chars > limit {
+            return Err(BatchError {
+                field,
+                message: format!(
+                    "'{path}' exists and has {chars} characters, more than the {limit} a model is shown whole (WRIT_MAX_SHOWN_FILE_CHARS); writ never cuts a file and has it rewritten. Change it with POST /edits (the edit_files tool), or write it whole with a write session"
+                ),
+            });
+        }
+        Ok(())
+    }
+
     async fn recent_operations(&self, caller: Option<&str>) -> Vec<RecentOperation> {
         match self
             .store

@@ -24,7 +24,7 @@ use futures::future::join_all;
 
 use crate::audit::{CandidateRecord, Selection, ValidationRecord};
 use crate::execution::{RunOutcome, Runner, tail};
-use crate::model::{ChatRequest, ErrorClass};
+use crate::model::ChatRequest;
 use crate::path::SandboxPath;
 use crate::synthesis::batch::{Batch, FileSpec, OnFail, Validation};
 use crate::synthesis::fanout::{self, UpstreamClock};
@@ -34,6 +34,7 @@ use crate::synthesis::prompt;
 use crate::synthesis::response::FileValidation;
 use crate::synthesis::run::{Produced, Synthesizer};
 use crate::synthesis::selection::{Chosen, Content, Viable, distinct_viable};
+use crate::synthesis::update::judge;
 
 /// Bytes of a failing command's output kept in the record and shown to a model for repair.
 pub const OUTPUT_TAIL_BYTES: usize = 4_000;
@@ -69,6 +70,15 @@ struct FileTrials<'a> {
 }
 
 impl FileTrials<'_> {
+    /// A candidate as the checks see it: in the file's own shape (line endings, BOM) when it is
+    /// a change of an existing file, exactly as it would be written.
+    fn staged(&self, code: &str) -> (SandboxPath, Vec<u8>) {
+        let bytes = match &self.generated.existing {
+            Some(e) => e.render(code).into_bytes(),
+            None => code.as_bytes().to_vec(),
+        };
+        (self.file.path.clone(), bytes)
+    }
     fn best_code(&self) -> Option<&str> {
         self.best.map(|i| self.trials[i].code.as_str())
     }
@@ -245,10 +255,7 @@ impl Synthesizer {
             .iter()
             .enumerate()
             .filter(|(j, _)| *j != i)
-            .filter_map(|(_, f)| {
-                f.best_code()
-                    .map(|code| (f.file.path.clone(), code.as_bytes().to_vec()))
-            })
+            .filter_map(|(_, f)| f.best_code().map(|code| f.staged(code)))
             .collect();
         let target = &files[i];
         sink.emit(Event::ValidationStarted {
@@ -257,10 +264,7 @@ impl Synthesizer {
         });
         let runs = which.iter().map(|&t| {
             let mut staged = others.clone();
-            staged.push((
-                target.file.path.clone(),
-                target.trials[t].code.as_bytes().to_vec(),
-            ));
+            staged.push(target.staged(&target.trials[t].code));
             async move {
                 let outcome = runner
                     .run(&staged, &validation.commands, validation.timeout)
@@ -325,10 +329,7 @@ impl Synthesizer {
             .iter()
             .enumerate()
             .filter(|(j, _)| !failing.contains(j))
-            .filter_map(|(_, f)| {
-                f.best_code()
-                    .map(|code| (f.file.path.clone(), code.as_bytes().to_vec()))
-            })
+            .filter_map(|(_, f)| f.best_code().map(|code| f.staged(code)))
             .collect();
         for &i in &failing {
             sink.emit(Event::ValidationStarted {
@@ -340,7 +341,7 @@ impl Synthesizer {
             let mut staged = fixed.clone();
             for (k, &t) in combo.iter().enumerate() {
                 let f = &files[failing[k]];
-                staged.push((f.file.path.clone(), f.trials[t].code.as_bytes().to_vec()));
+                staged.push(f.staged(&f.trials[t].code));
             }
             async move {
                 runner
@@ -419,9 +420,10 @@ impl Synthesizer {
                 f.generated.language,
                 outcome.as_ref(),
                 &neighbours,
+                f.generated.existing.is_some(),
             );
             let model = t.model.clone();
-            let language = f.generated.language;
+            let expect = f.generated.expect(f.file).on_base(&t.code);
             let call = self.call_settings();
             let file = f.file.path.to_string();
             async move {
@@ -440,18 +442,8 @@ impl Synthesizer {
                 let candidate = match self.models.chat(req).await {
                     Ok(resp) => {
                         let mut record = fanout::answered(&model, &resp);
-                        match writ_checks::check_candidate(&resp.content, language) {
-                            Ok(checked) => {
-                                record.ok = true;
-                                record.parsed = checked.parsed;
-                                (record, Some(checked.code))
-                            }
-                            Err(rejection) => {
-                                record.error_class = Some(ErrorClass::NoCode);
-                                record.error = Some(rejection.to_string());
-                                (record, None)
-                            }
-                        }
+                        let code = judge(&resp.content, &expect, &mut record);
+                        (record, code)
                     }
                     Err(e) => (fanout::failed(&model, started, &e), None),
                 };
@@ -529,6 +521,7 @@ impl Synthesizer {
                         chosen: Err(failure_message(&f, validation)),
                         candidates: f.records,
                         validation: summary(false),
+                        existing: None,
                     },
                     OnFail::WriteBest => {
                         let records = f.records;
@@ -557,6 +550,7 @@ impl Synthesizer {
                     }),
                     candidates: f.records,
                     validation: summary(true),
+                    existing: f.generated.existing,
                 }
             }
             several => {
@@ -583,6 +577,7 @@ impl Synthesizer {
                     chosen: Ok(chosen),
                     candidates: f.records,
                     validation: summary(true),
+                    existing: f.generated.existing,
                 }
             }
         }

@@ -19,6 +19,7 @@ use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::response::{FileResult, FileValidation, ImageInfo};
 use crate::synthesis::run::{Produced, Synthesizer};
 use crate::synthesis::selection::{Chosen, Content};
+use writ_checks::shape::Change;
 
 /// One file's write as the batch sees it: its result, the content it replaced (for an atomic
 /// rollback) and the completion of its record, which the batch commits with its closing records.
@@ -48,6 +49,8 @@ struct ToWrite {
     candidates: Vec<CandidateRecord>,
     validation: Option<FileValidation>,
     image: Option<ImageInfo>,
+    /// What a change of an existing file did.
+    change: Option<Change>,
 }
 
 /// A file an atomic batch wrote, and how to put it back.
@@ -164,6 +167,7 @@ impl Synthesizer {
             chosen,
             candidates,
             validation,
+            existing,
         } = produced;
         let chosen = match chosen {
             Ok(c) => c,
@@ -193,9 +197,32 @@ impl Synthesizer {
                 return Err(Written::only(result));
             }
         };
+        // A change is written in the file's own shape, and only over the content it was made
+        // from: a file changed by someone else since the batch read it is not overwritten.
+        let (chosen, change, expected_sha256) = match (&existing, chosen.content) {
+            (Some(e), Content::Code(code)) => {
+                let change = e.change(file.path.as_str(), &code);
+                let rendered = e.render(&code);
+                let chosen = Chosen {
+                    content: Content::Code(rendered),
+                    ..chosen
+                };
+                let expected = file
+                    .expected_sha256
+                    .clone()
+                    .or_else(|| Some(sha256_hex(e.original.as_bytes())));
+                (chosen, Some(change), expected)
+            }
+            (_, content) => (
+                Chosen { content, ..chosen },
+                None,
+                file.expected_sha256.clone(),
+            ),
+        };
         if batch.options.dry_run {
             let mut result = dry_run_result(file, chosen, candidates);
             result.validation = validation;
+            result.change = change;
             return Err(Written::only(result));
         }
         let image = chosen.content.image().map(ImageInfo::from);
@@ -203,14 +230,20 @@ impl Synthesizer {
             path: file.path.clone(),
             content: chosen.content.bytes().to_vec(),
             mode: WriteMode::Overwrite,
-            expected_sha256: file.expected_sha256.clone(),
+            expected_sha256,
             create_dirs: true,
         };
-        let provenance = Provenance {
-            detail: image
-                .as_ref()
-                .and_then(|info| serde_json::to_value(info).ok())
+        let detail = match (&image, &change) {
+            (Some(info), _) => serde_json::to_value(info)
+                .ok()
                 .map(|info| serde_json::json!({ "image": info })),
+            (None, Some(change)) => serde_json::to_value(change)
+                .ok()
+                .map(|change| serde_json::json!({ "change": change })),
+            (None, None) => None,
+        };
+        let provenance = Provenance {
+            detail,
             chosen_model: Some(chosen.model.clone()),
             selection: Some(chosen.selection),
             arbiter_reason: chosen.reason.clone(),
@@ -229,6 +262,7 @@ impl Synthesizer {
                 candidates,
                 validation,
                 image,
+                change,
             },
         ))
     }
@@ -247,6 +281,7 @@ impl Synthesizer {
             candidates,
             validation,
             image,
+            change,
         } = w;
         let kind = file.kind;
         match outcome {
@@ -268,6 +303,7 @@ impl Synthesizer {
                     image,
                     content: None,
                     validation,
+                    change,
                 };
                 Written {
                     result,
@@ -330,6 +366,7 @@ impl Synthesizer {
                     chosen: Err(error),
                     candidates: p.candidates,
                     validation: p.validation,
+                    existing: None,
                 };
                 results.push(self.finish_file(request_id, batch, f, failed, sink).await);
             }
@@ -482,6 +519,7 @@ fn dry_run_result(file: &FileSpec, chosen: Chosen, candidates: Vec<CandidateReco
         arbiter_reason: chosen.reason,
         candidates,
         operation_id: None,
+        change: None,
         error: None,
         validation: None,
     }

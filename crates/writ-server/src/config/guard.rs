@@ -37,6 +37,9 @@ pub struct GuardSettings {
     pub max_batches_in_flight: usize,
     /// `WRIT_MAX_FILE_BYTES`: the largest generated file writ will write.
     pub max_file_bytes: usize,
+    /// `WRIT_MAX_SHOWN_FILE_CHARS`: the largest existing file a batch may change (shown whole to
+    /// the models; never cut).
+    pub max_shown_file_chars: usize,
     /// `WRIT_BATCH_DEADLINE_SECS`: a batch stops waiting on models after this.
     pub batch_deadline: Duration,
     /// `WRIT_SHUTDOWN_GRACE_SECS`: how long in-flight batches may run after SIGTERM.
@@ -55,6 +58,10 @@ impl GuardSettings {
             max_batches_per_key: at_least_one("WRIT_MAX_BATCHES_PER_KEY", 4)?,
             max_batches_in_flight: at_least_one("WRIT_MAX_BATCHES_IN_FLIGHT", 32)?,
             max_file_bytes: at_least_one("WRIT_MAX_FILE_BYTES", 1024 * 1024)?,
+            max_shown_file_chars: at_least_one(
+                "WRIT_MAX_SHOWN_FILE_CHARS",
+                writ_core::synthesis::DEFAULT_MAX_SHOWN_FILE_CHARS,
+            )?,
             batch_deadline: Duration::from_secs(
                 at_least_one("WRIT_BATCH_DEADLINE_SECS", 600)? as u64
             ),

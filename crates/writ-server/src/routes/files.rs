@@ -20,7 +20,7 @@ use writ_core::files::{WriteMode, WriteSpec};
 use writ_core::keys::Scope;
 use writ_core::workspace::DirEntry;
 
-use crate::error::{ApiError, path_error, workspace_error, write_error};
+use crate::error::{ApiError, ErrorCode, path_error, workspace_error, write_error};
 use crate::extract::{ApiQuery, body_error};
 use crate::state::AppState;
 use crate::telemetry::RequestId;
@@ -154,8 +154,8 @@ pub async fn read(
     let path = SandboxPath::parse_nonempty(raw).map_err(|e| path_error(&e, "path"))?;
     let limit = max_chars.unwrap_or(state.settings.read_default_chars);
     if limit == 0 || limit > state.settings.read_max_chars {
-        return Err(ApiError::bad_request(
-            "invalid_parameter",
+        return Err(ApiError::new(
+            ErrorCode::InvalidParameter,
             format!(
                 "max_chars must be between 1 and {}, got {limit}",
                 state.settings.read_max_chars
@@ -350,8 +350,7 @@ pub async fn write(state: AppState, w: DirectWrite) -> Result<Written, ApiError>
             let invalid = invalid_utf8_sequences(&body, MAX_INVALID_REPORTED);
             let offsets: Vec<String> = invalid.iter().map(|i| i.offset.to_string()).collect();
             return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_utf8",
+                ErrorCode::InvalidUtf8,
                 format!(
                     "the body is not valid UTF-8 (invalid bytes at offsets {}); fix the encoding or pass on_invalid_utf8=replace",
                     offsets.join(", ")
@@ -421,7 +420,7 @@ fn parse_if_match(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         return Ok(None);
     };
     let raw = value.to_str().map_err(|_| {
-        ApiError::bad_request("invalid_header", "If-Match must be ASCII").with_field("If-Match")
+        ApiError::new(ErrorCode::InvalidHeader, "If-Match must be ASCII").with_field("If-Match")
     })?;
     parse_expected_sha256(raw).map(Some)
 }
@@ -434,8 +433,8 @@ pub fn parse_expected_sha256(value: &str) -> Result<String, ApiError> {
         .trim_matches('"')
         .to_ascii_lowercase();
     if raw.len() != 64 || !raw.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(ApiError::bad_request(
-            "invalid_header",
+        return Err(ApiError::new(
+            ErrorCode::InvalidHeader,
             format!("If-Match must be the file's SHA-256 as 64 hex digits, got '{raw}'"),
         )
         .with_field("If-Match"));

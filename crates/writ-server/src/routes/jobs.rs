@@ -20,7 +20,7 @@ use tokio::sync::broadcast;
 use uuid::Uuid;
 use writ_core::jobs::{Job, JobEvent};
 
-use crate::error::{ApiError, store_error};
+use crate::error::{ApiError, ErrorCode, store_error};
 use crate::extract::ApiQuery;
 use crate::state::AppState;
 
@@ -46,8 +46,8 @@ pub async fn list_jobs(
 ) -> Result<Json<Value>, ApiError> {
     let limit = p.limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 || limit > MAX_LIMIT {
-        return Err(ApiError::bad_request(
-            "invalid_parameter",
+        return Err(ApiError::new(
+            ErrorCode::InvalidParameter,
             format!("limit must be between 1 and {MAX_LIMIT}, got {limit}"),
         )
         .with_field("limit"));
@@ -82,8 +82,8 @@ pub async fn job_events(
             .and_then(|s| s.trim().parse::<i64>().ok())
             .filter(|n| *n >= 0)
             .ok_or_else(|| {
-                ApiError::bad_request(
-                    "invalid_header",
+                ApiError::new(
+                    ErrorCode::InvalidHeader,
                     "Last-Event-ID must be the id of an event of this stream",
                 )
                 .with_field("Last-Event-ID")
@@ -180,8 +180,8 @@ fn sse(e: &JobEvent) -> SseEvent {
 
 async fn find(state: &AppState, raw: &str) -> Result<Job, ApiError> {
     let id = Uuid::parse_str(raw).map_err(|_| {
-        ApiError::bad_request(
-            "invalid_parameter",
+        ApiError::new(
+            ErrorCode::InvalidParameter,
             format!("id must be a UUID, got '{raw}'"),
         )
         .with_field("id")

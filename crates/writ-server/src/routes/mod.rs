@@ -2,10 +2,11 @@
 //! and the OpenAPI test walks the same list, so a route cannot be added without the spec noticing.
 //!
 //! One module per resource: [`synthesis`] (`POST /write_codebase`), [`files`] (the direct file
-//! routes), [`run`] (`POST /run`), [`jobs`] (jobs and their event stream), [`operations`] (the
+//! routes), [`edits`] (`POST /edits`), [`run`] (`POST /run`), [`jobs`] (jobs and their event stream), [`operations`] (the
 //! audit log), [`tools`] (function-calling declarations and dispatch), [`service`] (health,
 //! readiness, metrics, the spec, the dashboard).
 
+pub mod edits;
 pub mod files;
 pub mod jobs;
 pub mod operations;
@@ -123,6 +124,12 @@ pub fn api_routes() -> Vec<Route> {
             path: "/write_codebase",
             access: Access::Scope(Scope::Write),
             handler: post(synthesis::write_codebase),
+        },
+        Route {
+            method: "POST",
+            path: "/edits",
+            access: Access::Scope(Scope::Write),
+            handler: post(edits::post_edits),
         },
         Route {
             method: "POST",

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 use writ_core::audit::{Cursor, OperationFilter, OperationStatus};
 
-use crate::error::{ApiError, store_error};
+use crate::error::{ApiError, ErrorCode, store_error};
 use crate::extract::ApiQuery;
 use crate::state::AppState;
 
@@ -60,8 +60,8 @@ pub async fn list_operations(
 pub async fn list(state: &AppState, p: ListParams) -> Result<Value, ApiError> {
     let limit = p.limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 || limit > MAX_LIMIT {
-        return Err(ApiError::bad_request(
-            "invalid_parameter",
+        return Err(ApiError::new(
+            ErrorCode::InvalidParameter,
             format!("limit must be between 1 and {MAX_LIMIT}, got {limit}"),
         )
         .with_field("limit"));
@@ -79,8 +79,8 @@ pub async fn list(state: &AppState, p: ListParams) -> Result<Value, ApiError> {
             .as_deref()
             .map(|s| {
                 s.parse::<OperationStatus>().map_err(|_| {
-                    ApiError::bad_request(
-                        "invalid_parameter",
+                    ApiError::new(
+                        ErrorCode::InvalidParameter,
                         format!("status must be pending, succeeded or failed, got '{s}'"),
                     )
                     .with_field("status")
@@ -147,8 +147,8 @@ pub async fn get(state: &AppState, OperationId { id }: OperationId) -> Result<Va
 
 fn parse_uuid(v: &str, field: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(v).map_err(|_| {
-        ApiError::bad_request(
-            "invalid_parameter",
+        ApiError::new(
+            ErrorCode::InvalidParameter,
             format!("{field} must be a UUID, got '{v}'"),
         )
         .with_field(field)
@@ -159,8 +159,8 @@ fn parse_time(v: &str, field: &str) -> Result<DateTime<Utc>, ApiError> {
     DateTime::parse_from_rfc3339(v)
         .map(|t| t.with_timezone(&Utc))
         .map_err(|_| {
-            ApiError::bad_request(
-                "invalid_parameter",
+            ApiError::new(
+                ErrorCode::InvalidParameter,
                 format!("{field} must be an RFC 3339 time like 2026-11-22T10:00:00Z, got '{v}'"),
             )
             .with_field(field)

@@ -16,7 +16,7 @@ use writ_core::audit::{
 use writ_core::content::sha256_hex;
 use writ_core::execution::{CommandCall, RunError, RunOutcome, Runner, tail};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::extract::{body_error, json_error};
 use crate::state::AppState;
 use crate::telemetry::RequestId;
@@ -88,8 +88,7 @@ pub async fn execute(state: AppState, call: RunCall) -> Result<RunOutcome, ApiEr
     } = call;
     let Some(runner) = state.commands.clone() else {
         return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "commands_unavailable",
+            ErrorCode::CommandsUnavailable,
             "no commands are configured: set WRIT_COMMANDS",
         ));
     };
@@ -97,17 +96,14 @@ pub async fn execute(state: AppState, call: RunCall) -> Result<RunOutcome, ApiEr
     let timeout = match req.timeout_secs {
         None => settings.default_timeout,
         Some(0) => {
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_request",
-                "must be at least 1",
-            )
-            .with_field("timeout_secs"));
+            return Err(
+                ApiError::new(ErrorCode::InvalidRequest, "must be at least 1")
+                    .with_field("timeout_secs"),
+            );
         }
         Some(s) if s > settings.max_timeout.as_secs() => {
             return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_request",
+                ErrorCode::InvalidRequest,
                 format!(
                     "at most {} (WRIT_RUN_MAX_TIMEOUT_SECS), got {s}",
                     settings.max_timeout.as_secs()
@@ -229,12 +225,9 @@ async fn record(
 fn run_error(e: RunError) -> ApiError {
     match e {
         RunError::Invalid { field, message } => {
-            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
-                .with_field(field)
+            ApiError::new(ErrorCode::InvalidRequest, message).with_field(field)
         }
-        RunError::Unavailable(why) => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "commands_unavailable", why)
-        }
+        RunError::Unavailable(why) => ApiError::new(ErrorCode::CommandsUnavailable, why),
         RunError::Failed(why) => ApiError::internal(why),
     }
 }

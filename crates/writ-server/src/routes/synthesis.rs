@@ -11,7 +11,7 @@ use writ_core::content::sha256_hex;
 use writ_core::synthesis::runner::Started;
 use writ_core::synthesis::{Batch, Submission, SubmitError, Submitted, WriteCodebaseRequest};
 
-use crate::error::{ApiError, store_error};
+use crate::error::{ApiError, ErrorCode, store_error};
 use crate::extract::{body_error, json_error};
 use crate::state::AppState;
 use crate::telemetry::RequestId;
@@ -110,14 +110,8 @@ pub enum Begun {
 pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun, ApiError> {
     let Json(req) =
         Json::<WriteCodebaseRequest>::from_bytes(call.body).map_err(|e| json_error(&e))?;
-    let batch = Batch::parse(req).map_err(|e| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_request",
-            e.message,
-        )
-        .with_field(e.field)
-    })?;
+    let batch = Batch::parse(req)
+        .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.message).with_field(e.field))?;
 
     if let Some(problem) = state.settings.models.problem_for(batch.options().models()) {
         return Err(unavailable(&problem));
@@ -221,8 +215,8 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     };
     let key = v.to_str().map(str::trim).unwrap_or("");
     if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_LEN {
-        return Err(ApiError::bad_request(
-            "invalid_header",
+        return Err(ApiError::new(
+            ErrorCode::InvalidHeader,
             format!(
                 "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters"
             ),
@@ -233,40 +227,25 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 }
 
 fn unavailable(message: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "models_unavailable",
-        message,
-    )
+    ApiError::new(ErrorCode::ModelsUnavailable, message)
 }
 
 pub(crate) fn submit_error(err: SubmitError) -> ApiError {
     match err {
-        SubmitError::Invalid(e) => ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_request",
-            e.message,
-        )
-        .with_field(e.field),
-        SubmitError::IdempotencyConflict => ApiError::new(
-            StatusCode::CONFLICT,
-            "idempotency_conflict",
-            err.to_string(),
-        )
-        .with_field("Idempotency-Key"),
+        SubmitError::Invalid(e) => {
+            ApiError::new(ErrorCode::InvalidRequest, e.message).with_field(e.field)
+        }
+        SubmitError::IdempotencyConflict => {
+            ApiError::new(ErrorCode::IdempotencyConflict, err.to_string())
+                .with_field("Idempotency-Key")
+        }
         SubmitError::InProgress => {
-            let mut e = ApiError::new(
-                StatusCode::CONFLICT,
-                "idempotency_in_progress",
-                err.to_string(),
-            )
-            .with_field("Idempotency-Key");
+            let mut e = ApiError::new(ErrorCode::IdempotencyInProgress, err.to_string())
+                .with_field("Idempotency-Key");
             e.retry_after_secs = Some(5);
             e
         }
         SubmitError::Audit(store) => store_error(store),
-        SubmitError::Unavailable(why) => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "commands_unavailable", why)
-        }
+        SubmitError::Unavailable(why) => ApiError::new(ErrorCode::CommandsUnavailable, why),
     }
 }

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::extract::{ApiQuery, body_error, json_error};
 use crate::state::AppState;
 use crate::telemetry::RequestId;
@@ -32,8 +32,8 @@ pub async fn list_tools(
 ) -> Result<Json<Value>, ApiError> {
     let raw = p.format.as_deref().unwrap_or("openai");
     let format = Format::parse(raw).ok_or_else(|| {
-        ApiError::bad_request(
-            "invalid_parameter",
+        ApiError::new(
+            ErrorCode::InvalidParameter,
             format!(
                 "format must be one of {}, got '{raw}'",
                 Format::NAMES.join(", ")

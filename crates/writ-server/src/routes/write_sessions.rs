@@ -16,7 +16,7 @@ use writ_core::sessions::{
     BeginSession, Correction, SessionCaller, SessionError, SessionView, Sessions,
 };
 
-use crate::error::{ApiError, path_error, store_error, workspace_error, write_error};
+use crate::error::{ApiError, ErrorCode, path_error, store_error, workspace_error, write_error};
 use crate::extract::{body_error, json_error};
 use crate::state::AppState;
 use crate::telemetry::RequestId;
@@ -169,29 +169,25 @@ pub fn session_error(err: SessionError) -> ApiError {
         SessionError::Path(p) => path_error(&p, "target_file"),
         SessionError::Workspace(w) => workspace_error(w, "target_file"),
         SessionError::AlreadyExists { .. } => {
-            ApiError::new(StatusCode::CONFLICT, "already_exists", message).with_field("operation")
+            ApiError::new(ErrorCode::AlreadyExists, message).with_field("operation")
         }
         SessionError::Conflict { state, .. } => {
-            ApiError::new(StatusCode::CONFLICT, "session_state", message)
-                .with_details(json!({ "state": state }))
+            ApiError::new(ErrorCode::SessionState, message).with_details(json!({ "state": state }))
         }
         SessionError::TooLarge {
             field,
             limit_name,
             limit,
             ..
-        } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
+        } => ApiError::new(ErrorCode::TooLarge, message)
             .with_field(field)
             .with_details(json!({ "limit": limit, "limit_name": limit_name })),
-        SessionError::TooManyOpen { limit, .. } => ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too_many_write_sessions",
-            message,
-        )
-        .with_details(json!({ "limit": limit, "limit_name": "WRITE_SESSION_MAX_OPEN" })),
+        SessionError::TooManyOpen { limit, .. } => {
+            ApiError::new(ErrorCode::TooManyWriteSessions, message)
+                .with_details(json!({ "limit": limit, "limit_name": "WRITE_SESSION_MAX_OPEN" }))
+        }
         SessionError::Invalid { field, .. } => {
-            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
-                .with_field(field)
+            ApiError::new(ErrorCode::InvalidRequest, message).with_field(field)
         }
         SessionError::Write(w) => write_error(w, "target_file"),
         SessionError::Store(s) => store_error(s),

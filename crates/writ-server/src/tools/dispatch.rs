@@ -11,8 +11,8 @@ use writ_core::synthesis::{BatchResponse, Event};
 use writ_core::sessions::{BeginSession, SessionCaller, SessionView};
 
 use super::{AppendArgs, CallContext, ReadFileArgs, SessionArgs, ToolOutput, WriteFileArgs};
-use crate::error::ApiError;
-use crate::routes::{files, jobs, operations, run, synthesis, write_sessions};
+use crate::error::{ApiError, ErrorCode};
+use crate::routes::{edits, files, jobs, operations, run, synthesis, write_sessions};
 use crate::state::AppState;
 
 /// `write_codebase`: the batch runs in its own task as for `POST /write_codebase`; its progress
@@ -79,8 +79,7 @@ pub async fn write_codebase(
             done = &mut answer => break done,
             _ = ctx.cancelled.cancelled() => {
                 return Err(ApiError::new(
-                    axum::http::StatusCode::CONFLICT,
-                    "cancelled",
+                    ErrorCode::Cancelled,
                     format!("the caller cancelled; the batch runs on as job {job_id} (see /jobs/{job_id})"),
                 ));
             }
@@ -507,6 +506,43 @@ pub async fn finish_write_session(
         e
     })?;
     session_output(&view)
+}
+
+/// `edit_files`: the same all-or-nothing edits as `POST /edits`.
+pub async fn edit_files(
+    state: &AppState,
+    ctx: CallContext,
+    args: Value,
+) -> Result<ToolOutput, ApiError> {
+    let body_sha256 = writ_core::content::sha256_hex(args.to_string().as_bytes());
+    let request = super::parse(args)?;
+    let editor = edits::tool_editor(ctx.request_id, ctx.caller, ctx.scope, "tool edit_files");
+    let answer = edits::apply(state.clone(), editor, body_sha256, request).await?;
+    let mut content = String::new();
+    for f in &answer.files {
+        content.push_str(&format!(
+            "{} '{}': +{} -{} lines, {} bytes, sha256 {}{}\n",
+            f.operation,
+            f.path,
+            f.change.lines_added,
+            f.change.lines_removed,
+            f.bytes,
+            f.sha256,
+            if f.edit_fallback.is_some() {
+                " (matched ignoring whitespace)"
+            } else {
+                ""
+            }
+        ));
+    }
+    if answer.dry_run {
+        content.push_str("dry run: nothing was written\n");
+    }
+    for f in &answer.files {
+        content.push_str(&f.change.diff);
+    }
+    let result = serde_json::to_value(&answer).map_err(ApiError::internal)?;
+    Ok(ToolOutput { content, result })
 }
 
 /// `run`: the same checks, record and sandbox as `POST /run`.

@@ -221,8 +221,9 @@ async fn as_api_error(resp: Response) -> Response {
     } else {
         text
     };
-    let mut out =
-        crate::error::ApiError::new(parts.status, "mcp_transport", message).into_response();
+    let mut out = crate::error::ApiError::new(crate::error::ErrorCode::McpTransport, message)
+        .with_status(parts.status)
+        .into_response();
     for (name, value) in &parts.headers {
         if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
             out.headers_mut().insert(name.clone(), value.clone());

@@ -16,7 +16,6 @@ pub mod mcp;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::http::StatusCode;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -25,7 +24,7 @@ use uuid::Uuid;
 use writ_core::files::WriteMode;
 use writ_core::keys::{Scope, Scopes};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::extract::json_error;
 use crate::state::AppState;
 
@@ -100,6 +99,23 @@ pub static TOOLS: &[ToolSpec] = &[
         needs_commands: false,
         scope: Scope::Write,
         schema: schema_of::<WriteFileArgs>,
+    },
+    ToolSpec {
+        name: "edit_files",
+        description: "Change up to five existing files with exact edits, all or nothing. Either \
+            `files`: per file `{path, edits: [{old, new, replace_all?}], expected_sha256?}` — each \
+            `old` must match the file exactly once (unless `replace_all`), copied with its \
+            indentation; or `patch`: an apply_patch patch (`*** Begin Patch`, `*** Update File: \
+            path` with `@@` hunks of ' ' context, '-' removed and '+' added lines, `*** Add File: \
+            path` with '+' lines, `*** End Patch`). If any edit does not apply, nothing is written \
+            and the error names the file and the edit and shows the closest lines, so you can \
+            retry at once. Optional `validation` runs configured checks on the edited files \
+            first. Everything outside the edits stays byte for byte (line endings too). Answers \
+            with each file's diff, SHA-256 and operation_id.",
+        read_only: false,
+        needs_commands: false,
+        scope: Scope::Write,
+        schema: schema_of::<writ_core::edits::EditsRequest>,
     },
     ToolSpec {
         name: "list_operations",
@@ -314,6 +330,7 @@ pub async fn call(
         "list_files" => dispatch::list_files(state, parse(args)?).await,
         "read_file" => dispatch::read_file(state, parse(args)?).await,
         "write_file" => dispatch::write_file(state, ctx, parse(args)?).await,
+        "edit_files" => dispatch::edit_files(state, ctx, args).await,
         "list_operations" => dispatch::list_operations(state, parse(args)?).await,
         "get_operation" => dispatch::get_operation(state, parse(args)?).await,
         "begin_write_session" => dispatch::begin_write_session(state, ctx, parse(args)?).await,
@@ -352,12 +369,7 @@ pub fn parse<T: DeserializeOwned>(args: Value) -> Result<T, ApiError> {
 /// with where it broke off and what was expected.
 pub fn arguments_from(raw: Option<Value>) -> Result<Value, ApiError> {
     let invalid = |message: String| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_arguments",
-            message,
-        )
-        .with_field("arguments")
+        ApiError::new(ErrorCode::InvalidArguments, message).with_field("arguments")
     };
     match raw {
         None | Some(Value::Null) => Ok(Value::Object(Default::default())),
@@ -444,6 +456,7 @@ fn schema_of<T: schemars::JsonSchema>() -> Value {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use axum::http::StatusCode;
 
     #[test]
     fn a_truncated_arguments_string_is_refused_with_where_it_broke_off() {

@@ -1,0 +1,270 @@
+//! `POST /edits` and the `edit_files` tool end to end: `str_replace` and `apply_patch` over
+//! several files, all or nothing, byte for byte outside the edits.
+
+use serde_json::{Value, json};
+use writ_tests::{Backend, TestApp, on_both_backends, spawn_app};
+
+async fn post(app: &TestApp, body: Value) -> (u16, Value) {
+    let r = app
+        .client
+        .post(app.url("/edits"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    let json = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"));
+    (status, json)
+}
+
+fn seed(app: &TestApp, name: &str, content: &str) {
+    let path = app.repo_dir.join(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, content).unwrap();
+}
+
+fn read(app: &TestApp, name: &str) -> String {
+    std::fs::read_to_string(app.repo_dir.join(name)).unwrap()
+}
+
+async fn str_replace_changes_three_files_keeping_their_own_line_endings(app: TestApp) {
+    seed(&app, "a.py", "def a():\n    return 1\n");
+    seed(&app, "b.py", "def b():\r\n    return 2\r\n\r\nX = 1\r\n");
+    seed(&app, "c.txt", "one\ntwo\nthree");
+    let (status, body) = post(
+        &app,
+        json!({"files": [
+            {"path": "a.py", "edits": [{"old": "return 1", "new": "return 10"}]},
+            {"path": "b.py", "edits": [{"old": "    return 2\n", "new": "    return 20\n    # twenty\n"}]},
+            {"path": "c.txt", "edits": [{"old": "two", "new": "TWO"}]},
+        ]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(read(&app, "a.py"), "def a():\n    return 10\n");
+    assert_eq!(
+        read(&app, "b.py"),
+        "def b():\r\n    return 20\r\n    # twenty\r\n\r\nX = 1\r\n"
+    );
+    assert_eq!(
+        read(&app, "c.txt"),
+        "one\nTWO\nthree",
+        "no final newline added"
+    );
+    let files = body["files"].as_array().unwrap();
+    assert_eq!(files.len(), 3);
+    assert_eq!(files[1]["change"]["lines_added"], 2, "{body}");
+    assert_eq!(files[1]["change"]["lines_removed"], 1, "{body}");
+    let (_, op) = app
+        .json(&format!(
+            "/operations/{}",
+            files[1]["operation_id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(op["detail"]["change"], files[1]["change"]);
+    assert_eq!(op["kind"], "direct");
+}
+
+async fn a_patch_with_one_hunk_that_does_not_apply_changes_no_file(app: TestApp) {
+    seed(&app, "src/one.py", "def one():\n    return 1\n");
+    seed(&app, "src/two.py", "def two():\n    return 2\n");
+    let patch = "*** Begin Patch\n*** Update File: src/one.py\n@@ def one():\n-    return 1\n+    return 11\n*** Add File: src/three.py\n+THREE = 3\n*** Update File: src/two.py\n@@ def two():\n-    return 22\n+    return 222\n*** End Patch\n";
+    let (status, body) = post(&app, json!({"patch": patch})).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "edit_failed");
+    assert_eq!(body["error"]["details"]["path"], "src/two.py");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("'src/two.py' hunk 1"), "{message}");
+    assert!(
+        message.contains("     2 |     return 2"),
+        "the closest lines: {message}"
+    );
+    assert_eq!(read(&app, "src/one.py"), "def one():\n    return 1\n");
+    assert!(!app.repo_dir.join("src/three.py").exists());
+
+    let fixed = patch.replace("-    return 22", "-    return 2");
+    let (status, body) = post(&app, json!({"patch": fixed})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(read(&app, "src/one.py"), "def one():\n    return 11\n");
+    assert_eq!(read(&app, "src/two.py"), "def two():\n    return 222\n");
+    assert_eq!(read(&app, "src/three.py"), "THREE = 3\n");
+    let ops: Vec<&str> = body["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["operation"].as_str().unwrap())
+        .collect();
+    assert_eq!(ops, ["updated", "created", "updated"]);
+}
+
+async fn a_stale_expected_sha256_is_a_412_and_nothing_changes(app: TestApp) {
+    seed(&app, "a.py", "x = 1\n");
+    seed(&app, "b.py", "y = 1\n");
+    let (status, body) = post(
+        &app,
+        json!({"files": [
+            {"path": "a.py", "edits": [{"old": "x = 1", "new": "x = 2"}]},
+            {"path": "b.py", "expected_sha256": "0".repeat(64), "edits": [{"old": "y = 1", "new": "y = 2"}]},
+        ]}),
+    )
+    .await;
+    assert_eq!(status, 412, "{body}");
+    assert_eq!(body["error"]["code"], "precondition_failed");
+    assert_eq!(read(&app, "a.py"), "x = 1\n");
+    assert_eq!(read(&app, "b.py"), "y = 1\n");
+}
+
+async fn a_text_found_twice_is_refused_unless_replace_all(app: TestApp) {
+    seed(&app, "a.py", "x = 1\nx = 1\n");
+    let edit = |all: bool| json!({"files": [{"path": "a.py", "edits": [{"old": "x = 1", "new": "x = 2", "replace_all": all}]}]});
+    let (status, body) = post(&app, edit(false)).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("occurs 2 times (at lines 1, 2)"),
+        "{body}"
+    );
+    let (status, body) = post(&app, edit(true)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(read(&app, "a.py"), "x = 2\nx = 2\n");
+}
+
+on_both_backends!(
+    str_replace_changes_three_files_keeping_their_own_line_endings,
+    a_patch_with_one_hunk_that_does_not_apply_changes_no_file,
+    a_stale_expected_sha256_is_a_412_and_nothing_changes,
+    a_text_found_twice_is_refused_unless_replace_all,
+);
+
+#[tokio::test]
+async fn a_one_megabyte_file_is_changed_by_an_edit_with_nothing_cut() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let big: String = (0..22_500)
+        .map(|i| format!("line_{i:05} = {i}  # padding padding padding\n"))
+        .collect();
+    assert!(big.len() > 1_000_000);
+    seed(&app, "big.py", &big);
+    let (status, body) = post(
+        &app,
+        json!({"files": [{"path": "big.py", "edits": [{"old": "line_22499 = 22499", "new": "line_22499 = -1"}]}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let after = read(&app, "big.py");
+    assert_eq!(after.len(), big.len() - 3);
+    assert_eq!(after, big.replace("line_22499 = 22499", "line_22499 = -1"));
+}
+
+#[tokio::test]
+async fn edits_that_fail_the_checks_are_not_written_and_edits_that_pass_are() {
+    let commands = r#"{"python": ["python3", "{args}"]}"#;
+    let app =
+        writ_tests::spawn_app_with_models_and(Backend::Sqlite, &[("WRIT_COMMANDS", commands)])
+            .await;
+    seed(&app, "calc.py", "def add(a, b):\n    return a + b\n");
+    seed(
+        &app,
+        "tests/check_calc.py",
+        "import os, sys\nsys.path.insert(0, os.getcwd())\nfrom calc import add\nassert add(2, 3) == 5\nprint('1 passed')\n",
+    );
+    let edit = |new: &str| {
+        json!({"files": [{"path": "calc.py", "edits": [{"old": "return a + b", "new": new}]}],
+               "validation": {"commands": [{"name": "python", "args": ["tests/check_calc.py"]}], "timeout_secs": 20}})
+    };
+    let (status, body) = post(&app, edit("return a - b")).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "validation_failed");
+    assert!(
+        body["error"]["details"]["output_tail"]
+            .as_str()
+            .unwrap()
+            .contains("AssertionError"),
+        "{body}"
+    );
+    assert_eq!(read(&app, "calc.py"), "def add(a, b):\n    return a + b\n");
+
+    let (status, body) = post(&app, edit("return b + a")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["validated"], true);
+    assert_eq!(read(&app, "calc.py"), "def add(a, b):\n    return b + a\n");
+}
+
+#[tokio::test]
+async fn protected_and_escaping_targets_are_refused_and_nothing_changes() {
+    let app = spawn_app(Backend::Sqlite).await;
+    seed(&app, ".git/config", "[core]\n");
+    seed(&app, "a.py", "x = 1\n");
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.py"), "s = 1\n").unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("secret.py"),
+        app.repo_dir.join("link.py"),
+    )
+    .unwrap();
+    let patch = |target: &str| {
+        format!(
+            "*** Begin Patch\n*** Update File: a.py\n-x = 1\n+x = 2\n*** Update File: {target}\n-s = 1\n+s = 2\n*** End Patch\n"
+        )
+    };
+    let (status, body) = post(&app, json!({"patch": patch(".git/config")})).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], "protected_path");
+    let (status, body) = post(&app, json!({"patch": patch("link.py")})).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_path");
+    assert_eq!(read(&app, "a.py"), "x = 1\n");
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret.py")).unwrap(),
+        "s = 1\n"
+    );
+}
+
+#[tokio::test]
+async fn malformed_requests_name_the_field() {
+    let app = spawn_app(Backend::Sqlite).await;
+    seed(&app, "a.py", "x = 1\n");
+    let cases = [
+        (json!({}), "files"),
+        (json!({"files": [], "patch": "x"}), "patch"),
+        (json!({"patch": "hello"}), "patch"),
+        (
+            json!({"files": [{"path": "../a.py", "edits": [{"old": "x", "new": "y"}]}]}),
+            "files[0].path",
+        ),
+        (
+            json!({"files": [{"path": "a.py", "edits": []}]}),
+            "files[0].edits",
+        ),
+        (
+            json!({"patch": "*** Begin Patch\n*** Delete File: a.py\n*** End Patch"}),
+            "patch (a.py)",
+        ),
+    ];
+    for (body, field) in cases {
+        let (status, answer) = post(&app, body.clone()).await;
+        assert_eq!(status, 422, "{body} -> {answer}");
+        assert_eq!(answer["error"]["field"], field, "{body} -> {answer}");
+    }
+    assert_eq!(read(&app, "a.py"), "x = 1\n");
+}
+
+#[tokio::test]
+async fn the_edit_files_tool_answers_with_the_diff() {
+    let app = spawn_app(Backend::Sqlite).await;
+    seed(&app, "a.py", "x = 1\n");
+    let r = app
+        .client
+        .post(app.url("/tools/call"))
+        .json(&json!({"name": "edit_files", "arguments": {"files": [{"path": "a.py", "edits": [{"old": "x = 1", "new": "x = 2"}]}]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    let text = body["content"].as_str().unwrap_or_default().to_string() + &body.to_string();
+    assert!(text.contains("-x = 1") && text.contains("+x = 2"), "{body}");
+    assert_eq!(read(&app, "a.py"), "x = 2\n");
+}
