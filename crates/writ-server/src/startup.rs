@@ -127,6 +127,13 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
     // another resumes it if this one dies.
     let shared = !store.single_process();
     let replica = replica_name();
+    if shared {
+        tracing::info!(replica = %replica, "jobs are leased: replicas sharing this database resume each other's");
+    } else {
+        tracing::info!(
+            "SQLite serves one process: run a single replica (a batch interrupted by a crash is failed at the next start, not resumed)"
+        );
+    }
     let runner = synthesizer.map(|synthesizer| {
         let runner = JobRunner::new(synthesizer, hub.clone());
         Arc::new(if shared {
