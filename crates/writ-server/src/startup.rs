@@ -104,7 +104,7 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
     } else {
         STALE_JOB_AFTER
     };
-    let failed_jobs = fail_stale_jobs(store.as_ref(), stale_after, Some(&hub))
+    let failed_jobs = fail_stale_jobs(store.as_ref(), stale_after, Some(&hub), workspace.root())
         .await
         .context("failing jobs interrupted by an earlier run")?;
     if failed_jobs > 0 {
@@ -617,8 +617,13 @@ async fn reconcile_periodically(state: AppState) {
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "reconciliation skipped: audit store unavailable"),
         }
-        if let Err(e) =
-            fail_stale_jobs(state.store.as_ref(), STALE_JOB_AFTER, Some(&state.hub)).await
+        if let Err(e) = fail_stale_jobs(
+            state.store.as_ref(),
+            STALE_JOB_AFTER,
+            Some(&state.hub),
+            state.workspace.root(),
+        )
+        .await
         {
             tracing::warn!(error = %e, "stale-job sweep skipped: audit store unavailable");
         }
