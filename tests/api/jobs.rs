@@ -399,6 +399,15 @@ async fn a_job_interrupted_by_a_crash_is_failed_with_a_reason_at_the_next_start(
         body["error"].as_str().unwrap().contains("interrupted"),
         "{body}"
     );
+    // Its answer is stored, for a repeat of its Idempotency-Key: the file failed with the reason.
+    assert_eq!(body["response"]["status"], "error", "{body}");
+    assert!(
+        body["response"]["results"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("interrupted"),
+        "{body}"
+    );
     let all = events(&app, &job.to_string(), None).await;
     assert_eq!(all.last().map(|e| e.1.as_str()), Some("done"));
     assert_eq!(all.last().unwrap().2["status"], "failed");

@@ -104,7 +104,7 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
     } else {
         STALE_JOB_AFTER
     };
-    let failed_jobs = fail_stale_jobs(store.as_ref(), stale_after, Some(&hub))
+    let failed_jobs = fail_stale_jobs(store.as_ref(), stale_after, Some(&hub), workspace.root())
         .await
         .context("failing jobs interrupted by an earlier run")?;
     if failed_jobs > 0 {
@@ -127,6 +127,13 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
     // another resumes it if this one dies.
     let shared = !store.single_process();
     let replica = replica_name();
+    if shared {
+        tracing::info!(replica = %replica, "jobs are leased: replicas sharing this database resume each other's");
+    } else {
+        tracing::info!(
+            "SQLite serves one process: run a single replica (a batch interrupted by a crash is failed at the next start, not resumed)"
+        );
+    }
     let runner = synthesizer.map(|synthesizer| {
         let runner = JobRunner::new(synthesizer, hub.clone());
         Arc::new(if shared {
@@ -601,8 +608,13 @@ async fn reconcile_periodically(state: AppState) {
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "reconciliation skipped: audit store unavailable"),
         }
-        if let Err(e) =
-            fail_stale_jobs(state.store.as_ref(), STALE_JOB_AFTER, Some(&state.hub)).await
+        if let Err(e) = fail_stale_jobs(
+            state.store.as_ref(),
+            STALE_JOB_AFTER,
+            Some(&state.hub),
+            state.workspace.root(),
+        )
+        .await
         {
             tracing::warn!(error = %e, "stale-job sweep skipped: audit store unavailable");
         }

@@ -25,8 +25,7 @@ use tokio::sync::{Notify, broadcast, mpsc, watch};
 use uuid::Uuid;
 
 use crate::audit::{
-    AuditStore, AuditWrite, FileKind, Operation, OperationFilter, OperationStatus, RequestStatus,
-    StoreError,
+    AuditStore, AuditWrite, FileKind, Operation, OperationFilter, OperationStatus, StoreError,
 };
 use crate::jobs::{ClaimedJob, JobEvent, JobStatus, Lease, NewJob};
 use crate::synthesis::batch::{Batch, WriteCodebaseRequest};
@@ -843,33 +842,9 @@ async fn fail_claimed(
 ) {
     let store = synthesizer.store.as_ref();
     let job = &claimed.job;
-    let ops = batch_operations(store, job.id).await.unwrap_or_default();
-    let results: Vec<FileResult> = job
-        .files
-        .iter()
-        .map(|file| {
-            let mine = ops.iter().filter(|op| op.filename == *file);
-            match mine
-                .clone()
-                .find(|op| op.status == OperationStatus::Succeeded)
-            {
-                Some(op) => written_result(op),
-                None => FileResult::failed(
-                    file,
-                    mine.map(|op| op.kind).next().unwrap_or(FileKind::Code),
-                    reason,
-                    Vec::new(),
-                ),
-            }
-        })
-        .collect();
-    let duration = (Utc::now() - job.created_at).num_milliseconds().max(0) as u64;
-    let response = BatchResponse::assemble(
-        job.id,
-        synthesizer.workspace.root().display().to_string(),
-        results,
-        duration,
-    );
+    let write_path = synthesizer.workspace.root().display().to_string();
+    let response = failed_answer(store, job, write_path, reason).await;
+    let duration = response.duration_ms;
     let body = serde_json::to_value(&response).unwrap_or(serde_json::Value::Null);
     let closed = store
         .commit(vec![
@@ -894,6 +869,39 @@ async fn fail_claimed(
     }
     announce_failed(store, hub, job.id, reason).await;
     tracing::warn!(job = %job.id, reason, "failed a job that could not be resumed");
+}
+
+/// The answer of a job that ends `failed`: the files its runs wrote (as their records say), the
+/// others failed with `reason`. Stored like any answer, so a repeat of its `Idempotency-Key`
+/// gets it.
+async fn failed_answer(
+    store: &dyn AuditStore,
+    job: &crate::jobs::Job,
+    write_path: String,
+    reason: &str,
+) -> BatchResponse {
+    let ops = batch_operations(store, job.id).await.unwrap_or_default();
+    let results: Vec<FileResult> = job
+        .files
+        .iter()
+        .map(|file| {
+            let mine = ops.iter().filter(|op| op.filename == *file);
+            match mine
+                .clone()
+                .find(|op| op.status == OperationStatus::Succeeded)
+            {
+                Some(op) => written_result(op),
+                None => FileResult::failed(
+                    file,
+                    mine.map(|op| op.kind).next().unwrap_or(FileKind::Code),
+                    reason,
+                    Vec::new(),
+                ),
+            }
+        })
+        .collect();
+    let duration = (Utc::now() - job.created_at).num_milliseconds().max(0) as u64;
+    BatchResponse::assemble(job.id, write_path, results, duration)
 }
 
 /// The final `done` event of a failed job, after its last stored one, so every stream following
@@ -1040,6 +1048,7 @@ pub async fn fail_stale_jobs(
     store: &dyn AuditStore,
     older_than: Duration,
     hub: Option<&EventHub>,
+    write_path: &std::path::Path,
 ) -> Result<usize, StoreError> {
     let cutoff =
         Utc::now() - chrono::Duration::from_std(older_than).unwrap_or(chrono::Duration::zero());
@@ -1064,8 +1073,16 @@ pub async fn fail_stale_jobs(
             continue;
         }
         failed += 1;
+        // Its answer is stored, so a repeat of its Idempotency-Key gets it.
+        let answer = failed_answer(store, &job, write_path.display().to_string(), &reason).await;
+        let body = serde_json::to_value(&answer).ok();
         if let Err(e) = store
-            .finish_request(job.id, RequestStatus::Error, 0, None)
+            .finish_request(
+                job.id,
+                answer.status,
+                answer.duration_ms as i64,
+                body.as_ref(),
+            )
             .await
         {
             tracing::warn!(job = %job.id, error = %e, "could not close the request of an interrupted job");
@@ -1095,6 +1112,34 @@ mod tests {
 
     fn seqs(burst: &[JobEvent]) -> Vec<i64> {
         burst.iter().map(|e| e.seq).collect()
+    }
+
+    #[test]
+    fn a_file_an_earlier_run_wrote_reports_its_change_from_its_record() {
+        let change = writ_checks::shape::Change::between("a.py", "x = 1\n", "x = 2\n", 1_000);
+        let op = Operation {
+            id: Uuid::now_v7(),
+            request_id: Uuid::now_v7(),
+            created_at: Utc::now(),
+            finished_at: None,
+            filename: "a.py".into(),
+            kind: FileKind::Code,
+            operation: crate::audit::OperationKind::Updated,
+            status: crate::audit::OperationStatus::Succeeded,
+            chosen_model: Some("m".into()),
+            selection: None,
+            arbiter_reason: None,
+            candidates: Vec::new(),
+            previous_sha256: None,
+            sha256: None,
+            bytes: Some(6),
+            error: None,
+            duration_ms: None,
+            detail: Some(serde_json::json!({ "change": change })),
+        };
+        let result = written_result(&op);
+        assert_eq!(result.change, Some(change));
+        assert_eq!(result.image, None);
     }
 
     /// Far longer than any test waits: a burst that ends before it ended for another reason.
