@@ -951,3 +951,61 @@ async fn a_full_run_queue_refuses_new_runs_at_once() {
     h.sandbox.admit().unwrap();
     drop((a, b));
 }
+
+/// A batch that checks many candidates at once holds at most `max_concurrent` scratches: a run's
+/// scratch is made only once it holds its slot.
+#[tokio::test]
+async fn many_runs_at_once_hold_no_more_scratches_than_slots() {
+    use writ_core::execution::{CommandCall, RunLimits, Runner};
+    for overlay in [true, false] {
+        let Some(h) = harness_on(SandboxConfig {
+            limits: test_limits(),
+            overlay,
+            ..SandboxConfig::default()
+        })
+        .await
+        else {
+            return;
+        };
+        let base = h.sandbox.config().scratch_base.clone();
+        let runner = std::sync::Arc::new(writ_sandbox::SandboxRunner::new(
+            Ok(h.sandbox.clone()),
+            writ_sandbox::CommandSet::parse(r#"{"python": ["python3", "{args}"]}"#).unwrap(),
+            h.repo.path().to_path_buf(),
+            RunLimits {
+                max_timeout: Duration::from_secs(30),
+                max_repair_rounds: 0,
+            },
+        ));
+        let staged = vec![(
+            writ_core::SandboxPath::parse("check.py").unwrap(),
+            b"import time\ntime.sleep(0.3)\n".to_vec(),
+        )];
+        let call = CommandCall {
+            name: "python".into(),
+            args: vec!["check.py".into()],
+        };
+        let mut runs = tokio::task::JoinSet::new();
+        for _ in 0..8 {
+            let (runner, staged, call) = (runner.clone(), staged.clone(), call.clone());
+            runs.spawn(async move { runner.run(&staged, &[call], Duration::from_secs(30)).await });
+        }
+        let mut most = 0;
+        while !runs.is_empty() {
+            let held = std::fs::read_dir(&base)
+                .map(|d| d.filter_map(Result::ok).count())
+                .unwrap_or(0);
+            most = most.max(held);
+            if let Ok(Some(done)) =
+                tokio::time::timeout(Duration::from_millis(20), runs.join_next()).await
+            {
+                assert!(done.unwrap().unwrap()[0].passed());
+            }
+        }
+        assert!(most >= 1, "{overlay}: no scratch was seen");
+        assert!(
+            most <= 2,
+            "{overlay}: {most} scratches at once with 2 slots"
+        );
+    }
+}

@@ -2,8 +2,6 @@
 //! no single candidate can pass against wrong neighbours, so the candidates of the files that
 //! have no passer are tried together, each model's own files first, within [`MAX_COMBINATIONS`].
 
-use futures::future::join_all;
-
 use super::trials::to_record;
 use super::{FileTrials, MAX_COMBINATIONS};
 use crate::execution::Runner;
@@ -70,13 +68,21 @@ impl Synthesizer {
                     .await
             }
         });
-        let outcomes = join_all(runs).await;
-        let Some((combo, outcome)) = combos
-            .iter()
-            .zip(outcomes)
-            .map(|(c, o)| (c, to_record(validation, o)))
-            .find(|(_, o)| o.passed)
-        else {
+        // In order of preference: once the first passing combination is known, the rest are
+        // dropped — those still running are killed, those still queued never start.
+        let mut ordered: futures::stream::FuturesOrdered<_> = runs.collect();
+        let mut found = None;
+        let mut k = 0;
+        while let Some(outcome) = futures::StreamExt::next(&mut ordered).await {
+            let record = to_record(validation, outcome);
+            if record.passed {
+                found = Some((&combos[k], record));
+                break;
+            }
+            k += 1;
+        }
+        drop(ordered);
+        let Some((combo, outcome)) = found else {
             return;
         };
         for (k, &t) in combo.iter().enumerate() {
