@@ -17,24 +17,27 @@
 //! checked and validated, alone and together (`repaired`). Still none: the file fails with `validation_failed`
 //! (`on_fail: "refuse"`) or the usual selection writes the best unvalidated candidate, marked as
 //! not passing (`"write_best"`).
+//!
+//! This module holds the types the stages share (`Trial`, `FileTrials`), their order
+//! (`select_validated`) and each file's choice once they are over. The stages themselves:
+//! `trials` runs the checks on candidates, `combinations` searches combinations of several
+//! files' candidates, `repair` sends failing candidates back to their models.
+
+mod combinations;
+mod repair;
+mod trials;
 
 use std::time::Instant;
 
-use futures::future::join_all;
-
 use crate::audit::{CandidateRecord, Selection, ValidationRecord};
-use crate::execution::{RunOutcome, Runner, tail};
-use crate::model::ChatRequest;
 use crate::path::SandboxPath;
 use crate::synthesis::batch::{Batch, FileSpec, OnFail, Validation};
-use crate::synthesis::fanout::{self, UpstreamClock};
+use crate::synthesis::fanout::UpstreamClock;
 use crate::synthesis::generation::Generated;
-use crate::synthesis::progress::{Event, ProgressSink};
-use crate::synthesis::prompt;
+use crate::synthesis::progress::ProgressSink;
 use crate::synthesis::response::FileValidation;
 use crate::synthesis::run::{Produced, Synthesizer};
 use crate::synthesis::selection::{Chosen, Content, Viable, distinct_viable};
-use crate::synthesis::update::judge;
 
 /// Bytes of a failing command's output kept in the record and shown to a model for repair.
 pub const OUTPUT_TAIL_BYTES: usize = 4_000;
@@ -240,254 +243,6 @@ impl Synthesizer {
             .collect()
     }
 
-    /// Runs the checks on some of file `i`'s trials, concurrently, with every other file staged at
-    /// its best choice; records each outcome on its trial and candidate record.
-    async fn validate_trials(
-        &self,
-        runner: &dyn Runner,
-        validation: &Validation,
-        files: &mut [FileTrials<'_>],
-        i: usize,
-        which: &[usize],
-        sink: &dyn ProgressSink,
-    ) {
-        let others: Vec<(SandboxPath, Vec<u8>)> = files
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i)
-            .filter_map(|(_, f)| f.best_code().map(|code| f.staged(code)))
-            .collect();
-        let target = &files[i];
-        sink.emit(Event::ValidationStarted {
-            file: target.file.path.to_string(),
-            candidates: which.len(),
-        });
-        let runs = which.iter().map(|&t| {
-            let mut staged = others.clone();
-            staged.push(target.staged(&target.trials[t].code));
-            async move {
-                let outcome = runner
-                    .run(&staged, &validation.commands, validation.timeout)
-                    .await;
-                (t, outcome)
-            }
-        });
-        let results = join_all(runs).await;
-        let target = &mut files[i];
-        for (t, outcome) in results {
-            let record = to_record(validation, outcome);
-            sink.emit(Event::ValidationFinished {
-                file: target.file.path.to_string(),
-                model: target.trials[t].model.clone(),
-                round: target.trials[t].round,
-                passed: record.passed,
-                exit_code: record.exit_code,
-                duration_ms: record.duration_ms,
-            });
-            let r = target.trials[t].record;
-            if let Some(rec) = target.records.get_mut(r) {
-                rec.validation = Some(record.clone());
-            }
-            target.trials[t].outcome = Some(record);
-        }
-    }
-
-    /// Tries the candidates of the files that have no passer together, with every other file at
-    /// its best choice: the first combination (each model's own files first, then in order) whose
-    /// checks pass becomes those files' choice. Only candidates of `round` take part (all of a
-    /// file's, for round 0), and at most [`MAX_COMBINATIONS`] combinations run.
-    async fn search_combinations(
-        &self,
-        runner: &dyn Runner,
-        validation: &Validation,
-        files: &mut [FileTrials<'_>],
-        round: u32,
-        sink: &dyn ProgressSink,
-    ) {
-        let failing: Vec<usize> = (0..files.len())
-            .filter(|&i| files[i].passers().is_empty() && !files[i].trials.is_empty())
-            .collect();
-        // One file alone was already tried against every neighbour choice it can get.
-        if failing.len() < 2 {
-            return;
-        }
-        let options: Vec<Vec<usize>> = failing
-            .iter()
-            .map(|&i| {
-                (0..files[i].trials.len())
-                    .filter(|&t| files[i].trials[t].round == round)
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        if options.iter().any(Vec::is_empty) {
-            return;
-        }
-        let combos = combinations(&options, MAX_COMBINATIONS, |k, t| {
-            files[failing[k]].trials[t].model.clone()
-        });
-        let fixed: Vec<(SandboxPath, Vec<u8>)> = files
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| !failing.contains(j))
-            .filter_map(|(_, f)| f.best_code().map(|code| f.staged(code)))
-            .collect();
-        for &i in &failing {
-            sink.emit(Event::ValidationStarted {
-                file: files[i].file.path.to_string(),
-                candidates: combos.len(),
-            });
-        }
-        let runs = combos.iter().map(|combo| {
-            let mut staged = fixed.clone();
-            for (k, &t) in combo.iter().enumerate() {
-                let f = &files[failing[k]];
-                staged.push(f.staged(&f.trials[t].code));
-            }
-            async move {
-                runner
-                    .run(&staged, &validation.commands, validation.timeout)
-                    .await
-            }
-        });
-        // In order of preference: once the first passing combination is known, the rest are
-        // dropped — those still running are killed, those still queued never start.
-        let mut ordered: futures::stream::FuturesOrdered<_> = runs.collect();
-        let mut found = None;
-        let mut k = 0;
-        while let Some(outcome) = futures::StreamExt::next(&mut ordered).await {
-            let record = to_record(validation, outcome);
-            if record.passed {
-                found = Some((&combos[k], record));
-                break;
-            }
-            k += 1;
-        }
-        drop(ordered);
-        let Some((combo, outcome)) = found else {
-            return;
-        };
-        for (k, &t) in combo.iter().enumerate() {
-            let f = &mut files[failing[k]];
-            sink.emit(Event::ValidationFinished {
-                file: f.file.path.to_string(),
-                model: f.trials[t].model.clone(),
-                round: f.trials[t].round,
-                passed: true,
-                exit_code: outcome.exit_code,
-                duration_ms: outcome.duration_ms,
-            });
-            let r = f.trials[t].record;
-            if let Some(rec) = f.records.get_mut(r) {
-                rec.validation = Some(outcome.clone());
-            }
-            f.trials[t].outcome = Some(outcome.clone());
-            f.best = Some(t);
-        }
-    }
-
-    /// Sends each model's latest failing candidate back with its failure; returns the indexes of
-    /// the new trials.
-    async fn repair_round(
-        &self,
-        files: &mut [FileTrials<'_>],
-        i: usize,
-        round: u32,
-        sink: &dyn ProgressSink,
-    ) -> Vec<usize> {
-        // The other files of the batch as they stood in this file's checks: the failure may be
-        // theirs, and the model must know what it was tested with.
-        let neighbours: Vec<(String, String)> = files
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i)
-            .filter_map(|(_, o)| {
-                o.best_code()
-                    .map(|code| (o.file.path.to_string(), code.to_string()))
-            })
-            .collect();
-        let f = &mut files[i];
-        // The latest trial of each model that answered.
-        let mut latest: Vec<usize> = Vec::new();
-        for (i, t) in f.trials.iter().enumerate() {
-            match latest.iter().position(|&j| f.trials[j].model == t.model) {
-                Some(k) => latest[k] = i,
-                None => latest.push(i),
-            }
-        }
-        sink.emit(Event::RepairStarted {
-            file: f.file.path.to_string(),
-            round,
-            models: latest.len(),
-        });
-        let asks = latest.iter().map(|&i| {
-            let t = &f.trials[i];
-            let outcome = t.outcome.clone();
-            let messages = prompt::repair_messages(
-                &f.generated.messages,
-                &t.code,
-                f.generated.language,
-                outcome.as_ref(),
-                &neighbours,
-                f.generated.existing.is_some(),
-            );
-            let model = t.model.clone();
-            let expect = f.generated.expect(f.file).on_base(&t.code);
-            let call = self.call_settings();
-            let file = f.file.path.to_string();
-            async move {
-                let req = ChatRequest {
-                    model: model.clone(),
-                    messages,
-                    temperature: Some(call.temperature),
-                    max_tokens: Some(call.max_tokens),
-                    ..ChatRequest::default()
-                };
-                sink.emit(Event::CandidateStarted {
-                    file: file.clone(),
-                    model: model.clone(),
-                });
-                let started = Instant::now();
-                let candidate = match self.models.chat(req).await {
-                    Ok(resp) => {
-                        let mut record = fanout::answered(&model, &resp);
-                        let code = judge(&resp.content, &expect, &mut record);
-                        (record, code)
-                    }
-                    Err(e) => (fanout::failed(&model, started, &e), None),
-                };
-                sink.emit(Event::CandidateFinished {
-                    file,
-                    model: model.clone(),
-                    latency_ms: candidate.0.latency_ms,
-                    ok: candidate.0.ok,
-                    error_class: candidate.0.error_class,
-                    parsed: candidate.0.parsed,
-                });
-                (model, candidate)
-            }
-        });
-        let answers = join_all(asks).await;
-        let mut added = Vec::new();
-        for (model, (mut record, code)) in answers {
-            record.round = Some(round);
-            f.records.push(record);
-            let index = f.records.len() - 1;
-            if let Some(code) = code
-                && !f.trials.iter().any(|t| t.code == code)
-            {
-                f.trials.push(Trial {
-                    model,
-                    code,
-                    round,
-                    record: index,
-                    outcome: None,
-                });
-                added.push(f.trials.len() - 1);
-            }
-        }
-        added
-    }
-
     /// The file's choice once validation and repair are over.
     async fn choose(
         &self,
@@ -592,40 +347,6 @@ impl Synthesizer {
     }
 }
 
-/// The cartesian product of `options` (one list of trial indexes per file), at most `max`
-/// combinations: those where every file's candidate comes from one model first (a model's files
-/// are written to fit each other), then the rest in order.
-fn combinations(
-    options: &[Vec<usize>],
-    max: usize,
-    model_of: impl Fn(usize, usize) -> String,
-) -> Vec<Vec<usize>> {
-    let mut all: Vec<Vec<usize>> = vec![Vec::new()];
-    for opts in options {
-        let mut next = Vec::new();
-        for prefix in &all {
-            for &t in opts {
-                let mut c = prefix.clone();
-                c.push(t);
-                next.push(c);
-            }
-        }
-        all = next;
-        // The product grows fast; past a few times the bound, ordering cannot save it.
-        if all.len() > max.saturating_mul(64) {
-            all.truncate(max.saturating_mul(64));
-        }
-    }
-    let same_model = |c: &Vec<usize>| {
-        let first = model_of(0, c[0]);
-        c.iter().enumerate().all(|(k, &t)| model_of(k, t) == first)
-    };
-    let (mut together, rest): (Vec<_>, Vec<_>) = all.into_iter().partition(same_model);
-    together.extend(rest);
-    together.truncate(max);
-    together
-}
-
 fn records_of(g: &Generated) -> Vec<CandidateRecord> {
     g.answers.iter().map(|c| c.record.clone()).collect()
 }
@@ -635,65 +356,6 @@ fn record_index(records: &[CandidateRecord], model: &str, round: u32) -> usize {
         .iter()
         .position(|r| r.model == model && r.round.unwrap_or(0) == round)
         .unwrap_or(usize::MAX)
-}
-
-/// The checks' outcome as recorded: the deciding command is the first that failed, else the last.
-fn to_record(
-    validation: &Validation,
-    outcome: Result<Vec<RunOutcome>, crate::execution::RunError>,
-) -> ValidationRecord {
-    match outcome {
-        Ok(runs) => {
-            let duration_ms = runs.iter().map(|r| r.duration_ms).sum();
-            let deciding = runs
-                .iter()
-                .position(|r| !r.passed())
-                .unwrap_or(runs.len().saturating_sub(1));
-            let passed =
-                runs.len() == validation.commands.len() && runs.iter().all(RunOutcome::passed);
-            match runs.get(deciding) {
-                Some(run) => {
-                    // The missing evidence goes last, where the tail keeps it for a repair.
-                    let output = match (&run.missing_evidence, &run.limit_reached) {
-                        (_, Some(why)) | (Some(why), None) => {
-                            format!("{}{}\n{why}\n", run.stdout, run.stderr)
-                        }
-                        (None, None) => format!("{}{}", run.stdout, run.stderr),
-                    };
-                    ValidationRecord {
-                        passed,
-                        command: validation.commands[deciding.min(validation.commands.len() - 1)]
-                            .name
-                            .clone(),
-                        exit_code: run.exit_code,
-                        timed_out: run.timed_out,
-                        duration_ms,
-                        output_tail: tail(&output, OUTPUT_TAIL_BYTES).to_string(),
-                    }
-                }
-                None => ValidationRecord {
-                    passed: false,
-                    command: String::new(),
-                    exit_code: None,
-                    timed_out: false,
-                    duration_ms,
-                    output_tail: "no command ran".into(),
-                },
-            }
-        }
-        Err(e) => ValidationRecord {
-            passed: false,
-            command: validation
-                .commands
-                .first()
-                .map(|c| c.name.clone())
-                .unwrap_or_default(),
-            exit_code: None,
-            timed_out: false,
-            duration_ms: 0,
-            output_tail: e.to_string(),
-        },
-    }
 }
 
 fn failure_message(f: &FileTrials<'_>, validation: &Validation) -> String {
@@ -723,22 +385,4 @@ fn failure_message(f: &FileTrials<'_>, validation: &Validation) -> String {
         f.trials.len(),
         f.rounds
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn combinations_try_each_models_own_files_together_first_and_stay_bounded() {
-        // Two files, three candidates each; candidate t of every file came from model t.
-        let options = vec![vec![0, 1, 2], vec![0, 1, 2]];
-        let combos = combinations(&options, 64, |_, t| format!("model-{t}"));
-        assert_eq!(combos.len(), 9);
-        assert_eq!(&combos[..3], &[vec![0, 0], vec![1, 1], vec![2, 2]]);
-        let bounded = combinations(&vec![vec![0, 1, 2, 3]; 4], 64, |_, t| t.to_string());
-        assert_eq!(bounded.len(), 64);
-        assert_eq!(bounded[0], vec![0, 0, 0, 0]);
-        assert_eq!(bounded[3], vec![3, 3, 3, 3]);
-    }
 }

@@ -5,13 +5,23 @@
 //! parsed (the straggler policy, model ids). Its fields are private to this crate, so no other
 //! crate can build an invalid one. Every refusal names the field (`files[2].filename`) and the
 //! limit.
+//!
+//! Here: the limits, [`Batch`] and [`FileSpec`] and the parsing of a request into them. The
+//! wire types live in `request`, the parsed options in `options`; both are re-exported here.
 
-use serde::Deserialize;
+mod options;
+mod request;
+
+pub use options::{
+    DEFAULT_REPAIR_ROUNDS, DEFAULT_VALIDATION_TIMEOUT_SECS, MAX_COMMAND_ARGS,
+    MAX_VALIDATION_COMMANDS, Options, Validation,
+};
+pub use request::{
+    BatchOptions, FileRequest, OnFail, StragglerOptions, ValidationOptions, WriteCodebaseRequest,
+};
 
 use crate::audit::FileKind;
-use crate::execution::CommandCall;
 use crate::path::SandboxPath;
-use crate::synthesis::fanout::StragglerPolicy;
 use crate::synthesis::image::{ImageFormat, ImageOptions, ImageTarget, MAX_SIDE, MIN_SIDE};
 
 pub const MAX_FILES: usize = 5;
@@ -19,232 +29,6 @@ pub const MAX_DESCRIPTION_CHARS: usize = 20_000;
 pub const MAX_TASK_DESCRIPTION_CHARS: usize = 50_000;
 pub const MAX_IMPORTS: usize = 100;
 pub const MAX_MODELS: usize = 8;
-
-/// The JSON body, as sent. Unknown keys anywhere are refused.
-///
-/// The same type is the input schema of the `write_codebase` tool (MCP and `GET /tools`), so the
-/// doc comments below are what a model reads: they say what to send, not how writ works.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct WriteCodebaseRequest {
-    /// Always "write_codebase".
-    #[schemars(extend("enum" = ["write_codebase"]))]
-    pub command: String,
-    /// What the files are for, shared by every file of the batch (at most 50,000 characters).
-    #[serde(default)]
-    pub task_description: Option<String>,
-    /// One to five files to write. Describe each file; never put its content here.
-    #[schemars(length(min = 1, max = 5))]
-    pub files: Vec<FileRequest>,
-    #[serde(default)]
-    pub options: Option<BatchOptions>,
-}
-
-/// One file to write: where, and what it must do.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct FileRequest {
-    /// Path relative to the workspace root, e.g. "src/app.py". No "..", no absolute paths.
-    #[serde(default)]
-    pub filename: Option<String>,
-    /// What the file must contain and do, in words (at most 20,000 characters). Models write the
-    /// content from this; for an existing file, say what to change.
-    #[serde(default)]
-    pub code_description: Option<String>,
-    /// Third-party packages the file may import (at most 100).
-    #[serde(default)]
-    pub external_imports: Vec<String>,
-    /// Other files of the project the file imports from (at most 100).
-    #[serde(default)]
-    pub internal_imports: Vec<String>,
-    /// Write only if the file's current SHA-256 is this (64 hex digits), to avoid overwriting a
-    /// change you have not seen.
-    #[serde(default)]
-    pub expected_sha256: Option<String>,
-    /// Size and format of an image file (overrides `options.image`).
-    #[serde(default)]
-    pub image: Option<ImageOptions>,
-}
-
-/// How the batch runs. Every field is optional.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct BatchOptions {
-    /// Overrides `CODE_LIST` for this batch.
-    #[serde(default)]
-    pub models: Option<Vec<String>>,
-    /// Overrides `CODE_MODEL` for this batch.
-    #[serde(default)]
-    pub arbiter_model: Option<String>,
-    /// Return the chosen content without writing.
-    #[serde(default)]
-    pub dry_run: bool,
-    /// Write all files of the batch or none.
-    #[serde(default)]
-    pub atomic: bool,
-    /// Answer 202 with a job id at once instead of waiting (same as `Prefer: respond-async`).
-    #[serde(default, rename = "async")]
-    pub run_async: bool,
-    /// Overrides `IMAGE_MODEL` for this batch's image files.
-    #[serde(default)]
-    pub image_model: Option<String>,
-    /// Size and format for every image file of the batch (a file's own `image` wins).
-    #[serde(default)]
-    pub image: Option<ImageOptions>,
-    /// Overrides the deployment's straggler policy (`WRIT_STRAGGLER_*`) for this batch.
-    #[serde(default)]
-    pub straggler: Option<StragglerOptions>,
-    /// Run these checks on every candidate; choose among those that pass, repair those that fail.
-    #[serde(default)]
-    pub validation: Option<ValidationOptions>,
-    /// Let a change to an existing file remove definitions the description does not name, and
-    /// shrink the file by more than the documented share. Off: such candidates are not viable.
-    #[serde(default)]
-    pub allow_removals: bool,
-}
-
-/// `options.validation` as sent.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ValidationOptions {
-    /// Configured command names (`WRIT_COMMANDS`) with their arguments, run in order.
-    #[serde(default)]
-    pub commands: Vec<CommandCall>,
-    /// Per command; at most the deployment's maximum (`WRIT_RUN_MAX_TIMEOUT_SECS`).
-    #[serde(default)]
-    pub timeout_secs: Option<u64>,
-    /// How many times failing candidates are sent back to their models with the failure.
-    #[serde(default)]
-    pub repair_rounds: Option<u32>,
-    #[serde(default)]
-    pub on_fail: Option<OnFail>,
-}
-
-/// What happens to a file none of whose candidates passes its checks.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum OnFail {
-    /// The file fails with `validation_failed`; nothing is written.
-    #[default]
-    Refuse,
-    /// The best unvalidated candidate is written, and the answer says it did not pass.
-    WriteBest,
-}
-
-/// `options.validation`, parsed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Validation {
-    pub(crate) commands: Vec<CommandCall>,
-    pub(crate) timeout: std::time::Duration,
-    pub(crate) repair_rounds: u32,
-    pub(crate) on_fail: OnFail,
-}
-
-/// Defaults of `options.validation`.
-pub const DEFAULT_VALIDATION_TIMEOUT_SECS: u64 = 30;
-pub const DEFAULT_REPAIR_ROUNDS: u32 = 2;
-/// Most commands one validation may run per candidate.
-pub const MAX_VALIDATION_COMMANDS: usize = 8;
-/// Most arguments one command may take.
-pub const MAX_COMMAND_ARGS: usize = 32;
-
-impl ValidationOptions {
-    fn parse(&self) -> Result<Validation, BatchError> {
-        let field = "options.validation";
-        if self.commands.is_empty() || self.commands.len() > MAX_VALIDATION_COMMANDS {
-            return Err(refuse(
-                format!("{field}.commands"),
-                format!(
-                    "between 1 and {MAX_VALIDATION_COMMANDS} commands, got {}",
-                    self.commands.len()
-                ),
-            ));
-        }
-        for (i, c) in self.commands.iter().enumerate() {
-            if c.name.trim().is_empty() {
-                return Err(refuse(
-                    format!("{field}.commands[{i}].name"),
-                    "must name a configured command (WRIT_COMMANDS)",
-                ));
-            }
-            if c.args.len() > MAX_COMMAND_ARGS {
-                return Err(refuse(
-                    format!("{field}.commands[{i}].args"),
-                    format!("at most {MAX_COMMAND_ARGS} arguments, got {}", c.args.len()),
-                ));
-            }
-        }
-        let timeout_secs = self.timeout_secs.unwrap_or(DEFAULT_VALIDATION_TIMEOUT_SECS);
-        if timeout_secs == 0 {
-            return Err(refuse(
-                format!("{field}.timeout_secs"),
-                "must be at least 1",
-            ));
-        }
-        Ok(Validation {
-            commands: self.commands.clone(),
-            timeout: std::time::Duration::from_secs(timeout_secs),
-            repair_rounds: self.repair_rounds.unwrap_or(DEFAULT_REPAIR_ROUNDS),
-            on_fail: self.on_fail.unwrap_or_default(),
-        })
-    }
-}
-
-impl Validation {
-    pub fn commands(&self) -> &[CommandCall] {
-        &self.commands
-    }
-    pub fn timeout(&self) -> std::time::Duration {
-        self.timeout
-    }
-    pub fn repair_rounds(&self) -> u32 {
-        self.repair_rounds
-    }
-}
-
-/// `options.straggler` as sent: when to stop waiting for the slowest candidates.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct StragglerOptions {
-    /// `"all"` (wait for every model), `"all_but_slowest"`, or a count of viable candidates.
-    #[serde(default)]
-    #[schemars(schema_with = "enough_schema")]
-    pub enough: Option<serde_json::Value>,
-    /// Then wait at most this many milliseconds for the rest...
-    #[serde(default)]
-    pub extra_ms: Option<u64>,
-    /// ...or this multiple of the first viable candidate's latency.
-    #[serde(default)]
-    pub extra_factor: Option<f64>,
-}
-
-/// `enough` is kept as raw JSON so its refusal can name the sub-field; its schema says what
-/// it accepts.
-fn enough_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "description": "\"all\" (wait for every model), \"all_but_slowest\", or a count of viable candidates.",
-        "anyOf": [
-            {"type": "string", "enum": ["all", "all_but_slowest"]},
-            {"type": "integer", "minimum": 1}
-        ]
-    })
-}
-
-impl StragglerOptions {
-    /// The validated policy, or a refusal naming the sub-field under `options.straggler`.
-    fn policy(&self) -> Result<StragglerPolicy, BatchError> {
-        let enough = match &self.enough {
-            None | Some(serde_json::Value::Null) => None,
-            Some(serde_json::Value::String(s)) => Some(s.clone()),
-            Some(serde_json::Value::Number(n)) => Some(n.to_string()),
-            Some(other) => Some(other.to_string()),
-        };
-        StragglerPolicy::from_parts(enough.as_deref(), self.extra_ms, self.extra_factor)
-            .map_err(|e| refuse(format!("options.straggler.{}", e.field), e.message))
-    }
-}
 
 /// One validated file of a batch.
 #[derive(Debug, Clone, PartialEq)]
@@ -271,54 +55,6 @@ impl FileSpec {
     }
     pub fn description(&self) -> &str {
         &self.description
-    }
-}
-
-/// A batch's options, parsed: what `options` asked for, in the types the pipeline uses.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Options {
-    /// Overrides `CODE_LIST` for this batch.
-    pub(crate) models: Option<Vec<String>>,
-    /// Overrides `CODE_MODEL` for this batch.
-    pub(crate) arbiter_model: Option<String>,
-    /// Overrides `IMAGE_MODEL` for this batch.
-    pub(crate) image_model: Option<String>,
-    pub(crate) dry_run: bool,
-    pub(crate) atomic: bool,
-    pub(crate) run_async: bool,
-    /// Overrides the deployment's straggler policy for this batch.
-    pub(crate) straggler: Option<StragglerPolicy>,
-    /// Checks every candidate must pass (`options.validation`).
-    pub(crate) validation: Option<Validation>,
-    /// A change may remove definitions and shrink the file (`options.allow_removals`).
-    pub(crate) allow_removals: bool,
-}
-
-impl Options {
-    /// The candidate models the batch asked for, if it overrides the configured list.
-    pub fn models(&self) -> Option<&[String]> {
-        self.models.as_deref()
-    }
-    /// Every model the batch names (candidates, arbiter, image model), for allow-list checks,
-    /// with the field that named it.
-    pub fn named_models(&self) -> Vec<(String, &str)> {
-        let mut named: Vec<(String, &str)> = Vec::new();
-        for (i, m) in self.models.iter().flatten().enumerate() {
-            named.push((format!("options.models[{i}]"), m));
-        }
-        if let Some(m) = &self.arbiter_model {
-            named.push(("options.arbiter_model".into(), m));
-        }
-        if let Some(m) = &self.image_model {
-            named.push(("options.image_model".into(), m));
-        }
-        named
-    }
-    pub fn run_async(&self) -> bool {
-        self.run_async
-    }
-    pub fn validation(&self) -> Option<&Validation> {
-        self.validation.as_ref()
     }
 }
 
@@ -605,6 +341,7 @@ impl Batch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::synthesis::fanout::StragglerPolicy;
 
     fn req(json: serde_json::Value) -> Result<Batch, BatchError> {
         Batch::parse(serde_json::from_value(json).unwrap())

@@ -1,0 +1,141 @@
+//! A batch's options, parsed: [`Options`] and [`Validation`] in the types the pipeline uses,
+//! with the limits and defaults of `options.validation` and the parsing of `options.validation`
+//! and `options.straggler` from their wire shape.
+
+use super::request::{OnFail, StragglerOptions, ValidationOptions};
+use super::{BatchError, refuse};
+use crate::execution::CommandCall;
+use crate::synthesis::fanout::StragglerPolicy;
+
+/// `options.validation`, parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Validation {
+    pub(crate) commands: Vec<CommandCall>,
+    pub(crate) timeout: std::time::Duration,
+    pub(crate) repair_rounds: u32,
+    pub(crate) on_fail: OnFail,
+}
+
+/// Defaults of `options.validation`.
+pub const DEFAULT_VALIDATION_TIMEOUT_SECS: u64 = 30;
+pub const DEFAULT_REPAIR_ROUNDS: u32 = 2;
+/// Most commands one validation may run per candidate.
+pub const MAX_VALIDATION_COMMANDS: usize = 8;
+/// Most arguments one command may take.
+pub const MAX_COMMAND_ARGS: usize = 32;
+
+impl ValidationOptions {
+    pub(super) fn parse(&self) -> Result<Validation, BatchError> {
+        let field = "options.validation";
+        if self.commands.is_empty() || self.commands.len() > MAX_VALIDATION_COMMANDS {
+            return Err(refuse(
+                format!("{field}.commands"),
+                format!(
+                    "between 1 and {MAX_VALIDATION_COMMANDS} commands, got {}",
+                    self.commands.len()
+                ),
+            ));
+        }
+        for (i, c) in self.commands.iter().enumerate() {
+            if c.name.trim().is_empty() {
+                return Err(refuse(
+                    format!("{field}.commands[{i}].name"),
+                    "must name a configured command (WRIT_COMMANDS)",
+                ));
+            }
+            if c.args.len() > MAX_COMMAND_ARGS {
+                return Err(refuse(
+                    format!("{field}.commands[{i}].args"),
+                    format!("at most {MAX_COMMAND_ARGS} arguments, got {}", c.args.len()),
+                ));
+            }
+        }
+        let timeout_secs = self.timeout_secs.unwrap_or(DEFAULT_VALIDATION_TIMEOUT_SECS);
+        if timeout_secs == 0 {
+            return Err(refuse(
+                format!("{field}.timeout_secs"),
+                "must be at least 1",
+            ));
+        }
+        Ok(Validation {
+            commands: self.commands.clone(),
+            timeout: std::time::Duration::from_secs(timeout_secs),
+            repair_rounds: self.repair_rounds.unwrap_or(DEFAULT_REPAIR_ROUNDS),
+            on_fail: self.on_fail.unwrap_or_default(),
+        })
+    }
+}
+
+impl Validation {
+    pub fn commands(&self) -> &[CommandCall] {
+        &self.commands
+    }
+    pub fn timeout(&self) -> std::time::Duration {
+        self.timeout
+    }
+    pub fn repair_rounds(&self) -> u32 {
+        self.repair_rounds
+    }
+}
+
+impl StragglerOptions {
+    /// The validated policy, or a refusal naming the sub-field under `options.straggler`.
+    pub(super) fn policy(&self) -> Result<StragglerPolicy, BatchError> {
+        let enough = match &self.enough {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            Some(serde_json::Value::Number(n)) => Some(n.to_string()),
+            Some(other) => Some(other.to_string()),
+        };
+        StragglerPolicy::from_parts(enough.as_deref(), self.extra_ms, self.extra_factor)
+            .map_err(|e| refuse(format!("options.straggler.{}", e.field), e.message))
+    }
+}
+
+/// A batch's options, parsed: what `options` asked for, in the types the pipeline uses.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Options {
+    /// Overrides `CODE_LIST` for this batch.
+    pub(crate) models: Option<Vec<String>>,
+    /// Overrides `CODE_MODEL` for this batch.
+    pub(crate) arbiter_model: Option<String>,
+    /// Overrides `IMAGE_MODEL` for this batch.
+    pub(crate) image_model: Option<String>,
+    pub(crate) dry_run: bool,
+    pub(crate) atomic: bool,
+    pub(crate) run_async: bool,
+    /// Overrides the deployment's straggler policy for this batch.
+    pub(crate) straggler: Option<StragglerPolicy>,
+    /// Checks every candidate must pass (`options.validation`).
+    pub(crate) validation: Option<Validation>,
+    /// A change may remove definitions and shrink the file (`options.allow_removals`).
+    pub(crate) allow_removals: bool,
+}
+
+impl Options {
+    /// The candidate models the batch asked for, if it overrides the configured list.
+    pub fn models(&self) -> Option<&[String]> {
+        self.models.as_deref()
+    }
+    /// Every model the batch names (candidates, arbiter, image model), for allow-list checks,
+    /// with the field that named it.
+    pub fn named_models(&self) -> Vec<(String, &str)> {
+        let mut named: Vec<(String, &str)> = Vec::new();
+        for (i, m) in self.models.iter().flatten().enumerate() {
+            named.push((format!("options.models[{i}]"), m));
+        }
+        if let Some(m) = &self.arbiter_model {
+            named.push(("options.arbiter_model".into(), m));
+        }
+        if let Some(m) = &self.image_model {
+            named.push(("options.image_model".into(), m));
+        }
+        named
+    }
+    pub fn run_async(&self) -> bool {
+        self.run_async
+    }
+    pub fn validation(&self) -> Option<&Validation> {
+        self.validation.as_ref()
+    }
+}
