@@ -1,0 +1,269 @@
+//! An edit request as sent, and its parsing into bounded, checked [`Edits`]: exactly one of
+//! `str_replace` files and a patch, paths checked, at most [`super::MAX_EDIT_FILES`] distinct
+//! files, validation commands checked against the runner.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+use writ_checks::patch::{self, FileOp};
+
+use super::{EditsError, MAX_EDIT_FILES, MAX_EDITS_PER_FILE};
+use crate::execution::{CommandCall, RunError, Runner};
+use crate::path::SandboxPath;
+use crate::synthesis::batch::MAX_VALIDATION_COMMANDS;
+
+/// `POST /edits` as sent: exactly one of `files` and `patch`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditsRequest {
+    /// `str_replace` edits, grouped by file.
+    #[serde(default)]
+    pub files: Option<Vec<FileEdits>>,
+    /// An `apply_patch` patch (`*** Begin Patch` … `*** End Patch`).
+    #[serde(default)]
+    pub patch: Option<String>,
+    /// For `patch`: the SHA-256 (hex) each named file must hold, by path.
+    #[serde(default)]
+    pub expected_sha256: Option<BTreeMap<String, String>>,
+    /// Checks run on a scratch copy with the edits applied; nothing is written if one fails.
+    #[serde(default)]
+    pub validation: Option<EditValidation>,
+    /// Apply and check, and answer with the changes, without writing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// One file's `str_replace` edits, applied in order.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileEdits {
+    pub path: String,
+    /// Refuse unless the file holds this SHA-256 (hex).
+    #[serde(default)]
+    pub expected_sha256: Option<String>,
+    pub edits: Vec<StrReplace>,
+}
+
+/// Replace `old` by `new`: `old` must occur exactly once, or at least once with `replace_all`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StrReplace {
+    pub old: String,
+    pub new: String,
+    #[serde(default)]
+    pub replace_all: bool,
+}
+
+/// The checks an edit must pass before it is written.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditValidation {
+    /// Configured command names (`WRIT_COMMANDS`) with their arguments, run in order.
+    pub commands: Vec<CommandCall>,
+    /// Per command; at most `WRIT_RUN_MAX_TIMEOUT_SECS`.
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+}
+
+/// What is done to one file.
+#[derive(Debug, Clone)]
+pub(super) enum Action {
+    Replace(Vec<StrReplace>),
+    Hunks(Vec<patch::Hunk>),
+    Add(String),
+}
+
+/// One file of a parsed request.
+#[derive(Debug, Clone)]
+pub(super) struct Planned {
+    pub(super) path: SandboxPath,
+    pub(super) field: String,
+    pub(super) expected_sha256: Option<String>,
+    pub(super) action: Action,
+}
+
+/// A parsed, bounded edit request.
+#[derive(Debug, Clone)]
+pub struct Edits {
+    pub(super) files: Vec<Planned>,
+    pub(super) validation: Option<(Vec<CommandCall>, Duration)>,
+    pub(super) dry_run: bool,
+    pub(super) body_sha256: String,
+}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> EditsError {
+    EditsError::Invalid {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+fn parse_path(raw: &str, field: &str) -> Result<SandboxPath, EditsError> {
+    SandboxPath::parse_nonempty(raw).map_err(|e| invalid(field, e.to_string()))
+}
+
+impl EditsRequest {
+    /// Validates the request into [`Edits`]; `body_sha256` identifies it in the audit log.
+    pub fn parse(
+        self,
+        body_sha256: String,
+        runner: Option<&dyn Runner>,
+    ) -> Result<Edits, EditsError> {
+        let files = match (self.files, self.patch) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "patch",
+                    "give either files (str_replace edits) or patch, not both",
+                ));
+            }
+            (None, None) => {
+                return Err(invalid("files", "give files (str_replace edits) or patch"));
+            }
+            (Some(files), None) => {
+                if self.expected_sha256.is_some() {
+                    return Err(invalid(
+                        "expected_sha256",
+                        "goes with patch; with files, give each file's expected_sha256",
+                    ));
+                }
+                files
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, f)| {
+                        let field = format!("files[{i}]");
+                        if f.edits.is_empty() || f.edits.len() > MAX_EDITS_PER_FILE {
+                            return Err(invalid(
+                                format!("{field}.edits"),
+                                format!(
+                                    "between 1 and {MAX_EDITS_PER_FILE} edits, got {}",
+                                    f.edits.len()
+                                ),
+                            ));
+                        }
+                        if let Some(j) = f.edits.iter().position(|e| e.old.is_empty()) {
+                            return Err(invalid(
+                                format!("{field}.edits[{j}].old"),
+                                "must not be empty (to create a file, use a patch's *** Add File)",
+                            ));
+                        }
+                        Ok(Planned {
+                            path: parse_path(&f.path, &format!("{field}.path"))?,
+                            field: format!("{field}.path"),
+                            expected_sha256: f.expected_sha256,
+                            action: Action::Replace(f.edits),
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+            (None, Some(text)) => {
+                let ops = patch::parse(&text).map_err(|e| invalid("patch", e.to_string()))?;
+                let mut expected = self.expected_sha256.unwrap_or_default();
+                let mut planned = Vec::with_capacity(ops.len());
+                for op in ops {
+                    let field = format!("patch ({})", op.path());
+                    let path = parse_path(op.path(), &field)?;
+                    let action = match op {
+                        FileOp::Add { content, .. } => Action::Add(content),
+                        FileOp::Update { hunks, .. } => Action::Hunks(hunks),
+                        FileOp::Delete { .. } => {
+                            return Err(invalid(
+                                field,
+                                "*** Delete File is not supported: edits change and add files; nothing was changed",
+                            ));
+                        }
+                    };
+                    planned.push(Planned {
+                        expected_sha256: expected.remove(path.as_str()),
+                        path,
+                        field,
+                        action,
+                    });
+                }
+                if let Some(path) = expected.keys().next() {
+                    return Err(invalid(
+                        "expected_sha256",
+                        format!("names '{path}', which the patch does not change"),
+                    ));
+                }
+                planned
+            }
+        };
+        if files.len() > MAX_EDIT_FILES {
+            return Err(invalid(
+                "files",
+                format!(
+                    "at most {MAX_EDIT_FILES} files per request, got {}",
+                    files.len()
+                ),
+            ));
+        }
+        for (i, f) in files.iter().enumerate() {
+            if files[..i].iter().any(|o| o.path == f.path) {
+                return Err(invalid(
+                    f.field.clone(),
+                    format!(
+                        "'{}' is named twice; put all of a file's edits in one entry",
+                        f.path
+                    ),
+                ));
+            }
+        }
+        let validation = self
+            .validation
+            .map(|v| parse_validation(v, runner))
+            .transpose()?;
+        Ok(Edits {
+            files,
+            validation,
+            dry_run: self.dry_run,
+            body_sha256,
+        })
+    }
+}
+
+fn parse_validation(
+    v: EditValidation,
+    runner: Option<&dyn Runner>,
+) -> Result<(Vec<CommandCall>, Duration), EditsError> {
+    let Some(runner) = runner else {
+        return Err(EditsError::Unavailable(
+            "validation needs commands to run, and none are configured: set WRIT_COMMANDS".into(),
+        ));
+    };
+    if v.commands.is_empty() || v.commands.len() > MAX_VALIDATION_COMMANDS {
+        return Err(invalid(
+            "validation.commands",
+            format!(
+                "between 1 and {MAX_VALIDATION_COMMANDS} commands, got {}",
+                v.commands.len()
+            ),
+        ));
+    }
+    let max = runner.limits().max_timeout;
+    let timeout = Duration::from_secs(v.timeout_secs.unwrap_or(30).max(1));
+    if timeout > max {
+        return Err(invalid(
+            "validation.timeout_secs",
+            format!(
+                "at most {} (WRIT_RUN_MAX_TIMEOUT_SECS), got {}",
+                max.as_secs(),
+                timeout.as_secs()
+            ),
+        ));
+    }
+    for (i, call) in v.commands.iter().enumerate() {
+        runner
+            .check(call, &format!("validation.commands[{i}]"))
+            .map_err(|e| match e {
+                RunError::Invalid { field, message } => invalid(field, message),
+                RunError::Unavailable(why)
+                | RunError::Failed(why)
+                | RunError::Limit(why)
+                | RunError::Busy { message: why, .. } => {
+                    EditsError::Unavailable(format!("validation cannot run here: {why}"))
+                }
+            })?;
+    }
+    Ok((v.commands, timeout))
+}
