@@ -14,6 +14,7 @@ mod openapi;
 mod operations;
 mod policy;
 mod scopes;
+mod search;
 mod service;
 mod speed;
 mod tools;

@@ -28,6 +28,7 @@ pub mod jobs;
 pub mod keys;
 pub mod model;
 pub mod path;
+pub mod search;
 pub mod sessions;
 pub mod workspace;
 

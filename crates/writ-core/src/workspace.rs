@@ -16,6 +16,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 
 use crate::path::{PathError, SandboxPath};
+use crate::search::{SearchError, SearchQuery, SearchResults, Walk};
 
 /// Held while one path is being written; writers of one path queue on it.
 pub type PathLock = tokio::sync::OwnedMutexGuard<()>;
@@ -172,4 +173,20 @@ pub trait Workspace: Send + Sync + 'static {
 
     /// Writes and removes a probe file, for `/readyz` and `writ check`.
     async fn probe_writable(&self) -> Result<(), WorkspaceError>;
+
+    /// Searches the files beneath `query.dir` line by line (see [`crate::search`]). A workspace
+    /// that cannot search says so.
+    async fn search(&self, query: SearchQuery) -> Result<SearchResults, SearchError> {
+        let _ = query;
+        Err(SearchError::Pattern(
+            "this workspace cannot be searched".to_owned(),
+        ))
+    }
+
+    /// The files beneath `dir` (recursively, in path order), at most `max_files` of them,
+    /// `.gitignore` and protected paths honoured, symlinks not followed.
+    async fn walk(&self, dir: &SandboxPath, max_files: usize) -> Result<Walk, WorkspaceError> {
+        let _ = (dir, max_files);
+        Ok(Walk::default())
+    }
 }
