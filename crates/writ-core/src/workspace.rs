@@ -183,10 +183,16 @@ pub trait Workspace: Send + Sync + 'static {
         ))
     }
 
-    /// The files beneath `dir` (recursively, in path order), at most `max_files` of them,
-    /// `.gitignore` and protected paths honoured, symlinks not followed.
-    async fn walk(&self, dir: &SandboxPath, max_files: usize) -> Result<Walk, WorkspaceError> {
-        let _ = (dir, max_files);
+    /// The files beneath `dir` (recursively, in path order) whose path from the root matches
+    /// `glob` (gitignore-style) when one is given, at most `max_files` of them, `.gitignore` and
+    /// protected paths honoured, symlinks not followed.
+    async fn walk(
+        &self,
+        dir: &SandboxPath,
+        glob: Option<&str>,
+        max_files: usize,
+    ) -> Result<Walk, SearchError> {
+        let _ = (dir, glob, max_files);
         Ok(Walk::default())
     }
 }

@@ -298,11 +298,23 @@ impl Workspace for SandboxedWorkspace {
             })?
     }
 
-    async fn walk(&self, dir: &SandboxPath, max_files: usize) -> Result<Walk, WorkspaceError> {
+    async fn walk(
+        &self,
+        dir: &SandboxPath,
+        glob: Option<&str>,
+        max_files: usize,
+    ) -> Result<Walk, SearchError> {
         let tree = self.tree();
         let owned = dir.clone();
-        self.run(&dir.to_string(), move |_| tree.walk(&owned, max_files))
+        let glob = glob.map(str::to_owned);
+        tokio::task::spawn_blocking(move || tree.walk(&owned, glob.as_deref(), max_files))
             .await
+            .map_err(|e| {
+                SearchError::Workspace(WorkspaceError::Io {
+                    path: String::new(),
+                    source: io::Error::other(e),
+                })
+            })?
     }
 
     async fn read(&self, path: &SandboxPath) -> Result<Option<Vec<u8>>, WorkspaceError> {

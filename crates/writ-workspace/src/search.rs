@@ -82,10 +82,21 @@ impl Tree {
         })
     }
 
-    pub fn walk(&self, dir: &SandboxPath, max_files: usize) -> Result<Walk, WorkspaceError> {
+    pub fn walk(
+        &self,
+        dir: &SandboxPath,
+        glob: Option<&str>,
+        max_files: usize,
+    ) -> Result<Walk, SearchError> {
+        let glob = glob.map(|g| self.glob(g)).transpose()?;
         self.existing_dir(dir)?;
         let mut walk = Walk::default();
         for (rel, size) in self.files(dir) {
+            if let Some(glob) = &glob
+                && !glob_matches(glob, &self.root_path, &rel)
+            {
+                continue;
+            }
             if walk.files.len() == max_files {
                 walk.truncated = true;
                 break;
@@ -201,6 +212,18 @@ impl Tree {
         }
         results.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         Ok(results)
+    }
+
+    /// `glob` as a matcher of paths from the root, gitignore-style (`*.py` anywhere, `src/*.py`
+    /// anchored).
+    fn glob(&self, glob: &str) -> Result<Override, SearchError> {
+        let mut builder = OverrideBuilder::new(&self.root_path);
+        builder
+            .add(glob)
+            .map_err(|e| SearchError::Glob(e.to_string()))?;
+        builder
+            .build()
+            .map_err(|e| SearchError::Glob(e.to_string()))
     }
 
     /// The file's bytes through the root's capability, if it is still a regular file no larger

@@ -153,16 +153,26 @@ async fn the_bounds_stop_the_search_and_say_which() {
 #[tokio::test]
 async fn a_walk_lists_the_files_a_search_would_see() {
     let (_base, ws) = tree().await;
-    let walk = ws.walk(&SandboxPath::root(), 100).await.unwrap();
+    let walk = ws.walk(&SandboxPath::root(), None, 100).await.unwrap();
     let paths: Vec<&str> = walk.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(
         paths,
         [".gitignore", "bin.dat", "src/app.py", "src/util/helpers.py"]
     );
-    let walk = ws.walk(&SandboxPath::root(), 2).await.unwrap();
+    let walk = ws.walk(&SandboxPath::root(), None, 2).await.unwrap();
     assert!(walk.truncated);
+    let walk = ws
+        .walk(&SandboxPath::root(), Some("src/**/*.py"), 100)
+        .await
+        .unwrap();
+    assert_eq!(walk.files.len(), 2);
+    let walk = ws
+        .walk(&SandboxPath::root(), Some("helpers.py"), 100)
+        .await
+        .unwrap();
+    assert_eq!(walk.files[0].path.as_str(), "src/util/helpers.py");
     assert!(
-        ws.walk(&SandboxPath::parse_dir("nope").unwrap(), 5)
+        ws.walk(&SandboxPath::parse_dir("nope").unwrap(), None, 5)
             .await
             .is_err()
     );

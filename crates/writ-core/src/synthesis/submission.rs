@@ -80,7 +80,14 @@ impl Synthesizer {
         .await;
         let current = current?;
         self.check_validation(&sub.batch)?;
-        Ok(Prepared::Fresh(Prior { recent, current }))
+        let named = self.resolve_context(&sub.batch).await?;
+        let prompt_tokens = std::sync::Mutex::new(vec![None; sub.batch.files.len()]);
+        Ok(Prepared::Fresh(Prior {
+            recent,
+            current,
+            named,
+            prompt_tokens,
+        }))
     }
 
     /// The batch's request record, for the unit that records it with its job.
