@@ -21,7 +21,7 @@ use crate::search::{SearchError, SearchQuery, WalkedFile};
 use crate::synthesis::batch::{Batch, BatchError, ContextEntry, ContextTarget, FileSpec};
 use crate::synthesis::prompt::{ContextFile, MoreContext};
 use crate::synthesis::run::Synthesizer;
-use crate::workspace::WorkspaceError;
+use crate::workspace::{Workspace, WorkspaceError};
 
 /// The map's budget when neither the deployment nor the batch sets one, in prompt tokens.
 pub const DEFAULT_REPO_MAP_TOKENS: usize = 2_000;
@@ -130,7 +130,9 @@ impl Synthesizer {
                         Err(
                             WorkspaceError::ParentMissing { .. } | WorkspaceError::NotFound { .. },
                         ) => {
-                            return Err(refuse(format!("'{path}' does not exist in the workspace")));
+                            return Err(refuse(format!(
+                                "'{path}' does not exist in the workspace"
+                            )));
                         }
                         Err(e) => return Err(refuse(e.to_string())),
                     }
@@ -221,7 +223,15 @@ impl Synthesizer {
             .repo_map_tokens
             .unwrap_or(self.config.repo_map_tokens);
         if map_tokens > 0 {
-            more.map = self.repo_map(batch, file, &seen, current, map_tokens).await;
+            more.map = repo_map(
+                self.workspace.as_ref(),
+                batch,
+                file,
+                &seen,
+                current,
+                map_tokens,
+            )
+            .await;
         }
         more
     }
@@ -256,82 +266,129 @@ impl Synthesizer {
             outline,
         });
     }
-
-    /// The outlines of the files most related to `file`, best first, within `max_tokens`.
-    async fn repo_map(
-        &self,
-        batch: &Batch,
-        file: &FileSpec,
-        seen: &[String],
-        current: Option<&str>,
-        max_tokens: usize,
-    ) -> Vec<ContextFile> {
-        let Ok(walk) = self
-            .workspace
-            .walk(&SandboxPath::root(), None, MAP_WALK_FILES)
-            .await
-        else {
-            return Vec::new();
-        };
-        let mentions = self.mentions(file).await;
-        let ranked = rank(batch, file, &walk.files, &mentions, current);
-        let words = description_words(&file.description);
-        let mut scored: Vec<(i64, ContextFile)> = Vec::new();
-        for (score, path) in ranked.into_iter().take(MAP_CANDIDATES) {
-            if seen.iter().any(|s| s == path.as_str()) {
-                continue;
-            }
-            let Ok(Some(bytes)) = self.workspace.read(&path).await else {
-                continue;
-            };
-            let outline = cached_outline(&bytes, path.as_str());
-            if outline.trim().is_empty() {
-                continue;
-            }
-            let shared = shared_words(&outline, &words);
-            scored.push((
-                score + 2 * shared.min(5) as i64,
-                ContextFile {
-                    path: path.to_string(),
-                    text: outline,
-                    outline: true,
-                },
-            ));
-        }
-        scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.path.cmp(&b.1.path)));
-        fit(scored.into_iter().map(|(_, f)| f), max_tokens)
-    }
-
-    /// Files of the same language that mention the file's module name, with how many lines do.
-    async fn mentions(&self, file: &FileSpec) -> HashMap<String, usize> {
-        let mut found = HashMap::new();
-        let stem = stem(&file.path);
-        let Some(ext) = file.path.extension() else {
-            return found;
-        };
-        if stem.len() < 3 || !stem.chars().all(|c| c.is_alphanumeric() || c == '_') {
-            return found;
-        }
-        let query = SearchQuery {
-            pattern: format!(r"\b{stem}\b"),
-            regex: true,
-            ignore_case: false,
-            dir: SandboxPath::root(),
-            glob: Some(format!("*.{ext}")),
-            context_lines: 0,
-            max_matches: 500,
-            max_files: MAP_WALK_FILES,
-            max_file_bytes: MAP_MAX_FILE_BYTES,
-            time_limit: Duration::from_secs(2),
-        };
-        if let Ok(results) = self.workspace.search(query).await {
-            for m in results.matches {
-                *found.entry(m.path).or_insert(0) += 1;
-            }
-        }
-        found
-    }
 }
+
+/// The repository map of `file`: the outlines of the workspace's files most related to it, best
+/// first, within `max_tokens`. `seen`: paths the prompt shows anyway, left out.
+pub async fn repo_map(
+    workspace: &dyn Workspace,
+    batch: &Batch,
+    file: &FileSpec,
+    seen: &[String],
+    current: Option<&str>,
+    max_tokens: usize,
+) -> Vec<ContextFile> {
+    let Ok(walk) = workspace
+        .walk(&SandboxPath::root(), None, MAP_WALK_FILES)
+        .await
+    else {
+        return Vec::new();
+    };
+    let words = description_words(&file.description);
+    let (mentions, definitions) = futures::future::join(
+        mentions(workspace, file),
+        definitions(workspace, file, &words),
+    )
+    .await;
+    let ranked = rank(batch, file, &walk.files, &mentions, &definitions, current);
+    let mut scored: Vec<(i64, ContextFile)> = Vec::new();
+    for (score, path) in ranked.into_iter().take(MAP_CANDIDATES) {
+        if seen.iter().any(|s| s == path.as_str()) {
+            continue;
+        }
+        let Ok(Some(bytes)) = workspace.read(&path).await else {
+            continue;
+        };
+        let outline = cached_outline(&bytes, path.as_str());
+        if outline.trim().is_empty() {
+            continue;
+        }
+        let shared = shared_words(&outline, &words);
+        scored.push((
+            score + 2 * shared.min(10) as i64,
+            ContextFile {
+                path: path.to_string(),
+                text: outline,
+                outline: true,
+            },
+        ));
+    }
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.path.cmp(&b.1.path)));
+    fit(scored.into_iter().map(|(_, f)| f), max_tokens)
+}
+
+/// A search of the workspace's files of `file`'s language, as (path → matching lines).
+async fn search_counts(
+    workspace: &dyn Workspace,
+    file: &FileSpec,
+    pattern: String,
+) -> HashMap<String, usize> {
+    let mut found = HashMap::new();
+    let Some(ext) = file.path.extension() else {
+        return found;
+    };
+    let query = SearchQuery {
+        pattern,
+        regex: true,
+        ignore_case: false,
+        dir: SandboxPath::root(),
+        glob: Some(format!("*.{ext}")),
+        context_lines: 0,
+        max_matches: 500,
+        max_files: MAP_WALK_FILES,
+        max_file_bytes: MAP_MAX_FILE_BYTES,
+        time_limit: Duration::from_secs(2),
+    };
+    if let Ok(results) = workspace.search(query).await {
+        for m in results.matches {
+            *found.entry(m.path).or_insert(0) += 1;
+        }
+    }
+    found
+}
+
+/// Files of the same language that mention the file's module name, with how many lines do.
+async fn mentions(workspace: &dyn Workspace, file: &FileSpec) -> HashMap<String, usize> {
+    let stem = stem(&file.path);
+    if stem.len() < 3 || !stem.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        return HashMap::new();
+    }
+    search_counts(workspace, file, format!(r"\b{stem}\b")).await
+}
+
+/// Files of the same language that define something named with a word of the description
+/// (`def apply_discount`, `MAX_RETRIES =`, `fn parse_order`), with how many definitions: the
+/// helpers and constants a description uses without naming their module.
+async fn definitions(
+    workspace: &dyn Workspace,
+    file: &FileSpec,
+    words: &[String],
+) -> HashMap<String, usize> {
+    let mut words: Vec<&str> = words
+        .iter()
+        .map(String::as_str)
+        .filter(|w| w.len() >= 5 && w.chars().all(|c| c.is_ascii_alphanumeric()))
+        .filter(|w| !COMMON_WORDS.contains(w))
+        .collect();
+    words.sort_by_key(|w| std::cmp::Reverse(w.len()));
+    words.truncate(16);
+    if words.is_empty() {
+        return HashMap::new();
+    }
+    let alternatives = words.join("|");
+    let pattern = format!(
+        r"(?i)^\s*(?:export\s+|pub(?:\([a-z]+\))?\s+)?(?:async\s+)?(?:def|class|fn|function|func|const|let|var|static|struct|enum|trait|type|interface)\s+\w*(?:{alternatives})\w*|^[A-Z][A-Z0-9_]*(?:{upper})[A-Z0-9_]*\s*[:=]",
+        upper = alternatives.to_uppercase(),
+    );
+    search_counts(workspace, file, pattern).await
+}
+
+/// Words of descriptions that name no particular thing.
+const COMMON_WORDS: &[&str] = &[
+    "about", "after", "again", "class", "every", "file", "first", "function", "given", "module",
+    "other", "return", "returns", "should", "their", "there", "these", "those", "value", "values",
+    "where", "which", "while", "with", "write", "using", "import", "imports",
+];
 
 /// The workspace's files ranked for `file` by path alone, best first (score > 0 only).
 fn rank(
@@ -339,6 +396,7 @@ fn rank(
     file: &FileSpec,
     files: &[WalkedFile],
     mentions: &HashMap<String, usize>,
+    definitions: &HashMap<String, usize>,
     current: Option<&str>,
 ) -> Vec<(i64, SandboxPath)> {
     let language = Language::from_path(file.path.as_str());
@@ -374,6 +432,9 @@ fn rank(
             }
             if let Some(n) = mentions.get(path) {
                 score += 4 + (*n as i64).min(3);
+            }
+            if let Some(n) = definitions.get(path) {
+                score += 3 * (*n as i64).min(3);
             }
             if f.path.parent() == folder {
                 score += 3;
@@ -465,26 +526,35 @@ fn description_words(description: &str) -> Vec<String> {
     words
 }
 
-/// How many of the outline's lines share a word with the description.
+/// How much the outline's definitions share words with the description: per line, the square of
+/// the distinct description words it holds, so `normalize_invoice` outranks two lines holding
+/// `normalize` and `invoice` apart when the description says "normalize the invoice".
 fn shared_words(outline: &str, words: &[String]) -> usize {
     outline
         .lines()
-        .filter(|line| {
-            line.split(|c: char| !c.is_alphanumeric())
+        .map(|line| {
+            let mut hits: Vec<String> = line
+                .split(|c: char| !c.is_alphanumeric() && c != '_')
                 .flat_map(split_identifier)
-                .any(|w| w.len() >= 4 && words.binary_search(&w).is_ok())
+                .filter(|w| w.len() >= 4 && words.binary_search(w).is_ok())
+                .collect();
+            hits.sort();
+            hits.dedup();
+            hits.len() * hits.len()
         })
-        .count()
+        .sum()
 }
 
 /// `apply_discount` / `applyDiscount` → `apply`, `discount`.
 fn split_identifier(ident: &str) -> Vec<String> {
     let mut parts = Vec::new();
     let mut word = String::new();
+    let mut after_lower = false;
     for c in ident.chars() {
-        if (c == '_' || c.is_uppercase()) && !word.is_empty() {
+        if (c == '_' || (c.is_uppercase() && after_lower)) && !word.is_empty() {
             parts.push(std::mem::take(&mut word));
         }
+        after_lower = c.is_lowercase() || c.is_ascii_digit();
         if c != '_' {
             word.extend(c.to_lowercase());
         }
@@ -573,6 +643,7 @@ mod tests {
     fn identifiers_split_into_words() {
         assert_eq!(split_identifier("apply_discount"), ["apply", "discount"]);
         assert_eq!(split_identifier("applyDiscount"), ["apply", "discount"]);
+        assert_eq!(split_identifier("MAX_RETRIES"), ["max", "retries"]);
     }
 
     #[test]
