@@ -91,6 +91,10 @@ async fn bad_search_input_is_refused_naming_the_field() {
     );
     let (status, _) = search(&app, "pattern=total&dir=nowhere").await;
     assert_eq!(status, 404);
+    let (status, body) = search(&app, "pattern=total&dir=secrets").await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], "protected_path");
+    assert_eq!(body["error"]["field"], "dir");
 }
 
 #[tokio::test]

@@ -14,8 +14,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use writ_core::SandboxPath;
 use writ_core::search::{SearchError, SearchQuery, SearchResults};
+use writ_core::{SandboxPath, WorkspaceError};
 
 use crate::error::{ApiError, path_error, workspace_error};
 use crate::extract::ApiQuery;
@@ -78,6 +78,13 @@ pub async fn search_files(
 /// The search behind `GET /search` and the `search_files` tool.
 pub async fn search(state: &AppState, params: SearchParams) -> Result<SearchResults, ApiError> {
     let query = parse(params)?;
+    // The walk would answer a protected folder with nothing; say why instead.
+    if !query.dir.is_root()
+        && let Err(e @ WorkspaceError::Protected { .. }) =
+            state.workspace.check_target(&query.dir, false).await
+    {
+        return Err(workspace_error(e, "dir"));
+    }
     state.workspace.search(query).await.map_err(|e| match e {
         SearchError::Pattern(message) => invalid(
             "pattern",
