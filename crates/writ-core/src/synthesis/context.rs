@@ -278,17 +278,28 @@ pub async fn repo_map(
     current: Option<&str>,
     max_tokens: usize,
 ) -> Vec<ContextFile> {
+    let Ok(walk) = workspace
+        .walk(&SandboxPath::root(), None, MAP_WALK_FILES)
+        .await
+    else {
+        return Vec::new();
+    };
+    // A workspace with nothing to outline (a new project, or only the batch's own files) costs
+    // one walk: no search, no read.
+    let outlinable = walk.files.iter().any(|f| {
+        Language::from_path(f.path.as_str()) != Language::Other
+            && !batch.files.iter().any(|b| b.path == f.path)
+    });
+    if !outlinable {
+        return Vec::new();
+    }
     let words = description_words(&file.description);
-    // Three passes over the tree, each on its own blocking thread: they run side by side.
-    let (walk, mentions, definitions) = futures::future::join3(
-        workspace.walk(&SandboxPath::root(), None, MAP_WALK_FILES),
+    // The two searches each take a blocking thread: they run side by side.
+    let (mentions, definitions) = futures::future::join(
         mentions(workspace, file),
         definitions(workspace, file, &words),
     )
     .await;
-    let Ok(walk) = walk else {
-        return Vec::new();
-    };
     let ranked = rank(batch, file, &walk.files, &mentions, &definitions, current);
     let mut scored: Vec<(i64, ContextFile)> = Vec::new();
     for (score, path) in ranked.into_iter().take(MAP_CANDIDATES) {
