@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod context;
 mod dashboard;
 mod edges;
 mod edits;
@@ -15,6 +16,7 @@ mod operations;
 mod policy;
 mod probes;
 mod scopes;
+mod search;
 mod service;
 mod speed;
 mod tools;

@@ -15,10 +15,11 @@ use writ_fake_upstream::{Script, Step};
 use writ_tests::{ARBITER, Backend, MODELS, TestApp, spawn_app, spawn_app_with_models};
 
 /// The tools of a server without commands (`run` is offered only with `WRIT_COMMANDS`).
-const TOOL_NAMES: [&str; 10] = [
+const TOOL_NAMES: [&str; 11] = [
     "write_codebase",
     "list_files",
     "read_file",
+    "search_files",
     "write_file",
     "edit_files",
     "list_operations",

@@ -17,6 +17,7 @@ TOOL_NAMES = [
     "write_codebase",
     "list_files",
     "read_file",
+    "search_files",
     "write_file",
     "edit_files",
     "list_operations",

@@ -11,6 +11,7 @@
 //! - [`updates`]: changes of existing files — the right file, no line lost, whatever the models
 //!   answer — and what edit answers save against whole files.
 
+pub mod context;
 pub mod eval;
 pub mod load;
 pub mod procfs;

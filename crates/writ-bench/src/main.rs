@@ -63,6 +63,16 @@ enum Command {
         #[arg(long)]
         answers: Option<PathBuf>,
     },
+    /// The repository's context: map build time, prompt tokens and search latency on generated
+    /// repositories, and how often a prompt holds what its file needs (BENCHMARKS.md, EVALS.md).
+    Context {
+        /// Repository sizes, in files.
+        #[arg(long, value_delimiter = ',', default_values_t = [100, 2_000, 20_000])]
+        files: Vec<usize>,
+        /// The map's budget, in prompt tokens.
+        #[arg(long, default_value_t = 2_000)]
+        map_tokens: usize,
+    },
     /// Changes of existing files: no line lost whatever the models answer, and the cost of
     /// edits against whole files (prints EVALS.md's and BENCHMARKS.md's update tables).
     Updates {
@@ -84,6 +94,11 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     // Every repo this run makes goes at the end, whichever way it ends.
     let _repos = writ_bench::procs::KeptRepos;
+    if let Some(Command::Context { files, map_tokens }) = &args.command {
+        let report = writ_bench::context::run(files, *map_tokens).await?;
+        writeln!(std::io::stdout(), "{report}")?;
+        return Ok(());
+    }
     if let Some(Command::Updates {
         bin_dir,
         lines,

@@ -30,6 +30,7 @@ pub mod keys;
 pub mod limits;
 pub mod model;
 pub mod path;
+pub mod search;
 pub mod sessions;
 pub mod workspace;
 

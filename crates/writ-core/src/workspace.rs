@@ -16,6 +16,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 
 use crate::path::{PathError, SandboxPath};
+use crate::search::{SearchError, SearchQuery, SearchResults, Walk};
 
 /// Held while one path is being written; writers of one path queue on it: within this process,
 /// and, where replicas share `REPO_DIR`, across them ([`SharedLocks`]). Dropping it releases both.
@@ -200,4 +201,26 @@ pub trait Workspace: Send + Sync + 'static {
 
     /// Writes and removes a probe file, for `/readyz` and `writ check`.
     async fn probe_writable(&self) -> Result<(), WorkspaceError>;
+
+    /// Searches the files beneath `query.dir` line by line (see [`crate::search`]). A workspace
+    /// that cannot search says so.
+    async fn search(&self, query: SearchQuery) -> Result<SearchResults, SearchError> {
+        let _ = query;
+        Err(SearchError::Pattern(
+            "this workspace cannot be searched".to_owned(),
+        ))
+    }
+
+    /// The files beneath `dir` (recursively, in path order) whose path from the root matches
+    /// `glob` (gitignore-style) when one is given, at most `max_files` of them, `.gitignore` and
+    /// protected paths honoured, symlinks not followed.
+    async fn walk(
+        &self,
+        dir: &SandboxPath,
+        glob: Option<&str>,
+        max_files: usize,
+    ) -> Result<Walk, SearchError> {
+        let _ = (dir, glob, max_files);
+        Ok(Walk::default())
+    }
 }

@@ -389,6 +389,7 @@ fn build_models(
         fallback: settings.models.code_gen_model.clone(),
         image_model: settings.models.image_model.clone(),
         max_tokens: settings.models.max_tokens,
+        repo_map_tokens: settings.models.repo_map_tokens,
         fallback_backoff: settings.models.fallback_backoff,
         straggler: settings.models.straggler,
         max_file_bytes: settings.guard.max_file_bytes,

@@ -20,13 +20,15 @@
 //! - `staged`: a write in two halves (temp file written and synced; renamed into place);
 //! - `writer`: the thread that does writes in groups, so their syncs share journal commits;
 //! - `locks`: per-path write locks whose table shrinks as paths are released;
-//! - `protect`: [`ProtectedPaths`], the names and paths no write may touch;
+//! - `protect`: [`ProtectedPaths`], the names and paths no write may touch (and no search shows);
+//! - `search`: searching and walking the tree with ripgrep's crates;
 //! - `errors`: cap-std's `io::Error`s as [`WorkspaceError`]s.
 
 mod errors;
 mod locks;
 mod ops;
 mod protect;
+mod search;
 mod staged;
 mod writer;
 
@@ -38,6 +40,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cap_std::fs::Dir;
+use writ_core::search::{SearchError, SearchQuery, SearchResults, Walk};
 use writ_core::workspace::{DirEntry, PathLock, StagedGroup, StagedWrite, ToStage};
 use writ_core::{SandboxPath, Workspace, WorkspaceError};
 
@@ -183,6 +186,14 @@ impl SandboxedWorkspace {
         })
     }
 
+    fn tree(&self) -> search::Tree {
+        search::Tree {
+            root_path: self.root_path.clone(),
+            root: Arc::clone(&self.root),
+            protected: Arc::clone(&self.protected),
+        }
+    }
+
     /// Runs `op` on the blocking pool with the root `Dir`.
     ///
     /// Once started, the operation runs to its end even if the caller's future is dropped, so a
@@ -280,6 +291,37 @@ impl Workspace for SandboxedWorkspace {
         let owned = dir.clone();
         self.run(&dir.to_string(), move |root| ops::list(root, &owned))
             .await
+    }
+
+    async fn search(&self, query: SearchQuery) -> Result<SearchResults, SearchError> {
+        let tree = self.tree();
+        tokio::task::spawn_blocking(move || tree.search(&query))
+            .await
+            .map_err(|e| {
+                SearchError::Workspace(WorkspaceError::Io {
+                    path: String::new(),
+                    source: io::Error::other(e),
+                })
+            })?
+    }
+
+    async fn walk(
+        &self,
+        dir: &SandboxPath,
+        glob: Option<&str>,
+        max_files: usize,
+    ) -> Result<Walk, SearchError> {
+        let tree = self.tree();
+        let owned = dir.clone();
+        let glob = glob.map(str::to_owned);
+        tokio::task::spawn_blocking(move || tree.walk(&owned, glob.as_deref(), max_files))
+            .await
+            .map_err(|e| {
+                SearchError::Workspace(WorkspaceError::Io {
+                    path: String::new(),
+                    source: io::Error::other(e),
+                })
+            })?
     }
 
     async fn read(&self, path: &SandboxPath) -> Result<Option<Vec<u8>>, WorkspaceError> {

@@ -75,6 +75,14 @@ impl ProtectedPaths {
         self.entries.is_empty()
     }
 
+    /// Whether a rule covers `target` (a path from the root): reads skip what writes may not touch.
+    pub(crate) fn covers(&self, target: &str) -> bool {
+        let Ok(path) = SandboxPath::parse(target) else {
+            return true;
+        };
+        self.check(&path, target).is_err()
+    }
+
     /// Refuses `target` (shown as `path`) if a rule covers it.
     pub(crate) fn check(&self, path: &SandboxPath, target: &str) -> Result<(), WorkspaceError> {
         if self.entries.is_empty() {

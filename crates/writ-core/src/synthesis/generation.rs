@@ -8,9 +8,11 @@ use crate::content::sha256_hex;
 use crate::model::ChatMessage;
 use crate::path::SandboxPath;
 use crate::synthesis::batch::{Batch, FileSpec};
+use crate::synthesis::context::tokens;
 use crate::synthesis::fanout::{self, CallSettings, Candidate, UpstreamClock};
 use crate::synthesis::progress::ProgressSink;
 use crate::synthesis::prompt::{self, ContextFile};
+use crate::synthesis::response::PromptTokensByPart;
 
 /// Characters of one repository file shown as context before it becomes an outline.
 const MAX_CONTEXT_FILE_CHARS: usize = 12_000;
@@ -45,6 +47,51 @@ fn import_paths(import: &str, language: Language) -> Vec<SandboxPath> {
 }
 use crate::synthesis::run::{Prior, Synthesizer};
 use crate::synthesis::update::{Existing, Expect};
+
+/// What each part of a candidate prompt costs, in estimated tokens.
+fn prompt_parts(
+    batch: &Batch,
+    file: &FileSpec,
+    context: &[ContextFile],
+    more: &prompt::MoreContext,
+    current: Option<&str>,
+    prior: &Prior,
+    messages: &[ChatMessage],
+) -> PromptTokensByPart {
+    let others: usize = batch
+        .files
+        .iter()
+        .filter(|f| f.path != file.path)
+        .map(|f| tokens(&f.description).min(75) + tokens(f.path.as_str()))
+        .sum();
+    let imports: usize = file
+        .external_imports
+        .iter()
+        .chain(&file.internal_imports)
+        .map(|i| tokens(i) + 1)
+        .sum();
+    PromptTokensByPart {
+        task: tokens(&file.description)
+            + batch.task_description.as_deref().map_or(0, tokens)
+            + imports
+            + others,
+        constraints: tokens(&prompt::constraints_section(batch, file)),
+        named_context: tokens(&more.named_section()),
+        imported_files: context
+            .iter()
+            .map(|c| tokens(&c.text) + tokens(&c.path) + 12)
+            .sum(),
+        repo_map: tokens(&more.map_section()),
+        current_file: current.map_or(0, tokens),
+        // A line each: the date, the path, the operation and the model.
+        recent_operations: prior
+            .recent
+            .iter()
+            .map(|op| tokens(&op.filename) + op.chosen_model.as_deref().map_or(0, tokens) + 8)
+            .sum(),
+        total: messages.iter().map(|m| tokens(&m.content)).sum(),
+    }
+}
 
 /// A code file's candidates, with what selection needs to ask again (arbiter, fallback).
 pub(crate) struct Generated {
@@ -104,13 +151,23 @@ impl Synthesizer {
             )
         })?;
         let context = self.repository_context(batch, file).await;
+        let current_view = existing.as_ref().map(|e| e.view.as_str());
+        let shown: Vec<String> = context.iter().map(|c| c.path.clone()).collect();
+        let more = self
+            .more_context(batch, file, &prior.named, &shown, current_view)
+            .await;
         let messages = prompt::candidate_messages(
             batch,
             file,
             language,
-            existing.as_ref().map(|e| e.view.as_str()),
+            current_view,
             &prior.recent,
             &context,
+            &more,
+        );
+        prior.record_prompt_tokens(
+            file.index,
+            prompt_parts(batch, file, &context, &more, current_view, prior, &messages),
         );
         let models = batch
             .options

@@ -3,7 +3,8 @@
 //! - [`runner`]: the one entry — every batch is a job (persisted events, heartbeat, stored answer);
 //! - [`submission`]: idempotency, target checks and the request record, before any model is called;
 //! - [`run`]: the orchestration of one batch — each file's stages, the deadline, the size limit;
-//! - [`generation`]: a code file's prompt ([`prompt`]) to every candidate model at once
+//! - [`generation`]: a code file's prompt ([`prompt`], with what [`context`] finds in the
+//!   repository) to every candidate model at once
 //!   ([`fanout`], with the straggler policy), each answer checked as it arrives;
 //! - [`update`]: for a file that exists, what its candidates are checked against (edits applied
 //!   strictly, nothing elided, removed or cut) and how the change is written in the file's shape;
@@ -18,6 +19,7 @@
 //! emits as it goes).
 
 pub mod batch;
+pub mod context;
 #[cfg(test)]
 pub(crate) mod doubles;
 pub mod fanout;

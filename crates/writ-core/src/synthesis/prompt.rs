@@ -49,6 +49,7 @@ pub fn candidate_messages(
     current: Option<&str>,
     recent: &[RecentOperation],
     context: &[ContextFile],
+    more: &MoreContext,
 ) -> Vec<ChatMessage> {
     let mut p = String::new();
     p.push_str(&format!(
@@ -88,6 +89,8 @@ pub fn candidate_messages(
         }
         p.push('\n');
     }
+    p.push_str(&constraints_section(batch, file));
+    p.push_str(&more.named_section());
     if !context.is_empty() {
         p.push_str("## Files of the project it uses or is tested by (write against these)\n");
         for c in context {
@@ -101,6 +104,7 @@ pub fn candidate_messages(
         }
         p.push('\n');
     }
+    p.push_str(&more.map_section());
     if let Some(current) = current {
         // Whole: a file too large to show is refused before any model is called, never cut.
         p.push_str("## The file exists; this is its whole current content\n");
@@ -218,11 +222,81 @@ pub fn edit_retry_messages(original: &[ChatMessage], error: &str) -> Vec<ChatMes
 }
 
 /// A file of the repository shown to the models as context: its path and what is shown of it.
+#[derive(Debug, Clone)]
 pub struct ContextFile {
     pub path: String,
     pub text: String,
     /// `text` is an outline of the file's definitions, not its content (the file was too large).
     pub outline: bool,
+}
+
+/// What a candidate sees of the repository beyond the files it builds on: what the caller named
+/// (`context`) and the repository map.
+#[derive(Debug, Clone, Default)]
+pub struct MoreContext {
+    /// Named files (and the files named globs matched), whole or as outlines.
+    pub named: Vec<ContextFile>,
+    /// Named folders (and globs matching more files than are shown) as trees: (what, tree).
+    pub trees: Vec<(String, String)>,
+    /// The repository map: outlines of the files most related to this one, best first.
+    pub map: Vec<ContextFile>,
+}
+
+impl MoreContext {
+    /// The named files and folders, or nothing.
+    pub fn named_section(&self) -> String {
+        if self.named.is_empty() && self.trees.is_empty() {
+            return String::new();
+        }
+        let mut p = String::from(
+            "## Files and folders named for this task (write consistently with these)\n",
+        );
+        for c in &self.named {
+            let what = if c.outline {
+                "outline of its definitions; the file is too large to show"
+            } else {
+                "current content"
+            };
+            p.push_str(&format!("### {} ({what})\n", quote(&c.path)));
+            p.push_str(&fence(&c.text, Language::from_path(&c.path)));
+        }
+        for (what, tree) in &self.trees {
+            p.push_str(&format!("### {what}\n"));
+            p.push_str(&fence(tree, Language::Other));
+        }
+        p.push('\n');
+        p
+    }
+
+    /// The repository map, or nothing.
+    pub fn map_section(&self) -> String {
+        if self.map.is_empty() {
+            return String::new();
+        }
+        let mut p = String::from(
+            "## Repository map: definitions in related files (use these names and signatures; do not redefine them)\n",
+        );
+        for c in &self.map {
+            p.push_str(&format!("### {}\n", quote(&c.path)));
+            p.push_str(&fence(&c.text, Language::from_path(&c.path)));
+        }
+        p.push('\n');
+        p
+    }
+}
+
+/// The caller's rules for this file (the batch's, then the file's own), or nothing.
+pub fn constraints_section(batch: &Batch, file: &FileSpec) -> String {
+    let rules: Vec<&str> = batch
+        .constraints
+        .iter()
+        .chain(&file.constraints)
+        .map(|c| c.trim())
+        .collect();
+    if rules.is_empty() {
+        return String::new();
+    }
+    format!("## Rules the code must follow\n{}\n\n", rules.join("\n"))
 }
 
 pub const ARBITER_SYSTEM: &str = "You are a strict code reviewer choosing the best of several candidate versions of one file. \
@@ -252,6 +326,14 @@ pub fn arbiter_messages(
         p.push_str(&format!(
             "It serves this task:\n{}\n\n",
             one_line(task, 2_000)
+        ));
+    }
+    let rules = constraints_section(batch, file);
+    if !rules.is_empty() {
+        p.push_str(&rules.replacen(
+            "## Rules the code must follow",
+            "It must follow these rules (a candidate that breaks them is worse):",
+            1,
         ));
     }
     if current.is_some() {
@@ -373,6 +455,7 @@ mod tests {
             None,
             &recent,
             &[],
+            &MoreContext::default(),
         );
         let prompt = &messages.last().unwrap().content;
         assert!(

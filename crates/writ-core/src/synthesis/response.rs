@@ -39,6 +39,32 @@ pub struct FileResult {
     /// For a file that existed: what the change did (lines added and removed, the unified diff).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub change: Option<writ_checks::shape::Change>,
+    /// For a code file: the prompt tokens (estimated, four characters a token) each part of its
+    /// candidates' prompt used, so a caller can see what the models saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_by_part: Option<PromptTokensByPart>,
+}
+
+/// The prompt tokens of each part of a code file's candidate prompt (estimated at four
+/// characters a token).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptTokensByPart {
+    /// The file's description, the batch's task, the imports named, the batch's other files.
+    pub task: usize,
+    /// The caller's `constraints`.
+    pub constraints: usize,
+    /// The files, folders and globs the caller named (`context`).
+    pub named_context: usize,
+    /// The files it imports and the files the batch's checks run, as found in the workspace.
+    pub imported_files: usize,
+    /// The repository map.
+    pub repo_map: usize,
+    /// The file's current content, when it exists.
+    pub current_file: usize,
+    /// The caller's recent operations.
+    pub recent_operations: usize,
+    /// The whole prompt: the parts, the system message and the instructions.
+    pub total: usize,
 }
 
 /// A file's outcome against the caller's checks (`options.validation`).
@@ -74,6 +100,7 @@ impl FileResult {
             content: None,
             validation: None,
             change: None,
+            prompt_tokens_by_part: None,
         }
     }
 }

@@ -62,6 +62,9 @@ pub struct SynthesisConfig {
     /// Models a batch may name in `options.models`, `arbiter_model` or `image_model`
     /// (`WRIT_ALLOWED_MODELS`); empty: only the configured ones.
     pub allowed_models: Vec<String>,
+    /// Prompt tokens of the repository map in each candidate prompt (`WRIT_REPO_MAP_TOKENS`;
+    /// `options.repo_map_tokens` overrides it; 0: no map).
+    pub repo_map_tokens: usize,
 }
 
 impl SynthesisConfig {
@@ -96,6 +99,7 @@ impl Default for SynthesisConfig {
             batch_deadline: Duration::from_secs(600),
             straggler: StragglerPolicy::WaitAll,
             allowed_models: Vec::new(),
+            repo_map_tokens: crate::synthesis::context::DEFAULT_REPO_MAP_TOKENS,
         }
     }
 }
@@ -117,9 +121,28 @@ pub(crate) struct Prior {
     pub recent: Vec<RecentOperation>,
     /// Each code file's content when the batch began (`None`: no such file yet).
     pub current: Vec<(crate::path::SandboxPath, Option<Vec<u8>>)>,
+    /// What the caller named in `context`, found on disk.
+    pub named: crate::synthesis::context::NamedContext,
+    /// The prompt tokens each code file's parts used, by file index, filled as prompts are
+    /// built, for the answer.
+    pub prompt_tokens:
+        std::sync::Mutex<Vec<Option<crate::synthesis::response::PromptTokensByPart>>>,
 }
 
 impl Prior {
+    /// Keeps what file `index`'s prompt spent on each part, for the answer.
+    pub fn record_prompt_tokens(
+        &self,
+        index: usize,
+        tokens: crate::synthesis::response::PromptTokensByPart,
+    ) {
+        if let Ok(mut all) = self.prompt_tokens.lock()
+            && let Some(slot) = all.get_mut(index)
+        {
+            *slot = Some(tokens);
+        }
+    }
+
     /// The content `path` held when the batch began.
     pub fn current(&self, path: &crate::path::SandboxPath) -> Option<&[u8]> {
         self.current
@@ -225,6 +248,7 @@ impl Synthesizer {
             .into_iter()
             .map(|w| (w.result, w.completion))
             .unzip();
+        let results = with_prompt_tokens(results, &prior);
         let write_path = self.workspace.root().display().to_string();
         let mut response = BatchResponse::assemble(
             request_id,
@@ -401,6 +425,16 @@ impl Synthesizer {
             produced => produced,
         }
     }
+}
+
+/// Each file's answer with the prompt tokens its candidates' prompt used (files in batch order).
+fn with_prompt_tokens(mut results: Vec<FileResult>, prior: &Prior) -> Vec<FileResult> {
+    if let Ok(tokens) = prior.prompt_tokens.lock() {
+        for (result, tokens) in results.iter_mut().zip(tokens.iter()) {
+            result.prompt_tokens_by_part = tokens.clone();
+        }
+    }
+    results
 }
 
 fn deadline_message(deadline: Duration) -> String {

@@ -655,6 +655,7 @@ fn written_result(op: &Operation) -> FileResult {
             .and_then(|d| serde_json::from_value::<ImageInfo>(d.clone()).ok()),
         content: None,
         validation: None,
+        prompt_tokens_by_part: None,
         change: op
             .detail
             .as_ref()

@@ -90,7 +90,14 @@ impl Synthesizer {
         .await;
         let current = current?;
         self.check_validation(&sub.batch)?;
-        Ok(Prepared::Fresh(Prior { recent, current }))
+        let named = self.resolve_context(&sub.batch).await?;
+        let prompt_tokens = std::sync::Mutex::new(vec![None; sub.batch.files.len()]);
+        Ok(Prepared::Fresh(Prior {
+            recent,
+            current,
+            named,
+            prompt_tokens,
+        }))
     }
 
     /// What a resumed batch's prompts show of the present, its remaining targets checked on
@@ -101,9 +108,14 @@ impl Synthesizer {
             self.recent_operations(sub.caller.as_deref()),
         )
         .await;
+        let current = current?;
+        // The named context is resolved again: the files it names may have changed, or gone.
+        let named = self.resolve_context(&sub.batch).await?;
         Ok(Prior {
             recent,
-            current: current?,
+            current,
+            named,
+            prompt_tokens: std::sync::Mutex::new(vec![None; sub.batch.files.len()]),
         })
     }
 

@@ -304,6 +304,7 @@ impl Synthesizer {
                     content: None,
                     validation,
                     change,
+                    prompt_tokens_by_part: None,
                 };
                 Written {
                     result,
@@ -522,5 +523,6 @@ fn dry_run_result(file: &FileSpec, chosen: Chosen, candidates: Vec<CandidateReco
         change: None,
         error: None,
         validation: None,
+        prompt_tokens_by_part: None,
     }
 }

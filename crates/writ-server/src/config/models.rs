@@ -32,6 +32,9 @@ pub struct ModelSettings {
     pub backoff: Duration,
     /// Completion token cap per candidate (`WRIT_MAX_TOKENS`).
     pub max_tokens: u32,
+    /// Prompt tokens of the repository map in each candidate prompt (`WRIT_REPO_MAP_TOKENS`;
+    /// 0 turns it off; a batch may set its own with `options.repo_map_tokens`).
+    pub repo_map_tokens: usize,
     /// Wait before the second fallback model (`WRIT_FALLBACK_BACKOFF_MS`); doubles after each.
     pub fallback_backoff: Duration,
     /// Upstream calls in flight at once per model and in total (`WRIT_MODEL_MAX_CONCURRENT_PER_MODEL`,
@@ -48,6 +51,24 @@ pub struct ModelSettings {
     pub local: LocalSettings,
     /// Which provider serves the models and why, in words, for `/readyz` and `writ check`.
     pub reason: String,
+}
+
+/// `WRIT_REPO_MAP_TOKENS`, within the bound a batch may ask for.
+fn repo_map_tokens(get: &Get<'_>) -> Result<usize, ConfigError> {
+    let name = "WRIT_REPO_MAP_TOKENS";
+    let n = parse_num(
+        get,
+        name,
+        writ_core::synthesis::context::DEFAULT_REPO_MAP_TOKENS,
+    )?;
+    let max = writ_core::synthesis::batch::MAX_REPO_MAP_TOKENS;
+    if n > max {
+        return Err(ConfigError::Invalid {
+            name,
+            message: format!("at most {max}, got {n}"),
+        });
+    }
+    Ok(n)
 }
 
 impl ModelSettings {
@@ -86,6 +107,7 @@ impl ModelSettings {
             deadline: Duration::from_secs(parse_num(get, "WRIT_MODEL_DEADLINE_SECS", 120)? as u64),
             backoff: Duration::from_millis(parse_num(get, "WRIT_MODEL_BACKOFF_MS", 500)? as u64),
             max_tokens: parse_num(get, "WRIT_MAX_TOKENS", 8_000)? as u32,
+            repo_map_tokens: repo_map_tokens(get)?,
             fallback_backoff: Duration::from_millis(
                 parse_num(get, "WRIT_FALLBACK_BACKOFF_MS", 500)? as u64,
             ),

@@ -2,7 +2,7 @@
 //! and the OpenAPI test walks the same list, so a route cannot be added without the spec noticing.
 //!
 //! One module per resource: [`synthesis`] (`POST /write_codebase`), [`files`] (the direct file
-//! routes), [`edits`] (`POST /edits`), [`run`] (`POST /run`), [`jobs`] (jobs and their event stream), [`operations`] (the
+//! routes), [`search`] (`GET /search`), [`edits`] (`POST /edits`), [`run`] (`POST /run`), [`jobs`] (jobs and their event stream), [`operations`] (the
 //! audit log), [`tools`] (function-calling declarations and dispatch), [`service`] (health,
 //! readiness, metrics, the spec, the dashboard).
 
@@ -11,6 +11,7 @@ pub mod files;
 pub mod jobs;
 pub mod operations;
 pub mod run;
+pub mod search;
 pub mod service;
 pub mod synthesis;
 pub mod tools;
@@ -112,6 +113,12 @@ pub fn api_routes() -> Vec<Route> {
             path: "/files/{*path}",
             access: Access::Scope(Scope::Read),
             handler: get(files::read_file),
+        },
+        Route {
+            method: "GET",
+            path: "/search",
+            access: Access::Scope(Scope::Read),
+            handler: get(search::search_files),
         },
         Route {
             method: "PUT",

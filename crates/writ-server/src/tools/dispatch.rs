@@ -12,7 +12,7 @@ use writ_core::sessions::{BeginSession, SessionCaller, SessionView};
 
 use super::{AppendArgs, CallContext, ReadFileArgs, SessionArgs, ToolOutput, WriteFileArgs};
 use crate::error::{ApiError, ErrorCode};
-use crate::routes::{edits, files, jobs, operations, run, synthesis, write_sessions};
+use crate::routes::{edits, files, jobs, operations, run, search, synthesis, write_sessions};
 use crate::state::AppState;
 
 /// `write_codebase`: the batch runs in its own task as for `POST /write_codebase`; its progress
@@ -223,6 +223,54 @@ fn batch_output(answer: &BatchResponse) -> ToolOutput {
         content: lines.join("\n"),
         result: serde_json::to_value(answer).unwrap_or(Value::Null),
     }
+}
+
+/// `search_files`: the matches as `path:line: text` lines, context lines marked with `-`, as
+/// grep prints them.
+pub async fn search_files(
+    state: &AppState,
+    params: search::SearchParams,
+) -> Result<ToolOutput, ApiError> {
+    let found = search::search(state, params).await?;
+    let mut lines = vec![format!(
+        "{} matching lines in {} files ({} files searched{}){}",
+        found.matches.len(),
+        found.files_matched,
+        found.files_searched,
+        if found.files_skipped > 0 {
+            format!(", {} skipped: binary or too large", found.files_skipped)
+        } else {
+            String::new()
+        },
+        match found.stopped {
+            Some(stop) => format!(
+                "; stopped early ({}): narrow the search for the rest",
+                serde_json::to_value(stop)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            ),
+            None => String::new(),
+        }
+    )];
+    for m in &found.matches {
+        let first_before = m.line_number.saturating_sub(m.before.len() as u64);
+        for (i, line) in m.before.iter().enumerate() {
+            lines.push(format!("{}-{}- {line}", m.path, first_before + i as u64));
+        }
+        lines.push(format!("{}:{}: {}", m.path, m.line_number, m.line));
+        for (i, line) in m.after.iter().enumerate() {
+            lines.push(format!(
+                "{}-{}- {line}",
+                m.path,
+                m.line_number + 1 + i as u64
+            ));
+        }
+    }
+    Ok(ToolOutput {
+        content: lines.join("\n"),
+        result: serde_json::to_value(&found).map_err(ApiError::internal)?,
+    })
 }
 
 pub async fn list_files(

@@ -89,6 +89,20 @@ pub static TOOLS: &[ToolSpec] = &[
         schema: schema_of::<ReadFileArgs>,
     },
     ToolSpec {
+        name: "search_files",
+        description: "Search the workspace's files for a literal string (or a regular \
+            expression with `regex: true`): answers the matching lines with their paths, line \
+            numbers and `context_lines` lines around each (default 2). Narrow it with `glob` \
+            (`*.py`, `src/**/*.rs`) and `dir`. Files ignored by .gitignore, binary files and \
+            protected paths are not searched. At most `max_matches` lines (default 50); \
+            `stopped` says when a bound cut the search short. Use it to find where something is \
+            defined or used before reading or writing files.",
+        read_only: true,
+        needs_commands: false,
+        scope: Scope::Read,
+        schema: schema_of::<crate::routes::search::SearchParams>,
+    },
+    ToolSpec {
         name: "write_file",
         description: "Write one file with the exact content you give: `create` (fails if it \
             exists), `overwrite` (the default) or `append`. Recorded in the audit log and written \
@@ -329,6 +343,7 @@ pub async fn call(
         "write_codebase" => dispatch::write_codebase(state, ctx, args).await,
         "list_files" => dispatch::list_files(state, parse(args)?).await,
         "read_file" => dispatch::read_file(state, parse(args)?).await,
+        "search_files" => dispatch::search_files(state, parse(args)?).await,
         "write_file" => dispatch::write_file(state, ctx, parse(args)?).await,
         "edit_files" => dispatch::edit_files(state, ctx, args).await,
         "list_operations" => {

@@ -29,6 +29,12 @@ pub const MAX_DESCRIPTION_CHARS: usize = 20_000;
 pub const MAX_TASK_DESCRIPTION_CHARS: usize = 50_000;
 pub const MAX_IMPORTS: usize = 100;
 pub const MAX_MODELS: usize = 8;
+/// Paths, folders and globs one `context` list may name.
+pub const MAX_CONTEXT_ENTRIES: usize = 20;
+/// Characters of one `constraints` text.
+pub const MAX_CONSTRAINTS_CHARS: usize = 10_000;
+/// The largest repository map a batch may ask for, in prompt tokens.
+pub const MAX_REPO_MAP_TOKENS: usize = 16_000;
 
 /// One validated file of a batch.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +50,77 @@ pub struct FileSpec {
     pub(crate) expected_sha256: Option<String>,
     /// What an image file must end up as (`None` for code).
     pub(crate) image: Option<ImageTarget>,
+    /// What the caller named for this file's models to see (`files[i].context`).
+    pub(crate) context: Vec<ContextEntry>,
+    /// `files[i].constraints`.
+    pub(crate) constraints: Option<String>,
+}
+
+/// One entry of a `context` list, checked lexically: a path (a file or a folder, told apart on
+/// disk) or a glob. Whether it names anything is checked before any model is called.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextEntry {
+    /// The field that named it, for refusals (`context[2]`, `files[0].context[1]`).
+    pub field: String,
+    pub target: ContextTarget,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContextTarget {
+    Path(SandboxPath),
+    /// A gitignore-style glob from the workspace root.
+    Glob(String),
+}
+
+/// A `context` list as entries, each refused by its field when it could never name a file in
+/// the workspace.
+fn context_entries(list: &[String], field: &str) -> Result<Vec<ContextEntry>, BatchError> {
+    if list.len() > MAX_CONTEXT_ENTRIES {
+        return Err(refuse(
+            field,
+            format!("at most {MAX_CONTEXT_ENTRIES} entries, got {}", list.len()),
+        ));
+    }
+    let mut entries: Vec<ContextEntry> = Vec::with_capacity(list.len());
+    for (i, raw) in list.iter().enumerate() {
+        let field = format!("{field}[{i}]");
+        let raw = raw.trim();
+        if raw.is_empty() {
+            return Err(refuse(field, "must not be empty"));
+        }
+        let target = if raw.contains(['*', '?', '[', '{']) {
+            let as_path = raw.replace(['*', '?', '[', ']', '{', '}', ','], "x");
+            if raw.starts_with('!') || raw.starts_with('/') || raw.len() > 1_000 {
+                return Err(refuse(
+                    field,
+                    "a glob names files from the workspace root (no leading '!' or '/', at most 1,000 bytes)",
+                ));
+            }
+            SandboxPath::parse_dir(as_path.trim_end_matches('/'))
+                .map_err(|e| refuse(field.clone(), e.to_string()))?;
+            ContextTarget::Glob(raw.to_owned())
+        } else {
+            let path = SandboxPath::parse_dir(raw.trim_end_matches('/'))
+                .map_err(|e| refuse(field.clone(), e.to_string()))?;
+            ContextTarget::Path(path)
+        };
+        entries.push(ContextEntry { field, target });
+    }
+    Ok(entries)
+}
+
+fn constraints_text(text: Option<String>, field: &str) -> Result<Option<String>, BatchError> {
+    let Some(text) = text.filter(|t| !t.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let n = text.chars().count();
+    if n > MAX_CONSTRAINTS_CHARS {
+        return Err(refuse(
+            field,
+            format!("at most {MAX_CONSTRAINTS_CHARS} characters, got {n}"),
+        ));
+    }
+    Ok(Some(text.trim().to_owned()))
 }
 
 impl FileSpec {
@@ -64,6 +141,10 @@ pub struct Batch {
     pub(crate) task_description: Option<String>,
     pub(crate) files: Vec<FileSpec>,
     pub(crate) options: Options,
+    /// What the caller named for every file's models to see (`context`).
+    pub(crate) context: Vec<ContextEntry>,
+    /// `constraints`.
+    pub(crate) constraints: Option<String>,
 }
 
 impl Batch {
@@ -200,6 +281,16 @@ impl Batch {
             ));
         }
 
+        if let Some(n) = options.repo_map_tokens
+            && n > MAX_REPO_MAP_TOKENS
+        {
+            return Err(refuse(
+                "options.repo_map_tokens",
+                format!("at most {MAX_REPO_MAP_TOKENS}, got {n}"),
+            ));
+        }
+        let context = context_entries(&req.context, "context")?;
+        let constraints = constraints_text(req.constraints, "constraints")?;
         let straggler = options
             .straggler
             .as_ref()
@@ -318,6 +409,8 @@ impl Batch {
                 internal_imports: f.internal_imports,
                 expected_sha256,
                 image,
+                context: context_entries(&f.context, &field("context"))?,
+                constraints: constraints_text(f.constraints, &field("constraints"))?,
             });
         }
         Ok(Batch {
@@ -333,7 +426,10 @@ impl Batch {
                 straggler,
                 validation,
                 allow_removals: options.allow_removals,
+                repo_map_tokens: options.repo_map_tokens,
             },
+            context,
+            constraints,
         })
     }
 }

@@ -110,6 +110,8 @@ pub struct Options {
     pub(crate) validation: Option<Validation>,
     /// A change may remove definitions and shrink the file (`options.allow_removals`).
     pub(crate) allow_removals: bool,
+    /// `options.repo_map_tokens`: the map's budget for this batch (`Some(0)`: no map).
+    pub(crate) repo_map_tokens: Option<usize>,
 }
 
 impl Options {

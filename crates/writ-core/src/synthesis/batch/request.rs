@@ -23,6 +23,15 @@ pub struct WriteCodebaseRequest {
     /// One to five files to write. Describe each file; never put its content here.
     #[schemars(length(min = 1, max = 5))]
     pub files: Vec<FileRequest>,
+    /// Files, folders and globs of the workspace every file's models should see (at most 20):
+    /// "docs/api.md", "src/models/", "src/**/*.py". Files are shown whole (large ones as an
+    /// outline of their definitions), folders as a tree of their files.
+    #[serde(default)]
+    #[schemars(length(max = 20))]
+    pub context: Vec<String>,
+    /// Rules every file must follow: style, versions, conventions (at most 10,000 characters).
+    #[serde(default)]
+    pub constraints: Option<String>,
     #[serde(default)]
     pub options: Option<BatchOptions>,
 }
@@ -51,6 +60,14 @@ pub struct FileRequest {
     /// Size and format of an image file (overrides `options.image`).
     #[serde(default)]
     pub image: Option<ImageOptions>,
+    /// Files, folders and globs of the workspace this file's models should see, besides the
+    /// batch's `context` (at most 20).
+    #[serde(default)]
+    #[schemars(length(max = 20))]
+    pub context: Vec<String>,
+    /// Rules this file must follow, besides the batch's `constraints` (at most 10,000 characters).
+    #[serde(default)]
+    pub constraints: Option<String>,
 }
 
 /// How the batch runs. Every field is optional.
@@ -88,6 +105,11 @@ pub struct BatchOptions {
     /// shrink the file by more than the documented share. Off: such candidates are not viable.
     #[serde(default)]
     pub allow_removals: bool,
+    /// Prompt tokens for the repository map (outlines of the files most related to each file);
+    /// 0 turns it off. Default 2,000, at most 16,000.
+    #[serde(default)]
+    #[schemars(range(max = 16_000))]
+    pub repo_map_tokens: Option<usize>,
 }
 
 /// `options.validation` as sent.

@@ -1,0 +1,703 @@
+//! What a candidate sees of the repository beyond the batch's own files and the files they
+//! import: the files, folders and globs the caller names (`context`, checked before any model is
+//! called), and the repository map — outlines of the files most related to the one being written,
+//! ranked and fitted to a token budget.
+//!
+//! The map ranks the workspace's files (as a walk sees them: `.gitignore` and protected paths
+//! honoured) by how they relate to the file: the modules it imports, the files that mention its
+//! name (found with the workspace search), its tests, its folder, and the files whose definitions
+//! share words with its description. Outlines are cached by content hash, so an unchanged file is
+//! parsed once per process.
+
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+
+use writ_checks::Language;
+
+use crate::content::{sha256_hex, truncate_chars};
+use crate::path::SandboxPath;
+use crate::search::{SearchError, SearchQuery, WalkedFile};
+use crate::synthesis::batch::{Batch, BatchError, ContextEntry, ContextTarget, FileSpec};
+use crate::synthesis::prompt::{ContextFile, MoreContext};
+use crate::synthesis::run::Synthesizer;
+use crate::workspace::{Workspace, WorkspaceError};
+
+/// The map's budget when neither the deployment nor the batch sets one, in prompt tokens.
+pub const DEFAULT_REPO_MAP_TOKENS: usize = 2_000;
+/// Characters of named context in one prompt (≈ 15,000 tokens).
+const MAX_NAMED_CHARS: usize = 60_000;
+/// Characters of one named file shown whole; past it, its outline.
+const MAX_NAMED_FILE_CHARS: usize = 12_000;
+/// Files a folder's tree or a glob lists at most.
+const MAX_LISTED_FILES: usize = 500;
+/// Files a glob shows (whole or as outlines) at most; the rest are listed.
+const MAX_GLOB_SHOWN: usize = 20;
+/// Files of the workspace the map looks at at most.
+const MAP_WALK_FILES: usize = 50_000;
+/// Files whose outline the map computes at most (the best by path alone).
+const MAP_CANDIDATES: usize = 150;
+/// Files larger than this never enter the map.
+const MAP_MAX_FILE_BYTES: u64 = 512 * 1024;
+/// Outlines kept in the process-wide cache before it starts over.
+const OUTLINE_CACHE_ENTRIES: usize = 20_000;
+
+/// Prompt tokens of a text, estimated at four characters a token (the usual figure for code and
+/// English with the common tokenizers; no tokenizer is shipped).
+pub fn tokens(text: &str) -> usize {
+    text.chars().count().div_ceil(4)
+}
+
+/// One `context` entry as found on disk.
+#[derive(Debug, Clone)]
+pub(crate) enum Named {
+    File(SandboxPath),
+    Folder {
+        path: SandboxPath,
+        files: Vec<WalkedFile>,
+        truncated: bool,
+    },
+    Glob {
+        pattern: String,
+        files: Vec<WalkedFile>,
+        truncated: bool,
+    },
+}
+
+/// Every `context` entry of a batch, found on disk: the batch's, then each file's.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NamedContext {
+    pub batch: Vec<Named>,
+    /// One list per file, in the batch's order.
+    pub files: Vec<Vec<Named>>,
+}
+
+impl Synthesizer {
+    /// Finds every `context` entry on disk. A path that does not exist, is protected or leads
+    /// outside the workspace, and a glob that matches nothing, are refused naming the field.
+    pub(crate) async fn resolve_context(&self, batch: &Batch) -> Result<NamedContext, BatchError> {
+        let mut named = NamedContext::default();
+        for entry in &batch.context {
+            named.batch.push(self.resolve(entry).await?);
+        }
+        for file in &batch.files {
+            let mut list = Vec::new();
+            for entry in &file.context {
+                list.push(self.resolve(entry).await?);
+            }
+            named.files.push(list);
+        }
+        Ok(named)
+    }
+
+    async fn resolve(&self, entry: &ContextEntry) -> Result<Named, BatchError> {
+        let refuse = |message: String| BatchError {
+            field: entry.field.clone(),
+            message,
+        };
+        match &entry.target {
+            ContextTarget::Glob(pattern) => {
+                let walk = self
+                    .workspace
+                    .walk(&SandboxPath::root(), Some(pattern), MAX_LISTED_FILES)
+                    .await
+                    .map_err(|e| refuse(search_error(e)))?;
+                if walk.files.is_empty() {
+                    return Err(refuse(format!(
+                        "'{pattern}' matches no file of the workspace (ignored and protected files are never shown)"
+                    )));
+                }
+                Ok(Named::Glob {
+                    pattern: pattern.clone(),
+                    files: walk.files,
+                    truncated: walk.truncated,
+                })
+            }
+            ContextTarget::Path(path) => {
+                let folder = if path.is_root() {
+                    true
+                } else {
+                    match self.workspace.check_target(path, false).await {
+                        Ok(()) => false,
+                        Err(WorkspaceError::IsDirectory { .. }) => true,
+                        Err(WorkspaceError::Protected {
+                            protected, reason, ..
+                        }) => {
+                            return Err(refuse(format!(
+                                "'{path}' is protected ({protected}: {reason}); it is never shown to models"
+                            )));
+                        }
+                        Err(
+                            WorkspaceError::ParentMissing { .. } | WorkspaceError::NotFound { .. },
+                        ) => {
+                            return Err(refuse(format!(
+                                "'{path}' does not exist in the workspace"
+                            )));
+                        }
+                        Err(e) => return Err(refuse(e.to_string())),
+                    }
+                };
+                if folder {
+                    let walk = self
+                        .workspace
+                        .walk(path, None, MAX_LISTED_FILES)
+                        .await
+                        .map_err(|e| refuse(search_error(e)))?;
+                    return Ok(Named::Folder {
+                        path: path.clone(),
+                        files: walk.files,
+                        truncated: walk.truncated,
+                    });
+                }
+                match self.workspace.read_head(path, 0).await {
+                    Ok(Some(_)) => Ok(Named::File(path.clone())),
+                    Ok(None) => Err(refuse(format!("'{path}' does not exist in the workspace"))),
+                    Err(e) => Err(refuse(e.to_string())),
+                }
+            }
+        }
+    }
+
+    /// The named context of one file (the batch's entries, then its own) and its repository map,
+    /// each within its bound. `shown`: paths the prompt shows anyway, never repeated.
+    pub(crate) async fn more_context(
+        &self,
+        batch: &Batch,
+        file: &FileSpec,
+        named: &NamedContext,
+        shown: &[String],
+        current: Option<&str>,
+    ) -> MoreContext {
+        let mut more = MoreContext::default();
+        let mut seen: Vec<String> = shown.to_vec();
+        seen.extend(batch.files.iter().map(|f| f.path.to_string()));
+        let mut budget = MAX_NAMED_CHARS;
+        let own = named
+            .files
+            .get(file.index)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        for entry in named.batch.iter().chain(own) {
+            match entry {
+                Named::File(path) => {
+                    self.show_named(path, &mut seen, &mut budget, &mut more.named)
+                        .await;
+                }
+                Named::Folder {
+                    path,
+                    files,
+                    truncated,
+                } => {
+                    let what = if path.is_root() {
+                        "the workspace's files".to_owned()
+                    } else {
+                        format!(
+                            "the folder {}/",
+                            crate::synthesis::prompt::quote(path.as_str())
+                        )
+                    };
+                    let tree = tree(path, files, *truncated);
+                    budget = budget.saturating_sub(tree.len());
+                    more.trees.push((what, tree));
+                }
+                Named::Glob {
+                    pattern,
+                    files,
+                    truncated,
+                } => {
+                    for f in files.iter().take(MAX_GLOB_SHOWN) {
+                        self.show_named(&f.path, &mut seen, &mut budget, &mut more.named)
+                            .await;
+                    }
+                    if files.len() > MAX_GLOB_SHOWN {
+                        let tree = tree(&SandboxPath::root(), files, *truncated);
+                        budget = budget.saturating_sub(tree.len());
+                        more.trees
+                            .push((format!("all the files matching `{pattern}`"), tree));
+                    }
+                }
+            }
+        }
+        let map_tokens = batch
+            .options
+            .repo_map_tokens
+            .unwrap_or(self.config.repo_map_tokens);
+        if map_tokens > 0 {
+            more.map = repo_map(
+                self.workspace.as_ref(),
+                batch,
+                file,
+                &seen,
+                current,
+                map_tokens,
+            )
+            .await;
+        }
+        more
+    }
+
+    /// One named file, whole up to its bound, then as an outline, within `budget`.
+    async fn show_named(
+        &self,
+        path: &SandboxPath,
+        seen: &mut Vec<String>,
+        budget: &mut usize,
+        out: &mut Vec<ContextFile>,
+    ) {
+        if *budget == 0 || seen.iter().any(|s| s == path.as_str()) {
+            return;
+        }
+        let Ok(Some(bytes)) = self.workspace.read(path).await else {
+            return;
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        let limit = MAX_NAMED_FILE_CHARS.min(*budget);
+        let (text, outline) = if text.chars().count() <= limit {
+            (text.into_owned(), false)
+        } else {
+            let outline = cached_outline(&bytes, path.as_str());
+            (truncate_chars(&outline, limit).0.to_owned(), true)
+        };
+        *budget = budget.saturating_sub(text.chars().count());
+        seen.push(path.to_string());
+        out.push(ContextFile {
+            path: path.to_string(),
+            text,
+            outline,
+        });
+    }
+}
+
+/// The repository map of `file`: the outlines of the workspace's files most related to it, best
+/// first, within `max_tokens`. `seen`: paths the prompt shows anyway, left out.
+pub async fn repo_map(
+    workspace: &dyn Workspace,
+    batch: &Batch,
+    file: &FileSpec,
+    seen: &[String],
+    current: Option<&str>,
+    max_tokens: usize,
+) -> Vec<ContextFile> {
+    let Ok(walk) = workspace
+        .walk(&SandboxPath::root(), None, MAP_WALK_FILES)
+        .await
+    else {
+        return Vec::new();
+    };
+    // A workspace with nothing to outline (a new project, or only the batch's own files) costs
+    // one walk: no search, no read.
+    let outlinable = walk.files.iter().any(|f| {
+        Language::from_path(f.path.as_str()) != Language::Other
+            && !batch.files.iter().any(|b| b.path == f.path)
+    });
+    if !outlinable {
+        return Vec::new();
+    }
+    let words = description_words(&file.description);
+    // The two searches each take a blocking thread: they run side by side.
+    let (mentions, definitions) = futures::future::join(
+        mentions(workspace, file),
+        definitions(workspace, file, &words),
+    )
+    .await;
+    let ranked = rank(batch, file, &walk.files, &mentions, &definitions, current);
+    let mut scored: Vec<(i64, ContextFile)> = Vec::new();
+    for (score, path) in ranked.into_iter().take(MAP_CANDIDATES) {
+        if seen.iter().any(|s| s == path.as_str()) {
+            continue;
+        }
+        let Ok(Some(bytes)) = workspace.read(&path).await else {
+            continue;
+        };
+        let outline = cached_outline(&bytes, path.as_str());
+        if outline.trim().is_empty() {
+            continue;
+        }
+        let shared = shared_words(&outline, &words);
+        scored.push((
+            score + 2 * shared.min(10) as i64,
+            ContextFile {
+                path: path.to_string(),
+                text: outline,
+                outline: true,
+            },
+        ));
+    }
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.path.cmp(&b.1.path)));
+    fit(scored.into_iter().map(|(_, f)| f), max_tokens)
+}
+
+/// A search of the workspace's files of `file`'s language, as (path → matching lines).
+async fn search_counts(
+    workspace: &dyn Workspace,
+    file: &FileSpec,
+    pattern: String,
+) -> HashMap<String, usize> {
+    let mut found = HashMap::new();
+    let Some(ext) = file.path.extension() else {
+        return found;
+    };
+    let query = SearchQuery {
+        pattern,
+        regex: true,
+        ignore_case: false,
+        dir: SandboxPath::root(),
+        glob: Some(format!("*.{ext}")),
+        context_lines: 0,
+        max_matches: 500,
+        max_files: MAP_WALK_FILES,
+        max_file_bytes: MAP_MAX_FILE_BYTES,
+        time_limit: Duration::from_secs(2),
+    };
+    if let Ok(results) = workspace.search(query).await {
+        for m in results.matches {
+            *found.entry(m.path).or_insert(0) += 1;
+        }
+    }
+    found
+}
+
+/// Files of the same language that mention the file's module name, with how many lines do.
+async fn mentions(workspace: &dyn Workspace, file: &FileSpec) -> HashMap<String, usize> {
+    let stem = stem(&file.path);
+    if stem.len() < 3 || !stem.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        return HashMap::new();
+    }
+    search_counts(workspace, file, format!(r"\b{stem}\b")).await
+}
+
+/// Files of the same language that define something named with a word of the description
+/// (`def apply_discount`, `MAX_RETRIES =`, `fn parse_order`), with how many definitions: the
+/// helpers and constants a description uses without naming their module.
+async fn definitions(
+    workspace: &dyn Workspace,
+    file: &FileSpec,
+    words: &[String],
+) -> HashMap<String, usize> {
+    let mut words: Vec<&str> = words
+        .iter()
+        .map(String::as_str)
+        .filter(|w| w.len() >= 5 && w.chars().all(|c| c.is_ascii_alphanumeric()))
+        .filter(|w| !COMMON_WORDS.contains(w))
+        .collect();
+    words.sort_by_key(|w| std::cmp::Reverse(w.len()));
+    words.truncate(16);
+    if words.is_empty() {
+        return HashMap::new();
+    }
+    let alternatives = words.join("|");
+    let pattern = format!(
+        r"(?i)^\s*(?:export\s+|pub(?:\([a-z]+\))?\s+)?(?:async\s+)?(?:def|class|fn|function|func|const|let|var|static|struct|enum|trait|type|interface)\s+\w*(?:{alternatives})\w*|^[A-Z][A-Z0-9_]*(?:{upper})[A-Z0-9_]*\s*[:=]",
+        upper = alternatives.to_uppercase(),
+    );
+    search_counts(workspace, file, pattern).await
+}
+
+/// Words of descriptions that name no particular thing.
+const COMMON_WORDS: &[&str] = &[
+    "about", "after", "again", "class", "every", "file", "first", "function", "given", "module",
+    "other", "return", "returns", "should", "their", "there", "these", "those", "value", "values",
+    "where", "which", "while", "with", "write", "using", "import", "imports",
+];
+
+/// The workspace's files ranked for `file` by path alone, best first (score > 0 only).
+fn rank(
+    batch: &Batch,
+    file: &FileSpec,
+    files: &[WalkedFile],
+    mentions: &HashMap<String, usize>,
+    definitions: &HashMap<String, usize>,
+    current: Option<&str>,
+) -> Vec<(i64, SandboxPath)> {
+    let language = Language::from_path(file.path.as_str());
+    let own_stem = stem(&file.path);
+    let folder = file.path.parent();
+    let top = file.path.components().next().unwrap_or_default().to_owned();
+    let imported: Vec<String> = file
+        .internal_imports
+        .iter()
+        .chain(batch.files.iter().flat_map(|f| &f.internal_imports))
+        .map(|i| i.trim().replace('.', "/"))
+        .chain(current.map(imports_in).unwrap_or_default())
+        .collect();
+    let mut ranked: Vec<(i64, SandboxPath)> = files
+        .iter()
+        .filter(|f| f.path != file.path && f.size <= MAP_MAX_FILE_BYTES)
+        .filter(|f| Language::from_path(f.path.as_str()) != Language::Other)
+        .filter_map(|f| {
+            let path = f.path.as_str();
+            let mut score = 0_i64;
+            let no_ext = path.rsplit_once('.').map_or(path, |(p, _)| p);
+            if imported.iter().any(|i| {
+                !i.is_empty() && (no_ext.ends_with(i.as_str()) || path.ends_with(i.as_str()))
+            }) {
+                score += 8;
+            }
+            let name = f.path.file_name().to_ascii_lowercase();
+            if own_stem.len() >= 2
+                && name.contains("test")
+                && name.contains(&own_stem.to_ascii_lowercase())
+            {
+                score += 6;
+            }
+            if let Some(n) = mentions.get(path) {
+                score += 4 + (*n as i64).min(3);
+            }
+            if let Some(n) = definitions.get(path) {
+                score += 3 * (*n as i64).min(3);
+            }
+            if f.path.parent() == folder {
+                score += 3;
+            } else if !top.is_empty() && f.path.components().next() == Some(top.as_str()) {
+                score += 1;
+            }
+            if Language::from_path(path) == language {
+                score += 1;
+            }
+            (score > 1).then(|| (score, f.path.clone()))
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    ranked
+}
+
+/// The outlines, in order, that fit in `max_tokens` (the last one cut to fit, at a line).
+fn fit(files: impl Iterator<Item = ContextFile>, max_tokens: usize) -> Vec<ContextFile> {
+    // Each file also costs its heading and fence, about 12 tokens.
+    let mut left = max_tokens;
+    let mut out = Vec::new();
+    for mut f in files {
+        let cost = tokens(&f.text) + tokens(&f.path) + 12;
+        if cost <= left {
+            left -= cost;
+            out.push(f);
+            continue;
+        }
+        let room = left.saturating_sub(tokens(&f.path) + 12) * 4;
+        if room >= 200 {
+            let cut = truncate_chars(&f.text, room).0;
+            let at_line = cut.rfind('\n').map_or(cut, |i| &cut[..i]);
+            f.text = at_line.to_owned();
+            out.push(f);
+        }
+        break;
+    }
+    out
+}
+
+/// The module paths a file's own import lines name (`from a.b import c` → `a/b`, `import x`,
+/// `from './y'` → `y`, `mod z;` → `z`), for the map's "it imports" rank.
+fn imports_in(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for line in code.lines().map(str::trim) {
+        let module = if let Some(rest) = line.strip_prefix("from ") {
+            rest.split_whitespace().next()
+        } else if line.starts_with("import") && line.contains(" from ") {
+            line.rsplit(" from ").next()
+        } else if let Some(rest) = line.strip_prefix("import ") {
+            rest.split([' ', ',', ';']).next()
+        } else if let Some(rest) = line.strip_prefix("mod ") {
+            rest.strip_suffix(';')
+        } else {
+            None
+        };
+        if let Some(module) = module {
+            let m = module
+                .trim_matches(['\'', '"', ';', ' '])
+                .trim_start_matches("./")
+                .trim_start_matches('.');
+            if !m.is_empty() && !m.starts_with('{') {
+                found.push(if m.contains('/') {
+                    m.to_owned()
+                } else {
+                    m.replace('.', "/")
+                });
+            }
+        }
+    }
+    found
+}
+
+/// A file's name without its extension.
+fn stem(path: &SandboxPath) -> String {
+    let name = path.file_name();
+    name.rsplit_once('.').map_or(name, |(s, _)| s).to_owned()
+}
+
+/// The description's words worth matching against definitions (four letters or more).
+fn description_words(description: &str) -> Vec<String> {
+    let mut words: Vec<String> = description
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.len() >= 4)
+        .map(str::to_lowercase)
+        .collect();
+    words.sort();
+    words.dedup();
+    words
+}
+
+/// How much the outline's definitions share words with the description: per line, the square of
+/// the distinct description words it holds, so `normalize_invoice` outranks two lines holding
+/// `normalize` and `invoice` apart when the description says "normalize the invoice".
+fn shared_words(outline: &str, words: &[String]) -> usize {
+    outline
+        .lines()
+        .map(|line| {
+            let mut hits: Vec<String> = line
+                .split(|c: char| !c.is_alphanumeric() && c != '_')
+                .flat_map(split_identifier)
+                .filter(|w| w.len() >= 4 && words.binary_search(w).is_ok())
+                .collect();
+            hits.sort();
+            hits.dedup();
+            hits.len() * hits.len()
+        })
+        .sum()
+}
+
+/// `apply_discount` / `applyDiscount` → `apply`, `discount`.
+fn split_identifier(ident: &str) -> Vec<String> {
+    let mut parts = Vec::new();
+    let mut word = String::new();
+    let mut after_lower = false;
+    for c in ident.chars() {
+        if (c == '_' || (c.is_uppercase() && after_lower)) && !word.is_empty() {
+            parts.push(std::mem::take(&mut word));
+        }
+        after_lower = c.is_lowercase() || c.is_ascii_digit();
+        if c != '_' {
+            word.extend(c.to_lowercase());
+        }
+    }
+    if !word.is_empty() {
+        parts.push(word);
+    }
+    parts
+}
+
+/// The files of `dir` as an indented tree (paths relative to it), with a line saying when the
+/// listing was cut.
+fn tree(dir: &SandboxPath, files: &[WalkedFile], truncated: bool) -> String {
+    let mut out = String::new();
+    let mut previous: Vec<&str> = Vec::new();
+    let prefix = dir.as_str();
+    for f in files {
+        let rel = f
+            .path
+            .as_str()
+            .strip_prefix(prefix)
+            .map_or(f.path.as_str(), |r| r.trim_start_matches('/'));
+        let parts: Vec<&str> = rel.split('/').collect();
+        let (dirs, name) = parts.split_at(parts.len() - 1);
+        let common = previous
+            .iter()
+            .zip(dirs)
+            .take_while(|(a, b)| a == b)
+            .count();
+        for (depth, d) in dirs.iter().enumerate().skip(common) {
+            out.push_str(&format!("{}{d}/\n", "  ".repeat(depth)));
+        }
+        out.push_str(&format!(
+            "{}{} ({} bytes)\n",
+            "  ".repeat(dirs.len()),
+            name[0],
+            f.size
+        ));
+        previous = dirs.to_vec();
+    }
+    if files.is_empty() {
+        out.push_str("(no files)\n");
+    }
+    if truncated {
+        out.push_str(&format!("… (listing cut at {} files)\n", files.len()));
+    }
+    out
+}
+
+fn search_error(e: SearchError) -> String {
+    match e {
+        SearchError::Glob(m) => format!("not a valid glob: {m}"),
+        SearchError::Pattern(m) => m,
+        SearchError::Workspace(e) => e.to_string(),
+    }
+}
+
+static OUTLINES: LazyLock<Mutex<HashMap<String, String>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// The file's outline, from the cache when the same content (and extension) was outlined before.
+fn cached_outline(bytes: &[u8], path: &str) -> String {
+    let language = Language::from_path(path);
+    let key = format!("{}:{}", language.name(), sha256_hex(bytes));
+    if let Ok(cache) = OUTLINES.lock()
+        && let Some(hit) = cache.get(&key)
+    {
+        return hit.clone();
+    }
+    let outline = writ_checks::outline(&String::from_utf8_lossy(bytes), language);
+    if let Ok(mut cache) = OUTLINES.lock() {
+        if cache.len() >= OUTLINE_CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(key, outline.clone());
+    }
+    outline
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn identifiers_split_into_words() {
+        assert_eq!(split_identifier("apply_discount"), ["apply", "discount"]);
+        assert_eq!(split_identifier("applyDiscount"), ["apply", "discount"]);
+        assert_eq!(split_identifier("MAX_RETRIES"), ["max", "retries"]);
+    }
+
+    #[test]
+    fn import_lines_name_module_paths() {
+        let code = "from shop.pricing import total\nimport os\nimport { a } from './util/money'\nmod db;\n";
+        assert_eq!(imports_in(code), ["shop/pricing", "os", "util/money", "db"]);
+    }
+
+    #[test]
+    fn a_tree_indents_folders_once() {
+        let f = |p: &str| WalkedFile {
+            path: SandboxPath::parse(p).unwrap(),
+            size: 1,
+        };
+        let t = tree(
+            &SandboxPath::parse_dir("src").unwrap(),
+            &[f("src/a.py"), f("src/m/b.py"), f("src/m/c.py")],
+            false,
+        );
+        assert_eq!(
+            t,
+            "a.py (1 bytes)\nm/\n  b.py (1 bytes)\n  c.py (1 bytes)\n"
+        );
+    }
+
+    #[test]
+    fn the_map_fits_its_budget_and_cuts_the_last_file_at_a_line() {
+        let file = |p: &str, lines: usize| ContextFile {
+            path: p.into(),
+            text: (0..lines)
+                .map(|i| format!("def function_{i}(a, b):\n"))
+                .collect(),
+            outline: true,
+        };
+        let fitted = fit(
+            [file("a.py", 10), file("b.py", 200), file("c.py", 5)].into_iter(),
+            300,
+        );
+        assert_eq!(fitted.len(), 2);
+        let used: usize = fitted
+            .iter()
+            .map(|f| tokens(&f.text) + tokens(&f.path) + 12)
+            .sum();
+        assert!(used <= 300, "{used}");
+        assert!(fitted[1].text.ends_with(':'), "cut at a line end");
+    }
+}

@@ -1,0 +1,353 @@
+//! Searching and walking the workspace with ripgrep's crates: `ignore` walks the tree the way `rg`
+//! does (`.gitignore` and `.ignore` files, without needing a git repository), `grep-searcher`
+//! and `grep-regex` search each file line by line.
+//!
+//! The walk starts at the root even when a subdirectory is asked for, so that the root's
+//! `.gitignore` applies beneath it, and prunes what lies elsewhere; it never reads an ignore
+//! file above the root. Symlinks are not followed, `.git` and protected paths are pruned, and
+//! every file is opened through the root's capability (`RESOLVE_BENEATH`), so nothing outside
+//! `REPO_DIR` is read even if the tree changes during the walk.
+
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use cap_std::fs::Dir;
+use grep_regex::RegexMatcherBuilder;
+use grep_searcher::{
+    BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkContextKind, SinkMatch,
+};
+use ignore::overrides::{Override, OverrideBuilder};
+use writ_core::search::{
+    SearchError, SearchMatch, SearchQuery, SearchResults, SearchStop, Walk, WalkedFile,
+};
+use writ_core::{SandboxPath, WorkspaceError};
+
+use crate::protect::ProtectedPaths;
+
+/// A matching or context line longer than this many characters is cut (minified files would
+/// otherwise fill an answer with one line).
+const MAX_LINE_CHARS: usize = 400;
+/// The compiled regex's size bounds: a hostile pattern fails to compile instead of eating memory.
+const REGEX_SIZE_LIMIT: usize = 10 << 20;
+
+/// What a walk needs of the workspace.
+pub(crate) struct Tree {
+    pub root_path: PathBuf,
+    pub root: Arc<Dir>,
+    pub protected: Arc<ProtectedPaths>,
+}
+
+impl Tree {
+    /// The walker over `dir`, yielding regular files only (with their path from the root).
+    fn files(&self, dir: &SandboxPath) -> impl Iterator<Item = (String, u64)> + use<> {
+        let root_path = self.root_path.clone();
+        let protected = Arc::clone(&self.protected);
+        let wanted = dir.as_str().to_owned();
+        let filter_root = root_path.clone();
+        let mut builder = ignore::WalkBuilder::new(&root_path);
+        builder
+            .hidden(false)
+            .parents(false)
+            .require_git(false)
+            .git_global(false)
+            .follow_links(false)
+            .sort_by_file_name(|a, b| a.cmp(b))
+            .filter_entry(move |entry| {
+                let Some(rel) = relative(&filter_root, entry.path()) else {
+                    return true; // the root itself
+                };
+                if rel.is_empty() {
+                    return true;
+                }
+                if entry.file_name() == ".git" || protected.covers(&rel) {
+                    return false;
+                }
+                // On the way to the directory asked for, or beneath it.
+                within(&rel, &wanted) || (is_dir(entry) && within(&wanted, &rel))
+            });
+        builder.build().filter_map(move |entry| {
+            let entry = entry.ok()?;
+            let kind = entry.file_type()?;
+            if !kind.is_file() {
+                return None;
+            }
+            let rel = relative(&root_path, entry.path())?;
+            if rel.is_empty() {
+                return None;
+            }
+            let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            Some((rel, size))
+        })
+    }
+
+    pub fn walk(
+        &self,
+        dir: &SandboxPath,
+        glob: Option<&str>,
+        max_files: usize,
+    ) -> Result<Walk, SearchError> {
+        let glob = glob.map(|g| self.glob(g)).transpose()?;
+        self.existing_dir(dir)?;
+        let mut walk = Walk::default();
+        for (rel, size) in self.files(dir) {
+            if let Some(glob) = &glob
+                && !glob_matches(glob, &self.root_path, &rel)
+            {
+                continue;
+            }
+            if walk.files.len() == max_files {
+                walk.truncated = true;
+                break;
+            }
+            if let Ok(path) = SandboxPath::parse_nonempty(&rel) {
+                walk.files.push(WalkedFile { path, size });
+            }
+        }
+        Ok(walk)
+    }
+
+    /// Refuses a directory that is not there (or not a directory) before walking it.
+    fn existing_dir(&self, dir: &SandboxPath) -> Result<(), WorkspaceError> {
+        if dir.is_root() {
+            return Ok(());
+        }
+        let shown = dir.to_string();
+        let meta = self
+            .root
+            .symlink_metadata(dir.as_str())
+            .map_err(|e| crate::errors::from_io(&shown, e))?;
+        if meta.is_dir() {
+            Ok(())
+        } else {
+            Err(WorkspaceError::NotADirectory { path: shown })
+        }
+    }
+
+    pub fn search(&self, query: &SearchQuery) -> Result<SearchResults, SearchError> {
+        let started = Instant::now();
+        let matcher = RegexMatcherBuilder::new()
+            .fixed_strings(!query.regex)
+            .case_insensitive(query.ignore_case)
+            .line_terminator(Some(b'\n'))
+            .size_limit(REGEX_SIZE_LIMIT)
+            .dfa_size_limit(REGEX_SIZE_LIMIT)
+            .build(&query.pattern)
+            .map_err(|e| SearchError::Pattern(e.to_string()))?;
+        let glob = match &query.glob {
+            Some(glob) => {
+                let mut builder = OverrideBuilder::new(&self.root_path);
+                builder
+                    .add(glob)
+                    .map_err(|e| SearchError::Glob(e.to_string()))?;
+                Some(
+                    builder
+                        .build()
+                        .map_err(|e| SearchError::Glob(e.to_string()))?,
+                )
+            }
+            None => None,
+        };
+        self.existing_dir(&query.dir)?;
+        let mut searcher = SearcherBuilder::new()
+            .line_number(true)
+            .before_context(query.context_lines)
+            .after_context(query.context_lines)
+            .binary_detection(BinaryDetection::quit(0))
+            .build();
+
+        let mut results = SearchResults {
+            matches: Vec::new(),
+            files_searched: 0,
+            files_matched: 0,
+            files_skipped: 0,
+            stopped: None,
+            elapsed_ms: 0,
+        };
+        for (rel, size) in self.files(&query.dir) {
+            if let Some(glob) = &glob
+                && !glob_matches(glob, &self.root_path, &rel)
+            {
+                continue;
+            }
+            if started.elapsed() >= query.time_limit {
+                results.stopped = Some(SearchStop::TimeLimit);
+                break;
+            }
+            if results.files_searched == query.max_files {
+                results.stopped = Some(SearchStop::MaxFiles);
+                break;
+            }
+            if size > query.max_file_bytes {
+                results.files_skipped += 1;
+                continue;
+            }
+            let Some(bytes) = self.read(&rel, query.max_file_bytes) else {
+                continue; // gone, or turned into something else, since the walk saw it
+            };
+            results.files_searched += 1;
+            let mut sink = Collect {
+                path: &rel,
+                left: query.max_matches - results.matches.len(),
+                found: Vec::new(),
+                before: Vec::new(),
+                binary: false,
+            };
+            if searcher.search_slice(&matcher, &bytes, &mut sink).is_err() {
+                continue;
+            }
+            if sink.binary {
+                results.files_skipped += 1;
+                continue;
+            }
+            if !sink.found.is_empty() {
+                results.files_matched += 1;
+                results.matches.append(&mut sink.found);
+            }
+            if results.matches.len() >= query.max_matches {
+                results.stopped = Some(SearchStop::MaxMatches);
+                break;
+            }
+        }
+        results.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Ok(results)
+    }
+
+    /// `glob` as a matcher of paths from the root, gitignore-style (`*.py` anywhere, `src/*.py`
+    /// anchored).
+    fn glob(&self, glob: &str) -> Result<Override, SearchError> {
+        let mut builder = OverrideBuilder::new(&self.root_path);
+        builder
+            .add(glob)
+            .map_err(|e| SearchError::Glob(e.to_string()))?;
+        builder
+            .build()
+            .map_err(|e| SearchError::Glob(e.to_string()))
+    }
+
+    /// The file's bytes through the root's capability, if it is still a regular file no larger
+    /// than `max_bytes`.
+    fn read(&self, rel: &str, max_bytes: u64) -> Option<Vec<u8>> {
+        let mut options = cap_std::fs::OpenOptions::new();
+        options.read(true);
+        let file = self.root.open_with(rel, &options).ok()?;
+        let meta = file.metadata().ok()?;
+        if !meta.is_file() || meta.len() > max_bytes {
+            return None;
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+        file.take(max_bytes).read_to_end(&mut bytes).ok()?;
+        Some(bytes)
+    }
+}
+
+/// `path` from the root, with `/` separators; `None` outside it or when not UTF-8.
+fn relative(root: &Path, path: &Path) -> Option<String> {
+    let rel = path.strip_prefix(root).ok()?;
+    let parts: Option<Vec<&str>> = rel.components().map(|c| c.as_os_str().to_str()).collect();
+    Some(parts?.join("/"))
+}
+
+/// Whether `path` is `dir` or lies beneath it (the root holds everything).
+fn within(path: &str, dir: &str) -> bool {
+    dir.is_empty()
+        || path == dir
+        || (path.starts_with(dir) && path.as_bytes().get(dir.len()) == Some(&b'/'))
+}
+
+fn is_dir(entry: &ignore::DirEntry) -> bool {
+    entry.file_type().is_some_and(|t| t.is_dir())
+}
+
+fn glob_matches(glob: &Override, root: &Path, rel: &str) -> bool {
+    glob.matched(root.join(rel), false).is_whitelist()
+}
+
+/// Collects one file's matching lines, each with the context lines that lead to it and follow it.
+struct Collect<'a> {
+    path: &'a str,
+    /// Matches still wanted across the whole search.
+    left: usize,
+    found: Vec<SearchMatch>,
+    /// Context lines seen since the last match, waiting for the next one.
+    before: Vec<String>,
+    binary: bool,
+}
+
+impl Sink for Collect<'_> {
+    type Error = io::Error;
+
+    fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, io::Error> {
+        let first = mat.line_number().unwrap_or(0);
+        for (offset, line) in mat.lines().enumerate() {
+            if self.found.len() == self.left {
+                return Ok(false);
+            }
+            self.found.push(SearchMatch {
+                path: self.path.to_owned(),
+                line_number: first + offset as u64,
+                line: shown_line(line),
+                before: std::mem::take(&mut self.before),
+                after: Vec::new(),
+            });
+        }
+        Ok(self.found.len() < self.left)
+    }
+
+    fn context(&mut self, _: &Searcher, context: &SinkContext<'_>) -> Result<bool, io::Error> {
+        let line = shown_line(context.bytes());
+        match (context.kind(), self.found.last_mut()) {
+            (SinkContextKind::After, Some(last)) => last.after.push(line),
+            (SinkContextKind::Before, _) => self.before.push(line),
+            _ => {}
+        }
+        Ok(true)
+    }
+
+    fn context_break(&mut self, _: &Searcher) -> Result<bool, io::Error> {
+        self.before.clear();
+        Ok(true)
+    }
+
+    fn binary_data(&mut self, _: &Searcher, _: u64) -> Result<bool, io::Error> {
+        self.binary = true;
+        Ok(false)
+    }
+}
+
+/// A line as text without its ending, cut at [`MAX_LINE_CHARS`].
+fn shown_line(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.trim_end_matches(['\n', '\r']);
+    match text.char_indices().nth(MAX_LINE_CHARS) {
+        Some((cut, _)) => format!(
+            "{}… [line cut at {MAX_LINE_CHARS} characters]",
+            &text[..cut]
+        ),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn within_means_the_directory_or_beneath_it() {
+        assert!(within("src/a.rs", "src"));
+        assert!(within("src", "src"));
+        assert!(!within("srcx/a.rs", "src"));
+        assert!(within("anything", ""));
+    }
+
+    #[test]
+    fn long_lines_are_cut_with_a_marker() {
+        let long = "x".repeat(1000);
+        let shown = shown_line(long.as_bytes());
+        assert!(shown.starts_with(&"x".repeat(MAX_LINE_CHARS)));
+        assert!(shown.contains("line cut"));
+        assert_eq!(shown_line(b"ab\r\n"), "ab");
+    }
+}
