@@ -475,11 +475,22 @@ async fn the_database_lost_mid_batch_leaves_no_file_without_its_record_and_write
     );
     let (admin, name) = writ_tests::cut_off_postgres(&app.database_url).await;
     let (status, body) = batch.await.unwrap();
-    assert!(status == 200 || status == 503, "{status} {body}");
-    if status == 200 {
-        for result in body["results"].as_array().unwrap() {
-            assert_eq!(result["success"], false, "{body}");
-        }
+    // The batch was recorded before the database went, so it answers: every file failed, each
+    // because its write could not be recorded (a 503 would mean the batch itself was refused).
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "error", "{body}");
+    let results = body["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3, "{body}");
+    for result in results {
+        assert_eq!(result["success"], false, "{body}");
+        assert!(result["operation_id"].is_null(), "{body}");
+        assert!(
+            result["error"]
+                .as_str()
+                .unwrap()
+                .contains("the audit log cannot record this write"),
+            "{body}"
+        );
     }
     assert!(
         app.files_on_disk().is_empty(),

@@ -5,7 +5,7 @@ use std::io::Cursor;
 use base64::Engine;
 use serde_json::json;
 use writ_fake_upstream::{Script, Step};
-use writ_tests::{ARBITER, MODELS, TestApp};
+use writ_tests::{ARBITER, Backend, MODELS, TestApp, on_both_backends};
 
 const PAINTER: &str = "paint/img";
 
@@ -21,9 +21,17 @@ fn data_url(format: image::ImageFormat, mime: &str, w: u32, h: u32) -> String {
     )
 }
 
-async fn app() -> TestApp {
-    writ_tests::spawn_app_with_models_and(writ_tests::Backend::Sqlite, &[("IMAGE_MODEL", PAINTER)])
-        .await
+async fn app(backend: Backend) -> TestApp {
+    writ_tests::spawn_app_with_models_and(backend, &[("IMAGE_MODEL", PAINTER)]).await
+}
+
+/// Images bigger than a file may be: a limit small enough for a test image to cross.
+async fn app_with_small_files(backend: Backend) -> TestApp {
+    writ_tests::spawn_app_with_models_and(
+        backend,
+        &[("IMAGE_MODEL", PAINTER), ("WRIT_MAX_FILE_BYTES", "4096")],
+    )
+    .await
 }
 
 async fn a_png_python_and_svg_batch_writes_each_the_right_way(app: TestApp) {
@@ -281,60 +289,20 @@ async fn a_refused_target_is_the_first_in_the_batchs_order_whatever_its_kind(app
     assert!(!app.repo_dir.join("ok.py").exists());
 }
 
-mod sqlite {
-    #[tokio::test]
-    async fn a_refused_target_is_the_first_in_the_batchs_order_whatever_its_kind() {
-        super::a_refused_target_is_the_first_in_the_batchs_order_whatever_its_kind(
-            super::app().await,
-        )
-        .await;
-    }
-    #[tokio::test]
-    async fn an_image_above_the_file_size_limit_fails_its_file_and_writes_nothing() {
-        let app = writ_tests::spawn_app_with_models_and(
-            writ_tests::Backend::Sqlite,
-            &[
-                ("IMAGE_MODEL", super::PAINTER),
-                ("WRIT_MAX_FILE_BYTES", "4096"),
-            ],
-        )
-        .await;
-        super::an_image_above_the_file_size_limit_fails_its_file_and_writes_nothing(app).await;
-    }
-    #[tokio::test]
-    async fn an_image_claiming_huge_dimensions_is_refused_without_decoding_it() {
-        super::an_image_claiming_huge_dimensions_is_refused_without_decoding_it(super::app().await)
-            .await;
-    }
-    #[tokio::test]
-    async fn a_png_python_and_svg_batch_writes_each_the_right_way() {
-        super::a_png_python_and_svg_batch_writes_each_the_right_way(super::app().await).await;
-    }
-    #[tokio::test]
-    async fn broken_image_data_is_a_clear_per_file_error_and_writes_nothing() {
-        super::broken_image_data_is_a_clear_per_file_error_and_writes_nothing(super::app().await)
-            .await;
-    }
-    #[tokio::test]
-    async fn bad_image_options_are_refused_before_any_model_is_called() {
-        super::bad_image_options_are_refused_before_any_model_is_called(super::app().await).await;
-    }
-}
+// Every test runs on both backends: each records its batch, its files' operations and, for
+// a refusal, nothing, and those records are what differ between the stores.
+on_both_backends!(app app:
+    a_png_python_and_svg_batch_writes_each_the_right_way,
+    broken_image_data_is_a_clear_per_file_error_and_writes_nothing,
+    an_image_claiming_huge_dimensions_is_refused_without_decoding_it,
+    bad_image_options_are_refused_before_any_model_is_called,
+    a_refused_target_is_the_first_in_the_batchs_order_whatever_its_kind,
+);
 
-mod postgres {
-    async fn app() -> writ_tests::TestApp {
-        writ_tests::spawn_app_with_models_and(
-            writ_tests::Backend::Postgres,
-            &[("IMAGE_MODEL", super::PAINTER)],
-        )
-        .await
-    }
-    #[tokio::test]
-    async fn a_png_python_and_svg_batch_writes_each_the_right_way() {
-        super::a_png_python_and_svg_batch_writes_each_the_right_way(app().await).await;
-    }
-    #[tokio::test]
-    async fn broken_image_data_is_a_clear_per_file_error_and_writes_nothing() {
-        super::broken_image_data_is_a_clear_per_file_error_and_writes_nothing(app().await).await;
-    }
+/// Its own module: the tests above hold this file's `sqlite` and `postgres` modules.
+mod small_files {
+    use super::*;
+    on_both_backends!(app app_with_small_files:
+        an_image_above_the_file_size_limit_fails_its_file_and_writes_nothing
+    );
 }

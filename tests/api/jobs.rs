@@ -194,12 +194,28 @@ async fn a_failed_file_is_an_event_too(app: TestApp) {
         "{}",
         failed.2
     );
-    let classes: Vec<&Value> = all
+    assert_eq!(failed.2["file"], "bad.py", "{}", failed.2);
+    // Each model's refusal is its own event, classed, and none of them claims success.
+    let finished: Vec<&Value> = all
         .iter()
         .filter(|e| e.1 == "candidate_finished")
-        .map(|e| &e.2["error_class"])
+        .map(|e| &e.2)
         .collect();
-    assert!(classes.iter().all(|c| *c == "bad_request"), "{classes:?}");
+    for m in MODELS {
+        let mine: Vec<&&Value> = finished.iter().filter(|e| e["model"] == *m).collect();
+        assert_eq!(
+            mine.len(),
+            1,
+            "one candidate_finished for {m}: {finished:?}"
+        );
+        assert_eq!(mine[0]["ok"], false, "{}", mine[0]);
+        assert_eq!(mine[0]["error_class"], "bad_request", "{}", mine[0]);
+    }
+    assert!(
+        finished.iter().all(|e| e["error_class"] == "bad_request"),
+        "{finished:?}"
+    );
+    assert_eq!(all.last().map(|e| e.1.as_str()), Some("done"), "{all:?}");
 }
 
 async fn a_subscriber_follows_a_running_batch_live(app: TestApp) {
@@ -417,14 +433,10 @@ async fn age_heartbeat(database_url: &str, job: uuid::Uuid) {
     }
 }
 
-#[tokio::test]
-async fn sqlite_a_job_interrupted_by_a_crash_is_failed_with_a_reason_at_the_next_start() {
-    a_job_interrupted_by_a_crash_is_failed_with_a_reason_at_the_next_start(Backend::Sqlite).await;
-}
-
-#[tokio::test]
-async fn postgres_a_job_interrupted_by_a_crash_is_failed_with_a_reason_at_the_next_start() {
-    a_job_interrupted_by_a_crash_is_failed_with_a_reason_at_the_next_start(Backend::Postgres).await;
+/// Its own module: the batch tests above hold this file's `sqlite` and `postgres` modules.
+mod restart {
+    use super::*;
+    on_both_backends!(backend: a_job_interrupted_by_a_crash_is_failed_with_a_reason_at_the_next_start);
 }
 
 /// A batch's progress events reach the database in a few bursts, not a statement each: each

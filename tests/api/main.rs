@@ -13,6 +13,7 @@ mod local_model;
 mod openapi;
 mod operations;
 mod policy;
+mod probes;
 mod scopes;
 mod service;
 mod speed;

@@ -147,16 +147,6 @@ async fn a_model_style_session_lands_byte_exact_without_its_done_line(backend: B
 }
 
 #[tokio::test]
-async fn a_model_style_session_lands_byte_exact_on_sqlite() {
-    a_model_style_session_lands_byte_exact_without_its_done_line(Backend::Sqlite).await;
-}
-
-#[tokio::test]
-async fn a_model_style_session_lands_byte_exact_on_postgres() {
-    a_model_style_session_lands_byte_exact_without_its_done_line(Backend::Postgres).await;
-}
-
-#[tokio::test]
 async fn an_explicit_finish_writes_once_and_a_second_finish_answers_the_same_receipt() {
     let app = spawn(Backend::Sqlite, &[]).await;
     std::fs::write(app.repo_dir.join("notes.txt"), "first\n").unwrap();
@@ -390,16 +380,6 @@ async fn a_session_survives_a_restart(backend: Backend) {
         std::fs::read_to_string(app.repo_dir.join("kept.rs")).unwrap(),
         "fn main() {\n    // é→\n}\n"
     );
-}
-
-#[tokio::test]
-async fn a_session_survives_a_restart_on_sqlite() {
-    a_session_survives_a_restart(Backend::Sqlite).await;
-}
-
-#[tokio::test]
-async fn a_session_survives_a_restart_on_postgres() {
-    a_session_survives_a_restart(Backend::Postgres).await;
 }
 
 #[tokio::test]
@@ -700,3 +680,8 @@ async fn an_empty_chunk_is_refused_and_counts_for_nothing() {
     assert_eq!(state["chunks"], 0, "{state}");
     assert_eq!(state["state"], "awaiting_content", "{state}");
 }
+
+writ_tests::on_both_backends!(backend:
+    a_model_style_session_lands_byte_exact_without_its_done_line,
+    a_session_survives_a_restart,
+);

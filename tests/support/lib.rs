@@ -180,14 +180,11 @@ impl TestApp {
             .send()
             .await
             .unwrap();
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+        json_answer("POST /write_codebase", r).await
     }
 
     pub async fn json(&self, path: &str) -> (u16, serde_json::Value) {
-        let r = self.get(path).await;
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+        json_answer(&format!("GET {path}"), self.get(path).await).await
     }
 
     /// Every file under REPO_DIR (relative paths), for "nothing else was touched" assertions.
@@ -293,9 +290,34 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
     }
 }
 
-/// Runs each listed `async fn(TestApp)` against SQLite and against PostgreSQL.
+/// Runs each listed test against SQLite and against PostgreSQL, in modules `sqlite` and
+/// `postgres` (so one invocation per module). The forms:
+/// - `on_both_backends!(a, b)`: each `async fn(TestApp)` gets a plain app;
+/// - `on_both_backends!(with_models: a, b)`: an app with the fake upstream's models;
+/// - `on_both_backends!(app make: a, b)`: the app `async fn make(Backend) -> TestApp` builds;
+/// - `on_both_backends!(backend: a, b)`: each `async fn(Backend)` builds what it needs itself
+///   (`backend #[tokio::test(...)]: a` to choose the runtime).
 #[macro_export]
 macro_rules! on_both_backends {
+    (backend: $($name:ident),+ $(,)?) => {
+        $crate::on_both_backends!(backend #[tokio::test]: $($name),+);
+    };
+    (backend #[$attr:meta]: $($name:ident),+ $(,)?) => {
+        mod sqlite {
+            $(#[$attr] async fn $name() { super::$name($crate::Backend::Sqlite).await; })+
+        }
+        mod postgres {
+            $(#[$attr] async fn $name() { super::$name($crate::Backend::Postgres).await; })+
+        }
+    };
+    (app $make:ident: $($name:ident),+ $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test] async fn $name() { super::$name(super::$make($crate::Backend::Sqlite).await).await; })+
+        }
+        mod postgres {
+            $(#[tokio::test] async fn $name() { super::$name(super::$make($crate::Backend::Postgres).await).await; })+
+        }
+    };
     (with_models: $($name:ident),+ $(,)?) => {
         mod sqlite {
             $(#[tokio::test] async fn $name() { super::$name($crate::spawn_app_with_models($crate::Backend::Sqlite).await).await; })+
@@ -379,4 +401,17 @@ pub async fn overhead_histogram(app: &TestApp) -> (f64, f64) {
         metric(&text, "writ_batch_overhead_seconds_count", &[]),
         metric(&text, "writ_batch_overhead_seconds_sum", &[]),
     )
+}
+
+/// The status and the JSON body of an answer; a body that is not JSON fails the test with the
+/// body shown, so a test never asserts against a stand-in for an answer it did not get.
+async fn json_answer(what: &str, r: reqwest::Response) -> (u16, serde_json::Value) {
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap_or_else(|e| {
+        panic!("{what}: the body of the {status} answer could not be read: {e}")
+    });
+    match serde_json::from_str(&text) {
+        Ok(body) => (status, body),
+        Err(e) => panic!("{what}: the {status} answer is not JSON ({e}): {text:?}"),
+    }
 }

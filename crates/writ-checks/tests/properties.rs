@@ -147,12 +147,12 @@ proptest! {
     #[test]
     fn an_edit_of_one_line_changes_that_line_only(lines in prop::collection::vec("[a-z ]{0,12}", 1..40), crlf in any::<bool>(), pick in any::<prop::sample::Index>()) {
         let ending = if crlf { "\r\n" } else { "\n" };
-        let original: String = lines.iter().enumerate().map(|(i, l)| format!("{i}:{l}{ending}")).collect();
+        let original: String = lines.iter().enumerate().map(|(i, l)| format!("L{i}:{l}{ending}")).collect();
         let view = writ_checks::shape::view(&original);
         let i = pick.index(lines.len());
-        let old = format!("{i}:{}\n", lines[i]);
+        let old = format!("L{i}:{}\n", lines[i]);
         let edited = writ_checks::edit::apply_one(&view, &old, "changed\n", false, 1, "edit").unwrap();
         let rendered = writ_checks::shape::render(&original, &edited.text);
-        prop_assert_eq!(rendered, original.replacen(&format!("{i}:{}{ending}", lines[i]), &format!("changed{ending}"), 1));
+        prop_assert_eq!(rendered, original.replacen(&format!("L{i}:{}{ending}", lines[i]), &format!("changed{ending}"), 1));
     }
 }

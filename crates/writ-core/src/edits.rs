@@ -319,7 +319,10 @@ fn parse_validation(
             .check(call, &format!("validation.commands[{i}]"))
             .map_err(|e| match e {
                 RunError::Invalid { field, message } => invalid(field, message),
-                RunError::Unavailable(why) | RunError::Failed(why) => {
+                RunError::Unavailable(why)
+                | RunError::Failed(why)
+                | RunError::Limit(why)
+                | RunError::Busy { message: why, .. } => {
                     EditsError::Unavailable(format!("validation cannot run here: {why}"))
                 }
             })?;

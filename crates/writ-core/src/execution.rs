@@ -33,12 +33,24 @@ pub struct RunOutcome {
     pub timed_out: bool,
     /// Output past the capture bound was dropped.
     pub truncated: bool,
+    /// Set when the command exited 0 but its output lacks what a pass of it must show (a test
+    /// runner's report of at least one passing test, or the command's declared pattern): why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing_evidence: Option<String>,
+    /// Set when the run's writes reached its scratch's bound (bytes or files): which bound, and
+    /// the variable that sets it. Such a run does not pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_reached: Option<String>,
 }
 
 impl RunOutcome {
-    /// Exited 0 within its time.
+    /// Exited 0 within its time and its scratch's bounds, and showed the evidence of a pass its
+    /// command requires.
     pub fn passed(&self) -> bool {
-        self.exit_code == Some(0) && !self.timed_out
+        self.exit_code == Some(0)
+            && !self.timed_out
+            && self.missing_evidence.is_none()
+            && self.limit_reached.is_none()
     }
 }
 
@@ -53,6 +65,16 @@ pub enum RunError {
     Invalid { field: String, message: String },
     #[error("the command could not be run: {0}")]
     Failed(String),
+    /// A deployment bound stopped the run before it started (REPO_DIR too large to copy): the
+    /// message names the bound and its variable.
+    #[error("{0}")]
+    Limit(String),
+    /// Too many runs wait already, or the caller has too many in flight: try again later.
+    #[error("{message}")]
+    Busy {
+        message: String,
+        retry_after_secs: u64,
+    },
 }
 
 /// The bounds a deployment sets on runs, which requests may not exceed.

@@ -28,6 +28,10 @@ use crate::content::sha256_hex;
 use crate::path::SandboxPath;
 use crate::workspace::{ToStage, Workspace, WorkspaceError};
 
+mod reconcile;
+
+pub use reconcile::{ReconcileReport, reconcile_pending, settle_pending};
+
 #[derive(
     Debug,
     Clone,
@@ -541,91 +545,4 @@ pub async fn record_failure(
     };
     store.insert_operation(&op, None).await?;
     Ok(op.id)
-}
-
-/// What reconciliation decided for each pending operation.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct ReconcileReport {
-    pub confirmed: usize,
-    pub failed: usize,
-}
-
-/// Settles operations left `pending` by a crash: if the file on disk has the recorded hash the
-/// write happened (`succeeded`), otherwise it did not (`failed`, "interrupted").
-///
-/// Only operations older than `min_age` are touched, so that a replica does not settle a write
-/// another replica is making right now; at start-up a single replica may pass zero.
-pub async fn reconcile_pending(
-    store: &dyn AuditStore,
-    workspace: &dyn Workspace,
-    min_age: std::time::Duration,
-) -> Result<ReconcileReport, StoreError> {
-    let mut report = ReconcileReport::default();
-    let cutoff =
-        Utc::now() - chrono::Duration::from_std(min_age).unwrap_or(chrono::Duration::zero());
-    for op in store.pending_operations().await? {
-        if op.created_at > cutoff {
-            continue;
-        }
-        match settle_pending(store, workspace, &op).await? {
-            Some(OperationStatus::Succeeded) => report.confirmed += 1,
-            Some(_) => report.failed += 1,
-            None => {}
-        }
-    }
-    Ok(report)
-}
-
-/// Settles one `pending` operation against the disk, under its path's lock: `succeeded` if the
-/// file holds the recorded content, else `failed` ("interrupted"). `None` when it was no longer
-/// pending (its write finished meanwhile). A replica resuming a dead replica's batch settles the
-/// batch's pending operations this way before deciding which files are still to write.
-pub async fn settle_pending(
-    store: &dyn AuditStore,
-    workspace: &dyn Workspace,
-    op: &Operation,
-) -> Result<Option<OperationStatus>, StoreError> {
-    let on_disk = match SandboxPath::parse(&op.filename) {
-        Ok(path) => {
-            let lock = workspace.lock(&path).await;
-            // The write may have finished while we waited for its lock: look again.
-            match store.get_operation(op.id).await? {
-                Some((now, _)) if now.status == OperationStatus::Pending => {}
-                _ => return Ok(None),
-            }
-            let hash = workspace
-                .read(&path)
-                .await
-                .ok()
-                .flatten()
-                .map(|b| sha256_hex(&b));
-            drop(lock);
-            hash
-        }
-        Err(_) => None,
-    };
-    let landed = on_disk.is_some() && on_disk == op.sha256;
-    let outcome = if landed {
-        OperationOutcome {
-            status: OperationStatus::Succeeded,
-            operation: op.operation,
-            error: None,
-            finished_at: Utc::now(),
-            duration_ms: op.duration_ms,
-        }
-    } else {
-        OperationOutcome {
-            status: OperationStatus::Failed,
-            operation: OperationKind::Failed,
-            error: Some(
-                "interrupted before the write completed; the file on disk was left as it was"
-                    .to_string(),
-            ),
-            finished_at: Utc::now(),
-            duration_ms: op.duration_ms,
-        }
-    };
-    let status = outcome.status;
-    store.complete_operation(op.id, &outcome).await?;
-    Ok(Some(status))
 }

@@ -139,6 +139,8 @@ pub trait JobStore: Send + Sync {
     async fn get_job(&self, id: Uuid) -> Result<Option<Job>, StoreError>;
     /// Newest first, without response bodies.
     async fn list_jobs(&self, limit: u32) -> Result<Vec<Job>, StoreError>;
+    /// The jobs of the requests `caller` (a key id) made, newest first, without response bodies.
+    async fn list_jobs_of(&self, caller: &str, limit: u32) -> Result<Vec<Job>, StoreError>;
     /// Jobs still queued or running, without a lease, whose heartbeat is older than `before`
     /// (leased jobs are claimed and resumed instead).
     async fn stale_jobs(&self, before: DateTime<Utc>) -> Result<Vec<Job>, StoreError>;

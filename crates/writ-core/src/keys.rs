@@ -48,8 +48,8 @@ pub enum Scope {
     Write,
     /// Run commands in the sandbox (`POST /run`).
     Run,
-    /// Manage keys. Keys are managed by `writ keys` on the database today, so no route requires
-    /// it yet; it is reserved so a key-management route has a scope to require.
+    /// See every key's jobs, job events and operations (without it, a key sees its own). Keys
+    /// themselves are managed by `writ keys` on the database.
     Admin,
 }
 

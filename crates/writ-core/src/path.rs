@@ -36,7 +36,8 @@ pub enum PathError {
 
 /// Why `c` may not appear in a path, if it may not: control characters would let a file name
 /// carry new lines into prompts, logs and listings, and bidi controls make a name read as another.
-fn forbidden(c: char) -> Option<&'static str> {
+/// Command arguments are held to the same rule.
+pub fn forbidden(c: char) -> Option<&'static str> {
     match c {
         '\u{0}'..='\u{1f}' | '\u{7f}' | '\u{80}'..='\u{9f}' => Some("the control character"),
         '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{61c}' => {

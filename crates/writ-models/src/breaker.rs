@@ -179,7 +179,9 @@ mod tests {
 
     use super::*;
 
-    const COOL_DOWN: Duration = Duration::from_millis(50);
+    /// Long, because the tests run on paused time: nothing waits for it, and a test that
+    /// reached the clock by accident would hang rather than pass.
+    const COOL_DOWN: Duration = Duration::from_secs(30);
 
     fn breakers(threshold: u32) -> Breakers {
         Breakers::new(BreakerPolicy {
@@ -188,8 +190,8 @@ mod tests {
         })
     }
 
-    fn after_cool_down() {
-        std::thread::sleep(COOL_DOWN + Duration::from_millis(10));
+    async fn after_cool_down() {
+        tokio::time::advance(COOL_DOWN + Duration::from_millis(1)).await;
     }
 
     fn fail(b: &Breakers, model: &str) {
@@ -198,8 +200,8 @@ mod tests {
             .ok();
     }
 
-    #[test]
-    fn it_opens_at_the_threshold_and_lets_one_probe_through_after_the_cool_down() {
+    #[tokio::test(start_paused = true)]
+    async fn it_opens_at_the_threshold_and_lets_one_probe_through_after_the_cool_down() {
         let b = breakers(2);
         fail(&b, "m");
         assert!(b.admit("m").is_ok(), "one failure is below the threshold");
@@ -213,7 +215,7 @@ mod tests {
         );
         assert!(b.admit("other").is_ok(), "breakers are per model");
 
-        after_cool_down();
+        after_cool_down().await;
         let probe = b.admit("m").unwrap();
         assert_eq!(
             b.admit("m").unwrap_err().class,
@@ -224,28 +226,28 @@ mod tests {
         assert!(b.admit("m").is_ok());
     }
 
-    #[test]
-    fn a_failed_probe_reopens_for_another_cool_down() {
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_probe_reopens_for_another_cool_down() {
         let b = breakers(1);
         fail(&b, "m");
-        after_cool_down();
+        after_cool_down().await;
         fail(&b, "m");
         assert_eq!(b.admit("m").unwrap_err().class, ErrorClass::CircuitOpen);
-        after_cool_down();
+        after_cool_down().await;
         assert!(b.admit("m").is_ok());
     }
 
-    #[test]
-    fn a_cancelled_probe_lets_the_next_call_probe() {
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_probe_lets_the_next_call_probe() {
         let b = breakers(1);
         fail(&b, "m");
-        after_cool_down();
+        after_cool_down().await;
         drop(b.admit("m").unwrap());
         assert!(b.admit("m").is_ok());
     }
 
-    #[test]
-    fn permanent_errors_and_successes_reset_the_count() {
+    #[tokio::test(start_paused = true)]
+    async fn permanent_errors_and_successes_reset_the_count() {
         let b = breakers(2);
         fail(&b, "m");
         b.admit("m").unwrap().record(Err(ErrorClass::BadRequest));
@@ -253,8 +255,8 @@ mod tests {
         assert!(b.admit("m").is_ok(), "the 400 broke the run of failures");
     }
 
-    #[test]
-    fn a_zero_threshold_disables_the_breaker() {
+    #[tokio::test(start_paused = true)]
+    async fn a_zero_threshold_disables_the_breaker() {
         let b = breakers(0);
         for _ in 0..10 {
             fail(&b, "m");

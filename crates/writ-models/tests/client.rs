@@ -373,7 +373,7 @@ async fn the_breaker_opens_after_consecutive_failures_and_recovers_after_cool_do
     cfg.retry.max_attempts = 1;
     cfg.breaker = BreakerPolicy {
         failure_threshold: 3,
-        cool_down: ms(400),
+        cool_down: Duration::from_secs(60),
     };
     let client = client(cfg);
 
@@ -398,8 +398,20 @@ async fn the_breaker_opens_after_consecutive_failures_and_recovers_after_cool_do
         "other models are not affected"
     );
 
-    // Letting the cool-down pass is the behaviour under test, so this wait stays a sleep.
-    tokio::time::sleep(ms(450)).await;
+    // Just before the cool-down ends the model is still skipped; just after, it is probed. The
+    // clock is moved, not waited for: paused only for the jump, so the HTTP calls around it run
+    // on real time.
+    tokio::time::pause();
+    tokio::time::advance(Duration::from_secs(59)).await;
+    tokio::time::resume();
+    assert_eq!(
+        client.chat(ask("m")).await.unwrap_err().class,
+        ErrorClass::CircuitOpen,
+        "still open before the cool-down ends"
+    );
+    tokio::time::pause();
+    tokio::time::advance(Duration::from_secs(2)).await;
+    tokio::time::resume();
     assert_eq!(
         client.chat(ask("m")).await.unwrap().content,
         "back",

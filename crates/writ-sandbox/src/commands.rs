@@ -5,9 +5,15 @@
 //! A request names one command and gives arguments; each argument must be a relative path inside
 //! the sandbox and replaces the `{args}` element. A request therefore never chooses a program
 //! and never adds an option.
+//!
+//! A command may also be an object, `{"argv": [...], "evidence": "<regex>"}`: the pattern its
+//! output must show for exit 0 to count as a pass ([`Evidence`]). Without one, a known test
+//! runner's own report is required ([`Evidence::detect`]).
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path};
+
+use crate::evidence::Evidence;
 
 /// The environment variable holding the command templates.
 pub const COMMANDS_ENV: &str = "WRIT_COMMANDS";
@@ -25,13 +31,26 @@ pub const MAX_ARG_BYTES: usize = 1024;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CommandSet {
     templates: BTreeMap<String, Vec<String>>,
+    /// What a pass of each command must show besides exit 0, when anything.
+    evidence: BTreeMap<String, Evidence>,
+}
+
+/// A command as `WRIT_COMMANDS` may give it: its argv, or its argv and its evidence.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum Spec {
+    Argv(Vec<String>),
+    Declared {
+        argv: Vec<String>,
+        evidence: Option<String>,
+    },
 }
 
 /// Why a command set or a request's command could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CommandError {
     #[error(
-        "{COMMANDS_ENV} is not valid JSON of the form {{\"name\": [\"program\", \"arg\", …]}}: {0}"
+        "{COMMANDS_ENV} is not valid JSON of the form {{\"name\": [\"program\", \"arg\", …]}} or {{\"name\": {{\"argv\": [...], \"evidence\": \"pattern\"}}}}: {0}"
     )]
     InvalidJson(String),
     #[error("{COMMANDS_ENV}: command {name:?}: {reason}")]
@@ -51,12 +70,35 @@ pub enum CommandError {
 impl CommandSet {
     /// Parses and validates `WRIT_COMMANDS` JSON.
     pub fn parse(json: &str) -> Result<Self, CommandError> {
-        let templates: BTreeMap<String, Vec<String>> =
+        let specs: BTreeMap<String, Spec> =
             serde_json::from_str(json).map_err(|e| CommandError::InvalidJson(e.to_string()))?;
-        for (name, argv) in &templates {
-            validate_template(name, argv)?;
+        let mut set = Self::default();
+        for (name, spec) in specs {
+            let (argv, declared) = match spec {
+                Spec::Argv(argv) => (argv, None),
+                Spec::Declared { argv, evidence } => (argv, evidence),
+            };
+            validate_template(&name, &argv)?;
+            let evidence = match declared {
+                Some(raw) => Some(Evidence::pattern(&raw).map_err(|reason| {
+                    CommandError::InvalidTemplate {
+                        name: name.clone(),
+                        reason,
+                    }
+                })?),
+                None => Evidence::detect(&argv),
+            };
+            if let Some(evidence) = evidence {
+                set.evidence.insert(name.clone(), evidence);
+            }
+            set.templates.insert(name, argv);
         }
-        Ok(Self { templates })
+        Ok(set)
+    }
+
+    /// What a pass of `name` must show besides exit 0; `None`: exit 0 is enough.
+    pub fn evidence(&self, name: &str) -> Option<&Evidence> {
+        self.evidence.get(name)
     }
 
     /// Reads `WRIT_COMMANDS`; unset or blank gives an empty set, whose `expand` names the variable.
@@ -155,8 +197,16 @@ fn validate_arg(arg: &str) -> Result<(), String> {
     if arg.len() > MAX_ARG_BYTES {
         return Err(format!("at most {MAX_ARG_BYTES} bytes, got {}", arg.len()));
     }
-    if arg.chars().any(char::is_control) {
-        return Err("must not contain NUL or control characters".into());
+    // The same characters every path route refuses: a bidi control makes an argument read as
+    // another in logs and in the audit record.
+    if let Some((c, kind)) = arg
+        .chars()
+        .find_map(|c| writ_core::path::forbidden(c).map(|kind| (c, kind)))
+    {
+        return Err(format!(
+            "contains {kind} U+{:04X}; control and bidirectional formatting characters are not allowed in arguments",
+            u32::from(c)
+        ));
     }
     if arg.starts_with('-') {
         return Err("must not start with '-' (it would be read as an option)".into());
@@ -253,8 +303,13 @@ mod tests {
             ("a/../../outside.py", "leads out"),
             ("-c", "start with '-'"),
             ("--rootdir=/", "start with '-'"),
-            ("a\0b", "control"),
-            ("a\nb", "control"),
+            ("a\0b", "control character U+0000"),
+            ("a\nb", "control character U+000A"),
+            ("a\u{202e}b.py", "bidirectional formatting character U+202E"),
+            ("a\u{2066}b.py", "bidirectional formatting character U+2066"),
+            ("a\u{200f}b.py", "bidirectional formatting character U+200F"),
+            ("a\u{61c}b.py", "bidirectional formatting character U+061C"),
+            ("a\u{85}b.py", "control character U+0085"),
             ("", "empty"),
         ];
         for (bad, why) in cases {
@@ -275,6 +330,27 @@ mod tests {
             set.expand("python", &many).unwrap_err(),
             CommandError::TooManyArgs { got: MAX_ARGS + 1 }
         );
+    }
+
+    #[test]
+    fn known_runners_need_their_report_and_a_command_may_declare_its_own() {
+        let set = CommandSet::parse(
+            r#"{"pytest": ["python3", "-m", "pytest", "{args}"], "python": ["python3", "{args}"],
+                "check": {"argv": ["./check"], "evidence": "^all \\d+ good$"}}"#,
+        );
+        let err = set.unwrap_err();
+        assert!(err.to_string().contains("plain name"), "{err}");
+        let set = CommandSet::parse(
+            r#"{"pytest": ["python3", "-m", "pytest", "{args}"], "python": ["python3", "{args}"],
+                "check": {"argv": ["/usr/bin/check"], "evidence": "^all \\d+ good$"}}"#,
+        )
+        .unwrap();
+        assert_eq!(set.evidence("pytest"), Some(&Evidence::Pytest));
+        assert_eq!(set.evidence("python"), None);
+        let check = set.evidence("check").unwrap();
+        assert!(check.check("x\nall 3 good\n").is_ok());
+        assert!(check.check("all good\n").is_err());
+        assert_eq!(set.expand("check", &[]).unwrap(), args(&["/usr/bin/check"]));
     }
 
     #[test]
@@ -307,7 +383,17 @@ mod tests {
             );
             assert!(err.to_string().contains(why), "{json}: {err}");
         }
-        for json in ["[]", r#"{"x": "python3"}"#, "not json"] {
+        let err = CommandSet::parse(r#"{"x": {"argv": ["true"], "evidence": "("}}"#).unwrap_err();
+        assert!(
+            err.to_string().contains("not a valid regular expression"),
+            "{err}"
+        );
+        for json in [
+            "[]",
+            r#"{"x": "python3"}"#,
+            "not json",
+            r#"{"x": {"evidence": "ok"}}"#,
+        ] {
             assert!(
                 matches!(
                     CommandSet::parse(json).unwrap_err(),

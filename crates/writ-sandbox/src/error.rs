@@ -23,11 +23,13 @@ pub enum SandboxError {
     },
     #[error("REPO_DIR {0} is not a directory")]
     NotADirectory(PathBuf),
-    #[error("REPO_DIR is too large to copy: more than {limit} {what} ({field})")]
+    #[error("REPO_DIR is too large to copy: more than {limit} {what} ({field}, {variable})")]
     RepoTooLarge {
         what: &'static str,
         limit: u64,
         field: &'static str,
+        /// The environment variable that sets the bound.
+        variable: &'static str,
     },
     #[error("path {path:?}: {reason}")]
     InvalidPath { path: String, reason: &'static str },
@@ -37,6 +39,14 @@ pub enum SandboxError {
         #[source]
         source: std::io::Error,
     },
+    #[error("path {path:?}: files are staged before the first run on a copy-on-write scratch")]
+    Staged { path: String },
+    #[error("{0}")]
+    Overlay(String),
+    #[error(
+        "the run queue is full: {waiting} runs are waiting for {slots} slots (WRIT_RUN_QUEUE); try again later"
+    )]
+    Busy { waiting: usize, slots: usize },
     #[error("argv: {0}")]
     InvalidArgv(&'static str),
     #[error("the sandbox could not be started: {0}")]

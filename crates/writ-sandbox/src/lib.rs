@@ -11,17 +11,28 @@
 //!
 //! Limits ([`Limits`]): wall time (the sandbox's process group is killed), CPU seconds, address
 //! space, processes, file size (rlimits set by `prlimit` inside the sandbox), `/tmp` size (tmpfs
-//! size), and captured output per stream (the rest is read and discarded).
+//! size), `/dev/shm` size ([`SHM_BYTES`]; the rest of `/dev` is read-only), and captured output
+//! per stream (the rest is read and discarded).
 //!
 //! It fails closed: [`Sandbox::probe`] runs `true` inside a real sandbox and returns
 //! [`SandboxUnavailable`] with plain words when it cannot; there is no way to run a command
-//! without a probed [`Sandbox`]. Runs wait in a fair FIFO queue of `max_concurrent` slots.
+//! without a probed [`Sandbox`]. Runs wait in a fair FIFO queue of `max_concurrent` slots; a
+//! run's scratch is made only once it holds its slot ([`Sandbox::slot`]), so no more than
+//! `max_concurrent` scratches exist at once, and callers that must not wait behind a long queue
+//! ask [`Sandbox::admit`] first (`max_queue`).
+//!
+//! The scratch is copy-on-write where the machine allows it ([`Mechanism::Overlay`]: an overlay
+//! over the read-only REPO_DIR in the run's own user namespace, its writes in a tmpfs bounded by
+//! `max_scratch_bytes` and `max_scratch_files`), so a run costs the same in any repository; the
+//! probe finds out, and the bounded copy is the fallback ([`Sandbox::mechanism`] says which and
+//! why).
 //!
 //! Which programs a request may run is [`CommandSet`]'s business (`WRIT_COMMANDS`).
 //!
-//! Not bounded here: the total bytes a command writes into its scratch (each file is, by
-//! `max_file_bytes`, and the time to write them by the wall limit); there is no seccomp filter
-//! (the namespaces, dropped capabilities and `--new-session` are the boundary).
+//! Not bounded here: on the copy fallback, the bytes a command writes into its scratch while it
+//! runs (each file is, by `max_file_bytes`; the total is measured after the run, which then
+//! fails, naming the bound). There is no seccomp filter (the namespaces, dropped capabilities and
+//! `--new-session` are the boundary).
 //!
 //! ```no_run
 //! # async fn example(repo_dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
@@ -36,12 +47,15 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Modules: `commands` (named command templates), `scratch` (the copy), `run` (the bubblewrap
+//! Modules: `commands` (named command templates), `evidence` (what a pass must show),
+//! `scratch` (the copy), `run` (the bubblewrap
 //! command line and the capture of one run), `runner` ([`SandboxRunner`], the synthesis core's
 //! `Runner` over all of this), `error`.
 
 mod commands;
 mod error;
+mod evidence;
+mod overlay;
 mod run;
 mod runner;
 mod scratch;
@@ -50,13 +64,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use commands::{COMMANDS_ENV, CommandError, CommandSet, MAX_ARG_BYTES, MAX_ARGS};
 pub use error::{SandboxError, SandboxUnavailable};
-pub use run::{REPO_MOUNT, SAFE_ENV};
-pub use runner::SandboxRunner;
-pub use scratch::{CopyLimits, Scratch};
+pub use evidence::Evidence;
+pub use overlay::ScratchLimits;
+pub use run::{REPO_MOUNT, SAFE_ENV, SHM_BYTES};
+pub use runner::{Admission, PER_KEY_ENV, SandboxRunner, describe};
+pub use scratch::{CopyLimits, Mechanism, Scratch};
 
 /// The environment variable the server reads for [`SandboxConfig::max_concurrent`].
 pub const CONCURRENCY_ENV: &str = "WRIT_RUN_CONCURRENCY";
@@ -154,6 +172,14 @@ pub struct SandboxConfig {
     /// More host paths shown read-only at the same place (absolute), e.g. a virtualenv with
     /// pytest outside `/usr`. Each must be passable by the sandbox uid; the probe checks.
     pub extra_ro_paths: Vec<PathBuf>,
+    /// Use the copy-on-write overlay where the probe finds it works; `false`: always copy.
+    pub overlay: bool,
+    /// Most bytes a run may write into its scratch (the overlay's tmpfs).
+    pub max_scratch_bytes: u64,
+    /// Most files and directories a run may create or change in its scratch.
+    pub max_scratch_files: u64,
+    /// Most runs waiting for a slot before [`Sandbox::admit`] refuses more.
+    pub max_queue: usize,
 }
 
 impl Default for SandboxConfig {
@@ -166,6 +192,10 @@ impl Default for SandboxConfig {
             max_copy_files: 50_000,
             sandbox_uid: 65534,
             extra_ro_paths: Vec::new(),
+            overlay: true,
+            max_scratch_bytes: 256 << 20,
+            max_scratch_files: 20_000,
+            max_queue: 32,
         }
     }
 }
@@ -225,6 +255,9 @@ pub struct RunOutput {
     pub timed_out: bool,
     /// stdout or stderr went past `max_output_bytes`; the rest was discarded.
     pub truncated: bool,
+    /// The run's writes reached the scratch's bound (bytes or files): which, in words. Such a run
+    /// does not pass whatever its exit code.
+    pub limit_reached: Option<String>,
 }
 
 /// A sandbox proven to start on this machine. Cheap to clone; clones share the run queue.
@@ -238,6 +271,25 @@ struct Inner {
     config: SandboxConfig,
     tools: run::Tools,
     permits: Arc<Semaphore>,
+    /// Whether the overlay works here, or why not (decided by the probe).
+    overlay: Result<(), String>,
+    /// Runs waiting for a slot.
+    waiting: AtomicUsize,
+}
+
+/// One of the `max_concurrent` run slots, held while a run's scratch exists.
+#[derive(Debug)]
+pub struct Slot {
+    _permit: OwnedSemaphorePermit,
+}
+
+/// Counts a waiter for as long as it waits (also when its future is dropped).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Sandbox {
@@ -278,14 +330,34 @@ impl Sandbox {
         if let Some(uid) = tools.run_as {
             check_searchable(&config.scratch_base, uid)?;
         }
-        let sandbox = Sandbox {
+        let overlay_wanted = match (&tools.overlay, config.overlay) {
+            (_, false) => Err("turned off (WRIT_RUN_OVERLAY=0)".to_string()),
+            (Err(missing), true) => Err(missing.clone()),
+            (Ok(_), true) => Ok(()),
+        };
+        let mut sandbox = Sandbox {
             inner: Arc::new(Inner {
                 permits: Arc::new(Semaphore::new(config.max_concurrent)),
                 config,
                 tools,
+                overlay: Err("not probed yet".into()),
+                waiting: AtomicUsize::new(0),
             }),
         };
-        sandbox.run_true().await?;
+        sandbox.run_true(Mechanism::Copy).await?;
+        let overlay = match overlay_wanted {
+            Ok(()) => sandbox
+                .run_true(Mechanism::Overlay)
+                .await
+                .map_err(|e| e.reason),
+            Err(why) => Err(why),
+        };
+        if let Err(why) = &overlay {
+            tracing::info!(reason = %why, "the copy-on-write scratch is not available: runs copy REPO_DIR");
+        }
+        if let Some(inner) = Arc::get_mut(&mut sandbox.inner) {
+            inner.overlay = overlay;
+        }
         Ok(sandbox)
     }
 
@@ -293,18 +365,83 @@ impl Sandbox {
         &self.inner.config
     }
 
-    /// Makes a scratch copy of `repo_dir`, bounded by `max_copy_bytes` / `max_copy_files`.
+    /// The mechanism a scratch of `repo_dir` gets, and why not the overlay when not.
+    pub fn mechanism(&self, repo_dir: &Path) -> (Mechanism, Option<String>) {
+        let inner = &self.inner;
+        let why_not = inner.overlay.clone().err().or_else(|| {
+            let repo = std::fs::canonicalize(repo_dir).unwrap_or_else(|_| repo_dir.to_path_buf());
+            overlay::eligible(&repo, &inner.config.scratch_base, inner.tools.run_as).err()
+        });
+        match why_not {
+            None => (Mechanism::Overlay, None),
+            Some(why) => (Mechanism::Copy, Some(why)),
+        }
+    }
+
+    /// Refuses a new run at once when every slot is taken and `max_queue` runs already wait.
+    pub fn admit(&self) -> Result<(), SandboxError> {
+        let waiting = self.inner.waiting.load(Ordering::Relaxed);
+        if self.inner.permits.available_permits() == 0 && waiting >= self.inner.config.max_queue {
+            return Err(SandboxError::Busy {
+                waiting,
+                slots: self.inner.config.max_concurrent,
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs waiting for a slot now.
+    pub fn waiting(&self) -> usize {
+        self.inner.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Waits for a free run slot (fair FIFO order).
+    pub async fn slot(&self) -> Result<Slot, SandboxError> {
+        let inner = &self.inner;
+        inner.waiting.fetch_add(1, Ordering::Relaxed);
+        let _waiting = Waiting(&inner.waiting);
+        let permit = inner
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| SandboxError::Closed)?;
+        Ok(Slot { _permit: permit })
+    }
+
+    /// Makes a scratch of `repo_dir`: the copy-on-write overlay where it works (four empty
+    /// directories; mounted by the first run), else a copy bounded by `max_copy_bytes` /
+    /// `max_copy_files`.
     pub async fn scratch(&self, repo_dir: &Path) -> Result<Scratch, SandboxError> {
+        let (mechanism, _) = self.mechanism(repo_dir);
+        self.scratch_with(repo_dir, mechanism).await
+    }
+
+    async fn scratch_with(
+        &self,
+        repo_dir: &Path,
+        mechanism: Mechanism,
+    ) -> Result<Scratch, SandboxError> {
         let cfg = &self.inner.config;
         let (repo, base) = (repo_dir.to_path_buf(), cfg.scratch_base.clone());
+        let owner = self.inner.tools.run_as;
+        if mechanism == Mechanism::Overlay {
+            return Scratch::overlay(&repo, &base, self.scratch_limits(), owner);
+        }
         let limits = CopyLimits {
             max_bytes: cfg.max_copy_bytes,
             max_files: cfg.max_copy_files,
         };
-        let owner = self.inner.tools.run_as;
         tokio::task::spawn_blocking(move || Scratch::create(&repo, &base, limits, owner))
             .await
             .map_err(|e| SandboxError::Task(e.to_string()))?
+    }
+
+    fn scratch_limits(&self) -> ScratchLimits {
+        ScratchLimits {
+            max_bytes: self.inner.config.max_scratch_bytes,
+            max_files: self.inner.config.max_scratch_files,
+        }
     }
 
     /// Runs `argv` (a program on the sandbox's PATH or an absolute path, then its arguments) in
@@ -316,26 +453,52 @@ impl Sandbox {
         argv: &[String],
         timeout: Duration,
     ) -> Result<RunOutput, SandboxError> {
+        let slot = self.slot().await?;
+        self.run_in(&slot, scratch, argv, timeout).await
+    }
+
+    /// [`Sandbox::run`] in a slot already held (the one the scratch was made in).
+    pub async fn run_in(
+        &self,
+        _slot: &Slot,
+        scratch: &Scratch,
+        argv: &[String],
+        timeout: Duration,
+    ) -> Result<RunOutput, SandboxError> {
         let inner = &self.inner;
-        let _permit = inner
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| SandboxError::Closed)?;
         let limits = Limits {
             wall: timeout.min(inner.config.limits.wall),
             ..inner.config.limits
         };
-        run::run(&inner.tools, scratch.path(), argv, &limits).await
+        let tools = &inner.tools;
+        let holder = scratch
+            .start(tools.overlay.as_ref().ok(), tools.setpriv())
+            .await?;
+        let tree = match (holder, &tools.overlay) {
+            (Some(holder), Ok(overlay)) => run::Tree::Enter {
+                nsenter: &overlay.nsenter,
+                pid: holder.pid,
+                merged: scratch.bind_path(),
+            },
+            _ => run::Tree::Bind(scratch.bind_path()),
+        };
+        let mut out = run::run(tools, tree, argv, &limits).await?;
+        out.limit_reached = scratch.over_bounds(self.scratch_limits());
+        Ok(out)
     }
 
-    async fn run_true(&self) -> Result<(), SandboxUnavailable> {
+    async fn run_true(&self, mechanism: Mechanism) -> Result<(), SandboxUnavailable> {
         let unavailable = |reason: String| SandboxUnavailable { reason };
         let empty = tempfile::tempdir()
             .map_err(|e| unavailable(format!("cannot make a temporary directory: {e}")))?;
+        // The overlay's lower layer is read as the sandbox uid.
+        std::fs::set_permissions(
+            empty.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .map_err(|e| unavailable(format!("cannot make a temporary directory: {e}")))?;
         let scratch = self
-            .scratch(empty.path())
+            .scratch_with(empty.path(), mechanism)
             .await
             .map_err(|e| unavailable(format!("cannot make a scratch directory: {e}")))?;
         let out = self

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use crate::overlay::OverlayTools;
 use crate::{Limits, RunOutput, SandboxError, SandboxUnavailable};
 
 /// Where the scratch copy appears inside the sandbox; also the working directory.
@@ -35,6 +36,10 @@ const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib6
 /// Debian's alternatives). Deliberately not `/etc` as a whole.
 const ETC_PATHS: &[&str] = &["/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime"];
 
+/// Size of the sandbox's `/dev/shm`: enough for the semaphores and small shared buffers of
+/// Python's `multiprocessing` and the like, never a way to hold host memory.
+pub const SHM_BYTES: u64 = 16 << 20;
+
 /// How long the output readers may take after the sandbox is gone.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
@@ -47,6 +52,8 @@ pub(crate) struct Tools {
     /// The uid scratch copies are handed to and commands run as (root only).
     pub(crate) run_as: Option<u32>,
     extra_ro_paths: Vec<PathBuf>,
+    /// The programs of the copy-on-write scratch, or which one is missing.
+    pub(crate) overlay: Result<OverlayTools, String>,
 }
 
 impl Tools {
@@ -76,12 +83,32 @@ impl Tools {
             } else {
                 None
             };
+        let overlay = ["unshare", "nsenter", "mount", "sh"]
+            .map(|p| which(p).ok_or_else(|| format!("{p} is not installed (util-linux)")));
+        let overlay = match overlay {
+            [Ok(unshare), Ok(nsenter), Ok(mount), Ok(sh)] => Ok(OverlayTools {
+                unshare,
+                nsenter,
+                mount,
+                sh,
+            }),
+            [a, b, c, d] => Err([a, b, c, d]
+                .into_iter()
+                .find_map(Result::err)
+                .unwrap_or_default()),
+        };
         Ok(Self {
             bwrap,
             setpriv,
             run_as: None,
             extra_ro_paths: Vec::new(),
+            overlay,
         })
+    }
+
+    /// `setpriv` and the uid it switches to, when writ runs as root.
+    pub(crate) fn setpriv(&self) -> Option<(&Path, u32)> {
+        self.setpriv.as_deref().zip(self.run_as)
     }
 
     pub(crate) fn configure(mut self, uid: u32, extra_ro_paths: Vec<PathBuf>) -> Self {
@@ -106,10 +133,28 @@ fn which(program: &str) -> Option<PathBuf> {
         })
 }
 
+/// Where a run's tree comes from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Tree<'a> {
+    /// A host directory (a copy), bound as it is.
+    Bind(&'a Path),
+    /// An overlay mounted in the namespace of the holder `pid`: the command enters it
+    /// (`nsenter`) and binds `merged` from there.
+    Enter {
+        nsenter: &'a Path,
+        pid: u32,
+        merged: &'a Path,
+    },
+}
+
+/// The uid a command has inside an overlay run's sandbox: the holder's namespace maps only its
+/// root (the sandbox uid, or writ's own), which bubblewrap shows as this ordinary uid.
+const OVERLAY_INNER_UID: &str = "65534";
+
 /// The full host command line for one run.
 pub(crate) fn command_line(
     tools: &Tools,
-    scratch: &Path,
+    tree: Tree<'_>,
     argv: &[String],
     limits: &Limits,
 ) -> Vec<OsString> {
@@ -119,7 +164,30 @@ pub(crate) fn command_line(
         line.path(setpriv);
         line.push(&[&reuid, &regid, "--clear-groups", "--no-new-privs", "--"]);
     }
+    let scratch = match tree {
+        Tree::Bind(path) => path,
+        Tree::Enter {
+            nsenter,
+            pid,
+            merged,
+        } => {
+            let target = pid.to_string();
+            line.path(nsenter);
+            line.push(&[
+                "--target",
+                &target,
+                "--user",
+                "--mount",
+                "--preserve-credentials",
+                "--",
+            ]);
+            merged
+        }
+    };
     line.path(&tools.bwrap);
+    if matches!(tree, Tree::Enter { .. }) {
+        line.push(&["--uid", OVERLAY_INNER_UID, "--gid", OVERLAY_INNER_UID]);
+    }
     line.push(&[
         "--unshare-user",
         "--disable-userns",
@@ -159,9 +227,24 @@ pub(crate) fn command_line(
         line.path(path);
         line.path(path);
     }
-    let tmp_size = limits.tmp_bytes.to_string();
+    let (tmp_size, shm_size) = (limits.tmp_bytes.to_string(), SHM_BYTES.to_string());
+    // bubblewrap's /dev is a tmpfs of the kernel's default size (half the RAM) that the command
+    // owns: it gets a small /dev/shm of its own and the rest of /dev read-only.
     line.push(&[
-        "--proc", "/proc", "--dev", "/dev", "--size", &tmp_size, "--tmpfs", "/tmp",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        &shm_size,
+        "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
+        "/dev",
+        "--size",
+        &tmp_size,
+        "--tmpfs",
+        "/tmp",
     ]);
     line.push(&["--bind"]);
     line.path(scratch);
@@ -196,7 +279,7 @@ impl Line {
 
 pub(crate) async fn run(
     tools: &Tools,
-    scratch: &Path,
+    tree: Tree<'_>,
     argv: &[String],
     limits: &Limits,
 ) -> Result<RunOutput, SandboxError> {
@@ -206,7 +289,7 @@ pub(crate) async fn run(
     if argv.iter().any(|a| a.contains('\0')) {
         return Err(SandboxError::InvalidArgv("must not contain NUL bytes"));
     }
-    let line = command_line(tools, scratch, argv, limits);
+    let line = command_line(tools, tree, argv, limits);
     let (program, rest) = line
         .split_first()
         .ok_or(SandboxError::InvalidArgv("must name a program"))?;
@@ -245,6 +328,7 @@ pub(crate) async fn run(
         duration_ms,
         timed_out,
         truncated: out_cut || err_cut,
+        limit_reached: None,
     })
 }
 
@@ -307,6 +391,7 @@ mod tests {
             setpriv: Some(PathBuf::from("/usr/bin/setpriv")),
             run_as: Some(65534),
             extra_ro_paths: vec![PathBuf::from("/opt/venv")],
+            overlay: Err("not needed".into()),
         };
         let limits = Limits {
             cpu_secs: 7,
@@ -317,7 +402,7 @@ mod tests {
         };
         let line: Vec<String> = command_line(
             &tools,
-            Path::new("/s/scratch-1"),
+            Tree::Bind(Path::new("/s/scratch-1")),
             &["python3".into(), "t.py".into()],
             &limits,
         )
@@ -331,6 +416,7 @@ mod tests {
             "--die-with-parent --new-session --cap-drop ALL --clearenv",
             "--ro-bind /usr /usr",
             "--ro-bind /opt/venv /opt/venv",
+            "--dev /dev --size 16777216 --tmpfs /dev/shm --remount-ro /dev",
             "--bind /s/scratch-1 /work/repo --chdir /work/repo --remount-ro / --",
             "-- prlimit --cpu=7 --as=1000 --nproc=9 --fsize=55 --core=0 -- python3 t.py",
         ] {
@@ -357,6 +443,37 @@ mod tests {
             .contains(&bind)
                 || bind.starts_with("/etc/");
             assert!(allowed, "{bind} is bound into the sandbox");
+        }
+    }
+
+    #[test]
+    fn an_overlay_run_enters_its_holders_namespace_and_binds_the_merged_view() {
+        let tools = Tools {
+            bwrap: PathBuf::from("/usr/bin/bwrap"),
+            setpriv: Some(PathBuf::from("/usr/bin/setpriv")),
+            run_as: Some(65534),
+            extra_ro_paths: Vec::new(),
+            overlay: Err("not needed".into()),
+        };
+        let text = command_line(
+            &tools,
+            Tree::Enter {
+                nsenter: Path::new("/usr/bin/nsenter"),
+                pid: 4242,
+                merged: Path::new("/s/overlay-1/merged"),
+            },
+            &["true".into()],
+            &Limits::default(),
+        )
+        .into_iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+        for part in [
+            "--no-new-privs -- /usr/bin/nsenter --target 4242 --user --mount --preserve-credentials -- /usr/bin/bwrap --uid 65534 --gid 65534 --unshare-user",
+            "--bind /s/overlay-1/merged /work/repo",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
         }
     }
 }

@@ -1,22 +1,58 @@
 //! The synthesis core's [`Runner`] over this sandbox: named commands (`WRIT_COMMANDS`), a
-//! scratch copy of `REPO_DIR` per run with the staged files written into it, the deployment's
-//! bounds. When the sandbox could not start, every check says why, so a request that needs it is
-//! refused (503) with the reason, and nothing ever runs unsandboxed.
+//! scratch of `REPO_DIR` per run (made once the run holds its slot) with the staged files written
+//! into it, the deployment's bounds, and the admission of `POST /run` ([`SandboxRunner::admit`]:
+//! a bounded queue, and a bound on each key's runs in flight). When the sandbox could not start,
+//! every check says why, so a request that needs it is refused (503) with the reason, and
+//! nothing ever runs unsandboxed.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use writ_core::SandboxPath;
 use writ_core::execution::{CommandCall, RunError, RunLimits, RunOutcome, Runner};
 
-use crate::{CommandError, CommandSet, Sandbox, SandboxUnavailable};
+use crate::{CommandError, CommandSet, Mechanism, Sandbox, SandboxError, SandboxUnavailable};
+
+/// The environment variable bounding each key's runs in flight.
+pub const PER_KEY_ENV: &str = "WRIT_RUN_MAX_PER_KEY";
+
+/// How long a refused caller is told to wait before trying again.
+const RETRY_AFTER_SECS: u64 = 5;
 
 pub struct SandboxRunner {
     sandbox: Result<Sandbox, SandboxUnavailable>,
     commands: CommandSet,
     repo_dir: PathBuf,
     limits: RunLimits,
+    /// Most `POST /run` calls of one key in flight at once.
+    max_per_key: usize,
+    in_flight: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+/// A caller's admitted run: counted among its key's runs in flight until dropped.
+#[derive(Debug)]
+pub struct Admission {
+    key: Option<String>,
+    in_flight: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        let Some(key) = &self.key else { return };
+        let mut map = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = map.get_mut(key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                map.remove(key);
+            }
+        }
+    }
 }
 
 impl SandboxRunner {
@@ -31,7 +67,51 @@ impl SandboxRunner {
             commands,
             repo_dir,
             limits,
+            max_per_key: 4,
+            in_flight: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    /// Bounds each key's `POST /run` calls in flight (default 4).
+    pub fn with_max_per_key(mut self, max: usize) -> Self {
+        self.max_per_key = max.max(1);
+        self
+    }
+
+    /// Lets one `POST /run` of `caller` (a key id; `None` while auth is off) in, or refuses it
+    /// at once: the run queue is full (`WRIT_RUN_QUEUE`), or the key has `WRIT_RUN_MAX_PER_KEY`
+    /// runs in flight already. A validation batch is not admitted this way: it waits for its
+    /// slots, its scratches made only once it holds them.
+    pub fn admit(&self, caller: Option<&str>) -> Result<Admission, RunError> {
+        let sandbox = self.sandbox()?;
+        sandbox.admit().map_err(run_error)?;
+        if let Some(key) = caller {
+            let mut map = self
+                .in_flight
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let n = map.entry(key.to_string()).or_insert(0);
+            if *n >= self.max_per_key {
+                return Err(RunError::Busy {
+                    message: format!(
+                        "this key has {} runs in flight, at most {} ({PER_KEY_ENV}); try again when one has finished",
+                        *n, self.max_per_key
+                    ),
+                    retry_after_secs: RETRY_AFTER_SECS,
+                });
+            }
+            *n += 1;
+        }
+        Ok(Admission {
+            key: caller.map(str::to_string),
+            in_flight: self.in_flight.clone(),
+        })
+    }
+
+    /// Which scratch runs get, in words for `/readyz` and `writ check`.
+    pub fn scratch_mechanism(&self) -> Option<String> {
+        let sandbox = self.sandbox.as_ref().ok()?;
+        Some(describe(sandbox.mechanism(&self.repo_dir)))
     }
 
     /// Why commands cannot run here, if they cannot: for `/readyz` and `writ check`.
@@ -86,6 +166,31 @@ impl SandboxRunner {
     }
 }
 
+/// A scratch mechanism in words.
+pub fn describe((mechanism, why_not): (Mechanism, Option<String>)) -> String {
+    match (mechanism, why_not) {
+        (Mechanism::Overlay, _) => {
+            "copy-on-write overlay over REPO_DIR (a run's writes in a bounded tmpfs)".into()
+        }
+        (Mechanism::Copy, Some(why)) => {
+            format!("a bounded copy of REPO_DIR per run (the overlay is not used: {why})")
+        }
+        (Mechanism::Copy, None) => "a bounded copy of REPO_DIR per run".into(),
+    }
+}
+
+/// A sandbox failure as the core sees it: a bound is named, never an internal error.
+fn run_error(e: SandboxError) -> RunError {
+    match e {
+        SandboxError::RepoTooLarge { .. } => RunError::Limit(e.to_string()),
+        SandboxError::Busy { .. } => RunError::Busy {
+            message: e.to_string(),
+            retry_after_secs: RETRY_AFTER_SECS,
+        },
+        other => RunError::Failed(other.to_string()),
+    }
+}
+
 /// `commands[0]` + `name` → `commands[0].name`; an empty base gives the bare name.
 fn join(base: &str, leaf: &str) -> String {
     if base.is_empty() {
@@ -117,22 +222,27 @@ impl Runner for SandboxRunner {
             .iter()
             .map(|c| self.expand(c, "command"))
             .collect::<Result<Vec<_>, _>>()?;
-        let scratch = sandbox
-            .scratch(&self.repo_dir)
-            .await
-            .map_err(|e| RunError::Failed(e.to_string()))?;
+        // The slot first: a batch of many runs holds at most `max_concurrent` scratches.
+        let slot = sandbox.slot().await.map_err(run_error)?;
+        let scratch = sandbox.scratch(&self.repo_dir).await.map_err(run_error)?;
         for (path, bytes) in staged {
-            scratch
-                .put(path.as_str(), bytes)
-                .map_err(|e| RunError::Failed(e.to_string()))?;
+            scratch.put(path.as_str(), bytes).map_err(run_error)?;
         }
         let mut outcomes = Vec::with_capacity(argvs.len());
-        for argv in argvs {
+        for (call, argv) in calls.iter().zip(argvs) {
             let started = Instant::now();
             let out = sandbox
-                .run(&scratch, &argv, timeout.min(self.limits.max_timeout))
+                .run_in(&slot, &scratch, &argv, timeout.min(self.limits.max_timeout))
                 .await
-                .map_err(|e| RunError::Failed(e.to_string()))?;
+                .map_err(run_error)?;
+            // Exit 0 is checked against what the command's pass must show: a candidate that
+            // ends the process early at import exits 0 with no test run.
+            let missing_evidence = match self.commands.evidence(&call.name) {
+                Some(evidence) if out.exit_code == Some(0) && !out.timed_out => evidence
+                    .check(&format!("{}\n{}", out.stdout, out.stderr))
+                    .err(),
+                _ => None,
+            };
             let outcome = RunOutcome {
                 exit_code: out.exit_code,
                 stdout: out.stdout,
@@ -140,6 +250,8 @@ impl Runner for SandboxRunner {
                 duration_ms: out.duration_ms.max(started.elapsed().as_millis() as u64),
                 timed_out: out.timed_out,
                 truncated: out.truncated,
+                missing_evidence,
+                limit_reached: out.limit_reached,
             };
             let passed = outcome.passed();
             outcomes.push(outcome);

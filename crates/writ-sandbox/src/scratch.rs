@@ -1,12 +1,17 @@
-//! Scratch copies of REPO_DIR: the only tree a sandboxed command can write.
+//! Scratch trees of REPO_DIR: the only tree a sandboxed command can write.
 //!
-//! The copy is made on the host before any command runs, bounded in bytes and entries,
-//! copy-on-write where the filesystem can (reflink), never following a symlink: symlinks whose
-//! target stays inside the tree are recreated, the others are left out. When writ runs as root
-//! the copy is handed to the unprivileged sandbox uid while nothing else can touch it yet; files
-//! staged later with [`Scratch::put`] are written through `cap-std` (resolved beneath the scratch
-//! root, so a symlink planted by a command cannot redirect the write) and handed over by file
-//! descriptor. The directory is removed when the `Scratch` is dropped.
+//! Two mechanisms. Copy-on-write ([`crate::overlay`]): the staged files and REPO_DIR as read-only
+//! layers of an overlay whose upper layer is a bounded tmpfs; nothing is copied, so a run costs
+//! the same in any repository. The bounded copy, where the overlay cannot be used: made on the
+//! host before any command runs, bounded in bytes and entries, copy-on-write where the
+//! filesystem can (reflink), never following a symlink: symlinks whose target stays inside the
+//! tree are recreated, the others are left out. When writ runs as root the copy is handed to the
+//! unprivileged sandbox uid while nothing else can touch it yet.
+//!
+//! Files staged with [`Scratch::put`] are written through `cap-std` (resolved beneath the root of
+//! the copy, or of the overlay's stage layer, so a symlink planted by a command cannot redirect
+//! the write) and handed over by file descriptor. The directory is removed when the `Scratch` is
+//! dropped (with the overlay's namespace and its tmpfs).
 
 use std::io::Write;
 use std::os::fd::AsFd;
@@ -16,6 +21,7 @@ use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 
 use crate::error::SandboxError;
+use crate::overlay::{Holder, Layout, OverlayTools, ScratchLimits};
 
 /// Bounds on the copy of REPO_DIR.
 #[derive(Debug, Clone, Copy)]
@@ -26,15 +32,33 @@ pub struct CopyLimits {
     pub max_files: u64,
 }
 
-/// A scratch copy of REPO_DIR, removed on drop.
+/// Which mechanism a scratch uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mechanism {
+    /// An overlay over the read-only REPO_DIR; the run writes into a bounded tmpfs.
+    Overlay,
+    /// A bounded copy of REPO_DIR on the host.
+    Copy,
+}
+
+/// A scratch tree of REPO_DIR, removed on drop.
 #[derive(Debug)]
 pub struct Scratch {
     dir: tempfile::TempDir,
+    /// Where staged files go: the copy, or the overlay's stage layer.
     root: Dir,
     owner: Option<u32>,
     bytes_copied: u64,
     files_copied: u64,
     skipped_symlinks: u64,
+    overlay: Option<Overlay>,
+}
+
+#[derive(Debug)]
+struct Overlay {
+    layout: Layout,
+    /// Started by the first run; staging ends then.
+    holder: tokio::sync::OnceCell<Holder>,
 }
 
 impl Scratch {
@@ -81,12 +105,144 @@ impl Scratch {
             bytes_copied: copy.bytes,
             files_copied: copy.entries,
             skipped_symlinks: copy.skipped_symlinks,
+            overlay: None,
         })
     }
 
-    /// The scratch directory on the host. Do not write there directly: use [`Scratch::put`].
+    /// An overlay scratch of `repo_dir`: four empty directories, whatever REPO_DIR's size. The
+    /// mounts are made by the first run ([`Scratch::start`]).
+    pub(crate) fn overlay(
+        repo_dir: &Path,
+        base: &Path,
+        limits: ScratchLimits,
+        owner: Option<u32>,
+    ) -> Result<Self, SandboxError> {
+        let repo = std::fs::canonicalize(repo_dir)
+            .map_err(|e| SandboxError::io("REPO_DIR", repo_dir, e))?;
+        if !repo.is_dir() {
+            return Err(SandboxError::NotADirectory(repo_dir.to_path_buf()));
+        }
+        std::fs::create_dir_all(base).map_err(|e| SandboxError::io("scratch base", base, e))?;
+        if owner.is_some() {
+            set_mode(base, 0o711)?;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("overlay-")
+            .tempdir_in(base)
+            .map_err(|e| SandboxError::io("scratch base", base, e))?;
+        let (stage, upper, merged) = (
+            dir.path().join("stage"),
+            dir.path().join("upper"),
+            dir.path().join("merged"),
+        );
+        for d in [&stage, &upper, &merged] {
+            std::fs::create_dir(d).map_err(|e| SandboxError::io("scratch", d, e))?;
+            set_mode(d, 0o755)?;
+        }
+        if let Some(uid) = owner {
+            for d in [dir.path(), &stage, &upper, &merged] {
+                std::os::unix::fs::lchown(d, Some(uid), Some(uid))
+                    .map_err(|e| SandboxError::io("scratch", d, e))?;
+            }
+        }
+        let root = Dir::open_ambient_dir(&stage, ambient_authority())
+            .map_err(|e| SandboxError::io("scratch", &stage, e))?;
+        Ok(Self {
+            dir,
+            root,
+            owner,
+            bytes_copied: 0,
+            files_copied: 0,
+            skipped_symlinks: 0,
+            overlay: Some(Overlay {
+                layout: Layout {
+                    repo,
+                    stage,
+                    upper,
+                    merged,
+                    limits,
+                },
+                holder: tokio::sync::OnceCell::new(),
+            }),
+        })
+    }
+
+    /// The scratch's own directory on the host. Do not write there directly: use
+    /// [`Scratch::put`]. For a copy, the tree the commands see; for an overlay, its layers'
+    /// directories (what the commands see exists only inside the run's namespace).
     pub fn path(&self) -> &Path {
         self.dir.path()
+    }
+
+    pub fn mechanism(&self) -> Mechanism {
+        if self.overlay.is_some() {
+            Mechanism::Overlay
+        } else {
+            Mechanism::Copy
+        }
+    }
+
+    /// Mounts an overlay scratch (once): the namespace every command of the run enters.
+    pub(crate) async fn start(
+        &self,
+        tools: Option<&OverlayTools>,
+        setpriv: Option<(&Path, u32)>,
+    ) -> Result<Option<&Holder>, SandboxError> {
+        let Some(overlay) = &self.overlay else {
+            return Ok(None);
+        };
+        let tools = tools.ok_or_else(|| {
+            SandboxError::Overlay("the overlay's programs were not found at start-up".into())
+        })?;
+        overlay
+            .holder
+            .get_or_try_init(|| overlay.layout.mount(tools, setpriv))
+            .await
+            .map(Some)
+    }
+
+    /// What bubblewrap binds at `/work/repo`: the copy, or the overlay's merged view.
+    pub(crate) fn bind_path(&self) -> &Path {
+        match &self.overlay {
+            Some(o) => &o.layout.merged,
+            None => self.dir.path(),
+        }
+    }
+
+    /// The namespace holder of a mounted overlay.
+    pub(crate) fn holder(&self) -> Option<&Holder> {
+        self.overlay.as_ref().and_then(|o| o.holder.get())
+    }
+
+    /// Why the tree a run wrote is past `limits`, if it is. An overlay's tmpfs stops the writes
+    /// themselves; this names the bound the command ran into. A copy is measured after the run.
+    pub(crate) fn over_bounds(&self, limits: ScratchLimits) -> Option<String> {
+        let (bytes, files) = match &self.overlay {
+            Some(o) => {
+                let (bytes, files) = o.layout.usage(o.holder.get()?)?;
+                // A full tmpfs keeps a few blocks and inodes of its own.
+                let near = |used: u64, max: u64| used.saturating_add(max / 100 + 4096) >= max;
+                if !near(bytes, limits.max_bytes) && !near(files, limits.max_files) {
+                    return None;
+                }
+                (bytes, files)
+            }
+            None => {
+                let (bytes, files) = tree_size(self.dir.path());
+                let bytes = bytes.saturating_sub(self.bytes_copied);
+                let files = files.saturating_sub(self.files_copied);
+                if bytes <= limits.max_bytes && files <= limits.max_files {
+                    return None;
+                }
+                (bytes, files)
+            }
+        };
+        Some(format!(
+            "the run's writes reached the scratch bound: {} MiB and {files} files written, at most {} MiB (WRIT_RUN_SCRATCH_MB) and {} files (WRIT_RUN_SCRATCH_FILES)",
+            bytes >> 20,
+            limits.max_bytes >> 20,
+            limits.max_files
+        ))
     }
 
     /// Writes `bytes` at `rel_path` inside the scratch (creating parent directories), replacing
@@ -94,6 +250,12 @@ impl Scratch {
     /// symlinks leading out are refused.
     pub fn put(&self, rel_path: &str, bytes: &[u8]) -> Result<(), SandboxError> {
         let rel = checked_relative(rel_path)?;
+        if self.holder().is_some() {
+            // The stage is a lower layer now: overlayfs does not expect it to change.
+            return Err(SandboxError::Staged {
+                path: rel_path.to_owned(),
+            });
+        }
         let bad = |e: std::io::Error| SandboxError::Put {
             path: rel_path.to_owned(),
             source: e,
@@ -142,10 +304,23 @@ impl Scratch {
     /// Reads a file of the scratch (e.g. a report a command wrote), resolved beneath its root.
     pub fn read(&self, rel_path: &str) -> Result<Vec<u8>, SandboxError> {
         let rel = checked_relative(rel_path)?;
-        self.root.read(rel).map_err(|e| SandboxError::Put {
+        let bad = |e: std::io::Error| SandboxError::Put {
             path: rel_path.to_owned(),
             source: e,
-        })
+        };
+        match self.overlay.as_ref().zip(self.holder()) {
+            // What the run wrote is in the holder's namespace, seen through its /proc root.
+            Some((o, holder)) => {
+                let inside = o
+                    .layout
+                    .merged_inside(holder)
+                    .ok_or_else(|| bad(std::io::Error::from(std::io::ErrorKind::NotFound)))?;
+                Dir::open_ambient_dir(inside, ambient_authority())
+                    .and_then(|d| d.read(rel))
+                    .map_err(bad)
+            }
+            None => self.root.read(rel).map_err(bad),
+        }
     }
 
     /// Bytes of regular files copied from REPO_DIR.
@@ -173,6 +348,10 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
+        // The namespace first: its tmpfs and overlay go with it.
+        if let Some(o) = &mut self.overlay {
+            drop(o.holder.take());
+        }
         if std::fs::remove_dir_all(self.dir.path()).is_ok() {
             return;
         }
@@ -201,6 +380,29 @@ fn restore_dir_permissions(root: &Dir) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Bytes of regular files and entries beneath `root`, symlinks not followed.
+fn tree_size(root: &Path) -> (u64, u64) {
+    let (mut bytes, mut entries) = (0u64, 0u64);
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(list) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in list.flatten() {
+            let Ok(meta) = entry.metadata() else {
+                continue;
+            };
+            entries += 1;
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else if meta.is_file() {
+                bytes = bytes.saturating_add(meta.len());
+            }
+        }
+    }
+    (bytes, entries)
 }
 
 fn checked_relative(rel_path: &str) -> Result<&Path, SandboxError> {
@@ -296,6 +498,7 @@ impl Copy {
                 what: "files",
                 limit: self.limits.max_files,
                 field: "max_copy_files",
+                variable: "WRIT_RUN_COPY_MAX_FILES",
             });
         }
         if self.bytes > self.limits.max_bytes {
@@ -303,6 +506,7 @@ impl Copy {
                 what: "bytes",
                 limit: self.limits.max_bytes,
                 field: "max_copy_bytes",
+                variable: "WRIT_RUN_COPY_MAX_MB",
             });
         }
         Ok(())

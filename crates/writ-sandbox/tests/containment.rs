@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use writ_sandbox::{Limits, RunOutput, Sandbox, SandboxConfig, SandboxError, Scratch};
+use writ_sandbox::{Limits, Mechanism, RunOutput, Sandbox, SandboxConfig, SandboxError, Scratch};
 
 /// A probed sandbox whose scratch copies live in the test's own temp directory.
 struct Harness {
@@ -22,12 +22,29 @@ struct Harness {
 }
 
 async fn harness_with(limits: Limits) -> Option<Harness> {
+    harness_on(SandboxConfig {
+        limits,
+        ..SandboxConfig::default()
+    })
+    .await
+}
+
+/// A harness whose scratches are bounded copies, as on a machine without the overlay.
+async fn copy_harness() -> Option<Harness> {
+    harness_on(SandboxConfig {
+        limits: test_limits(),
+        overlay: false,
+        ..SandboxConfig::default()
+    })
+    .await
+}
+
+async fn harness_on(config: SandboxConfig) -> Option<Harness> {
     let base = searchable_tempdir();
     let config = SandboxConfig {
         scratch_base: base.path().join("scratch"),
         max_concurrent: 2,
-        limits,
-        ..SandboxConfig::default()
+        ..config
     };
     let sandbox = match Sandbox::probe(config).await {
         Ok(sandbox) => sandbox,
@@ -151,17 +168,31 @@ async fn a_python_script_runs_and_its_output_and_exit_code_come_back() {
 
 #[tokio::test]
 async fn repo_dir_is_byte_for_byte_unchanged_after_a_run_that_writes_and_deletes() {
-    let Some(h) = harness().await else { return };
+    for h in [harness().await, copy_harness().await] {
+        let Some(h) = h else { return };
+        damage_and_check(&h).await;
+    }
+}
+
+/// A run that tries to wreck its tree: what it may change, it changes in its scratch only.
+async fn damage_and_check(h: &Harness) {
     let before = tree_hash(h.repo.path());
     let repo_abs = h.repo.path().display().to_string();
+    // On the overlay, REPO_DIR's own files keep their owner (root here): those the sandbox uid
+    // may not change stay as they are even in the scratch, so each step may be refused.
     let script = format!(
         r#"
 import os, shutil
-os.remove("README.md")
-shutil.rmtree(".git")
-with open("pkg/sub/util.py", "w") as f: f.write("broken")
-os.symlink("/etc/passwd", "evil")
-os.chmod("pkg", 0o000)
+def attempt(f, *a):
+    try:
+        f(*a)
+    except OSError:
+        pass
+attempt(os.remove, "README.md")
+attempt(shutil.rmtree, ".git")
+attempt(lambda: open("pkg/sub/util.py", "w").write("broken"))
+attempt(os.symlink, "/etc/passwd", "evil")
+attempt(os.chmod, "pkg", 0o000)
 open("new.txt", "w").write("new")
 try:
     shutil.rmtree({repo_abs:?})
@@ -183,11 +214,21 @@ print(sorted(os.listdir(".")))
     assert!(scratch.read("README.md").is_err());
     assert_eq!(tree_hash(h.repo.path()), before);
 
-    // A symlink planted by the command cannot redirect a later staged write out of the scratch.
     let passwd = std::fs::read("/etc/passwd").unwrap();
-    scratch.put("evil", b"staged").unwrap();
+    match scratch.mechanism() {
+        // A symlink planted by the command cannot redirect a later staged write out of the
+        // scratch.
+        Mechanism::Copy => {
+            scratch.put("evil", b"staged").unwrap();
+            assert_eq!(std::fs::read_link(scratch.path().join("evil")).ok(), None);
+        }
+        // Staging ends with the first run: the stage is a lower layer now.
+        Mechanism::Overlay => {
+            let err = scratch.put("evil", b"staged").unwrap_err();
+            assert!(matches!(err, SandboxError::Staged { .. }), "{err}");
+        }
+    }
     assert_eq!(std::fs::read("/etc/passwd").unwrap(), passwd);
-    assert_eq!(std::fs::read_link(scratch.path().join("evil")).ok(), None);
 
     let scratch_path = scratch.path().to_path_buf();
     drop(scratch);
@@ -474,12 +515,7 @@ except OSError as e:
         out.stdout, "refused big.bin EFBIG\nrefused /tmp/big.bin EFBIG\nrefused /tmp/fill ENOSPC\n",
         "{out:?}"
     );
-    assert!(
-        std::fs::metadata(scratch.path().join("big.bin"))
-            .unwrap()
-            .len()
-            <= 8 << 20
-    );
+    assert!(scratch.read("big.bin").unwrap().len() <= 8 << 20);
 }
 
 #[tokio::test]
@@ -579,7 +615,9 @@ async fn node_runs_too() {
 
 #[tokio::test]
 async fn copies_past_the_limits_are_refused_and_symlinks_out_are_left_out() {
-    let Some(h) = harness().await else { return };
+    let Some(h) = copy_harness().await else {
+        return;
+    };
     std::os::unix::fs::symlink("/etc", h.repo.path().join("etc_link")).unwrap();
     std::os::unix::fs::symlink("../../outside", h.repo.path().join("pkg/out_link")).unwrap();
     let scratch = h.scratch().await;
@@ -598,6 +636,7 @@ async fn copies_past_the_limits_are_refused_and_symlinks_out_are_left_out() {
         scratch_base: base.path().to_path_buf(),
         max_copy_bytes,
         max_copy_files,
+        overlay: false,
         ..SandboxConfig::default()
     };
     let small = Sandbox::probe(tight(1 << 20, 5)).await.unwrap();
@@ -605,13 +644,13 @@ async fn copies_past_the_limits_are_refused_and_symlinks_out_are_left_out() {
     assert!(matches!(err, SandboxError::RepoTooLarge { .. }), "{err}");
     assert_eq!(
         err.to_string(),
-        "REPO_DIR is too large to copy: more than 5 files (max_copy_files)"
+        "REPO_DIR is too large to copy: more than 5 files (max_copy_files, WRIT_RUN_COPY_MAX_FILES)"
     );
     let small = Sandbox::probe(tight(10, 100)).await.unwrap();
     let err = small.scratch(h.repo.path()).await.unwrap_err();
     assert_eq!(
         err.to_string(),
-        "REPO_DIR is too large to copy: more than 10 bytes (max_copy_bytes)"
+        "REPO_DIR is too large to copy: more than 10 bytes (max_copy_bytes, WRIT_RUN_COPY_MAX_MB)"
     );
     // The refused copies left nothing behind.
     let left: Vec<_> = std::fs::read_dir(base.path())
@@ -643,7 +682,7 @@ async fn staged_paths_cannot_leave_the_scratch() {
         .unwrap();
     scratch.put("README.md", b"staged over the copy\n").unwrap();
     assert_eq!(
-        std::fs::read(scratch.path().join("tests/new/test_x.py")).unwrap(),
+        scratch.read("tests/new/test_x.py").unwrap(),
         b"assert True\n"
     );
     // Staged files and directories belong to the sandbox user: the command can change them.
@@ -759,4 +798,156 @@ async fn extra_read_only_paths_are_visible_but_not_writable() {
         err.reason.starts_with("extra_ro_paths: /tmp/x must be"),
         "{err}"
     );
+}
+
+/// bubblewrap's own `/dev` is a tmpfs as large as half the host's memory: a command must not be
+/// able to park host memory there, in `/dev/shm` or beside it.
+#[tokio::test]
+async fn dev_and_dev_shm_cannot_hold_host_memory() {
+    let Some(h) = harness().await else { return };
+    // 1 MiB files (each under the file-size limit) until 1 GiB or the first refusal.
+    let script = r#"
+import errno
+for where in ["/dev/shm", "/dev"]:
+    written = 0
+    try:
+        for i in range(1024):
+            with open(f"{where}/fill{i}", "wb") as f:
+                f.write(b"x" * (1 << 20))
+            written += 1
+        print(where, "wrote", written, "MiB")
+    except OSError as e:
+        print(where, "stopped at", written, "MiB", errno.errorcode[e.errno])
+"#;
+    let (out, _scratch) = h.python(script, Duration::from_secs(30)).await;
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{out:?}");
+    let mib = |line: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|w| w.parse().ok())
+            .unwrap()
+    };
+    assert!(lines[0].starts_with("/dev/shm stopped at"), "{out:?}");
+    assert!(mib(lines[0]) <= writ_sandbox::SHM_BYTES >> 20, "{out:?}");
+    assert!(lines[1].starts_with("/dev stopped at 0 MiB"), "{out:?}");
+}
+
+/// The overlay bounds what a run writes: a run that tries to write 1 GiB, or 100,000 files, into
+/// its tree is stopped at the scratch bound, and its outcome names the bound and its variable.
+#[tokio::test]
+async fn writes_into_the_scratch_are_bounded_in_bytes_and_files() {
+    for overlay in [true, false] {
+        let Some(h) = harness_on(SandboxConfig {
+            limits: test_limits(),
+            overlay,
+            max_scratch_bytes: 16 << 20,
+            max_scratch_files: 500,
+            ..SandboxConfig::default()
+        })
+        .await
+        else {
+            return;
+        };
+        let script = r#"
+import errno
+written = 0
+try:
+    for i in range(1024):
+        with open(f"fill{i}", "wb") as f:
+            f.write(b"x" * (1 << 20))
+        written += 1
+    print("wrote", written, "MiB")
+except OSError as e:
+    print("stopped at", written, "MiB", errno.errorcode[e.errno])
+"#;
+        let (out, scratch) = h.python(script, Duration::from_secs(30)).await;
+        let limit = out.limit_reached.clone().unwrap_or_default();
+        assert!(limit.contains("WRIT_RUN_SCRATCH_MB"), "{overlay}: {out:?}");
+        if scratch.mechanism() == Mechanism::Overlay {
+            // The tmpfs refused the writes themselves.
+            assert!(out.stdout.starts_with("stopped at 1"), "{out:?}");
+        }
+        drop(scratch);
+
+        let script = "import os\nfor i in range(100000):\n    open(f'f{i}', 'w').close()\n";
+        let (out, _scratch) = h.python(script, Duration::from_secs(30)).await;
+        let limit = out.limit_reached.clone().unwrap_or_default();
+        assert!(
+            limit.contains("WRIT_RUN_SCRATCH_FILES"),
+            "{overlay}: {out:?}"
+        );
+    }
+}
+
+/// The mechanism follows the machine and the repository: the overlay for a REPO_DIR the
+/// sandbox uid can read, the copy (with the reason) for one it cannot, or when turned off.
+#[tokio::test]
+async fn the_overlay_is_used_where_it_can_be_and_the_copy_says_why_not() {
+    let Some(h) = harness().await else { return };
+    let (mechanism, why) = h.sandbox.mechanism(h.repo.path());
+    assert_eq!((mechanism, why), (Mechanism::Overlay, None));
+    assert_eq!(h.scratch().await.mechanism(), Mechanism::Overlay);
+    if rustix_is_root() {
+        let closed = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(
+            closed.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
+        let (mechanism, why) = h.sandbox.mechanism(closed.path());
+        assert_eq!(mechanism, Mechanism::Copy);
+        assert!(why.unwrap().contains("chmod o+rx"));
+    }
+    let Some(c) = copy_harness().await else {
+        return;
+    };
+    let (mechanism, why) = c.sandbox.mechanism(c.repo.path());
+    assert_eq!(mechanism, Mechanism::Copy);
+    assert!(why.unwrap().contains("WRIT_RUN_OVERLAY"));
+}
+
+fn rustix_is_root() -> bool {
+    std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+}
+
+/// Callers that must not wait behind a long queue are refused once every slot is taken and
+/// `max_queue` runs wait; a waiter that gives up leaves the queue.
+#[tokio::test]
+async fn a_full_run_queue_refuses_new_runs_at_once() {
+    let Some(h) = harness_on(SandboxConfig {
+        limits: test_limits(),
+        max_queue: 1,
+        ..SandboxConfig::default()
+    })
+    .await
+    else {
+        return;
+    };
+    let (a, b) = (
+        h.sandbox.slot().await.unwrap(),
+        h.sandbox.slot().await.unwrap(),
+    );
+    h.sandbox.admit().unwrap();
+    let sandbox = h.sandbox.clone();
+    let waiter = tokio::spawn(async move { sandbox.slot().await.map(drop) });
+    while h.sandbox.waiting() == 0 {
+        tokio::task::yield_now().await;
+    }
+    let err = h.sandbox.admit().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SandboxError::Busy {
+                waiting: 1,
+                slots: 2
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("WRIT_RUN_QUEUE"), "{err}");
+    waiter.abort();
+    let _ = waiter.await;
+    assert_eq!(h.sandbox.waiting(), 0);
+    h.sandbox.admit().unwrap();
+    drop((a, b));
 }

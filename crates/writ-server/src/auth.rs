@@ -65,6 +65,49 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for AuditedCaller {
     }
 }
 
+/// Whose jobs, events and operations a caller may see: those of its own key, or everyone's
+/// while auth is off and for a key with the `admin` scope. Records of other keys are answered as
+/// absent (404), so a key learns nothing of the others' work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Viewer {
+    /// `None`: sees everything.
+    own: Option<String>,
+}
+
+impl Viewer {
+    /// `caller`: the key id (`None` while auth is off); a keyed caller whose scopes are not
+    /// known sees only its own.
+    pub fn new(caller: Option<&str>, scopes: Option<Scopes>) -> Self {
+        let admin = scopes.is_some_and(|s| s.contains(Scope::Admin));
+        Self {
+            own: caller.filter(|_| !admin).map(str::to_string),
+        }
+    }
+
+    /// The key whose records only are visible; `None`: all are.
+    pub fn only(&self) -> Option<&str> {
+        self.own.as_deref()
+    }
+
+    /// Whether a record made by `caller` (`None`: without a key) is visible.
+    pub fn sees(&self, caller: Option<&str>) -> bool {
+        self.own.as_deref().is_none_or(|own| caller == Some(own))
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Viewer {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let caller = parts.extensions.get::<Caller>().map(|c| c.0.as_str());
+        let scopes = parts.extensions.get::<Grant>().map(|g| g.scopes);
+        Ok(Self::new(caller, scopes))
+    }
+}
+
 /// The 403 for a key that lacks `needed`: names the scope and what the key holds, never the key.
 pub fn insufficient_scope(needed: Scope, held: Scopes) -> ApiError {
     let held_text = if held == Scopes::EMPTY {

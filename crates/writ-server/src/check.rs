@@ -195,16 +195,16 @@ async fn commands_line(settings: &Settings) -> Line {
         };
     };
     let names: Vec<String> = commands.names().map(str::to_string).collect();
-    let config = writ_sandbox::SandboxConfig {
-        extra_ro_paths: settings.run.extra_ro_paths.clone(),
-        ..writ_sandbox::SandboxConfig::default()
-    };
-    match writ_sandbox::Sandbox::probe(config).await {
-        Ok(_) => Line {
+    match writ_sandbox::Sandbox::probe(settings.run.sandbox_config()).await {
+        Ok(sandbox) => Line {
             ok: true,
             required: false,
             name: "commands",
-            detail: format!("sandbox ready (bubblewrap); commands: {}", names.join(", ")),
+            detail: format!(
+                "sandbox ready (bubblewrap); scratch: {}; commands: {}",
+                writ_sandbox::describe(sandbox.mechanism(&settings.repo_dir)),
+                names.join(", ")
+            ),
         },
         Err(e) => Line {
             ok: false,

@@ -51,9 +51,12 @@ pub enum ErrorCode {
     PreconditionFailed,
     ProtectedPath,
     RateLimited,
+    RepositoryTooLarge,
+    RunQueueFull,
     SessionState,
     TooLarge,
     TooManyBatches,
+    TooManyRuns,
     TooManyWriteSessions,
     Unauthorized,
     UnsupportedMediaType,
@@ -88,11 +91,12 @@ impl ErrorCode {
             BodyTooLarge | FileTooLarge | TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             HostNotAllowed => StatusCode::MISDIRECTED_REQUEST,
-            RateLimited | TooManyBatches | TooManyWriteSessions => StatusCode::TOO_MANY_REQUESTS,
-            Internal => StatusCode::INTERNAL_SERVER_ERROR,
-            AuditUnavailable | AuthUnavailable | Busy | CommandsUnavailable | ModelsUnavailable => {
-                StatusCode::SERVICE_UNAVAILABLE
+            RateLimited | TooManyBatches | TooManyRuns | TooManyWriteSessions => {
+                StatusCode::TOO_MANY_REQUESTS
             }
+            Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            AuditUnavailable | AuthUnavailable | Busy | CommandsUnavailable | ModelsUnavailable
+            | RepositoryTooLarge | RunQueueFull => StatusCode::SERVICE_UNAVAILABLE,
             NoSpace => StatusCode::INSUFFICIENT_STORAGE,
         }
     }
@@ -135,9 +139,12 @@ impl ErrorCode {
             PreconditionFailed => "precondition_failed",
             ProtectedPath => "protected_path",
             RateLimited => "rate_limited",
+            RepositoryTooLarge => "repository_too_large",
+            RunQueueFull => "run_queue_full",
             SessionState => "session_state",
             TooLarge => "too_large",
             TooManyBatches => "too_many_batches",
+            TooManyRuns => "too_many_runs",
             TooManyWriteSessions => "too_many_write_sessions",
             Unauthorized => "unauthorized",
             UnsupportedMediaType => "unsupported_media_type",

@@ -331,32 +331,23 @@ async fn build_command_runner(
 ) -> Option<Arc<writ_sandbox::SandboxRunner>> {
     let commands = settings.run.commands.clone()?;
     let run = &settings.run;
-    let config = writ_sandbox::SandboxConfig {
-        max_concurrent: run.concurrency,
-        limits: writ_sandbox::Limits {
-            wall: run.max_timeout,
-            cpu_secs: run.max_timeout.as_secs().max(1),
-            memory_bytes: run.memory_mb << 20,
-            max_processes: run.max_processes,
-            max_output_bytes: run.max_output_bytes,
-            ..writ_sandbox::Limits::default()
-        },
-        extra_ro_paths: run.extra_ro_paths.clone(),
-        ..writ_sandbox::SandboxConfig::default()
-    };
+    let config = run.sandbox_config();
     let sandbox = writ_sandbox::Sandbox::probe(config).await;
     if let Err(e) = &sandbox {
         tracing::error!(reason = %e.reason, "the command sandbox cannot start: POST /run and options.validation are refused");
     }
-    Some(Arc::new(writ_sandbox::SandboxRunner::new(
-        sandbox,
-        commands,
-        repo_dir.to_path_buf(),
-        writ_core::execution::RunLimits {
-            max_timeout: run.max_timeout,
-            max_repair_rounds: run.max_repair_rounds,
-        },
-    )))
+    Some(Arc::new(
+        writ_sandbox::SandboxRunner::new(
+            sandbox,
+            commands,
+            repo_dir.to_path_buf(),
+            writ_core::execution::RunLimits {
+                max_timeout: run.max_timeout,
+                max_repair_rounds: run.max_repair_rounds,
+            },
+        )
+        .with_max_per_key(run.max_per_key),
+    ))
 }
 
 /// The model client and the synthesizer over it. A client that cannot be built (a TLS set-up

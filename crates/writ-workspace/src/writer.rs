@@ -3,10 +3,10 @@
 //!
 //! On ext4, a `fsync` commits the journal, and syncs issued at once from several threads each
 //! wait for their own commit: five concurrent write-and-rename cycles take several times as long
-//! as five in a row (measured with a C loop on this machine's disk; BENCHMARKS.md). So the writer
-//! runs one group at a time: it prepares every staged write (temp file written), syncs them one
-//! after another — the first commit carries most of the others' metadata — then renames every
-//! published write into place and syncs each directory they touched once.
+//! as five in a row (3.4–8.0 ms against 1.56 ms, measured with a C loop on an ext4 disk). So the
+//! writer runs one group at a time: it prepares every staged write (temp file written), syncs
+//! them one after another — the first commit carries most of the others' metadata — then renames
+//! every published write into place and syncs each directory they touched once.
 //!
 //! The writes of one group of files (a batch's) arrive as one hand-off, so the thread never
 //! wakes for the first of them and does it alone: that would sync a directory they share twice.

@@ -364,3 +364,140 @@ pub fn failed(model: &str, started: Instant, err: &ModelError) -> CandidateRecor
         ..CandidateRecord::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use writ_checks::{Language, UpdateTarget};
+
+    use super::*;
+    use crate::synthesis::doubles::{Answer, ScriptedModels};
+    use crate::synthesis::progress::NoProgress;
+
+    const CALL: CallSettings = CallSettings {
+        temperature: 0.0,
+        max_tokens: 100,
+    };
+
+    fn code(body: &str) -> String {
+        format!("```python\n{body}\n```")
+    }
+
+    fn models(names: &[&str]) -> Vec<String> {
+        names.iter().map(|m| m.to_string()).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_straggler_is_cut_off_once_enough_candidates_are_in_and_the_rest_waited_for() {
+        let client = ScriptedModels::default()
+            .with("fast", vec![Answer::after(100, &code("x = 1"))])
+            .with("medium", vec![Answer::after(200, &code("x = 2"))])
+            .with("slow", vec![Answer::after(10_000, &code("x = 3"))]);
+        let policy = StragglerPolicy::CutOff {
+            enough: Enough::Count(2),
+            extra: Extra::Fixed(Duration::from_millis(50)),
+        };
+        let started = tokio::time::Instant::now();
+        let (answers, _) = fan_out(
+            &client,
+            &models(&["fast", "medium", "slow"]),
+            &[ChatMessage::user("write it")],
+            &Expect::new_file(Language::Python),
+            CALL,
+            "a.py",
+            &NoProgress,
+            policy,
+        )
+        .await;
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(250),
+            "200 ms for two, then 50 ms more"
+        );
+        assert_eq!(answers[0].code.as_deref(), Some("x = 1\n"));
+        assert_eq!(answers[1].code.as_deref(), Some("x = 2\n"));
+        assert_eq!(answers[2].code, None);
+        assert_eq!(answers[2].record.error_class, Some(ErrorClass::Cancelled));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_cut_off_every_model_is_waited_for_and_a_failure_does_not_stop_the_others() {
+        let client = ScriptedModels::default()
+            .with("ok", vec![Answer::after(10, &code("x = 1"))])
+            .with(
+                "down",
+                vec![Answer {
+                    delay: Duration::from_millis(5),
+                    outcome: Err(ErrorClass::ServerError),
+                }],
+            )
+            .with("slow", vec![Answer::after(3_000, &code("x = 3"))]);
+        let started = tokio::time::Instant::now();
+        let (answers, _) = fan_out(
+            &client,
+            &models(&["ok", "down", "slow"]),
+            &[ChatMessage::user("write it")],
+            &Expect::new_file(Language::Python),
+            CALL,
+            "a.py",
+            &NoProgress,
+            StragglerPolicy::WaitAll,
+        )
+        .await;
+        assert_eq!(started.elapsed(), Duration::from_secs(3));
+        assert_eq!(answers[1].record.error_class, Some(ErrorClass::ServerError));
+        assert_eq!(answers[2].code.as_deref(), Some("x = 3\n"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_edit_that_missed_is_asked_once_more_with_why() {
+        let original = "def f():\n    return 1\n";
+        let miss = "<<<<<<< SEARCH\n    return 2\n=======\n    return 3\n>>>>>>> REPLACE\n";
+        let hit = "<<<<<<< SEARCH\n    return 1\n=======\n    return 3\n>>>>>>> REPLACE\n";
+        let client = ScriptedModels::default()
+            .with("m", vec![Answer::after(10, miss), Answer::after(10, hit)]);
+        let expect = Expect {
+            language: Language::Python,
+            update: Some(UpdateTarget {
+                original,
+                base: original,
+                description: "return 3",
+                allow_removals: false,
+            }),
+        };
+        let c = ask(
+            &client,
+            "m",
+            vec![ChatMessage::user("change it")],
+            &expect,
+            CALL,
+        )
+        .await;
+        assert_eq!(c.code.as_deref(), Some("def f():\n    return 3\n"));
+        let first_error = c.record.edit_retry_error.unwrap_or_default();
+        assert!(first_error.starts_with("SEARCH block 1"), "{first_error}");
+        assert_eq!(c.record.latency_ms, 20, "both calls are counted");
+        let second = &client.requests_to("m")[1];
+        let last = &second
+            .messages
+            .last()
+            .map(|m| m.content.clone())
+            .unwrap_or_default();
+        assert!(last.contains("could not be applied"), "{last}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_file_is_never_asked_twice() {
+        let client =
+            ScriptedModels::default().with("m", vec![Answer::after(1, "```python\n\n```")]);
+        let c = ask(
+            &client,
+            "m",
+            vec![ChatMessage::user("write it")],
+            &Expect::new_file(Language::Python),
+            CALL,
+        )
+        .await;
+        assert_eq!(c.record.error_class, Some(ErrorClass::NoCode));
+        assert_eq!(client.requests_to("m").len(), 1);
+    }
+}

@@ -18,6 +18,8 @@
 //! emits as it goes).
 
 pub mod batch;
+#[cfg(test)]
+pub(crate) mod doubles;
 pub mod fanout;
 pub mod generation;
 pub mod image;

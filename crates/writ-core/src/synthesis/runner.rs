@@ -650,13 +650,16 @@ fn written_result(op: &Operation) -> FileResult {
         error: None,
         image: op
             .detail
-            .clone()
-            .and_then(|d| serde_json::from_value::<ImageInfo>(d).ok()),
+            .as_ref()
+            .and_then(|d| d.get("image"))
+            .and_then(|d| serde_json::from_value::<ImageInfo>(d.clone()).ok()),
         content: None,
         validation: None,
-        // The diff a resumed run would show is of the file before the batch, which the records
-        // keep only as a hash.
-        change: None,
+        change: op
+            .detail
+            .as_ref()
+            .and_then(|d| d.get("change"))
+            .and_then(|d| serde_json::from_value(d.clone()).ok()),
     }
 }
 

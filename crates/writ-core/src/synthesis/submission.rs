@@ -284,9 +284,12 @@ impl Synthesizer {
                     RunError::Invalid { field, message } => {
                         SubmitError::Invalid(BatchError { field, message })
                     }
-                    RunError::Unavailable(why) | RunError::Failed(why) => SubmitError::Unavailable(
-                        format!("options.validation cannot run here: {why}"),
-                    ),
+                    RunError::Unavailable(why)
+                    | RunError::Failed(why)
+                    | RunError::Limit(why)
+                    | RunError::Busy { message: why, .. } => SubmitError::Unavailable(format!(
+                        "options.validation cannot run here: {why}"
+                    )),
                 })?;
         }
         Ok(())

@@ -645,7 +645,13 @@ fn to_record(
                 runs.len() == validation.commands.len() && runs.iter().all(RunOutcome::passed);
             match runs.get(deciding) {
                 Some(run) => {
-                    let output = format!("{}{}", run.stdout, run.stderr);
+                    // The missing evidence goes last, where the tail keeps it for a repair.
+                    let output = match (&run.missing_evidence, &run.limit_reached) {
+                        (_, Some(why)) | (Some(why), None) => {
+                            format!("{}{}\n{why}\n", run.stdout, run.stderr)
+                        }
+                        (None, None) => format!("{}{}", run.stdout, run.stderr),
+                    };
                     ValidationRecord {
                         passed,
                         command: validation.commands[deciding.min(validation.commands.len() - 1)]
@@ -694,6 +700,10 @@ fn failure_message(f: &FileTrials<'_>, validation: &Validation) -> String {
                 o.command,
                 match (o.timed_out, o.exit_code) {
                     (true, _) => format!("timed out after {} s", validation.timeout.as_secs()),
+                    (false, Some(0)) if o.output_tail.contains("scratch bound") => {
+                        "reached its scratch's bound".to_string()
+                    }
+                    (false, Some(0)) => "exited 0 without showing a pass".to_string(),
                     (false, Some(code)) => format!("exited {code}"),
                     (false, None) => "was killed".to_string(),
                 }
@@ -705,4 +715,22 @@ fn failure_message(f: &FileTrials<'_>, validation: &Validation) -> String {
         f.trials.len(),
         f.rounds
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combinations_try_each_models_own_files_together_first_and_stay_bounded() {
+        // Two files, three candidates each; candidate t of every file came from model t.
+        let options = vec![vec![0, 1, 2], vec![0, 1, 2]];
+        let combos = combinations(&options, 64, |_, t| format!("model-{t}"));
+        assert_eq!(combos.len(), 9);
+        assert_eq!(&combos[..3], &[vec![0, 0], vec![1, 1], vec![2, 2]]);
+        let bounded = combinations(&vec![vec![0, 1, 2, 3]; 4], 64, |_, t| t.to_string());
+        assert_eq!(bounded.len(), 64);
+        assert_eq!(bounded[0], vec![0, 0, 0, 0]);
+        assert_eq!(bounded[3], vec![3, 3, 3, 3]);
+    }
 }

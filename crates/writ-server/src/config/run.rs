@@ -28,6 +28,23 @@ pub struct RunSettings {
     /// `WRIT_SANDBOX_RO_PATHS`: more host directories the sandbox sees read-only, beside `/usr`
     /// (a toolchain under `/opt`, a virtualenv); comma-separated absolute paths.
     pub extra_ro_paths: Vec<std::path::PathBuf>,
+    /// `WRIT_RUN_QUEUE`: runs that may wait for a slot before `POST /run` answers 503 with
+    /// `Retry-After` (default 32).
+    pub max_queue: usize,
+    /// `WRIT_RUN_MAX_PER_KEY`: one key's `POST /run` calls in flight at once (default 4).
+    pub max_per_key: usize,
+    /// `WRIT_RUN_SCRATCH_MB`: what one run may write into its scratch (default 256).
+    pub scratch_mb: u64,
+    /// `WRIT_RUN_SCRATCH_FILES`: files and directories one run may create or change (default
+    /// 20,000).
+    pub scratch_files: u64,
+    /// `WRIT_RUN_OVERLAY`: `0` makes every run copy REPO_DIR instead of the copy-on-write overlay
+    /// (default `1`: the overlay wherever the machine allows it).
+    pub overlay: bool,
+    /// `WRIT_RUN_COPY_MAX_MB` / `WRIT_RUN_COPY_MAX_FILES`: the largest REPO_DIR the copy fallback
+    /// copies (default 512 MiB, 50,000 entries); a larger one is refused naming the variable.
+    pub copy_max_mb: u64,
+    pub copy_max_files: u64,
 }
 
 impl RunSettings {
@@ -62,6 +79,45 @@ impl RunSettings {
                 .into_iter()
                 .map(std::path::PathBuf::from)
                 .collect(),
+            max_queue: parse_num(get, "WRIT_RUN_QUEUE", 32)?,
+            max_per_key: at_least_one("WRIT_RUN_MAX_PER_KEY", 4)?,
+            scratch_mb: at_least_one("WRIT_RUN_SCRATCH_MB", 256)? as u64,
+            scratch_files: at_least_one("WRIT_RUN_SCRATCH_FILES", 20_000)? as u64,
+            overlay: match get("WRIT_RUN_OVERLAY").as_deref().map(str::trim) {
+                None | Some("1" | "true" | "on") => true,
+                Some("0" | "false" | "off") => false,
+                Some(other) => {
+                    return Err(ConfigError::Invalid {
+                        name: "WRIT_RUN_OVERLAY",
+                        message: format!("must be 1 or 0, got {other:?}"),
+                    });
+                }
+            },
+            copy_max_mb: at_least_one("WRIT_RUN_COPY_MAX_MB", 512)? as u64,
+            copy_max_files: at_least_one("WRIT_RUN_COPY_MAX_FILES", 50_000)? as u64,
         })
+    }
+
+    /// The sandbox these settings describe.
+    pub fn sandbox_config(&self) -> writ_sandbox::SandboxConfig {
+        writ_sandbox::SandboxConfig {
+            max_concurrent: self.concurrency,
+            limits: writ_sandbox::Limits {
+                wall: self.max_timeout,
+                cpu_secs: self.max_timeout.as_secs().max(1),
+                memory_bytes: self.memory_mb << 20,
+                max_processes: self.max_processes,
+                max_output_bytes: self.max_output_bytes,
+                ..writ_sandbox::Limits::default()
+            },
+            extra_ro_paths: self.extra_ro_paths.clone(),
+            overlay: self.overlay,
+            max_scratch_bytes: self.scratch_mb << 20,
+            max_scratch_files: self.scratch_files,
+            max_queue: self.max_queue,
+            max_copy_bytes: self.copy_max_mb << 20,
+            max_copy_files: self.copy_max_files,
+            ..writ_sandbox::SandboxConfig::default()
+        }
     }
 }

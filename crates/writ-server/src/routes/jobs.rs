@@ -20,6 +20,7 @@ use tokio::sync::broadcast;
 use uuid::Uuid;
 use writ_core::jobs::{Job, JobEvent};
 
+use crate::auth::Viewer;
 use crate::error::{ApiError, ErrorCode, store_error};
 use crate::extract::ApiQuery;
 use crate::state::AppState;
@@ -42,6 +43,7 @@ pub struct ListParams {
 /// Recent batches, newest first.
 pub async fn list_jobs(
     State(state): State<AppState>,
+    viewer: Viewer,
     ApiQuery(p): ApiQuery<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
     let limit = p.limit.unwrap_or(DEFAULT_LIMIT);
@@ -52,7 +54,11 @@ pub async fn list_jobs(
         )
         .with_field("limit"));
     }
-    let jobs = state.store.list_jobs(limit).await.map_err(store_error)?;
+    let jobs = match viewer.only() {
+        None => state.store.list_jobs(limit).await,
+        Some(own) => state.store.list_jobs_of(own, limit).await,
+    }
+    .map_err(store_error)?;
     Ok(Json(
         json!({ "jobs": jobs.iter().map(job_json).collect::<Vec<_>>() }),
     ))
@@ -61,19 +67,21 @@ pub async fn list_jobs(
 /// One batch: its state and, once done, the same body the synchronous call returns.
 pub async fn get_job(
     State(state): State<AppState>,
+    viewer: Viewer,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let job = find(&state, &id).await?;
+    let job = find(&state, &viewer, &id).await?;
     Ok(Json(job_json(&job)))
 }
 
 /// Server-Sent Events of one batch; `Last-Event-ID` resumes after that event.
 pub async fn job_events(
     State(state): State<AppState>,
+    viewer: Viewer,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let job = find(&state, &id).await?;
+    let job = find(&state, &viewer, &id).await?;
     let after = match headers.get("last-event-id") {
         None => 0,
         Some(v) => v
@@ -178,7 +186,8 @@ fn sse(e: &JobEvent) -> SseEvent {
         .data(e.data.to_string())
 }
 
-async fn find(state: &AppState, raw: &str) -> Result<Job, ApiError> {
+/// The job, when `viewer` may see it: another key's job is answered as absent.
+async fn find(state: &AppState, viewer: &Viewer, raw: &str) -> Result<Job, ApiError> {
     let id = Uuid::parse_str(raw).map_err(|_| {
         ApiError::new(
             ErrorCode::InvalidParameter,
@@ -186,12 +195,26 @@ async fn find(state: &AppState, raw: &str) -> Result<Job, ApiError> {
         )
         .with_field("id")
     })?;
-    state
+    let not_found = || ApiError::not_found(format!("no job {id}"));
+    let job = state
         .store
         .get_job(id)
         .await
         .map_err(store_error)?
-        .ok_or_else(|| ApiError::not_found(format!("no job {id}")))
+        .ok_or_else(not_found)?;
+    if viewer.only().is_some() {
+        // A job's id is its request's id.
+        let made_by = state
+            .store
+            .get_request(id)
+            .await
+            .map_err(store_error)?
+            .and_then(|r| r.caller);
+        if !viewer.sees(made_by.as_deref()) {
+            return Err(not_found());
+        }
+    }
+    Ok(job)
 }
 
 fn job_json(job: &Job) -> Value {

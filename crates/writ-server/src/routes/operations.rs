@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 use writ_core::audit::{Cursor, OperationFilter, OperationStatus};
 
+use crate::auth::Viewer;
 use crate::error::{ApiError, ErrorCode, store_error};
 use crate::extract::ApiQuery;
 use crate::state::AppState;
@@ -51,13 +52,15 @@ pub struct OperationId {
 /// List operations newest first, filtered, one page at a time.
 pub async fn list_operations(
     State(state): State<AppState>,
+    viewer: Viewer,
     ApiQuery(p): ApiQuery<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(list(&state, p).await?))
+    Ok(Json(list(&state, &viewer, p).await?))
 }
 
-/// The page behind `GET /operations` and the `list_operations` tool.
-pub async fn list(state: &AppState, p: ListParams) -> Result<Value, ApiError> {
+/// The page behind `GET /operations` and the `list_operations` tool: the viewer's own operations
+/// unless it may see all.
+pub async fn list(state: &AppState, viewer: &Viewer, p: ListParams) -> Result<Value, ApiError> {
     let limit = p.limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 || limit > MAX_LIMIT {
         return Err(ApiError::new(
@@ -67,7 +70,7 @@ pub async fn list(state: &AppState, p: ListParams) -> Result<Value, ApiError> {
         .with_field("limit"));
     }
     let filter = OperationFilter {
-        caller: None,
+        caller: viewer.only().map(|own| Some(own.to_string())),
         request_id: p
             .request_id
             .as_deref()
@@ -114,20 +117,38 @@ pub async fn list(state: &AppState, p: ListParams) -> Result<Value, ApiError> {
 /// One operation with the content it wrote.
 pub async fn get_operation(
     State(state): State<AppState>,
+    viewer: Viewer,
     Path(id): Path<OperationId>,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(get(&state, id).await?))
+    Ok(Json(get(&state, &viewer, id).await?))
 }
 
-/// The operation behind `GET /operations/{id}` and the `get_operation` tool.
-pub async fn get(state: &AppState, OperationId { id }: OperationId) -> Result<Value, ApiError> {
+/// The operation behind `GET /operations/{id}` and the `get_operation` tool; another key's
+/// operation is answered as absent.
+pub async fn get(
+    state: &AppState,
+    viewer: &Viewer,
+    OperationId { id }: OperationId,
+) -> Result<Value, ApiError> {
     let id = parse_uuid(&id, "id")?;
+    let not_found = || ApiError::not_found(format!("no operation {id}"));
     let (op, content) = state
         .store
         .get_operation(id)
         .await
         .map_err(store_error)?
-        .ok_or_else(|| ApiError::not_found(format!("no operation {id}")))?;
+        .ok_or_else(not_found)?;
+    if viewer.only().is_some() {
+        let made_by = state
+            .store
+            .get_request(op.request_id)
+            .await
+            .map_err(store_error)?
+            .and_then(|r| r.caller);
+        if !viewer.sees(made_by.as_deref()) {
+            return Err(not_found());
+        }
+    }
     let mut body = serde_json::to_value(&op).map_err(ApiError::internal)?;
     match content {
         None => {

@@ -1,5 +1,9 @@
-//! `POST /run`: one configured command in the sandbox, on a scratch copy of `REPO_DIR`, recorded
-//! in the audit log like a write (a request and an operation of kind `run`).
+//! `POST /run`: one configured command in the sandbox, on a scratch of `REPO_DIR`, recorded in the
+//! audit log like a write (a request and an operation of kind `run`).
+//!
+//! Admitted only while the run queue has room and the key has fewer than its bound of runs in
+//! flight (503 / 429 with `Retry-After` otherwise); a run whose caller hangs up is stopped (its
+//! sandbox killed) and recorded as cancelled.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -118,6 +122,7 @@ pub async fn execute(state: AppState, call: RunCall) -> Result<RunOutcome, ApiEr
         args: req.args,
     };
     runner.check(&call, "").map_err(run_error)?;
+    let admission = runner.admit(caller.as_deref()).map_err(run_error)?;
 
     let started = std::time::Instant::now();
     state
@@ -133,9 +138,20 @@ pub async fn execute(state: AppState, call: RunCall) -> Result<RunOutcome, ApiEr
         })
         .await
         .map_err(|e| ApiError::audit_unavailable(&e))?;
-    // Its own task: a client hanging up must not leave the run unrecorded.
+    // Its own task: a client hanging up must not leave the run unrecorded. The run itself stops
+    // when the caller is gone (the guard below is dropped with this handler's future): nobody
+    // waits for its answer any more.
+    let hung_up = tokio_util::sync::CancellationToken::new();
+    let _stop_on_hang_up = hung_up.clone().drop_guard();
     let task = tokio::spawn(async move {
-        let outcome = runner.run(&[], std::slice::from_ref(&call), timeout).await;
+        let _admission = admission;
+        let calls = std::slice::from_ref(&call);
+        let outcome = tokio::select! {
+            outcome = runner.run(&[], calls, timeout) => outcome,
+            () = hung_up.cancelled() => Err(RunError::Failed(
+                "cancelled: the caller hung up before the run finished".into(),
+            )),
+        };
         let result = record(&state, request_id, &call, &outcome, started).await;
         (outcome, result)
     });
@@ -229,5 +245,20 @@ fn run_error(e: RunError) -> ApiError {
         }
         RunError::Unavailable(why) => ApiError::new(ErrorCode::CommandsUnavailable, why),
         RunError::Failed(why) => ApiError::internal(why),
+        RunError::Limit(why) => ApiError::new(ErrorCode::RepositoryTooLarge, why),
+        RunError::Busy {
+            message,
+            retry_after_secs,
+        } => {
+            // A full queue is the server's state; a key at its own bound is the caller's.
+            let code = if message.contains("WRIT_RUN_MAX_PER_KEY") {
+                ErrorCode::TooManyRuns
+            } else {
+                ErrorCode::RunQueueFull
+            };
+            let mut e = ApiError::new(code, message);
+            e.retry_after_secs = Some(retry_after_secs);
+            e
+        }
     }
 }

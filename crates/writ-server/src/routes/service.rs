@@ -190,7 +190,8 @@ pub fn check_commands(state: &AppState) -> Check {
                 ok: true,
                 required: false,
                 detail: format!(
-                    "sandbox ready; commands: {}",
+                    "sandbox ready; scratch: {}; commands: {}",
+                    runner.scratch_mechanism().unwrap_or_default(),
                     runner.command_names().join(", ")
                 ),
             },

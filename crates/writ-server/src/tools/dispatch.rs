@@ -347,9 +347,10 @@ fn as_tool_fields(mut e: ApiError) -> ApiError {
 
 pub async fn list_operations(
     state: &AppState,
+    viewer: &crate::auth::Viewer,
     params: operations::ListParams,
 ) -> Result<ToolOutput, ApiError> {
-    let page = operations::list(state, params).await?;
+    let page = operations::list(state, viewer, params).await?;
     let ops = page["operations"].as_array().cloned().unwrap_or_default();
     let mut lines = vec![format!("{} operations, newest first:", ops.len())];
     for op in &ops {
@@ -375,9 +376,10 @@ pub async fn list_operations(
 
 pub async fn get_operation(
     state: &AppState,
+    viewer: &crate::auth::Viewer,
     id: operations::OperationId,
 ) -> Result<ToolOutput, ApiError> {
-    let op = operations::get(state, id).await?;
+    let op = operations::get(state, viewer, id).await?;
     let mut content = format!(
         "{} {} {} at {} ({} bytes, sha256 {})",
         op["operation"].as_str().unwrap_or_default(),

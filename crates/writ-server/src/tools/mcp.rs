@@ -5,8 +5,12 @@
 //! rmcp owns the protocol; this file only lists [`super::TOOLS`], hands calls to
 //! [`super::call`], and turns progress and errors into MCP's shapes. A tool's refusal is a tool
 //! result with `isError: true` carrying the HTTP API's message, so the model reads it.
+//!
+//! An HTTP session belongs to the key that opened it: a request naming another key's session is
+//! answered 404, as an unknown session is, so no key can use, follow or close another's.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
@@ -148,7 +152,15 @@ impl Progress for McpProgress {
 pub struct McpHttp {
     sessions: Arc<LocalSessionManager>,
     config: StreamableHttpServerConfig,
+    /// The key id that opened each session (`None`: opened while auth was off).
+    owners: Arc<Mutex<HashMap<String, Option<String>>>>,
 }
+
+/// Past this many recorded owners, those of sessions rmcp no longer holds are forgotten.
+const OWNERS_PRUNE_AT: usize = 1024;
+
+/// The header naming a streamable HTTP session.
+const SESSION_HEADER: &str = "mcp-session-id";
 
 impl McpHttp {
     /// rmcp refuses `Host` headers other than loopback names unless told otherwise, against DNS
@@ -169,6 +181,7 @@ impl McpHttp {
         Self {
             sessions: Arc::new(LocalSessionManager::default()),
             config,
+            owners: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -181,6 +194,24 @@ impl McpHttp {
 /// `GET`, `POST` and `DELETE /mcp`: the streamable HTTP transport.
 pub async fn serve_http(State(state): State<AppState>, req: Request) -> Response {
     let mcp = state.mcp.clone();
+    let caller = req.extensions().get::<Caller>().map(|c| c.0.clone());
+    let session = req
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(id) = &session {
+        let owner = mcp
+            .owners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .cloned();
+        if owner.is_some_and(|owner| owner != caller) {
+            return crate::error::ApiError::not_found("no such MCP session").into_response();
+        }
+    }
+    let closing = req.method() == axum::http::Method::DELETE;
     let service = StreamableHttpService::new(
         move || Ok(WritMcp::new(state.clone())),
         mcp.sessions.clone(),
@@ -193,7 +224,41 @@ pub async fn serve_http(State(state): State<AppState>, req: Request) -> Response
     if resp.status().is_client_error() || resp.status().is_server_error() {
         return as_api_error(resp).await;
     }
+    match (&session, resp.headers().get(SESSION_HEADER)) {
+        (Some(id), _) if closing => {
+            mcp.owners
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(id);
+        }
+        (None, Some(opened)) => {
+            if let Ok(opened) = opened.to_str() {
+                remember_owner(&mcp, opened, caller).await;
+            }
+        }
+        _ => {}
+    }
     resp
+}
+
+async fn remember_owner(mcp: &McpHttp, session: &str, caller: Option<String>) {
+    let full = mcp
+        .owners
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .len()
+        >= OWNERS_PRUNE_AT;
+    let live: Option<std::collections::HashSet<String>> = if full {
+        let sessions = mcp.sessions.sessions.read().await;
+        Some(sessions.keys().map(|k| k.to_string()).collect())
+    } else {
+        None
+    };
+    let mut owners = mcp.owners.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(live) = live {
+        owners.retain(|id, _| live.contains(id));
+    }
+    owners.insert(session.to_owned(), caller);
 }
 
 /// rmcp refuses a request the transport cannot take (wrong `Accept`, no session id, a foreign

@@ -331,8 +331,14 @@ pub async fn call(
         "read_file" => dispatch::read_file(state, parse(args)?).await,
         "write_file" => dispatch::write_file(state, ctx, parse(args)?).await,
         "edit_files" => dispatch::edit_files(state, ctx, args).await,
-        "list_operations" => dispatch::list_operations(state, parse(args)?).await,
-        "get_operation" => dispatch::get_operation(state, parse(args)?).await,
+        "list_operations" => {
+            let viewer = crate::auth::Viewer::new(ctx.caller.as_deref(), ctx.scopes);
+            dispatch::list_operations(state, &viewer, parse(args)?).await
+        }
+        "get_operation" => {
+            let viewer = crate::auth::Viewer::new(ctx.caller.as_deref(), ctx.scopes);
+            dispatch::get_operation(state, &viewer, parse(args)?).await
+        }
         "begin_write_session" => dispatch::begin_write_session(state, ctx, parse(args)?).await,
         "append_to_write_session" => {
             dispatch::append_to_write_session(state, ctx, parse(args)?).await

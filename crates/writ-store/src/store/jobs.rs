@@ -182,6 +182,22 @@ impl<D: Dialect> JobStore for SqlStore<D> {
             .collect()
     }
 
+    async fn list_jobs_of(&self, caller: &str, limit: u32) -> Result<Vec<Job>, StoreError> {
+        // A job's id is its request's id: the request row says which key made it.
+        let mut sql = Sql::new(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id IN (SELECT id FROM requests WHERE caller = "
+        ));
+        sql.bind(caller)
+            .push(") ORDER BY created_at DESC LIMIT ")
+            .bind(i64::from(limit));
+        let rows = sql.fetch_all(self, "list a caller's jobs").await?;
+        rows.iter()
+            .map(|row| job_from_row::<D>(row, false))
+            .collect()
+    }
+
     async fn stale_jobs(&self, before: DateTime<Utc>) -> Result<Vec<Job>, StoreError> {
         let mut sql = Sql::new(concat!(
             "SELECT ",

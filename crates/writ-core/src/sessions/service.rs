@@ -1,215 +1,30 @@
-//! Write sessions: content the caller streams in raw chunks (never inside JSON), written once it
-//! is complete through the same recorded write as every direct write ([`crate::direct::write`]).
-//!
-//! A session is begun for one target and operation (the target is checked at once), takes chunks
-//! as bytes — a chunk may end anywhere, even inside a UTF-8 sequence —, and is finalised by a
-//! chunk whose text ends with a line that is exactly `DONE` (that line is not written) or by an
-//! explicit finish. Only at finalisation is the content checked as UTF-8: invalid sequences put
-//! the session in `needs_corrections` with their offsets, and after [`MAX_CORRECTION_ROUNDS`]
-//! rounds whatever is still invalid becomes U+FFFD and the file is written.
-//!
-//! Sessions live in the store ([`SessionStore`]), so they survive a restart and every replica
-//! sees them. Every state change is conditional on the state it leaves, so a session is finalised
-//! at most once (a second finish answers with the same receipt) and expired at most once.
-//! Abandoned sessions expire after the TTL, lazily on access and in the periodic sweep
-//! ([`expire_abandoned`]); each expiry is recorded in the audit log.
+//! The operations on a write session: begin, append a chunk, finish, correct, and the view a
+//! caller gets back.
 
 use std::time::Duration;
 
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use chrono::Utc;
 use uuid::Uuid;
 
-use crate::audit::{AuditStore, FileKind, NewRequest, OperationKind, RequestStatus, StoreError};
-use crate::content::{InvalidUtf8, invalid_utf8_sequences};
+use super::content::next_tail;
+use super::error::{not_finishable, not_taking_content};
+use super::{
+    BeginSession, ChunkAppend, Correction, DONE_PROMPT, MAX_CORRECTION_ROUNDS, MAX_INVALID_LISTED,
+    SessionError, SessionReceipt, SessionState, SessionTransition, SessionView, WriteSession,
+    strip_done,
+};
+use crate::audit::{AuditStore, StoreError};
+use crate::content::invalid_utf8_sequences;
 use crate::direct::{self, DirectWrite};
 use crate::files::{WriteError, WriteMode, WriteSpec};
-use crate::path::{PathError, SandboxPath};
-use crate::workspace::{Workspace, WorkspaceError};
+use crate::path::SandboxPath;
+use crate::workspace::Workspace;
 
-/// Rounds of corrections a caller gets before invalid sequences are replaced with U+FFFD.
-pub const MAX_CORRECTION_ROUNDS: u32 = 3;
-/// Invalid sequences listed per round.
-pub const MAX_INVALID_LISTED: usize = 50;
-/// What an orchestrator relays to its model once the stream has paused.
-pub const DONE_PROMPT: &str =
-    "If you're finished, reply with DONE on its own line; otherwise continue.";
-/// Bytes of the content's end kept on the session row: enough to see a `DONE` line that a chunk
-/// boundary split (`\r\nDONE\r\n` is eight).
-const TAIL_BYTES: usize = 16;
 /// How long a finish waits for another request's finalisation of the same session.
 const SETTLE_WAIT: Duration = Duration::from_secs(10);
 /// Optimistic retries of an append that raced other appends to the same session: each round
 /// one of them wins, so this many racing chunks all get in.
 const APPEND_ATTEMPTS: usize = 32;
-
-/// Where a session stands. `AwaitingDoneOrMoreContent` is never stored: it is
-/// `AwaitingContent` seen after the idle time with no new chunk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum SessionState {
-    AwaitingContent,
-    AwaitingDoneOrMoreContent,
-    NeedsCorrections,
-    Finalizing,
-    Done,
-    Failed,
-    Expired,
-}
-
-impl SessionState {
-    pub const ALL: [Self; 7] = [
-        Self::AwaitingContent,
-        Self::AwaitingDoneOrMoreContent,
-        Self::NeedsCorrections,
-        Self::Finalizing,
-        Self::Done,
-        Self::Failed,
-        Self::Expired,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::AwaitingContent => "awaiting_content",
-            Self::AwaitingDoneOrMoreContent => "awaiting_done_or_more_content",
-            Self::NeedsCorrections => "needs_corrections",
-            Self::Finalizing => "finalizing",
-            Self::Done => "done",
-            Self::Failed => "failed",
-            Self::Expired => "expired",
-        }
-    }
-
-    /// Still waiting on the caller (and so subject to expiry and the open-session bound).
-    pub fn is_open(self) -> bool {
-        matches!(
-            self,
-            Self::AwaitingContent | Self::AwaitingDoneOrMoreContent | Self::NeedsCorrections
-        )
-    }
-
-    /// The states a session is stored in while it is open.
-    pub const OPEN_STORED: [Self; 2] = [Self::AwaitingContent, Self::NeedsCorrections];
-}
-
-impl std::str::FromStr for SessionState {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|state| state.as_str() == s)
-            .ok_or_else(|| format!("unknown write session state: {s}"))
-    }
-}
-
-impl std::fmt::Display for SessionState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A session as stored.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WriteSession {
-    pub id: Uuid,
-    /// The API key id of the caller who began it; only that caller sees it.
-    pub caller: Option<String>,
-    pub target_file: String,
-    pub operation: WriteMode,
-    pub intent: Option<String>,
-    pub create_dirs: bool,
-    /// The stored state (never `AwaitingDoneOrMoreContent`).
-    pub state: SessionState,
-    pub bytes_received: i64,
-    pub chunks: i64,
-    /// The content's last bytes, so a `DONE` line split across chunks is seen without reading
-    /// the content back.
-    pub tail: Vec<u8>,
-    pub correction_rounds: i64,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    pub finished_at: Option<DateTime<Utc>>,
-    /// The write's receipt once done ([`SessionReceipt`] as JSON).
-    pub receipt: Option<serde_json::Value>,
-    pub error: Option<String>,
-}
-
-/// A chunk appended: the session's counters after it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ChunkAppend<'a> {
-    pub session_id: Uuid,
-    /// The chunk's number: the session's `chunks` after it (1, 2, …).
-    pub seq: i64,
-    pub content: &'a [u8],
-    pub bytes_received: i64,
-    pub tail: &'a [u8],
-    pub at: DateTime<Utc>,
-}
-
-/// A state change: from one of `from` to `to`, with what the new state needs to say.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SessionTransition<'a> {
-    pub from: &'a [SessionState],
-    pub to: SessionState,
-    pub at: DateTime<Utc>,
-    pub receipt: Option<&'a serde_json::Value>,
-    pub error: Option<&'a str>,
-    /// Counts a round of corrections.
-    pub count_correction: bool,
-    /// Replaces the content with this (the `DONE` line removed, corrections applied).
-    pub content: Option<&'a [u8]>,
-    /// Drops the stored content (it is in the audit log, or it was abandoned).
-    pub drop_content: bool,
-}
-
-impl<'a> SessionTransition<'a> {
-    /// A move from one of `from` to `to` now, changing nothing else.
-    pub fn new(from: &'a [SessionState], to: SessionState) -> Self {
-        SessionTransition {
-            from,
-            to,
-            at: Utc::now(),
-            receipt: None,
-            error: None,
-            count_correction: false,
-            content: None,
-            drop_content: false,
-        }
-    }
-}
-
-#[async_trait]
-pub trait SessionStore: Send + Sync {
-    async fn insert_write_session(&self, session: &WriteSession) -> Result<(), StoreError>;
-    async fn get_write_session(&self, id: Uuid) -> Result<Option<WriteSession>, StoreError>;
-    /// Appends a chunk if the session is still `awaiting_content` with `append.seq - 1` chunks
-    /// (so two racing appends cannot both take the same place); returns whether it did.
-    async fn append_write_session_chunk(
-        &self,
-        append: &ChunkAppend<'_>,
-    ) -> Result<bool, StoreError>;
-    /// The content received so far, in order.
-    async fn write_session_content(&self, id: Uuid) -> Result<Vec<u8>, StoreError>;
-    /// Applies `change` if the session is in one of `change.from`; returns whether it did.
-    async fn transition_write_session(
-        &self,
-        id: Uuid,
-        change: &SessionTransition<'_>,
-    ) -> Result<bool, StoreError>;
-    /// Open sessions of `caller` (`None`: made without a key) touched at or after `since`.
-    async fn count_open_write_sessions(
-        &self,
-        caller: Option<&str>,
-        since: DateTime<Utc>,
-    ) -> Result<u64, StoreError>;
-    /// Open sessions last touched before `before`, oldest first, at most `limit`.
-    async fn abandoned_write_sessions(
-        &self,
-        before: DateTime<Utc>,
-        limit: u32,
-    ) -> Result<Vec<WriteSession>, StoreError>;
-}
 
 /// The bounds and times of write sessions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -238,110 +53,6 @@ impl Default for SessionSettings {
     }
 }
 
-/// What begins a session.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct BeginSession {
-    /// Path of the file to write, relative to the workspace root, e.g. "src/app.py".
-    pub target_file: String,
-    /// `create` fails if the file exists; `overwrite` creates or replaces; `append` adds to the end.
-    pub operation: WriteMode,
-    /// What the content is for, in a sentence (kept with the session, for people reading it).
-    #[serde(default)]
-    pub intent: Option<String>,
-    /// Create missing parent directories.
-    #[serde(default)]
-    pub create_dirs: bool,
-}
-
-/// One correction: the bytes of the invalid sequence at `offset` become `replacement`.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Correction {
-    /// The byte offset of an invalid sequence, as the session listed it.
-    pub offset: usize,
-    /// The text to put there instead.
-    pub replacement: String,
-}
-
-/// The write a finished session made.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SessionReceipt {
-    pub path: String,
-    pub operation: OperationKind,
-    pub sha256: String,
-    pub bytes: usize,
-    pub operation_id: Uuid,
-    pub request_id: Uuid,
-    /// How many invalid sequences were replaced with U+FFFD after the last correction round.
-    pub replaced_invalid: usize,
-}
-
-/// A session as a caller sees it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SessionView {
-    pub id: Uuid,
-    pub state: SessionState,
-    pub target_file: String,
-    pub operation: WriteMode,
-    pub intent: Option<String>,
-    pub bytes_received: i64,
-    pub chunks: i64,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    /// When the session expires unless it is used again (open sessions only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub expires_at: Option<DateTime<Utc>>,
-    /// What to tell the model, while the session awaits DONE or more content.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// The invalid sequences to correct, in `needs_corrections`.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub invalid_utf8: Vec<InvalidUtf8>,
-    pub correction_rounds: i64,
-    pub max_correction_rounds: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub receipt: Option<SessionReceipt>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum SessionError {
-    #[error("no write session '{0}'")]
-    NotFound(String),
-    #[error("{0}")]
-    Path(#[from] PathError),
-    #[error(transparent)]
-    Workspace(#[from] WorkspaceError),
-    #[error("'{path}' already exists (operation=create)")]
-    AlreadyExists { path: String },
-    /// The session is not in a state that takes this request.
-    #[error("{message}")]
-    Conflict {
-        state: SessionState,
-        message: String,
-    },
-    #[error("{message}")]
-    TooLarge {
-        field: &'static str,
-        limit_name: &'static str,
-        limit: usize,
-        message: String,
-    },
-    #[error(
-        "{open} write sessions are open for this caller, the limit is {limit} (WRITE_SESSION_MAX_OPEN); finish or abandon one first"
-    )]
-    TooManyOpen { open: u64, limit: u32 },
-    #[error("{message}")]
-    Invalid { field: String, message: String },
-    /// The finalising write was refused; the session is `failed`.
-    #[error(transparent)]
-    Write(WriteError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
 /// Everything a session operation needs.
 #[derive(Clone, Copy)]
 pub struct Sessions<'a> {
@@ -357,22 +68,6 @@ pub struct SessionCaller {
     pub caller: Option<String>,
     /// The key's scope that allowed the call, recorded with a finalising write.
     pub scope: Option<crate::keys::Scope>,
-}
-
-/// Where a `DONE` line ends the content: the content without it, or `None`.
-pub fn strip_done(content: &[u8]) -> Option<&[u8]> {
-    let body = content
-        .strip_suffix(b"\r\n")
-        .or_else(|| content.strip_suffix(b"\n"))
-        .unwrap_or(content);
-    let before = body.strip_suffix(b"DONE")?;
-    (before.is_empty() || before.ends_with(b"\n")).then_some(before)
-}
-
-/// The last [`TAIL_BYTES`] of `tail` followed by `chunk`.
-fn next_tail(tail: &[u8], chunk: &[u8]) -> Vec<u8> {
-    let joined = [tail, chunk].concat();
-    joined[joined.len().saturating_sub(TAIL_BYTES)..].to_vec()
 }
 
 /// The route a session's finalising write is recorded under.
@@ -625,53 +320,6 @@ impl Sessions<'_> {
         Ok(session)
     }
 
-    /// Expires `session` if it was abandoned, or fails it if its finalisation was interrupted
-    /// (the process stopped between claiming it and recording the write); returns it as it now is.
-    async fn expire_if_abandoned(&self, session: WriteSession) -> Result<WriteSession, StoreError> {
-        let now = Utc::now();
-        if session.updated_at >= self.expiry_cutoff(now) {
-            return Ok(session);
-        }
-        if session.state.is_open() {
-            expire(self.store, &session, self.settings.ttl).await?;
-        } else if session.state == SessionState::Finalizing {
-            let message = format!(
-                "the finalisation of this session was interrupted (the server stopped); whether the file was written is in the audit log, under route {}",
-                finalising_route(session.id)
-            );
-            self.store
-                .transition_write_session(
-                    session.id,
-                    &SessionTransition {
-                        at: now,
-                        error: Some(&message),
-                        ..SessionTransition::new(&[SessionState::Finalizing], SessionState::Failed)
-                    },
-                )
-                .await?;
-        } else {
-            return Ok(session);
-        }
-        Ok(self
-            .store
-            .get_write_session(session.id)
-            .await?
-            .unwrap_or(session))
-    }
-
-    fn expiry_cutoff(&self, now: DateTime<Utc>) -> DateTime<Utc> {
-        now - chrono::Duration::from_std(self.settings.ttl).unwrap_or(chrono::Duration::MAX)
-    }
-
-    fn effective_state(&self, session: &WriteSession, now: DateTime<Utc>) -> SessionState {
-        let idle = chrono::Duration::from_std(self.settings.idle).unwrap_or(chrono::Duration::MAX);
-        if session.state == SessionState::AwaitingContent && now - session.updated_at >= idle {
-            SessionState::AwaitingDoneOrMoreContent
-        } else {
-            session.state
-        }
-    }
-
     /// The caller's session by id: another caller's, an unknown one or a malformed id is 404.
     async fn load(&self, who: &SessionCaller, raw: &str) -> Result<WriteSession, SessionError> {
         let not_found = || SessionError::NotFound(raw.to_string());
@@ -892,152 +540,5 @@ impl Sessions<'_> {
             receipt,
             error: session.error,
         })
-    }
-}
-
-fn not_taking_content(session: &WriteSession) -> SessionError {
-    let message = match session.state {
-        SessionState::Done => "the session is done; its file is written; begin a new session for more content".to_string(),
-        SessionState::NeedsCorrections => "the session needs corrections, not content: send them to /write_sessions/{id}/corrections".to_string(),
-        state => format!("the session is {state} and takes no more content"),
-    };
-    SessionError::Conflict {
-        state: session.state,
-        message,
-    }
-}
-
-fn not_finishable(session: &WriteSession) -> SessionError {
-    let message = match session.state {
-        SessionState::NeedsCorrections => {
-            "the session needs corrections before it can be written".to_string()
-        }
-        SessionState::Finalizing => "the session is being finalised by another request".to_string(),
-        SessionState::Failed => format!(
-            "the session failed: {}",
-            session.error.as_deref().unwrap_or("unknown error")
-        ),
-        state => format!("the session is {state} and cannot be finalised"),
-    };
-    SessionError::Conflict {
-        state: session.state,
-        message,
-    }
-}
-
-/// Expires one abandoned session and records it in the audit log: a request and a failed
-/// operation on the target, so the log shows content that was begun and never written. Only
-/// the caller that moves the session records it (replicas may sweep at once).
-async fn expire(
-    store: &dyn AuditStore,
-    session: &WriteSession,
-    ttl: Duration,
-) -> Result<bool, StoreError> {
-    let now = Utc::now();
-    let message = format!(
-        "write session {} expired after {} s without activity ({} bytes in {} chunks received); nothing was written",
-        session.id,
-        ttl.as_secs(),
-        session.bytes_received,
-        session.chunks
-    );
-    let moved = store
-        .transition_write_session(
-            session.id,
-            &SessionTransition {
-                at: now,
-                error: Some(&message),
-                drop_content: true,
-                ..SessionTransition::new(&SessionState::OPEN_STORED, SessionState::Expired)
-            },
-        )
-        .await?;
-    if !moved {
-        return Ok(false);
-    }
-    let request_id = Uuid::now_v7();
-    store
-        .insert_request(&NewRequest {
-            id: request_id,
-            received_at: now,
-            route: "write session expiry".to_string(),
-            caller: session.caller.clone(),
-            // Nobody's key did this: writ expired the session.
-            scope: None,
-            idempotency_key: None,
-            body_sha256: None,
-        })
-        .await?;
-    crate::files::record_failure(
-        store,
-        request_id,
-        FileKind::Direct,
-        &session.target_file,
-        &message,
-        crate::files::Provenance {
-            detail: Some(serde_json::json!({"write_session": {
-                "id": session.id,
-                "state": SessionState::Expired,
-                "operation": session.operation,
-                "bytes_received": session.bytes_received,
-                "chunks": session.chunks,
-                "created_at": session.created_at,
-                "updated_at": session.updated_at,
-            }})),
-            ..crate::files::Provenance::default()
-        },
-    )
-    .await?;
-    store
-        .finish_request(request_id, RequestStatus::Error, 0, None)
-        .await?;
-    Ok(true)
-}
-
-/// Expires every session abandoned for longer than the TTL (the periodic sweep); returns how
-/// many this call expired.
-pub async fn expire_abandoned(
-    store: &dyn AuditStore,
-    settings: &SessionSettings,
-) -> Result<usize, StoreError> {
-    let before =
-        Utc::now() - chrono::Duration::from_std(settings.ttl).unwrap_or(chrono::Duration::MAX);
-    let mut expired = 0;
-    for session in store.abandoned_write_sessions(before, 500).await? {
-        if expire(store, &session, settings.ttl).await? {
-            expired += 1;
-        }
-    }
-    Ok(expired)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_done_line_is_found_with_or_without_its_newline() {
-        assert_eq!(strip_done(b"a\nb\nDONE"), Some(&b"a\nb\n"[..]));
-        assert_eq!(strip_done(b"a\nDONE\n"), Some(&b"a\n"[..]));
-        assert_eq!(strip_done(b"a\r\nDONE\r\n"), Some(&b"a\r\n"[..]));
-        assert_eq!(strip_done(b"DONE"), Some(&b""[..]));
-        assert_eq!(strip_done(b"NOT DONE"), None);
-        assert_eq!(strip_done(b"a\nDONE\n\n"), None);
-        assert_eq!(strip_done(b"a\nDONE!"), None);
-    }
-
-    #[test]
-    fn the_tail_keeps_the_last_bytes_across_chunks() {
-        let tail = next_tail(b"0123456789abcdef", b"\nDO");
-        assert_eq!(tail.len(), TAIL_BYTES);
-        let tail = next_tail(&tail, b"NE\n");
-        assert_eq!(strip_done(&tail).map(<[u8]>::len), Some(TAIL_BYTES - 5));
-    }
-
-    #[test]
-    fn every_state_reads_back_from_its_name() {
-        for state in SessionState::ALL {
-            assert_eq!(state.as_str().parse::<SessionState>(), Ok(state));
-        }
     }
 }
