@@ -19,6 +19,22 @@ use writ_fake_upstream::{FakeUpstream, Latency, Script, Step};
 const MODELS: [&str; 2] = ["alpha/one", "beta/two"];
 const ARBITER: &str = "judge/arbiter";
 
+/// Sends `files` as an async batch to the replica at `base`; its job id.
+async fn start_async(http: &reqwest::Client, base: &str, files: &[String]) -> String {
+    let r = http
+        .post(format!("{base}/write_codebase"))
+        .header("prefer", "respond-async")
+        .json(&batch(files))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    r.json::<Value>().await.unwrap()["job_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 struct Replica {
     child: Child,
     base: String,
@@ -468,18 +484,7 @@ async fn a_job_is_followed_from_a_replica_that_does_not_run_it_in_order_with_non
     let follows = cluster.start().await;
     let http = client();
     let files: Vec<String> = (0..5).map(|f| format!("ev/f{f}.py")).collect();
-    let r = http
-        .post(format!("{}/write_codebase", runs.base))
-        .header("prefer", "respond-async")
-        .json(&batch(&files))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
-    let job = r.json::<Value>().await.unwrap()["job_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let job = start_async(&http, &runs.base, &files).await;
     let stream = http
         .get(format!("{}/jobs/{job}/events", follows.base))
         .send()
@@ -688,18 +693,7 @@ async fn a_replica_stopping_hands_its_unfinished_jobs_back_and_another_resumes_t
     let stays = cluster.start().await;
     let http = client();
     let files: Vec<String> = (0..3).map(|f| format!("term/f{f}.py")).collect();
-    let r = http
-        .post(format!("{}/write_codebase", stopping.base))
-        .header("prefer", "respond-async")
-        .json(&batch(&files))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
-    let job = r.json::<Value>().await.unwrap()["job_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let job = start_async(&http, &stopping.base, &files).await;
     assert!(
         cluster
             .fake
