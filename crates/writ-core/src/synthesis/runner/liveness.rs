@@ -1,0 +1,113 @@
+//! How a running job shows it is alive, and what happens when it is not: the lease its replica
+//! renews (PostgreSQL), and on SQLite the jobs whose process died, failed with a reason.
+
+use super::*;
+
+pub(super) fn lease_until(now: DateTime<Utc>) -> DateTime<Utc> {
+    now + chrono::Duration::from_std(LEASE).unwrap_or(chrono::Duration::seconds(10))
+}
+
+/// Resolves once `flag` turns true; never if its sender is gone without doing so.
+pub(super) async fn raised(mut flag: watch::Receiver<bool>) {
+    if flag.wait_for(|v| *v).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Keeps the job looking alive while its batch runs: the heartbeat, or (where jobs are leased)
+/// the lease, renewed. Raises `lost` when the lease is another's, has ended, or could not be
+/// renewed before it ran out.
+pub(super) async fn keep_alive(
+    store: Arc<dyn AuditStore>,
+    job_id: Uuid,
+    owner: Option<Arc<str>>,
+    lost: watch::Sender<bool>,
+) {
+    let Some(owner) = owner else {
+        loop {
+            tokio::time::sleep(HEARTBEAT_EVERY).await;
+            if let Err(e) = store.heartbeat_job(job_id, JobStatus::Running).await {
+                tracing::warn!(job = %job_id, error = %e, "job heartbeat failed");
+            }
+        }
+    };
+    let mut held_until = tokio::time::Instant::now() + LEASE;
+    loop {
+        tokio::time::sleep(RENEW_EVERY).await;
+        let asked = tokio::time::Instant::now();
+        match store
+            .renew_lease(job_id, &owner, lease_until(Utc::now()))
+            .await
+        {
+            Ok(true) => held_until = asked + LEASE,
+            Ok(false) => {
+                tracing::warn!(job = %job_id, "the job's lease is no longer this replica's: stopping its run");
+                let _ = lost.send(true);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(job = %job_id, error = %e, "job lease renewal failed");
+                if tokio::time::Instant::now() + RENEW_EVERY >= held_until {
+                    tracing::warn!(job = %job_id, "the job's lease runs out before it can be renewed: stopping its run");
+                    let _ = lost.send(true);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Fails every unfinished job whose heartbeat is older than `older_than`: its process is gone.
+/// The request record is closed too, and a final `done` event ends any stream following it.
+/// Returns how many jobs were failed.
+pub async fn fail_stale_jobs(
+    store: &dyn AuditStore,
+    older_than: Duration,
+    hub: Option<&EventHub>,
+    write_path: &std::path::Path,
+) -> Result<usize, StoreError> {
+    let cutoff =
+        Utc::now() - chrono::Duration::from_std(older_than).unwrap_or(chrono::Duration::zero());
+    let mut failed = 0;
+    for job in store.stale_jobs(cutoff).await? {
+        let reason = format!(
+            "interrupted: the process running this batch stopped before it finished (last heartbeat {}); \
+             files written before that are listed in /operations?request_id={}",
+            job.heartbeat_at.to_rfc3339(),
+            job.id
+        );
+        if !store
+            .finish_job(
+                job.id,
+                JobStatus::Failed,
+                Some("error"),
+                None,
+                Some(&reason),
+            )
+            .await?
+        {
+            continue;
+        }
+        failed += 1;
+        // Its answer is stored, so a repeat of its Idempotency-Key gets it.
+        let answer = failed_answer(store, &job, write_path.display().to_string(), &reason).await;
+        let body = serde_json::to_value(&answer).ok();
+        if let Err(e) = store
+            .finish_request(
+                job.id,
+                answer.status,
+                answer.duration_ms as i64,
+                body.as_ref(),
+            )
+            .await
+        {
+            tracing::warn!(job = %job.id, error = %e, "could not close the request of an interrupted job");
+        }
+        match hub {
+            Some(hub) => announce_failed(store, hub, job.id, &reason).await,
+            None => announce_failed(store, &EventHub::default(), job.id, &reason).await,
+        }
+        tracing::warn!(job = %job.id, "failed an interrupted job");
+    }
+    Ok(failed)
+}

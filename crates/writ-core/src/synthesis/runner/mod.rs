@@ -1,0 +1,577 @@
+//! Every batch runs as a job: recorded in the store, its progress events persisted in order and
+//! announced to live subscribers, its heartbeat kept fresh, its answer stored when it ends.
+//!
+//! The caller either waits for the answer (synchronous `write_codebase`) or gets the job id at
+//! once (`Prefer: respond-async`). Either way the batch runs in its own task, so a caller that
+//! hangs up never cancels it.
+//!
+//! Where replicas share the store (PostgreSQL), the replica running a job holds a lease on it
+//! and renews it ([`LEASE`], [`RENEW_EVERY`]). A replica that dies stops renewing; once the lease
+//! lapsed, another replica claims the job ([`JobRunner::claim_lapsed`]) and resumes it: the
+//! batch's pending operations are settled against the disk, files already written stay as they
+//! are, the rest are generated and written, and the answer (every file's result) is stored once.
+//! A job claimed more than [`MAX_RESUMES`] times ends `failed` with the reason. A replica that
+//! stops hands its jobs back ([`JobRunner::hand_back`]) so another resumes them at once.
+//! On SQLite (one process) jobs carry no lease: those whose process died are failed with a
+//! reason by [`fail_stale_jobs`], at start-up and periodically.
+//!
+//! Beside this file: `events` (the progress writer), `liveness` (leases and stale jobs) and
+//! `resume` (taking over a dead replica's job).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{Notify, broadcast, mpsc, watch};
+use uuid::Uuid;
+
+use crate::audit::{
+    AuditStore, AuditWrite, FileKind, Operation, OperationFilter, OperationStatus, StoreError,
+};
+use crate::jobs::{ClaimedJob, JobEvent, JobStatus, Lease, NewJob};
+use crate::synthesis::batch::{Batch, WriteCodebaseRequest};
+use crate::synthesis::progress::{DONE, Event, ProgressSink};
+use crate::synthesis::response::{BatchResponse, FileResult, ImageInfo};
+use crate::synthesis::run::{Prior, Synthesizer};
+use crate::synthesis::submission::{Prepared, Submission, SubmitError, Submitted};
+
+mod events;
+mod liveness;
+mod resume;
+
+use events::{ChannelSink, write_events};
+pub use liveness::fail_stale_jobs;
+use liveness::{keep_alive, lease_until, raised};
+use resume::{announce_failed, failed_answer, merge_resumed, resume};
+
+/// How often a running job refreshes its heartbeat.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
+
+/// How long a replica's hold on a job lasts unless renewed. Short enough that a killed
+/// replica's jobs are resumed within seconds, long enough that a few slow renewals in a row
+/// (a busy database) do not hand a live job to another replica.
+pub const LEASE: Duration = Duration::from_secs(10);
+
+/// How often the owner renews its leases: three tries before one lapses.
+pub const RENEW_EVERY: Duration = Duration::from_secs(3);
+
+/// Claims of one job after its first run; the next lapse ends it `failed`.
+pub const MAX_RESUMES: i64 = 3;
+
+/// Jobs one claim takes over at most, so one replica does not take every orphan at once.
+const CLAIM_AT_MOST: u32 = 16;
+
+/// Tells subscribers in this process that a job has new events (they then read the store, so
+/// subscribers on other replicas, which poll, see the same sequence).
+#[derive(Clone)]
+pub struct EventHub {
+    tx: broadcast::Sender<Uuid>,
+}
+
+impl Default for EventHub {
+    fn default() -> Self {
+        Self {
+            tx: broadcast::channel(1024).0,
+        }
+    }
+}
+
+impl EventHub {
+    pub fn subscribe(&self) -> broadcast::Receiver<Uuid> {
+        self.tx.subscribe()
+    }
+    fn notify(&self, job: Uuid) {
+        // No subscriber is fine.
+        let _ = self.tx.send(job);
+    }
+}
+
+/// What `start` hands back.
+pub enum Started {
+    /// A repeated `Idempotency-Key`: the stored answer.
+    Replayed(Submitted),
+    /// The job runs; await the handle for its answer, or drop it to let it run on. The answer
+    /// can still be a refusal: a synchronous batch's records commit while its models run.
+    Running {
+        job_id: Uuid,
+        handle: tokio::task::JoinHandle<Result<Submitted, SubmitError>>,
+    },
+}
+
+/// Whether a batch's records (its request and job) are committed. They commit while the models
+/// run; nothing of the batch is written, and no answer given, before they are.
+#[derive(Clone)]
+pub struct Recorded(watch::Receiver<Option<bool>>);
+
+impl Recorded {
+    fn already() -> Self {
+        Recorded(watch::channel(Some(true)).1)
+    }
+
+    /// Waits for the commit; `false` if it failed (the batch is then being abandoned).
+    pub(crate) async fn wait(&self) -> bool {
+        let mut rx = self.0.clone();
+        matches!(
+            rx.wait_for(Option::is_some).await.map(|v| *v),
+            Ok(Some(true))
+        )
+    }
+}
+
+/// The one entry to synthesis: HTTP, MCP and the CLI start every batch here.
+pub struct JobRunner {
+    synthesizer: Arc<Synthesizer>,
+    hub: EventHub,
+    /// Every job's events, to the one task that stores them (started with the first batch).
+    events: OnceLock<EventQueue>,
+    /// This replica's name in job leases; `None` where the store serves one process.
+    owner: Option<Arc<str>>,
+    /// The jobs this process runs, each with the switch that makes it hand the job back.
+    running: Arc<Running>,
+}
+
+#[derive(Default)]
+struct Running {
+    jobs: Mutex<HashMap<Uuid, watch::Sender<bool>>>,
+    changed: Notify,
+}
+
+impl Running {
+    fn enter(self: &Arc<Self>, job: Uuid) -> (RunningGuard, watch::Receiver<bool>) {
+        let (tx, rx) = watch::channel(false);
+        self.jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(job, tx);
+        (
+            RunningGuard {
+                running: self.clone(),
+                job,
+            },
+            rx,
+        )
+    }
+
+    fn count(&self) -> usize {
+        self.jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+/// Takes a job off [`Running`] when its run ends, however it ends.
+struct RunningGuard {
+    running: Arc<Running>,
+    job: Uuid,
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        self.running
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.job);
+        self.running.changed.notify_waiters();
+    }
+}
+
+/// Why a job's run stopped before its end; the job itself goes on elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stopped {
+    /// Its lease could not be renewed in time, or another replica holds it now.
+    LeaseLost,
+    /// This process is stopping and handed the job back.
+    HandedBack,
+}
+
+/// The way to the event writer, and how far it has got.
+#[derive(Clone)]
+struct EventQueue {
+    tx: mpsc::UnboundedSender<JobEvent>,
+    progress: Arc<EventProgress>,
+}
+
+#[derive(Default)]
+struct EventProgress {
+    sent: AtomicU64,
+    stored: AtomicU64,
+    stored_more: Notify,
+}
+
+impl EventQueue {
+    fn send(&self, event: JobEvent) {
+        self.progress.sent.fetch_add(1, Ordering::SeqCst);
+        if self.tx.send(event).is_err() {
+            self.progress.stored.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl JobRunner {
+    pub fn new(synthesizer: Arc<Synthesizer>, hub: EventHub) -> Self {
+        JobRunner {
+            synthesizer,
+            hub,
+            events: OnceLock::new(),
+            owner: None,
+            running: Arc::default(),
+        }
+    }
+
+    /// Jobs owned by leases under the name `owner` (unique per replica), for a store that
+    /// replicas share: renewed while they run, resumed by another replica when they lapse.
+    pub fn with_leases(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(Arc::from(owner.into()));
+        self
+    }
+
+    /// This replica's name in job leases, if jobs are leased.
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
+    /// How many jobs this process runs now.
+    pub fn jobs_running(&self) -> usize {
+        self.running.count()
+    }
+
+    /// Stops every job this process runs and releases its lease, so that another replica
+    /// resumes it at once; waits at most `within` for the runs to stop. Returns how many jobs
+    /// were handed back. Without leases, nothing is handed back.
+    pub async fn hand_back(&self, within: Duration) -> usize {
+        if self.owner.is_none() {
+            return 0;
+        }
+        let jobs: Vec<Uuid> = {
+            let running = self
+                .running
+                .jobs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            for stop in running.values() {
+                let _ = stop.send(true);
+            }
+            running.keys().copied().collect()
+        };
+        let _ = tokio::time::timeout(within, async {
+            loop {
+                let changed = self.running.changed.notified();
+                if self.running.count() == 0 {
+                    return;
+                }
+                changed.await;
+            }
+        })
+        .await;
+        jobs.len()
+    }
+
+    /// Claims the jobs whose lease lapsed (their replica died or handed them back) and resumes
+    /// each in its own task; a job claimed more than [`MAX_RESUMES`] times is failed instead.
+    /// Returns how many jobs were claimed.
+    pub async fn claim_lapsed(&self) -> Result<usize, StoreError> {
+        let Some(owner) = self.owner.clone() else {
+            return Ok(0);
+        };
+        let now = Utc::now();
+        let claimed = self
+            .synthesizer
+            .store
+            .claim_jobs(&owner, now, lease_until(now), CLAIM_AT_MOST)
+            .await?;
+        let count = claimed.len();
+        for job in claimed {
+            tracing::warn!(job = %job.job.id, attempt = job.attempts, "resuming a job whose lease lapsed");
+            let synthesizer = self.synthesizer.clone();
+            let events = self.events();
+            let running = self.running.clone();
+            let hub = self.hub.clone();
+            let owner = owner.clone();
+            tokio::spawn(async move {
+                resume(synthesizer, events, running, hub, owner, job).await;
+            });
+        }
+        Ok(count)
+    }
+
+    /// Waits (at most `within`) until every event queued so far has been written, so a process
+    /// that is stopping does not drop the last events of the batches it just finished.
+    pub async fn flush_events(&self, within: Duration) {
+        let Some(queue) = self.events.get() else {
+            return;
+        };
+        let progress = &queue.progress;
+        let _ = tokio::time::timeout(within, async {
+            loop {
+                let stored_more = progress.stored_more.notified();
+                if progress.stored.load(Ordering::SeqCst) >= progress.sent.load(Ordering::SeqCst) {
+                    return;
+                }
+                stored_more.await;
+            }
+        })
+        .await;
+    }
+
+    /// Wakes this process's subscribers of job events.
+    pub fn hub(&self) -> &EventHub {
+        &self.hub
+    }
+
+    /// Checks and starts a batch. Errors here are the caller's (4xx) or the store's (503); after
+    /// `Ok(Running)` the batch belongs to its own task.
+    ///
+    /// The request and its job are recorded in one commit. An async caller's 202 waits for it
+    /// (it promises a job to follow); a waiting caller's batch starts its models at once and
+    /// the commit runs beside them, since the answer comes long after it anyway.
+    pub async fn start(&self, sub: Submission, is_async: bool) -> Result<Started, SubmitError> {
+        let prior = match self.synthesizer.prepare(&sub).await? {
+            Prepared::Replay(replay) => return Ok(Started::Replayed(replay)),
+            Prepared::Fresh(prior) => prior,
+        };
+        let record = vec![
+            AuditWrite::InsertRequest(self.synthesizer.request_record(&sub)),
+            AuditWrite::InsertJob {
+                job: NewJob {
+                    id: sub.request_id,
+                    created_at: Utc::now(),
+                    is_async,
+                    files: sub.batch.files.iter().map(|f| f.path.to_string()).collect(),
+                    lease: self.owner.as_ref().map(|owner| Lease {
+                        owner: owner.to_string(),
+                        until: lease_until(Utc::now()),
+                    }),
+                    request: sub.body.clone(),
+                },
+                status: JobStatus::Running,
+            },
+        ];
+        let synthesizer = self.synthesizer.clone();
+        let events = self.events();
+        let job_id = sub.request_id;
+        let (guard, stop) = self.running.enter(job_id);
+        let ctx = JobContext {
+            owner: self.owner.clone(),
+            stop,
+            first_seq: 0,
+            resumed: None,
+            _running: guard,
+        };
+        let handle = if is_async {
+            if let Err(e) = synthesizer.store.commit(record).await {
+                return synthesizer
+                    .not_recorded(&sub, e)
+                    .await
+                    .map(Started::Replayed);
+            }
+            tokio::spawn(async move {
+                run_job(&synthesizer, events, &sub, prior, Recorded::already(), ctx)
+                    .await
+                    .map_err(|_| SubmitError::InProgress)
+            })
+        } else {
+            tokio::spawn(async move {
+                record_and_run(synthesizer, events, sub, prior, record, ctx).await
+            })
+        };
+        Ok(Started::Running { job_id, handle })
+    }
+
+    fn events(&self) -> EventQueue {
+        self.events
+            .get_or_init(|| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let progress = Arc::new(EventProgress::default());
+                tokio::spawn(write_events(
+                    self.synthesizer.store.clone(),
+                    self.hub.clone(),
+                    rx,
+                    progress.clone(),
+                ));
+                EventQueue { tx, progress }
+            })
+            .clone()
+    }
+}
+
+/// Runs the batch while its records commit; a refused record stops it (nothing was written:
+/// writes wait for the record) and is the answer.
+async fn record_and_run(
+    synthesizer: Arc<Synthesizer>,
+    events: EventQueue,
+    sub: Submission,
+    prior: Prior,
+    record: Vec<AuditWrite>,
+    ctx: JobContext,
+) -> Result<Submitted, SubmitError> {
+    let (recorded_tx, recorded_rx) = watch::channel(None);
+    let store = synthesizer.store.clone();
+    let commit = async move {
+        let outcome = store.commit(record).await;
+        let _ = recorded_tx.send(Some(outcome.is_ok()));
+        outcome
+    };
+    let run = run_job(
+        &synthesizer,
+        events,
+        &sub,
+        prior,
+        Recorded(recorded_rx),
+        ctx,
+    );
+    tokio::pin!(commit, run);
+    let mut committed = false;
+    loop {
+        tokio::select! {
+            biased;
+            outcome = &mut commit, if !committed => {
+                committed = true;
+                if let Err(e) = outcome {
+                    return synthesizer.not_recorded(&sub, e).await;
+                }
+            }
+            // A run stopped before its end goes on elsewhere: the caller retries with its
+            // `Idempotency-Key` and gets the answer once the job is done.
+            submitted = &mut run => return submitted.map_err(|_| SubmitError::InProgress),
+        }
+    }
+}
+
+/// How one run of a job goes beyond its batch: who holds its lease, what stops it, where its
+/// events continue, and what an earlier run already wrote.
+struct JobContext {
+    /// The lease holder (this replica) where jobs are leased.
+    owner: Option<Arc<str>>,
+    /// Turns true when this process hands the job back.
+    stop: watch::Receiver<bool>,
+    /// The last event number an earlier run stored (0 for a first run).
+    first_seq: i64,
+    resumed: Option<Resumed>,
+    _running: RunningGuard,
+}
+
+/// What a resumed job's earlier runs settled: the files already written stay as they are and
+/// are part of the one answer.
+struct Resumed {
+    /// Each written file's result, with its position in the batch.
+    written: Vec<(usize, FileResult)>,
+    /// Every file of the batch in order, to place each result.
+    order: Vec<String>,
+    created_at: DateTime<Utc>,
+}
+
+async fn run_job(
+    synthesizer: &Synthesizer,
+    events: EventQueue,
+    sub: &Submission,
+    prior: Prior,
+    recorded: Recorded,
+    ctx: JobContext,
+) -> Result<Submitted, Stopped> {
+    let store = synthesizer.store.clone();
+    let job_id = sub.request_id;
+    let (lost_tx, lost) = watch::channel(false);
+    // Aborted when this function ends in any way, a panic included: a job whose batch is gone
+    // must stop looking alive, so that it is failed as interrupted (or resumed elsewhere).
+    let heartbeat = AbortOnDrop(tokio::spawn(keep_alive(
+        store.clone(),
+        job_id,
+        ctx.owner.clone(),
+        lost_tx,
+    )));
+
+    let sink = ChannelSink {
+        job_id,
+        seq: AtomicI64::new(ctx.first_seq),
+        tx: events,
+    };
+    let execute = async {
+        if sub.batch.files.is_empty() {
+            // Every file was written by an earlier run.
+            return (
+                Submitted {
+                    response: BatchResponse::assemble(
+                        job_id,
+                        synthesizer.workspace.root().display().to_string(),
+                        Vec::new(),
+                        0,
+                    ),
+                    replayed: false,
+                    upstream: Duration::ZERO,
+                },
+                Vec::new(),
+            );
+        }
+        synthesizer.execute(sub, prior, &sink, &recorded).await
+    };
+    let (mut submitted, completions) = tokio::select! {
+        done = execute => done,
+        () = raised(lost) => return Err(Stopped::LeaseLost),
+        () = raised(ctx.stop.clone()) => {
+            // The run stops here (its writes so far are recorded); the next claim resumes it.
+            if let Some(owner) = &ctx.owner
+                && let Err(e) = store
+                    .release_lease(job_id, owner, Some("handed back by a stopping replica"))
+                    .await
+            {
+                tracing::warn!(job = %job_id, error = %e, "could not hand the job back; it is resumed once its lease lapses");
+            }
+            return Err(Stopped::HandedBack);
+        }
+    };
+    drop(heartbeat);
+
+    // A batch that wrote nothing still closes its records, once they exist.
+    if !recorded.wait().await {
+        return Ok(submitted);
+    }
+    if let Some(resumed) = &ctx.resumed {
+        submitted.response = merge_resumed(resumed, submitted.response);
+    }
+    // The completions of the batch's writes, the request's closing, its stored answer and the
+    // job's, in one commit; and before `done` is announced, so whoever reacts to `done` by
+    // reading the job finds its answer there.
+    let batch_status = submitted.response.status;
+    let body = serde_json::to_value(&submitted.response).unwrap_or(serde_json::Value::Null);
+    let mut finish = completions;
+    finish.extend([
+        AuditWrite::FinishRequest {
+            id: job_id,
+            status: batch_status,
+            duration_ms: submitted.response.duration_ms as i64,
+            response: Some(body),
+        },
+        // The answer is stored once, on the request: a job without an answer of its own gives
+        // its request's (they share the id), so the closing statement carries it once.
+        AuditWrite::FinishJob {
+            id: job_id,
+            status: JobStatus::Done,
+            batch_status: Some(batch_status.as_str().to_string()),
+            response: None,
+            error: None,
+        },
+    ]);
+    if let Err(e) = store.commit(finish).await {
+        // The files are written and their pending records hold their content: reconciliation
+        // settles them; the job is resumed (or failed as interrupted) once its lease or
+        // heartbeat is stale.
+        tracing::error!(job = %job_id, error = %e, "batch done but its records could not be closed");
+    }
+    sink.emit(Event::Done {
+        status: batch_status.as_str().to_string(),
+    });
+    Ok(submitted)
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

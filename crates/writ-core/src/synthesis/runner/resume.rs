@@ -1,0 +1,358 @@
+//! Resuming a job another replica was running: the batch's records read and settled, the files
+//! already written kept, the rest run, and one answer merged and stored; and failing a job that
+//! cannot be resumed, with an answer of its own.
+
+use super::*;
+
+/// The one answer of a resumed batch: the files earlier runs wrote, and this run's, in the
+/// batch's order; its duration counted from when the batch was accepted.
+pub(super) fn merge_resumed(resumed: &Resumed, latest: BatchResponse) -> BatchResponse {
+    let mut results = resumed.written.clone();
+    for result in latest.results {
+        let at = resumed
+            .order
+            .iter()
+            .position(|f| *f == result.filename)
+            .unwrap_or(usize::MAX);
+        results.push((at, result));
+    }
+    results.sort_by_key(|(at, _)| *at);
+    let duration = (Utc::now() - resumed.created_at).num_milliseconds().max(0) as u64;
+    let mut merged = BatchResponse::assemble(
+        latest.request_id,
+        latest.write_path,
+        results.into_iter().map(|(_, r)| r).collect(),
+        duration,
+    );
+    merged.upstream = latest.upstream;
+    merged
+}
+
+/// A written file's result as its succeeded operation records it.
+pub(super) fn written_result(op: &Operation) -> FileResult {
+    FileResult {
+        filename: op.filename.clone(),
+        kind: op.kind,
+        success: true,
+        operation: Some(op.operation),
+        bytes: op.bytes.map(|b| b.max(0) as usize),
+        sha256: op.sha256.clone(),
+        chosen_model: op.chosen_model.clone(),
+        selection: op.selection,
+        arbiter_reason: op.arbiter_reason.clone(),
+        candidates: op.candidates.clone(),
+        operation_id: Some(op.id),
+        error: None,
+        image: op
+            .detail
+            .as_ref()
+            .and_then(|d| d.get("image"))
+            .and_then(|d| serde_json::from_value::<ImageInfo>(d.clone()).ok()),
+        content: None,
+        validation: None,
+        prompt_tokens_by_part: None,
+        change: op
+            .detail
+            .as_ref()
+            .and_then(|d| d.get("change"))
+            .and_then(|d| serde_json::from_value(d.clone()).ok()),
+    }
+}
+
+/// Why a claimed job cannot be resumed now.
+pub(super) enum NotResumed {
+    /// It never can (its request is missing or no longer valid): it ends `failed`.
+    Never(String),
+    /// The store is away: the lease is handed back and a later claim tries again.
+    NotNow(String),
+}
+
+/// What a claimed job still has to do, from its records: the batch's pending operations are
+/// settled against the disk first (the dead replica may have published them), then every file
+/// with a succeeded operation is kept as written.
+pub(super) async fn plan_resume(
+    synthesizer: &Synthesizer,
+    claimed: &ClaimedJob,
+) -> Result<(Submission, Prior, Resumed, i64), NotResumed> {
+    let job = &claimed.job;
+    let Some(body) = &claimed.request else {
+        return Err(NotResumed::Never(
+            "its request was recorded without its body, so it cannot be resumed".into(),
+        ));
+    };
+    let request: WriteCodebaseRequest = serde_json::from_str(body)
+        .map_err(|e| NotResumed::Never(format!("its recorded request cannot be read: {e}")))?;
+    let batch = Batch::parse(request)
+        .map_err(|e| NotResumed::Never(format!("its recorded request is not valid now: {e}")))?;
+    let store = synthesizer.store.as_ref();
+    let not_now = |e: StoreError| NotResumed::NotNow(e.to_string());
+    let record = store
+        .get_request(job.id)
+        .await
+        .map_err(not_now)?
+        .ok_or_else(|| NotResumed::Never("its request record is missing".into()))?;
+    let ops = batch_operations(store, job.id).await.map_err(not_now)?;
+    let mut written: HashMap<String, Operation> = HashMap::new();
+    for mut op in ops {
+        if op.status == OperationStatus::Pending {
+            match crate::files::settle_pending(store, synthesizer.workspace.as_ref(), &op)
+                .await
+                .map_err(not_now)?
+            {
+                Some(status) => op.status = status,
+                None => continue,
+            }
+        }
+        if op.status == OperationStatus::Succeeded {
+            written.insert(op.filename.clone(), op);
+        }
+    }
+    let order: Vec<String> = batch.files.iter().map(|f| f.path.to_string()).collect();
+    let mut kept = Vec::new();
+    let mut remaining = Vec::new();
+    for (at, file) in batch.files.iter().enumerate() {
+        match written.get(file.path.as_str()) {
+            Some(op) => kept.push((at, written_result(op))),
+            None => remaining.push(file.clone()),
+        }
+    }
+    let sub = Submission {
+        request_id: job.id,
+        caller: record.caller,
+        scope: record.scope,
+        idempotency_key: record.idempotency_key,
+        body_sha256: record.body_sha256.unwrap_or_default(),
+        body: Some(body.clone()),
+        batch: Batch {
+            files: remaining,
+            ..batch
+        },
+    };
+    let prior = synthesizer
+        .prepare_resumed(&sub)
+        .await
+        .map_err(|e| NotResumed::Never(format!("its files cannot be written now: {e}")))?;
+    let last_seq = store
+        .job_events(job.id, 0, u32::MAX)
+        .await
+        .map_err(not_now)?
+        .last()
+        .map(|e| e.seq)
+        .unwrap_or(0);
+    let resumed = Resumed {
+        written: kept,
+        order,
+        created_at: job.created_at,
+    };
+    Ok((sub, prior, resumed, last_seq))
+}
+
+/// Every operation recorded for one batch (a batch has a handful of files, each written at most
+/// a few times across its runs).
+pub(super) async fn batch_operations(
+    store: &dyn AuditStore,
+    request: Uuid,
+) -> Result<Vec<Operation>, StoreError> {
+    let filter = OperationFilter {
+        request_id: Some(request),
+        ..OperationFilter::default()
+    };
+    let mut all = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store.list_operations(&filter, cursor.as_ref(), 100).await?;
+        all.extend(page.operations);
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(all),
+        }
+    }
+}
+
+/// Resumes one claimed job on this replica, or ends it `failed` when it was claimed too often
+/// or can never be resumed.
+pub(super) async fn resume(
+    synthesizer: Arc<Synthesizer>,
+    events: EventQueue,
+    running: Arc<Running>,
+    hub: EventHub,
+    owner: Arc<str>,
+    claimed: ClaimedJob,
+) {
+    let job_id = claimed.job.id;
+    if claimed.attempts > MAX_RESUMES {
+        let reason = format!(
+            "interrupted: its replica stopped {} times before it finished{}",
+            claimed.attempts,
+            claimed
+                .job
+                .error
+                .as_deref()
+                .map(|e| format!(" (last: {e})"))
+                .unwrap_or_default()
+        );
+        fail_claimed(&synthesizer, &hub, &claimed, &reason).await;
+        return;
+    }
+    let (sub, prior, resumed, last_seq) = match plan_resume(&synthesizer, &claimed).await {
+        Ok(plan) => plan,
+        Err(NotResumed::Never(why)) => {
+            fail_claimed(&synthesizer, &hub, &claimed, &format!("not resumed: {why}")).await;
+            return;
+        }
+        Err(NotResumed::NotNow(why)) => {
+            tracing::warn!(job = %job_id, reason = %why, "could not resume a job now; handing it back");
+            let _ = synthesizer
+                .store
+                .release_lease(job_id, &owner, Some(&format!("not resumed: {why}")))
+                .await;
+            return;
+        }
+    };
+    let (guard, stop) = running.enter(job_id);
+    let ctx = JobContext {
+        owner: Some(owner),
+        stop,
+        first_seq: last_seq,
+        resumed: Some(resumed),
+        _running: guard,
+    };
+    match run_job(&synthesizer, events, &sub, prior, Recorded::already(), ctx).await {
+        Ok(done) => {
+            tracing::info!(job = %job_id, status = done.response.status.as_str(), "resumed job done")
+        }
+        Err(stopped) => {
+            tracing::warn!(job = %job_id, ?stopped, "resumed job stopped before its end")
+        }
+    }
+}
+
+/// Ends a claimed job `failed` with `reason`. Its answer is still stored once, so a caller
+/// retrying with its `Idempotency-Key` gets it: the files earlier runs wrote, and the others
+/// failed with the reason.
+pub(super) async fn fail_claimed(
+    synthesizer: &Synthesizer,
+    hub: &EventHub,
+    claimed: &ClaimedJob,
+    reason: &str,
+) {
+    let store = synthesizer.store.as_ref();
+    let job = &claimed.job;
+    let write_path = synthesizer.workspace.root().display().to_string();
+    let response = failed_answer(store, job, write_path, reason).await;
+    let duration = response.duration_ms;
+    let body = serde_json::to_value(&response).unwrap_or(serde_json::Value::Null);
+    let closed = store
+        .commit(vec![
+            AuditWrite::FinishRequest {
+                id: job.id,
+                status: response.status,
+                duration_ms: duration as i64,
+                response: Some(body),
+            },
+            AuditWrite::FinishJob {
+                id: job.id,
+                status: JobStatus::Failed,
+                batch_status: Some(response.status.as_str().to_string()),
+                response: None,
+                error: Some(reason.to_string()),
+            },
+        ])
+        .await;
+    if let Err(e) = closed {
+        tracing::error!(job = %job.id, error = %e, "could not fail a job that cannot be resumed");
+        return;
+    }
+    announce_failed(store, hub, job.id, reason).await;
+    tracing::warn!(job = %job.id, reason, "failed a job that could not be resumed");
+}
+
+/// The answer of a job that ends `failed`: the files its runs wrote (as their records say), the
+/// others failed with `reason`. Stored like any answer, so a repeat of its `Idempotency-Key`
+/// gets it.
+pub(super) async fn failed_answer(
+    store: &dyn AuditStore,
+    job: &crate::jobs::Job,
+    write_path: String,
+    reason: &str,
+) -> BatchResponse {
+    let ops = batch_operations(store, job.id).await.unwrap_or_default();
+    let results: Vec<FileResult> = job
+        .files
+        .iter()
+        .map(|file| {
+            let mine = ops.iter().filter(|op| op.filename == *file);
+            match mine
+                .clone()
+                .find(|op| op.status == OperationStatus::Succeeded)
+            {
+                Some(op) => written_result(op),
+                None => FileResult::failed(
+                    file,
+                    mine.map(|op| op.kind).next().unwrap_or(FileKind::Code),
+                    reason,
+                    Vec::new(),
+                ),
+            }
+        })
+        .collect();
+    let duration = (Utc::now() - job.created_at).num_milliseconds().max(0) as u64;
+    BatchResponse::assemble(job.id, write_path, results, duration)
+}
+
+/// The final `done` event of a failed job, after its last stored one, so every stream following
+/// it ends.
+pub(super) async fn announce_failed(
+    store: &dyn AuditStore,
+    hub: &EventHub,
+    job: Uuid,
+    reason: &str,
+) {
+    let last = store
+        .job_events(job, 0, u32::MAX)
+        .await
+        .map(|e| e.last().map(|e| e.seq).unwrap_or(0))
+        .unwrap_or(0);
+    let event = JobEvent {
+        job_id: job,
+        seq: last + 1,
+        created_at: Utc::now(),
+        name: DONE.to_string(),
+        data: serde_json::json!({"type": "done", "status": "failed", "error": reason}),
+    };
+    let _ = store.append_job_event(&event).await;
+    hub.notify(job);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_an_earlier_run_wrote_reports_its_change_from_its_record() {
+        let change = writ_checks::shape::Change::between("a.py", "x = 1\n", "x = 2\n", 1_000);
+        let op = Operation {
+            id: Uuid::now_v7(),
+            request_id: Uuid::now_v7(),
+            created_at: Utc::now(),
+            finished_at: None,
+            filename: "a.py".into(),
+            kind: FileKind::Code,
+            operation: crate::audit::OperationKind::Updated,
+            status: crate::audit::OperationStatus::Succeeded,
+            chosen_model: Some("m".into()),
+            selection: None,
+            arbiter_reason: None,
+            candidates: Vec::new(),
+            previous_sha256: None,
+            sha256: None,
+            bytes: Some(6),
+            error: None,
+            duration_ms: None,
+            detail: Some(serde_json::json!({ "change": change })),
+        };
+        let result = written_result(&op);
+        assert_eq!(result.change, Some(change));
+        assert_eq!(result.image, None);
+    }
+}
