@@ -14,6 +14,10 @@ use tokio::net::TcpListener;
 use writ_core::files::reconcile_pending;
 use writ_core::synthesis::runner::{EventHub, JobRunner, fail_stale_jobs};
 
+mod build;
+
+use build::{build_command_runner, build_models};
+
 /// A job whose heartbeat is older than this is taken for dead (six missed heartbeats).
 const STALE_JOB_AFTER: Duration = Duration::from_secs(30);
 use writ_core::synthesis::{SynthesisConfig, Synthesizer};
@@ -320,138 +324,6 @@ async fn serve(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
-}
-
-/// The command runner when commands are configured: the sandbox is probed once here, and when
-/// it cannot start the runner says why to every request that needs it (never running anything
-/// unsandboxed).
-async fn build_command_runner(
-    settings: &Settings,
-    repo_dir: &std::path::Path,
-) -> Option<Arc<writ_sandbox::SandboxRunner>> {
-    let commands = settings.run.commands.clone()?;
-    let run = &settings.run;
-    let config = run.sandbox_config();
-    let sandbox = writ_sandbox::Sandbox::probe(config).await;
-    if let Err(e) = &sandbox {
-        tracing::error!(reason = %e.reason, "the command sandbox cannot start: POST /run and options.validation are refused");
-    }
-    Some(Arc::new(
-        writ_sandbox::SandboxRunner::new(
-            sandbox,
-            commands,
-            repo_dir.to_path_buf(),
-            writ_core::execution::RunLimits {
-                max_timeout: run.max_timeout,
-                max_repair_rounds: run.max_repair_rounds,
-            },
-        )
-        .with_max_per_key(run.max_per_key),
-    ))
-}
-
-/// The model client and the synthesizer over it. A client that cannot be built (a TLS set-up
-/// failure) leaves writ serving the direct routes, with the reason in the log and in `/readyz`.
-fn build_models(
-    settings: &Settings,
-    store: &Arc<dyn writ_core::AuditStore>,
-    workspace: &Arc<dyn writ_core::Workspace>,
-    commands: Option<Arc<dyn writ_core::execution::Runner>>,
-) -> (
-    Option<Arc<dyn writ_core::ModelClient>>,
-    Option<Arc<Synthesizer>>,
-) {
-    let retry = writ_models::RetryPolicy {
-        max_attempts: settings.models.max_attempts,
-        initial_backoff: settings.models.backoff,
-        max_backoff: settings.models.backoff.saturating_mul(16),
-        total_deadline: settings.models.deadline,
-    };
-    let config = writ_models::ClientConfig {
-        base_url: settings.models.openrouter_base_url.clone(),
-        api_key: settings.models.openrouter_api_key.clone(),
-        retry,
-        max_concurrent_per_model: settings.models.max_concurrent_per_model,
-        max_concurrent_total: settings.models.max_concurrent,
-        ..writ_models::ClientConfig::default()
-    };
-    let client: Arc<dyn writ_core::ModelClient> = match writ_models::OpenRouterClient::new(config) {
-        Ok(c) => Arc::new(c),
-        Err(e) => {
-            tracing::error!(error = %e, "the model client could not be built; POST /write_codebase is unavailable");
-            return (None, None);
-        }
-    };
-    let client = with_local_model(settings, client);
-    let synthesis = SynthesisConfig {
-        candidates: settings.models.code_list.clone(),
-        arbiter: settings.models.code_model.clone(),
-        fallback: settings.models.code_gen_model.clone(),
-        image_model: settings.models.image_model.clone(),
-        max_tokens: settings.models.max_tokens,
-        repo_map_tokens: settings.models.repo_map_tokens,
-        fallback_backoff: settings.models.fallback_backoff,
-        straggler: settings.models.straggler,
-        max_file_bytes: settings.guard.max_file_bytes,
-        max_shown_file_chars: settings.guard.max_shown_file_chars,
-        batch_deadline: settings.guard.batch_deadline,
-        allowed_models: settings.models.allowed.clone(),
-        ..SynthesisConfig::default()
-    };
-    let synthesizer = Synthesizer::new(client.clone(), store.clone(), workspace.clone(), synthesis)
-        .with_runner(commands);
-    (Some(client), Some(Arc::new(synthesizer)))
-}
-
-/// One client for the pipeline: `local/…` ids go to the embedded model, the rest to
-/// `remote`. The embedded model's workers start idle; the model is read on its first call.
-fn with_local_model(
-    settings: &Settings,
-    remote: Arc<dyn writ_core::ModelClient>,
-) -> Arc<dyn writ_core::ModelClient> {
-    let local = if settings.models.local.enabled {
-        start_local_model(settings)
-    } else {
-        None
-    };
-    let remote_in_use = settings
-        .models
-        .configured()
-        .iter()
-        .any(|m| !writ_local::is_local(m));
-    Arc::new(writ_local::RoutingClient {
-        local,
-        remote,
-        remote_in_use,
-    })
-}
-
-#[cfg(feature = "local-model")]
-fn start_local_model(settings: &Settings) -> Option<Arc<dyn writ_core::ModelClient>> {
-    let mut config = writ_local::LocalConfig::new(settings.models.local.model_path.clone());
-    config.workers = settings.models.local.workers;
-    if settings.models.local.threads > 0 {
-        config.threads = settings.models.local.threads;
-    }
-    config.context_tokens = settings.models.local.context_tokens;
-    config.max_tokens = settings
-        .models
-        .local
-        .max_tokens
-        .min(settings.models.max_tokens.max(1));
-    config.deadline = settings.models.deadline;
-    match writ_local::LocalClient::start(config) {
-        Ok(c) => Some(Arc::new(c)),
-        Err(e) => {
-            tracing::error!(error = %e, "the embedded model's workers could not start");
-            None
-        }
-    }
-}
-
-#[cfg(not(feature = "local-model"))]
-fn start_local_model(_: &Settings) -> Option<Arc<dyn writ_core::ModelClient>> {
-    None
 }
 
 /// writ writes files and spends provider credit: on an address other machines can reach it must
