@@ -1,0 +1,312 @@
+//! The repository map: the workspace's files ranked by how they relate to the file being written
+//! (its imports, the files that mention it, its tests, its folder, definitions named with the
+//! description's words), outlined, and fitted to a token budget.
+
+use super::*;
+
+/// The repository map of `file`: the outlines of the workspace's files most related to it, best
+/// first, within `max_tokens`. `seen`: paths the prompt shows anyway, left out.
+pub async fn repo_map(
+    workspace: &dyn Workspace,
+    batch: &Batch,
+    file: &FileSpec,
+    seen: &[String],
+    current: Option<&str>,
+    max_tokens: usize,
+) -> Vec<ContextFile> {
+    let Ok(walk) = workspace
+        .walk(&SandboxPath::root(), None, MAP_WALK_FILES)
+        .await
+    else {
+        return Vec::new();
+    };
+    // A workspace with nothing to outline (a new project, or only the batch's own files) costs
+    // one walk: no search, no read.
+    let outlinable = walk.files.iter().any(|f| {
+        Language::from_path(f.path.as_str()) != Language::Other
+            && !batch.files.iter().any(|b| b.path == f.path)
+    });
+    if !outlinable {
+        return Vec::new();
+    }
+    let words = description_words(&file.description);
+    // The two searches each take a blocking thread: they run side by side.
+    let (mentions, definitions) = futures::future::join(
+        mentions(workspace, file),
+        definitions(workspace, file, &words),
+    )
+    .await;
+    let ranked = rank(batch, file, &walk.files, &mentions, &definitions, current);
+    let mut scored: Vec<(i64, ContextFile)> = Vec::new();
+    for (score, path) in ranked.into_iter().take(MAP_CANDIDATES) {
+        if seen.iter().any(|s| s == path.as_str()) {
+            continue;
+        }
+        let Ok(Some(bytes)) = workspace.read(&path).await else {
+            continue;
+        };
+        let outline = cached_outline(&bytes, path.as_str());
+        if outline.trim().is_empty() {
+            continue;
+        }
+        let shared = shared_words(&outline, &words);
+        scored.push((
+            score + 2 * shared.min(10) as i64,
+            ContextFile {
+                path: path.to_string(),
+                text: outline,
+                outline: true,
+            },
+        ));
+    }
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.path.cmp(&b.1.path)));
+    fit(scored.into_iter().map(|(_, f)| f), max_tokens)
+}
+
+/// A search of the workspace's files of `file`'s language, as (path → matching lines).
+pub(super) async fn search_counts(
+    workspace: &dyn Workspace,
+    file: &FileSpec,
+    pattern: String,
+) -> HashMap<String, usize> {
+    let mut found = HashMap::new();
+    let Some(ext) = file.path.extension() else {
+        return found;
+    };
+    let query = SearchQuery {
+        pattern,
+        regex: true,
+        ignore_case: false,
+        dir: SandboxPath::root(),
+        glob: Some(format!("*.{ext}")),
+        context_lines: 0,
+        max_matches: 500,
+        max_files: MAP_WALK_FILES,
+        max_file_bytes: MAP_MAX_FILE_BYTES,
+        time_limit: Duration::from_secs(2),
+    };
+    if let Ok(results) = workspace.search(query).await {
+        for m in results.matches {
+            *found.entry(m.path).or_insert(0) += 1;
+        }
+    }
+    found
+}
+
+/// Files of the same language that mention the file's module name, with how many lines do.
+pub(super) async fn mentions(workspace: &dyn Workspace, file: &FileSpec) -> HashMap<String, usize> {
+    let stem = stem(&file.path);
+    if stem.len() < 3 || !stem.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        return HashMap::new();
+    }
+    search_counts(workspace, file, format!(r"\b{stem}\b")).await
+}
+
+/// Files of the same language that define something named with a word of the description
+/// (`def apply_discount`, `MAX_RETRIES =`, `fn parse_order`), with how many definitions: the
+/// helpers and constants a description uses without naming their module.
+pub(super) async fn definitions(
+    workspace: &dyn Workspace,
+    file: &FileSpec,
+    words: &[String],
+) -> HashMap<String, usize> {
+    let mut words: Vec<&str> = words
+        .iter()
+        .map(String::as_str)
+        .filter(|w| w.len() >= 5 && w.chars().all(|c| c.is_ascii_alphanumeric()))
+        .filter(|w| !COMMON_WORDS.contains(w))
+        .collect();
+    words.sort_by_key(|w| std::cmp::Reverse(w.len()));
+    words.truncate(16);
+    if words.is_empty() {
+        return HashMap::new();
+    }
+    let alternatives = words.join("|");
+    let pattern = format!(
+        r"(?i)^\s*(?:export\s+|pub(?:\([a-z]+\))?\s+)?(?:async\s+)?(?:def|class|fn|function|func|const|let|var|static|struct|enum|trait|type|interface)\s+\w*(?:{alternatives})\w*|^[A-Z][A-Z0-9_]*(?:{upper})[A-Z0-9_]*\s*[:=]",
+        upper = alternatives.to_uppercase(),
+    );
+    search_counts(workspace, file, pattern).await
+}
+
+/// Words of descriptions that name no particular thing.
+pub(super) const COMMON_WORDS: &[&str] = &[
+    "about", "after", "again", "class", "every", "file", "first", "function", "given", "module",
+    "other", "return", "returns", "should", "their", "there", "these", "those", "value", "values",
+    "where", "which", "while", "with", "write", "using", "import", "imports",
+];
+
+/// The workspace's files ranked for `file` by path alone, best first (score > 0 only).
+pub(super) fn rank(
+    batch: &Batch,
+    file: &FileSpec,
+    files: &[WalkedFile],
+    mentions: &HashMap<String, usize>,
+    definitions: &HashMap<String, usize>,
+    current: Option<&str>,
+) -> Vec<(i64, SandboxPath)> {
+    let language = Language::from_path(file.path.as_str());
+    let own_stem = stem(&file.path);
+    let folder = file.path.parent();
+    let top = file.path.components().next().unwrap_or_default().to_owned();
+    let imported: Vec<String> = file
+        .internal_imports
+        .iter()
+        .chain(batch.files.iter().flat_map(|f| &f.internal_imports))
+        .map(|i| i.trim().replace('.', "/"))
+        .chain(current.map(imports_in).unwrap_or_default())
+        .collect();
+    let mut ranked: Vec<(i64, SandboxPath)> = files
+        .iter()
+        .filter(|f| f.path != file.path && f.size <= MAP_MAX_FILE_BYTES)
+        .filter(|f| Language::from_path(f.path.as_str()) != Language::Other)
+        .filter_map(|f| {
+            let path = f.path.as_str();
+            let mut score = 0_i64;
+            let no_ext = path.rsplit_once('.').map_or(path, |(p, _)| p);
+            if imported.iter().any(|i| {
+                !i.is_empty() && (no_ext.ends_with(i.as_str()) || path.ends_with(i.as_str()))
+            }) {
+                score += 8;
+            }
+            let name = f.path.file_name().to_ascii_lowercase();
+            if own_stem.len() >= 2
+                && name.contains("test")
+                && name.contains(&own_stem.to_ascii_lowercase())
+            {
+                score += 6;
+            }
+            if let Some(n) = mentions.get(path) {
+                score += 4 + (*n as i64).min(3);
+            }
+            if let Some(n) = definitions.get(path) {
+                score += 3 * (*n as i64).min(3);
+            }
+            if f.path.parent() == folder {
+                score += 3;
+            } else if !top.is_empty() && f.path.components().next() == Some(top.as_str()) {
+                score += 1;
+            }
+            if Language::from_path(path) == language {
+                score += 1;
+            }
+            (score > 1).then(|| (score, f.path.clone()))
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    ranked
+}
+
+/// The outlines, in order, that fit in `max_tokens` (the last one cut to fit, at a line).
+pub(super) fn fit(files: impl Iterator<Item = ContextFile>, max_tokens: usize) -> Vec<ContextFile> {
+    // Each file also costs its heading and fence, about 12 tokens.
+    let mut left = max_tokens;
+    let mut out = Vec::new();
+    for mut f in files {
+        let cost = tokens(&f.text) + tokens(&f.path) + 12;
+        if cost <= left {
+            left -= cost;
+            out.push(f);
+            continue;
+        }
+        let room = left.saturating_sub(tokens(&f.path) + 12) * 4;
+        if room >= 200 {
+            let cut = truncate_chars(&f.text, room).0;
+            let at_line = cut.rfind('\n').map_or(cut, |i| &cut[..i]);
+            f.text = at_line.to_owned();
+            out.push(f);
+        }
+        break;
+    }
+    out
+}
+
+/// The module paths a file's own import lines name (`from a.b import c` → `a/b`, `import x`,
+/// `from './y'` → `y`, `mod z;` → `z`), for the map's "it imports" rank.
+pub(super) fn imports_in(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for line in code.lines().map(str::trim) {
+        let module = if let Some(rest) = line.strip_prefix("from ") {
+            rest.split_whitespace().next()
+        } else if line.starts_with("import") && line.contains(" from ") {
+            line.rsplit(" from ").next()
+        } else if let Some(rest) = line.strip_prefix("import ") {
+            rest.split([' ', ',', ';']).next()
+        } else if let Some(rest) = line.strip_prefix("mod ") {
+            rest.strip_suffix(';')
+        } else {
+            None
+        };
+        if let Some(module) = module {
+            let m = module
+                .trim_matches(['\'', '"', ';', ' '])
+                .trim_start_matches("./")
+                .trim_start_matches('.');
+            if !m.is_empty() && !m.starts_with('{') {
+                found.push(if m.contains('/') {
+                    m.to_owned()
+                } else {
+                    m.replace('.', "/")
+                });
+            }
+        }
+    }
+    found
+}
+
+/// A file's name without its extension.
+pub(super) fn stem(path: &SandboxPath) -> String {
+    let name = path.file_name();
+    name.rsplit_once('.').map_or(name, |(s, _)| s).to_owned()
+}
+
+/// The description's words worth matching against definitions (four letters or more).
+pub(super) fn description_words(description: &str) -> Vec<String> {
+    let mut words: Vec<String> = description
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.len() >= 4)
+        .map(str::to_lowercase)
+        .collect();
+    words.sort();
+    words.dedup();
+    words
+}
+
+/// How much the outline's definitions share words with the description: per line, the square of
+/// the distinct description words it holds, so `normalize_invoice` outranks two lines holding
+/// `normalize` and `invoice` apart when the description says "normalize the invoice".
+pub(super) fn shared_words(outline: &str, words: &[String]) -> usize {
+    outline
+        .lines()
+        .map(|line| {
+            let mut hits: Vec<String> = line
+                .split(|c: char| !c.is_alphanumeric() && c != '_')
+                .flat_map(split_identifier)
+                .filter(|w| w.len() >= 4 && words.binary_search(w).is_ok())
+                .collect();
+            hits.sort();
+            hits.dedup();
+            hits.len() * hits.len()
+        })
+        .sum()
+}
+
+/// `apply_discount` / `applyDiscount` → `apply`, `discount`.
+pub(super) fn split_identifier(ident: &str) -> Vec<String> {
+    let mut parts = Vec::new();
+    let mut word = String::new();
+    let mut after_lower = false;
+    for c in ident.chars() {
+        if (c == '_' || (c.is_uppercase() && after_lower)) && !word.is_empty() {
+            parts.push(std::mem::take(&mut word));
+        }
+        after_lower = c.is_lowercase() || c.is_ascii_digit();
+        if c != '_' {
+            word.extend(c.to_lowercase());
+        }
+    }
+    if !word.is_empty() {
+        parts.push(word);
+    }
+    parts
+}
