@@ -9,6 +9,7 @@
 //! Here: the limits, [`Batch`] and [`FileSpec`] and the parsing of a request into them. The
 //! wire types live in `request`, the parsed options in `options`; both are re-exported here.
 
+mod context;
 mod options;
 mod request;
 
@@ -23,6 +24,8 @@ pub use request::{
 use crate::audit::FileKind;
 use crate::path::SandboxPath;
 use crate::synthesis::image::{ImageFormat, ImageOptions, ImageTarget, MAX_SIDE, MIN_SIDE};
+pub use context::{ContextEntry, ContextTarget};
+use context::{constraints_text, context_entries};
 
 pub const MAX_FILES: usize = 5;
 pub const MAX_DESCRIPTION_CHARS: usize = 20_000;
@@ -54,73 +57,6 @@ pub struct FileSpec {
     pub(crate) context: Vec<ContextEntry>,
     /// `files[i].constraints`.
     pub(crate) constraints: Option<String>,
-}
-
-/// One entry of a `context` list, checked lexically: a path (a file or a folder, told apart on
-/// disk) or a glob. Whether it names anything is checked before any model is called.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContextEntry {
-    /// The field that named it, for refusals (`context[2]`, `files[0].context[1]`).
-    pub field: String,
-    pub target: ContextTarget,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ContextTarget {
-    Path(SandboxPath),
-    /// A gitignore-style glob from the workspace root.
-    Glob(String),
-}
-
-/// A `context` list as entries, each refused by its field when it could never name a file in
-/// the workspace.
-fn context_entries(list: &[String], field: &str) -> Result<Vec<ContextEntry>, BatchError> {
-    if list.len() > MAX_CONTEXT_ENTRIES {
-        return Err(refuse(
-            field,
-            format!("at most {MAX_CONTEXT_ENTRIES} entries, got {}", list.len()),
-        ));
-    }
-    let mut entries: Vec<ContextEntry> = Vec::with_capacity(list.len());
-    for (i, raw) in list.iter().enumerate() {
-        let field = format!("{field}[{i}]");
-        let raw = raw.trim();
-        if raw.is_empty() {
-            return Err(refuse(field, "must not be empty"));
-        }
-        let target = if raw.contains(['*', '?', '[', '{']) {
-            let as_path = raw.replace(['*', '?', '[', ']', '{', '}', ','], "x");
-            if raw.starts_with('!') || raw.starts_with('/') || raw.len() > 1_000 {
-                return Err(refuse(
-                    field,
-                    "a glob names files from the workspace root (no leading '!' or '/', at most 1,000 bytes)",
-                ));
-            }
-            SandboxPath::parse_dir(as_path.trim_end_matches('/'))
-                .map_err(|e| refuse(field.clone(), e.to_string()))?;
-            ContextTarget::Glob(raw.to_owned())
-        } else {
-            let path = SandboxPath::parse_dir(raw.trim_end_matches('/'))
-                .map_err(|e| refuse(field.clone(), e.to_string()))?;
-            ContextTarget::Path(path)
-        };
-        entries.push(ContextEntry { field, target });
-    }
-    Ok(entries)
-}
-
-fn constraints_text(text: Option<String>, field: &str) -> Result<Option<String>, BatchError> {
-    let Some(text) = text.filter(|t| !t.trim().is_empty()) else {
-        return Ok(None);
-    };
-    let n = text.chars().count();
-    if n > MAX_CONSTRAINTS_CHARS {
-        return Err(refuse(
-            field,
-            format!("at most {MAX_CONSTRAINTS_CHARS} characters, got {n}"),
-        ));
-    }
-    Ok(Some(text.trim().to_owned()))
 }
 
 impl FileSpec {
