@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+mod support;
+use support::free_port;
 use writ_fake_upstream::{FakeUpstream, Latency, Script, Step};
 
 const MODELS: [&str; 2] = ["alpha/one", "beta/two"];
@@ -56,21 +58,9 @@ struct Cluster {
     extra: Vec<(String, String)>,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        // A retry with an Idempotency-Key may wait for a resumed batch.
-        .timeout(Duration::from_secs(120))
-        .build()
-        .unwrap()
+    // A retry with an Idempotency-Key may wait for a resumed batch.
+    support::client_with(Duration::from_secs(120))
 }
 
 impl Cluster {
@@ -128,19 +118,7 @@ impl Cluster {
         }
         let child = cmd.spawn().unwrap();
         let base = format!("http://127.0.0.1:{port}");
-        let started = Instant::now();
-        let http = client();
-        loop {
-            if http.get(format!("{base}/healthz")).send().await.is_ok() {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "writ did not start: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        support::wait_until_healthy(&base, &log).await;
         Replica { child, base }
     }
 

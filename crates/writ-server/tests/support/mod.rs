@@ -1,0 +1,39 @@
+//! What the tests that run the `writ` binary as a child share: a free loopback port, an HTTP
+//! client, and the wait for a started process to answer `/healthz`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A client whose requests give up after `timeout`.
+pub fn client_with(timeout: Duration) -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder().timeout(timeout).build().unwrap()
+}
+
+/// Waits up to 30 s for the process at `base` to answer `/healthz`; on time out, fails with its
+/// log.
+pub async fn wait_until_healthy(base: &str, log: &Path) {
+    let started = Instant::now();
+    let http = client_with(Duration::from_secs(30));
+    loop {
+        if http.get(format!("{base}/healthz")).send().await.is_ok() {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "writ did not start: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
