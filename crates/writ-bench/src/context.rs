@@ -6,7 +6,7 @@
 //! not name, a project constant, a style rule — counting the tasks whose prompt holds what the
 //! file needs, with the map and the caller's constraints and without them.
 //!
-//! Everything runs in-process against the real workspace (`SandboxedWorkspace` on a temporary
+//! Everything runs in-process against the real workspace (`RepoWorkspace` on a temporary
 //! directory) and the real prompt builder; no model is called.
 
 use std::fmt::Write as _;
@@ -18,8 +18,8 @@ use writ_core::search::SearchQuery;
 use writ_core::synthesis::batch::{Batch, WriteCodebaseRequest};
 use writ_core::synthesis::context::{self, tokens};
 use writ_core::synthesis::prompt::{self, MoreContext};
-use writ_core::{SandboxPath, Workspace};
-use writ_workspace::SandboxedWorkspace;
+use writ_core::{RepoPath, Workspace};
+use writ_workspace::RepoWorkspace;
 
 const VERBS: &[&str] = &[
     "normalize",
@@ -160,7 +160,7 @@ fn generate(root: &Path, files: usize) -> anyhow::Result<Vec<Task>> {
 
 /// The candidate prompt of `task` as writ builds it, with or without the repository context.
 async fn prompt_of(
-    ws: &SandboxedWorkspace,
+    ws: &RepoWorkspace,
     task: &Task,
     map_tokens: usize,
     with_context: bool,
@@ -214,7 +214,7 @@ pub async fn run(sizes: &[usize], map_tokens: usize) -> anyhow::Result<String> {
         let dir = tempfile::tempdir()?;
         let root = dir.path().join("repo");
         let tasks = generate(&root, size)?;
-        let ws = SandboxedWorkspace::open(&root).await?;
+        let ws = RepoWorkspace::open(&root).await?;
 
         let probe = &tasks[0];
         let started = Instant::now();
@@ -239,7 +239,7 @@ pub async fn run(sizes: &[usize], map_tokens: usize) -> anyhow::Result<String> {
                         pattern: pattern.into(),
                         regex: is_regex,
                         ignore_case: false,
-                        dir: SandboxPath::root(),
+                        dir: RepoPath::root(),
                         glob: None,
                         context_lines: 2,
                         max_matches: 50,

@@ -1,4 +1,4 @@
-//! Running the caller's checks: the [`Runner`] trait the core uses to execute a named command on
+//! Running the caller's checks: the [`CommandRunner`] trait the core uses to execute a named command on
 //! a scratch copy of `REPO_DIR` with some files staged into it (candidates under validation), and
 //! the records of a run. The sandbox that implements it lives in `writ-sandbox`; the core only
 //! decides what to stage and what a result means.
@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::path::SandboxPath;
+use crate::path::RepoPath;
 
 /// One command to run: a configured name and its arguments (paths inside the sandbox).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -87,7 +87,7 @@ pub struct RunLimits {
 }
 
 #[async_trait]
-pub trait Runner: Send + Sync + 'static {
+pub trait CommandRunner: Send + Sync + 'static {
     /// Refuses, before anything runs, a call that names an unknown command or passes an
     /// argument that is not a path inside the sandbox. `field` is where the call sits in the
     /// request (`command`, `options.validation.commands[0]`).
@@ -100,7 +100,7 @@ pub trait Runner: Send + Sync + 'static {
     /// `REPO_DIR` itself is never touched.
     async fn run(
         &self,
-        staged: &[(SandboxPath, Vec<u8>)],
+        staged: &[(RepoPath, Vec<u8>)],
         calls: &[CommandCall],
         timeout: Duration,
     ) -> Result<Vec<RunOutcome>, RunError>;

@@ -25,7 +25,7 @@ use crate::audit::{
     OperationStatus, Selection, StoreError,
 };
 use crate::content::sha256_hex;
-use crate::path::SandboxPath;
+use crate::path::RepoPath;
 use crate::workspace::{ToStage, Workspace, WorkspaceError};
 
 mod reconcile;
@@ -57,7 +57,7 @@ pub enum WriteMode {
 /// What the caller wants written.
 #[derive(Debug, Clone)]
 pub struct WriteSpec {
-    pub path: SandboxPath,
+    pub path: RepoPath,
     pub content: Vec<u8>,
     pub mode: WriteMode,
     /// Refuse unless the current content has this SHA-256 (hex).
@@ -217,7 +217,7 @@ pub async fn write_group_deferring_completion(
         locks.push(workspace.lock(&writes[i].spec.path).await);
     }
 
-    let targets: Vec<(SandboxPath, bool)> = writes
+    let targets: Vec<(RepoPath, bool)> = writes
         .iter()
         .map(|w| (w.spec.path.clone(), w.spec.create_dirs))
         .collect();
@@ -330,7 +330,7 @@ pub async fn write_group_deferring_completion(
 /// A write checked against its target's current content, ready to be recorded.
 struct Planned {
     op: Operation,
-    path: SandboxPath,
+    path: RepoPath,
     create_dirs: bool,
     /// The content the file will hold (after an append, the whole file).
     content: Vec<u8>,
@@ -456,7 +456,7 @@ pub async fn recorded_remove(
     workspace: &dyn Workspace,
     request_id: Uuid,
     kind: FileKind,
-    path: &SandboxPath,
+    path: &RepoPath,
     expected_sha256: &str,
     note: &str,
     provenance: Provenance,

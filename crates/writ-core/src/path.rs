@@ -1,6 +1,6 @@
 //! Lexical checks of a caller's path, before the filesystem is touched.
 //!
-//! A [`SandboxPath`] is relative, normalised (`./a/../b.py` → `b.py`), free of NUL bytes, control
+//! A [`RepoPath`] is relative, normalised (`./a/../b.py` → `b.py`), free of NUL bytes, control
 //! and bidi formatting characters, and never climbs above the root. What the filesystem resolves
 //! (symlinks planted inside the root) is checked again by the workspace implementation at open
 //! time: a lexical check alone was the path-prefix bypass of the reference MCP filesystem server.
@@ -49,9 +49,9 @@ pub fn forbidden(c: char) -> Option<&'static str> {
 
 /// A path relative to `REPO_DIR` that passed the lexical checks. Components are joined with `/`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SandboxPath(String);
+pub struct RepoPath(String);
 
-impl SandboxPath {
+impl RepoPath {
     /// Parses a path naming a file (the root itself is refused).
     pub fn parse(raw: &str) -> Result<Self, PathError> {
         let p = Self::parse_dir(raw)?;
@@ -96,7 +96,7 @@ impl SandboxPath {
                 }
             }
         }
-        Ok(SandboxPath(parts.join("/")))
+        Ok(RepoPath(parts.join("/")))
     }
 
     /// Parses a file path, additionally refusing the empty string outright.
@@ -108,7 +108,7 @@ impl SandboxPath {
     }
 
     pub fn root() -> Self {
-        SandboxPath(String::new())
+        RepoPath(String::new())
     }
 
     pub fn is_root(&self) -> bool {
@@ -124,10 +124,10 @@ impl SandboxPath {
     }
 
     /// The parent directory (the root for a top-level file).
-    pub fn parent(&self) -> SandboxPath {
+    pub fn parent(&self) -> RepoPath {
         match self.0.rfind('/') {
-            Some(i) => SandboxPath(self.0[..i].to_string()),
-            None => SandboxPath::root(),
+            Some(i) => RepoPath(self.0[..i].to_string()),
+            None => RepoPath::root(),
         }
     }
 
@@ -155,7 +155,7 @@ fn looks_like_drive(raw: &str) -> bool {
     b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':'
 }
 
-impl fmt::Display for SandboxPath {
+impl fmt::Display for RepoPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(if self.0.is_empty() { "." } else { &self.0 })
     }
@@ -168,24 +168,24 @@ mod tests {
 
     #[test]
     fn dot_segments_are_normalised_so_duplicates_are_detectable() {
-        assert_eq!(SandboxPath::parse("./a.py").unwrap().as_str(), "a.py");
+        assert_eq!(RepoPath::parse("./a.py").unwrap().as_str(), "a.py");
         assert_eq!(
-            SandboxPath::parse("src//x/../a.py").unwrap().as_str(),
+            RepoPath::parse("src//x/../a.py").unwrap().as_str(),
             "src/a.py"
         );
     }
 
     #[test]
     fn attacks_are_refused_with_their_reason() {
-        assert_eq!(SandboxPath::parse("/etc/passwd"), Err(PathError::Absolute));
-        assert_eq!(SandboxPath::parse("../x"), Err(PathError::EscapesRoot));
-        assert_eq!(SandboxPath::parse("a/../../x"), Err(PathError::EscapesRoot));
-        assert_eq!(SandboxPath::parse("a\0b"), Err(PathError::NulByte));
-        assert_eq!(SandboxPath::parse_nonempty(""), Err(PathError::Empty));
-        assert_eq!(SandboxPath::parse("a/.."), Err(PathError::IsRoot));
-        assert_eq!(SandboxPath::parse("C:evil"), Err(PathError::Absolute));
+        assert_eq!(RepoPath::parse("/etc/passwd"), Err(PathError::Absolute));
+        assert_eq!(RepoPath::parse("../x"), Err(PathError::EscapesRoot));
+        assert_eq!(RepoPath::parse("a/../../x"), Err(PathError::EscapesRoot));
+        assert_eq!(RepoPath::parse("a\0b"), Err(PathError::NulByte));
+        assert_eq!(RepoPath::parse_nonempty(""), Err(PathError::Empty));
+        assert_eq!(RepoPath::parse("a/.."), Err(PathError::IsRoot));
+        assert_eq!(RepoPath::parse("C:evil"), Err(PathError::Absolute));
         assert!(matches!(
-            SandboxPath::parse(&"a".repeat(300)),
+            RepoPath::parse(&"a".repeat(300)),
             Err(PathError::ComponentTooLong { .. })
         ));
     }
@@ -202,28 +202,28 @@ mod tests {
             ("mark\u{200f}.py", "U+200F"),
             ("arabic\u{61c}.py", "U+061C"),
         ] {
-            let err = SandboxPath::parse(raw).unwrap_err().to_string();
+            let err = RepoPath::parse(raw).unwrap_err().to_string();
             assert!(err.contains(shown), "{raw:?}: {err}");
         }
-        assert!(SandboxPath::parse("caf\u{e9}/\u{65e5}\u{672c}.py").is_ok());
+        assert!(RepoPath::parse("caf\u{e9}/\u{65e5}\u{672c}.py").is_ok());
     }
 
     #[test]
     fn extension_is_lower_cased_and_dotfiles_have_none() {
         assert_eq!(
-            SandboxPath::parse("x/Logo.PNG")
+            RepoPath::parse("x/Logo.PNG")
                 .unwrap()
                 .extension()
                 .as_deref(),
             Some("png")
         );
-        assert_eq!(SandboxPath::parse(".env").unwrap().extension(), None);
+        assert_eq!(RepoPath::parse(".env").unwrap().extension(), None);
     }
 
     proptest! {
         #[test]
         fn a_parsed_path_never_climbs_or_is_absolute(raw in "[a-z./\\\\\u{e9}\u{2044}]{0,40}") {
-            if let Ok(p) = SandboxPath::parse_dir(&raw) {
+            if let Ok(p) = RepoPath::parse_dir(&raw) {
                 prop_assert!(!p.as_str().starts_with('/'));
                 prop_assert!(p.components().all(|c| c != ".." && c != "."));
             }

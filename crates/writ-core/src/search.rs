@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::path::SandboxPath;
+use crate::path::RepoPath;
 use crate::workspace::WorkspaceError;
 
 /// One search, validated: the pattern is non-empty and the bounds are within their limits.
@@ -20,7 +20,7 @@ pub struct SearchQuery {
     pub regex: bool,
     pub ignore_case: bool,
     /// The directory searched (the root when empty).
-    pub dir: SandboxPath,
+    pub dir: RepoPath,
     /// Only files whose path (from the workspace root) matches this gitignore-style glob.
     pub glob: Option<String>,
     /// Lines shown before and after each matching line.
@@ -89,7 +89,7 @@ pub struct SearchResults {
 /// A file of the workspace, as a walk finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WalkedFile {
-    pub path: SandboxPath,
+    pub path: RepoPath,
     pub size: u64,
 }
 

@@ -15,7 +15,7 @@ use std::path::Path;
 use async_trait::async_trait;
 use serde::Serialize;
 
-use crate::path::{PathError, SandboxPath};
+use crate::path::{PathError, RepoPath};
 use crate::search::{SearchError, SearchQuery, SearchResults, Walk};
 
 /// Held while one path is being written; writers of one path queue on it: within this process,
@@ -112,7 +112,7 @@ pub trait StagedGroup: Send {
 
 /// One write of [`Workspace::stage_all`].
 pub struct ToStage<'a> {
-    pub path: &'a SandboxPath,
+    pub path: &'a RepoPath,
     pub content: &'a [u8],
     pub create_dirs: bool,
 }
@@ -123,19 +123,19 @@ pub trait Workspace: Send + Sync + 'static {
     fn root(&self) -> &Path;
 
     /// Serialises writers of one path within this process.
-    async fn lock(&self, path: &SandboxPath) -> PathLock;
+    async fn lock(&self, path: &RepoPath) -> PathLock;
 
     /// Entries of a directory, sorted by name.
-    async fn list(&self, dir: &SandboxPath) -> Result<Vec<DirEntry>, WorkspaceError>;
+    async fn list(&self, dir: &RepoPath) -> Result<Vec<DirEntry>, WorkspaceError>;
 
     /// The file's bytes, `None` when it does not exist. A directory or special file is an error.
-    async fn read(&self, path: &SandboxPath) -> Result<Option<Vec<u8>>, WorkspaceError>;
+    async fn read(&self, path: &RepoPath) -> Result<Option<Vec<u8>>, WorkspaceError>;
 
     /// At most the first `max_bytes` of the file, with its full size, so that a reader of a huge
     /// file never holds more than it returns. `None` when it does not exist.
     async fn read_head(
         &self,
-        path: &SandboxPath,
+        path: &RepoPath,
         max_bytes: usize,
     ) -> Result<Option<(Vec<u8>, u64)>, WorkspaceError> {
         Ok(self.read(path).await?.map(|mut bytes| {
@@ -153,11 +153,7 @@ pub trait Workspace: Send + Sync + 'static {
 
     /// Checks, without changing anything, that `path` could be written: it resolves beneath the
     /// root, is not a directory or special file, and its parent exists (or `create_dirs`).
-    async fn check_target(
-        &self,
-        path: &SandboxPath,
-        create_dirs: bool,
-    ) -> Result<(), WorkspaceError>;
+    async fn check_target(&self, path: &RepoPath, create_dirs: bool) -> Result<(), WorkspaceError>;
 
     /// [`Workspace::check_target`] and [`Workspace::read`] in one step, for each target (path,
     /// `create_dirs`) in order: the content a write of the path would replace (`None`: there is
@@ -165,7 +161,7 @@ pub trait Workspace: Send + Sync + 'static {
     /// all of theirs in one hand-off to wherever the reads run.
     async fn read_targets(
         &self,
-        targets: &[(SandboxPath, bool)],
+        targets: &[(RepoPath, bool)],
     ) -> Vec<Result<Option<Vec<u8>>, WorkspaceError>>;
 
     /// The first half of a write: checks the target, creates its missing parents if
@@ -173,7 +169,7 @@ pub trait Workspace: Send + Sync + 'static {
     /// see. [`StagedWrite::publish`] is the second half.
     async fn stage(
         &self,
-        path: &SandboxPath,
+        path: &RepoPath,
         content: &[u8],
         create_dirs: bool,
     ) -> Result<Box<dyn StagedWrite>, WorkspaceError>;
@@ -186,7 +182,7 @@ pub trait Workspace: Send + Sync + 'static {
     /// Replaces the file's content atomically and durably, creating parents if `create_dirs`.
     async fn write_atomic(
         &self,
-        path: &SandboxPath,
+        path: &RepoPath,
         content: &[u8],
         create_dirs: bool,
     ) -> Result<(), WorkspaceError> {
@@ -197,7 +193,7 @@ pub trait Workspace: Send + Sync + 'static {
     }
 
     /// Removes a regular file (durably: the directory is synced). Absent is not an error.
-    async fn remove(&self, path: &SandboxPath) -> Result<(), WorkspaceError>;
+    async fn remove(&self, path: &RepoPath) -> Result<(), WorkspaceError>;
 
     /// Writes and removes a probe file, for `/readyz` and `writ check`.
     async fn probe_writable(&self) -> Result<(), WorkspaceError>;
@@ -216,7 +212,7 @@ pub trait Workspace: Send + Sync + 'static {
     /// protected paths honoured, symlinks not followed.
     async fn walk(
         &self,
-        dir: &SandboxPath,
+        dir: &RepoPath,
         glob: Option<&str>,
         max_files: usize,
     ) -> Result<Walk, SearchError> {

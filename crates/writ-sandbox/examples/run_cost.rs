@@ -12,8 +12,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use writ_core::SandboxPath;
-use writ_core::execution::{CommandCall, RunLimits, Runner};
+use writ_core::RepoPath;
+use writ_core::execution::{CommandCall, CommandRunner, RunLimits};
 use writ_sandbox::{CommandSet, Mechanism, Sandbox, SandboxConfig, SandboxRunner};
 
 const SIZES: [usize; 5] = [10, 2_000, 20_000, 60_000, 100_000];
@@ -115,9 +115,9 @@ async fn probe(repo: &Path, base: &Path, overlay: bool) -> anyhow::Result<Sandbo
     Ok(sandbox)
 }
 
-fn staged(i: usize) -> anyhow::Result<Vec<(SandboxPath, Vec<u8>)>> {
+fn staged(i: usize) -> anyhow::Result<Vec<(RepoPath, Vec<u8>)>> {
     Ok(vec![(
-        SandboxPath::parse("check.py")?,
+        RepoPath::parse("check.py")?,
         format!("print({i})\n").into_bytes(),
     )])
 }

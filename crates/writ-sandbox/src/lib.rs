@@ -50,7 +50,7 @@
 //! Modules: `commands` (named command templates), `evidence` (what a pass must show),
 //! `scratch` (the copy), `run` (the bubblewrap
 //! command line and the capture of one run), `runner` ([`SandboxRunner`], the synthesis core's
-//! `Runner` over all of this), `error`.
+//! `CommandRunner` over all of this), `error`.
 
 mod commands;
 mod error;

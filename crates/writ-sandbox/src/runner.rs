@@ -1,4 +1,4 @@
-//! The synthesis core's [`Runner`] over this sandbox: named commands (`WRIT_COMMANDS`), a
+//! The synthesis core's [`CommandRunner`] over this sandbox: named commands (`WRIT_COMMANDS`), a
 //! scratch of `REPO_DIR` per run (made once the run holds its slot) with the staged files written
 //! into it, the deployment's bounds, and the admission of `POST /run` ([`SandboxRunner::admit`]:
 //! a bounded queue, and a bound on each key's runs in flight). When the sandbox could not start,
@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use writ_core::SandboxPath;
-use writ_core::execution::{CommandCall, RunError, RunLimits, RunOutcome, Runner};
+use writ_core::RepoPath;
+use writ_core::execution::{CommandCall, CommandRunner, RunError, RunLimits, RunOutcome};
 
 use crate::{CommandError, CommandSet, Mechanism, Sandbox, SandboxError, SandboxUnavailable};
 
@@ -201,7 +201,7 @@ fn join(base: &str, leaf: &str) -> String {
 }
 
 #[async_trait]
-impl Runner for SandboxRunner {
+impl CommandRunner for SandboxRunner {
     fn check(&self, call: &CommandCall, field: &str) -> Result<(), RunError> {
         self.sandbox()?;
         self.expand(call, field).map(|_| ())
@@ -213,7 +213,7 @@ impl Runner for SandboxRunner {
 
     async fn run(
         &self,
-        staged: &[(SandboxPath, Vec<u8>)],
+        staged: &[(RepoPath, Vec<u8>)],
         calls: &[CommandCall],
         timeout: Duration,
     ) -> Result<Vec<RunOutcome>, RunError> {

@@ -956,7 +956,7 @@ async fn a_full_run_queue_refuses_new_runs_at_once() {
 /// scratch is made only once it holds its slot.
 #[tokio::test]
 async fn many_runs_at_once_hold_no_more_scratches_than_slots() {
-    use writ_core::execution::{CommandCall, RunLimits, Runner};
+    use writ_core::execution::{CommandCall, CommandRunner, RunLimits};
     for overlay in [true, false] {
         let Some(h) = harness_on(SandboxConfig {
             limits: test_limits(),
@@ -978,7 +978,7 @@ async fn many_runs_at_once_hold_no_more_scratches_than_slots() {
             },
         ));
         let staged = vec![(
-            writ_core::SandboxPath::parse("check.py").unwrap(),
+            writ_core::RepoPath::parse("check.py").unwrap(),
             b"import time\ntime.sleep(0.3)\n".to_vec(),
         )];
         let call = CommandCall {

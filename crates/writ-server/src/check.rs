@@ -61,7 +61,7 @@ pub async fn run_checks(settings: &Settings) -> Vec<Line> {
     lines.push(database);
 
     let repo = settings.repo_dir.display().to_string();
-    let repo_line = match writ_workspace::SandboxedWorkspace::open(&settings.repo_dir).await {
+    let repo_line = match writ_workspace::RepoWorkspace::open(&settings.repo_dir).await {
         Err(e) => Line {
             ok: false,
             required: true,
@@ -105,12 +105,12 @@ pub async fn run_checks(settings: &Settings) -> Vec<Line> {
                 settings.models.code_list.join(", "),
                 settings
                     .models
-                    .code_model
+                    .arbiter_model
                     .as_deref()
                     .unwrap_or("(none: first viable candidate wins)"),
                 settings
                     .models
-                    .code_gen_model
+                    .fallback_model
                     .as_deref()
                     .unwrap_or("(none)")
             ),

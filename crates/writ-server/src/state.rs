@@ -18,7 +18,7 @@ pub struct AppState {
     pub models: Option<Arc<dyn ModelClient>>,
     /// Runs every batch as a job (persisted, with progress events); `None` when no model client
     /// could be built.
-    pub runner: Option<Arc<writ_core::synthesis::runner::JobRunner>>,
+    pub jobs: Option<Arc<writ_core::synthesis::runner::JobRunner>>,
     /// Runs configured commands in the sandbox (`POST /run`, `options.validation`); `None` when
     /// no commands are configured.
     pub commands: Option<Arc<writ_sandbox::SandboxRunner>>,

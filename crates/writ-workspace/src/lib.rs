@@ -1,7 +1,7 @@
 //! The sandboxed workspace: `REPO_DIR` as writ reads and writes it.
 //!
-//! [`SandboxedWorkspace`] implements [`writ_core::Workspace`]. Its paths arrive already checked
-//! lexically ([`SandboxPath`]); what this crate adds is the check the filesystem alone can make.
+//! [`RepoWorkspace`] implements [`writ_core::Workspace`]. Its paths arrive already checked
+//! lexically ([`RepoPath`]); what this crate adds is the check the filesystem alone can make.
 //! Every access goes through one `cap_std::fs::Dir` opened on the canonical root, which resolves
 //! each path beneath it with `openat2(RESOLVE_BENEATH)` (or cap-std's emulation on older kernels),
 //! so a symlink planted inside the root is refused at open time if it leads outside.
@@ -42,7 +42,7 @@ use async_trait::async_trait;
 use cap_std::fs::Dir;
 use writ_core::search::{SearchError, SearchQuery, SearchResults, Walk};
 use writ_core::workspace::{DirEntry, PathLock, StagedGroup, StagedWrite, ToStage};
-use writ_core::{SandboxPath, Workspace, WorkspaceError};
+use writ_core::{RepoPath, Workspace, WorkspaceError};
 
 use crate::locks::PathLocks;
 pub use crate::protect::ProtectedPaths;
@@ -50,13 +50,13 @@ use crate::staged::Prepared;
 use crate::writer::Writer;
 
 /// How long a temp-file-shaped file must have been left untouched before
-/// [`SandboxedWorkspace::remove_stale_temp_files`] takes it for debris: far longer than any write
+/// [`RepoWorkspace::remove_stale_temp_files`] takes it for debris: far longer than any write
 /// holds its temp file, so a write in flight never loses it.
 pub const STALE_TEMP_FILE_AGE: Duration = Duration::from_secs(10 * 60);
 
 /// `REPO_DIR`, reachable only through a capability on its root directory.
 #[derive(Debug)]
-pub struct SandboxedWorkspace {
+pub struct RepoWorkspace {
     /// The canonical root, for reports; never used to reach files (that would bypass the sandbox).
     root_path: PathBuf,
     /// The capability every access goes through, shared with the blocking tasks that use it.
@@ -77,12 +77,12 @@ impl std::fmt::Debug for Writer {
     }
 }
 
-impl SandboxedWorkspace {
+impl RepoWorkspace {
     /// Opens `root` as the workspace, creating it (and its parents) if missing.
     ///
     /// This is the only place ambient authority is used: from here on, the process reaches the
     /// workspace only through the returned value's directory handle.
-    pub async fn open(root: impl AsRef<Path>) -> Result<SandboxedWorkspace, WorkspaceError> {
+    pub async fn open(root: impl AsRef<Path>) -> Result<RepoWorkspace, WorkspaceError> {
         let root = root.as_ref().to_path_buf();
         let shown = root.display().to_string();
         let io_error = |source: io::Error| WorkspaceError::Io {
@@ -102,7 +102,7 @@ impl SandboxedWorkspace {
 
         let root = Arc::new(dir);
         let writer = Writer::start(Arc::clone(&root)).map_err(io_error)?;
-        Ok(SandboxedWorkspace {
+        Ok(RepoWorkspace {
             root_path,
             root,
             writer,
@@ -131,8 +131,8 @@ impl SandboxedWorkspace {
         self
     }
 
-    /// Runs `op` after refusing a protected `path` (see [`SandboxedWorkspace::guarded`]).
-    async fn run_unprotected<T, F>(&self, path: &SandboxPath, op: F) -> Result<T, WorkspaceError>
+    /// Runs `op` after refusing a protected `path` (see [`RepoWorkspace::guarded`]).
+    async fn run_unprotected<T, F>(&self, path: &RepoPath, op: F) -> Result<T, WorkspaceError>
     where
         T: Send + 'static,
         F: FnOnce(&Arc<Dir>) -> Result<T, WorkspaceError> + Send + 'static,
@@ -146,7 +146,7 @@ impl SandboxedWorkspace {
     /// the two is missed by more than the op's own checks).
     fn guarded<T, F>(
         &self,
-        path: &SandboxPath,
+        path: &RepoPath,
         op: F,
     ) -> Result<impl FnOnce(&Arc<Dir>) -> Result<T, WorkspaceError> + Send + 'static, WorkspaceError>
     where
@@ -217,7 +217,7 @@ impl SandboxedWorkspace {
     /// thread each, which costs a wake-up each.
     async fn run_each(
         &self,
-        paths: &[SandboxPath],
+        paths: &[RepoPath],
         reads: Vec<Result<Read, WorkspaceError>>,
     ) -> Vec<Result<Option<Vec<u8>>, WorkspaceError>> {
         let shown = paths.first().map(|p| p.to_string()).unwrap_or_default();
@@ -245,7 +245,7 @@ impl SandboxedWorkspace {
     }
 }
 
-impl SandboxedWorkspace {
+impl RepoWorkspace {
     /// How the writer stages `write` (its path as errors show it); an `Err` if it is refused
     /// before it gets there.
     fn to_prepare(
@@ -278,16 +278,16 @@ fn lost(shown: &str) -> WorkspaceError {
 type Read = Box<dyn FnOnce(&Arc<Dir>) -> Result<Option<Vec<u8>>, WorkspaceError> + Send>;
 
 #[async_trait]
-impl Workspace for SandboxedWorkspace {
+impl Workspace for RepoWorkspace {
     fn root(&self) -> &Path {
         &self.root_path
     }
 
-    async fn lock(&self, path: &SandboxPath) -> PathLock {
+    async fn lock(&self, path: &RepoPath) -> PathLock {
         self.locks.lock(path).await
     }
 
-    async fn list(&self, dir: &SandboxPath) -> Result<Vec<DirEntry>, WorkspaceError> {
+    async fn list(&self, dir: &RepoPath) -> Result<Vec<DirEntry>, WorkspaceError> {
         let owned = dir.clone();
         self.run(&dir.to_string(), move |root| ops::list(root, &owned))
             .await
@@ -307,7 +307,7 @@ impl Workspace for SandboxedWorkspace {
 
     async fn walk(
         &self,
-        dir: &SandboxPath,
+        dir: &RepoPath,
         glob: Option<&str>,
         max_files: usize,
     ) -> Result<Walk, SearchError> {
@@ -324,7 +324,7 @@ impl Workspace for SandboxedWorkspace {
             })?
     }
 
-    async fn read(&self, path: &SandboxPath) -> Result<Option<Vec<u8>>, WorkspaceError> {
+    async fn read(&self, path: &RepoPath) -> Result<Option<Vec<u8>>, WorkspaceError> {
         let owned = path.clone();
         self.run(path.as_str(), move |root| ops::read(root, &owned))
             .await
@@ -332,7 +332,7 @@ impl Workspace for SandboxedWorkspace {
 
     async fn read_head(
         &self,
-        path: &SandboxPath,
+        path: &RepoPath,
         max_bytes: usize,
     ) -> Result<Option<(Vec<u8>, u64)>, WorkspaceError> {
         let owned = path.clone();
@@ -346,11 +346,7 @@ impl Workspace for SandboxedWorkspace {
         self.max_file_bytes
     }
 
-    async fn check_target(
-        &self,
-        path: &SandboxPath,
-        create_dirs: bool,
-    ) -> Result<(), WorkspaceError> {
+    async fn check_target(&self, path: &RepoPath, create_dirs: bool) -> Result<(), WorkspaceError> {
         let owned = path.clone();
         self.run_unprotected(path, move |root| {
             ops::check_target(root, &owned, create_dirs)
@@ -360,7 +356,7 @@ impl Workspace for SandboxedWorkspace {
 
     async fn read_targets(
         &self,
-        targets: &[(SandboxPath, bool)],
+        targets: &[(RepoPath, bool)],
     ) -> Vec<Result<Option<Vec<u8>>, WorkspaceError>> {
         let reads = targets
             .iter()
@@ -374,13 +370,13 @@ impl Workspace for SandboxedWorkspace {
                 .map(|op| Box::new(op) as Read)
             })
             .collect();
-        let paths: Vec<SandboxPath> = targets.iter().map(|(p, _)| p.clone()).collect();
+        let paths: Vec<RepoPath> = targets.iter().map(|(p, _)| p.clone()).collect();
         self.run_each(&paths, reads).await
     }
 
     async fn stage(
         &self,
-        path: &SandboxPath,
+        path: &RepoPath,
         content: &[u8],
         create_dirs: bool,
     ) -> Result<Box<dyn StagedWrite>, WorkspaceError> {
@@ -405,7 +401,7 @@ impl Workspace for SandboxedWorkspace {
         })
     }
 
-    async fn remove(&self, path: &SandboxPath) -> Result<(), WorkspaceError> {
+    async fn remove(&self, path: &RepoPath) -> Result<(), WorkspaceError> {
         let owned = path.clone();
         self.run_unprotected(path, move |root| ops::remove(root, &owned))
             .await
@@ -414,7 +410,7 @@ impl Workspace for SandboxedWorkspace {
     /// Through the same writer as every write, so a writer that stopped shows here too.
     async fn probe_writable(&self) -> Result<(), WorkspaceError> {
         let name = format!("{}{}", ops::PROBE_PREFIX, random_suffix());
-        let path = SandboxPath::parse(&name)?;
+        let path = RepoPath::parse(&name)?;
         let written = match self.stage(&path, b"writ probe\n", false).await {
             Ok(staged) => staged.publish().await,
             Err(e) => Err(e),

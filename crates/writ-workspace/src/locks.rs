@@ -10,20 +10,20 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use writ_core::SandboxPath;
+use writ_core::RepoPath;
 use writ_core::workspace::{PathLock, SharedLocks};
 
 #[derive(Debug, Default)]
 pub(crate) struct PathLocks {
     /// A std mutex is enough: it is held only to look up or insert an entry, never across `.await`.
-    table: Mutex<HashMap<SandboxPath, Arc<tokio::sync::Mutex<()>>>>,
+    table: Mutex<HashMap<RepoPath, Arc<tokio::sync::Mutex<()>>>>,
     /// Other processes' writers of the same `REPO_DIR`, where there are any.
     shared: Option<Arc<dyn SharedLocks>>,
 }
 
 /// What a shared lock is named: the workspace's own prefix, so that no other user of the
 /// database's advisory locks collides with a path.
-fn shared_key(path: &SandboxPath) -> String {
+fn shared_key(path: &RepoPath) -> String {
     format!("writ:path:{}", path.as_str())
 }
 
@@ -33,7 +33,7 @@ impl PathLocks {
         self
     }
 
-    pub(crate) async fn lock(&self, path: &SandboxPath) -> PathLock {
+    pub(crate) async fn lock(&self, path: &RepoPath) -> PathLock {
         let entry = {
             // A panic while holding the table cannot leave it inconsistent (every update is a
             // single map operation), so a poisoned table is still usable.
@@ -72,8 +72,8 @@ impl PathLocks {
 mod tests {
     use super::*;
 
-    fn path(raw: &str) -> SandboxPath {
-        SandboxPath::parse(raw).unwrap()
+    fn path(raw: &str) -> RepoPath {
+        RepoPath::parse(raw).unwrap()
     }
 
     #[tokio::test]

@@ -1,4 +1,4 @@
-//! The synchronous filesystem operations behind [`crate::SandboxedWorkspace`], each taking the
+//! The synchronous filesystem operations behind [`crate::RepoWorkspace`], each taking the
 //! root `Dir` and resolving every path from it (never from a subdirectory handle, which would make
 //! a symlink such as `a/link -> ../b` look like an escape although it stays inside the root).
 //!
@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use cap_std::fs::{Dir, Metadata, OpenOptions, OpenOptionsExt, PermissionsExt};
 use writ_core::workspace::DirEntry;
-use writ_core::{SandboxPath, WorkspaceError};
+use writ_core::{RepoPath, WorkspaceError};
 
 use crate::errors::{from_io, is_absent, is_escape};
 
@@ -22,14 +22,14 @@ pub(crate) const NEW_FILE_MODE: u32 = 0o644;
 /// Prefix of the probe file written by `/readyz` and `writ check`.
 pub(crate) const PROBE_PREFIX: &str = ".writ-probe-";
 
-pub(crate) fn read(root: &Dir, path: &SandboxPath) -> Result<Option<Vec<u8>>, WorkspaceError> {
+pub(crate) fn read(root: &Dir, path: &RepoPath) -> Result<Option<Vec<u8>>, WorkspaceError> {
     Ok(read_head(root, path, usize::MAX)?.map(|(content, _)| content))
 }
 
 /// At most `max_bytes` of the file, and its full size.
 pub(crate) fn read_head(
     root: &Dir,
-    path: &SandboxPath,
+    path: &RepoPath,
     max_bytes: usize,
 ) -> Result<Option<(Vec<u8>, u64)>, WorkspaceError> {
     let p = path.as_str();
@@ -65,7 +65,7 @@ pub(crate) fn read_head(
     Ok(Some((content, size)))
 }
 
-pub(crate) fn list(root: &Dir, dir: &SandboxPath) -> Result<Vec<DirEntry>, WorkspaceError> {
+pub(crate) fn list(root: &Dir, dir: &RepoPath) -> Result<Vec<DirEntry>, WorkspaceError> {
     let shown = dir.to_string();
     let opened;
     let listed = if dir.is_root() {
@@ -100,7 +100,7 @@ pub(crate) fn list(root: &Dir, dir: &SandboxPath) -> Result<Vec<DirEntry>, Works
 
 pub(crate) fn check_target(
     root: &Dir,
-    path: &SandboxPath,
+    path: &RepoPath,
     create_dirs: bool,
 ) -> Result<(), WorkspaceError> {
     match check_parents(root, path, create_dirs)? {
@@ -114,11 +114,7 @@ pub(crate) fn check_target(
 /// [`NEW_FILE_MODE`]. Judged through `dir`, the directory about to be written into, since the
 /// checks before ran on paths that may have changed since; anything but a regular file (or
 /// nothing) at the target is refused.
-pub(crate) fn target_mode(
-    root: &Dir,
-    dir: &Dir,
-    path: &SandboxPath,
-) -> Result<u32, WorkspaceError> {
+pub(crate) fn target_mode(root: &Dir, dir: &Dir, path: &RepoPath) -> Result<u32, WorkspaceError> {
     match dir.symlink_metadata(path.file_name()) {
         Ok(meta) if meta.is_file() => Ok(existing_mode(&meta)),
         Ok(_) => Err(check_final(root, path)
@@ -130,7 +126,7 @@ pub(crate) fn target_mode(
 }
 
 /// Removes a regular file beneath the root and syncs its directory; a missing file is fine.
-pub(crate) fn remove(root: &Dir, path: &SandboxPath) -> Result<(), WorkspaceError> {
+pub(crate) fn remove(root: &Dir, path: &RepoPath) -> Result<(), WorkspaceError> {
     match check_parents(root, path, false) {
         Ok(_) => {}
         Err(WorkspaceError::ParentMissing { .. }) => return Ok(()),
@@ -220,7 +216,7 @@ fn looks_like_temp_file_name(name: &str) -> bool {
 /// existing directory on the way is opened (through the sandbox) and its real location read back
 /// from `/proc/self/fd`; the components below it, not created yet, are appended as named. `None`
 /// when that cannot be told (no procfs): the lexical check stands alone then.
-pub(crate) fn resolved(root: &Dir, root_path: &Path, path: &SandboxPath) -> Option<String> {
+pub(crate) fn resolved(root: &Dir, root_path: &Path, path: &RepoPath) -> Option<String> {
     let components: Vec<&str> = path.components().collect();
     let (dirs, name) = components.split_at(components.len().checked_sub(1)?);
     for depth in (0..=dirs.len()).rev() {
@@ -253,7 +249,7 @@ enum Parents {
 /// exists yet.
 fn check_parents(
     root: &Dir,
-    path: &SandboxPath,
+    path: &RepoPath,
     create_dirs: bool,
 ) -> Result<Parents, WorkspaceError> {
     let mut prefix = String::new();
@@ -296,7 +292,7 @@ fn check_parents(
 /// the link itself with a regular file rather than write to its target, which is not what a caller
 /// writing to that path means. An escaping link is reported as `Escapes`, any other as
 /// `SpecialFile` (it is not a regular file); the caller can write to the link's target by name.
-fn check_final(root: &Dir, path: &SandboxPath) -> Result<(), WorkspaceError> {
+fn check_final(root: &Dir, path: &RepoPath) -> Result<(), WorkspaceError> {
     let p = path.as_str();
     match root.symlink_metadata(p) {
         Ok(meta) if meta.is_file() => Ok(()),
@@ -317,10 +313,7 @@ fn check_final(root: &Dir, path: &SandboxPath) -> Result<(), WorkspaceError> {
 
 /// Creates the target's missing directories one by one, returning those it created (so that their
 /// parents can be synced once the file is in place).
-pub(crate) fn create_parents(
-    root: &Dir,
-    path: &SandboxPath,
-) -> Result<Vec<String>, WorkspaceError> {
+pub(crate) fn create_parents(root: &Dir, path: &RepoPath) -> Result<Vec<String>, WorkspaceError> {
     let mut created = Vec::new();
     let mut prefix = String::new();
     for component in path.parent().components() {
@@ -342,7 +335,7 @@ pub(crate) fn create_parents(
     Ok(created)
 }
 
-fn refuse_non_file(path: &SandboxPath, meta: &Metadata) -> Result<(), WorkspaceError> {
+fn refuse_non_file(path: &RepoPath, meta: &Metadata) -> Result<(), WorkspaceError> {
     if meta.is_file() {
         Ok(())
     } else if meta.is_dir() {
@@ -354,7 +347,7 @@ fn refuse_non_file(path: &SandboxPath, meta: &Metadata) -> Result<(), WorkspaceE
     }
 }
 
-fn special(path: &SandboxPath) -> WorkspaceError {
+fn special(path: &RepoPath) -> WorkspaceError {
     WorkspaceError::SpecialFile {
         path: path.to_string(),
     }

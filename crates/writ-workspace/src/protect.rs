@@ -7,7 +7,7 @@
 //! characters dropped (HFS+ ignores them, so `.g\u{200c}it` is `.git` there), trailing dots and
 //! spaces dropped (Windows and Samba strip them). NTFS short names (`GIT~1`) are not recognised.
 
-use writ_core::{SandboxPath, WorkspaceError};
+use writ_core::{RepoPath, WorkspaceError};
 
 /// One rule: a name that may not appear as any component, or a path from the root that may not
 /// be the target or lie above it.
@@ -77,14 +77,14 @@ impl ProtectedPaths {
 
     /// Whether a rule covers `target` (a path from the root): reads skip what writes may not touch.
     pub(crate) fn covers(&self, target: &str) -> bool {
-        let Ok(path) = SandboxPath::parse(target) else {
+        let Ok(path) = RepoPath::parse(target) else {
             return true;
         };
         self.check(&path, target).is_err()
     }
 
     /// Refuses `target` (shown as `path`) if a rule covers it.
-    pub(crate) fn check(&self, path: &SandboxPath, target: &str) -> Result<(), WorkspaceError> {
+    pub(crate) fn check(&self, path: &RepoPath, target: &str) -> Result<(), WorkspaceError> {
         if self.entries.is_empty() {
             return Ok(());
         }
@@ -139,7 +139,7 @@ mod tests {
     }
 
     fn refused(p: &ProtectedPaths, raw: &str) -> bool {
-        let path = SandboxPath::parse(raw).unwrap();
+        let path = RepoPath::parse(raw).unwrap();
         p.check(&path, path.as_str()).is_err()
     }
 

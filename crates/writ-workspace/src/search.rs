@@ -22,7 +22,7 @@ use ignore::overrides::{Override, OverrideBuilder};
 use writ_core::search::{
     SearchError, SearchMatch, SearchQuery, SearchResults, SearchStop, Walk, WalkedFile,
 };
-use writ_core::{SandboxPath, WorkspaceError};
+use writ_core::{RepoPath, WorkspaceError};
 
 use crate::protect::ProtectedPaths;
 
@@ -41,7 +41,7 @@ pub(crate) struct Tree {
 
 impl Tree {
     /// The walker over `dir`, yielding regular files only (with their path from the root).
-    fn files(&self, dir: &SandboxPath) -> impl Iterator<Item = (String, u64)> + use<> {
+    fn files(&self, dir: &RepoPath) -> impl Iterator<Item = (String, u64)> + use<> {
         let root_path = self.root_path.clone();
         let protected = Arc::clone(&self.protected);
         let wanted = dir.as_str().to_owned();
@@ -84,7 +84,7 @@ impl Tree {
 
     pub fn walk(
         &self,
-        dir: &SandboxPath,
+        dir: &RepoPath,
         glob: Option<&str>,
         max_files: usize,
     ) -> Result<Walk, SearchError> {
@@ -101,7 +101,7 @@ impl Tree {
                 walk.truncated = true;
                 break;
             }
-            if let Ok(path) = SandboxPath::parse_nonempty(&rel) {
+            if let Ok(path) = RepoPath::parse_nonempty(&rel) {
                 walk.files.push(WalkedFile { path, size });
             }
         }
@@ -109,7 +109,7 @@ impl Tree {
     }
 
     /// Refuses a directory that is not there (or not a directory) before walking it.
-    fn existing_dir(&self, dir: &SandboxPath) -> Result<(), WorkspaceError> {
+    fn existing_dir(&self, dir: &RepoPath) -> Result<(), WorkspaceError> {
         if dir.is_root() {
             return Ok(());
         }

@@ -16,14 +16,14 @@ use std::sync::Arc;
 
 use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 use rustix::fs::{AtFlags, Mode, OFlags};
-use writ_core::{SandboxPath, WorkspaceError};
+use writ_core::{RepoPath, WorkspaceError};
 
 use crate::errors::from_io;
 use crate::ops;
 
 /// A file's new content, written and (after [`Prepared::sync`]) durable beside its target.
 pub(crate) struct Prepared {
-    path: SandboxPath,
+    path: RepoPath,
     root: Arc<Dir>,
     /// The target's directory, as resolved when the write was prepared.
     dir: Dir,
@@ -62,7 +62,7 @@ impl Parents {
 /// is judged there by [`ops::target_mode`] alone, which refuses anything but a regular file.
 pub(crate) fn prepare(
     root: &Arc<Dir>,
-    path: &SandboxPath,
+    path: &RepoPath,
     content: &[u8],
     create_dirs: bool,
     parents: &mut Parents,
@@ -137,7 +137,7 @@ pub(crate) fn prepare(
 }
 
 impl Prepared {
-    pub(crate) fn path(&self) -> &SandboxPath {
+    pub(crate) fn path(&self) -> &RepoPath {
         &self.path
     }
 

@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime};
 
 use proptest::prelude::*;
 use writ_core::workspace::DirEntry;
-use writ_core::{SandboxPath, Workspace, WorkspaceError};
-use writ_workspace::SandboxedWorkspace;
+use writ_core::{RepoPath, Workspace, WorkspaceError};
+use writ_workspace::RepoWorkspace;
 
 mod common;
 use common::{Mounted, open_guarding_git, p, walk};
@@ -24,7 +24,7 @@ struct Sandbox {
     _base: tempfile::TempDir,
     root: PathBuf,
     outside: PathBuf,
-    ws: SandboxedWorkspace,
+    ws: RepoWorkspace,
 }
 
 async fn sandbox() -> Sandbox {
@@ -32,7 +32,7 @@ async fn sandbox() -> Sandbox {
     let root = base.path().join("root");
     let outside = base.path().join("outside");
     std::fs::create_dir(&outside).unwrap();
-    let ws = SandboxedWorkspace::open(&root).await.unwrap();
+    let ws = RepoWorkspace::open(&root).await.unwrap();
     let root = ws.root().to_path_buf();
     let outside = outside.canonicalize().unwrap();
     Sandbox {
@@ -43,8 +43,8 @@ async fn sandbox() -> Sandbox {
     }
 }
 
-fn dir(raw: &str) -> SandboxPath {
-    SandboxPath::parse_dir(raw).unwrap()
+fn dir(raw: &str) -> RepoPath {
+    RepoPath::parse_dir(raw).unwrap()
 }
 
 fn names(entries: &[DirEntry]) -> Vec<&str> {
@@ -88,7 +88,7 @@ async fn opening_creates_a_missing_root_and_reports_it_canonical() {
     let base = tempfile::tempdir().unwrap();
     let wanted = base.path().join("deep/./repo");
 
-    let ws = SandboxedWorkspace::open(&wanted).await.unwrap();
+    let ws = RepoWorkspace::open(&wanted).await.unwrap();
 
     assert!(wanted.is_dir());
     assert_eq!(
@@ -644,7 +644,7 @@ proptest! {
             symlink("sub", sb.root.join("link_in")).unwrap();
 
             for raw in &raws {
-                let Ok(path) = SandboxPath::parse(raw) else { continue };
+                let Ok(path) = RepoPath::parse(raw) else { continue };
                 let content = format!("content of {raw}");
 
                 let checked = sb.ws.check_target(&path, true).await;
@@ -679,7 +679,7 @@ async fn a_symlink_inside_the_root_does_not_lead_around_a_protected_name() {
         "innocent/hooks/pre-commit",
         "innocent/new/x",
     ] {
-        let path = SandboxPath::parse(raw).unwrap();
+        let path = RepoPath::parse(raw).unwrap();
         let err = ws.write_atomic(&path, b"boom", true).await.unwrap_err();
         assert!(
             matches!(err, WorkspaceError::Protected { .. }),
@@ -689,7 +689,7 @@ async fn a_symlink_inside_the_root_does_not_lead_around_a_protected_name() {
     }
     assert!(!dir.path().join(".git/config").exists());
     assert!(!dir.path().join(".git/new").exists());
-    ws.write_atomic(&SandboxPath::parse("src/ok.py").unwrap(), b"x", true)
+    ws.write_atomic(&RepoPath::parse("src/ok.py").unwrap(), b"x", true)
         .await
         .unwrap();
 }

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use writ_core::search::{SearchError, SearchQuery, SearchStop};
-use writ_core::{SandboxPath, Workspace};
-use writ_workspace::{ProtectedPaths, SandboxedWorkspace};
+use writ_core::{RepoPath, Workspace};
+use writ_workspace::{ProtectedPaths, RepoWorkspace};
 
 fn put(root: &Path, rel: &str, content: &str) {
     let path = root.join(rel);
@@ -22,7 +22,7 @@ fn query(pattern: &str) -> SearchQuery {
         pattern: pattern.to_owned(),
         regex: false,
         ignore_case: false,
-        dir: SandboxPath::root(),
+        dir: RepoPath::root(),
         glob: None,
         context_lines: 1,
         max_matches: 100,
@@ -33,7 +33,7 @@ fn query(pattern: &str) -> SearchQuery {
 }
 
 /// A tree with an ignored folder, a protected file, writ's data and a symlink leading outside.
-async fn tree() -> (tempfile::TempDir, SandboxedWorkspace) {
+async fn tree() -> (tempfile::TempDir, RepoWorkspace) {
     let base = tempfile::tempdir().unwrap();
     let root = base.path().join("root");
     put(&root, ".gitignore", "build/\n*.log\n");
@@ -56,7 +56,7 @@ async fn tree() -> (tempfile::TempDir, SandboxedWorkspace) {
     std::fs::write(root.join("bin.dat"), b"needle\0\x01\x02").unwrap();
     let mut protected = ProtectedPaths::default();
     protected.add("secrets/key.txt", "listed in WRIT_PROTECTED_PATHS");
-    let ws = SandboxedWorkspace::open(&root)
+    let ws = RepoWorkspace::open(&root)
         .await
         .unwrap()
         .with_protected(protected);
@@ -109,7 +109,7 @@ async fn regex_case_glob_and_directory_narrow_the_search() {
     assert_eq!(ws.search(q).await.unwrap().matches.len(), 1);
 
     let mut q = query("needle");
-    q.dir = SandboxPath::parse_dir("src/util").unwrap();
+    q.dir = RepoPath::parse_dir("src/util").unwrap();
     let found = ws.search(q).await.unwrap();
     assert_eq!(found.matches.len(), 1);
     assert_eq!(found.matches[0].path, "src/util/helpers.py");
@@ -153,26 +153,26 @@ async fn the_bounds_stop_the_search_and_say_which() {
 #[tokio::test]
 async fn a_walk_lists_the_files_a_search_would_see() {
     let (_base, ws) = tree().await;
-    let walk = ws.walk(&SandboxPath::root(), None, 100).await.unwrap();
+    let walk = ws.walk(&RepoPath::root(), None, 100).await.unwrap();
     let paths: Vec<&str> = walk.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(
         paths,
         [".gitignore", "bin.dat", "src/app.py", "src/util/helpers.py"]
     );
-    let walk = ws.walk(&SandboxPath::root(), None, 2).await.unwrap();
+    let walk = ws.walk(&RepoPath::root(), None, 2).await.unwrap();
     assert!(walk.truncated);
     let walk = ws
-        .walk(&SandboxPath::root(), Some("src/**/*.py"), 100)
+        .walk(&RepoPath::root(), Some("src/**/*.py"), 100)
         .await
         .unwrap();
     assert_eq!(walk.files.len(), 2);
     let walk = ws
-        .walk(&SandboxPath::root(), Some("helpers.py"), 100)
+        .walk(&RepoPath::root(), Some("helpers.py"), 100)
         .await
         .unwrap();
     assert_eq!(walk.files[0].path.as_str(), "src/util/helpers.py");
     assert!(
-        ws.walk(&SandboxPath::parse_dir("nope").unwrap(), None, 5)
+        ws.walk(&RepoPath::parse_dir("nope").unwrap(), None, 5)
             .await
             .is_err()
     );

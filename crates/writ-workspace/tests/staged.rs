@@ -10,14 +10,14 @@ use std::sync::Arc;
 
 use writ_core::workspace::ToStage;
 use writ_core::{Workspace, WorkspaceError};
-use writ_workspace::SandboxedWorkspace;
+use writ_workspace::RepoWorkspace;
 
 mod common;
 use common::{Mounted, open_guarding_git, p, tree};
 
 /// Waits until the writer has handled what a `Drop` sent it (a discard is not answered): the
 /// writer takes requests in order, so once a later write is answered, the discard is done.
-async fn settled(ws: &SandboxedWorkspace) {
+async fn settled(ws: &RepoWorkspace) {
     let marker = p(".settled");
     ws.write_atomic(&marker, b"", false).await.unwrap();
     ws.remove(&marker).await.unwrap();
@@ -26,7 +26,7 @@ async fn settled(ws: &SandboxedWorkspace) {
 #[tokio::test]
 async fn a_staged_write_is_invisible_until_published() {
     let dir = tempfile::tempdir().unwrap();
-    let ws = SandboxedWorkspace::open(dir.path()).await.unwrap();
+    let ws = RepoWorkspace::open(dir.path()).await.unwrap();
     let root = ws.root().to_path_buf();
     ws.write_atomic(&p("src/app.py"), b"old\n", true)
         .await
@@ -51,7 +51,7 @@ async fn a_staged_write_is_invisible_until_published() {
 #[tokio::test]
 async fn a_discarded_write_leaves_neither_file_nor_the_directories_it_created() {
     let dir = tempfile::tempdir().unwrap();
-    let ws = SandboxedWorkspace::open(dir.path()).await.unwrap();
+    let ws = RepoWorkspace::open(dir.path()).await.unwrap();
     let root = ws.root().to_path_buf();
     std::fs::create_dir(root.join("kept")).unwrap();
 
@@ -71,7 +71,7 @@ async fn a_discarded_write_leaves_neither_file_nor_the_directories_it_created() 
 #[tokio::test]
 async fn a_discarded_write_keeps_a_directory_another_staged_write_lives_in() {
     let dir = tempfile::tempdir().unwrap();
-    let ws = SandboxedWorkspace::open(dir.path()).await.unwrap();
+    let ws = RepoWorkspace::open(dir.path()).await.unwrap();
     let root = ws.root().to_path_buf();
 
     // The first write creates `pkg/sub`; the second finds it there.
@@ -100,7 +100,7 @@ async fn a_discarded_write_keeps_a_directory_another_staged_write_lives_in() {
 #[tokio::test]
 async fn writes_discarded_one_after_another_leave_none_of_the_directories_they_created() {
     let dir = tempfile::tempdir().unwrap();
-    let ws = SandboxedWorkspace::open(dir.path()).await.unwrap();
+    let ws = RepoWorkspace::open(dir.path()).await.unwrap();
     let root = ws.root().to_path_buf();
     // A batch's files staged together: the first creates `pkg`, the second `pkg/deep` beneath it.
     let first = ws.stage(&p("pkg/a.py"), b"a = 1\n", true).await.unwrap();
@@ -123,7 +123,7 @@ async fn writes_discarded_one_after_another_leave_none_of_the_directories_they_c
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn writes_staged_together_all_land_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let ws = Arc::new(SandboxedWorkspace::open(dir.path()).await.unwrap());
+    let ws = Arc::new(RepoWorkspace::open(dir.path()).await.unwrap());
     let root = ws.root().to_path_buf();
     let mut tasks = Vec::new();
     for batch in 0..20 {
@@ -234,7 +234,7 @@ async fn files_sharing_a_directory_in_a_group_are_each_judged_as_alone() {
     std::fs::write(repo.join("pkg/ok.py"), "ok\n").unwrap();
     std::os::unix::fs::symlink(outside.path(), repo.join("pkg/out")).unwrap();
     std::os::unix::fs::symlink("ok.py", repo.join("pkg/inside")).unwrap();
-    let ws = SandboxedWorkspace::open(&repo).await.unwrap();
+    let ws = RepoWorkspace::open(&repo).await.unwrap();
     let paths = [
         p("pkg/a.py"),
         p("pkg/out"),
@@ -288,7 +288,7 @@ async fn files_sharing_a_directory_in_a_group_are_each_judged_as_alone() {
 #[tokio::test]
 async fn a_group_dropped_unpublished_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let ws = SandboxedWorkspace::open(dir.path()).await.unwrap();
+    let ws = RepoWorkspace::open(dir.path()).await.unwrap();
     let root = ws.root().to_path_buf();
     ws.write_atomic(&p("kept.py"), b"kept\n", false)
         .await
@@ -379,7 +379,7 @@ async fn new_files_land_in_directories_on_other_mounts() {
         &["-t", "tmpfs", "-o", "size=1m", "tmpfs"],
         &repo.join("tmp"),
     );
-    let ws = SandboxedWorkspace::open(&repo).await.unwrap();
+    let ws = RepoWorkspace::open(&repo).await.unwrap();
     // Files in the root too, on the root's own mount.
     for i in 0..4 {
         ws.write_atomic(&p(&format!("root_{i}.txt")), b"root\n", false)
@@ -430,7 +430,7 @@ async fn a_new_file_in_a_set_group_id_directory_takes_the_directorys_group() {
     let group = 4242;
     std::os::unix::fs::chown(&shared, None, Some(group)).expect("chown (run as root)");
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o2775)).unwrap();
-    let ws = SandboxedWorkspace::open(dir.path()).await.unwrap();
+    let ws = RepoWorkspace::open(dir.path()).await.unwrap();
     let own_group = std::fs::metadata(dir.path()).unwrap().gid();
     assert_ne!(own_group, group);
 

@@ -23,12 +23,12 @@ use writ_checks::shape::Change;
 
 use crate::audit::{AuditStore, FileKind, NewRequest, OperationKind, RequestStatus, Selection};
 use crate::content::sha256_hex;
-use crate::execution::{Runner, tail};
+use crate::execution::{CommandRunner, tail};
 use crate::files::{
     GroupedWrite, Provenance, WriteError, WriteMode, WriteSpec, recorded_remove, recorded_write,
     write_group_deferring_completion,
 };
-use crate::path::SandboxPath;
+use crate::path::RepoPath;
 use crate::workspace::Workspace;
 
 use one::{Edited, edit_one};
@@ -120,12 +120,12 @@ pub struct EditsResponse {
 pub async fn apply(
     store: &dyn AuditStore,
     workspace: &dyn Workspace,
-    runner: Option<&dyn Runner>,
+    runner: Option<&dyn CommandRunner>,
     editor: Editor,
     edits: Edits,
 ) -> Result<EditsResponse, EditsError> {
     let started = Instant::now();
-    let targets: Vec<(SandboxPath, bool)> =
+    let targets: Vec<(RepoPath, bool)> =
         edits.files.iter().map(|f| (f.path.clone(), true)).collect();
     let reads = workspace.read_targets(&targets).await;
     let mut edited = Vec::with_capacity(edits.files.len());
@@ -138,7 +138,7 @@ pub async fn apply(
     }
     let mut validated = None;
     if let (Some((calls, timeout)), Some(runner)) = (&edits.validation, runner) {
-        let staged: Vec<(SandboxPath, Vec<u8>)> = edited
+        let staged: Vec<(RepoPath, Vec<u8>)> = edited
             .iter()
             .map(|e| (e.path.clone(), e.after.as_bytes().to_vec()))
             .collect();

@@ -9,12 +9,12 @@ use super::EditsError;
 use super::request::{Action, Planned};
 use crate::content::sha256_hex;
 use crate::files::WriteError;
-use crate::path::SandboxPath;
+use crate::path::RepoPath;
 use crate::synthesis::update::{Existing, MAX_DIFF_BYTES};
 
 /// A file after its edits, ready to be checked and written.
 pub(super) struct Edited {
-    pub(super) path: SandboxPath,
+    pub(super) path: RepoPath,
     pub(super) before: Option<Vec<u8>>,
     pub(super) after: String,
     pub(super) change: Change,

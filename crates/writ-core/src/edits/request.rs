@@ -9,8 +9,8 @@ use serde::Deserialize;
 use writ_checks::patch::{self, FileOp};
 
 use super::{EditsError, MAX_EDIT_FILES, MAX_EDITS_PER_FILE};
-use crate::execution::{CommandCall, RunError, Runner};
-use crate::path::SandboxPath;
+use crate::execution::{CommandCall, CommandRunner, RunError};
+use crate::path::RepoPath;
 use crate::synthesis::batch::MAX_VALIDATION_COMMANDS;
 
 /// `POST /edits` as sent: exactly one of `files` and `patch`.
@@ -77,7 +77,7 @@ pub(super) enum Action {
 /// One file of a parsed request.
 #[derive(Debug, Clone)]
 pub(super) struct Planned {
-    pub(super) path: SandboxPath,
+    pub(super) path: RepoPath,
     pub(super) field: String,
     pub(super) expected_sha256: Option<String>,
     pub(super) action: Action,
@@ -99,8 +99,8 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> EditsError {
     }
 }
 
-fn parse_path(raw: &str, field: &str) -> Result<SandboxPath, EditsError> {
-    SandboxPath::parse_nonempty(raw).map_err(|e| invalid(field, e.to_string()))
+fn parse_path(raw: &str, field: &str) -> Result<RepoPath, EditsError> {
+    RepoPath::parse_nonempty(raw).map_err(|e| invalid(field, e.to_string()))
 }
 
 impl EditsRequest {
@@ -108,7 +108,7 @@ impl EditsRequest {
     pub fn parse(
         self,
         body_sha256: String,
-        runner: Option<&dyn Runner>,
+        runner: Option<&dyn CommandRunner>,
     ) -> Result<Edits, EditsError> {
         let files = match (self.files, self.patch) {
             (Some(_), Some(_)) => {
@@ -224,7 +224,7 @@ impl EditsRequest {
 
 fn parse_validation(
     v: EditValidation,
-    runner: Option<&dyn Runner>,
+    runner: Option<&dyn CommandRunner>,
 ) -> Result<(Vec<CommandCall>, Duration), EditsError> {
     let Some(runner) = runner else {
         return Err(EditsError::Unavailable(

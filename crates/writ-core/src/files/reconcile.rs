@@ -7,7 +7,7 @@ use crate::audit::{
     AuditStore, Operation, OperationKind, OperationOutcome, OperationStatus, StoreError,
 };
 use crate::content::sha256_hex;
-use crate::path::SandboxPath;
+use crate::path::RepoPath;
 use crate::workspace::Workspace;
 /// What reconciliation decided for each pending operation.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -51,7 +51,7 @@ pub async fn settle_pending(
     workspace: &dyn Workspace,
     op: &Operation,
 ) -> Result<Option<OperationStatus>, StoreError> {
-    let on_disk = match SandboxPath::parse(&op.filename) {
+    let on_disk = match RepoPath::parse(&op.filename) {
         Ok(path) => {
             let lock = workspace.lock(&path).await;
             // The write may have finished while we waited for its lock: look again.

@@ -17,7 +17,7 @@ use crate::audit::{AuditStore, StoreError};
 use crate::content::invalid_utf8_sequences;
 use crate::direct::{self, DirectWrite};
 use crate::files::{WriteError, WriteMode, WriteSpec};
-use crate::path::SandboxPath;
+use crate::path::RepoPath;
 use crate::workspace::Workspace;
 
 /// How long a finish waits for another request's finalisation of the same session.
@@ -82,7 +82,7 @@ impl Sessions<'_> {
         who: &SessionCaller,
         begin: BeginSession,
     ) -> Result<SessionView, SessionError> {
-        let path = SandboxPath::parse_nonempty(&begin.target_file)?;
+        let path = RepoPath::parse_nonempty(&begin.target_file)?;
         if let Some(intent) = &begin.intent
             && intent.len() > 4096
         {
@@ -411,7 +411,7 @@ impl Sessions<'_> {
             replaced_invalid = invalid_utf8_sequences(&content, usize::MAX).len();
             content = String::from_utf8_lossy(&content).into_owned().into_bytes();
         }
-        let path = SandboxPath::parse_nonempty(&session.target_file)?;
+        let path = RepoPath::parse_nonempty(&session.target_file)?;
         let written = direct::write(
             self.store,
             self.workspace,

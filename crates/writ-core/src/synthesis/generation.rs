@@ -6,7 +6,7 @@ use writ_checks::Language;
 
 use crate::content::sha256_hex;
 use crate::model::ChatMessage;
-use crate::path::SandboxPath;
+use crate::path::RepoPath;
 use crate::synthesis::batch::{Batch, FileSpec};
 use crate::synthesis::context::tokens;
 use crate::synthesis::fanout::{self, CallSettings, Candidate, UpstreamClock};
@@ -23,10 +23,10 @@ const MAX_CONTEXT_FILES: usize = 16;
 
 /// Where an import hint may live: the hint as a path, and for a dotted module name in Python or
 /// a bare name, the file it names (`pkg.mod` → `pkg/mod.py`).
-fn import_paths(import: &str, language: Language) -> Vec<SandboxPath> {
+fn import_paths(import: &str, language: Language) -> Vec<RepoPath> {
     let import = import.trim();
     let mut paths = Vec::new();
-    if let Ok(p) = SandboxPath::parse_nonempty(import) {
+    if let Ok(p) = RepoPath::parse_nonempty(import) {
         paths.push(p);
     }
     let ext = language.extension();
@@ -39,7 +39,7 @@ fn import_paths(import: &str, language: Language) -> Vec<SandboxPath> {
         } else {
             import.to_string()
         };
-        if let Ok(p) = SandboxPath::parse_nonempty(&format!("{as_path}.{ext}")) {
+        if let Ok(p) = RepoPath::parse_nonempty(&format!("{as_path}.{ext}")) {
             paths.push(p);
         }
     }
@@ -203,7 +203,7 @@ impl Synthesizer {
     /// its `internal_imports` name and the files the batch's checks run (the tests). Bounded per
     /// file and in total; past the bound, an outline of the file's definitions.
     async fn repository_context(&self, batch: &Batch, file: &FileSpec) -> Vec<ContextFile> {
-        let mut wanted: Vec<SandboxPath> = Vec::new();
+        let mut wanted: Vec<RepoPath> = Vec::new();
         let language = Language::from_path(file.path.as_str());
         for import in &file.internal_imports {
             for candidate in import_paths(import, language) {
@@ -214,7 +214,7 @@ impl Synthesizer {
         }
         if let Some(v) = &batch.options.validation {
             for arg in v.commands.iter().flat_map(|c| &c.args) {
-                if let Ok(p) = SandboxPath::parse_nonempty(arg)
+                if let Ok(p) = RepoPath::parse_nonempty(arg)
                     && !wanted.contains(&p)
                 {
                     wanted.push(p);

@@ -13,7 +13,7 @@ use futures::future::join_all;
 use uuid::Uuid;
 
 use crate::audit::{AuditStore, AuditWrite, CandidateRecord, FileKind, RecentOperation};
-use crate::execution::Runner;
+use crate::execution::CommandRunner;
 use crate::model::ModelClient;
 use crate::synthesis::batch::{Batch, FileSpec, Validation};
 use crate::synthesis::fanout::{StragglerPolicy, UpstreamClock};
@@ -112,7 +112,7 @@ pub struct Synthesizer {
     pub(crate) config: SynthesisConfig,
     /// Runs the caller's checks for `options.validation`; `None` when no sandbox or no
     /// commands are configured (such batches are refused before any model is called).
-    pub(crate) runner: Option<Arc<dyn Runner>>,
+    pub(crate) commands: Option<Arc<dyn CommandRunner>>,
 }
 
 /// What a batch's prompts show of what exists before it, read while the batch is checked
@@ -120,7 +120,7 @@ pub struct Synthesizer {
 pub(crate) struct Prior {
     pub recent: Vec<RecentOperation>,
     /// Each code file's content when the batch began (`None`: no such file yet).
-    pub current: Vec<(crate::path::SandboxPath, Option<Vec<u8>>)>,
+    pub current: Vec<(crate::path::RepoPath, Option<Vec<u8>>)>,
     /// What the caller named in `context`, found on disk.
     pub named: crate::synthesis::context::NamedContext,
     /// The prompt tokens each code file's parts used, by file index, filled as prompts are
@@ -144,7 +144,7 @@ impl Prior {
     }
 
     /// The content `path` held when the batch began.
-    pub fn current(&self, path: &crate::path::SandboxPath) -> Option<&[u8]> {
+    pub fn current(&self, path: &crate::path::RepoPath) -> Option<&[u8]> {
         self.current
             .iter()
             .find(|(p, _)| p == path)
@@ -186,13 +186,13 @@ impl Synthesizer {
             store,
             workspace,
             config,
-            runner: None,
+            commands: None,
         }
     }
 
     /// Lets batches validate their candidates with `runner`.
-    pub fn with_runner(mut self, runner: Option<Arc<dyn Runner>>) -> Self {
-        self.runner = runner;
+    pub fn with_commands(mut self, runner: Option<Arc<dyn CommandRunner>>) -> Self {
+        self.commands = runner;
         self
     }
 

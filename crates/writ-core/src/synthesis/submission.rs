@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::audit::{AuditWrite, FileKind, NewRequest, RecentOperation, StoreError};
 use crate::execution::RunError;
-use crate::path::SandboxPath;
+use crate::path::RepoPath;
 use crate::synthesis::batch::{Batch, BatchError};
 use crate::synthesis::progress::ProgressSink;
 use crate::synthesis::response::BatchResponse;
@@ -263,7 +263,7 @@ impl Synthesizer {
         let Some(v) = batch.options.validation() else {
             return Ok(());
         };
-        let Some(runner) = &self.runner else {
+        let Some(runner) = &self.commands else {
             return Err(SubmitError::Unavailable(
                 "options.validation needs commands to run, and none are configured: set WRIT_COMMANDS".into(),
             ));
@@ -314,11 +314,10 @@ impl Synthesizer {
     async fn check_targets(
         &self,
         batch: &Batch,
-    ) -> Result<Vec<(SandboxPath, Option<Vec<u8>>)>, BatchError> {
+    ) -> Result<Vec<(RepoPath, Option<Vec<u8>>)>, BatchError> {
         let (images, code): (Vec<_>, Vec<_>) =
             batch.files.iter().partition(|f| f.kind == FileKind::Image);
-        let targets: Vec<(SandboxPath, bool)> =
-            code.iter().map(|f| (f.path.clone(), true)).collect();
+        let targets: Vec<(RepoPath, bool)> = code.iter().map(|f| (f.path.clone(), true)).collect();
         let (reads, image_checks) = futures::future::join(
             self.workspace.read_targets(&targets),
             futures::future::join_all(

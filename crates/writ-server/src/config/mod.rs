@@ -231,7 +231,7 @@ mod tests {
         assert_eq!(s.addr.to_string(), DEFAULT_ADDR);
         assert_eq!(s.models.code_list, writ_local::default_candidates());
         assert_eq!(
-            s.models.code_model.as_deref(),
+            s.models.arbiter_model.as_deref(),
             Some(writ_local::SMOLLM2_135M)
         );
         assert_eq!(s.models.problem(), None, "the embedded model needs no key");
@@ -297,7 +297,7 @@ mod tests {
         let s = Settings::load(Some(&file), &env_of(&[("CODE_MODEL", "env/arb")])).unwrap();
         assert_eq!(s.repo_dir, PathBuf::from("/from/file"));
         assert_eq!(s.models.code_list, vec!["a/x", "b/y"]);
-        assert_eq!(s.models.code_model.as_deref(), Some("env/arb"));
+        assert_eq!(s.models.arbiter_model.as_deref(), Some("env/arb"));
     }
 
     #[test]

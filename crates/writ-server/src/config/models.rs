@@ -20,9 +20,9 @@ pub struct ModelSettings {
     /// Candidate models asked for every file.
     pub code_list: Vec<String>,
     /// The arbiter.
-    pub code_model: Option<String>,
+    pub arbiter_model: Option<String>,
     /// Tried first when every candidate failed.
-    pub code_gen_model: Option<String>,
+    pub fallback_model: Option<String>,
     pub image_model: Option<String>,
     /// Attempts per model call, the first included (`WRIT_MODEL_MAX_ATTEMPTS`).
     pub max_attempts: u32,
@@ -76,8 +76,8 @@ impl ModelSettings {
         let local = LocalSettings::load(get, env)?;
         let key_set = get("OPENROUTER_API_KEY").is_some_and(|k| !k.trim().is_empty());
         let mut code_list = parse_list(get, "CODE_LIST");
-        let mut code_model = get("CODE_MODEL");
-        let mut code_gen_model = get("CODE_GEN_MODEL");
+        let mut arbiter_model = get("CODE_MODEL");
+        let mut fallback_model = get("CODE_GEN_MODEL");
         let reason = if !code_list.is_empty() {
             "CODE_LIST names the candidate models".to_string()
         } else if !local.enabled {
@@ -87,9 +87,9 @@ impl ModelSettings {
         } else {
             // The "works offline" default, the way SQLite is the default audit store.
             code_list = writ_local::default_candidates();
-            code_model.get_or_insert_with(|| writ_local::SMOLLM2_135M.to_string());
+            arbiter_model.get_or_insert_with(|| writ_local::SMOLLM2_135M.to_string());
             // A fourth seed: when no candidate parses, the fallback samples once more.
-            code_gen_model.get_or_insert_with(|| format!("{}@t0.4,s4", writ_local::SMOLLM2_135M));
+            fallback_model.get_or_insert_with(|| format!("{}@t0.4,s4", writ_local::SMOLLM2_135M));
             "embedded model (the offline default): neither OPENROUTER_API_KEY nor CODE_LIST is set; set them to use OpenRouter, or WRIT_LOCAL_MODEL=off".to_string()
         };
         let client_defaults = writ_models::ClientConfig::default();
@@ -100,8 +100,8 @@ impl ModelSettings {
                 .trim_end_matches('/')
                 .to_string(),
             code_list,
-            code_model,
-            code_gen_model,
+            arbiter_model,
+            fallback_model,
             image_model: get("IMAGE_MODEL"),
             max_attempts: parse_num(get, "WRIT_MODEL_MAX_ATTEMPTS", 3)?.max(1) as u32,
             deadline: Duration::from_secs(parse_num(get, "WRIT_MODEL_DEADLINE_SECS", 120)? as u64),
@@ -141,8 +141,8 @@ impl ModelSettings {
         for m in self
             .code_list
             .iter()
-            .chain(&self.code_model)
-            .chain(&self.code_gen_model)
+            .chain(&self.arbiter_model)
+            .chain(&self.fallback_model)
         {
             if !all.contains(m) {
                 all.push(m.clone());

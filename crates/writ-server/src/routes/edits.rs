@@ -11,7 +11,7 @@ use serde_json::json;
 use uuid::Uuid;
 use writ_core::content::sha256_hex;
 use writ_core::edits::{self, Editor, EditsError, EditsRequest, EditsResponse};
-use writ_core::execution::Runner;
+use writ_core::execution::CommandRunner;
 
 use crate::error::{ApiError, ErrorCode, workspace_error, write_error};
 use crate::extract::{body_error, json_error};
@@ -46,14 +46,17 @@ pub async fn apply(
 ) -> Result<EditsResponse, ApiError> {
     let runner = state.commands.clone();
     let edits = req
-        .parse(body_sha256, runner.as_deref().map(|r| r as &dyn Runner))
+        .parse(
+            body_sha256,
+            runner.as_deref().map(|r| r as &dyn CommandRunner),
+        )
         .map_err(edits_error)?;
     // Its own task: a client hanging up must not cancel the group between record and files.
     let task = tokio::spawn(async move {
         edits::apply(
             state.store.as_ref(),
             state.workspace.as_ref(),
-            runner.as_deref().map(|r| r as &dyn Runner),
+            runner.as_deref().map(|r| r as &dyn CommandRunner),
             editor,
             edits,
         )

@@ -18,7 +18,7 @@ use writ_core::audit::{
     FileKind, NewRequest, Operation, OperationKind, OperationStatus, RequestStatus,
 };
 use writ_core::content::sha256_hex;
-use writ_core::execution::{CommandCall, RunError, RunOutcome, Runner, tail};
+use writ_core::execution::{CommandCall, CommandRunner, RunError, RunOutcome, tail};
 
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::{body_error, json_error};

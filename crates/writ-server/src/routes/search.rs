@@ -15,7 +15,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use writ_core::search::{SearchError, SearchQuery, SearchResults};
-use writ_core::{SandboxPath, WorkspaceError};
+use writ_core::{RepoPath, WorkspaceError};
 
 use crate::error::{ApiError, ErrorCode, path_error, workspace_error};
 use crate::extract::ApiQuery;
@@ -135,7 +135,7 @@ fn parse(params: SearchParams) -> Result<SearchQuery, ApiError> {
             ),
         ));
     }
-    let dir = SandboxPath::parse_dir(params.dir.as_deref().unwrap_or_default())
+    let dir = RepoPath::parse_dir(params.dir.as_deref().unwrap_or_default())
         .map_err(|e| path_error(&e, "dir"))?;
     Ok(SearchQuery {
         pattern: params.pattern,

@@ -141,7 +141,7 @@ pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun, ApiEr
         .limits
         .admit_batch(submission.caller.as_deref())
         .await?;
-    let Some(runner) = state.runner.clone() else {
+    let Some(runner) = state.jobs.clone() else {
         return Err(unavailable(
             "no model provider could be set up; see the server log and `writ check`",
         ));

@@ -38,7 +38,7 @@ pub(super) fn build_models(
     settings: &Settings,
     store: &Arc<dyn writ_core::AuditStore>,
     workspace: &Arc<dyn writ_core::Workspace>,
-    commands: Option<Arc<dyn writ_core::execution::Runner>>,
+    commands: Option<Arc<dyn writ_core::execution::CommandRunner>>,
 ) -> (
     Option<Arc<dyn writ_core::ModelClient>>,
     Option<Arc<Synthesizer>>,
@@ -67,8 +67,8 @@ pub(super) fn build_models(
     let client = with_local_model(settings, client);
     let synthesis = SynthesisConfig {
         candidates: settings.models.code_list.clone(),
-        arbiter: settings.models.code_model.clone(),
-        fallback: settings.models.code_gen_model.clone(),
+        arbiter: settings.models.arbiter_model.clone(),
+        fallback: settings.models.fallback_model.clone(),
         image_model: settings.models.image_model.clone(),
         max_tokens: settings.models.max_tokens,
         repo_map_tokens: settings.models.repo_map_tokens,
@@ -81,7 +81,7 @@ pub(super) fn build_models(
         ..SynthesisConfig::default()
     };
     let synthesizer = Synthesizer::new(client.clone(), store.clone(), workspace.clone(), synthesis)
-        .with_runner(commands);
+        .with_commands(commands);
     (Some(client), Some(Arc::new(synthesizer)))
 }
 

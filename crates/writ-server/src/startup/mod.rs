@@ -66,7 +66,7 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         )
     })?;
     store.migrate().await.context("applying migrations")?;
-    let workspace = writ_workspace::SandboxedWorkspace::open(&settings.repo_dir)
+    let workspace = writ_workspace::RepoWorkspace::open(&settings.repo_dir)
         .await
         .with_context(|| format!("opening REPO_DIR {}", settings.repo_dir.display()))?;
     let protected = crate::edge::protected_paths(&settings, writ_core::Workspace::root(&workspace));
@@ -125,7 +125,7 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         &workspace,
         commands
             .clone()
-            .map(|c| c as Arc<dyn writ_core::execution::Runner>),
+            .map(|c| c as Arc<dyn writ_core::execution::CommandRunner>),
     );
     // Where replicas share the store, each job is leased by the replica running it, so that
     // another resumes it if this one dies.
@@ -170,7 +170,7 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         store,
         workspace,
         models,
-        runner,
+        jobs: runner,
         commands,
         hub,
         metrics: telemetry::metrics_handle(),
@@ -246,7 +246,7 @@ impl Application {
                 "shutdown grace period over with batches unfinished; their pending operations are settled at the next start"
             );
         }
-        if let Some(runner) = &self.state.runner {
+        if let Some(runner) = &self.state.jobs {
             hand_back(runner).await;
             runner.flush_events(EVENT_FLUSH).await;
         }
@@ -385,7 +385,7 @@ async fn hand_back(runner: &JobRunner) {
 
 /// Claims and resumes the jobs of replicas that died (their leases lapsed), while this one serves.
 async fn claim_periodically(state: AppState) {
-    let Some(runner) = state.runner.clone() else {
+    let Some(runner) = state.jobs.clone() else {
         return;
     };
     if runner.owner().is_none() {
@@ -411,7 +411,7 @@ pub async fn serve_mcp_stdio(settings: Settings) -> anyhow::Result<()> {
     let reconciler = tokio::spawn(reconcile_periodically(state.clone()));
     let limits = state.limits.clone();
     let grace = state.settings.guard.shutdown_grace;
-    let runner = state.runner.clone();
+    let runner = state.jobs.clone();
     let claimer = tokio::spawn(claim_periodically(state.clone()));
     let served = crate::tools::mcp::serve_stdio(state).await;
     claimer.abort();

@@ -5,11 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
-use writ_core::SandboxPath;
-use writ_workspace::{ProtectedPaths, SandboxedWorkspace};
+use writ_core::RepoPath;
+use writ_workspace::{ProtectedPaths, RepoWorkspace};
 
-pub fn p(raw: &str) -> SandboxPath {
-    SandboxPath::parse(raw).unwrap()
+pub fn p(raw: &str) -> RepoPath {
+    RepoPath::parse(raw).unwrap()
 }
 
 /// Every path beneath `dir` (directories included), sorted; symlinks reported, not followed.
@@ -38,10 +38,10 @@ pub fn tree(dir: &Path) -> Vec<String> {
 }
 
 /// A workspace over `dir` with `.git` protected, as `WRIT_PROTECTED_PATHS` would have it.
-pub async fn open_guarding_git(dir: &Path) -> SandboxedWorkspace {
+pub async fn open_guarding_git(dir: &Path) -> RepoWorkspace {
     let mut protected = ProtectedPaths::default();
     protected.add(".git", "listed in WRIT_PROTECTED_PATHS");
-    SandboxedWorkspace::open(dir)
+    RepoWorkspace::open(dir)
         .await
         .unwrap()
         .with_protected(protected)

@@ -14,7 +14,7 @@ pub struct ContextEntry {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ContextTarget {
-    Path(SandboxPath),
+    Path(RepoPath),
     /// A gitignore-style glob from the workspace root.
     Glob(String),
 }
@@ -46,11 +46,11 @@ pub(super) fn context_entries(
                     "a glob names files from the workspace root (no leading '!' or '/', at most 1,000 bytes)",
                 ));
             }
-            SandboxPath::parse_dir(as_path.trim_end_matches('/'))
+            RepoPath::parse_dir(as_path.trim_end_matches('/'))
                 .map_err(|e| refuse(field.clone(), e.to_string()))?;
             ContextTarget::Glob(raw.to_owned())
         } else {
-            let path = SandboxPath::parse_dir(raw.trim_end_matches('/'))
+            let path = RepoPath::parse_dir(raw.trim_end_matches('/'))
                 .map_err(|e| refuse(field.clone(), e.to_string()))?;
             ContextTarget::Path(path)
         };

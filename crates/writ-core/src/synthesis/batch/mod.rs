@@ -22,7 +22,7 @@ pub use request::{
 };
 
 use crate::audit::FileKind;
-use crate::path::SandboxPath;
+use crate::path::RepoPath;
 use crate::synthesis::image::{ImageFormat, ImageOptions, ImageTarget, MAX_SIDE, MIN_SIDE};
 pub use context::{ContextEntry, ContextTarget};
 use context::{constraints_text, context_entries};
@@ -44,7 +44,7 @@ pub const MAX_REPO_MAP_TOKENS: usize = 16_000;
 pub struct FileSpec {
     /// Its position in the request, for refusals that name `files[i]`.
     pub(crate) index: usize,
-    pub(crate) path: SandboxPath,
+    pub(crate) path: RepoPath,
     /// `code` or `image` (never `direct`).
     pub(crate) kind: FileKind,
     pub(crate) description: String,
@@ -60,7 +60,7 @@ pub struct FileSpec {
 }
 
 impl FileSpec {
-    pub fn path(&self) -> &SandboxPath {
+    pub fn path(&self) -> &RepoPath {
         &self.path
     }
     pub fn kind(&self) -> FileKind {
@@ -113,7 +113,7 @@ fn refuse(field: impl Into<String>, message: impl Into<String>) -> BatchError {
 /// Size and format for an image file: the options' size (both sides or neither, within
 /// bounds) and format, which must agree with the file's extension.
 fn image_target(
-    path: &SandboxPath,
+    path: &RepoPath,
     opts: Option<&ImageOptions>,
     field: String,
 ) -> Result<ImageTarget, BatchError> {
@@ -249,7 +249,7 @@ impl Batch {
                 ));
             }
             let path =
-                SandboxPath::parse(&raw).map_err(|e| refuse(field("filename"), e.to_string()))?;
+                RepoPath::parse(&raw).map_err(|e| refuse(field("filename"), e.to_string()))?;
             let description = f.code_description.unwrap_or_default();
             if description.trim().is_empty() {
                 return Err(refuse(
@@ -288,7 +288,7 @@ impl Batch {
                     Some(h)
                 }
             };
-            let inside = |dir: &SandboxPath, file: &SandboxPath| {
+            let inside = |dir: &RepoPath, file: &RepoPath| {
                 file.as_str()
                     .strip_prefix(dir.as_str())
                     .is_some_and(|rest| rest.starts_with('/'))

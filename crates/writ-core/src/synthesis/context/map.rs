@@ -15,7 +15,7 @@ pub async fn repo_map(
     max_tokens: usize,
 ) -> Vec<ContextFile> {
     let Ok(walk) = workspace
-        .walk(&SandboxPath::root(), None, MAP_WALK_FILES)
+        .walk(&RepoPath::root(), None, MAP_WALK_FILES)
         .await
     else {
         return Vec::new();
@@ -77,7 +77,7 @@ pub(super) async fn search_counts(
         pattern,
         regex: true,
         ignore_case: false,
-        dir: SandboxPath::root(),
+        dir: RepoPath::root(),
         glob: Some(format!("*.{ext}")),
         context_lines: 0,
         max_matches: 500,
@@ -144,7 +144,7 @@ pub(super) fn rank(
     mentions: &HashMap<String, usize>,
     definitions: &HashMap<String, usize>,
     current: Option<&str>,
-) -> Vec<(i64, SandboxPath)> {
+) -> Vec<(i64, RepoPath)> {
     let language = Language::from_path(file.path.as_str());
     let own_stem = stem(&file.path);
     let folder = file.path.parent();
@@ -156,7 +156,7 @@ pub(super) fn rank(
         .map(|i| i.trim().replace('.', "/"))
         .chain(current.map(imports_in).unwrap_or_default())
         .collect();
-    let mut ranked: Vec<(i64, SandboxPath)> = files
+    let mut ranked: Vec<(i64, RepoPath)> = files
         .iter()
         .filter(|f| f.path != file.path && f.size <= MAP_MAX_FILE_BYTES)
         .filter(|f| Language::from_path(f.path.as_str()) != Language::Other)
@@ -255,7 +255,7 @@ pub(super) fn imports_in(code: &str) -> Vec<String> {
 }
 
 /// A file's name without its extension.
-pub(super) fn stem(path: &SandboxPath) -> String {
+pub(super) fn stem(path: &RepoPath) -> String {
     let name = path.file_name();
     name.rsplit_once('.').map_or(name, |(s, _)| s).to_owned()
 }

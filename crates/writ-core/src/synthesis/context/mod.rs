@@ -16,7 +16,7 @@ use std::time::Duration;
 use writ_checks::Language;
 
 use crate::content::{sha256_hex, truncate_chars};
-use crate::path::SandboxPath;
+use crate::path::RepoPath;
 use crate::search::{SearchError, SearchQuery, WalkedFile};
 use crate::synthesis::batch::{Batch, BatchError, ContextEntry, ContextTarget, FileSpec};
 use crate::synthesis::prompt::{ContextFile, MoreContext};
@@ -55,9 +55,9 @@ pub fn tokens(text: &str) -> usize {
 /// One `context` entry as found on disk.
 #[derive(Debug, Clone)]
 pub(crate) enum Named {
-    File(SandboxPath),
+    File(RepoPath),
     Folder {
-        path: SandboxPath,
+        path: RepoPath,
         files: Vec<WalkedFile>,
         truncated: bool,
     },
@@ -103,7 +103,7 @@ impl Synthesizer {
             ContextTarget::Glob(pattern) => {
                 let walk = self
                     .workspace
-                    .walk(&SandboxPath::root(), Some(pattern), MAX_LISTED_FILES)
+                    .walk(&RepoPath::root(), Some(pattern), MAX_LISTED_FILES)
                     .await
                     .map_err(|e| refuse(search_error(e)))?;
                 if walk.files.is_empty() {
@@ -214,7 +214,7 @@ impl Synthesizer {
                             .await;
                     }
                     if files.len() > MAX_GLOB_SHOWN {
-                        let tree = tree(&SandboxPath::root(), files, *truncated);
+                        let tree = tree(&RepoPath::root(), files, *truncated);
                         budget = budget.saturating_sub(tree.len());
                         more.trees
                             .push((format!("all the files matching `{pattern}`"), tree));
@@ -243,7 +243,7 @@ impl Synthesizer {
     /// One named file, whole up to its bound, then as an outline, within `budget`.
     async fn show_named(
         &self,
-        path: &SandboxPath,
+        path: &RepoPath,
         seen: &mut Vec<String>,
         budget: &mut usize,
         out: &mut Vec<ContextFile>,
@@ -274,7 +274,7 @@ impl Synthesizer {
 
 /// The files of `dir` as an indented tree (paths relative to it), with a line saying when the
 /// listing was cut.
-fn tree(dir: &SandboxPath, files: &[WalkedFile], truncated: bool) -> String {
+fn tree(dir: &RepoPath, files: &[WalkedFile], truncated: bool) -> String {
     let mut out = String::new();
     let mut previous: Vec<&str> = Vec::new();
     let prefix = dir.as_str();
@@ -363,11 +363,11 @@ mod tests {
     #[test]
     fn a_tree_indents_folders_once() {
         let f = |p: &str| WalkedFile {
-            path: SandboxPath::parse(p).unwrap(),
+            path: RepoPath::parse(p).unwrap(),
             size: 1,
         };
         let t = tree(
-            &SandboxPath::parse_dir("src").unwrap(),
+            &RepoPath::parse_dir("src").unwrap(),
             &[f("src/a.py"), f("src/m/b.py"), f("src/m/c.py")],
             false,
         );

@@ -4,8 +4,8 @@
 
 use super::trials::to_record;
 use super::{FileTrials, MAX_COMBINATIONS};
-use crate::execution::Runner;
-use crate::path::SandboxPath;
+use crate::execution::CommandRunner;
+use crate::path::RepoPath;
 use crate::synthesis::batch::Validation;
 use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::run::Synthesizer;
@@ -17,7 +17,7 @@ impl Synthesizer {
     /// file's, for round 0), and at most [`MAX_COMBINATIONS`] combinations run.
     pub(super) async fn search_combinations(
         &self,
-        runner: &dyn Runner,
+        runner: &dyn CommandRunner,
         validation: &Validation,
         files: &mut [FileTrials<'_>],
         round: u32,
@@ -44,7 +44,7 @@ impl Synthesizer {
         let combos = combinations(&options, MAX_COMBINATIONS, |k, t| {
             files[failing[k]].trials[t].model.clone()
         });
-        let fixed: Vec<(SandboxPath, Vec<u8>)> = files
+        let fixed: Vec<(RepoPath, Vec<u8>)> = files
             .iter()
             .enumerate()
             .filter(|(j, _)| !failing.contains(j))

@@ -4,7 +4,7 @@
 //! Every file's candidates are generated first. Then each distinct viable candidate of a file is
 //! staged in a scratch copy of `REPO_DIR` with the batch's other files at their current best
 //! choice (so tests that import several new files work) and the commands run in the sandbox
-//! ([`crate::execution::Runner`]); a candidate passes when every command exits 0 in time. Files
+//! ([`crate::execution::CommandRunner`]); a candidate passes when every command exits 0 in time. Files
 //! validated before another file's best choice changed are tried once more, and files that still
 //! have no passer are tried together — combinations of their candidates, each model's own files
 //! first — since a test that imports several new files passes only when all of them are right.
@@ -30,7 +30,7 @@ mod trials;
 use std::time::Instant;
 
 use crate::audit::{CandidateRecord, Selection, ValidationRecord};
-use crate::path::SandboxPath;
+use crate::path::RepoPath;
 use crate::synthesis::batch::{Batch, FileSpec, OnFail, Validation};
 use crate::synthesis::fanout::UpstreamClock;
 use crate::synthesis::generation::Generated;
@@ -75,7 +75,7 @@ struct FileTrials<'a> {
 impl FileTrials<'_> {
     /// A candidate as the checks see it: in the file's own shape (line endings, BOM) when it is
     /// a change of an existing file, exactly as it would be written.
-    fn staged(&self, code: &str) -> (SandboxPath, Vec<u8>) {
+    fn staged(&self, code: &str) -> (RepoPath, Vec<u8>) {
         let bytes = match &self.generated.existing {
             Some(e) => e.render(code).into_bytes(),
             None => code.as_bytes().to_vec(),
@@ -108,7 +108,7 @@ impl Synthesizer {
         sink: &dyn ProgressSink,
         clocks: &[UpstreamClock],
     ) -> Vec<Produced> {
-        let Some(runner) = self.runner.clone() else {
+        let Some(runner) = self.commands.clone() else {
             let why =
                 "validation was asked for but no command runner is configured (WRIT_COMMANDS)";
             return stages

@@ -6,8 +6,8 @@ use futures::future::join_all;
 
 use super::{FileTrials, OUTPUT_TAIL_BYTES};
 use crate::audit::ValidationRecord;
-use crate::execution::{RunOutcome, Runner, tail};
-use crate::path::SandboxPath;
+use crate::execution::{CommandRunner, RunOutcome, tail};
+use crate::path::RepoPath;
 use crate::synthesis::batch::Validation;
 use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::run::Synthesizer;
@@ -17,14 +17,14 @@ impl Synthesizer {
     /// its best choice; records each outcome on its trial and candidate record.
     pub(super) async fn validate_trials(
         &self,
-        runner: &dyn Runner,
+        runner: &dyn CommandRunner,
         validation: &Validation,
         files: &mut [FileTrials<'_>],
         i: usize,
         which: &[usize],
         sink: &dyn ProgressSink,
     ) {
-        let others: Vec<(SandboxPath, Vec<u8>)> = files
+        let others: Vec<(RepoPath, Vec<u8>)> = files
             .iter()
             .enumerate()
             .filter(|(j, _)| *j != i)

@@ -6,7 +6,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use writ_core::SandboxPath;
+use writ_core::RepoPath;
 use writ_core::content::{sha256_hex, truncate_chars};
 use writ_core::workspace::DirEntry;
 
@@ -41,7 +41,7 @@ pub async fn list_files(
 /// The listing behind `GET /files` and the `list_files` tool.
 pub async fn list_dir(state: &AppState, params: ListParams) -> Result<Listing, ApiError> {
     let raw = params.dir.unwrap_or_default();
-    let dir = SandboxPath::parse_dir(&raw).map_err(|e| path_error(&e, "dir"))?;
+    let dir = RepoPath::parse_dir(&raw).map_err(|e| path_error(&e, "dir"))?;
     let entries = state
         .workspace
         .list(&dir)
@@ -136,7 +136,7 @@ pub async fn read(
     raw: &str,
     max_chars: Option<usize>,
 ) -> Result<FileRead, ApiError> {
-    let path = SandboxPath::parse_nonempty(raw).map_err(|e| path_error(&e, "path"))?;
+    let path = RepoPath::parse_nonempty(raw).map_err(|e| path_error(&e, "path"))?;
     let limit = max_chars.unwrap_or(state.settings.read_default_chars);
     if limit == 0 || limit > state.settings.read_max_chars {
         return Err(ApiError::new(
@@ -193,7 +193,7 @@ pub async fn read(
 /// A file of which only the head was read: cut at `limit` characters (or, for bytes that are not
 /// UTF-8, at the head's end). Without the whole file there is no hash to give as ETag and no
 /// character count; a caller who needs them asks for more characters.
-fn head_only(path: &SandboxPath, head: Vec<u8>, size: u64, limit: usize, max: usize) -> FileRead {
+fn head_only(path: &RepoPath, head: Vec<u8>, size: u64, limit: usize, max: usize) -> FileRead {
     // The head may end inside a character: that cut is not an encoding error.
     let text = match std::str::from_utf8(&head) {
         Ok(text) => Some(text),

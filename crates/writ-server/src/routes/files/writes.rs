@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
-use writ_core::SandboxPath;
+use writ_core::RepoPath;
 use writ_core::audit::OperationKind;
 use writ_core::content::{invalid_utf8_sequences, numbered_preview};
 use writ_core::direct;
@@ -130,7 +130,7 @@ pub async fn write(state: AppState, w: DirectWrite) -> Result<Written, ApiError>
         expected_sha256,
         body,
     } = w;
-    let path = SandboxPath::parse_nonempty(&raw).map_err(|e| path_error(&e, "path"))?;
+    let path = RepoPath::parse_nonempty(&raw).map_err(|e| path_error(&e, "path"))?;
 
     let content: Vec<u8> = match std::str::from_utf8(&body) {
         Ok(_) => body,
