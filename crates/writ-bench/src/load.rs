@@ -134,9 +134,10 @@ pub async fn open_loop(
 }
 
 /// `concurrency` clients, each sending its next batch as soon as the last one is answered, for
-/// `duration`. Returns the samples and the elapsed time.
+/// `duration`; client `i` sends to `targets[i % targets.len()]` (replicas share the load evenly,
+/// as a round-robin balancer would). Returns the samples and the elapsed time.
 pub async fn closed_loop(
-    target: &Target,
+    targets: &[Target],
     concurrency: usize,
     duration: Duration,
     body: Arc<dyn Fn(u64) -> Value + Send + Sync>,
@@ -145,8 +146,8 @@ pub async fn closed_loop(
     let deadline = started + duration;
     let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..concurrency {
-        let target = target.clone();
+    for i in 0..concurrency {
+        let target = targets[i % targets.len()].clone();
         let body = body.clone();
         let next = next.clone();
         tasks.spawn(async move {

@@ -32,12 +32,15 @@ struct Args {
     /// PostgreSQL only.
     #[arg(long)]
     postgres_only: bool,
-    /// Run only these tables (overhead, ceiling, stragglers, audit); all by default.
+    /// Run only these tables (overhead, ceiling, stragglers, audit, replicas); all by default.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The ceiling table's concurrencies (default: 1, 4, 16, 32, 64, 256, 500).
     #[arg(long, value_delimiter = ',')]
     concurrency: Vec<usize>,
+    /// The replicas table's replica counts (PostgreSQL only).
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 3])]
+    replicas: Vec<usize>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -212,6 +215,16 @@ async fn suite(args: &Args) -> anyhow::Result<()> {
         let t = scenarios::audit_path(&plan).await?;
         section(
             "4. Audit path alone (request row + pending operation + completion)",
+            &t,
+        )?;
+    }
+    if wanted("replicas") && plan.backends.contains(&Backend::Postgres) {
+        let t = scenarios::replicas(&plan, &fake, &args.replicas).await?;
+        section(
+            &format!(
+                "5. Replicas (closed loop, 5 files × 3 models + arbiter, {} batches in flight per replica, one PostgreSQL database and one REPO_DIR; leases and cross-replica path locks on)",
+                scenarios::REPLICA_IN_FLIGHT
+            ),
             &t,
         )?;
     }

@@ -90,8 +90,9 @@ pub struct Writ {
     pub base_url: String,
     pub pid: u32,
     child: Child,
-    /// Taken by `Drop` into [`KEPT`].
+    /// Its own `REPO_DIR`, taken by `Drop` into [`KEPT`]; `None` when the caller owns it.
     repo: Option<tempfile::TempDir>,
+    repo_dir: PathBuf,
 }
 
 /// The repos of writs that have stopped, removed when the run ends ([`KeptRepos`]), not when
@@ -100,6 +101,11 @@ pub struct Writ {
 /// machine, looks up every inode freed in the last minutes before it reuses one), so the next
 /// row would measure the last one's clean-up.
 static KEPT: Mutex<Vec<tempfile::TempDir>> = Mutex::new(Vec::new());
+
+/// Keeps `repo` until the run ends (see [`KEPT`]).
+pub fn keep(repo: tempfile::TempDir) {
+    KEPT.lock().unwrap_or_else(|e| e.into_inner()).push(repo);
+}
 
 /// Removes the repos kept in [`KEPT`] when dropped: held for the whole run by `main`.
 pub struct KeptRepos;
@@ -112,6 +118,7 @@ impl Drop for KeptRepos {
 }
 
 impl Writ {
+    /// A writ over a `REPO_DIR` of its own.
     pub async fn start(
         bin_dir: &Path,
         fake: &Fake,
@@ -119,11 +126,25 @@ impl Writ {
         extra_env: &[(&str, &str)],
     ) -> anyhow::Result<Writ> {
         let repo = tempfile::tempdir()?;
+        let mut writ =
+            Self::start_over(bin_dir, fake, database_url, repo.path(), extra_env).await?;
+        writ.repo = Some(repo);
+        Ok(writ)
+    }
+
+    /// A writ over `repo`, which the caller keeps (replicas share one `REPO_DIR`).
+    pub async fn start_over(
+        bin_dir: &Path,
+        fake: &Fake,
+        database_url: &str,
+        repo: &Path,
+        extra_env: &[(&str, &str)],
+    ) -> anyhow::Result<Writ> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let addr = format!("127.0.0.1:{port}");
         let mut cmd = Command::new(bin_dir.join("writ"));
         cmd.args(["serve", "--addr", &addr])
-            .env("REPO_DIR", repo.path())
+            .env("REPO_DIR", repo)
             .env("DATABASE_URL", database_url)
             .env("OPENROUTER_BASE_URL", &fake.base_url)
             .env("CODE_LIST", MODELS.join(","))
@@ -170,13 +191,14 @@ impl Writ {
             base_url,
             pid,
             child,
-            repo: Some(repo),
+            repo: None,
+            repo_dir: repo.to_path_buf(),
         })
     }
 
     /// The `REPO_DIR` it writes into (removed when the run ends, see [`KEPT`]).
     pub fn repo_dir(&self) -> &Path {
-        self.repo.as_ref().map_or(Path::new(""), |r| r.path())
+        &self.repo_dir
     }
 
     pub async fn stop(mut self) {
@@ -188,7 +210,7 @@ impl Writ {
 impl Drop for Writ {
     fn drop(&mut self) {
         if let Some(repo) = self.repo.take() {
-            KEPT.lock().unwrap_or_else(|e| e.into_inner()).push(repo);
+            keep(repo);
         }
     }
 }

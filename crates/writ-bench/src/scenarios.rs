@@ -205,12 +205,18 @@ pub async fn ceiling(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
         let url = backend.fresh_url(data.path()).await;
         let writ = Writ::start(&plan.bin_dir, fake, &url, &[]).await?;
         let target = Target::new(&writ.base_url)?;
-        let _ = closed_loop(&target, 8, Duration::from_secs(1), body_with(5, json!({}))).await;
+        let _ = closed_loop(
+            std::slice::from_ref(&target),
+            8,
+            Duration::from_secs(1),
+            body_with(5, json!({})),
+        )
+        .await;
         for &concurrency in &plan.ceiling_concurrency {
             procfs::reset_peak_rss(writ.pid)?;
             let cpu_before = procfs::cpu_time(writ.pid, ticks)?;
             let (samples, elapsed) = closed_loop(
-                &target,
+                std::slice::from_ref(&target),
                 concurrency,
                 Duration::from_secs_f64(plan.ceiling_secs),
                 body_with(5, json!({})),
@@ -464,4 +470,96 @@ async fn record_one(store: &dyn AuditStore, content: &[u8]) -> anyhow::Result<Du
         )
         .await?;
     Ok(started.elapsed())
+}
+
+/// Batches each replica runs at once in the replicas table: three replicas at this limit keep
+/// within PostgreSQL's default 100 connections (each holds one read connection per batch it
+/// admits, plus the group commit's, the events' and the locks').
+pub const REPLICA_IN_FLIGHT: usize = 24;
+
+/// Table 5: the ceiling with 1, 2 and 3 replicas on one PostgreSQL database and one `REPO_DIR`,
+/// closed loop, five-file batches, the load spread evenly over the replicas.
+pub async fn replicas(plan: &Plan, fake: &Fake, counts: &[usize]) -> anyhow::Result<String> {
+    let ticks = procfs::ticks_per_sec();
+    let mut out = String::new();
+    writeln!(
+        out,
+        "| replicas | concurrency | batches/s | upstream calls/s | writ CPU ms/batch (all replicas) | PostgreSQL CPU ms/batch | errors | refused (503) | batch p50 (ms) | p99 | overhead p50 (ms) | p99 |"
+    )?;
+    writeln!(
+        out,
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )?;
+    let in_flight = REPLICA_IN_FLIGHT.to_string();
+    let env = [("WRIT_MAX_BATCHES_IN_FLIGHT", in_flight.as_str())];
+    for &n in counts {
+        let data = tempfile::tempdir()?;
+        let url = Backend::Postgres.fresh_url(data.path()).await;
+        let repo = tempfile::tempdir()?;
+        let mut writs = Vec::with_capacity(n);
+        for _ in 0..n {
+            writs.push(Writ::start_over(&plan.bin_dir, fake, &url, repo.path(), &env).await?);
+        }
+        let targets = writs
+            .iter()
+            .map(|w| Target::new(&w.base_url))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let concurrency = REPLICA_IN_FLIGHT * n;
+        let _ = closed_loop(
+            &targets,
+            concurrency,
+            Duration::from_secs(1),
+            body_with(5, json!({})),
+        )
+        .await;
+        let writ_cpu = |writs: &[Writ]| -> anyhow::Result<Duration> {
+            writs.iter().map(|w| procfs::cpu_time(w.pid, ticks)).sum()
+        };
+        let cpu_before = writ_cpu(&writs)?;
+        let pg_before = procfs::cpu_time_of_all("postgres", ticks);
+        let (samples, elapsed) = closed_loop(
+            &targets,
+            concurrency,
+            Duration::from_secs_f64(plan.ceiling_secs),
+            body_with(5, json!({})),
+        )
+        .await;
+        let cpu = writ_cpu(&writs)?.saturating_sub(cpu_before);
+        let pg = procfs::cpu_time_of_all("postgres", ticks).saturating_sub(pg_before);
+        let done = samples.len().max(1) as f64;
+        let calls: u64 = samples.iter().map(|s| s.upstream_calls).sum();
+        let lat = Summary::of(
+            &samples
+                .iter()
+                .map(|s| millis(s.latency))
+                .collect::<Vec<_>>(),
+        );
+        let oh = Summary::of(
+            &samples
+                .iter()
+                .filter_map(|s| s.overhead_ms)
+                .collect::<Vec<_>>(),
+        );
+        writeln!(
+            out,
+            "| {n} | {concurrency} | {:.0} | {:.0} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} |",
+            samples.len() as f64 / elapsed.as_secs_f64(),
+            calls as f64 / elapsed.as_secs_f64(),
+            millis(cpu) / done,
+            millis(pg) / done,
+            errors(&samples),
+            samples.iter().filter(|s| s.refused).count(),
+            ms(lat.p50),
+            ms(lat.p99),
+            ms(oh.p50),
+            ms(oh.p99),
+        )?;
+        fake.forget_calls(&reqwest::Client::new()).await;
+        for writ in writs {
+            writ.stop().await;
+        }
+        // The shared REPO_DIR goes with the rest at the end of the run (see `procs::KEPT`).
+        crate::procs::keep(repo);
+    }
+    Ok(out)
 }
