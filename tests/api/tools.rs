@@ -786,3 +786,123 @@ async fn the_run_tool_is_offered_only_when_commands_are_configured() {
     assert_eq!(status, 422, "{refused}");
     assert_eq!(refused["error"]["field"], "command");
 }
+
+/// One stateless MCP request (protocol 2026-07-28: no session; the protocol, the client and
+/// its capabilities in every request), and its JSON-RPC answer, whether it came as JSON or SSE.
+async fn mcp_stateless(app: &TestApp, method: &str, params: Value, tasks: bool) -> Value {
+    let mut params = params;
+    let capabilities = if tasks {
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    } else {
+        json!({})
+    };
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "tasks-test", "version": "1"},
+    });
+    let mut req = app
+        .client
+        .post(app.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}));
+    // The header names what the request is about: the tool, or the task.
+    if let Some(name) = params["name"].as_str().or(params["taskId"].as_str()) {
+        req = req.header("mcp-name", name);
+    }
+    let text = req.send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:").or(Some(l)))
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+        .find(|v| v.get("id").is_some())
+        .unwrap_or_else(|| panic!("no JSON-RPC answer in {text}"))
+}
+
+#[tokio::test]
+async fn a_client_that_takes_tasks_gets_write_codebase_as_a_task_and_polls_it_to_the_answer() {
+    let app = spawn_app_with_models(Backend::Sqlite).await;
+    for m in MODELS {
+        app.fake().script(
+            m,
+            Script::always(Step::code("python", "x = 1\n")).with_latency(
+                writ_fake_upstream::Latency::fixed(std::time::Duration::from_millis(300)),
+            ),
+        );
+    }
+    let (_, info) = app.json("/readyz").await;
+    assert_eq!(info["status"], "ready", "{info}");
+    let call = json!({"name": "write_codebase", "arguments": {"command": "write_codebase",
+        "files": [{"filename": "tasked.py", "code_description": "x"}]}});
+    let created = mcp_stateless(&app, "tools/call", call.clone(), true).await;
+    let task = &created["result"];
+    assert_eq!(task["resultType"], "task", "{created}");
+    assert_eq!(task["status"], "working", "{created}");
+    let task_id = task["taskId"].as_str().unwrap().to_string();
+    // The task's id is the batch's job id: the HTTP API knows it too.
+    let (status, _) = app.json(&format!("/jobs/{task_id}")).await;
+    assert_eq!(status, 200);
+    // Answered before the models: the file is not there yet.
+    assert!(!app.repo_dir.join("tasked.py").exists());
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let done = loop {
+        let got = mcp_stateless(&app, "tasks/get", json!({"taskId": task_id}), true).await;
+        let status = got["result"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if status == "completed" {
+            break got;
+        }
+        assert_eq!(status, "working", "{got}");
+        assert!(std::time::Instant::now() < deadline, "still {got}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let result = &done["result"]["result"];
+    assert_eq!(result["isError"], false, "{done}");
+    assert_eq!(result["structuredContent"]["succeeded"], 1, "{done}");
+    assert_eq!(result["structuredContent"]["request_id"], task_id.as_str());
+    assert_eq!(
+        std::fs::read_to_string(app.repo_dir.join("tasked.py")).unwrap(),
+        "x = 1\n"
+    );
+
+    // Not cancellable once accepted, and said so; an unknown task is an error, not a hang.
+    let cancel = mcp_stateless(&app, "tasks/cancel", json!({"taskId": task_id}), true).await;
+    assert!(
+        cancel["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cannot be cancelled"),
+        "{cancel}"
+    );
+    let unknown = mcp_stateless(
+        &app,
+        "tasks/get",
+        json!({"taskId": uuid::Uuid::now_v7().to_string()}),
+        true,
+    )
+    .await;
+    assert!(
+        unknown["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("no task"),
+        "{unknown}"
+    );
+
+    // A client that does not declare the extension gets the answer in the call, as before.
+    let mut plain = call;
+    plain["arguments"]["files"][0]["filename"] = json!("plain.py");
+    let answered = mcp_stateless(&app, "tools/call", plain, false).await;
+    assert_eq!(answered["result"]["isError"], false, "{answered}");
+    assert_eq!(
+        answered["result"]["structuredContent"]["succeeded"], 1,
+        "{answered}"
+    );
+    // And may not poll tasks.
+    let refused = mcp_stateless(&app, "tasks/get", json!({"taskId": task_id}), false).await;
+    assert!(refused.get("error").is_some(), "{refused}");
+}

@@ -32,7 +32,7 @@ pub async fn write_codebase(
             scopes: ctx.scopes,
             scope: ctx.scope,
             idempotency_key: None,
-            prefer_async: false,
+            prefer_async: ctx.prefer_async,
             body: &body,
         },
     )
@@ -186,7 +186,7 @@ fn progress_line(name: &str, data: &Value) -> String {
 }
 
 /// A batch's answer: a summary per file for the model, the full answer as `result`.
-fn batch_output(answer: &BatchResponse) -> ToolOutput {
+pub(crate) fn batch_output(answer: &BatchResponse) -> ToolOutput {
     let mut lines = vec![format!(
         "status: {} ({} of {} files succeeded); request_id {}",
         answer.status, answer.succeeded, answer.total_files, answer.request_id,

@@ -15,9 +15,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    GetTaskParams, GetTaskResult, Implementation, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -27,7 +28,7 @@ use tower::ServiceExt as _;
 use uuid::Uuid;
 
 use super::{CallContext, Progress};
-use crate::auth::{Caller, Grant};
+use crate::auth::{Caller, Grant, Viewer};
 use crate::state::AppState;
 use crate::telemetry::RequestId;
 
@@ -72,9 +73,14 @@ pub fn tools(state: &AppState) -> Vec<Tool> {
 
 impl ServerHandler for WritMcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("writ", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(Implementation::new("writ", env!("CARGO_PKG_VERSION")))
+        .with_instructions(INSTRUCTIONS)
     }
 
     async fn list_tools(
@@ -100,6 +106,12 @@ impl ServerHandler for WritMcp {
         let grant = parts.and_then(|p| p.extensions.get::<Grant>()).copied();
         let mut ctx = CallContext::from_request(request_id, caller, grant);
         ctx.cancelled = context.ct.clone();
+        // A client that takes tasks gets the batch's job as one at once (super::tasks).
+        let as_task = request.name == super::tasks::TASK_TOOL
+            && context
+                .client_capabilities()
+                .is_some_and(|caps| caps.supports_tasks());
+        ctx.prefer_async = as_task;
         if let Some(token) = context.meta.get_progress_token() {
             ctx.progress = Some(Arc::new(McpProgress {
                 peer: context.peer.clone(),
@@ -111,6 +123,13 @@ impl ServerHandler for WritMcp {
             .map(serde_json::Value::Object)
             .unwrap_or(serde_json::Value::Null);
         let result = match super::call(&self.state, ctx, &request.name, args).await {
+            Ok(out)
+                if let Some(job_id) = as_task
+                    .then(|| super::tasks::accepted(&out.result))
+                    .flatten() =>
+            {
+                return Ok(super::tasks::created(job_id).into());
+            }
             Ok(out) => {
                 let mut r = CallToolResult::success(vec![ContentBlock::text(out.content)]);
                 r.structured_content = Some(out.result);
@@ -124,6 +143,30 @@ impl ServerHandler for WritMcp {
         };
         Ok(result.into())
     }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        super::tasks::get(&self.state, &viewer(&context), &request.task_id).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        super::tasks::cancel(&self.state, &viewer(&context), &request.task_id).await
+    }
+}
+
+/// Whose jobs the request may see: what the auth layer found on its POST.
+fn viewer(context: &RequestContext<RoleServer>) -> Viewer {
+    let parts = context.extensions.get::<axum::http::request::Parts>();
+    let caller = parts.and_then(|p| p.extensions.get::<Caller>());
+    let grant = parts.and_then(|p| p.extensions.get::<Grant>());
+    Viewer::new(caller.map(|c| c.0.as_str()), grant.map(|g| g.scopes))
 }
 
 /// Progress as `notifications/progress` on the caller's token.

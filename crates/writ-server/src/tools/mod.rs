@@ -12,6 +12,7 @@
 pub mod dispatch;
 pub mod formats;
 pub mod mcp;
+pub mod tasks;
 
 use std::sync::Arc;
 
@@ -280,6 +281,8 @@ pub struct CallContext {
     pub progress: Option<Arc<dyn Progress>>,
     /// Cancelled when the caller gives up; work already started completes and is recorded.
     pub cancelled: CancellationToken,
+    /// `write_codebase` answers with its job at once instead of waiting (an MCP task).
+    pub prefer_async: bool,
 }
 
 impl CallContext {
@@ -302,6 +305,7 @@ impl CallContext {
             scope: None,
             progress: None,
             cancelled: CancellationToken::new(),
+            prefer_async: false,
         }
     }
 }
