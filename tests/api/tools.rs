@@ -790,6 +790,17 @@ async fn the_run_tool_is_offered_only_when_commands_are_configured() {
 /// One stateless MCP request (protocol 2026-07-28: no session; the protocol, the client and
 /// its capabilities in every request), and its JSON-RPC answer, whether it came as JSON or SSE.
 async fn mcp_stateless(app: &TestApp, method: &str, params: Value, tasks: bool) -> Value {
+    mcp_stateless_as(app, None, method, params, tasks).await
+}
+
+/// [`mcp_stateless`] with an API key.
+async fn mcp_stateless_as(
+    app: &TestApp,
+    key: Option<&str>,
+    method: &str,
+    params: Value,
+    tasks: bool,
+) -> Value {
     let mut params = params;
     let capabilities = if tasks {
         json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
@@ -811,6 +822,9 @@ async fn mcp_stateless(app: &TestApp, method: &str, params: Value, tasks: bool) 
     // The header names what the request is about: the tool, or the task.
     if let Some(name) = params["name"].as_str().or(params["taskId"].as_str()) {
         req = req.header("mcp-name", name);
+    }
+    if let Some(key) = key {
+        req = req.bearer_auth(key);
     }
     let text = req.send().await.unwrap().text().await.unwrap();
     text.lines()
@@ -905,4 +919,33 @@ async fn a_client_that_takes_tasks_gets_write_codebase_as_a_task_and_polls_it_to
     // And may not poll tasks.
     let refused = mcp_stateless(&app, "tasks/get", json!({"taskId": task_id}), false).await;
     assert!(refused.get("error").is_some(), "{refused}");
+}
+
+#[tokio::test]
+async fn a_task_is_seen_only_by_the_key_that_started_it() {
+    use writ_core::keys::{self, Scope, Scopes};
+    let scopes = Some(Scopes::of(&[Scope::Read, Scope::Write]));
+    let (mine, theirs) = (keys::generate("mine"), keys::generate("theirs"));
+    let entries = [&mine, &theirs]
+        .map(|k| keys::config_entry_with_scopes(&k.key, scopes).unwrap())
+        .join(",");
+    let app =
+        writ_tests::spawn_app_with_models_and(Backend::Sqlite, &[("WRIT_API_KEYS", &entries)])
+            .await;
+    script_models(&app);
+    let call = json!({"name": "write_codebase", "arguments": {"command": "write_codebase",
+        "files": [{"filename": "owned.py", "code_description": "x"}]}});
+    let created = mcp_stateless_as(&app, Some(&mine.key), "tools/call", call, true).await;
+    let task_id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"));
+    let get = json!({"taskId": task_id});
+    let seen = mcp_stateless_as(&app, Some(&mine.key), "tasks/get", get.clone(), true).await;
+    assert!(seen["result"]["status"].is_string(), "{seen}");
+    let hidden = mcp_stateless_as(&app, Some(&theirs.key), "tasks/get", get, true).await;
+    assert_eq!(
+        hidden["error"]["message"].as_str(),
+        Some(format!("no task {task_id}").as_str()),
+        "{hidden}"
+    );
 }
