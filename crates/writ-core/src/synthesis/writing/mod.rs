@@ -3,16 +3,18 @@
 //! result and its `file_written` / `file_failed` event. An `atomic` batch writes all its files or
 //! none: if one failed to generate nothing is written, and if a write fails the files already
 //! written are put back — each only if it still holds what writ wrote, under its path lock, and
-//! a rollback that could not be made is reported as such.
+//! a rollback that could not be made is reported as such ([`atomic`]).
+
+mod atomic;
 
 use base64::Engine;
 use uuid::Uuid;
 
-use crate::audit::{AuditStore, AuditWrite, CandidateRecord, FileKind, Selection};
+use crate::audit::{AuditStore, AuditWrite, CandidateRecord, FileKind};
 use crate::content::sha256_hex;
 use crate::files::{
-    DeferredWrite, GroupedWrite, Provenance, RemoveOutcome, WriteMode, WriteSpec, record_failure,
-    recorded_remove, recorded_write, write_group_deferring_completion,
+    DeferredWrite, GroupedWrite, Provenance, WriteMode, WriteSpec, record_failure,
+    write_group_deferring_completion,
 };
 use crate::synthesis::batch::{Batch, FileSpec};
 use crate::synthesis::progress::{Event, ProgressSink};
@@ -51,15 +53,6 @@ struct ToWrite {
     image: Option<ImageInfo>,
     /// What a change of an existing file did.
     change: Option<Change>,
-}
-
-/// A file an atomic batch wrote, and how to put it back.
-struct Undo<'a> {
-    file: &'a FileSpec,
-    /// The content before writ's write (`None`: the file did not exist).
-    before: Option<Vec<u8>>,
-    /// What writ wrote; the rollback touches the file only if it still holds this.
-    sha256: String,
 }
 
 /// The writing stage of one batch: where its files go (the store for their records, the
@@ -315,81 +308,6 @@ impl<'a> Writer<'a> {
         }
     }
 
-    /// `atomic`: every file is generated first; if one failed nothing is written; if a write
-    /// fails, the files already written are put back as they were.
-    pub(crate) async fn write_atomically(&self, produced: Vec<Produced>) -> Vec<Written> {
-        let first_failure = produced
-            .iter()
-            .zip(&self.batch.files)
-            .find_map(|(p, f)| p.chosen.as_ref().err().map(|e| (f, e.clone())));
-        if let Some((failed, why)) = first_failure {
-            let mut results = Vec::new();
-            for (p, f) in produced.into_iter().zip(&self.batch.files) {
-                let error = match p.chosen {
-                    Err(e) => e,
-                    Ok(_) => format!(
-                        "not written: the batch is atomic and files[{}] ('{}') failed: {why}",
-                        failed.index, failed.path
-                    ),
-                };
-                let failed = Produced {
-                    chosen: Err(error),
-                    candidates: p.candidates,
-                    validation: p.validation,
-                    existing: None,
-                };
-                results.push(self.finish_file(f, failed).await);
-            }
-            return results;
-        }
-
-        let mut results: Vec<Written> = Vec::new();
-        let mut written: Vec<Undo<'_>> = Vec::new();
-        let mut broke: Option<String> = None;
-        for (p, f) in produced.into_iter().zip(&self.batch.files) {
-            if let Some(why) = &broke {
-                let error =
-                    format!("not written: the batch is atomic and an earlier write failed: {why}");
-                let failed = Produced::failed(error, p.candidates);
-                results.push(self.finish_file(f, failed).await);
-                continue;
-            }
-            let mut done = self.write_file(f, p).await;
-            match (&done.result.sha256, done.before.take()) {
-                (Some(sha256), Some(before)) if done.result.success => written.push(Undo {
-                    file: f,
-                    before,
-                    sha256: sha256.clone(),
-                }),
-                _ => broke = Some(done.result.error.clone().unwrap_or_default()),
-            }
-            emit_outcome(self.sink, &done.result);
-            results.push(done);
-        }
-        if let Some(why) = broke {
-            for w in written.into_iter().rev() {
-                let outcome = self.roll_back(&w, &why).await;
-                if let Some(r) = results
-                    .iter_mut()
-                    .map(|done| &mut done.result)
-                    .find(|r| r.filename == w.file.path.as_str())
-                {
-                    r.success = false;
-                    r.error = Some(match outcome {
-                        Ok(()) => format!(
-                            "rolled back: the batch is atomic and a later write failed: {why}"
-                        ),
-                        Err(e) => format!(
-                            "NOT rolled back: the batch is atomic and a later write failed ({why}), \
-                             but putting this file back failed: {e}; it holds writ's new content or another writer's"
-                        ),
-                    });
-                }
-            }
-        }
-        results
-    }
-
     /// The batch's request was not recorded: no file is written and no failure recorded (a
     /// record needs its request); each file's result says why.
     pub(crate) fn not_written(
@@ -410,62 +328,6 @@ impl<'a> Writer<'a> {
                 Written::only(result)
             })
             .collect()
-    }
-
-    /// Puts one file back as it was before this batch wrote it — only if it still holds what
-    /// the batch wrote (another writer's later content is never overwritten or removed).
-    async fn roll_back(&self, w: &Undo<'_>, why: &str) -> Result<(), String> {
-        let prov = Provenance {
-            selection: Some(Selection::Rollback),
-            ..Provenance::default()
-        };
-        let outcome = match &w.before {
-            Some(previous) => {
-                let spec = WriteSpec {
-                    path: w.file.path.clone(),
-                    content: previous.clone(),
-                    mode: WriteMode::Overwrite,
-                    expected_sha256: Some(w.sha256.clone()),
-                    create_dirs: false,
-                };
-                recorded_write(
-                    self.store,
-                    self.workspace,
-                    self.request_id,
-                    w.file.kind.into(),
-                    spec,
-                    prov,
-                )
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-            }
-            None => recorded_remove(
-                self.store,
-                self.workspace,
-                self.request_id,
-                w.file.kind.into(),
-                &w.file.path,
-                &w.sha256,
-                &format!(
-                    "rolled back (atomic batch; a later write failed: {why}): the file was removed"
-                ),
-                prov,
-            )
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|outcome| match outcome {
-                RemoveOutcome::Removed => Ok(()),
-                RemoveOutcome::Changed { actual } => Err(format!(
-                    "'{}' changed since writ wrote it (sha256 {actual}); it was left as it is",
-                    w.file.path
-                )),
-            }),
-        };
-        if let Err(e) = &outcome {
-            tracing::error!(file = %w.file.path, error = %e, "rollback of an atomic batch failed");
-        }
-        outcome
     }
 }
 

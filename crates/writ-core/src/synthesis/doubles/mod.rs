@@ -1,8 +1,15 @@
 //! Test doubles for the synthesis stages' ports, so a stage is tested without HTTP or a
 //! database: a model client answering from a script per model, after a scripted delay (on
 //! tokio's clock, so paused-time tests run instantly and exactly); a command runner whose checks
-//! pass for the staged contents a test names; and the inputs a stage takes (a batch, what it read
-//! of the present, candidates).
+//! pass for the staged contents a test names; an audit store and a workspace in memory
+//! ([`store`], [`workspace`]); and the inputs a stage takes (a batch, what it read of the
+//! present, candidates).
+
+mod store;
+mod workspace;
+
+pub use store::MemoryStore;
+pub use workspace::MemoryWorkspace;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
