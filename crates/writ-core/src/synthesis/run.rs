@@ -313,3 +313,67 @@ fn deadline_message(deadline: Duration) -> String {
         deadline.as_secs()
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::sync::watch;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::synthesis::doubles::{self, Answer, MemoryStore, MemoryWorkspace, ScriptedModels};
+    use crate::synthesis::progress::NoProgress;
+    use crate::synthesis::stage::{NotRecorded, SynthesisConfig};
+
+    /// Runs a one-file batch whose only model answers at once, behind `recorded`; returns the
+    /// answer and what the workspace holds afterwards.
+    async fn run_behind(recorded: Recorded) -> (BatchResponse, Option<String>) {
+        let models = ScriptedModels::default()
+            .with("alpha", vec![Answer::after(10, "```python\nx = 1\n```")]);
+        let workspace = Arc::new(MemoryWorkspace::default());
+        let config = SynthesisConfig {
+            candidates: vec!["alpha".into()],
+            ..SynthesisConfig::default()
+        };
+        let synthesizer = Synthesizer::new(
+            Arc::new(models),
+            Arc::new(MemoryStore::default()),
+            workspace.clone(),
+            config,
+        );
+        let batch = doubles::batch(&["app.py"]);
+        let prior = doubles::prior(&batch);
+        let sub = Submission {
+            request_id: Uuid::now_v7(),
+            caller: None,
+            scope: None,
+            idempotency_key: None,
+            body_sha256: String::new(),
+            body: None,
+            batch,
+        };
+        let (submitted, _) = synthesizer
+            .execute(&sub, prior, &NoProgress, &recorded)
+            .await;
+        (submitted.response, workspace.content("app.py"))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_whose_request_was_not_recorded_writes_nothing() {
+        let (committed_tx, committed) = watch::channel(None);
+        let _ = committed_tx.send(Some(false));
+        let (response, on_disk) = run_behind(Recorded::pending(committed)).await;
+        assert_eq!(on_disk, None);
+        let result = &response.results[0];
+        assert!(!result.success);
+        assert_eq!(
+            result.error.as_deref(),
+            Some(NotRecorded.to_string().as_str())
+        );
+
+        let (response, on_disk) = run_behind(Recorded::already()).await;
+        assert_eq!(on_disk.as_deref(), Some("x = 1\n"));
+        assert!(response.results[0].success);
+    }
+}
