@@ -68,7 +68,7 @@ pub(crate) struct Writer<'a> {
 impl<'a> Writer<'a> {
     /// Writes one file's chosen content (or records its failure), emits its event and builds its
     /// result.
-    pub(crate) async fn finish_file(&self, file: &FileSpec, produced: Produced) -> Written {
+    async fn finish_file(&self, file: &FileSpec, produced: Produced) -> Written {
         let written = self.write_file(file, produced).await;
         emit_outcome(self.sink, &written.result);
         written
