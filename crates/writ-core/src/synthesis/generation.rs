@@ -5,14 +5,16 @@
 use writ_checks::Language;
 
 use crate::content::sha256_hex;
-use crate::model::ChatMessage;
+use crate::model::{ChatMessage, ModelClient};
 use crate::path::RepoPath;
 use crate::synthesis::batch::{Batch, FileSpec};
-use crate::synthesis::context::tokens;
-use crate::synthesis::fanout::{self, CallSettings, Candidate, UpstreamClock};
-use crate::synthesis::progress::ProgressSink;
+use crate::synthesis::context::{more_context, tokens};
+use crate::synthesis::fanout::{self, Candidate};
 use crate::synthesis::prompt::{self, ContextFile};
 use crate::synthesis::response::PromptTokensByPart;
+use crate::synthesis::stage::{FileCx, Prior, SynthesisConfig};
+use crate::synthesis::update::{Existing, Expect};
+use crate::workspace::Workspace;
 
 /// Characters of one repository file shown as context before it becomes an outline.
 const MAX_CONTEXT_FILE_CHARS: usize = 12_000;
@@ -45,8 +47,6 @@ fn import_paths(import: &str, language: Language) -> Vec<RepoPath> {
     }
     paths
 }
-use crate::synthesis::run::{Prior, Synthesizer};
-use crate::synthesis::update::{Existing, Expect};
 
 /// What each part of a candidate prompt costs, in estimated tokens.
 fn prompt_parts(
@@ -122,143 +122,150 @@ impl Generated {
     }
 }
 
-impl Synthesizer {
-    /// Reads the file's current content (checking `expected_sha256` before any model is called),
-    /// builds its prompt and fans it out. An `Err` is the file's failure, with no model called.
-    pub(crate) async fn generate(
-        &self,
-        batch: &Batch,
-        file: &FileSpec,
-        prior: &Prior,
-        sink: &dyn ProgressSink,
-        upstream: &UpstreamClock,
-    ) -> Result<Generated, String> {
-        let language = Language::from_path(file.path.as_str());
-        let current = prior.current(&file.path);
-        if let Some(expected) = &file.expected_sha256 {
-            let actual = current.map(sha256_hex).unwrap_or_else(|| "absent".into());
-            if &actual != expected {
-                return Err(format!(
-                    "'{}' changed: expected sha256 {expected}, found {actual}; no model was called",
-                    file.path
-                ));
-            }
-        }
-        let existing = current.map(Existing::read).transpose().map_err(|why| {
-            format!(
-                "'{}' cannot be changed: {why}; no model was called",
+/// Reads the file's current content (checking `expected_sha256` before any model is called),
+/// builds its prompt and fans it out. An `Err` is the file's failure, with no model called.
+pub(crate) async fn generate(
+    client: &dyn ModelClient,
+    workspace: &dyn Workspace,
+    config: &SynthesisConfig,
+    cx: FileCx<'_>,
+) -> Result<Generated, String> {
+    let FileCx {
+        batch,
+        file,
+        prior,
+        sink,
+        clock,
+    } = cx;
+    let language = Language::from_path(file.path.as_str());
+    let current = prior.current(&file.path);
+    if let Some(expected) = &file.expected_sha256 {
+        let actual = current.map(sha256_hex).unwrap_or_else(|| "absent".into());
+        if &actual != expected {
+            return Err(format!(
+                "'{}' changed: expected sha256 {expected}, found {actual}; no model was called",
                 file.path
-            )
-        })?;
-        let context = self.repository_context(batch, file).await;
-        let current_view = existing.as_ref().map(|e| e.view.as_str());
-        let shown: Vec<String> = context.iter().map(|c| c.path.clone()).collect();
-        let more = self
-            .more_context(batch, file, &prior.named, &shown, current_view)
-            .await;
-        let messages = prompt::candidate_messages(
-            batch,
-            file,
-            language,
-            current_view,
-            &prior.recent,
-            &context,
-            &more,
-        );
-        prior.record_prompt_tokens(
-            file.index,
-            prompt_parts(batch, file, &context, &more, current_view, prior, &messages),
-        );
-        let models = batch
-            .options
-            .models
-            .clone()
-            .unwrap_or_else(|| self.config.candidates.clone());
-        let policy = batch.options.straggler.unwrap_or(self.config.straggler);
-        let mut generated = Generated {
-            language,
-            models,
-            messages,
-            answers: Vec::new(),
-            existing,
-            allow_removals: batch.options.allow_removals,
-        };
-        let (answers, waited) = fanout::fan_out(
-            self.models.as_ref(),
-            &generated.models,
-            &generated.messages,
-            &generated.expect(file),
-            self.call_settings(),
-            file.path.as_str(),
-            sink,
-            policy,
+            ));
+        }
+    }
+    let existing = current.map(Existing::read).transpose().map_err(|why| {
+        format!(
+            "'{}' cannot be changed: {why}; no model was called",
+            file.path
         )
-        .await;
-        upstream.add(waited);
-        generated.answers = answers;
-        Ok(generated)
-    }
+    })?;
+    let context = repository_context(workspace, batch, file).await;
+    let current_view = existing.as_ref().map(|e| e.view.as_str());
+    let shown: Vec<String> = context.iter().map(|c| c.path.clone()).collect();
+    let more = more_context(
+        workspace,
+        config.repo_map_tokens,
+        batch,
+        file,
+        &prior.named,
+        &shown,
+        current_view,
+    )
+    .await;
+    let messages = prompt::candidate_messages(
+        batch,
+        file,
+        language,
+        current_view,
+        &prior.recent,
+        &context,
+        &more,
+    );
+    prior.record_prompt_tokens(
+        file.index,
+        prompt_parts(batch, file, &context, &more, current_view, prior, &messages),
+    );
+    let models = batch
+        .options
+        .models
+        .clone()
+        .unwrap_or_else(|| config.candidates.clone());
+    let policy = batch.options.straggler.unwrap_or(config.straggler);
+    let mut generated = Generated {
+        language,
+        models,
+        messages,
+        answers: Vec::new(),
+        existing,
+        allow_removals: batch.options.allow_removals,
+    };
+    let (answers, waited) = fanout::fan_out(
+        client,
+        &generated.models,
+        &generated.messages,
+        &generated.expect(file),
+        config.call_settings(),
+        file.path.as_str(),
+        sink,
+        policy,
+    )
+    .await;
+    clock.add(waited);
+    generated.answers = answers;
+    Ok(generated)
+}
 
-    /// The current content of what the file builds on, when it exists in `REPO_DIR`: the files
-    /// its `internal_imports` name and the files the batch's checks run (the tests). Bounded per
-    /// file and in total; past the bound, an outline of the file's definitions.
-    async fn repository_context(&self, batch: &Batch, file: &FileSpec) -> Vec<ContextFile> {
-        let mut wanted: Vec<RepoPath> = Vec::new();
-        let language = Language::from_path(file.path.as_str());
-        for import in &file.internal_imports {
-            for candidate in import_paths(import, language) {
-                if !wanted.contains(&candidate) {
-                    wanted.push(candidate);
-                }
+/// The current content of what the file builds on, when it exists in `REPO_DIR`: the files
+/// its `internal_imports` name and the files the batch's checks run (the tests). Bounded per
+/// file and in total; past the bound, an outline of the file's definitions.
+async fn repository_context(
+    workspace: &dyn Workspace,
+    batch: &Batch,
+    file: &FileSpec,
+) -> Vec<ContextFile> {
+    let mut wanted: Vec<RepoPath> = Vec::new();
+    let language = Language::from_path(file.path.as_str());
+    for import in &file.internal_imports {
+        for candidate in import_paths(import, language) {
+            if !wanted.contains(&candidate) {
+                wanted.push(candidate);
             }
-        }
-        if let Some(v) = &batch.options.validation {
-            for arg in v.commands.iter().flat_map(|c| &c.args) {
-                if let Ok(p) = RepoPath::parse_nonempty(arg)
-                    && !wanted.contains(&p)
-                {
-                    wanted.push(p);
-                }
-            }
-        }
-        // The batch writes these itself; their descriptions are already in the prompt.
-        wanted.retain(|p| !batch.files.iter().any(|f| &f.path == p));
-        let mut shown = Vec::new();
-        let mut budget = MAX_CONTEXT_CHARS;
-        for path in wanted.into_iter().take(MAX_CONTEXT_FILES) {
-            let Ok(Some(bytes)) = self.workspace.read(&path).await else {
-                continue;
-            };
-            let text = String::from_utf8_lossy(&bytes);
-            let chars = text.chars().count();
-            let (text, outline) = if chars <= MAX_CONTEXT_FILE_CHARS.min(budget) {
-                (text.into_owned(), false)
-            } else {
-                let outline = writ_checks::outline(&text, Language::from_path(path.as_str()));
-                let (cut, _) =
-                    crate::content::truncate_chars(&outline, MAX_CONTEXT_FILE_CHARS.min(budget));
-                (cut.to_string(), true)
-            };
-            if text.is_empty() {
-                continue;
-            }
-            budget = budget.saturating_sub(text.chars().count());
-            shown.push(ContextFile {
-                path: path.to_string(),
-                text,
-                outline,
-            });
-            if budget == 0 {
-                break;
-            }
-        }
-        shown
-    }
-
-    pub(crate) fn call_settings(&self) -> CallSettings {
-        CallSettings {
-            temperature: self.config.temperature,
-            max_tokens: self.config.max_tokens,
         }
     }
+    if let Some(v) = &batch.options.validation {
+        for arg in v.commands.iter().flat_map(|c| &c.args) {
+            if let Ok(p) = RepoPath::parse_nonempty(arg)
+                && !wanted.contains(&p)
+            {
+                wanted.push(p);
+            }
+        }
+    }
+    // The batch writes these itself; their descriptions are already in the prompt.
+    wanted.retain(|p| !batch.files.iter().any(|f| &f.path == p));
+    let mut shown = Vec::new();
+    let mut budget = MAX_CONTEXT_CHARS;
+    for path in wanted.into_iter().take(MAX_CONTEXT_FILES) {
+        let Ok(Some(bytes)) = workspace.read(&path).await else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        let chars = text.chars().count();
+        let (text, outline) = if chars <= MAX_CONTEXT_FILE_CHARS.min(budget) {
+            (text.into_owned(), false)
+        } else {
+            let outline = writ_checks::outline(&text, Language::from_path(path.as_str()));
+            let (cut, _) =
+                crate::content::truncate_chars(&outline, MAX_CONTEXT_FILE_CHARS.min(budget));
+            (cut.to_string(), true)
+        };
+        if text.is_empty() {
+            continue;
+        }
+        budget = budget.saturating_sub(text.chars().count());
+        shown.push(ContextFile {
+            path: path.to_string(),
+            text,
+            outline,
+        });
+        if budget == 0 {
+            break;
+        }
+    }
+    shown
 }

@@ -5,107 +5,107 @@
 use std::time::Instant;
 
 use crate::audit::Selection;
-use crate::model::{ChatMessage, ChatRequest, ErrorClass};
+use crate::model::{ChatMessage, ChatRequest, ErrorClass, ModelClient};
 use crate::synthesis::batch::{Batch, FileSpec};
 use crate::synthesis::fanout;
 use crate::synthesis::image::{self, ImageError, ImageFormat, ImageTarget, decode_data_url};
-use crate::synthesis::progress::{Event, ProgressSink};
+use crate::synthesis::progress::Event;
 use crate::synthesis::prompt::quote as prompt_quote;
-use crate::synthesis::run::{Produced, Synthesizer};
-use crate::synthesis::selection::{Chosen, Content};
+use crate::synthesis::stage::{Chosen, Content, FileCx, Produced, SynthesisConfig};
 
-impl Synthesizer {
-    pub(crate) async fn generate_image(
-        &self,
-        batch: &Batch,
-        file: &FileSpec,
-        sink: &dyn ProgressSink,
-    ) -> Produced {
-        let Some(model) = batch
-            .options
-            .image_model
-            .clone()
-            .or_else(|| self.config.image_model.clone())
-        else {
-            return Produced::failed(
-                "no image model is configured: set IMAGE_MODEL (or send options.image_model)",
-                Vec::new(),
-            );
-        };
-        let target = file.image.unwrap_or(ImageTarget {
-            size: None,
-            format: file
-                .path
-                .extension()
-                .and_then(|e| ImageFormat::from_extension(&e))
-                .unwrap_or(ImageFormat::Png),
-        });
-        let req = ChatRequest {
-            model: model.clone(),
-            messages: vec![ChatMessage::user(image_prompt(batch, file, target))],
-            modalities: Some(vec!["image".into(), "text".into()]),
-            ..ChatRequest::default()
-        };
-        sink.emit(Event::CandidateStarted {
-            file: file.path.to_string(),
-            model: model.clone(),
-        });
-        let started = Instant::now();
-        let (record, chosen) = match self.models.chat(req).await {
-            Ok(resp) => {
-                let mut record = fanout::answered(&model, &resp);
-                let url = resp.images.into_iter().next();
-                let shaped = tokio::task::spawn_blocking(move || {
-                    url.ok_or(ImageError::Missing)
-                        .and_then(|url| decode_data_url(&url))
-                        .and_then(|bytes| image::shape(&bytes, target))
-                })
-                .await
-                .unwrap_or_else(|e| {
-                    Err(ImageError::Broken(
-                        target.format.as_str(),
-                        format!("the decoder stopped: {e}"),
-                    ))
-                });
-                match shaped {
-                    Ok(img) => {
-                        record.ok = true;
-                        record.parsed = Some(true);
-                        let chosen = Chosen {
-                            content: Content::Image(img),
-                            model: model.clone(),
-                            selection: Selection::SingleCandidate,
-                            reason: None,
-                        };
-                        (record, Ok(chosen))
-                    }
-                    Err(e) => {
-                        record.parsed = Some(false);
-                        record.error_class = Some(ErrorClass::BadImage);
-                        record.error = Some(e.to_string());
-                        (record, Err(format!("'{}': {e}", file.path)))
-                    }
+/// One image file's content from the image model, or why there is none.
+pub(crate) async fn generate_image(
+    models: &dyn ModelClient,
+    config: &SynthesisConfig,
+    cx: FileCx<'_>,
+) -> Produced {
+    let FileCx {
+        batch, file, sink, ..
+    } = cx;
+    let Some(model) = batch
+        .options
+        .image_model
+        .clone()
+        .or_else(|| config.image_model.clone())
+    else {
+        return Produced::failed(
+            "no image model is configured: set IMAGE_MODEL (or send options.image_model)",
+            Vec::new(),
+        );
+    };
+    let target = file.image.unwrap_or(ImageTarget {
+        size: None,
+        format: file
+            .path
+            .extension()
+            .and_then(|e| ImageFormat::from_extension(&e))
+            .unwrap_or(ImageFormat::Png),
+    });
+    let req = ChatRequest {
+        model: model.clone(),
+        messages: vec![ChatMessage::user(image_prompt(batch, file, target))],
+        modalities: Some(vec!["image".into(), "text".into()]),
+        ..ChatRequest::default()
+    };
+    sink.emit(Event::CandidateStarted {
+        file: file.path.to_string(),
+        model: model.clone(),
+    });
+    let started = Instant::now();
+    let (record, chosen) = match models.chat(req).await {
+        Ok(resp) => {
+            let mut record = fanout::answered(&model, &resp);
+            let url = resp.images.into_iter().next();
+            let shaped = tokio::task::spawn_blocking(move || {
+                url.ok_or(ImageError::Missing)
+                    .and_then(|url| decode_data_url(&url))
+                    .and_then(|bytes| image::shape(&bytes, target))
+            })
+            .await
+            .unwrap_or_else(|e| {
+                Err(ImageError::Broken(
+                    target.format.as_str(),
+                    format!("the decoder stopped: {e}"),
+                ))
+            });
+            match shaped {
+                Ok(img) => {
+                    record.ok = true;
+                    record.parsed = Some(true);
+                    let chosen = Chosen {
+                        content: Content::Image(img),
+                        model: model.clone(),
+                        selection: Selection::SingleCandidate,
+                        reason: None,
+                    };
+                    (record, Ok(chosen))
+                }
+                Err(e) => {
+                    record.parsed = Some(false);
+                    record.error_class = Some(ErrorClass::BadImage);
+                    record.error = Some(e.to_string());
+                    (record, Err(format!("'{}': {e}", file.path)))
                 }
             }
-            Err(e) => {
-                let record = fanout::failed(&model, started, &e);
-                (record, Err(format!("the image model failed: {e}")))
-            }
-        };
-        sink.emit(Event::CandidateFinished {
-            file: file.path.to_string(),
-            model,
-            latency_ms: record.latency_ms,
-            ok: record.ok,
-            error_class: record.error_class,
-            parsed: record.parsed,
-        });
-        Produced {
-            chosen,
-            candidates: vec![record],
-            validation: None,
-            existing: None,
         }
+        Err(e) => {
+            let record = fanout::failed(&model, started, &e);
+            (record, Err(format!("the image model failed: {e}")))
+        }
+    };
+    sink.emit(Event::CandidateFinished {
+        file: file.path.to_string(),
+        model,
+        latency_ms: record.latency_ms,
+        ok: record.ok,
+        error_class: record.error_class,
+        parsed: record.parsed,
+    });
+    Produced {
+        chosen,
+        candidates: vec![record],
+        validation: None,
+        existing: None,
     }
 }
 

@@ -2,7 +2,8 @@
 //! candidates. One batch passes through these modules top-down:
 //! - [`runner`]: the one entry — every batch is a job (persisted events, heartbeat, stored answer);
 //! - [`submission`]: idempotency, target checks and the request record, before any model is called;
-//! - [`run`]: the orchestration of one batch — each file's stages, the deadline, the size limit;
+//! - [`run`]: the orchestrator, the one module that knows the order of the stages below — each
+//!   file's stages, the deadline, the size limit, the wait for the request record;
 //! - [`generation`]: a code file's prompt ([`prompt`], with what [`context`] finds in the
 //!   repository) to every candidate model at once
 //!   ([`fanout`], with the straggler policy), each answer checked as it arrives;
@@ -15,8 +16,10 @@
 //! - [`writing`]: one recorded write per file, atomic batches and their rollback;
 //! - [`response`]: the answer returned to the caller and stored for idempotent replay.
 //!
-//! Beside them: [`batch`] (the request and its validation) and [`progress`] (the events a batch
-//! emits as it goes).
+//! Each stage is a function (or a small type: `Selector`, `Writer`) over
+//! the shared types of [`stage`] (the ports, the settings, a file's context and outcome), and
+//! none imports [`run`]. Beside them: [`batch`] (the request and its validation) and
+//! [`progress`] (the events a batch emits as it goes).
 
 pub mod batch;
 pub mod context;
@@ -32,6 +35,7 @@ pub mod response;
 pub mod run;
 pub mod runner;
 pub mod selection;
+pub mod stage;
 pub mod submission;
 pub mod update;
 pub mod validation;
@@ -41,7 +45,6 @@ pub use batch::{Batch, BatchError, BatchOptions, FileSpec, Options, WriteCodebas
 pub use fanout::StragglerPolicy;
 pub use progress::{Event, NoProgress, ProgressSink};
 pub use response::{BatchResponse, Counts, FileResult};
-pub use run::{DEFAULT_MAX_SHOWN_FILE_CHARS, SynthesisConfig, Synthesizer};
 pub use runner::{EventHub, JobRunner, Started};
-pub use selection::Content;
+pub use stage::{Content, DEFAULT_MAX_SHOWN_FILE_CHARS, SynthesisConfig, Synthesizer};
 pub use submission::{Submission, SubmitError, Submitted};

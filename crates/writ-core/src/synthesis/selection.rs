@@ -9,57 +9,12 @@ use std::time::{Duration, Instant};
 use rand::seq::SliceRandom;
 
 use crate::audit::{CandidateRecord, Selection};
-use crate::model::{ChatRequest, ErrorClass};
-use crate::synthesis::batch::{Batch, FileSpec};
-use crate::synthesis::fanout::{self, Candidate, StragglerPolicy, UpstreamClock};
+use crate::model::{ChatRequest, ErrorClass, ModelClient};
+use crate::synthesis::fanout::{self, Candidate, StragglerPolicy};
 use crate::synthesis::generation::Generated;
-use crate::synthesis::image::ShapedImage;
-use crate::synthesis::progress::{Event, ProgressSink};
+use crate::synthesis::progress::Event;
 use crate::synthesis::prompt;
-use crate::synthesis::run::{Produced, Synthesizer};
-
-/// A candidate's content: code as text, or an image already checked and shaped.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Content {
-    Code(String),
-    Image(ShapedImage),
-}
-
-impl Content {
-    /// The bytes that are written.
-    pub fn bytes(&self) -> &[u8] {
-        match self {
-            Content::Code(code) => code.as_bytes(),
-            Content::Image(img) => &img.bytes,
-        }
-    }
-
-    /// Size in bytes, which the file-size limit applies to.
-    pub fn len(&self) -> usize {
-        self.bytes().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub fn image(&self) -> Option<&ShapedImage> {
-        match self {
-            Content::Image(img) => Some(img),
-            Content::Code(_) => None,
-        }
-    }
-}
-
-/// The content a file gets, and how it was chosen.
-#[derive(Debug, Clone)]
-pub(crate) struct Chosen {
-    pub content: Content,
-    pub model: String,
-    pub selection: Selection,
-    /// The arbiter's reason (or why the arbiter could not decide).
-    pub reason: Option<String>,
-}
+use crate::synthesis::stage::{Chosen, Content, FileCx, Produced, SynthesisConfig};
 
 /// A viable, distinct candidate: its model and code.
 pub(crate) struct Viable<'a> {
@@ -67,24 +22,23 @@ pub(crate) struct Viable<'a> {
     pub code: &'a str,
 }
 
-impl Synthesizer {
+/// The selection stage: the models it may ask (the arbiter, the fallback models) and how.
+pub(crate) struct Selector<'a> {
+    pub models: &'a dyn ModelClient,
+    pub config: &'a SynthesisConfig,
+}
+
+impl Selector<'_> {
     /// Chooses one file's content among its candidates; see the module docs.
-    pub(crate) async fn select(
-        &self,
-        batch: &Batch,
-        file: &FileSpec,
-        generated: Generated,
-        sink: &dyn ProgressSink,
-        upstream: &UpstreamClock,
-    ) -> Produced {
+    pub(crate) async fn select(&self, cx: FileCx<'_>, generated: Generated) -> Produced {
         let mut records: Vec<CandidateRecord> =
             generated.answers.iter().map(|c| c.record.clone()).collect();
         let viable = distinct_viable(&generated.answers);
         let chosen = match viable.as_slice() {
             [] => {
                 let fallback_started = Instant::now();
-                let (fallback, extra) = self.fallback(file, &generated, sink).await;
-                upstream.add(fallback_started.elapsed());
+                let (fallback, extra) = self.fallback(cx, &generated).await;
+                cx.clock.add(fallback_started.elapsed());
                 records.extend(extra);
                 fallback
             }
@@ -94,9 +48,7 @@ impl Synthesizer {
                 selection: Selection::SingleCandidate,
                 reason: None,
             }),
-            several => Ok(self
-                .arbitrate(batch, file, &generated, several, sink, upstream)
-                .await),
+            several => Ok(self.arbitrate(cx, &generated, several).await),
         };
         Produced {
             chosen,
@@ -109,13 +61,13 @@ impl Synthesizer {
     /// Several distinct viable candidates: ask the arbiter, shuffled and anonymous.
     pub(crate) async fn arbitrate(
         &self,
-        batch: &Batch,
-        file: &FileSpec,
+        cx: FileCx<'_>,
         generated: &Generated,
         viable: &[Viable<'_>],
-        sink: &dyn ProgressSink,
-        upstream: &UpstreamClock,
     ) -> Chosen {
+        let FileCx {
+            batch, file, sink, ..
+        } = cx;
         let mut order: Vec<usize> = (0..viable.len()).collect();
         order.shuffle(&mut rand::rng());
         let shown: Vec<&str> = order.iter().map(|&i| viable[i].code).collect();
@@ -147,7 +99,7 @@ impl Synthesizer {
         });
         let asked = Instant::now();
         let verdict = self.models.chat(req).await;
-        upstream.add(asked.elapsed());
+        cx.clock.add(asked.elapsed());
         let failure = match verdict {
             Ok(resp) => match writ_checks::parse_verdict(&resp.content, shown.len()) {
                 Some(v) => {
@@ -190,10 +142,10 @@ impl Synthesizer {
     /// ends it at once: no other model can succeed with the same key.
     async fn fallback(
         &self,
-        file: &FileSpec,
+        cx: FileCx<'_>,
         generated: &Generated,
-        sink: &dyn ProgressSink,
     ) -> (Result<Chosen, String>, Vec<CandidateRecord>) {
+        let FileCx { file, sink, .. } = cx;
         let first_round = &generated.answers;
         let provider_refused = |c: Option<ErrorClass>| {
             matches!(
@@ -233,11 +185,11 @@ impl Synthesizer {
                 wait = (wait * 2).min(Duration::from_secs(10));
             }
             let c = fanout::fan_out(
-                self.models.as_ref(),
+                self.models,
                 std::slice::from_ref(model),
                 &generated.messages,
                 &generated.expect(file),
-                self.call_settings(),
+                self.config.call_settings(),
                 file.path.as_str(),
                 sink,
                 StragglerPolicy::WaitAll,
@@ -293,4 +245,159 @@ pub(crate) fn distinct_viable(answers: &[Candidate]) -> Vec<Viable<'_>> {
         viable.retain(|(_, parsed)| *parsed != Some(false));
     }
     viable.into_iter().map(|(v, _)| v).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    use writ_checks::Language;
+
+    use super::*;
+    use crate::model::ChatMessage;
+    use crate::synthesis::doubles::{self, Answer, ScriptedModels, failed, viable};
+    use crate::synthesis::fanout::UpstreamClock;
+    use crate::synthesis::progress::NoProgress;
+
+    fn generated(models: &[&str], answers: Vec<Candidate>) -> Generated {
+        Generated {
+            language: Language::Python,
+            models: models.iter().map(|m| m.to_string()).collect(),
+            messages: vec![ChatMessage::user("write app.py")],
+            answers,
+            existing: None,
+            allow_removals: false,
+        }
+    }
+
+    /// Selects among `answers` for `app.py`, the arbiter being `judge`.
+    async fn select(
+        client: &ScriptedModels,
+        config: SynthesisConfig,
+        models: &[&str],
+        answers: Vec<Candidate>,
+    ) -> Produced {
+        let batch = doubles::batch(&["app.py"]);
+        let prior = doubles::prior(&batch);
+        let clock = UpstreamClock::default();
+        let cx = FileCx {
+            batch: &batch,
+            file: &batch.files[0],
+            prior: &prior,
+            sink: &NoProgress,
+            clock: &clock,
+        };
+        let selector = Selector {
+            models: client,
+            config: &config,
+        };
+        selector.select(cx, generated(models, answers)).await
+    }
+
+    fn judged() -> SynthesisConfig {
+        SynthesisConfig {
+            arbiter: Some("judge".into()),
+            ..SynthesisConfig::default()
+        }
+    }
+
+    fn two_viable() -> Vec<Candidate> {
+        vec![viable("alpha", "x = 1\n"), viable("beta", "x = 2\n")]
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_arbiter_that_fails_or_answers_garbage_leaves_the_first_viable_candidate() {
+        let down = Answer {
+            delay: Duration::from_millis(5),
+            outcome: Err(ErrorClass::ServerError),
+        };
+        // The candidates reach the arbiter shuffled: whatever order it saw, the fallback is the
+        // first in model-list order.
+        for _ in 0..8 {
+            for verdict in [Answer::after(5, "They all look fine to me."), down.clone()] {
+                let client = ScriptedModels::default().with("judge", vec![verdict]);
+                let produced = select(&client, judged(), &["alpha", "beta"], two_viable()).await;
+                let chosen = produced.chosen.expect("a candidate is chosen");
+                assert_eq!(chosen.model, "alpha");
+                assert_eq!(chosen.content, Content::Code("x = 1\n".into()));
+                assert_eq!(chosen.selection, Selection::ArbiterFailedFirstViable);
+                assert!(chosen.reason.is_some_and(|r| r.contains("arbiter")));
+                assert_eq!(client.requests_to("judge").len(), 1);
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_arbiter_sees_candidates_shuffled_and_unnamed_and_its_choice_maps_back() {
+        let mut shown_first = HashSet::new();
+        for _ in 0..32 {
+            let client = ScriptedModels::default().with(
+                "judge",
+                vec![Answer::after(5, r#"{"choice": 1, "reason": "cleaner"}"#)],
+            );
+            let produced = select(&client, judged(), &["alpha", "beta"], two_viable()).await;
+            let chosen = produced.chosen.expect("a candidate is chosen");
+            let asked = &client.requests_to("judge")[0];
+            let prompt: String = asked.messages.iter().map(|m| m.content.as_str()).collect();
+            assert!(
+                !prompt.contains("alpha") && !prompt.contains("beta"),
+                "no model name reaches the arbiter: {prompt}"
+            );
+            let (one, two) = (prompt.find("x = 1"), prompt.find("x = 2"));
+            let first = if one < two {
+                ("alpha", "x = 1\n")
+            } else {
+                ("beta", "x = 2\n")
+            };
+            assert_eq!(chosen.selection, Selection::Arbiter);
+            assert_eq!(chosen.model, first.0, "candidate 1 is the one shown first");
+            assert_eq!(chosen.content, Content::Code(first.1.into()));
+            shown_first.insert(first.0);
+        }
+        assert_eq!(shown_first.len(), 2, "either candidate is shown first");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_no_viable_candidate_the_fallback_model_then_the_list_is_tried_with_backoff() {
+        let client = ScriptedModels::default()
+            .with(
+                "spare",
+                vec![Answer {
+                    delay: Duration::from_millis(10),
+                    outcome: Err(ErrorClass::ServerError),
+                }],
+            )
+            .with("alpha", vec![Answer::after(10, "```python\nx = 3\n```")])
+            .with("beta", vec![Answer::after(10, "```python\nx = 4\n```")]);
+        let config = SynthesisConfig {
+            fallback: Some("spare".into()),
+            fallback_backoff: Duration::from_millis(500),
+            ..judged()
+        };
+        let answers = vec![
+            failed("alpha", ErrorClass::ServerError),
+            // A permanent failure: the same model is not asked again.
+            failed("beta", ErrorClass::NotFound),
+        ];
+        let started = tokio::time::Instant::now();
+        let produced = select(&client, config, &["alpha", "beta"], answers).await;
+        let chosen = produced.chosen.expect("the fallback found a candidate");
+        assert_eq!(chosen.model, "alpha");
+        assert_eq!(chosen.selection, Selection::Fallback);
+        assert_eq!(chosen.content, Content::Code("x = 3\n".into()));
+        assert_eq!(client.requests_to("spare").len(), 1);
+        assert!(client.requests_to("beta").is_empty());
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(10 + 500 + 10),
+            "the second attempt waits out the backoff"
+        );
+        let models: Vec<&str> = produced
+            .candidates
+            .iter()
+            .map(|c| c.model.as_str())
+            .collect();
+        assert_eq!(models, ["alpha", "beta", "spare", "alpha"]);
+    }
 }

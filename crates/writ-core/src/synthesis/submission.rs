@@ -7,14 +7,13 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::audit::{AuditWrite, FileKind, NewRequest, RecentOperation, StoreError};
+use crate::audit::{NewRequest, RecentOperation, StoreError};
 use crate::execution::RunError;
 use crate::path::RepoPath;
-use crate::synthesis::batch::{Batch, BatchError};
-use crate::synthesis::progress::ProgressSink;
+use crate::synthesis::batch::{Batch, BatchError, TargetKind};
+use crate::synthesis::context::resolve_context;
 use crate::synthesis::response::BatchResponse;
-use crate::synthesis::run::{Prior, Synthesizer};
-use crate::synthesis::runner::Recorded;
+use crate::synthesis::stage::{Prior, Synthesizer};
 
 /// How long a repeated `Idempotency-Key` waits for the batch it repeats to end before being
 /// refused as still in progress (a resumed batch ends within its lease and one claim).
@@ -90,7 +89,7 @@ impl Synthesizer {
         .await;
         let current = current?;
         self.check_validation(&sub.batch)?;
-        let named = self.resolve_context(&sub.batch).await?;
+        let named = resolve_context(self.workspace.as_ref(), &sub.batch).await?;
         let prompt_tokens = std::sync::Mutex::new(vec![None; sub.batch.files.len()]);
         Ok(Prepared::Fresh(Prior {
             recent,
@@ -110,7 +109,7 @@ impl Synthesizer {
         .await;
         let current = current?;
         // The named context is resolved again: the files it names may have changed, or gone.
-        let named = self.resolve_context(&sub.batch).await?;
+        let named = resolve_context(self.workspace.as_ref(), &sub.batch).await?;
         Ok(Prior {
             recent,
             current,
@@ -148,27 +147,6 @@ impl Synthesizer {
             }
             e => Err(SubmitError::Audit(e)),
         }
-    }
-
-    /// Runs a prepared batch to its end. The caller commits the completions of its writes with
-    /// its answer and the closing of its request and job, in one commit.
-    pub(crate) async fn execute(
-        &self,
-        sub: &Submission,
-        prior: Prior,
-        sink: &dyn ProgressSink,
-        recorded: &Recorded,
-    ) -> (Submitted, Vec<AuditWrite>) {
-        let (response, completions) = self
-            .run(sub.request_id, &sub.batch, prior, sink, recorded)
-            .await;
-        let upstream = response.upstream;
-        let submitted = Submitted {
-            response,
-            replayed: false,
-            upstream,
-        };
-        (submitted, completions)
     }
 
     async fn replay(&self, sub: &Submission) -> Result<Option<Submitted>, SubmitError> {
@@ -315,8 +293,10 @@ impl Synthesizer {
         &self,
         batch: &Batch,
     ) -> Result<Vec<(RepoPath, Option<Vec<u8>>)>, BatchError> {
-        let (images, code): (Vec<_>, Vec<_>) =
-            batch.files.iter().partition(|f| f.kind == FileKind::Image);
+        let (images, code): (Vec<_>, Vec<_>) = batch
+            .files
+            .iter()
+            .partition(|f| f.kind == TargetKind::Image);
         let targets: Vec<(RepoPath, bool)> = code.iter().map(|f| (f.path.clone(), true)).collect();
         let (reads, image_checks) = futures::future::join(
             self.workspace.read_targets(&targets),

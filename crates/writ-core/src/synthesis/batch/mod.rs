@@ -39,14 +39,31 @@ pub const MAX_CONSTRAINTS_CHARS: usize = 10_000;
 /// The largest repository map a batch may ask for, in prompt tokens.
 pub const MAX_REPO_MAP_TOKENS: usize = 16_000;
 
+/// What a batch file is, and so which stages make it: code from the candidate models, an image
+/// from the image model. The audit's [`FileKind`] also names records that are no batch file
+/// (direct writes, runs); a target maps to it only for its records and its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetKind {
+    Code,
+    Image,
+}
+
+impl From<TargetKind> for FileKind {
+    fn from(kind: TargetKind) -> Self {
+        match kind {
+            TargetKind::Code => FileKind::Code,
+            TargetKind::Image => FileKind::Image,
+        }
+    }
+}
+
 /// One validated file of a batch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FileSpec {
     /// Its position in the request, for refusals that name `files[i]`.
     pub(crate) index: usize,
     pub(crate) path: RepoPath,
-    /// `code` or `image` (never `direct`).
-    pub(crate) kind: FileKind,
+    pub(crate) kind: TargetKind,
     pub(crate) description: String,
     pub(crate) external_imports: Vec<String>,
     pub(crate) internal_imports: Vec<String>,
@@ -63,7 +80,7 @@ impl FileSpec {
     pub fn path(&self) -> &RepoPath {
         &self.path
     }
-    pub fn kind(&self) -> FileKind {
+    pub fn kind(&self) -> TargetKind {
         self.kind
     }
     pub fn description(&self) -> &str {
@@ -315,18 +332,18 @@ impl Batch {
                 ));
             }
             let kind = match path.extension() {
-                Some(ext) if IMAGE_EXTENSIONS.contains(&ext.as_str()) => FileKind::Image,
-                _ => FileKind::Code,
+                Some(ext) if IMAGE_EXTENSIONS.contains(&ext.as_str()) => TargetKind::Image,
+                _ => TargetKind::Code,
             };
             let image = match kind {
-                FileKind::Code | FileKind::Direct | FileKind::Run if f.image.is_some() => {
+                TargetKind::Code if f.image.is_some() => {
                     return Err(refuse(
                         field("image"),
                         "only image files (.png, .jpg, .jpeg, .gif, .webp) take image options",
                     ));
                 }
-                FileKind::Code | FileKind::Direct | FileKind::Run => None,
-                FileKind::Image => Some(image_target(
+                TargetKind::Code => None,
+                TargetKind::Image => Some(image_target(
                     &path,
                     f.image.as_ref().or(options.image.as_ref()),
                     if f.image.is_some() {
@@ -534,6 +551,9 @@ mod tests {
     fn raster_images_are_told_apart_from_code_and_svg_is_code() {
         let b = req(serde_json::json!({"command": "write_codebase", "files": [file("logo.PNG"), file("icon.svg"), file("a.py")]})).unwrap();
         let kinds: Vec<_> = b.files.iter().map(|f| f.kind).collect();
-        assert_eq!(kinds, vec![FileKind::Image, FileKind::Code, FileKind::Code]);
+        assert_eq!(
+            kinds,
+            vec![TargetKind::Image, TargetKind::Code, TargetKind::Code]
+        );
     }
 }

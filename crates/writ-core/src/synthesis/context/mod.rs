@@ -20,7 +20,6 @@ use crate::path::RepoPath;
 use crate::search::{SearchError, SearchQuery, WalkedFile};
 use crate::synthesis::batch::{Batch, BatchError, ContextEntry, ContextTarget, FileSpec};
 use crate::synthesis::prompt::{ContextFile, MoreContext};
-use crate::synthesis::run::Synthesizer;
 use crate::workspace::{Workspace, WorkspaceError};
 
 mod map;
@@ -76,200 +75,183 @@ pub(crate) struct NamedContext {
     pub files: Vec<Vec<Named>>,
 }
 
-impl Synthesizer {
-    /// Finds every `context` entry on disk. A path that does not exist, is protected or leads
-    /// outside the workspace, and a glob that matches nothing, are refused naming the field.
-    pub(crate) async fn resolve_context(&self, batch: &Batch) -> Result<NamedContext, BatchError> {
-        let mut named = NamedContext::default();
-        for entry in &batch.context {
-            named.batch.push(self.resolve(entry).await?);
-        }
-        for file in &batch.files {
-            let mut list = Vec::new();
-            for entry in &file.context {
-                list.push(self.resolve(entry).await?);
-            }
-            named.files.push(list);
-        }
-        Ok(named)
+/// Finds every `context` entry on disk. A path that does not exist, is protected or leads
+/// outside the workspace, and a glob that matches nothing, are refused naming the field.
+pub(crate) async fn resolve_context(
+    workspace: &dyn Workspace,
+    batch: &Batch,
+) -> Result<NamedContext, BatchError> {
+    let mut named = NamedContext::default();
+    for entry in &batch.context {
+        named.batch.push(resolve(workspace, entry).await?);
     }
+    for file in &batch.files {
+        let mut list = Vec::new();
+        for entry in &file.context {
+            list.push(resolve(workspace, entry).await?);
+        }
+        named.files.push(list);
+    }
+    Ok(named)
+}
 
-    async fn resolve(&self, entry: &ContextEntry) -> Result<Named, BatchError> {
-        let refuse = |message: String| BatchError {
-            field: entry.field.clone(),
-            message,
-        };
-        match &entry.target {
-            ContextTarget::Glob(pattern) => {
-                let walk = self
-                    .workspace
-                    .walk(&RepoPath::root(), Some(pattern), MAX_LISTED_FILES)
+async fn resolve(workspace: &dyn Workspace, entry: &ContextEntry) -> Result<Named, BatchError> {
+    let refuse = |message: String| BatchError {
+        field: entry.field.clone(),
+        message,
+    };
+    match &entry.target {
+        ContextTarget::Glob(pattern) => {
+            let walk = workspace
+                .walk(&RepoPath::root(), Some(pattern), MAX_LISTED_FILES)
+                .await
+                .map_err(|e| refuse(search_error(e)))?;
+            if walk.files.is_empty() {
+                return Err(refuse(format!(
+                    "'{pattern}' matches no file of the workspace (ignored and protected files are never shown)"
+                )));
+            }
+            Ok(Named::Glob {
+                pattern: pattern.clone(),
+                files: walk.files,
+                truncated: walk.truncated,
+            })
+        }
+        ContextTarget::Path(path) => {
+            let folder = if path.is_root() {
+                true
+            } else {
+                match workspace.check_target(path, false).await {
+                    Ok(()) => false,
+                    Err(WorkspaceError::IsDirectory { .. }) => true,
+                    Err(WorkspaceError::Protected {
+                        protected, reason, ..
+                    }) => {
+                        return Err(refuse(format!(
+                            "'{path}' is protected ({protected}: {reason}); it is never shown to models"
+                        )));
+                    }
+                    Err(WorkspaceError::ParentMissing { .. } | WorkspaceError::NotFound { .. }) => {
+                        return Err(refuse(format!("'{path}' does not exist in the workspace")));
+                    }
+                    Err(e) => return Err(refuse(e.to_string())),
+                }
+            };
+            if folder {
+                let walk = workspace
+                    .walk(path, None, MAX_LISTED_FILES)
                     .await
                     .map_err(|e| refuse(search_error(e)))?;
-                if walk.files.is_empty() {
-                    return Err(refuse(format!(
-                        "'{pattern}' matches no file of the workspace (ignored and protected files are never shown)"
-                    )));
-                }
-                Ok(Named::Glob {
-                    pattern: pattern.clone(),
+                return Ok(Named::Folder {
+                    path: path.clone(),
                     files: walk.files,
                     truncated: walk.truncated,
-                })
+                });
             }
-            ContextTarget::Path(path) => {
-                let folder = if path.is_root() {
-                    true
+            match workspace.read_head(path, 0).await {
+                Ok(Some(_)) => Ok(Named::File(path.clone())),
+                Ok(None) => Err(refuse(format!("'{path}' does not exist in the workspace"))),
+                Err(e) => Err(refuse(e.to_string())),
+            }
+        }
+    }
+}
+
+/// The named context of one file (the batch's entries, then its own) and its repository map,
+/// each within its bound. `shown`: paths the prompt shows anyway, never repeated.
+pub(crate) async fn more_context(
+    workspace: &dyn Workspace,
+    default_map_tokens: usize,
+    batch: &Batch,
+    file: &FileSpec,
+    named: &NamedContext,
+    shown: &[String],
+    current: Option<&str>,
+) -> MoreContext {
+    let mut more = MoreContext::default();
+    let mut seen: Vec<String> = shown.to_vec();
+    seen.extend(batch.files.iter().map(|f| f.path.to_string()));
+    let mut budget = MAX_NAMED_CHARS;
+    let own = named
+        .files
+        .get(file.index)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    for entry in named.batch.iter().chain(own) {
+        match entry {
+            Named::File(path) => {
+                show_named(workspace, path, &mut seen, &mut budget, &mut more.named).await;
+            }
+            Named::Folder {
+                path,
+                files,
+                truncated,
+            } => {
+                let what = if path.is_root() {
+                    "the workspace's files".to_owned()
                 } else {
-                    match self.workspace.check_target(path, false).await {
-                        Ok(()) => false,
-                        Err(WorkspaceError::IsDirectory { .. }) => true,
-                        Err(WorkspaceError::Protected {
-                            protected, reason, ..
-                        }) => {
-                            return Err(refuse(format!(
-                                "'{path}' is protected ({protected}: {reason}); it is never shown to models"
-                            )));
-                        }
-                        Err(
-                            WorkspaceError::ParentMissing { .. } | WorkspaceError::NotFound { .. },
-                        ) => {
-                            return Err(refuse(format!(
-                                "'{path}' does not exist in the workspace"
-                            )));
-                        }
-                        Err(e) => return Err(refuse(e.to_string())),
-                    }
+                    format!(
+                        "the folder {}/",
+                        crate::synthesis::prompt::quote(path.as_str())
+                    )
                 };
-                if folder {
-                    let walk = self
-                        .workspace
-                        .walk(path, None, MAX_LISTED_FILES)
-                        .await
-                        .map_err(|e| refuse(search_error(e)))?;
-                    return Ok(Named::Folder {
-                        path: path.clone(),
-                        files: walk.files,
-                        truncated: walk.truncated,
-                    });
-                }
-                match self.workspace.read_head(path, 0).await {
-                    Ok(Some(_)) => Ok(Named::File(path.clone())),
-                    Ok(None) => Err(refuse(format!("'{path}' does not exist in the workspace"))),
-                    Err(e) => Err(refuse(e.to_string())),
-                }
+                let tree = tree(path, files, *truncated);
+                budget = budget.saturating_sub(tree.len());
+                more.trees.push((what, tree));
             }
-        }
-    }
-
-    /// The named context of one file (the batch's entries, then its own) and its repository map,
-    /// each within its bound. `shown`: paths the prompt shows anyway, never repeated.
-    pub(crate) async fn more_context(
-        &self,
-        batch: &Batch,
-        file: &FileSpec,
-        named: &NamedContext,
-        shown: &[String],
-        current: Option<&str>,
-    ) -> MoreContext {
-        let mut more = MoreContext::default();
-        let mut seen: Vec<String> = shown.to_vec();
-        seen.extend(batch.files.iter().map(|f| f.path.to_string()));
-        let mut budget = MAX_NAMED_CHARS;
-        let own = named
-            .files
-            .get(file.index)
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
-        for entry in named.batch.iter().chain(own) {
-            match entry {
-                Named::File(path) => {
-                    self.show_named(path, &mut seen, &mut budget, &mut more.named)
-                        .await;
+            Named::Glob {
+                pattern,
+                files,
+                truncated,
+            } => {
+                for f in files.iter().take(MAX_GLOB_SHOWN) {
+                    show_named(workspace, &f.path, &mut seen, &mut budget, &mut more.named).await;
                 }
-                Named::Folder {
-                    path,
-                    files,
-                    truncated,
-                } => {
-                    let what = if path.is_root() {
-                        "the workspace's files".to_owned()
-                    } else {
-                        format!(
-                            "the folder {}/",
-                            crate::synthesis::prompt::quote(path.as_str())
-                        )
-                    };
-                    let tree = tree(path, files, *truncated);
+                if files.len() > MAX_GLOB_SHOWN {
+                    let tree = tree(&RepoPath::root(), files, *truncated);
                     budget = budget.saturating_sub(tree.len());
-                    more.trees.push((what, tree));
-                }
-                Named::Glob {
-                    pattern,
-                    files,
-                    truncated,
-                } => {
-                    for f in files.iter().take(MAX_GLOB_SHOWN) {
-                        self.show_named(&f.path, &mut seen, &mut budget, &mut more.named)
-                            .await;
-                    }
-                    if files.len() > MAX_GLOB_SHOWN {
-                        let tree = tree(&RepoPath::root(), files, *truncated);
-                        budget = budget.saturating_sub(tree.len());
-                        more.trees
-                            .push((format!("all the files matching `{pattern}`"), tree));
-                    }
+                    more.trees
+                        .push((format!("all the files matching `{pattern}`"), tree));
                 }
             }
         }
-        let map_tokens = batch
-            .options
-            .repo_map_tokens
-            .unwrap_or(self.config.repo_map_tokens);
-        if map_tokens > 0 {
-            more.map = repo_map(
-                self.workspace.as_ref(),
-                batch,
-                file,
-                &seen,
-                current,
-                map_tokens,
-            )
-            .await;
-        }
-        more
     }
+    let map_tokens = batch.options.repo_map_tokens.unwrap_or(default_map_tokens);
+    if map_tokens > 0 {
+        more.map = repo_map(workspace, batch, file, &seen, current, map_tokens).await;
+    }
+    more
+}
 
-    /// One named file, whole up to its bound, then as an outline, within `budget`.
-    async fn show_named(
-        &self,
-        path: &RepoPath,
-        seen: &mut Vec<String>,
-        budget: &mut usize,
-        out: &mut Vec<ContextFile>,
-    ) {
-        if *budget == 0 || seen.iter().any(|s| s == path.as_str()) {
-            return;
-        }
-        let Ok(Some(bytes)) = self.workspace.read(path).await else {
-            return;
-        };
-        let text = String::from_utf8_lossy(&bytes);
-        let limit = MAX_NAMED_FILE_CHARS.min(*budget);
-        let (text, outline) = if text.chars().count() <= limit {
-            (text.into_owned(), false)
-        } else {
-            let outline = cached_outline(&bytes, path.as_str());
-            (truncate_chars(&outline, limit).0.to_owned(), true)
-        };
-        *budget = budget.saturating_sub(text.chars().count());
-        seen.push(path.to_string());
-        out.push(ContextFile {
-            path: path.to_string(),
-            text,
-            outline,
-        });
+/// One named file, whole up to its bound, then as an outline, within `budget`.
+async fn show_named(
+    workspace: &dyn Workspace,
+    path: &RepoPath,
+    seen: &mut Vec<String>,
+    budget: &mut usize,
+    out: &mut Vec<ContextFile>,
+) {
+    if *budget == 0 || seen.iter().any(|s| s == path.as_str()) {
+        return;
     }
+    let Ok(Some(bytes)) = workspace.read(path).await else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let limit = MAX_NAMED_FILE_CHARS.min(*budget);
+    let (text, outline) = if text.chars().count() <= limit {
+        (text.into_owned(), false)
+    } else {
+        let outline = cached_outline(&bytes, path.as_str());
+        (truncate_chars(&outline, limit).0.to_owned(), true)
+    };
+    *budget = budget.saturating_sub(text.chars().count());
+    seen.push(path.to_string());
+    out.push(ContextFile {
+        path: path.to_string(),
+        text,
+        outline,
+    });
 }
 
 /// The files of `dir` as an indented tree (paths relative to it), with a line saying when the

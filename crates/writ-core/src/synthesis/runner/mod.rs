@@ -34,7 +34,7 @@ use crate::jobs::{ClaimedJob, JobEvent, JobStatus, Lease, NewJob};
 use crate::synthesis::batch::{Batch, WriteCodebaseRequest};
 use crate::synthesis::progress::{DONE, Event, ProgressSink};
 use crate::synthesis::response::{BatchResponse, FileResult, ImageInfo};
-use crate::synthesis::run::{Prior, Synthesizer};
+use crate::synthesis::stage::{Prior, Recorded, Synthesizer};
 use crate::synthesis::submission::{Prepared, Submission, SubmitError, Submitted};
 
 mod events;
@@ -98,26 +98,6 @@ pub enum Started {
         job_id: Uuid,
         handle: tokio::task::JoinHandle<Result<Submitted, SubmitError>>,
     },
-}
-
-/// Whether a batch's records (its request and job) are committed. They commit while the models
-/// run; nothing of the batch is written, and no answer given, before they are.
-#[derive(Clone)]
-pub struct Recorded(watch::Receiver<Option<bool>>);
-
-impl Recorded {
-    fn already() -> Self {
-        Recorded(watch::channel(Some(true)).1)
-    }
-
-    /// Waits for the commit; `false` if it failed (the batch is then being abandoned).
-    pub(crate) async fn wait(&self) -> bool {
-        let mut rx = self.0.clone();
-        matches!(
-            rx.wait_for(Option::is_some).await.map(|v| *v),
-            Ok(Some(true))
-        )
-    }
 }
 
 /// The one entry to synthesis: HTTP, MCP and the CLI start every batch here.
@@ -420,7 +400,7 @@ async fn record_and_run(
         events,
         &sub,
         prior,
-        Recorded(recorded_rx),
+        Recorded::pending(recorded_rx),
         ctx,
     );
     tokio::pin!(commit, run);
@@ -525,8 +505,9 @@ async fn run_job(
     };
     drop(heartbeat);
 
-    // A batch that wrote nothing still closes its records, once they exist.
-    if !recorded.wait().await {
+    // A batch that wrote nothing still closes its records, once they exist; records that
+    // never committed have nothing to close (and the batch wrote nothing).
+    if recorded.wait().await.is_err() {
         return Ok(submitted);
     }
     if let Some(resumed) = &ctx.resumed {

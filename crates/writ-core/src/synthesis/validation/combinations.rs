@@ -8,100 +8,96 @@ use crate::execution::CommandRunner;
 use crate::path::RepoPath;
 use crate::synthesis::batch::Validation;
 use crate::synthesis::progress::{Event, ProgressSink};
-use crate::synthesis::run::Synthesizer;
 
-impl Synthesizer {
-    /// Tries the candidates of the files that have no passer together, with every other file at
-    /// its best choice: the first combination (each model's own files first, then in order) whose
-    /// checks pass becomes those files' choice. Only candidates of `round` take part (all of a
-    /// file's, for round 0), and at most [`MAX_COMBINATIONS`] combinations run.
-    pub(super) async fn search_combinations(
-        &self,
-        runner: &dyn CommandRunner,
-        validation: &Validation,
-        files: &mut [FileTrials<'_>],
-        round: u32,
-        sink: &dyn ProgressSink,
-    ) {
-        let failing: Vec<usize> = (0..files.len())
-            .filter(|&i| files[i].passers().is_empty() && !files[i].trials.is_empty())
-            .collect();
-        // One file alone was already tried against every neighbour choice it can get.
-        if failing.len() < 2 {
-            return;
-        }
-        let options: Vec<Vec<usize>> = failing
-            .iter()
-            .map(|&i| {
-                (0..files[i].trials.len())
-                    .filter(|&t| files[i].trials[t].round == round)
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        if options.iter().any(Vec::is_empty) {
-            return;
-        }
-        let combos = combinations(&options, MAX_COMBINATIONS, |k, t| {
-            files[failing[k]].trials[t].model.clone()
+/// Tries the candidates of the files that have no passer together, with every other file at
+/// its best choice: the first combination (each model's own files first, then in order) whose
+/// checks pass becomes those files' choice. Only candidates of `round` take part (all of a
+/// file's, for round 0), and at most [`MAX_COMBINATIONS`] combinations run.
+pub(super) async fn search_combinations(
+    runner: &dyn CommandRunner,
+    validation: &Validation,
+    files: &mut [FileTrials<'_>],
+    round: u32,
+    sink: &dyn ProgressSink,
+) {
+    let failing: Vec<usize> = (0..files.len())
+        .filter(|&i| files[i].passers().is_empty() && !files[i].trials.is_empty())
+        .collect();
+    // One file alone was already tried against every neighbour choice it can get.
+    if failing.len() < 2 {
+        return;
+    }
+    let options: Vec<Vec<usize>> = failing
+        .iter()
+        .map(|&i| {
+            (0..files[i].trials.len())
+                .filter(|&t| files[i].trials[t].round == round)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    if options.iter().any(Vec::is_empty) {
+        return;
+    }
+    let combos = combinations(&options, MAX_COMBINATIONS, |k, t| {
+        files[failing[k]].trials[t].model.clone()
+    });
+    let fixed: Vec<(RepoPath, Vec<u8>)> = files
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| !failing.contains(j))
+        .filter_map(|(_, f)| f.best_code().map(|code| f.staged(code)))
+        .collect();
+    for &i in &failing {
+        sink.emit(Event::ValidationStarted {
+            file: files[i].file.path.to_string(),
+            candidates: combos.len(),
         });
-        let fixed: Vec<(RepoPath, Vec<u8>)> = files
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| !failing.contains(j))
-            .filter_map(|(_, f)| f.best_code().map(|code| f.staged(code)))
-            .collect();
-        for &i in &failing {
-            sink.emit(Event::ValidationStarted {
-                file: files[i].file.path.to_string(),
-                candidates: combos.len(),
-            });
-        }
-        let runs = combos.iter().map(|combo| {
-            let mut staged = fixed.clone();
-            for (k, &t) in combo.iter().enumerate() {
-                let f = &files[failing[k]];
-                staged.push(f.staged(&f.trials[t].code));
-            }
-            async move {
-                runner
-                    .run(&staged, &validation.commands, validation.timeout)
-                    .await
-            }
-        });
-        // In order of preference: once the first passing combination is known, the rest are
-        // dropped — those still running are killed, those still queued never start.
-        let mut ordered: futures::stream::FuturesOrdered<_> = runs.collect();
-        let mut found = None;
-        let mut k = 0;
-        while let Some(outcome) = futures::StreamExt::next(&mut ordered).await {
-            let record = to_record(validation, outcome);
-            if record.passed {
-                found = Some((&combos[k], record));
-                break;
-            }
-            k += 1;
-        }
-        drop(ordered);
-        let Some((combo, outcome)) = found else {
-            return;
-        };
+    }
+    let runs = combos.iter().map(|combo| {
+        let mut staged = fixed.clone();
         for (k, &t) in combo.iter().enumerate() {
-            let f = &mut files[failing[k]];
-            sink.emit(Event::ValidationFinished {
-                file: f.file.path.to_string(),
-                model: f.trials[t].model.clone(),
-                round: f.trials[t].round,
-                passed: true,
-                exit_code: outcome.exit_code,
-                duration_ms: outcome.duration_ms,
-            });
-            let r = f.trials[t].record;
-            if let Some(rec) = f.records.get_mut(r) {
-                rec.validation = Some(outcome.clone());
-            }
-            f.trials[t].outcome = Some(outcome.clone());
-            f.best = Some(t);
+            let f = &files[failing[k]];
+            staged.push(f.staged(&f.trials[t].code));
         }
+        async move {
+            runner
+                .run(&staged, &validation.commands, validation.timeout)
+                .await
+        }
+    });
+    // In order of preference: once the first passing combination is known, the rest are
+    // dropped — those still running are killed, those still queued never start.
+    let mut ordered: futures::stream::FuturesOrdered<_> = runs.collect();
+    let mut found = None;
+    let mut k = 0;
+    while let Some(outcome) = futures::StreamExt::next(&mut ordered).await {
+        let record = to_record(validation, outcome);
+        if record.passed {
+            found = Some((&combos[k], record));
+            break;
+        }
+        k += 1;
+    }
+    drop(ordered);
+    let Some((combo, outcome)) = found else {
+        return;
+    };
+    for (k, &t) in combo.iter().enumerate() {
+        let f = &mut files[failing[k]];
+        sink.emit(Event::ValidationFinished {
+            file: f.file.path.to_string(),
+            model: f.trials[t].model.clone(),
+            round: f.trials[t].round,
+            passed: true,
+            exit_code: outcome.exit_code,
+            duration_ms: outcome.duration_ms,
+        });
+        let r = f.trials[t].record;
+        if let Some(rec) = f.records.get_mut(r) {
+            rec.validation = Some(outcome.clone());
+        }
+        f.trials[t].outcome = Some(outcome.clone());
+        f.best = Some(t);
     }
 }
 
@@ -141,7 +137,15 @@ fn combinations(
 
 #[cfg(test)]
 mod tests {
+    use writ_checks::Language;
+
+    use super::super::{FileTrials, Trial};
     use super::*;
+    use crate::execution::CommandCall;
+    use crate::synthesis::batch::{Batch, OnFail};
+    use crate::synthesis::doubles::{self, ScriptedChecks};
+    use crate::synthesis::generation::Generated;
+    use crate::synthesis::progress::NoProgress;
 
     #[test]
     fn combinations_try_each_models_own_files_together_first_and_stay_bounded() {
@@ -154,5 +158,98 @@ mod tests {
         assert_eq!(bounded.len(), 64);
         assert_eq!(bounded[0], vec![0, 0, 0, 0]);
         assert_eq!(bounded[3], vec![3, 3, 3, 3]);
+    }
+
+    fn validation() -> Validation {
+        Validation {
+            commands: vec![CommandCall {
+                name: "pytest".into(),
+                args: Vec::new(),
+            }],
+            timeout: std::time::Duration::from_secs(5),
+            repair_rounds: 0,
+            on_fail: OnFail::Refuse,
+        }
+    }
+
+    /// `a.py` and `b.py`, each with one untried candidate from `m1` and one from `m2`
+    /// (`a1`, `a2`, `b1`, `b2`), each staged at its first.
+    fn untried(batch: &Batch) -> Vec<FileTrials<'_>> {
+        batch
+            .files
+            .iter()
+            .enumerate()
+            .map(|(position, file)| {
+                let name = &file.path.as_str()[..1];
+                let trials = (1..=2)
+                    .map(|m| Trial {
+                        model: format!("m{m}"),
+                        code: format!("{name}{m}"),
+                        round: 0,
+                        record: m - 1,
+                        outcome: None,
+                    })
+                    .collect();
+                FileTrials {
+                    file,
+                    position,
+                    generated: Generated {
+                        language: Language::Python,
+                        models: vec!["m1".into(), "m2".into()],
+                        messages: Vec::new(),
+                        answers: Vec::new(),
+                        existing: None,
+                        allow_removals: false,
+                    },
+                    records: vec![Default::default(), Default::default()],
+                    trials,
+                    best: Some(0),
+                    rounds: 0,
+                }
+            })
+            .collect()
+    }
+
+    fn chosen(files: &[FileTrials<'_>]) -> Vec<String> {
+        files
+            .iter()
+            .map(|f| f.best_code().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn files_that_pass_only_together_get_the_first_passing_combination() {
+        let batch = doubles::batch(&["a.py", "b.py"]);
+        // Only a mix of the two models passes.
+        let checks = ScriptedChecks::default().passing_with(&[("a.py", "a2"), ("b.py", "b1")]);
+        let mut files = untried(&batch);
+        search_combinations(&checks, &validation(), &mut files, 0, &NoProgress).await;
+        assert_eq!(chosen(&files), ["a2", "b1"]);
+        for (f, t) in files.iter().zip([1, 0]) {
+            assert!(f.trials[t].passed());
+            let record = f.records[t].validation.as_ref().expect("recorded");
+            assert!(record.passed);
+        }
+        assert!(!files[0].trials[0].passed());
+
+        // When one model's files pass together, they win over an earlier mix that passes too.
+        let checks = ScriptedChecks::default()
+            .passing_with(&[("a.py", "a1"), ("b.py", "b2")])
+            .passing_with(&[("a.py", "a2"), ("b.py", "b2")]);
+        let mut files = untried(&batch);
+        search_combinations(&checks, &validation(), &mut files, 0, &NoProgress).await;
+        assert_eq!(chosen(&files), ["a2", "b2"]);
+    }
+
+    #[tokio::test]
+    async fn when_no_combination_passes_nothing_changes() {
+        let batch = doubles::batch(&["a.py", "b.py"]);
+        let checks = ScriptedChecks::default();
+        let mut files = untried(&batch);
+        search_combinations(&checks, &validation(), &mut files, 0, &NoProgress).await;
+        assert_eq!(chosen(&files), ["a1", "b1"]);
+        assert!(files.iter().all(|f| f.passers().is_empty()));
+        let runs = checks.runs.lock().map(|r| r.len()).unwrap_or_default();
+        assert_eq!(runs, 4, "every combination of two files of two candidates");
     }
 }

@@ -27,17 +27,20 @@ mod combinations;
 mod repair;
 mod trials;
 
+use combinations::search_combinations;
+use repair::repair_round;
+use trials::validate_trials;
+
 use std::time::Instant;
 
 use crate::audit::{CandidateRecord, Selection, ValidationRecord};
+use crate::execution::CommandRunner;
 use crate::path::RepoPath;
-use crate::synthesis::batch::{Batch, FileSpec, OnFail, Validation};
-use crate::synthesis::fanout::UpstreamClock;
+use crate::synthesis::batch::{FileSpec, OnFail, Validation};
 use crate::synthesis::generation::Generated;
-use crate::synthesis::progress::ProgressSink;
 use crate::synthesis::response::FileValidation;
-use crate::synthesis::run::{Produced, Synthesizer};
-use crate::synthesis::selection::{Chosen, Content, Viable, distinct_viable};
+use crate::synthesis::selection::{Selector, Viable, distinct_viable};
+use crate::synthesis::stage::{BatchCx, Chosen, Content, FileCx, Produced};
 
 /// Bytes of a failing command's output kept in the record and shown to a model for repair.
 pub const OUTPUT_TAIL_BYTES: usize = 4_000;
@@ -64,6 +67,8 @@ impl Trial {
 /// A code file going through validation.
 struct FileTrials<'a> {
     file: &'a FileSpec,
+    /// The file's place in the batch.
+    position: usize,
     generated: Generated,
     records: Vec<CandidateRecord>,
     trials: Vec<Trial>,
@@ -98,250 +103,233 @@ pub(crate) enum Stage {
     Done(Produced),
 }
 
-impl Synthesizer {
-    /// Validation and selection for every file of the batch at once; see the module docs.
-    pub(crate) async fn select_validated(
-        &self,
-        batch: &Batch,
-        validation: &Validation,
-        stages: Vec<Stage>,
-        sink: &dyn ProgressSink,
-        clocks: &[UpstreamClock],
-    ) -> Vec<Produced> {
-        let Some(runner) = self.commands.clone() else {
-            let why =
-                "validation was asked for but no command runner is configured (WRIT_COMMANDS)";
-            return stages
-                .into_iter()
-                .map(|s| match s {
-                    Stage::Done(p) => p,
-                    Stage::Generated(g) => Produced::failed(why, records_of(&g)),
-                })
-                .collect();
-        };
-        let mut done: Vec<Option<Produced>> = Vec::new();
-        let mut files: Vec<FileTrials<'_>> = Vec::new();
-        let mut slot_of: Vec<Option<usize>> = Vec::new();
-        for (stage, file) in stages.into_iter().zip(&batch.files) {
-            match stage {
-                Stage::Done(p) => {
-                    done.push(Some(p));
-                    slot_of.push(None);
-                }
-                Stage::Generated(g) => {
-                    let records = records_of(&g);
-                    let trials: Vec<Trial> = distinct_viable(&g.answers)
-                        .iter()
-                        .map(|v| Trial {
-                            model: v.model.to_string(),
-                            code: v.code.to_string(),
-                            round: 0,
-                            record: record_index(&records, v.model, 0),
-                            outcome: None,
-                        })
-                        .collect();
-                    let best = (!trials.is_empty()).then_some(0);
-                    done.push(None);
-                    slot_of.push(Some(files.len()));
-                    files.push(FileTrials {
-                        file,
-                        generated: *g,
-                        records,
-                        trials,
-                        best,
-                        rounds: 0,
-                    });
-                }
-            }
-        }
-
-        // First answers: each file in turn against the others' best, then once more for files
-        // tried before another file's best choice changed.
-        let mut changed_at: Vec<usize> = vec![0; files.len()];
-        let mut tried_at: Vec<usize> = vec![0; files.len()];
-        let mut clock = 0usize;
-        for pass in 0..2 {
-            for i in 0..files.len() {
-                let needs = if pass == 0 {
-                    true
-                } else {
-                    files[i].passers().is_empty()
-                        && (0..files.len()).any(|j| j != i && changed_at[j] > tried_at[i])
-                };
-                if !needs || files[i].trials.is_empty() {
-                    continue;
-                }
-                let pending: Vec<usize> = (0..files[i].trials.len()).collect();
-                self.validate_trials(runner.as_ref(), validation, &mut files, i, &pending, sink)
-                    .await;
-                clock += 1;
-                tried_at[i] = clock;
-                if let Some(&first) = files[i].passers().first()
-                    && files[i].best != Some(first)
-                {
-                    files[i].best = Some(first);
-                    changed_at[i] = clock;
-                }
-            }
-        }
-
-        // Files whose test needs several of the batch's new files right at once: no single
-        // candidate can pass against wrong neighbours, so try the failing files' candidates
-        // together.
-        self.search_combinations(runner.as_ref(), validation, &mut files, 0, sink)
-            .await;
-
-        // Repair rounds: every file still without a passer gets its models' candidates back with
-        // the failure, then the new candidates are tried alone and together.
-        for round in 1..=validation.repair_rounds {
-            let failing: Vec<usize> = (0..files.len())
-                .filter(|&i| files[i].passers().is_empty() && !files[i].trials.is_empty())
-                .collect();
-            if failing.is_empty() {
-                break;
-            }
-            let mut any_added = false;
-            for &i in &failing {
-                let started = Instant::now();
-                let added = self.repair_round(&mut files, i, round, sink).await;
-                clocks[files[i].file.index].add(started.elapsed());
-                files[i].rounds = round;
-                if added.is_empty() {
-                    continue;
-                }
-                any_added = true;
-                self.validate_trials(runner.as_ref(), validation, &mut files, i, &added, sink)
-                    .await;
-                if let Some(&first) = files[i].passers().first() {
-                    files[i].best = Some(first);
-                }
-            }
-            if !any_added {
-                break;
-            }
-            self.search_combinations(runner.as_ref(), validation, &mut files, round, sink)
-                .await;
-        }
-
-        let mut chosen: Vec<Option<Produced>> = Vec::with_capacity(files.len());
-        for f in files {
-            let index = f.file.index;
-            chosen.push(Some(
-                self.choose(batch, validation, f, sink, &clocks[index])
-                    .await,
-            ));
-        }
-        done.into_iter()
-            .zip(slot_of)
-            .map(|(d, slot)| match (d, slot) {
-                (Some(p), _) => p,
-                (None, Some(s)) => chosen[s].take().unwrap_or_else(|| {
-                    Produced::failed("validation produced no outcome", Vec::new())
-                }),
-                (None, None) => Produced::failed("validation produced no outcome", Vec::new()),
+/// Validation and selection for every file of the batch at once; see the module docs.
+pub(crate) async fn select_validated(
+    selector: &Selector<'_>,
+    runner: Option<&dyn CommandRunner>,
+    validation: &Validation,
+    stages: Vec<Stage>,
+    cx: BatchCx<'_>,
+) -> Vec<Produced> {
+    let sink = cx.sink;
+    let Some(runner) = runner else {
+        let why = "validation was asked for but no command runner is configured (WRIT_COMMANDS)";
+        return stages
+            .into_iter()
+            .map(|s| match s {
+                Stage::Done(p) => p,
+                Stage::Generated(g) => Produced::failed(why, records_of(&g)),
             })
-            .collect()
-    }
-
-    /// The file's choice once validation and repair are over.
-    async fn choose(
-        &self,
-        batch: &Batch,
-        validation: &Validation,
-        f: FileTrials<'_>,
-        sink: &dyn ProgressSink,
-        upstream: &UpstreamClock,
-    ) -> Produced {
-        let passers = f.passers();
-        let summary = |passed: bool| {
-            Some(FileValidation {
-                passed,
-                rounds: f.rounds,
-            })
-        };
-        let repaired = |i: usize| f.trials[i].round > 0;
-        match passers.as_slice() {
-            [] => {
-                if f.trials.is_empty() {
-                    // No viable candidate at all: the fallback models, unvalidated.
-                    let mut produced = self
-                        .select(batch, f.file, f.generated, sink, upstream)
-                        .await;
-                    produced.validation = summary(false);
-                    if validation.on_fail == OnFail::Refuse {
-                        produced.chosen = Err(format!(
-                            "validation_failed: no candidate could be checked ({}); nothing was written",
-                            produced
-                                .chosen
-                                .err()
-                                .unwrap_or_else(|| "no viable candidate".into())
-                        ));
-                    }
-                    return produced;
-                }
-                match validation.on_fail {
-                    OnFail::Refuse => Produced {
-                        chosen: Err(failure_message(&f, validation)),
-                        candidates: f.records,
-                        validation: summary(false),
-                        existing: None,
-                    },
-                    OnFail::WriteBest => {
-                        let records = f.records;
-                        let mut produced = self
-                            .select(batch, f.file, f.generated, sink, upstream)
-                            .await;
-                        // Keep the validation results the selection's fresh records lack.
-                        produced.candidates = records;
-                        produced.validation = summary(false);
-                        produced
-                    }
-                }
+            .collect();
+    };
+    let mut done: Vec<Option<Produced>> = Vec::new();
+    let mut files: Vec<FileTrials<'_>> = Vec::new();
+    let mut slot_of: Vec<Option<usize>> = Vec::new();
+    for (position, (stage, file)) in stages.into_iter().zip(&cx.batch.files).enumerate() {
+        match stage {
+            Stage::Done(p) => {
+                done.push(Some(p));
+                slot_of.push(None);
             }
-            [only] => {
-                let t = &f.trials[*only];
-                Produced {
-                    chosen: Ok(Chosen {
-                        content: Content::Code(t.code.clone()),
-                        model: t.model.clone(),
-                        selection: if repaired(*only) {
-                            Selection::Repaired
-                        } else {
-                            Selection::Validated
-                        },
-                        reason: None,
-                    }),
-                    candidates: f.records,
-                    validation: summary(true),
-                    existing: f.generated.existing,
-                }
-            }
-            several => {
-                let viable: Vec<Viable<'_>> = several
+            Stage::Generated(g) => {
+                let records = records_of(&g);
+                let trials: Vec<Trial> = distinct_viable(&g.answers)
                     .iter()
-                    .map(|&i| Viable {
-                        model: f.trials[i].model.as_str(),
-                        code: f.trials[i].code.as_str(),
+                    .map(|v| Trial {
+                        model: v.model.to_string(),
+                        code: v.code.to_string(),
+                        round: 0,
+                        record: record_index(&records, v.model, 0),
+                        outcome: None,
                     })
                     .collect();
-                let mut chosen = self
-                    .arbitrate(batch, f.file, &f.generated, &viable, sink, upstream)
-                    .await;
-                let from_repair = several
-                    .iter()
-                    .find(|&&i| f.trials[i].code.as_bytes() == chosen.content.bytes())
-                    .is_some_and(|&i| repaired(i));
-                chosen.selection = match (from_repair, chosen.selection) {
-                    (true, _) => Selection::Repaired,
-                    (false, Selection::Arbiter) => Selection::ValidatedArbiter,
-                    (false, _) => Selection::Validated,
-                };
-                Produced {
-                    chosen: Ok(chosen),
-                    candidates: f.records,
-                    validation: summary(true),
-                    existing: f.generated.existing,
+                let best = (!trials.is_empty()).then_some(0);
+                done.push(None);
+                slot_of.push(Some(files.len()));
+                files.push(FileTrials {
+                    file,
+                    position,
+                    generated: *g,
+                    records,
+                    trials,
+                    best,
+                    rounds: 0,
+                });
+            }
+        }
+    }
+
+    // First answers: each file in turn against the others' best, then once more for files
+    // tried before another file's best choice changed.
+    let mut changed_at: Vec<usize> = vec![0; files.len()];
+    let mut tried_at: Vec<usize> = vec![0; files.len()];
+    let mut clock = 0usize;
+    for pass in 0..2 {
+        for i in 0..files.len() {
+            let needs = if pass == 0 {
+                true
+            } else {
+                files[i].passers().is_empty()
+                    && (0..files.len()).any(|j| j != i && changed_at[j] > tried_at[i])
+            };
+            if !needs || files[i].trials.is_empty() {
+                continue;
+            }
+            let pending: Vec<usize> = (0..files[i].trials.len()).collect();
+            validate_trials(runner, validation, &mut files, i, &pending, sink).await;
+            clock += 1;
+            tried_at[i] = clock;
+            if let Some(&first) = files[i].passers().first()
+                && files[i].best != Some(first)
+            {
+                files[i].best = Some(first);
+                changed_at[i] = clock;
+            }
+        }
+    }
+
+    // Files whose test needs several of the batch's new files right at once: no single
+    // candidate can pass against wrong neighbours, so try the failing files' candidates
+    // together.
+    search_combinations(runner, validation, &mut files, 0, sink).await;
+
+    // Repair rounds: every file still without a passer gets its models' candidates back with
+    // the failure, then the new candidates are tried alone and together.
+    for round in 1..=validation.repair_rounds {
+        let failing: Vec<usize> = (0..files.len())
+            .filter(|&i| files[i].passers().is_empty() && !files[i].trials.is_empty())
+            .collect();
+        if failing.is_empty() {
+            break;
+        }
+        let mut any_added = false;
+        for &i in &failing {
+            let started = Instant::now();
+            let added = repair_round(selector, &mut files, i, round, sink).await;
+            cx.clocks[files[i].position].add(started.elapsed());
+            files[i].rounds = round;
+            if added.is_empty() {
+                continue;
+            }
+            any_added = true;
+            validate_trials(runner, validation, &mut files, i, &added, sink).await;
+            if let Some(&first) = files[i].passers().first() {
+                files[i].best = Some(first);
+            }
+        }
+        if !any_added {
+            break;
+        }
+        search_combinations(runner, validation, &mut files, round, sink).await;
+    }
+
+    let mut chosen: Vec<Option<Produced>> = Vec::with_capacity(files.len());
+    for f in files {
+        let fcx = cx.file(f.position);
+        chosen.push(Some(choose(selector, fcx, validation, f).await));
+    }
+    done.into_iter()
+        .zip(slot_of)
+        .map(|(d, slot)| match (d, slot) {
+            (Some(p), _) => p,
+            (None, Some(s)) => chosen[s]
+                .take()
+                .unwrap_or_else(|| Produced::failed("validation produced no outcome", Vec::new())),
+            (None, None) => Produced::failed("validation produced no outcome", Vec::new()),
+        })
+        .collect()
+}
+
+/// The file's choice once validation and repair are over.
+async fn choose(
+    selector: &Selector<'_>,
+    cx: FileCx<'_>,
+    validation: &Validation,
+    f: FileTrials<'_>,
+) -> Produced {
+    let passers = f.passers();
+    let summary = |passed: bool| {
+        Some(FileValidation {
+            passed,
+            rounds: f.rounds,
+        })
+    };
+    let repaired = |i: usize| f.trials[i].round > 0;
+    match passers.as_slice() {
+        [] => {
+            if f.trials.is_empty() {
+                // No viable candidate at all: the fallback models, unvalidated.
+                let mut produced = selector.select(cx, f.generated).await;
+                produced.validation = summary(false);
+                if validation.on_fail == OnFail::Refuse {
+                    produced.chosen = Err(format!(
+                        "validation_failed: no candidate could be checked ({}); nothing was written",
+                        produced
+                            .chosen
+                            .err()
+                            .unwrap_or_else(|| "no viable candidate".into())
+                    ));
                 }
+                return produced;
+            }
+            match validation.on_fail {
+                OnFail::Refuse => Produced {
+                    chosen: Err(failure_message(&f, validation)),
+                    candidates: f.records,
+                    validation: summary(false),
+                    existing: None,
+                },
+                OnFail::WriteBest => {
+                    let records = f.records;
+                    let mut produced = selector.select(cx, f.generated).await;
+                    // Keep the validation results the selection's fresh records lack.
+                    produced.candidates = records;
+                    produced.validation = summary(false);
+                    produced
+                }
+            }
+        }
+        [only] => {
+            let t = &f.trials[*only];
+            Produced {
+                chosen: Ok(Chosen {
+                    content: Content::Code(t.code.clone()),
+                    model: t.model.clone(),
+                    selection: if repaired(*only) {
+                        Selection::Repaired
+                    } else {
+                        Selection::Validated
+                    },
+                    reason: None,
+                }),
+                candidates: f.records,
+                validation: summary(true),
+                existing: f.generated.existing,
+            }
+        }
+        several => {
+            let viable: Vec<Viable<'_>> = several
+                .iter()
+                .map(|&i| Viable {
+                    model: f.trials[i].model.as_str(),
+                    code: f.trials[i].code.as_str(),
+                })
+                .collect();
+            let mut chosen = selector.arbitrate(cx, &f.generated, &viable).await;
+            let from_repair = several
+                .iter()
+                .find(|&&i| f.trials[i].code.as_bytes() == chosen.content.bytes())
+                .is_some_and(|&i| repaired(i));
+            chosen.selection = match (from_repair, chosen.selection) {
+                (true, _) => Selection::Repaired,
+                (false, Selection::Arbiter) => Selection::ValidatedArbiter,
+                (false, _) => Selection::Validated,
+            };
+            Produced {
+                chosen: Ok(chosen),
+                candidates: f.records,
+                validation: summary(true),
+                existing: f.generated.existing,
             }
         }
     }

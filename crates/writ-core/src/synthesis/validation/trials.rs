@@ -10,59 +10,55 @@ use crate::execution::{CommandRunner, RunOutcome, tail};
 use crate::path::RepoPath;
 use crate::synthesis::batch::Validation;
 use crate::synthesis::progress::{Event, ProgressSink};
-use crate::synthesis::run::Synthesizer;
 
-impl Synthesizer {
-    /// Runs the checks on some of file `i`'s trials, concurrently, with every other file staged at
-    /// its best choice; records each outcome on its trial and candidate record.
-    pub(super) async fn validate_trials(
-        &self,
-        runner: &dyn CommandRunner,
-        validation: &Validation,
-        files: &mut [FileTrials<'_>],
-        i: usize,
-        which: &[usize],
-        sink: &dyn ProgressSink,
-    ) {
-        let others: Vec<(RepoPath, Vec<u8>)> = files
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i)
-            .filter_map(|(_, f)| f.best_code().map(|code| f.staged(code)))
-            .collect();
-        let target = &files[i];
-        sink.emit(Event::ValidationStarted {
-            file: target.file.path.to_string(),
-            candidates: which.len(),
-        });
-        let runs = which.iter().map(|&t| {
-            let mut staged = others.clone();
-            staged.push(target.staged(&target.trials[t].code));
-            async move {
-                let outcome = runner
-                    .run(&staged, &validation.commands, validation.timeout)
-                    .await;
-                (t, outcome)
-            }
-        });
-        let results = join_all(runs).await;
-        let target = &mut files[i];
-        for (t, outcome) in results {
-            let record = to_record(validation, outcome);
-            sink.emit(Event::ValidationFinished {
-                file: target.file.path.to_string(),
-                model: target.trials[t].model.clone(),
-                round: target.trials[t].round,
-                passed: record.passed,
-                exit_code: record.exit_code,
-                duration_ms: record.duration_ms,
-            });
-            let r = target.trials[t].record;
-            if let Some(rec) = target.records.get_mut(r) {
-                rec.validation = Some(record.clone());
-            }
-            target.trials[t].outcome = Some(record);
+/// Runs the checks on some of file `i`'s trials, concurrently, with every other file staged at
+/// its best choice; records each outcome on its trial and candidate record.
+pub(super) async fn validate_trials(
+    runner: &dyn CommandRunner,
+    validation: &Validation,
+    files: &mut [FileTrials<'_>],
+    i: usize,
+    which: &[usize],
+    sink: &dyn ProgressSink,
+) {
+    let others: Vec<(RepoPath, Vec<u8>)> = files
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| *j != i)
+        .filter_map(|(_, f)| f.best_code().map(|code| f.staged(code)))
+        .collect();
+    let target = &files[i];
+    sink.emit(Event::ValidationStarted {
+        file: target.file.path.to_string(),
+        candidates: which.len(),
+    });
+    let runs = which.iter().map(|&t| {
+        let mut staged = others.clone();
+        staged.push(target.staged(&target.trials[t].code));
+        async move {
+            let outcome = runner
+                .run(&staged, &validation.commands, validation.timeout)
+                .await;
+            (t, outcome)
         }
+    });
+    let results = join_all(runs).await;
+    let target = &mut files[i];
+    for (t, outcome) in results {
+        let record = to_record(validation, outcome);
+        sink.emit(Event::ValidationFinished {
+            file: target.file.path.to_string(),
+            model: target.trials[t].model.clone(),
+            round: target.trials[t].round,
+            passed: record.passed,
+            exit_code: record.exit_code,
+            duration_ms: record.duration_ms,
+        });
+        let r = target.trials[t].record;
+        if let Some(rec) = target.records.get_mut(r) {
+            rec.validation = Some(record.clone());
+        }
+        target.trials[t].outcome = Some(record);
     }
 }
 

@@ -3,22 +3,24 @@
 //! result and its `file_written` / `file_failed` event. An `atomic` batch writes all its files or
 //! none: if one failed to generate nothing is written, and if a write fails the files already
 //! written are put back — each only if it still holds what writ wrote, under its path lock, and
-//! a rollback that could not be made is reported as such.
+//! a rollback that could not be made is reported as such ([`atomic`]).
+
+mod atomic;
 
 use base64::Engine;
 use uuid::Uuid;
 
-use crate::audit::{AuditWrite, CandidateRecord, Selection};
+use crate::audit::{AuditStore, AuditWrite, CandidateRecord, FileKind};
 use crate::content::sha256_hex;
 use crate::files::{
-    DeferredWrite, GroupedWrite, Provenance, RemoveOutcome, WriteMode, WriteSpec, record_failure,
-    recorded_remove, recorded_write, write_group_deferring_completion,
+    DeferredWrite, GroupedWrite, Provenance, WriteMode, WriteSpec, record_failure,
+    write_group_deferring_completion,
 };
 use crate::synthesis::batch::{Batch, FileSpec};
 use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::response::{FileResult, FileValidation, ImageInfo};
-use crate::synthesis::run::{Produced, Synthesizer};
-use crate::synthesis::selection::{Chosen, Content};
+use crate::synthesis::stage::{Chosen, Content, NotRecorded, Produced};
+use crate::workspace::Workspace;
 use writ_checks::shape::Change;
 
 /// One file's write as the batch sees it: its result, the content it replaced (for an atomic
@@ -53,64 +55,44 @@ struct ToWrite {
     change: Option<Change>,
 }
 
-/// A file an atomic batch wrote, and how to put it back.
-struct Undo<'a> {
-    file: &'a FileSpec,
-    /// The content before writ's write (`None`: the file did not exist).
-    before: Option<Vec<u8>>,
-    /// What writ wrote; the rollback touches the file only if it still holds this.
-    sha256: String,
+/// The writing stage of one batch: where its files go (the store for their records, the
+/// workspace for their content), under which request, and where their events go.
+pub(crate) struct Writer<'a> {
+    pub store: &'a dyn AuditStore,
+    pub workspace: &'a dyn Workspace,
+    pub request_id: Uuid,
+    pub batch: &'a Batch,
+    pub sink: &'a dyn ProgressSink,
 }
 
-impl Synthesizer {
+impl<'a> Writer<'a> {
     /// Writes one file's chosen content (or records its failure), emits its event and builds its
     /// result.
-    pub(crate) async fn finish_file(
-        &self,
-        request_id: Uuid,
-        batch: &Batch,
-        file: &FileSpec,
-        produced: Produced,
-        sink: &dyn ProgressSink,
-    ) -> Written {
-        let written = self.write_file(request_id, batch, file, produced).await;
-        emit_outcome(sink, &written.result);
+    async fn finish_file(&self, file: &FileSpec, produced: Produced) -> Written {
+        let written = self.write_file(file, produced).await;
+        emit_outcome(self.sink, &written.result);
         written
     }
 
     /// [`Self::finish_file`] for files ready together: their writes are one group
     /// ([`write_group_deferring_completion`]), so their pending records are one commit and
     /// their syncs one group. In the order given.
-    pub(crate) async fn finish_files(
-        &self,
-        request_id: Uuid,
-        batch: &Batch,
-        files: Vec<(&FileSpec, Produced)>,
-        sink: &dyn ProgressSink,
-    ) -> Vec<Written> {
-        let written = self.write_files(request_id, batch, files).await;
+    pub(crate) async fn finish_files(&self, files: Vec<(&FileSpec, Produced)>) -> Vec<Written> {
+        let written = self.write_files(files).await;
         for w in &written {
-            emit_outcome(sink, &w.result);
+            emit_outcome(self.sink, &w.result);
         }
         written
     }
 
     /// The write itself; also returns the content the file held before, for an atomic rollback,
     /// and the completion of its record, for the batch's closing commit.
-    async fn write_file(
-        &self,
-        request_id: Uuid,
-        batch: &Batch,
-        file: &FileSpec,
-        produced: Produced,
-    ) -> Written {
-        let mut written = self
-            .write_files(request_id, batch, vec![(file, produced)])
-            .await;
+    async fn write_file(&self, file: &FileSpec, produced: Produced) -> Written {
+        let mut written = self.write_files(vec![(file, produced)]).await;
         written.pop().unwrap_or_else(|| {
             Written::only(FileResult::failed(
                 file.path.as_str(),
-                file.kind,
+                file.kind.into(),
                 "the write was lost",
                 Vec::new(),
             ))
@@ -119,17 +101,12 @@ impl Synthesizer {
 
     /// The writes of `files`, in their order: failed files recorded, a dry run's described, the
     /// rest written as one group.
-    async fn write_files(
-        &self,
-        request_id: Uuid,
-        batch: &Batch,
-        files: Vec<(&FileSpec, Produced)>,
-    ) -> Vec<Written> {
+    async fn write_files(&self, files: Vec<(&FileSpec, Produced)>) -> Vec<Written> {
         let mut written: Vec<Option<Written>> = files.iter().map(|_| None).collect();
         let mut to_write: Vec<(usize, &FileSpec, ToWrite)> = Vec::new();
         let mut grouped: Vec<GroupedWrite> = Vec::new();
         for (i, (file, produced)) in files.into_iter().enumerate() {
-            match self.to_write(request_id, batch, file, produced).await {
+            match self.to_write(file, produced).await {
                 Ok((write, w)) => {
                     grouped.push(write);
                     to_write.push((i, file, w));
@@ -140,16 +117,11 @@ impl Synthesizer {
         let outcomes = if grouped.is_empty() {
             Vec::new()
         } else {
-            write_group_deferring_completion(
-                self.store.as_ref(),
-                self.workspace.as_ref(),
-                request_id,
-                grouped,
-            )
-            .await
+            write_group_deferring_completion(self.store, self.workspace, self.request_id, grouped)
+                .await
         };
         for ((i, file, w), outcome) in to_write.into_iter().zip(outcomes) {
-            written[i] = Some(self.written(request_id, file, w, outcome).await);
+            written[i] = Some(self.written(file, w, outcome).await);
         }
         written.into_iter().flatten().collect()
     }
@@ -158,8 +130,6 @@ impl Synthesizer {
     /// failure, recorded, or a dry run's description.
     async fn to_write(
         &self,
-        request_id: Uuid,
-        batch: &Batch,
         file: &FileSpec,
         produced: Produced,
     ) -> Result<(GroupedWrite, ToWrite), Written> {
@@ -172,18 +142,22 @@ impl Synthesizer {
         let chosen = match chosen {
             Ok(c) => c,
             Err(error) => {
-                let mut result =
-                    FileResult::failed(file.path.as_str(), file.kind, error.clone(), candidates);
+                let mut result = FileResult::failed(
+                    file.path.as_str(),
+                    file.kind.into(),
+                    error.clone(),
+                    candidates,
+                );
                 result.validation = validation;
-                if !batch.options.dry_run {
+                if !self.batch.options.dry_run {
                     let prov = Provenance {
                         candidates: result.candidates.clone(),
                         ..Provenance::default()
                     };
                     match record_failure(
-                        self.store.as_ref(),
-                        request_id,
-                        file.kind,
+                        self.store,
+                        self.request_id,
+                        file.kind.into(),
                         file.path.as_str(),
                         &error,
                         prov,
@@ -219,7 +193,7 @@ impl Synthesizer {
                 file.expected_sha256.clone(),
             ),
         };
-        if batch.options.dry_run {
+        if self.batch.options.dry_run {
             let mut result = dry_run_result(file, chosen, candidates);
             result.validation = validation;
             result.change = change;
@@ -250,7 +224,7 @@ impl Synthesizer {
             candidates: candidates.clone(),
         };
         let write = GroupedWrite {
-            kind: file.kind,
+            kind: file.kind.into(),
             spec,
             provenance: provenance.clone(),
         };
@@ -268,13 +242,7 @@ impl Synthesizer {
     }
 
     /// The result of a write made (or refused).
-    async fn written(
-        &self,
-        request_id: Uuid,
-        file: &FileSpec,
-        w: ToWrite,
-        outcome: DeferredWrite,
-    ) -> Written {
+    async fn written(&self, file: &FileSpec, w: ToWrite, outcome: DeferredWrite) -> Written {
         let ToWrite {
             provenance,
             chosen,
@@ -283,7 +251,7 @@ impl Synthesizer {
             image,
             change,
         } = w;
-        let kind = file.kind;
+        let kind = FileKind::from(file.kind);
         match outcome {
             Ok((receipt, completion)) => {
                 metrics::counter!("writ_writes_total", "kind" => kind.as_str(), "operation" => receipt.operation.as_str()).increment(1);
@@ -324,8 +292,8 @@ impl Synthesizer {
                 result.validation = validation;
                 // A refused write (If-Match, audit down) made no operation record of its own.
                 if let Ok(id) = record_failure(
-                    self.store.as_ref(),
-                    request_id,
+                    self.store,
+                    self.request_id,
                     kind,
                     file.path.as_str(),
                     &message,
@@ -340,141 +308,26 @@ impl Synthesizer {
         }
     }
 
-    /// `atomic`: every file is generated first; if one failed nothing is written; if a write
-    /// fails, the files already written are put back as they were.
-    pub(crate) async fn write_atomically(
+    /// The batch's request was not recorded: no file is written and no failure recorded (a
+    /// record needs its request); each file's result says why.
+    pub(crate) fn not_written(
         &self,
-        request_id: Uuid,
-        batch: &Batch,
-        produced: Vec<Produced>,
-        sink: &dyn ProgressSink,
+        files: Vec<(&FileSpec, Produced)>,
+        not: NotRecorded,
     ) -> Vec<Written> {
-        let first_failure = produced
-            .iter()
-            .zip(&batch.files)
-            .find_map(|(p, f)| p.chosen.as_ref().err().map(|e| (f, e.clone())));
-        if let Some((failed, why)) = first_failure {
-            let mut results = Vec::new();
-            for (p, f) in produced.into_iter().zip(&batch.files) {
-                let error = match p.chosen {
-                    Err(e) => e,
-                    Ok(_) => format!(
-                        "not written: the batch is atomic and files[{}] ('{}') failed: {why}",
-                        failed.index, failed.path
-                    ),
-                };
-                let failed = Produced {
-                    chosen: Err(error),
-                    candidates: p.candidates,
-                    validation: p.validation,
-                    existing: None,
-                };
-                results.push(self.finish_file(request_id, batch, f, failed, sink).await);
-            }
-            return results;
-        }
-
-        let mut results: Vec<Written> = Vec::new();
-        let mut written: Vec<Undo<'_>> = Vec::new();
-        let mut broke: Option<String> = None;
-        for (p, f) in produced.into_iter().zip(&batch.files) {
-            if let Some(why) = &broke {
-                let error =
-                    format!("not written: the batch is atomic and an earlier write failed: {why}");
-                let failed = Produced::failed(error, p.candidates);
-                results.push(self.finish_file(request_id, batch, f, failed, sink).await);
-                continue;
-            }
-            let mut done = self.write_file(request_id, batch, f, p).await;
-            match (&done.result.sha256, done.before.take()) {
-                (Some(sha256), Some(before)) if done.result.success => written.push(Undo {
-                    file: f,
-                    before,
-                    sha256: sha256.clone(),
-                }),
-                _ => broke = Some(done.result.error.clone().unwrap_or_default()),
-            }
-            emit_outcome(sink, &done.result);
-            results.push(done);
-        }
-        if let Some(why) = broke {
-            for w in written.into_iter().rev() {
-                let outcome = self.roll_back(request_id, &w, &why).await;
-                if let Some(r) = results
-                    .iter_mut()
-                    .map(|done| &mut done.result)
-                    .find(|r| r.filename == w.file.path.as_str())
-                {
-                    r.success = false;
-                    r.error = Some(match outcome {
-                        Ok(()) => format!(
-                            "rolled back: the batch is atomic and a later write failed: {why}"
-                        ),
-                        Err(e) => format!(
-                            "NOT rolled back: the batch is atomic and a later write failed ({why}), \
-                             but putting this file back failed: {e}; it holds writ's new content or another writer's"
-                        ),
-                    });
-                }
-            }
-        }
-        results
-    }
-
-    /// Puts one file back as it was before this batch wrote it — only if it still holds what
-    /// the batch wrote (another writer's later content is never overwritten or removed).
-    async fn roll_back(&self, request_id: Uuid, w: &Undo<'_>, why: &str) -> Result<(), String> {
-        let prov = Provenance {
-            selection: Some(Selection::Rollback),
-            ..Provenance::default()
-        };
-        let outcome = match &w.before {
-            Some(previous) => {
-                let spec = WriteSpec {
-                    path: w.file.path.clone(),
-                    content: previous.clone(),
-                    mode: WriteMode::Overwrite,
-                    expected_sha256: Some(w.sha256.clone()),
-                    create_dirs: false,
-                };
-                recorded_write(
-                    self.store.as_ref(),
-                    self.workspace.as_ref(),
-                    request_id,
-                    w.file.kind,
-                    spec,
-                    prov,
-                )
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-            }
-            None => recorded_remove(
-                self.store.as_ref(),
-                self.workspace.as_ref(),
-                request_id,
-                w.file.kind,
-                &w.file.path,
-                &w.sha256,
-                &format!(
-                    "rolled back (atomic batch; a later write failed: {why}): the file was removed"
-                ),
-                prov,
-            )
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|outcome| match outcome {
-                RemoveOutcome::Removed => Ok(()),
-                RemoveOutcome::Changed { actual } => Err(format!(
-                    "'{}' changed since writ wrote it (sha256 {actual}); it was left as it is",
-                    w.file.path
-                )),
-            }),
-        };
-        if let Err(e) = &outcome {
-            tracing::error!(file = %w.file.path, error = %e, "rollback of an atomic batch failed");
-        }
-        outcome
+        files
+            .into_iter()
+            .map(|(file, produced)| {
+                let mut result = FileResult::failed(
+                    file.path.as_str(),
+                    file.kind.into(),
+                    not.to_string(),
+                    produced.candidates,
+                );
+                result.validation = produced.validation;
+                Written::only(result)
+            })
+            .collect()
     }
 }
 
@@ -501,7 +354,7 @@ fn dry_run_result(file: &FileSpec, chosen: Chosen, candidates: Vec<CandidateReco
     let bytes = chosen.content.bytes();
     FileResult {
         filename: file.path.to_string(),
-        kind: file.kind,
+        kind: file.kind.into(),
         success: true,
         operation: None,
         bytes: Some(bytes.len()),

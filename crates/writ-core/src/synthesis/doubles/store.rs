@@ -1,0 +1,270 @@
+//! An audit store in memory that keeps only what the writing stage records (operations), and
+//! refuses everything else: the stages under test never read jobs, keys or sessions.
+
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::audit::{
+    AuditStore, AuditWrite, Cursor, NewRequest, Operation, OperationFilter, OperationOutcome,
+    OperationPage, RecentOperation, RequestRecord, RequestStatus, StoreError,
+};
+use crate::jobs::{ClaimedJob, Job, JobEvent, JobStatus, JobStore, NewJob};
+use crate::keys::{ApiKeyRecord, KeyStore};
+use crate::sessions::{ChunkAppend, SessionStore, SessionTransition, WriteSession};
+
+#[derive(Default)]
+pub struct MemoryStore {
+    /// Every operation recorded, in its latest state.
+    pub operations: Mutex<Vec<Operation>>,
+}
+
+impl MemoryStore {
+    fn insert(&self, op: &Operation) {
+        if let Ok(mut ops) = self.operations.lock() {
+            ops.push(op.clone());
+        }
+    }
+
+    fn complete(&self, id: Uuid, outcome: &OperationOutcome) -> Result<(), StoreError> {
+        let mut ops = self
+            .operations
+            .lock()
+            .map_err(|_| StoreError::Other("poisoned".into()))?;
+        let op = ops
+            .iter_mut()
+            .find(|op| op.id == id)
+            .ok_or_else(|| StoreError::Other(format!("no operation {id}")))?;
+        op.status = outcome.status;
+        op.operation = outcome.operation;
+        op.error = outcome.error.clone();
+        op.finished_at = Some(outcome.finished_at);
+        Ok(())
+    }
+}
+
+fn not_kept() -> StoreError {
+    StoreError::Other("the in-memory store keeps only operations".into())
+}
+
+#[async_trait]
+impl AuditStore for MemoryStore {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+    fn single_process(&self) -> bool {
+        true
+    }
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    async fn migrate(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    async fn is_migrated(&self) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+    async fn commit(&self, writes: Vec<AuditWrite>) -> Result<(), StoreError> {
+        for write in writes {
+            match write {
+                AuditWrite::InsertOperation { operation, .. } => self.insert(&operation),
+                AuditWrite::CompleteOperation { id, outcome } => self.complete(id, &outcome)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+    async fn insert_request(&self, _req: &NewRequest) -> Result<(), StoreError> {
+        Ok(())
+    }
+    async fn finish_request(
+        &self,
+        _id: Uuid,
+        _status: RequestStatus,
+        _duration_ms: i64,
+        _response: Option<&serde_json::Value>,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+    async fn get_request(&self, _id: Uuid) -> Result<Option<RequestRecord>, StoreError> {
+        Ok(None)
+    }
+    async fn find_request_by_idempotency_key(
+        &self,
+        _caller: Option<&str>,
+        _key: &str,
+    ) -> Result<Option<RequestRecord>, StoreError> {
+        Ok(None)
+    }
+    async fn insert_operation(
+        &self,
+        op: &Operation,
+        _content: Option<&[u8]>,
+    ) -> Result<(), StoreError> {
+        self.insert(op);
+        Ok(())
+    }
+    async fn complete_operation(
+        &self,
+        id: Uuid,
+        outcome: &OperationOutcome,
+    ) -> Result<(), StoreError> {
+        self.complete(id, outcome)
+    }
+    async fn get_operation(
+        &self,
+        _id: Uuid,
+    ) -> Result<Option<(Operation, Option<Vec<u8>>)>, StoreError> {
+        Err(not_kept())
+    }
+    async fn list_operations(
+        &self,
+        _filter: &OperationFilter,
+        _cursor: Option<&Cursor>,
+        _limit: u32,
+    ) -> Result<OperationPage, StoreError> {
+        Err(not_kept())
+    }
+    async fn recent_operations(
+        &self,
+        _caller: Option<&str>,
+        _limit: u32,
+    ) -> Result<Vec<RecentOperation>, StoreError> {
+        Ok(Vec::new())
+    }
+    async fn pending_operations(&self) -> Result<Vec<Operation>, StoreError> {
+        Err(not_kept())
+    }
+}
+
+#[async_trait]
+impl JobStore for MemoryStore {
+    async fn insert_job(&self, _job: &NewJob) -> Result<(), StoreError> {
+        Err(not_kept())
+    }
+    async fn heartbeat_job(&self, _id: Uuid, _status: JobStatus) -> Result<(), StoreError> {
+        Err(not_kept())
+    }
+    async fn finish_job(
+        &self,
+        _id: Uuid,
+        _status: JobStatus,
+        _batch_status: Option<&str>,
+        _response: Option<&serde_json::Value>,
+        _error: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        Err(not_kept())
+    }
+    async fn get_job(&self, _id: Uuid) -> Result<Option<Job>, StoreError> {
+        Err(not_kept())
+    }
+    async fn list_jobs(&self, _limit: u32) -> Result<Vec<Job>, StoreError> {
+        Err(not_kept())
+    }
+    async fn list_jobs_of(&self, _caller: &str, _limit: u32) -> Result<Vec<Job>, StoreError> {
+        Err(not_kept())
+    }
+    async fn stale_jobs(&self, _before: DateTime<Utc>) -> Result<Vec<Job>, StoreError> {
+        Err(not_kept())
+    }
+    async fn renew_lease(
+        &self,
+        _id: Uuid,
+        _owner: &str,
+        _until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        Err(not_kept())
+    }
+    async fn release_lease(
+        &self,
+        _id: Uuid,
+        _owner: &str,
+        _reason: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        Err(not_kept())
+    }
+    async fn claim_jobs(
+        &self,
+        _owner: &str,
+        _now: DateTime<Utc>,
+        _until: DateTime<Utc>,
+        _limit: u32,
+    ) -> Result<Vec<ClaimedJob>, StoreError> {
+        Err(not_kept())
+    }
+    async fn append_job_event(&self, _event: &JobEvent) -> Result<(), StoreError> {
+        Err(not_kept())
+    }
+    async fn append_job_events(&self, _events: &[JobEvent]) -> Result<(), StoreError> {
+        Err(not_kept())
+    }
+    async fn job_events(
+        &self,
+        _id: Uuid,
+        _after: i64,
+        _limit: u32,
+    ) -> Result<Vec<JobEvent>, StoreError> {
+        Err(not_kept())
+    }
+}
+
+#[async_trait]
+impl KeyStore for MemoryStore {
+    async fn create_key(&self, _key: &ApiKeyRecord) -> Result<(), StoreError> {
+        Err(not_kept())
+    }
+    async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        Err(not_kept())
+    }
+    async fn find_key(&self, _id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        Err(not_kept())
+    }
+    async fn revoke_key(&self, _id: &str, _at: DateTime<Utc>) -> Result<bool, StoreError> {
+        Err(not_kept())
+    }
+    async fn any_keys(&self) -> Result<bool, StoreError> {
+        Err(not_kept())
+    }
+}
+
+#[async_trait]
+impl SessionStore for MemoryStore {
+    async fn insert_write_session(&self, _session: &WriteSession) -> Result<(), StoreError> {
+        Err(not_kept())
+    }
+    async fn get_write_session(&self, _id: Uuid) -> Result<Option<WriteSession>, StoreError> {
+        Err(not_kept())
+    }
+    async fn append_write_session_chunk(
+        &self,
+        _append: &ChunkAppend<'_>,
+    ) -> Result<bool, StoreError> {
+        Err(not_kept())
+    }
+    async fn write_session_content(&self, _id: Uuid) -> Result<Vec<u8>, StoreError> {
+        Err(not_kept())
+    }
+    async fn transition_write_session(
+        &self,
+        _id: Uuid,
+        _change: &SessionTransition<'_>,
+    ) -> Result<bool, StoreError> {
+        Err(not_kept())
+    }
+    async fn count_open_write_sessions(
+        &self,
+        _caller: Option<&str>,
+        _since: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        Err(not_kept())
+    }
+    async fn abandoned_write_sessions(
+        &self,
+        _before: DateTime<Utc>,
+        _limit: u32,
+    ) -> Result<Vec<WriteSession>, StoreError> {
+        Err(not_kept())
+    }
+}

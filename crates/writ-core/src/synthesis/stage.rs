@@ -1,0 +1,308 @@
+//! The types the synthesis stages share, so that no stage imports another's orchestrator: the
+//! dependency bundle ([`Synthesizer`]) and its settings ([`SynthesisConfig`]), what a batch's
+//! prompts show of the present ([`Prior`]), a file's outcome before it is written
+//! ([`Produced`], [`Chosen`], [`Content`]), what travels with one file through its stages
+//! ([`FileCx`]) and the gate a write waits at until the batch's request is recorded
+//! ([`Recorded`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::audit::{AuditStore, CandidateRecord, RecentOperation, Selection};
+use crate::execution::CommandRunner;
+use crate::model::ModelClient;
+use crate::path::RepoPath;
+use crate::synthesis::batch::{Batch, FileSpec};
+use crate::synthesis::context::NamedContext;
+use crate::synthesis::fanout::{CallSettings, StragglerPolicy, UpstreamClock};
+use crate::synthesis::image::ShapedImage;
+use crate::synthesis::progress::ProgressSink;
+use crate::synthesis::response::{FileValidation, PromptTokensByPart};
+use crate::synthesis::update::Existing;
+use crate::workspace::Workspace;
+
+/// `WRIT_MAX_SHOWN_FILE_CHARS` unset: about 50,000 tokens of code, which every current
+/// long-context model takes with room for the rest of the prompt and the answer.
+pub const DEFAULT_MAX_SHOWN_FILE_CHARS: usize = 200_000;
+
+/// Which models to ask and how; from `CODE_LIST`, `CODE_MODEL`, `CODE_GEN_MODEL`.
+#[derive(Debug, Clone)]
+pub struct SynthesisConfig {
+    pub candidates: Vec<String>,
+    /// The arbiter; the first candidate model when unset.
+    pub arbiter: Option<String>,
+    /// Tried first when every candidate failed.
+    pub fallback: Option<String>,
+    pub max_tokens: u32,
+    pub temperature: f32,
+    /// Wait before the second fallback attempt; doubles after each.
+    pub fallback_backoff: Duration,
+    /// How many recent audit operations the prompt shows.
+    pub recent_operations: u32,
+    /// A chosen candidate (code or image) larger than this fails its file instead of being
+    /// written (`WRIT_MAX_FILE_BYTES`).
+    pub max_file_bytes: usize,
+    /// The largest existing file (in characters) shown whole to the models for a change
+    /// (`WRIT_MAX_SHOWN_FILE_CHARS`); a larger one is refused, never cut.
+    pub max_shown_file_chars: usize,
+    /// Files run at once, so each file's generation is bounded by this (`WRIT_BATCH_DEADLINE_SECS`).
+    pub batch_deadline: Duration,
+    /// When a fan-out stops waiting for slow candidates (`WRIT_STRAGGLER_*`; `options.straggler`).
+    pub straggler: StragglerPolicy,
+    /// The image model (`IMAGE_MODEL`).
+    pub image_model: Option<String>,
+    /// Models a batch may name in `options.models`, `arbiter_model` or `image_model`
+    /// (`WRIT_ALLOWED_MODELS`); empty: only the configured ones.
+    pub allowed_models: Vec<String>,
+    /// Prompt tokens of the repository map in each candidate prompt (`WRIT_REPO_MAP_TOKENS`;
+    /// `options.repo_map_tokens` overrides it; 0: no map).
+    pub repo_map_tokens: usize,
+}
+
+impl SynthesisConfig {
+    /// Whether a batch may ask for `model`: it is on the allow-list, or (with no list) it is one
+    /// of the configured models, so a key holder cannot pick a costlier model than the operator.
+    pub fn allows(&self, model: &str) -> bool {
+        if !self.allowed_models.is_empty() {
+            return self.allowed_models.iter().any(|m| m == model);
+        }
+        self.candidates
+            .iter()
+            .chain(&self.arbiter)
+            .chain(&self.fallback)
+            .chain(&self.image_model)
+            .any(|m| m == model)
+    }
+}
+
+impl Default for SynthesisConfig {
+    fn default() -> Self {
+        SynthesisConfig {
+            candidates: Vec::new(),
+            arbiter: None,
+            fallback: None,
+            max_tokens: 8_000,
+            temperature: 0.2,
+            fallback_backoff: Duration::from_millis(500),
+            recent_operations: 10,
+            image_model: None,
+            max_file_bytes: 1024 * 1024,
+            max_shown_file_chars: DEFAULT_MAX_SHOWN_FILE_CHARS,
+            batch_deadline: Duration::from_secs(600),
+            straggler: StragglerPolicy::WaitAll,
+            allowed_models: Vec::new(),
+            repo_map_tokens: crate::synthesis::context::DEFAULT_REPO_MAP_TOKENS,
+        }
+    }
+}
+
+/// The ports and settings a batch runs with. The orchestrator ([`super::run`]) hands each stage
+/// only the parts it uses; the admission checks ([`super::submission`]) and the job runner use it
+/// whole.
+pub struct Synthesizer {
+    pub(crate) models: Arc<dyn ModelClient>,
+    pub(crate) store: Arc<dyn AuditStore>,
+    pub(crate) workspace: Arc<dyn Workspace>,
+    pub(crate) config: SynthesisConfig,
+    /// Runs the caller's checks for `options.validation`; `None` when no sandbox or no
+    /// commands are configured (such batches are refused before any model is called).
+    pub(crate) commands: Option<Arc<dyn CommandRunner>>,
+}
+
+/// What a batch's prompts show of what exists before it, read while the batch is checked
+/// (`Synthesizer::prepare`, which refuses the batch when a code file cannot be read).
+pub(crate) struct Prior {
+    pub recent: Vec<RecentOperation>,
+    /// Each code file's content when the batch began (`None`: no such file yet).
+    pub current: Vec<(RepoPath, Option<Vec<u8>>)>,
+    /// What the caller named in `context`, found on disk.
+    pub named: NamedContext,
+    /// The prompt tokens each code file's parts used, by file index, filled as prompts are
+    /// built, for the answer.
+    pub prompt_tokens: std::sync::Mutex<Vec<Option<PromptTokensByPart>>>,
+}
+
+impl Prior {
+    /// Keeps what file `index`'s prompt spent on each part, for the answer.
+    pub fn record_prompt_tokens(&self, index: usize, tokens: PromptTokensByPart) {
+        if let Ok(mut all) = self.prompt_tokens.lock()
+            && let Some(slot) = all.get_mut(index)
+        {
+            *slot = Some(tokens);
+        }
+    }
+
+    /// The content `path` held when the batch began.
+    pub fn current(&self, path: &RepoPath) -> Option<&[u8]> {
+        self.current
+            .iter()
+            .find(|(p, _)| p == path)
+            .and_then(|(_, content)| content.as_deref())
+    }
+}
+
+/// One file's outcome before it is written: the chosen content (or why there is none) and every
+/// candidate that was asked, for the answer and the audit record.
+pub(crate) struct Produced {
+    pub chosen: Result<Chosen, String>,
+    pub candidates: Vec<CandidateRecord>,
+    /// How the file did against the caller's checks, when the batch asked for them.
+    pub validation: Option<FileValidation>,
+    /// The file as the batch found it, when it existed: the chosen code is a change of it.
+    pub existing: Option<Existing>,
+}
+
+impl Produced {
+    pub fn failed(error: impl Into<String>, candidates: Vec<CandidateRecord>) -> Self {
+        Produced {
+            chosen: Err(error.into()),
+            candidates,
+            validation: None,
+            existing: None,
+        }
+    }
+}
+
+impl Synthesizer {
+    pub fn new(
+        models: Arc<dyn ModelClient>,
+        store: Arc<dyn AuditStore>,
+        workspace: Arc<dyn Workspace>,
+        config: SynthesisConfig,
+    ) -> Self {
+        Synthesizer {
+            models,
+            store,
+            workspace,
+            config,
+            commands: None,
+        }
+    }
+
+    /// Lets batches validate their candidates with `runner`.
+    pub fn with_commands(mut self, runner: Option<Arc<dyn CommandRunner>>) -> Self {
+        self.commands = runner;
+        self
+    }
+}
+
+/// A candidate's content: code as text, or an image already checked and shaped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Content {
+    Code(String),
+    Image(ShapedImage),
+}
+
+impl Content {
+    /// The bytes that are written.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Content::Code(code) => code.as_bytes(),
+            Content::Image(img) => &img.bytes,
+        }
+    }
+
+    /// Size in bytes, which the file-size limit applies to.
+    pub fn len(&self) -> usize {
+        self.bytes().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn image(&self) -> Option<&ShapedImage> {
+        match self {
+            Content::Image(img) => Some(img),
+            Content::Code(_) => None,
+        }
+    }
+}
+
+/// The content a file gets, and how it was chosen.
+#[derive(Debug, Clone)]
+pub(crate) struct Chosen {
+    pub content: Content,
+    pub model: String,
+    pub selection: Selection,
+    /// The arbiter's reason (or why the arbiter could not decide).
+    pub reason: Option<String>,
+}
+
+impl SynthesisConfig {
+    /// How every candidate, repair and fallback call is made.
+    pub(crate) fn call_settings(&self) -> CallSettings {
+        CallSettings {
+            temperature: self.temperature,
+            max_tokens: self.max_tokens,
+        }
+    }
+}
+
+/// What one file carries through its stages: its batch, itself, what the batch read of the
+/// present, where its events go and the clock of its upstream waits.
+#[derive(Clone, Copy)]
+pub(crate) struct FileCx<'a> {
+    pub batch: &'a Batch,
+    pub file: &'a FileSpec,
+    pub prior: &'a Prior,
+    pub sink: &'a dyn ProgressSink,
+    pub clock: &'a UpstreamClock,
+}
+
+/// The same for a whole batch, whose stages (validation) see every file at once.
+#[derive(Clone, Copy)]
+pub(crate) struct BatchCx<'a> {
+    pub batch: &'a Batch,
+    pub prior: &'a Prior,
+    pub sink: &'a dyn ProgressSink,
+    /// One per file, in the batch's order.
+    pub clocks: &'a [UpstreamClock],
+}
+
+impl<'a> BatchCx<'a> {
+    /// The context of the batch's file at `position` (in `batch.files`).
+    pub fn file(&self, position: usize) -> FileCx<'a> {
+        FileCx {
+            batch: self.batch,
+            file: &self.batch.files[position],
+            prior: self.prior,
+            sink: self.sink,
+            clock: &self.clocks[position],
+        }
+    }
+}
+
+/// The batch's request record did not commit: nothing of the batch may be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the batch's request could not be recorded; nothing was written")]
+pub(crate) struct NotRecorded;
+
+/// Whether a batch's records (its request and job) are committed. They commit while the models
+/// run; nothing of the batch is written, and no answer given, before they are.
+#[derive(Clone)]
+pub(crate) struct Recorded(watch::Receiver<Option<bool>>);
+
+impl Recorded {
+    /// Records already committed (an async batch's, a resumed job's).
+    pub(crate) fn already() -> Self {
+        Recorded(watch::channel(Some(true)).1)
+    }
+
+    /// Records whose commit reports `Some(committed)` on `rx` once it is over.
+    pub(crate) fn pending(rx: watch::Receiver<Option<bool>>) -> Self {
+        Recorded(rx)
+    }
+
+    /// Waits for the commit. A failed commit (or one abandoned) is [`NotRecorded`]: the caller
+    /// writes nothing.
+    pub(crate) async fn wait(&self) -> Result<(), NotRecorded> {
+        let mut rx = self.0.clone();
+        match rx.wait_for(Option::is_some).await.map(|v| *v) {
+            Ok(Some(true)) => Ok(()),
+            _ => Err(NotRecorded),
+        }
+    }
+}
