@@ -17,12 +17,22 @@ pub(super) async fn raised(mut flag: watch::Receiver<bool>) {
 /// Keeps the job looking alive while its batch runs: the heartbeat, or (where jobs are leased)
 /// the lease, renewed. Raises `lost` when the lease is another's, has ended, or could not be
 /// renewed before it ran out.
+///
+/// Nothing is renewed before the job's row is committed (`recorded`): a synchronous batch's
+/// records commit beside its fan-out, and on a busy database that commit can outlast the first
+/// renewal, which would then find no row and take the job for lost. The lease is taken with the
+/// row, so it runs from there.
 pub(super) async fn keep_alive(
     store: Arc<dyn AuditStore>,
     job_id: Uuid,
     owner: Option<Arc<str>>,
+    recorded: Recorded,
     lost: watch::Sender<bool>,
 ) {
+    if recorded.wait().await.is_err() {
+        // No row to keep alive: the run writes nothing and ends on its own.
+        return;
+    }
     let Some(owner) = owner else {
         loop {
             tokio::time::sleep(HEARTBEAT_EVERY).await;

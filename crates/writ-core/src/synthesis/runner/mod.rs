@@ -461,6 +461,7 @@ async fn run_job(
         store.clone(),
         job_id,
         ctx.owner.clone(),
+        recorded.clone(),
         lost_tx,
     )));
 
