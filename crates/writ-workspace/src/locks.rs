@@ -44,19 +44,19 @@ impl PathLocks {
             Arc::clone(table.entry(path.clone()).or_default())
         };
         let local = entry.lock_owned().await;
-        let shared = match &self.shared {
-            None => None,
-            Some(shared) => match shared.lock(&shared_key(path)).await {
-                Ok(held) => Some(held),
-                // The write that follows records its operation in that same database first, so
-                // it fails there; nothing is published without the record.
-                Err(e) => {
-                    tracing::warn!(path = %path, error = %e, "the shared path lock could not be taken");
-                    None
-                }
-            },
+        let Some(shared) = &self.shared else {
+            return PathLock::local(local);
         };
-        PathLock::new(local, shared)
+        let held = match shared.lock(&shared_key(path)).await {
+            Ok(held) => Some(held),
+            // A write under this lock is refused before it publishes anything
+            // ([`PathLock::still_held`]); reads and checks under it go ahead.
+            Err(e) => {
+                tracing::warn!(path = %path, error = %e, "the shared path lock could not be taken");
+                None
+            }
+        };
+        PathLock::across_processes(local, held)
     }
 
     #[cfg(test)]
