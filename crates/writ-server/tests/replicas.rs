@@ -180,10 +180,11 @@ async fn send_until_accepted(
     let started = Instant::now();
     let mut at = first;
     let mut retries = 0;
+    let mut last = String::new();
     loop {
         assert!(
-            started.elapsed() < Duration::from_secs(90),
-            "batch {key} was never accepted"
+            started.elapsed() < Duration::from_secs(180),
+            "batch {key} was never accepted after {retries} tries (last: {last})"
         );
         let mut req = http
             .post(format!("{}/write_codebase", bases[at % bases.len()]))
@@ -211,14 +212,16 @@ async fn send_until_accepted(
                     retries,
                 };
             }
-            Ok(r) if r.status() == 409 || r.status() == 503 => {}
+            Ok(r) if r.status() == 409 || r.status() == 503 => {
+                last = format!("{} from {}", r.status(), at % bases.len());
+            }
             Ok(r) => panic!(
                 "batch {key}: unexpected {}: {}",
                 r.status(),
                 r.text().await.unwrap_or_default()
             ),
             // The replica died under the request, or is restarting.
-            Err(_) => {}
+            Err(e) => last = format!("{e} from {}", at % bases.len()),
         }
         retries += 1;
         at += 1;
