@@ -1,7 +1,8 @@
 //! Per-path write locks: writers of one path queue behind each other within this process, and,
 //! where replicas share `REPO_DIR` and a database, across processes too ([`SharedLocks`]: the
 //! store's advisory locks, taken once the local lock is held, so each process asks for a path at
-//! most once at a time).
+//! most once at a time). A shared lock that could not be taken, or was lost since, leaves the
+//! [`PathLock`] reading not held, and the write under it publishes nothing.
 //!
 //! The table holds one async mutex per path that someone currently holds or waits for, and
 //! nothing else: an entry that only the table itself references is dropped on the next call, so
