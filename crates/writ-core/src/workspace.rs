@@ -23,14 +23,14 @@ use crate::search::{SearchError, SearchQuery, SearchResults, Walk};
 pub struct PathLock {
     // Declared first, so dropped first: the shared lock is let go (queued for release) before the
     // next writer in this process can take the local one.
-    shared: Shared,
+    shared: SharedPart,
     _local: tokio::sync::OwnedMutexGuard<()>,
 }
 
 /// The part of a [`PathLock`] that holds against other processes.
-enum Shared {
+enum SharedPart {
     /// This process is the only writer of its `REPO_DIR`.
-    NotShared,
+    ThisProcessOnly,
     Held(SharedLock),
     /// Other processes write the same `REPO_DIR`, but the shared lock could not be taken: a
     /// write under this lock must not be published.
@@ -41,7 +41,7 @@ impl PathLock {
     /// Where this process is the only writer of its `REPO_DIR`.
     pub fn local(local: tokio::sync::OwnedMutexGuard<()>) -> Self {
         PathLock {
-            shared: Shared::NotShared,
+            shared: SharedPart::ThisProcessOnly,
             _local: local,
         }
     }
@@ -54,8 +54,8 @@ impl PathLock {
     ) -> Self {
         PathLock {
             shared: match shared {
-                Some(held) => Shared::Held(held),
-                None => Shared::NotTaken,
+                Some(held) => SharedPart::Held(held),
+                None => SharedPart::NotTaken,
             },
             _local: local,
         }
@@ -66,9 +66,9 @@ impl PathLock {
     /// which released it on the server) or was never taken.
     pub async fn still_held(&self) -> bool {
         match &self.shared {
-            Shared::NotShared => true,
-            Shared::Held(held) => held.still_held().await,
-            Shared::NotTaken => false,
+            SharedPart::ThisProcessOnly => true,
+            SharedPart::Held(held) => held.still_held().await,
+            SharedPart::NotTaken => false,
         }
     }
 }
