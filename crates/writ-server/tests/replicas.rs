@@ -231,15 +231,22 @@ async fn send_until_accepted(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_replicas_batches_are_resumed_by_the_others_and_each_ends_done_once() {
-    // The figure is 300 (`WRIT_REPLICA_BATCHES=300`); CI runs fewer, on 2 shared cores.
+    // 300 takes about 40 s on 2 busy cores; `WRIT_REPLICA_BATCHES` runs another count.
     let batches: usize = std::env::var("WRIT_REPLICA_BATCHES")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(60);
+        .unwrap_or(300);
     const FILES: usize = 5;
     let cluster = Cluster::new(
         Duration::from_millis(1500),
-        &[("WRIT_SHUTDOWN_GRACE_SECS", "1")],
+        &[
+            ("WRIT_SHUTDOWN_GRACE_SECS", "1"),
+            // A model call for each file of each batch a replica admits (16 of 5 files), as a
+            // provider allows: with the default 16 per model, a replica's batches queue for the
+            // fake's 1.5 s answers, and a resumed batch waits behind that queue.
+            ("WRIT_MODEL_MAX_CONCURRENT_PER_MODEL", "80"),
+            ("WRIT_MODEL_MAX_CONCURRENT", "240"),
+        ],
     )
     .await;
     let mut replicas = [
