@@ -114,7 +114,7 @@ pub enum WriteError {
     #[error("the audit log cannot record this write, so it was not made: {0}")]
     AuditUnavailable(#[source] StoreError),
     #[error(
-        "the lock on '{path}' shared with the other replicas was lost (its database session dropped), so nothing was written; retry"
+        "the lock on '{path}' shared with the other replicas is not held (its database session dropped, or could not be opened), so nothing was written; retry"
     )]
     LockLost { path: String },
 }

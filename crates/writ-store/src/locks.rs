@@ -407,7 +407,11 @@ mod tests {
         assert_eq!(recorded.len(), 1);
         assert_eq!(recorded[0].status, OperationStatus::Failed);
         assert!(
-            recorded[0].error.as_deref().unwrap().contains("was lost"),
+            recorded[0]
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("is not held"),
             "{:?}",
             recorded[0].error
         );
