@@ -58,6 +58,19 @@ struct Cluster {
     extra: Vec<(String, String)>,
 }
 
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The replicas' logs say why.
+            self.dir.disable_cleanup(true);
+            eprintln!(
+                "replica logs kept in {}",
+                self.dir.path().join("logs").display()
+            );
+        }
+    }
+}
+
 fn client() -> reqwest::Client {
     // A retry with an Idempotency-Key may wait for a resumed batch.
     support::client_with(Duration::from_secs(120))

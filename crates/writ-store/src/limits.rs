@@ -118,12 +118,18 @@ impl LimitStore for PgLimits {
         holder: &str,
         until: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        sqlx::query("UPDATE batch_slots SET until = $2 WHERE holder = $1")
-            .bind(holder)
-            .bind(until)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| from_sqlx("renew batch slots", e))?;
+        // Rows another statement holds are skipped, not waited for: they are being given back
+        // or taken over (a job ending or claimed, migration 0012), and waiting for them while
+        // holding others could deadlock with a commit that ends several jobs.
+        sqlx::query(
+            "UPDATE batch_slots SET until = $2 WHERE id IN \
+             (SELECT id FROM batch_slots WHERE holder = $1 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(holder)
+        .bind(until)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| from_sqlx("renew batch slots", e))?;
         Ok(())
     }
 }
