@@ -7,7 +7,9 @@
 //! 2. record the operation as `pending`, with the new content, while the content is staged (a
 //!    synced temp file no reader sees) — if the store fails, the staged write is dropped and
 //!    nothing changed (503);
-//! 3. publish the staged write (rename into place, directory synced);
+//! 3. publish the staged write (rename into place, directory synced), once the path's lock is
+//!    known to be still held — where replicas share `REPO_DIR`, a lock whose database session
+//!    dropped no longer excludes them, and the write is then failed instead;
 //! 4. mark the operation `succeeded` (or `failed`). If this last update fails the file is
 //!    written and its pending record holds its hash and content: [`reconcile_pending`] settles it.
 //!
@@ -26,7 +28,7 @@ use crate::audit::{
 };
 use crate::content::sha256_hex;
 use crate::path::RepoPath;
-use crate::workspace::{ToStage, Workspace, WorkspaceError};
+use crate::workspace::{PathLock, ToStage, Workspace, WorkspaceError};
 
 mod reconcile;
 
@@ -111,6 +113,10 @@ pub enum WriteError {
     },
     #[error("the audit log cannot record this write, so it was not made: {0}")]
     AuditUnavailable(#[source] StoreError),
+    #[error(
+        "the lock on '{path}' shared with the other replicas is not held (its database session dropped, or could not be opened), so nothing was written; retry"
+    )]
+    LockLost { path: String },
 }
 
 /// Writes `spec` through `workspace`, recording it in `store` first. See the module docs.
@@ -214,7 +220,8 @@ pub async fn write_group_deferring_completion(
     }
     let mut locks = Vec::with_capacity(order.len());
     for &i in &order {
-        locks.push(workspace.lock(&writes[i].spec.path).await);
+        let path = &writes[i].spec.path;
+        locks.push((workspace.lock(path).await, path.clone()));
     }
 
     let targets: Vec<(RepoPath, bool)> = writes
@@ -262,6 +269,7 @@ pub async fn write_group_deferring_completion(
             create_dirs: p.create_dirs,
         })
         .collect();
+    let to_stage_count = to_stage.len();
     let (recorded, staged) =
         futures::future::join(store.commit(records), workspace.stage_all(&to_stage)).await;
     if let Err(refused) = recorded {
@@ -272,7 +280,28 @@ pub async fn write_group_deferring_completion(
         }
         return outcomes.into_iter().flatten().collect();
     }
-    let mut published = staged.publish().await.into_iter();
+    // The last moment before anything becomes visible. A lock lost since it was taken no longer
+    // excludes the other replicas' writers, so nothing of the group is published.
+    let published: Vec<Result<(), WriteError>> = match first_lost(&locks).await {
+        None => staged
+            .publish()
+            .await
+            .into_iter()
+            .map(|r| r.map_err(WriteError::from))
+            .collect(),
+        Some(path) => {
+            drop(staged);
+            tracing::warn!(path = %path, "a shared path lock was lost before its write was published; the group's writes are failed");
+            std::iter::repeat_with(|| {
+                Err(WriteError::LockLost {
+                    path: path.to_string(),
+                })
+            })
+            .take(to_stage_count)
+            .collect()
+        }
+    };
+    let mut published = published.into_iter();
     let mut failures = Vec::new();
     for (i, p) in planned {
         let published = if p.unchanged {
@@ -282,7 +311,8 @@ pub async fn write_group_deferring_completion(
                 Err(WorkspaceError::Io {
                     path: p.path.to_string(),
                     source: std::io::Error::other("the write was lost"),
-                })
+                }
+                .into())
             }))
         };
         let outcome = match published {
@@ -312,7 +342,7 @@ pub async fn write_group_deferring_completion(
                         duration_ms: Some(started.elapsed().as_millis() as i64),
                     },
                 });
-                Err(err.into())
+                Err(err)
             }
         };
         outcomes[i] = Some(outcome);
@@ -325,6 +355,16 @@ pub async fn write_group_deferring_completion(
     }
     drop(locks);
     outcomes.into_iter().flatten().collect()
+}
+
+/// The path of the first of `locks` no longer held, if any; their checks run together.
+async fn first_lost(locks: &[(PathLock, RepoPath)]) -> Option<&RepoPath> {
+    let held = futures::future::join_all(locks.iter().map(|(lock, _)| lock.still_held())).await;
+    locks
+        .iter()
+        .zip(held)
+        .find(|(_, held)| !held)
+        .map(|((_, path), _)| path)
 }
 
 /// A write checked against its target's current content, ready to be recorded.
@@ -462,7 +502,7 @@ pub async fn recorded_remove(
     provenance: Provenance,
 ) -> Result<RemoveOutcome, WriteError> {
     let started = Instant::now();
-    let _lock = workspace.lock(path).await;
+    let lock = workspace.lock(path).await;
     let actual = workspace
         .read(path)
         .await?
@@ -495,7 +535,13 @@ pub async fn recorded_remove(
         .insert_operation(&op, None)
         .await
         .map_err(WriteError::AuditUnavailable)?;
-    let removed = workspace.remove(path).await;
+    let removed = if lock.still_held().await {
+        workspace.remove(path).await.map_err(WriteError::from)
+    } else {
+        Err(WriteError::LockLost {
+            path: path.to_string(),
+        })
+    };
     let outcome = OperationOutcome {
         status: OperationStatus::Failed,
         operation: OperationKind::Failed,

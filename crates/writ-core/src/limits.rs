@@ -19,8 +19,11 @@ pub trait LimitStore: Send + Sync {
         burst: f64,
     ) -> Result<Option<f64>, StoreError>;
 
-    /// Takes one of `caller`'s `max` batch slots as `slot`, held by `holder` until `until`
-    /// unless renewed; false when all are taken.
+    /// Takes one of `caller`'s `max` batch slots as `slot` (the batch's id, which its job
+    /// shares), held by `holder` until `until` unless renewed; false when all are taken. Where
+    /// jobs are leased, the slot of an unfinished job does not lapse: it passes to the replica
+    /// that claims the job, and is given back when the job ends. A `slot` already held (the same
+    /// batch again) is counted once.
     async fn take_batch_slot(
         &self,
         caller: &str,
@@ -30,7 +33,8 @@ pub trait LimitStore: Send + Sync {
         until: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 
-    /// Gives a slot back.
+    /// Gives a slot back, unless its job is unfinished (handed back, or its lease lost): the
+    /// replica that resumes the job holds it until the job ends.
     async fn release_batch_slot(&self, slot: Uuid) -> Result<(), StoreError>;
 
     /// Extends every slot `holder` holds to `until`.

@@ -23,22 +23,67 @@ use crate::search::{SearchError, SearchQuery, SearchResults, Walk};
 pub struct PathLock {
     // Declared first, so dropped first: the shared lock is let go (queued for release) before the
     // next writer in this process can take the local one.
-    _shared: Option<SharedLock>,
+    shared: SharedPart,
     _local: tokio::sync::OwnedMutexGuard<()>,
 }
 
+/// The part of a [`PathLock`] that holds against other processes.
+enum SharedPart {
+    /// This process is the only writer of its `REPO_DIR`.
+    ThisProcessOnly,
+    Held(SharedLock),
+    /// Other processes write the same `REPO_DIR`, but the shared lock could not be taken: a
+    /// write under this lock must not be published.
+    NotTaken,
+}
+
 impl PathLock {
-    pub fn new(local: tokio::sync::OwnedMutexGuard<()>, shared: Option<SharedLock>) -> Self {
+    /// Where this process is the only writer of its `REPO_DIR`.
+    pub fn local(local: tokio::sync::OwnedMutexGuard<()>) -> Self {
         PathLock {
-            _shared: shared,
+            shared: SharedPart::ThisProcessOnly,
             _local: local,
+        }
+    }
+
+    /// Where other processes write the same `REPO_DIR`: `shared` is the lock taken against them,
+    /// `None` when it could not be taken.
+    pub fn across_processes(
+        local: tokio::sync::OwnedMutexGuard<()>,
+        shared: Option<SharedLock>,
+    ) -> Self {
+        PathLock {
+            shared: match shared {
+                Some(held) => SharedPart::Held(held),
+                None => SharedPart::NotTaken,
+            },
+            _local: local,
+        }
+    }
+
+    /// Whether this lock still excludes every other writer of its path, asked just before a
+    /// write is published: false once the shared lock was lost (its database session dropped,
+    /// which released it on the server) or was never taken.
+    pub async fn still_held(&self) -> bool {
+        match &self.shared {
+            SharedPart::ThisProcessOnly => true,
+            SharedPart::Held(held) => held.still_held().await,
+            SharedPart::NotTaken => false,
         }
     }
 }
 
 /// A lock held against other processes until dropped (whatever the implementation keeps to
 /// release it).
-pub type SharedLock = Box<dyn std::any::Any + Send + Sync>;
+pub type SharedLock = Box<dyn HeldLock>;
+
+/// One lock of [`SharedLocks`], held until dropped.
+#[async_trait]
+pub trait HeldLock: Send + Sync {
+    /// Whether the lock is still held: false once whatever held it (a database session) is
+    /// gone, since other processes may then have taken it. Costs at most one round trip.
+    async fn still_held(&self) -> bool;
+}
 
 /// Locks by name shared by every process of one deployment (replicas over one database and one
 /// `REPO_DIR`), so that writers of one path on different replicas are serialised.

@@ -294,6 +294,12 @@ pub fn write_error(err: WriteError, field: &str) -> ApiError {
         )
         .with_field("body"),
         WriteError::AuditUnavailable(store) => ApiError::audit_unavailable(&store),
+        // Nothing was written; the next try takes the lock on a new session.
+        WriteError::LockLost { .. } => {
+            let mut e = ApiError::new(ErrorCode::AuditUnavailable, err.to_string());
+            e.retry_after_secs = Some(1);
+            e
+        }
     }
 }
 

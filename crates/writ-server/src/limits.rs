@@ -5,8 +5,9 @@
 //! Every limit answers at once with a 429 or 503 and `Retry-After`; nothing queues unboundedly.
 //! Where replicas share a PostgreSQL database, the per-key limits (the rate bucket, the batches a
 //! key runs at once) are held there ([`LimitStore`]), so they hold across replicas: a key's
-//! batch slot is a row its replica renews while the batch runs, and a dead replica's slots lapse
-//! with its lease. The in-flight cap is each process's own capacity. On SQLite (one process)
+//! batch slot is a row, named by the batch's job, that its replica renews while the batch runs;
+//! a replica resuming a dead or stopping replica's job takes its slot over, and the slot is given
+//! back once, when the job ends. The in-flight cap is each process's own capacity. On SQLite (one process)
 //! every counter lives in memory.
 //! A small token bucket rather than `tower_governor`: the limits are keyed by the API key the
 //! auth layer found (not by IP), the per-key batch count is not a rate at all, and the answer
@@ -196,11 +197,17 @@ impl Limits {
     /// Admits one batch for `caller` (the key id; `None` without auth), or refuses it at once:
     /// 429 when the key has its share running (on every replica, where they share limits), 503
     /// when the process is full.
-    pub async fn admit_batch(&self, caller: Option<&str>) -> Result<BatchPermit, ApiError> {
+    /// `batch` names the shared slot: it is the batch's job's id, so that the slot follows the
+    /// job to a replica that resumes it.
+    pub async fn admit_batch(
+        &self,
+        caller: Option<&str>,
+        batch: uuid::Uuid,
+    ) -> Result<BatchPermit, ApiError> {
         let local = self.admit_here(if self.shared.is_some() { None } else { caller })?;
         let shared = match (&self.shared, caller) {
             (Some((store, holder)), Some(id)) => {
-                let slot = uuid::Uuid::new_v4();
+                let slot = batch;
                 let max = i64::try_from(self.settings.max_batches_per_key).unwrap_or(i64::MAX);
                 let taken = store
                     .take_batch_slot(id, slot, holder, max, slot_until())
@@ -299,21 +306,42 @@ mod tests {
     #[tokio::test]
     async fn per_key_and_global_batch_slots_are_given_back_when_a_batch_ends_or_is_refused() {
         let limits = Limits::new(settings(0, 1, 1, 2));
-        let a = limits.admit_batch(Some("a")).await.unwrap();
+        let a = limits
+            .admit_batch(Some("a"), uuid::Uuid::now_v7())
+            .await
+            .unwrap();
         assert_eq!(
-            limits.admit_batch(Some("a")).await.err().unwrap().status,
+            limits
+                .admit_batch(Some("a"), uuid::Uuid::now_v7())
+                .await
+                .err()
+                .unwrap()
+                .status,
             StatusCode::TOO_MANY_REQUESTS
         );
-        let anon = limits.admit_batch(None).await.unwrap();
-        let refused = limits.admit_batch(Some("b")).await.err().unwrap();
+        let anon = limits
+            .admit_batch(None, uuid::Uuid::now_v7())
+            .await
+            .unwrap();
+        let refused = limits
+            .admit_batch(Some("b"), uuid::Uuid::now_v7())
+            .await
+            .err()
+            .unwrap();
         assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(refused.retry_after_secs, Some(BUSY_RETRY_SECS));
         drop(anon);
         // b's refused attempt did not leak its per-key slot.
-        let b = limits.admit_batch(Some("b")).await.unwrap();
+        let b = limits
+            .admit_batch(Some("b"), uuid::Uuid::now_v7())
+            .await
+            .unwrap();
         drop(a);
         drop(b);
         assert_eq!(limits.batches_in_flight(), 0);
-        limits.admit_batch(Some("a")).await.unwrap();
+        limits
+            .admit_batch(Some("a"), uuid::Uuid::now_v7())
+            .await
+            .unwrap();
     }
 }

@@ -58,6 +58,19 @@ struct Cluster {
     extra: Vec<(String, String)>,
 }
 
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The replicas' logs say why.
+            self.dir.disable_cleanup(true);
+            eprintln!(
+                "replica logs kept in {}",
+                self.dir.path().join("logs").display()
+            );
+        }
+    }
+}
+
 fn client() -> reqwest::Client {
     // A retry with an Idempotency-Key may wait for a resumed batch.
     support::client_with(Duration::from_secs(120))
@@ -180,10 +193,11 @@ async fn send_until_accepted(
     let started = Instant::now();
     let mut at = first;
     let mut retries = 0;
+    let mut last = String::new();
     loop {
         assert!(
-            started.elapsed() < Duration::from_secs(90),
-            "batch {key} was never accepted"
+            started.elapsed() < Duration::from_secs(180),
+            "batch {key} was never accepted after {retries} tries (last: {last})"
         );
         let mut req = http
             .post(format!("{}/write_codebase", bases[at % bases.len()]))
@@ -211,14 +225,16 @@ async fn send_until_accepted(
                     retries,
                 };
             }
-            Ok(r) if r.status() == 409 || r.status() == 503 => {}
+            Ok(r) if r.status() == 409 || r.status() == 503 => {
+                last = format!("{} from {}", r.status(), at % bases.len());
+            }
             Ok(r) => panic!(
                 "batch {key}: unexpected {}: {}",
                 r.status(),
                 r.text().await.unwrap_or_default()
             ),
             // The replica died under the request, or is restarting.
-            Err(_) => {}
+            Err(e) => last = format!("{e} from {}", at % bases.len()),
         }
         retries += 1;
         at += 1;
@@ -228,11 +244,22 @@ async fn send_until_accepted(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_replicas_batches_are_resumed_by_the_others_and_each_ends_done_once() {
-    const BATCHES: usize = 60;
+    // 300 takes about 40 s on 2 busy cores; `WRIT_REPLICA_BATCHES` runs another count.
+    let batches: usize = std::env::var("WRIT_REPLICA_BATCHES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(300);
     const FILES: usize = 5;
     let cluster = Cluster::new(
         Duration::from_millis(1500),
-        &[("WRIT_SHUTDOWN_GRACE_SECS", "1")],
+        &[
+            ("WRIT_SHUTDOWN_GRACE_SECS", "1"),
+            // A model call for each file of each batch a replica admits (16 of 5 files), as a
+            // provider allows: with the default 16 per model, a replica's batches queue for the
+            // fake's 1.5 s answers, and a resumed batch waits behind that queue.
+            ("WRIT_MODEL_MAX_CONCURRENT_PER_MODEL", "80"),
+            ("WRIT_MODEL_MAX_CONCURRENT", "240"),
+        ],
     )
     .await;
     let mut replicas = [
@@ -245,7 +272,7 @@ async fn a_killed_replicas_batches_are_resumed_by_the_others_and_each_ends_done_
 
     let mut sent = Vec::new();
     let mut killed_at = chrono::Utc::now();
-    for i in 0..BATCHES {
+    for i in 0..batches {
         let files: Vec<String> = (0..FILES).map(|f| format!("b{i}/f{f}.py")).collect();
         let is_async = i % 3 == 0;
         sent.push(tokio::spawn(send_until_accepted(
@@ -257,13 +284,13 @@ async fn a_killed_replicas_batches_are_resumed_by_the_others_and_each_ends_done_
             is_async,
         )));
         tokio::time::sleep(Duration::from_millis(80)).await;
-        if i == BATCHES / 2 {
+        if i == batches / 2 {
             // Mid-run, with batches of every kind running on it.
             replicas[1].child.kill().unwrap(); // SIGKILL
             replicas[1].child.wait().unwrap();
             killed_at = chrono::Utc::now();
         }
-        if i == BATCHES * 3 / 4 {
+        if i == batches * 3 / 4 {
             // Another replica is stopped (a rolling restart): it hands its unfinished jobs back.
             let ok = Command::new("kill")
                 .args(["-TERM", &replicas[2].child.id().to_string()])
@@ -375,7 +402,7 @@ async fn a_killed_replicas_batches_are_resumed_by_the_others_and_each_ends_done_
             (f.to_string(), s.to_string())
         })
         .collect();
-    assert_eq!(records.len(), BATCHES * FILES);
+    assert_eq!(records.len(), batches * FILES);
     for (file, recorded) in &records {
         let on_disk = std::fs::read(cluster.repo().join(file)).unwrap();
         assert_eq!(&sha(&on_disk), recorded, "{file} matches its record");
@@ -394,8 +421,8 @@ async fn a_killed_replicas_batches_are_resumed_by_the_others_and_each_ends_done_
         "replicas: {} batches ({} async), {} resumed after the kill and the stop, {} synchronous \
          callers retried on another replica with their Idempotency-Key; resumed jobs done after \
          the kill (all resumed): p50 {:.1} s, p99 {:.1} s",
-        BATCHES,
-        BATCHES.div_ceil(3),
+        batches,
+        batches.div_ceil(3),
         resume_secs.len(),
         sync_retried,
         percentile(&resume_secs, 0.5),
@@ -625,6 +652,119 @@ async fn a_key_limited_to_n_batches_runs_n_across_three_replicas_not_3n() {
     let accepted = statuses.iter().filter(|s| **s == 202).count();
     let refused = statuses.iter().filter(|s| **s == 429).count();
     assert_eq!((accepted, refused), (PER_KEY, 2 * PER_KEY), "{statuses:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_replicas_batches_keep_their_keys_slots_on_the_replica_that_resumes_them() {
+    const PER_KEY: usize = 2;
+    let api = writ_core::keys::generate("resumed-slots-test");
+    let entry = writ_core::keys::config_entry(&api.key).unwrap();
+    let per_key = PER_KEY.to_string();
+    let cluster = Cluster::new(
+        Duration::from_secs(8),
+        &[
+            ("WRIT_API_KEYS", entry.as_str()),
+            ("WRIT_MAX_BATCHES_PER_KEY", per_key.as_str()),
+        ],
+    )
+    .await;
+    let mut dies = cluster.start().await;
+    let resumes = cluster.start().await;
+    let http = client();
+    let post = |base: &str, i: usize| {
+        http.post(format!("{base}/write_codebase"))
+            .bearer_auth(&api.key)
+            .header("prefer", "respond-async")
+            .json(&batch(&[format!("slots/f{i}.py")]))
+            .send()
+    };
+    let mut jobs = Vec::new();
+    for i in 0..PER_KEY {
+        let r = post(&dies.base, i).await.unwrap();
+        assert_eq!(r.status(), 202);
+        jobs.push(
+            r.json::<Value>().await.unwrap()["job_id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    assert!(
+        cluster
+            .fake
+            .until_in_flight(None, PER_KEY, Duration::from_secs(10))
+            .await
+    );
+    dies.child.kill().unwrap();
+    dies.child.wait().unwrap();
+    let killed = Instant::now();
+
+    // Both resumed by the other replica...
+    for job in &jobs {
+        loop {
+            let j: Value = http
+                .get(format!("{}/jobs/{job}", resumes.base))
+                .bearer_auth(&api.key)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if j["attempts"].as_i64().unwrap_or(0) > 0 {
+                break;
+            }
+            assert!(
+                killed.elapsed() < Duration::from_secs(30),
+                "never resumed: {j}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // ...and past the moment the dead replica's own hold on their slots ran out (10 s from its
+    // last renewal), while they still run.
+    tokio::time::sleep(Duration::from_secs(11).saturating_sub(killed.elapsed())).await;
+    let running = cluster.query(&format!(
+        "SELECT count(*) FROM jobs WHERE status = 'running' AND id IN ('{}', '{}')",
+        jobs[0], jobs[1]
+    ));
+    assert_eq!(running, vec!["2".to_string()], "the resumed jobs still run");
+    let r = post(&resumes.base, 10).await.unwrap();
+    assert_eq!(
+        r.status(),
+        429,
+        "the key runs its {PER_KEY} batches, resumed on another replica: no third"
+    );
+
+    // Given back once each when they end: the key runs two batches again, not more.
+    for job in &jobs {
+        loop {
+            let j: Value = http
+                .get(format!("{}/jobs/{job}", resumes.base))
+                .bearer_auth(&api.key)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if j["status"] != "running" {
+                assert_eq!(j["status"], "done", "{j}");
+                break;
+            }
+            assert!(
+                killed.elapsed() < Duration::from_secs(60),
+                "never ended: {j}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let statuses = [
+        post(&resumes.base, 11).await.unwrap().status().as_u16(),
+        post(&resumes.base, 12).await.unwrap().status().as_u16(),
+        post(&resumes.base, 13).await.unwrap().status().as_u16(),
+    ];
+    assert_eq!(statuses, [202, 202, 429]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,5 +1,8 @@
-//! [`LimitStore`] on PostgreSQL (schema: `migrations/postgres/0011_shared_limits.sql`): each
-//! limit is one statement, so taking a token or a batch slot costs the caller one round trip.
+//! [`LimitStore`] on PostgreSQL (schema: `migrations/postgres/0011_shared_limits.sql` and
+//! `0012_batch_slots_follow_jobs.sql`): each limit is one statement, so taking a token or a batch
+//! slot costs the caller one round trip. A batch slot is named by its batch's id, which is its
+//! job's: the slot outlives a replica that dies or hands the job back, passes to the replica that
+//! claims the job, and is given back when the job ends — by the statement that ends it.
 //! A small pool of its own, so that limits are never queued behind batches' reads.
 
 use std::time::Duration;
@@ -97,11 +100,16 @@ impl LimitStore for PgLimits {
     }
 
     async fn release_batch_slot(&self, slot: Uuid) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM batch_slots WHERE id = $1")
-            .bind(slot)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| from_sqlx("release a batch slot", e))?;
+        // A slot whose job is unfinished stays: the job was handed back or its lease lost, and
+        // the replica resuming it holds the slot until the job ends (migration 0012).
+        sqlx::query(
+            "DELETE FROM batch_slots s WHERE id = $1 AND NOT EXISTS \
+             (SELECT 1 FROM jobs j WHERE j.id = s.id AND j.status IN ('queued', 'running'))",
+        )
+        .bind(slot)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| from_sqlx("release a batch slot", e))?;
         Ok(())
     }
 
@@ -110,12 +118,18 @@ impl LimitStore for PgLimits {
         holder: &str,
         until: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        sqlx::query("UPDATE batch_slots SET until = $2 WHERE holder = $1")
-            .bind(holder)
-            .bind(until)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| from_sqlx("renew batch slots", e))?;
+        // Rows another statement holds are skipped, not waited for: they are being given back
+        // or taken over (a job ending or claimed, migration 0012), and waiting for them while
+        // holding others could deadlock with a commit that ends several jobs.
+        sqlx::query(
+            "UPDATE batch_slots SET until = $2 WHERE id IN \
+             (SELECT id FROM batch_slots WHERE holder = $1 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(holder)
+        .bind(until)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| from_sqlx("renew batch slots", e))?;
         Ok(())
     }
 }
@@ -182,6 +196,122 @@ mod tests {
         assert!(
             limits
                 .take_batch_slot("k", Uuid::now_v7(), "three", 2, later)
+                .await
+                .unwrap()
+        );
+    }
+
+    /// How many slots `caller` holds, and who holds them.
+    async fn holders(url: &str, caller: &str) -> Vec<String> {
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(url)
+            .await
+            .unwrap();
+        sqlx::query_scalar("SELECT holder FROM batch_slots WHERE caller = $1 ORDER BY holder")
+            .bind(caller)
+            .fetch_all(&mut conn)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_resumed_job_keeps_its_keys_batch_slot_until_it_ends_and_gives_it_back_once() {
+        use writ_core::audit::{AuditWrite, NewRequest};
+        use writ_core::jobs::{JobStatus, JobStore, Lease, NewJob};
+        let url = fresh_postgres_url().await;
+        let store = PgStore::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        let limits = PgLimits::connect(&url).unwrap();
+        let now = Utc::now();
+        let later = now + chrono::Duration::seconds(30);
+        // Replica "one" admits the key's only batch (N = 1) and records its job.
+        let job = Uuid::now_v7();
+        assert!(
+            limits
+                .take_batch_slot("k", job, "one", 1, later)
+                .await
+                .unwrap()
+        );
+        store
+            .commit(vec![
+                AuditWrite::InsertRequest(NewRequest {
+                    id: job,
+                    received_at: now,
+                    route: "POST /write_codebase".into(),
+                    caller: Some("k".into()),
+                    scope: None,
+                    idempotency_key: None,
+                    body_sha256: None,
+                }),
+                AuditWrite::InsertJob {
+                    job: NewJob {
+                        id: job,
+                        created_at: now,
+                        is_async: true,
+                        files: vec!["a.py".into()],
+                        lease: Some(Lease {
+                            owner: "one".into(),
+                            until: now - chrono::Duration::seconds(1),
+                        }),
+                        request: Some("{}".into()),
+                    },
+                    status: JobStatus::Running,
+                },
+            ])
+            .await
+            .unwrap();
+        // "one" dies: neither its lease nor its slot is renewed, and its batch task's release
+        // (a stopping replica's) does not give the slot of an unfinished job back.
+        limits
+            .renew_batch_slots("one", now - chrono::Duration::seconds(1))
+            .await
+            .unwrap();
+        limits.release_batch_slot(job).await.unwrap();
+        assert!(
+            !limits
+                .take_batch_slot("k", Uuid::now_v7(), "three", 1, later)
+                .await
+                .unwrap(),
+            "the unfinished job still counts against the key"
+        );
+
+        // "two" claims the job: the slot is its own now, renewed with its other slots.
+        let claimed = store
+            .claim_jobs("two", Utc::now(), later, 16)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(holders(&url, "k").await, vec!["two".to_string()]);
+        limits.renew_batch_slots("two", later).await.unwrap();
+        assert!(
+            !limits
+                .take_batch_slot("k", Uuid::now_v7(), "three", 1, later)
+                .await
+                .unwrap(),
+            "the key still runs its one batch, on the replica that resumed it"
+        );
+
+        // The job ends: its slot is given back by the same commit, and only that one.
+        assert!(
+            limits
+                .take_batch_slot("other", Uuid::now_v7(), "two", 1, later)
+                .await
+                .unwrap()
+        );
+        store
+            .commit(vec![AuditWrite::FinishJob {
+                id: job,
+                status: JobStatus::Done,
+                batch_status: Some("success".into()),
+                response: None,
+                error: None,
+            }])
+            .await
+            .unwrap();
+        assert_eq!(holders(&url, "k").await, Vec::<String>::new());
+        assert_eq!(holders(&url, "other").await, vec!["two".to_string()]);
+        assert!(
+            limits
+                .take_batch_slot("k", Uuid::now_v7(), "three", 1, later)
                 .await
                 .unwrap()
         );

@@ -1,7 +1,8 @@
 //! Per-path write locks: writers of one path queue behind each other within this process, and,
 //! where replicas share `REPO_DIR` and a database, across processes too ([`SharedLocks`]: the
 //! store's advisory locks, taken once the local lock is held, so each process asks for a path at
-//! most once at a time).
+//! most once at a time). A shared lock that could not be taken, or was lost since, leaves the
+//! [`PathLock`] reading not held, and the write under it publishes nothing.
 //!
 //! The table holds one async mutex per path that someone currently holds or waits for, and
 //! nothing else: an entry that only the table itself references is dropped on the next call, so
@@ -44,19 +45,19 @@ impl PathLocks {
             Arc::clone(table.entry(path.clone()).or_default())
         };
         let local = entry.lock_owned().await;
-        let shared = match &self.shared {
-            None => None,
-            Some(shared) => match shared.lock(&shared_key(path)).await {
-                Ok(held) => Some(held),
-                // The write that follows records its operation in that same database first, so
-                // it fails there; nothing is published without the record.
-                Err(e) => {
-                    tracing::warn!(path = %path, error = %e, "the shared path lock could not be taken");
-                    None
-                }
-            },
+        let Some(shared) = &self.shared else {
+            return PathLock::local(local);
         };
-        PathLock::new(local, shared)
+        let held = match shared.lock(&shared_key(path)).await {
+            Ok(held) => Some(held),
+            // A write under this lock is refused before it publishes anything
+            // ([`PathLock::still_held`]); reads and checks under it go ahead.
+            Err(e) => {
+                tracing::warn!(path = %path, error = %e, "the shared path lock could not be taken");
+                None
+            }
+        };
+        PathLock::across_processes(local, held)
     }
 
     #[cfg(test)]

@@ -139,7 +139,7 @@ pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun, ApiEr
     // Refused at once rather than queued; the permit travels with the task it bounds.
     let permit = state
         .limits
-        .admit_batch(submission.caller.as_deref())
+        .admit_batch(submission.caller.as_deref(), submission.request_id)
         .await?;
     let Some(runner) = state.jobs.clone() else {
         return Err(unavailable(
