@@ -42,6 +42,6 @@ pub use fanout::StragglerPolicy;
 pub use progress::{Event, NoProgress, ProgressSink};
 pub use response::{BatchResponse, Counts, FileResult};
 pub use run::{DEFAULT_MAX_SHOWN_FILE_CHARS, SynthesisConfig, Synthesizer};
-pub use runner::{EventHub, JobRunner, Started};
+pub use runner::{BatchHandle, EventHub, JobRunner, Started};
 pub use selection::Content;
 pub use submission::{Submission, SubmitError, Submitted};

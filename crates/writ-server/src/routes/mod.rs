@@ -4,10 +4,12 @@
 //! One module per resource: [`synthesis`] (`POST /write_codebase`), [`files`] (the direct file
 //! routes), [`search`] (`GET /search`), [`edits`] (`POST /edits`), [`run`] (`POST /run`), [`jobs`] (jobs and their event stream), [`operations`] (the
 //! audit log), [`tools`] (function-calling declarations and dispatch), [`service`] (health,
-//! readiness, metrics, the spec, the dashboard).
+//! readiness, metrics, the spec, the dashboard). Each handler translates HTTP to
+//! [`crate::service`]; [`hang_ups`] runs every mutating one beyond its client's hang-up.
 
 pub mod edits;
 pub mod files;
+pub mod hang_ups;
 pub mod jobs;
 pub mod operations;
 pub mod run;
@@ -243,4 +245,5 @@ pub fn router() -> Router<AppState> {
     api_routes()
         .into_iter()
         .fold(Router::new(), |r, route| r.route(route.path, route.handler))
+        .route_layer(axum::middleware::from_fn(hang_ups::immune_to_hang_ups))
 }

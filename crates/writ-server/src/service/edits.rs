@@ -1,45 +1,17 @@
-//! `POST /edits`: `str_replace` edits or an `apply_patch` patch over up to five files, applied
-//! all-or-nothing by [`writ_core::edits`]. The route and the `edit_files` tool only translate.
+//! Edits, as `POST /edits` and the `edit_files` tool ask for them: `str_replace` edits or an
+//! `apply_patch` patch over up to five files, applied all-or-nothing by [`writ_core::edits`].
 
-use axum::Json;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use uuid::Uuid;
-use writ_core::content::sha256_hex;
 use writ_core::edits::{self, Editor, EditsError, EditsRequest, EditsResponse};
 use writ_core::execution::CommandRunner;
 
 use crate::error::{ApiError, ErrorCode, workspace_error, write_error};
-use crate::extract::{body_error, json_error};
 use crate::state::AppState;
-use crate::telemetry::RequestId;
-
-/// Apply edits to up to five files, all or nothing.
-pub async fn post_edits(
-    State(state): State<AppState>,
-    axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    who: crate::auth::AuditedCaller,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;
-    let Json(req) = Json::<EditsRequest>::from_bytes(&body).map_err(|e| json_error(&e))?;
-    let editor = Editor {
-        request_id,
-        caller: who.caller,
-        scope: who.scope,
-        route: "POST /edits".into(),
-    };
-    let answer = apply(state, editor, sha256_hex(&body), req).await?;
-    Ok((StatusCode::OK, Json(answer)).into_response())
-}
 
 /// Parses and applies one edit request; the logic behind `POST /edits` and `edit_files`.
 pub async fn apply(
-    state: AppState,
+    state: &AppState,
     editor: Editor,
     body_sha256: String,
     req: EditsRequest,
@@ -51,18 +23,15 @@ pub async fn apply(
             runner.as_deref().map(|r| r as &dyn CommandRunner),
         )
         .map_err(edits_error)?;
-    // Its own task: a client hanging up must not cancel the group between record and files.
-    let task = tokio::spawn(async move {
-        edits::apply(
-            state.store.as_ref(),
-            state.workspace.as_ref(),
-            runner.as_deref().map(|r| r as &dyn CommandRunner),
-            editor,
-            edits,
-        )
-        .await
-    });
-    task.await.map_err(ApiError::internal)?.map_err(edits_error)
+    edits::apply(
+        state.store.as_ref(),
+        state.workspace.as_ref(),
+        runner.as_deref().map(|r| r as &dyn CommandRunner),
+        editor,
+        edits,
+    )
+    .await
+    .map_err(edits_error)
 }
 
 /// A request id for the tool surfaces, which have no request-id layer of their own.

@@ -1,17 +1,14 @@
-//! The audit log, read back: `GET /operations` and `GET /operations/{id}`.
+//! The audit log, read back: the pages of `GET /operations` and `list_operations`, the one
+//! operation of `GET /operations/{id}` and `get_operation`.
 
-use axum::Json;
-use axum::extract::{Path, State};
 use base64::Engine;
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
-use writ_core::audit::{Cursor, OperationFilter, OperationStatus};
+use writ_core::audit::{Cursor, Operation, OperationFilter, OperationStatus};
 
 use crate::auth::Viewer;
 use crate::error::{ApiError, ErrorCode, store_error};
-use crate::extract::ApiQuery;
 use crate::state::AppState;
 
 pub const DEFAULT_LIMIT: u32 = 50;
@@ -49,18 +46,32 @@ pub struct OperationId {
     pub id: String,
 }
 
-/// List operations newest first, filtered, one page at a time.
-pub async fn list_operations(
-    State(state): State<AppState>,
-    viewer: Viewer,
-    ApiQuery(p): ApiQuery<ListParams>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(list(&state, &viewer, p).await?))
+/// One page of operations, newest first.
+#[derive(Debug, Serialize)]
+pub struct OperationsPage {
+    pub operations: Vec<Operation>,
+    /// The `cursor` of the next page; `None` on the last.
+    pub next_cursor: Option<String>,
+}
+
+/// One operation with the content it wrote: text as `content`, anything else base64-encoded as
+/// `content_base64` (then `content` is null).
+#[derive(Debug, Serialize)]
+pub struct RecordedOperation {
+    #[serde(flatten)]
+    pub operation: Operation,
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_base64: Option<String>,
 }
 
 /// The page behind `GET /operations` and the `list_operations` tool: the viewer's own operations
 /// unless it may see all.
-pub async fn list(state: &AppState, viewer: &Viewer, p: ListParams) -> Result<Value, ApiError> {
+pub async fn list(
+    state: &AppState,
+    viewer: &Viewer,
+    p: ListParams,
+) -> Result<OperationsPage, ApiError> {
     let limit = p.limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 || limit > MAX_LIMIT {
         return Err(ApiError::new(
@@ -108,19 +119,10 @@ pub async fn list(state: &AppState, viewer: &Viewer, p: ListParams) -> Result<Va
         .list_operations(&filter, cursor.as_ref(), limit)
         .await
         .map_err(store_error)?;
-    Ok(json!({
-        "operations": page.operations,
-        "next_cursor": page.next_cursor.map(|c| c.0),
-    }))
-}
-
-/// One operation with the content it wrote.
-pub async fn get_operation(
-    State(state): State<AppState>,
-    viewer: Viewer,
-    Path(id): Path<OperationId>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(get(&state, &viewer, id).await?))
+    Ok(OperationsPage {
+        operations: page.operations,
+        next_cursor: page.next_cursor.map(|c| c.0),
+    })
 }
 
 /// The operation behind `GET /operations/{id}` and the `get_operation` tool; another key's
@@ -129,7 +131,7 @@ pub async fn get(
     state: &AppState,
     viewer: &Viewer,
     OperationId { id }: OperationId,
-) -> Result<Value, ApiError> {
+) -> Result<RecordedOperation, ApiError> {
     let id = parse_uuid(&id, "id")?;
     let not_found = || ApiError::not_found(format!("no operation {id}"));
     let (op, content) = state
@@ -149,21 +151,19 @@ pub async fn get(
             return Err(not_found());
         }
     }
-    let mut body = serde_json::to_value(&op).map_err(ApiError::internal)?;
-    match content {
-        None => {
-            body["content"] = Value::Null;
-        }
-        Some(bytes) => match String::from_utf8(bytes) {
-            Ok(text) => body["content"] = json!(text),
-            Err(e) => {
-                body["content"] = Value::Null;
-                body["content_base64"] =
-                    json!(base64::engine::general_purpose::STANDARD.encode(e.as_bytes()));
-            }
-        },
-    }
-    Ok(body)
+    let (content, content_base64) = match content.map(String::from_utf8) {
+        None => (None, None),
+        Some(Ok(text)) => (Some(text), None),
+        Some(Err(e)) => (
+            None,
+            Some(base64::engine::general_purpose::STANDARD.encode(e.as_bytes())),
+        ),
+    };
+    Ok(RecordedOperation {
+        operation: op,
+        content,
+        content_base64,
+    })
 }
 
 fn parse_uuid(v: &str, field: &str) -> Result<Uuid, ApiError> {

@@ -1,29 +1,22 @@
-//! `POST /run`: one configured command in the sandbox, on a scratch of `REPO_DIR`, recorded in the
+//! A run, as `POST /run` and the `run` tool ask for it: one configured command in the sandbox, on a scratch of `REPO_DIR`, recorded in the
 //! audit log like a write (a request and an operation of kind `run`).
 //!
 //! Admitted only while the run queue has room and the key has fewer than its bound of runs in
 //! flight (503 / 429 with `Retry-After` otherwise); a run whose caller hangs up is stopped (its
 //! sandbox killed) and recorded as cancelled.
 
-use axum::Json;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use serde::Deserialize;
 use uuid::Uuid;
 use writ_core::audit::{
     FileKind, NewRequest, Operation, OperationKind, OperationStatus, RequestStatus,
 };
-use writ_core::content::sha256_hex;
 use writ_core::execution::{CommandCall, CommandRunner, RunError, RunOutcome, tail};
 
+use tokio_util::sync::CancellationToken;
+
 use crate::error::{ApiError, ErrorCode};
-use crate::extract::{body_error, json_error};
 use crate::state::AppState;
-use crate::telemetry::RequestId;
 
 /// Output kept in the audit record of a run (the answer has the whole capture).
 const RECORDED_OUTPUT_BYTES: usize = 4_000;
@@ -43,30 +36,6 @@ pub struct RunRequest {
     pub timeout_secs: Option<u64>,
 }
 
-/// Run a configured command in the sandbox on a scratch copy of the workspace.
-pub async fn run_command(
-    State(state): State<AppState>,
-    axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    who: crate::auth::AuditedCaller,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;
-    let Json(req) = Json::<RunRequest>::from_bytes(&body).map_err(|e| json_error(&e))?;
-    let run = execute(
-        state,
-        RunCall {
-            route: "POST /run",
-            request_id,
-            caller: who.caller,
-            scope: who.scope,
-            body_sha256: sha256_hex(&body),
-            request: req,
-        },
-    )
-    .await?;
-    Ok((StatusCode::OK, Json(run)).into_response())
-}
-
 /// One run, as `POST /run` and the `run` tool ask for it.
 pub struct RunCall {
     /// Recorded on the request row: which surface asked.
@@ -78,10 +47,13 @@ pub struct RunCall {
     /// SHA-256 of the request as the caller sent it.
     pub body_sha256: String,
     pub request: RunRequest,
+    /// Cancelled when the caller is gone: nobody waits for the answer any more, so the run is
+    /// stopped (its sandbox killed) and recorded as cancelled.
+    pub hung_up: CancellationToken,
 }
 
 /// Checks, records and runs one configured command; the logic behind `POST /run` and the tool.
-pub async fn execute(state: AppState, call: RunCall) -> Result<RunOutcome, ApiError> {
+pub async fn execute(state: &AppState, call: RunCall) -> Result<RunOutcome, ApiError> {
     let RunCall {
         route,
         request_id,
@@ -89,6 +61,7 @@ pub async fn execute(state: AppState, call: RunCall) -> Result<RunOutcome, ApiEr
         scope,
         body_sha256,
         request: req,
+        hung_up,
     } = call;
     let Some(runner) = state.commands.clone() else {
         return Err(ApiError::new(
@@ -138,25 +111,17 @@ pub async fn execute(state: AppState, call: RunCall) -> Result<RunOutcome, ApiEr
         })
         .await
         .map_err(|e| ApiError::audit_unavailable(&e))?;
-    // Its own task: a client hanging up must not leave the run unrecorded. The run itself stops
-    // when the caller is gone (the guard below is dropped with this handler's future): nobody
-    // waits for its answer any more.
-    let hung_up = tokio_util::sync::CancellationToken::new();
-    let _stop_on_hang_up = hung_up.clone().drop_guard();
-    let task = tokio::spawn(async move {
+    let outcome = {
         let _admission = admission;
         let calls = std::slice::from_ref(&call);
-        let outcome = tokio::select! {
+        tokio::select! {
             outcome = runner.run(&[], calls, timeout) => outcome,
             () = hung_up.cancelled() => Err(RunError::Failed(
                 "cancelled: the caller hung up before the run finished".into(),
             )),
-        };
-        let result = record(&state, request_id, &call, &outcome, started).await;
-        (outcome, result)
-    });
-    let (outcome, recorded) = task.await.map_err(ApiError::internal)?;
-    recorded?;
+        }
+    };
+    record(state, request_id, &call, &outcome, started).await?;
     let mut runs = outcome.map_err(run_error)?;
     runs.pop()
         .ok_or_else(|| ApiError::internal("the command produced no outcome"))

@@ -1,4 +1,4 @@
-//! `GET /search` and the `search_files` tool: lines of the workspace that match a literal string
+//! The search behind `GET /search` and the `search_files` tool: lines of the workspace that match a literal string
 //! or a regular expression, with their line numbers and a little context.
 //!
 //! A `GET` with a query string, like `GET /files`: a search changes nothing, can be repeated and
@@ -9,16 +9,12 @@
 
 use std::time::Duration;
 
-use axum::Json;
-use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use writ_core::search::{SearchError, SearchQuery, SearchResults};
 use writ_core::{RepoPath, WorkspaceError};
 
 use crate::error::{ApiError, ErrorCode, path_error, workspace_error};
-use crate::extract::ApiQuery;
 use crate::state::AppState;
 
 /// Matching lines answered when the caller does not say.
@@ -65,14 +61,6 @@ pub struct SearchParams {
     #[serde(default)]
     #[schemars(range(min = 1, max = 500))]
     pub max_matches: Option<usize>,
-}
-
-/// Search the workspace's files for a literal string or a regular expression.
-pub async fn search_files(
-    State(state): State<AppState>,
-    ApiQuery(params): ApiQuery<SearchParams>,
-) -> Result<Response, ApiError> {
-    Ok(Json(search(&state, params).await?).into_response())
 }
 
 /// The search behind `GET /search` and the `search_files` tool.
