@@ -267,7 +267,7 @@ fn cross_site(headers: &HeaderMap, host: Option<&str>, allowed: &[String]) -> Op
 
 /// The dashboard's one inline script, allowed by its hash so that no other inline script runs.
 static DASHBOARD_CSP: LazyLock<String> = LazyLock::new(|| {
-    let page = crate::routes::service::DASHBOARD_HTML;
+    let page = crate::routes::meta::DASHBOARD_HTML;
     let script = page
         .split_once("<script>")
         .and_then(|(_, rest)| rest.split_once("</script>"))

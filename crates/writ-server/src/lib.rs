@@ -2,7 +2,8 @@
 //!
 //! - [`config`]: settings from the environment and `writ.toml`.
 //! - [`startup`]: [`startup::Application`] — build (store, migrations, workspace, listener) and run.
-//! - [`routes`]: the route table and one module per resource; handlers translate HTTP to the core.
+//! - [`routes`]: the route table and one module per resource; handlers translate HTTP to [`service`].
+//! - [`service`]: what routes and tools share, one typed function per thing writ does.
 //! - [`error`]: the API error type and its JSON body; [`extract`]: extractors that name bad fields.
 //! - [`auth`]: the bearer-key layer over every route; [`limits`]: rate, concurrency and size limits.
 //! - [`tools`]: the tools agents call — MCP (`/mcp`, `writ mcp`) and function calling (`/tools`).
@@ -21,6 +22,7 @@ pub mod extract;
 pub mod keys_cli;
 pub mod limits;
 pub mod routes;
+pub mod service;
 pub mod startup;
 pub mod state;
 pub mod telemetry;

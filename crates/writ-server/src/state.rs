@@ -33,5 +33,5 @@ pub struct AppState {
     /// The MCP sessions of `/mcp` and the rules its transport checks (see [`crate::tools::mcp`]).
     pub mcp: crate::tools::mcp::McpHttp,
     /// `/readyz`'s last probe, shared by the callers of the next second.
-    pub readiness: Arc<crate::routes::service::ReadyCache>,
+    pub readiness: Arc<crate::routes::meta::ReadyCache>,
 }

@@ -45,6 +45,6 @@ pub use batch::{Batch, BatchError, BatchOptions, FileSpec, Options, WriteCodebas
 pub use fanout::StragglerPolicy;
 pub use progress::{Event, NoProgress, ProgressSink};
 pub use response::{BatchResponse, Counts, FileResult};
-pub use runner::{EventHub, JobRunner, Started};
+pub use runner::{BatchHandle, EventHub, JobRunner, Started};
 pub use stage::{Content, DEFAULT_MAX_SHOWN_FILE_CHARS, SynthesisConfig, Synthesizer};
 pub use submission::{Submission, SubmitError, Submitted};

@@ -52,6 +52,9 @@ pub enum SubmitError {
     /// `options.validation`); the message names what to configure.
     #[error("{0}")]
     Unavailable(String),
+    /// The batch's task ended without an answer (it panicked, or the runtime is shutting down).
+    #[error("the batch ended without an answer: {0}")]
+    Lost(String),
 }
 
 /// What [`Synthesizer::prepare`] found: a stored answer to replay, or a batch to run with what

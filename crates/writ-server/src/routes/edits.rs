@@ -1,5 +1,4 @@
-//! `POST /edits`: `str_replace` edits or an `apply_patch` patch over up to five files, applied
-//! all-or-nothing by [`writ_core::edits`]. The route and the `edit_files` tool only translate.
+//! `POST /edits`: the body translated to [`crate::service::edits`].
 
 use axum::Json;
 use axum::body::Bytes;
@@ -7,14 +6,12 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
-use uuid::Uuid;
 use writ_core::content::sha256_hex;
-use writ_core::edits::{self, Editor, EditsError, EditsRequest, EditsResponse};
-use writ_core::execution::CommandRunner;
+use writ_core::edits::{Editor, EditsRequest};
 
-use crate::error::{ApiError, ErrorCode, workspace_error, write_error};
+use crate::error::ApiError;
 use crate::extract::{body_error, json_error};
+use crate::service::edits::apply;
 use crate::state::AppState;
 use crate::telemetry::RequestId;
 
@@ -33,80 +30,6 @@ pub async fn post_edits(
         scope: who.scope,
         route: "POST /edits".into(),
     };
-    let answer = apply(state, editor, sha256_hex(&body), req).await?;
+    let answer = apply(&state, editor, sha256_hex(&body), req).await?;
     Ok((StatusCode::OK, Json(answer)).into_response())
-}
-
-/// Parses and applies one edit request; the logic behind `POST /edits` and `edit_files`.
-pub async fn apply(
-    state: AppState,
-    editor: Editor,
-    body_sha256: String,
-    req: EditsRequest,
-) -> Result<EditsResponse, ApiError> {
-    let runner = state.commands.clone();
-    let edits = req
-        .parse(
-            body_sha256,
-            runner.as_deref().map(|r| r as &dyn CommandRunner),
-        )
-        .map_err(edits_error)?;
-    // Its own task: a client hanging up must not cancel the group between record and files.
-    let task = tokio::spawn(async move {
-        edits::apply(
-            state.store.as_ref(),
-            state.workspace.as_ref(),
-            runner.as_deref().map(|r| r as &dyn CommandRunner),
-            editor,
-            edits,
-        )
-        .await
-    });
-    task.await.map_err(ApiError::internal)?.map_err(edits_error)
-}
-
-/// A request id for the tool surfaces, which have no request-id layer of their own.
-pub fn tool_editor(
-    request_id: Uuid,
-    caller: Option<String>,
-    scope: Option<writ_core::keys::Scope>,
-    route: &str,
-) -> Editor {
-    Editor {
-        request_id,
-        caller,
-        scope,
-        route: route.to_string(),
-    }
-}
-
-fn edits_error(err: EditsError) -> ApiError {
-    let message = err.to_string();
-    match err {
-        EditsError::Invalid { field, message } => {
-            ApiError::new(ErrorCode::InvalidRequest, message).with_field(field)
-        }
-        EditsError::EditFailed { path, edit, .. } => ApiError::new(ErrorCode::EditFailed, message)
-            .with_field("path")
-            .with_details(json!({ "path": path, "edit": edit })),
-        EditsError::Precondition(e) => {
-            write_error(e, "expected_sha256").with_field("expected_sha256")
-        }
-        EditsError::ValidationFailed {
-            command,
-            exit_code,
-            timed_out,
-            output_tail,
-        } => ApiError::new(ErrorCode::ValidationFailed, message)
-            .with_field("validation")
-            .with_details(json!({
-                "command": command,
-                "exit_code": exit_code,
-                "timed_out": timed_out,
-                "output_tail": output_tail,
-            })),
-        EditsError::Unavailable(_) => ApiError::new(ErrorCode::CommandsUnavailable, message),
-        EditsError::Target { field, source } => workspace_error(source, &field),
-        EditsError::Write(e) => write_error(e, "path"),
-    }
 }

@@ -1,9 +1,8 @@
-//! Jobs: `GET /jobs`, `GET /jobs/{id}` and the progress event stream `GET /jobs/{id}/events`.
+//! Jobs: `GET /jobs`, `GET /jobs/{id}` and the progress event stream `GET /jobs/{id}/events`
+//! (the events as [`crate::service::jobs::follow`] reads them, as Server-Sent Events).
 //!
 //! Every `write_codebase` batch is a job whose id is its request id, so a synchronous call can be
-//! followed by its `X-Request-Id` too. The stream replays from the store (after `Last-Event-ID`)
-//! and then follows: woken at once by this process's hub, or by polling when the batch runs on
-//! another replica. It ends after `done`.
+//! followed by its `X-Request-Id` too.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -13,26 +12,20 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures::stream::{self, Stream, StreamExt};
+use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
 use uuid::Uuid;
 use writ_core::jobs::{Job, JobEvent};
 
 use crate::auth::Viewer;
 use crate::error::{ApiError, ErrorCode, store_error};
 use crate::extract::ApiQuery;
+use crate::service::jobs::follow;
 use crate::state::AppState;
 
 const DEFAULT_LIMIT: u32 = 20;
 const MAX_LIMIT: u32 = 200;
-/// A stream not woken by this process (the batch runs elsewhere) looks again this often.
-const POLL_EVERY: Duration = Duration::from_millis(500);
-/// Events read from the store per round.
-const EVENTS_PER_READ: u32 = 200;
-/// Polls a finished job's stream waits for its `done` event before ending without it.
-const FINAL_GRACE_POLLS: u32 = 3;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -101,82 +94,6 @@ pub async fn job_events(
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response())
-}
-
-struct Cursor {
-    state: AppState,
-    job: Uuid,
-    after: i64,
-    wake: broadcast::Receiver<Uuid>,
-    finished: bool,
-    /// Polls seen since the job was final without its `done` event.
-    grace_polls: u32,
-}
-
-/// A job's events after `after`, in order, replayed from the store and then followed until
-/// `done`. The SSE stream and the `write_codebase` tool's progress notifications read this.
-pub fn follow(state: AppState, job: Uuid, after: i64) -> impl Stream<Item = JobEvent> {
-    let wake = state.hub.subscribe();
-    let cursor = Cursor {
-        state,
-        job,
-        after,
-        wake,
-        finished: false,
-        grace_polls: 0,
-    };
-    stream::unfold(cursor, |mut c| async move {
-        if c.finished {
-            return None;
-        }
-        loop {
-            let events = match c.state.store.job_events(c.job, c.after, EVENTS_PER_READ).await {
-                Ok(events) => events,
-                Err(e) => {
-                    tracing::warn!(job = %c.job, error = %e, "event stream: store unavailable, retrying");
-                    Vec::new()
-                }
-            };
-            if !events.is_empty() {
-                c.after = events.last().map(|e| e.seq).unwrap_or(c.after);
-                c.finished = events.iter().any(|e| e.name == "done");
-                return Some((stream::iter(events), c));
-            }
-            // Nothing new. A job that is over announces `done` just after it is marked so; give
-            // that event a few polls to land, then end the stream anyway (the store may have
-            // lost it), so no subscriber waits forever.
-            if let Ok(Some(job)) = c.state.store.get_job(c.job).await
-                && job.status.is_final()
-            {
-                c.grace_polls += 1;
-                if c.grace_polls > FINAL_GRACE_POLLS {
-                    return None;
-                }
-            }
-            wait_for(&mut c).await;
-        }
-    })
-    .flatten()
-}
-
-async fn wait_for(c: &mut Cursor) {
-    let deadline = tokio::time::sleep(POLL_EVERY);
-    tokio::pin!(deadline);
-    loop {
-        tokio::select! {
-            _ = &mut deadline => return,
-            got = c.wake.recv() => match got {
-                Ok(id) if id == c.job => return,
-                Ok(_) => {}
-                // Missed wake-ups: look at the store now.
-                Err(broadcast::error::RecvError::Lagged(_)) => return,
-                Err(broadcast::error::RecvError::Closed) => {
-                    (&mut deadline).await;
-                    return;
-                }
-            },
-        }
-    }
 }
 
 fn sse(e: &JobEvent) -> SseEvent {

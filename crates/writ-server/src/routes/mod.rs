@@ -3,16 +3,18 @@
 //!
 //! One module per resource: [`synthesis`] (`POST /write_codebase`), [`files`] (the direct file
 //! routes), [`search`] (`GET /search`), [`edits`] (`POST /edits`), [`run`] (`POST /run`), [`jobs`] (jobs and their event stream), [`operations`] (the
-//! audit log), [`tools`] (function-calling declarations and dispatch), [`service`] (health,
-//! readiness, metrics, the spec, the dashboard).
+//! audit log), [`tools`] (function-calling declarations and dispatch), [`meta`] (health,
+//! readiness, metrics, the spec, the dashboard). Each handler translates HTTP to
+//! [`crate::service`]; [`hang_ups`] runs every mutating one beyond its client's hang-up.
 
 pub mod edits;
 pub mod files;
+pub mod hang_ups;
 pub mod jobs;
+pub mod meta;
 pub mod operations;
 pub mod run;
 pub mod search;
-pub mod service;
 pub mod synthesis;
 pub mod tools;
 pub mod write_sessions;
@@ -76,31 +78,31 @@ pub fn api_routes() -> Vec<Route> {
             method: "GET",
             path: "/",
             access: Access::Open,
-            handler: get(service::dashboard),
+            handler: get(meta::dashboard),
         },
         Route {
             method: "GET",
             path: "/healthz",
             access: Access::Open,
-            handler: get(service::healthz),
+            handler: get(meta::healthz),
         },
         Route {
             method: "GET",
             path: "/readyz",
             access: Access::Open,
-            handler: get(service::readyz),
+            handler: get(meta::readyz),
         },
         Route {
             method: "GET",
             path: "/metrics",
             access: Access::Scope(Scope::Read),
-            handler: get(service::metrics),
+            handler: get(meta::metrics),
         },
         Route {
             method: "GET",
             path: "/openapi.yaml",
             access: Access::Scope(Scope::Read),
-            handler: get(service::openapi),
+            handler: get(meta::openapi),
         },
         Route {
             method: "GET",
@@ -243,4 +245,5 @@ pub fn router() -> Router<AppState> {
     api_routes()
         .into_iter()
         .fold(Router::new(), |r, route| r.route(route.path, route.handler))
+        .route_layer(axum::middleware::from_fn(hang_ups::immune_to_hang_ups))
 }

@@ -1,4 +1,5 @@
-//! `POST /write_codebase`: the HTTP translation of the synthesis core.
+//! `POST /write_codebase`: the HTTP translation of [`crate::service::synthesis`] — headers in
+//! (`Idempotency-Key`, `Prefer: respond-async`), 200 / 202 out, and writ's own time on the batch.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -7,12 +8,10 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use std::time::Instant;
-use writ_core::content::sha256_hex;
-use writ_core::synthesis::runner::Started;
-use writ_core::synthesis::{Batch, Submission, SubmitError, Submitted, WriteCodebaseRequest};
 
-use crate::error::{ApiError, ErrorCode, store_error};
-use crate::extract::{body_error, json_error};
+use crate::error::{ApiError, ErrorCode};
+use crate::extract::body_error;
+use crate::service::synthesis::{BatchCall, Begun, accepted_body, begin, submit_error};
 use crate::state::AppState;
 use crate::telemetry::RequestId;
 
@@ -51,11 +50,7 @@ pub async fn write_codebase(
     let done = match begun {
         Begun::Replayed(done) => done,
         Begun::Accepted { job_id } => return Ok(accepted(job_id)),
-        Begun::Running { answer, .. } => answer
-            .await
-            .map_err(ApiError::internal)?
-            .map_err(ApiError::internal)?
-            .map_err(submit_error)?,
+        Begun::Running(handle) => handle.answer().await.map_err(submit_error)?,
     };
     let mut resp = (StatusCode::OK, Json(&done.response)).into_response();
     if done.replayed {
@@ -71,116 +66,6 @@ pub async fn write_codebase(
         resp.headers_mut().insert(OVERHEAD_HEADER, v);
     }
     Ok(resp)
-}
-
-/// One `write_codebase` call, from `POST /write_codebase` or the `write_codebase` tool.
-pub struct BatchCall<'a> {
-    pub request_id: uuid::Uuid,
-    pub caller: Option<String>,
-    /// Every scope the key holds, when auth is on: `options.validation` runs commands, which
-    /// needs `run` beside `write`.
-    pub scopes: Option<writ_core::keys::Scopes>,
-    /// The key's scope that allowed the batch, when auth is on.
-    pub scope: Option<writ_core::keys::Scope>,
-    pub idempotency_key: Option<String>,
-    /// `Prefer: respond-async`; `options.async` in the body means the same.
-    pub prefer_async: bool,
-    /// The request as JSON, hashed for idempotency and parsed with unknown keys refused.
-    pub body: &'a [u8],
-}
-
-/// How a batch was taken on.
-pub enum Begun {
-    /// A repeated `Idempotency-Key`: the stored answer.
-    Replayed(Submitted),
-    /// An async batch: it runs; the caller follows `/jobs/{job_id}`.
-    Accepted { job_id: uuid::Uuid },
-    /// The batch runs in its own task; `answer` resolves when it is done. Dropping `answer` lets
-    /// it run on and be recorded all the same.
-    Running {
-        job_id: uuid::Uuid,
-        answer: tokio::sync::oneshot::Receiver<
-            Result<Result<Submitted, SubmitError>, tokio::task::JoinError>,
-        >,
-    },
-}
-
-/// Validates a batch, checks the limits and the model configuration, records and starts it.
-/// Every refusal happens here, before any model is called or anything written.
-pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun, ApiError> {
-    let Json(req) =
-        Json::<WriteCodebaseRequest>::from_bytes(call.body).map_err(|e| json_error(&e))?;
-    let batch = Batch::parse(req)
-        .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.message).with_field(e.field))?;
-
-    if let Some(problem) = state.settings.models.problem_for(batch.options().models()) {
-        return Err(unavailable(&problem));
-    }
-    // Validation runs the server's commands on the caller's behalf: the same scope as POST /run.
-    if batch.options().validation().is_some()
-        && let Some(held) = call.scopes
-        && !held.contains(writ_core::keys::Scope::Run)
-    {
-        return Err(
-            crate::auth::insufficient_scope(writ_core::keys::Scope::Run, held)
-                .with_field("options.validation"),
-        );
-    }
-
-    let submission = Submission {
-        request_id: call.request_id,
-        caller: call.caller,
-        scope: call.scope,
-        idempotency_key: call.idempotency_key,
-        body_sha256: sha256_hex(call.body),
-        body: std::str::from_utf8(call.body).ok().map(str::to_owned),
-        batch,
-    };
-    // Refused at once rather than queued; the permit travels with the task it bounds.
-    let permit = state
-        .limits
-        .admit_batch(submission.caller.as_deref(), submission.request_id)
-        .await?;
-    let Some(runner) = state.jobs.clone() else {
-        return Err(unavailable(
-            "no model provider could be set up; see the server log and `writ check`",
-        ));
-    };
-    let is_async = call.prefer_async || submission.batch.options().run_async();
-    // In its own task: a client hanging up must not cancel the checks and records of `start`
-    // half-way; the batch itself then runs in the runner's task, so it completes, is recorded,
-    // and can be fetched later by idempotency key or from /operations.
-    let started_job = tokio::spawn(async move { runner.start(submission, is_async).await })
-        .await
-        .map_err(ApiError::internal)?
-        .map_err(submit_error)?;
-    match started_job {
-        Started::Replayed(done) => Ok(Begun::Replayed(done)),
-        Started::Running { job_id, handle } => {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            // The in-flight permit lives as long as the batch, not as long as this request.
-            tokio::spawn(async move {
-                let _permit = permit;
-                let _ = tx.send(handle.await);
-            });
-            Ok(if is_async {
-                Begun::Accepted { job_id }
-            } else {
-                Begun::Running { job_id, answer: rx }
-            })
-        }
-    }
-}
-
-/// The body of a 202: where to follow the job.
-pub fn accepted_body(job_id: uuid::Uuid) -> serde_json::Value {
-    let location = format!("/jobs/{job_id}");
-    serde_json::json!({
-        "job_id": job_id,
-        "status": "queued",
-        "location": location,
-        "events": format!("{location}/events"),
-    })
 }
 
 /// `Prefer: respond-async` (RFC 7240), possibly among other preferences.
@@ -224,28 +109,4 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         .with_field("Idempotency-Key"));
     }
     Ok(Some(key.to_string()))
-}
-
-fn unavailable(message: &str) -> ApiError {
-    ApiError::new(ErrorCode::ModelsUnavailable, message)
-}
-
-pub(crate) fn submit_error(err: SubmitError) -> ApiError {
-    match err {
-        SubmitError::Invalid(e) => {
-            ApiError::new(ErrorCode::InvalidRequest, e.message).with_field(e.field)
-        }
-        SubmitError::IdempotencyConflict => {
-            ApiError::new(ErrorCode::IdempotencyConflict, err.to_string())
-                .with_field("Idempotency-Key")
-        }
-        SubmitError::InProgress => {
-            let mut e = ApiError::new(ErrorCode::IdempotencyInProgress, err.to_string())
-                .with_field("Idempotency-Key");
-            e.retry_after_secs = Some(5);
-            e
-        }
-        SubmitError::Audit(store) => store_error(store),
-        SubmitError::Unavailable(why) => ApiError::new(ErrorCode::CommandsUnavailable, why),
-    }
 }

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::hang_ups::HungUp;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::{ApiQuery, body_error, json_error};
@@ -73,13 +74,15 @@ pub async fn call_tool(
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     caller: Option<axum::Extension<Caller>>,
     grant: Option<axum::Extension<crate::auth::Grant>>,
+    axum::Extension(HungUp(hung_up)): axum::Extension<HungUp>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let ctx = CallContext::from_request(
+    let mut ctx = CallContext::from_request(
         request_id,
         caller.map(|axum::Extension(c)| c),
         grant.map(|axum::Extension(g)| g),
     );
+    ctx.hung_up = hung_up;
     match run(&state, ctx, body).await {
         Ok(out) => Json(json!({"content": out.content, "result": out.result})).into_response(),
         Err(e) => {

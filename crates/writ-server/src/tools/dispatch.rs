@@ -1,227 +1,21 @@
-//! The adapter between the tools and the rest of writ: every call the tools make into the routes'
-//! shared logic or the core is in this file, so when that logic moves, only this file follows.
-//!
-//! Each function takes parsed arguments, runs the same code as the HTTP route, and turns the
-//! answer into text for the model plus the HTTP API's JSON.
+//! The adapter between the tools and [`crate::service`]: each function takes a tool's parsed
+//! arguments, runs the same service function as the HTTP route, and renders the typed answer as
+//! text for the model plus the HTTP API's JSON. The `write_codebase` tool is in `batch`.
 
-use futures::StreamExt;
+use serde::Serialize;
 use serde_json::{Value, json};
-use writ_core::synthesis::{BatchResponse, Event};
-
 use writ_core::sessions::{BeginSession, SessionCaller, SessionView};
 
 use super::{AppendArgs, CallContext, ReadFileArgs, SessionArgs, ToolOutput, WriteFileArgs};
-use crate::error::{ApiError, ErrorCode};
-use crate::routes::{edits, files, jobs, operations, run, search, synthesis, write_sessions};
+use crate::error::ApiError;
+use crate::service::{edits, files, operations, run, search, write_sessions};
 use crate::state::AppState;
 
-/// `write_codebase`: the batch runs in its own task as for `POST /write_codebase`; its progress
-/// events are forwarded while the caller waits. A caller that cancels stops waiting; the batch
-/// completes and is recorded all the same.
-pub async fn write_codebase(
-    state: &AppState,
-    ctx: CallContext,
-    args: Value,
-) -> Result<ToolOutput, ApiError> {
-    let body = serde_json::to_vec(&args).map_err(ApiError::internal)?;
-    let begun = synthesis::begin(
-        state,
-        synthesis::BatchCall {
-            request_id: ctx.request_id,
-            caller: ctx.caller.clone(),
-            scopes: ctx.scopes,
-            scope: ctx.scope,
-            idempotency_key: None,
-            prefer_async: ctx.prefer_async,
-            body: &body,
-        },
-    )
-    .await?;
-    let (job_id, answer) = match begun {
-        synthesis::Begun::Replayed(done) => return Ok(batch_output(&done.response)),
-        synthesis::Begun::Accepted { job_id } => {
-            let body = synthesis::accepted_body(job_id);
-            return Ok(ToolOutput {
-                content: format!(
-                    "The batch runs in the background as job {job_id}; its answer will be at {} \
-                     and its files in list_operations with request_id {job_id}.",
-                    body["location"].as_str().unwrap_or_default()
-                ),
-                result: body,
-            });
-        }
-        synthesis::Begun::Running { job_id, answer } => (job_id, answer),
-    };
-
-    // Progress goes out from a task of its own, in order: the answer never waits on a
-    // notification's delivery (a transport slow to take them, or stuck, cannot hold it).
-    let (lines, mut queued) = tokio::sync::mpsc::unbounded_channel::<(f64, String)>();
-    let reporter = ctx.progress.clone().map(|progress| {
-        tokio::spawn(async move {
-            while let Some((seq, line)) = queued.recv().await {
-                progress.report(seq, None, line).await;
-            }
-        })
-    });
-    // Fused: the stream ends at `done`, and an ended `follow` must not be polled again (it
-    // panics, which took the tool call's answer with it) — both loops below may ask once more.
-    let mut events = std::pin::pin!(jobs::follow(state.clone(), job_id, 0).fuse());
-    let mut answer = std::pin::pin!(answer);
-    let mut reported = 0_i64;
-    let done = loop {
-        tokio::select! {
-            // Events first: every event stored before the answer is reported before it.
-            biased;
-            Some(event) = events.next(), if reporter.is_some() => {
-                reported = event.seq;
-                let _ = lines.send((event.seq as f64, progress_line(&event.name, &event.data)));
-            }
-            done = &mut answer => break done,
-            _ = ctx.cancelled.cancelled() => {
-                return Err(ApiError::new(
-                    ErrorCode::Cancelled,
-                    format!("the caller cancelled; the batch runs on as job {job_id} (see /jobs/{job_id})"),
-                ));
-            }
-        }
-    };
-    let done = done
-        .map_err(ApiError::internal)?
-        .map_err(ApiError::internal)?
-        .map_err(synthesis::submit_error)?;
-    // Events are stored in the background and may trail the answer by a commit: report the
-    // ones not seen yet, up to `done`, and let them go out before the answer (bounded, so a
-    // store that lost them or a transport that does not take them cannot hold the answer).
-    if let Some(reporter) = reporter {
-        let rest = async {
-            while let Some(event) = events.next().await {
-                if event.seq <= reported {
-                    continue;
-                }
-                let _ = lines.send((event.seq as f64, progress_line(&event.name, &event.data)));
-                if event.name == "done" {
-                    break;
-                }
-            }
-            drop(lines);
-            let _ = reporter.await;
-        };
-        let _ = tokio::time::timeout(TRAILING_EVENTS, rest).await;
-    }
-    Ok(batch_output(&done.response))
-}
-
-/// How long a tool call's answer waits for the batch's last progress events to be stored.
-const TRAILING_EVENTS: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// One line per progress event, for a person watching (and a model reading the log).
-fn progress_line(name: &str, data: &Value) -> String {
-    let Ok(event) = serde_json::from_value::<Event>(data.clone()) else {
-        return name.to_string();
-    };
-    match event {
-        Event::Queued { files } => format!("queued: {}", files.join(", ")),
-        Event::FileStarted { file } => format!("{file}: started"),
-        Event::CandidateStarted { file, model } => format!("{file}: asking {model}"),
-        Event::CandidateFinished {
-            file,
-            model,
-            latency_ms,
-            ok,
-            error_class,
-            parsed,
-        } => {
-            let verdict = match (ok, parsed) {
-                (true, Some(false)) => "answered, does not parse".to_string(),
-                (true, _) => "answered".to_string(),
-                (false, _) => format!("failed ({})", error_class.map_or("unknown", |c| c.as_str())),
-            };
-            format!("{file}: {model} {verdict} in {latency_ms} ms")
-        }
-        Event::ArbiterStarted {
-            file,
-            model,
-            candidates,
-        } => format!("{file}: {model} judges {candidates} candidates"),
-        Event::ArbiterChose {
-            file,
-            candidate,
-            model,
-            reason,
-        } => format!("{file}: chose candidate {candidate} ({model}): {reason}"),
-        Event::FileWritten {
-            file,
-            operation,
-            bytes,
-            ..
-        } => format!("{file}: {operation} ({bytes} bytes)"),
-        Event::FileFailed { file, error } => format!("{file}: failed: {error}"),
-        Event::ValidationStarted { file, candidates } => {
-            format!("{file}: running the checks on {candidates} candidates")
-        }
-        Event::ValidationFinished {
-            file,
-            model,
-            round,
-            passed,
-            ..
-        } => format!(
-            "{file}: {model}{} {} the checks",
-            if round > 0 {
-                format!(" (repair {round})")
-            } else {
-                String::new()
-            },
-            if passed { "passed" } else { "failed" }
-        ),
-        Event::RepairStarted {
-            file,
-            round,
-            models,
-        } => {
-            format!("{file}: repair round {round}: {models} models get their failure back")
-        }
-        Event::Done { status } => format!("done: {status}"),
-    }
-}
-
-/// A batch's answer: a summary per file for the model, the full answer as `result`.
-pub(crate) fn batch_output(answer: &BatchResponse) -> ToolOutput {
-    let mut lines = vec![format!(
-        "status: {} ({} of {} files succeeded); request_id {}",
-        answer.status, answer.succeeded, answer.total_files, answer.request_id,
-    )];
-    for r in &answer.results {
-        let file = &r.filename;
-        if r.success {
-            let checks = match &r.validation {
-                Some(v) if v.passed => {
-                    format!(", passed the checks after {} repair round(s)", v.rounds)
-                }
-                Some(_) => ", did NOT pass the checks".to_string(),
-                None => String::new(),
-            };
-            lines.push(format!(
-                "- {file}: {} ({} bytes, sha256 {}), chosen from {} by {}{checks}; operation_id {}",
-                r.operation.map_or("written", |o| o.as_str()),
-                r.bytes.unwrap_or(0),
-                r.sha256.as_deref().unwrap_or_default(),
-                r.chosen_model.as_deref().unwrap_or("?"),
-                r.selection.map_or("?", |s| s.as_str()),
-                r.operation_id
-                    .map(|id| id.to_string())
-                    .unwrap_or_else(|| "-".into()),
-            ));
-        } else {
-            lines.push(format!(
-                "- {file}: failed: {}",
-                r.error.as_deref().unwrap_or("unknown error")
-            ));
-        }
-    }
-    ToolOutput {
-        content: lines.join("\n"),
-        result: serde_json::to_value(answer).unwrap_or(Value::Null),
+/// An enum's name in the API (its serde name), for the text a model reads.
+fn wire_name(value: impl Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::String(name)) => name,
+        _ => String::new(),
     }
 }
 
@@ -245,10 +39,7 @@ pub async fn search_files(
         match found.stopped {
             Some(stop) => format!(
                 "; stopped early ({}): narrow the search for the rest",
-                serde_json::to_value(stop)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default()
+                wire_name(stop)
             ),
             None => String::new(),
         }
@@ -300,42 +91,61 @@ pub async fn list_files(
     })
 }
 
+/// `read_file`'s answer: the file's text (or why it is not shown), its size and hash.
+#[derive(Debug, Serialize)]
+struct ReadFileResult {
+    path: String,
+    sha256: Option<String>,
+    size_bytes: u64,
+    /// Text only: `Some(None)` when only the file's head was read (then there is no count).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    size_chars: Option<Option<usize>>,
+    truncated: bool,
+    binary: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<String>,
+}
+
 pub async fn read_file(state: &AppState, args: ReadFileArgs) -> Result<ToolOutput, ApiError> {
     let read = files::read(state, &args.path, args.max_chars).await?;
-    let (content, extra) = match read.content {
+    let mut result = ReadFileResult {
+        path: read.path,
+        sha256: read.sha256,
+        size_bytes: read.size_bytes,
+        size_chars: None,
+        truncated: false,
+        binary: false,
+        content: None,
+    };
+    let content = match read.content {
         files::FileContent::Text {
             shown,
             total_chars,
             truncated,
-        } => (
-            shown,
-            json!({"size_chars": total_chars, "truncated": truncated, "binary": false}),
-        ),
-        files::FileContent::Binary(_) => (
+        } => {
+            result.size_chars = Some(total_chars);
+            result.truncated = truncated;
+            result.content = Some(shown.clone());
+            shown
+        }
+        files::FileContent::Binary(_) => {
+            result.binary = true;
             format!(
                 "'{}' is not UTF-8 text ({} bytes{}); read_file shows text only",
-                read.path,
-                read.size_bytes,
-                read.sha256
+                result.path,
+                result.size_bytes,
+                result
+                    .sha256
                     .as_deref()
                     .map(|h| format!(", sha256 {h}"))
                     .unwrap_or_default()
-            ),
-            json!({"truncated": false, "binary": true}),
-        ),
+            )
+        }
     };
-    let mut result = json!({
-        "path": read.path,
-        "sha256": read.sha256,
-        "size_bytes": read.size_bytes,
-    });
-    if let (Some(r), Some(e)) = (result.as_object_mut(), extra.as_object()) {
-        r.extend(e.clone());
-    }
-    if result["binary"] == false {
-        result["content"] = json!(content);
-    }
-    Ok(ToolOutput { content, result })
+    Ok(ToolOutput {
+        content,
+        result: serde_json::to_value(&result).map_err(ApiError::internal)?,
+    })
 }
 
 pub async fn write_file(
@@ -350,8 +160,8 @@ pub async fn write_file(
         .transpose()
         .map_err(as_tool_fields)?;
     let written = files::write(
-        state.clone(),
-        files::DirectWrite {
+        state,
+        files::FileWrite {
             route: "tool write_file",
             request_id: ctx.request_id,
             caller: ctx.caller,
@@ -399,26 +209,28 @@ pub async fn list_operations(
     params: operations::ListParams,
 ) -> Result<ToolOutput, ApiError> {
     let page = operations::list(state, viewer, params).await?;
-    let ops = page["operations"].as_array().cloned().unwrap_or_default();
-    let mut lines = vec![format!("{} operations, newest first:", ops.len())];
-    for op in &ops {
+    let mut lines = vec![format!(
+        "{} operations, newest first:",
+        page.operations.len()
+    )];
+    for op in &page.operations {
         lines.push(format!(
             "- {} {} {} {} ({} bytes) by {}; id {}",
-            op["created_at"].as_str().unwrap_or_default(),
-            op["operation"].as_str().unwrap_or_default(),
-            op["filename"].as_str().unwrap_or_default(),
-            op["status"].as_str().unwrap_or_default(),
-            op["bytes"],
-            op["chosen_model"].as_str().unwrap_or("direct write"),
-            op["id"].as_str().unwrap_or_default(),
+            timestamp(&op.created_at),
+            op.operation.as_str(),
+            op.filename,
+            op.status.as_str(),
+            shown_or_null(op.bytes),
+            op.chosen_model.as_deref().unwrap_or("direct write"),
+            op.id,
         ));
     }
-    if let Some(cursor) = page["next_cursor"].as_str() {
+    if let Some(cursor) = &page.next_cursor {
         lines.push(format!("more: call again with cursor \"{cursor}\""));
     }
     Ok(ToolOutput {
         content: lines.join("\n"),
-        result: page,
+        result: serde_json::to_value(&page).map_err(ApiError::internal)?,
     })
 }
 
@@ -427,30 +239,39 @@ pub async fn get_operation(
     viewer: &crate::auth::Viewer,
     id: operations::OperationId,
 ) -> Result<ToolOutput, ApiError> {
-    let op = operations::get(state, viewer, id).await?;
+    let recorded = operations::get(state, viewer, id).await?;
+    let op = &recorded.operation;
     let mut content = format!(
         "{} {} {} at {} ({} bytes, sha256 {})",
-        op["operation"].as_str().unwrap_or_default(),
-        op["filename"].as_str().unwrap_or_default(),
-        op["status"].as_str().unwrap_or_default(),
-        op["created_at"].as_str().unwrap_or_default(),
-        op["bytes"],
-        op["sha256"].as_str().unwrap_or_default(),
+        op.operation.as_str(),
+        op.filename,
+        op.status.as_str(),
+        timestamp(&op.created_at),
+        shown_or_null(op.bytes),
+        op.sha256.as_deref().unwrap_or_default(),
     );
-    match op["content"].as_str() {
-        Some(text) => {
+    match (&recorded.content, &recorded.content_base64) {
+        (Some(text), _) => {
             content.push_str("\nContent written:\n");
             content.push_str(text);
         }
-        None if op.get("content_base64").is_some() => {
-            content.push_str("\nThe content is binary (in result.content_base64).")
-        }
-        None => content.push_str("\nNo content was recorded."),
+        (None, Some(_)) => content.push_str("\nThe content is binary (in result.content_base64)."),
+        (None, None) => content.push_str("\nNo content was recorded."),
     }
     Ok(ToolOutput {
         content,
-        result: op,
+        result: serde_json::to_value(&recorded).map_err(ApiError::internal)?,
     })
+}
+
+/// A time as the API writes it (RFC 3339, UTC).
+fn timestamp(t: &chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
+/// A number the record may lack, as the API's JSON shows it.
+fn shown_or_null(n: Option<i64>) -> String {
+    n.map_or_else(|| "null".to_string(), |n| n.to_string())
 }
 
 /// A session as the model reads it: where it stands and what to do next.
@@ -459,10 +280,7 @@ fn session_output(view: &SessionView) -> Result<ToolOutput, ApiError> {
         "write session {} for '{}' ({}): {}; {} bytes in {} chunks received",
         view.id,
         view.target_file,
-        serde_json::to_value(view.operation)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default(),
+        wire_name(view.operation),
         view.state.as_str(),
         view.bytes_received,
         view.chunks,
@@ -567,7 +385,7 @@ pub async fn edit_files(
     let body_sha256 = writ_core::content::sha256_hex(args.to_string().as_bytes());
     let request = super::parse(args)?;
     let editor = edits::tool_editor(ctx.request_id, ctx.caller, ctx.scope, "tool edit_files");
-    let answer = edits::apply(state.clone(), editor, body_sha256, request).await?;
+    let answer = edits::apply(state, editor, body_sha256, request).await?;
     let mut content = String::new();
     for f in &answer.files {
         content.push_str(&format!(
@@ -607,7 +425,7 @@ pub async fn run(
             .as_bytes(),
     );
     let outcome = run::execute(
-        state.clone(),
+        state,
         run::RunCall {
             route: "tool run",
             request_id: ctx.request_id,
@@ -615,31 +433,28 @@ pub async fn run(
             scope: ctx.scope,
             body_sha256,
             request: args,
+            hung_up: ctx.hung_up,
         },
     )
     .await?;
-    let result = serde_json::to_value(&outcome).map_err(ApiError::internal)?;
     let mut content = format!(
         "exit code {}{}{} in {} ms",
-        result["exit_code"],
-        if result["timed_out"] == true {
-            ", timed out"
-        } else {
-            ""
-        },
-        if result["truncated"] == true {
+        outcome
+            .exit_code
+            .map_or_else(|| "null".to_string(), |c| c.to_string()),
+        if outcome.timed_out { ", timed out" } else { "" },
+        if outcome.truncated {
             ", output truncated"
         } else {
             ""
         },
-        result["duration_ms"],
+        outcome.duration_ms,
     );
-    for stream in ["stdout", "stderr"] {
-        if let Some(text) = result[stream].as_str()
-            && !text.is_empty()
-        {
+    for (stream, text) in [("stdout", &outcome.stdout), ("stderr", &outcome.stderr)] {
+        if !text.is_empty() {
             content.push_str(&format!("\n{stream}:\n{text}"));
         }
     }
+    let result = serde_json::to_value(&outcome).map_err(ApiError::internal)?;
     Ok(ToolOutput { content, result })
 }

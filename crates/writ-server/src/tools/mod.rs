@@ -5,10 +5,11 @@
 //!   generated from the same Rust types the HTTP API parses (or, where the HTTP API spreads its
 //!   input over path, query and headers, from a thin argument type here), so they cannot drift.
 //! - [`call`]: the one dispatcher. Adding a tool is one entry in [`TOOLS`] and one arm in `call`.
-//! - [`dispatch`]: the adapter, the only file that calls into the routes' shared logic and the core.
+//! - [`dispatch`] and `batch`: the adapter, the only files that call into [`crate::service`] and the core.
 //! - [`formats`]: the registry as OpenAI, Anthropic and Gemini declarations.
 //! - [`mcp`]: the MCP server over the registry (rmcp), for both transports.
 
+mod batch;
 pub mod dispatch;
 pub mod formats;
 pub mod mcp;
@@ -75,7 +76,7 @@ pub static TOOLS: &[ToolSpec] = &[
         read_only: true,
         needs_commands: false,
         scope: Scope::Read,
-        schema: schema_of::<crate::routes::files::ListParams>,
+        schema: schema_of::<crate::service::files::ListParams>,
     },
     ToolSpec {
         name: "read_file",
@@ -101,7 +102,7 @@ pub static TOOLS: &[ToolSpec] = &[
         read_only: true,
         needs_commands: false,
         scope: Scope::Read,
-        schema: schema_of::<crate::routes::search::SearchParams>,
+        schema: schema_of::<crate::service::search::SearchParams>,
     },
     ToolSpec {
         name: "write_file",
@@ -141,7 +142,7 @@ pub static TOOLS: &[ToolSpec] = &[
         read_only: true,
         needs_commands: false,
         scope: Scope::Read,
-        schema: schema_of::<crate::routes::operations::ListParams>,
+        schema: schema_of::<crate::service::operations::ListParams>,
     },
     ToolSpec {
         name: "get_operation",
@@ -150,7 +151,7 @@ pub static TOOLS: &[ToolSpec] = &[
         read_only: true,
         needs_commands: false,
         scope: Scope::Read,
-        schema: schema_of::<crate::routes::operations::OperationId>,
+        schema: schema_of::<crate::service::operations::OperationId>,
     },
     ToolSpec {
         name: "begin_write_session",
@@ -203,7 +204,7 @@ pub static TOOLS: &[ToolSpec] = &[
         read_only: false,
         needs_commands: true,
         scope: Scope::Run,
-        schema: schema_of::<crate::routes::run::RunRequest>,
+        schema: schema_of::<crate::service::run::RunRequest>,
     },
 ];
 
@@ -281,6 +282,9 @@ pub struct CallContext {
     pub progress: Option<Arc<dyn Progress>>,
     /// Cancelled when the caller gives up; work already started completes and is recorded.
     pub cancelled: CancellationToken,
+    /// Cancelled when the connection that carries the call is gone (`POST /tools/call`): a run
+    /// then stops, as for `POST /run`. Never over MCP, where a call outlives its transport.
+    pub hung_up: CancellationToken,
     /// `write_codebase` answers with its job at once instead of waiting (an MCP task).
     pub prefer_async: bool,
 }
@@ -305,6 +309,7 @@ impl CallContext {
             scope: None,
             progress: None,
             cancelled: CancellationToken::new(),
+            hung_up: CancellationToken::new(),
             prefer_async: false,
         }
     }
@@ -344,7 +349,7 @@ pub async fn call(
         ctx.scope = Some(tool.scope);
     }
     match name {
-        "write_codebase" => dispatch::write_codebase(state, ctx, args).await,
+        "write_codebase" => batch::write_codebase(state, ctx, args).await,
         "list_files" => dispatch::list_files(state, parse(args)?).await,
         "read_file" => dispatch::read_file(state, parse(args)?).await,
         "search_files" => dispatch::search_files(state, parse(args)?).await,

@@ -119,7 +119,7 @@ fn detailed(job: &Job) -> DetailedTask {
             match answer {
                 Some(answer) => {
                     task = task.with_status_message(format!("done: {}", answer.status));
-                    let out = super::dispatch::batch_output(&answer);
+                    let out = super::batch::batch_output(&answer);
                     let mut result = CallToolResult::success(vec![ContentBlock::text(out.content)]);
                     result.structured_content = Some(out.result);
                     TaskPayload::Completed {

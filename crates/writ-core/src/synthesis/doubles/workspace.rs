@@ -103,7 +103,7 @@ impl Workspace for MemoryWorkspace {
     async fn lock(&self, _path: &RepoPath) -> PathLock {
         // Each test drives one writer per path.
         let local = Arc::new(tokio::sync::Mutex::new(())).lock_owned().await;
-        PathLock::new(local, None)
+        PathLock::local(local)
     }
     async fn list(&self, _dir: &RepoPath) -> Result<Vec<DirEntry>, WorkspaceError> {
         Ok(Vec::new())

@@ -92,12 +92,30 @@ impl EventHub {
 pub enum Started {
     /// A repeated `Idempotency-Key`: the stored answer.
     Replayed(Submitted),
-    /// The job runs; await the handle for its answer, or drop it to let it run on. The answer
-    /// can still be a refusal: a synchronous batch's records commit while its models run.
-    Running {
-        job_id: Uuid,
-        handle: tokio::task::JoinHandle<Result<Submitted, SubmitError>>,
-    },
+    /// The job runs.
+    Running(BatchHandle),
+}
+
+/// A running batch: its job id and its answer. The batch runs in its own task, which also holds
+/// the caller's admission permit until the batch ends; dropping the handle (an async caller, a
+/// caller who hung up) lets the batch run on and be recorded all the same.
+pub struct BatchHandle {
+    job_id: Uuid,
+    task: tokio::task::JoinHandle<Result<Submitted, SubmitError>>,
+}
+
+impl BatchHandle {
+    pub fn job_id(&self) -> Uuid {
+        self.job_id
+    }
+
+    /// Waits for the batch's answer. It can still be a refusal: a synchronous batch's records
+    /// commit while its models run.
+    pub async fn answer(self) -> Result<Submitted, SubmitError> {
+        self.task
+            .await
+            .unwrap_or_else(|e| Err(SubmitError::Lost(e.to_string())))
+    }
 }
 
 /// The one entry to synthesis: HTTP, MCP and the CLI start every batch here.
@@ -308,7 +326,15 @@ impl JobRunner {
     /// The request and its job are recorded in one commit. An async caller's 202 waits for it
     /// (it promises a job to follow); a waiting caller's batch starts its models at once and
     /// the commit runs beside them, since the answer comes long after it anyway.
-    pub async fn start(&self, sub: Submission, is_async: bool) -> Result<Started, SubmitError> {
+    ///
+    /// `permit` is whatever bounds the caller's batches in flight: it is held by the batch's task
+    /// and released when the batch ends, however long the caller waits.
+    pub async fn start<P: Send + 'static>(
+        &self,
+        sub: Submission,
+        is_async: bool,
+        permit: P,
+    ) -> Result<Started, SubmitError> {
         let prior = match self.synthesizer.prepare(&sub).await? {
             Prepared::Replay(replay) => return Ok(Started::Replayed(replay)),
             Prepared::Fresh(prior) => prior,
@@ -349,16 +375,21 @@ impl JobRunner {
                     .map(Started::Replayed);
             }
             tokio::spawn(async move {
+                let _permit = permit;
                 run_job(&synthesizer, events, &sub, prior, Recorded::already(), ctx)
                     .await
                     .map_err(|_| SubmitError::InProgress)
             })
         } else {
             tokio::spawn(async move {
+                let _permit = permit;
                 record_and_run(synthesizer, events, sub, prior, record, ctx).await
             })
         };
-        Ok(Started::Running { job_id, handle })
+        Ok(Started::Running(BatchHandle {
+            job_id,
+            task: handle,
+        }))
     }
 
     fn events(&self) -> EventQueue {

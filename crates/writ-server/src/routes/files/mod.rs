@@ -4,18 +4,13 @@
 //! truncated or mangled by JSON encoding on the way in.
 //!
 //! Reads and listings live in `reads`, writes in `writes`; both are re-exported here, where
-//! the route table and the tools find them.
+//! the route table finds them. What they do is [`crate::service::files`], shared with the tools.
 
 mod reads;
 mod writes;
 
-pub use reads::{
-    FileContent, FileRead, ListParams, Listing, ReadParams, list_dir, list_files, read, read_file,
-};
-pub use writes::{
-    DirectWrite, InvalidUtf8Policy, WriteAnswer, WriteParams, Written, parse_expected_sha256,
-    put_file, write,
-};
+pub use reads::{ReadParams, list_files, read_file};
+pub use writes::put_file;
 
 use axum::http::HeaderValue;
 

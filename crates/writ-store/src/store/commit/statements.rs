@@ -10,7 +10,8 @@ use writ_core::audit::{AuditWrite, Operation, OperationOutcome};
 
 use crate::dialect::Dialect;
 use crate::error::from_sqlx;
-use crate::store::{Sql, selection_to_column};
+use crate::store::Sql;
+use crate::store::audit::selection_to_column;
 
 /// `writes` in order, atomically, in as few statements as the backend allows ([`statements`]).
 /// A single statement needs no `BEGIN` and `COMMIT` (it is atomic by itself), which saves two

@@ -1,4 +1,5 @@
-//! Service routes: liveness, readiness, metrics and the OpenAPI document.
+//! What writ says about itself: liveness, readiness, metrics, the OpenAPI document and the
+//! dashboard page. (The service layer the other routes share is [`crate::service`].)
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

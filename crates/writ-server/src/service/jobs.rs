@@ -1,0 +1,98 @@
+//! A job's progress events, followed: the SSE stream of `GET /jobs/{id}/events` and the
+//! `write_codebase` tool's progress notifications read the same stream.
+//!
+//! The stream replays from the store (after the last event seen) and then follows: woken at once
+//! by this process's hub, or by polling when the batch runs on another replica. It ends after
+//! `done`.
+
+use std::time::Duration;
+
+use futures::stream::{self, Stream, StreamExt};
+use tokio::sync::broadcast;
+use uuid::Uuid;
+use writ_core::jobs::JobEvent;
+
+use crate::state::AppState;
+
+/// A stream not woken by this process (the batch runs elsewhere) looks again this often.
+const POLL_EVERY: Duration = Duration::from_millis(500);
+/// Events read from the store per round.
+const EVENTS_PER_READ: u32 = 200;
+/// Polls a finished job's stream waits for its `done` event before ending without it.
+const FINAL_GRACE_POLLS: u32 = 3;
+
+struct Cursor {
+    state: AppState,
+    job: Uuid,
+    after: i64,
+    wake: broadcast::Receiver<Uuid>,
+    finished: bool,
+    /// Polls seen since the job was final without its `done` event.
+    grace_polls: u32,
+}
+
+/// A job's events after `after`, in order, replayed from the store and then followed until
+/// `done`. The SSE stream and the `write_codebase` tool's progress notifications read this.
+pub fn follow(state: AppState, job: Uuid, after: i64) -> impl Stream<Item = JobEvent> {
+    let wake = state.hub.subscribe();
+    let cursor = Cursor {
+        state,
+        job,
+        after,
+        wake,
+        finished: false,
+        grace_polls: 0,
+    };
+    stream::unfold(cursor, |mut c| async move {
+        if c.finished {
+            return None;
+        }
+        loop {
+            let events = match c.state.store.job_events(c.job, c.after, EVENTS_PER_READ).await {
+                Ok(events) => events,
+                Err(e) => {
+                    tracing::warn!(job = %c.job, error = %e, "event stream: store unavailable, retrying");
+                    Vec::new()
+                }
+            };
+            if !events.is_empty() {
+                c.after = events.last().map(|e| e.seq).unwrap_or(c.after);
+                c.finished = events.iter().any(|e| e.name == "done");
+                return Some((stream::iter(events), c));
+            }
+            // Nothing new. A job that is over announces `done` just after it is marked so; give
+            // that event a few polls to land, then end the stream anyway (the store may have
+            // lost it), so no subscriber waits forever.
+            if let Ok(Some(job)) = c.state.store.get_job(c.job).await
+                && job.status.is_final()
+            {
+                c.grace_polls += 1;
+                if c.grace_polls > FINAL_GRACE_POLLS {
+                    return None;
+                }
+            }
+            wait_for(&mut c).await;
+        }
+    })
+    .flatten()
+}
+
+async fn wait_for(c: &mut Cursor) {
+    let deadline = tokio::time::sleep(POLL_EVERY);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            _ = &mut deadline => return,
+            got = c.wake.recv() => match got {
+                Ok(id) if id == c.job => return,
+                Ok(_) => {}
+                // Missed wake-ups: look at the store now.
+                Err(broadcast::error::RecvError::Lagged(_)) => return,
+                Err(broadcast::error::RecvError::Closed) => {
+                    (&mut deadline).await;
+                    return;
+                }
+            },
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! A `write_codebase` call, as `POST /write_codebase` and the `write_codebase` tool make it:
+//! validated into a [`Batch`], admitted, and started through the [`writ_core::synthesis`] job
+//! runner. Every refusal happens before any model is called or anything written.
+
+use axum::Json;
+use writ_core::content::sha256_hex;
+use writ_core::synthesis::{
+    Batch, BatchHandle, Started, Submission, SubmitError, Submitted, WriteCodebaseRequest,
+};
+
+use crate::error::{ApiError, ErrorCode, store_error};
+use crate::extract::json_error;
+use crate::state::AppState;
+
+/// One `write_codebase` call, from `POST /write_codebase` or the `write_codebase` tool.
+pub struct BatchCall<'a> {
+    pub request_id: uuid::Uuid,
+    pub caller: Option<String>,
+    /// Every scope the key holds, when auth is on: `options.validation` runs commands, which
+    /// needs `run` beside `write`.
+    pub scopes: Option<writ_core::keys::Scopes>,
+    /// The key's scope that allowed the batch, when auth is on.
+    pub scope: Option<writ_core::keys::Scope>,
+    pub idempotency_key: Option<String>,
+    /// `Prefer: respond-async`; `options.async` in the body means the same.
+    pub prefer_async: bool,
+    /// The request as JSON, hashed for idempotency and parsed with unknown keys refused.
+    pub body: &'a [u8],
+}
+
+/// How a batch was taken on.
+pub enum Begun {
+    /// A repeated `Idempotency-Key`: the stored answer.
+    Replayed(Submitted),
+    /// An async batch: it runs; the caller follows `/jobs/{job_id}`.
+    Accepted { job_id: uuid::Uuid },
+    /// The batch runs in its own task, which holds the admission permit until it ends; the
+    /// handle gives its answer, and dropping it lets the batch run on and be recorded all the same.
+    Running(BatchHandle),
+}
+
+/// Validates a batch, checks the limits and the model configuration, records and starts it.
+/// Every refusal happens here, before any model is called or anything written.
+pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun, ApiError> {
+    let Json(req) =
+        Json::<WriteCodebaseRequest>::from_bytes(call.body).map_err(|e| json_error(&e))?;
+    let batch = Batch::parse(req)
+        .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.message).with_field(e.field))?;
+
+    if let Some(problem) = state.settings.models.problem_for(batch.options().models()) {
+        return Err(unavailable(&problem));
+    }
+    // Validation runs the server's commands on the caller's behalf: the same scope as POST /run.
+    if batch.options().validation().is_some()
+        && let Some(held) = call.scopes
+        && !held.contains(writ_core::keys::Scope::Run)
+    {
+        return Err(
+            crate::auth::insufficient_scope(writ_core::keys::Scope::Run, held)
+                .with_field("options.validation"),
+        );
+    }
+
+    let submission = Submission {
+        request_id: call.request_id,
+        caller: call.caller,
+        scope: call.scope,
+        idempotency_key: call.idempotency_key,
+        body_sha256: sha256_hex(call.body),
+        body: std::str::from_utf8(call.body).ok().map(str::to_owned),
+        batch,
+    };
+    // Refused at once rather than queued; the permit travels with the task it bounds.
+    let permit = state
+        .limits
+        .admit_batch(submission.caller.as_deref(), submission.request_id)
+        .await?;
+    let Some(runner) = state.jobs.clone() else {
+        return Err(unavailable(
+            "no model provider could be set up; see the server log and `writ check`",
+        ));
+    };
+    let is_async = call.prefer_async || submission.batch.options().run_async();
+    // The batch then runs in the runner's task, so it completes, is recorded, and can be
+    // fetched later by idempotency key or from /operations, whoever waits for it.
+    match runner
+        .start(submission, is_async, permit)
+        .await
+        .map_err(submit_error)?
+    {
+        Started::Replayed(done) => Ok(Begun::Replayed(done)),
+        Started::Running(handle) if is_async => Ok(Begun::Accepted {
+            job_id: handle.job_id(),
+        }),
+        Started::Running(handle) => Ok(Begun::Running(handle)),
+    }
+}
+
+/// The body of a 202: where to follow the job.
+#[derive(Debug, serde::Serialize)]
+pub struct AcceptedBatch {
+    pub job_id: uuid::Uuid,
+    /// Always `queued`: the job's own state is at `location`.
+    pub status: &'static str,
+    pub location: String,
+    pub events: String,
+}
+
+pub fn accepted_body(job_id: uuid::Uuid) -> AcceptedBatch {
+    let location = format!("/jobs/{job_id}");
+    AcceptedBatch {
+        job_id,
+        status: "queued",
+        events: format!("{location}/events"),
+        location,
+    }
+}
+
+fn unavailable(message: &str) -> ApiError {
+    ApiError::new(ErrorCode::ModelsUnavailable, message)
+}
+
+pub fn submit_error(err: SubmitError) -> ApiError {
+    match err {
+        SubmitError::Invalid(e) => {
+            ApiError::new(ErrorCode::InvalidRequest, e.message).with_field(e.field)
+        }
+        SubmitError::IdempotencyConflict => {
+            ApiError::new(ErrorCode::IdempotencyConflict, err.to_string())
+                .with_field("Idempotency-Key")
+        }
+        SubmitError::InProgress => {
+            let mut e = ApiError::new(ErrorCode::IdempotencyInProgress, err.to_string())
+                .with_field("Idempotency-Key");
+            e.retry_after_secs = Some(5);
+            e
+        }
+        SubmitError::Audit(store) => store_error(store),
+        SubmitError::Unavailable(why) => ApiError::new(ErrorCode::CommandsUnavailable, why),
+        SubmitError::Lost(why) => ApiError::internal(why),
+    }
+}

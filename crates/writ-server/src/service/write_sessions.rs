@@ -1,0 +1,75 @@
+//! Write sessions, for the HTTP routes and the tools alike: one call at a time over
+//! [`writ_core::sessions`], its refusals in the API's words.
+
+use serde_json::json;
+use writ_core::sessions::{
+    BeginSession, Correction, SessionCaller, SessionError, SessionView, Sessions,
+};
+
+use crate::error::{ApiError, ErrorCode, path_error, store_error, workspace_error, write_error};
+use crate::state::AppState;
+
+/// What a session call is about.
+pub enum SessionCall {
+    Begin(BeginSession),
+    Get,
+    Append(Vec<u8>),
+    Finish,
+    Correct(Vec<Correction>),
+}
+
+/// Runs one session call, for the HTTP routes and the tools alike.
+pub async fn run(
+    state: &AppState,
+    who: SessionCaller,
+    id: Option<String>,
+    call: SessionCall,
+) -> Result<SessionView, ApiError> {
+    let sessions = Sessions {
+        store: state.store.as_ref(),
+        workspace: state.workspace.as_ref(),
+        settings: &state.settings.sessions,
+    };
+    let id = id.unwrap_or_default();
+    match call {
+        SessionCall::Begin(begin) => sessions.begin(&who, begin).await,
+        SessionCall::Get => sessions.get(&who, &id).await,
+        SessionCall::Append(chunk) => sessions.append(&who, &id, &chunk).await,
+        SessionCall::Finish => sessions.finish(&who, &id).await,
+        SessionCall::Correct(corrections) => sessions.correct(&who, &id, &corrections).await,
+    }
+    .map_err(session_error)
+}
+
+/// The API's words for a session's refusals.
+pub fn session_error(err: SessionError) -> ApiError {
+    let message = err.to_string();
+    match err {
+        SessionError::NotFound(_) => ApiError::not_found(message).with_field("id"),
+        SessionError::Path(p) => path_error(&p, "target_file"),
+        SessionError::Workspace(w) => workspace_error(w, "target_file"),
+        SessionError::AlreadyExists { .. } => {
+            ApiError::new(ErrorCode::AlreadyExists, message).with_field("operation")
+        }
+        SessionError::Conflict { state, .. } => {
+            ApiError::new(ErrorCode::SessionState, message).with_details(json!({ "state": state }))
+        }
+        SessionError::TooLarge {
+            field,
+            limit_name,
+            limit,
+            ..
+        } => ApiError::new(ErrorCode::TooLarge, message)
+            .with_field(field)
+            .with_details(json!({ "limit": limit, "limit_name": limit_name })),
+        SessionError::TooManyOpen { limit, .. } => {
+            ApiError::new(ErrorCode::TooManyWriteSessions, message)
+                .with_details(json!({ "limit": limit, "limit_name": "WRITE_SESSION_MAX_OPEN" }))
+        }
+        SessionError::Invalid { field, .. } => {
+            ApiError::new(ErrorCode::InvalidRequest, message).with_field(field)
+        }
+        SessionError::Write(w) => write_error(w, "target_file"),
+        SessionError::Store(s) => store_error(s),
+    }
+}
