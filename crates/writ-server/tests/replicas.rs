@@ -874,10 +874,21 @@ async fn a_replica_stopping_hands_its_unfinished_jobs_back_and_another_resumes_t
 /// One stateless MCP request (protocol 2026-07-28: no session, the protocol in every request),
 /// and the JSON-RPC answer, whether it came as JSON or as SSE.
 async fn mcp_stateless(http: &reqwest::Client, base: &str, method: &str, params: Value) -> Value {
+    mcp_stateless_with(http, base, method, params, json!({})).await
+}
+
+/// [`mcp_stateless`] from a client declaring `capabilities`.
+async fn mcp_stateless_with(
+    http: &reqwest::Client,
+    base: &str,
+    method: &str,
+    params: Value,
+    capabilities: Value,
+) -> Value {
     let mut params = params;
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
         "io.modelcontextprotocol/clientInfo": {"name": "replicas-test", "version": "1"},
     });
     let mut req = http
@@ -886,7 +897,8 @@ async fn mcp_stateless(http: &reqwest::Client, base: &str, method: &str, params:
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", method)
         .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}));
-    if let Some(name) = params["name"].as_str() {
+    // What the request is about: the tool, or the task.
+    if let Some(name) = params["name"].as_str().or(params["taskId"].as_str()) {
         req = req.header("mcp-name", name);
     }
     let text = req.send().await.unwrap().text().await.unwrap();
@@ -938,4 +950,41 @@ async fn mcp_clients_of_the_current_revision_reach_any_replica_and_a_batch_is_fe
         .unwrap();
     assert_eq!(job["status"], "done", "{job}");
     assert_eq!(job["response"]["succeeded"], 1, "{job}");
+
+    // A client that takes MCP tasks starts the batch on one replica and polls it on the other.
+    let tasks = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let created = mcp_stateless_with(
+        &http,
+        &a.base,
+        "tools/call",
+        json!({"name": "write_codebase", "arguments": batch(&["mcp/tasked.py".to_string()])}),
+        tasks.clone(),
+    )
+    .await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let task_id = created["result"]["taskId"].as_str().unwrap().to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let done = loop {
+        let got = mcp_stateless_with(
+            &http,
+            &b.base,
+            "tasks/get",
+            json!({"taskId": task_id}),
+            tasks.clone(),
+        )
+        .await;
+        match got["result"]["status"].as_str() {
+            Some("completed") => break got,
+            Some("working") if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            _ => panic!("task {task_id} on the other replica: {got}"),
+        }
+    };
+    assert_eq!(done["result"]["result"]["isError"], false, "{done}");
+    assert_eq!(
+        done["result"]["result"]["structuredContent"]["succeeded"], 1,
+        "{done}"
+    );
+    assert!(cluster.repo().join("mcp/tasked.py").exists());
 }
