@@ -52,6 +52,22 @@ pub fn ticks_per_sec() -> f64 {
         .unwrap_or(100.0)
 }
 
+/// CPU time of every process whose command name is `comm` (e.g. PostgreSQL's backends), summed;
+/// processes that end between the listing and the read are skipped.
+pub fn cpu_time_of_all(comm: &str, ticks_per_sec: f64) -> Duration {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Duration::ZERO;
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm)
+        })
+        .filter_map(|pid| cpu_time(pid, ticks_per_sec).ok())
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,20 +85,4 @@ mod tests {
         assert!(cpu_time(pid, ticks_per_sec()).is_ok());
         assert_eq!(parse_kib("VmHWM:\t   2048 kB\n", "VmHWM:"), Some(2048));
     }
-}
-
-/// CPU time of every process whose command name is `comm` (e.g. PostgreSQL's backends), summed;
-/// processes that end between the listing and the read are skipped.
-pub fn cpu_time_of_all(comm: &str, ticks_per_sec: f64) -> Duration {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Duration::ZERO;
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm)
-        })
-        .filter_map(|pid| cpu_time(pid, ticks_per_sec).ok())
-        .sum()
 }

@@ -54,6 +54,10 @@ pub struct ChatRequest {
     pub response_format: Option<serde_json::Value>,
     /// `["image","text"]` for image generation.
     pub modalities: Option<Vec<String>>,
+    /// Goes ahead of the calls already waiting for a concurrency slot (never of those holding
+    /// one): a resumed batch's calls, whose caller has waited since before its replica died and
+    /// would otherwise queue behind every batch the resuming replica admitted meanwhile.
+    pub urgent: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

@@ -136,6 +136,7 @@ impl OpenRouterClient {
         let started = Instant::now();
         let deadline = started + self.retry.total_deadline;
         let model = req.model.as_str();
+        let urgent = req.urgent;
         let attempts = AtomicU32::new(0);
         let last_error: Mutex<Option<AttemptError>> = Mutex::new(None);
         let deadline_stopped_retries = AtomicBool::new(false);
@@ -152,7 +153,7 @@ impl OpenRouterClient {
                 // a slow attempt or a long queue for a slot cannot outlive it.
                 let retrying = (|| async {
                     let attempt = attempts.fetch_add(1, Ordering::Relaxed) + 1;
-                    let result = self.attempt(model, body.clone(), attempt).await;
+                    let result = self.attempt(model, urgent, body.clone(), attempt).await;
                     if let Err(e) = &result {
                         *last_error.lock().unwrap_or_else(PoisonError::into_inner) =
                             Some(e.clone());
@@ -215,13 +216,14 @@ impl OpenRouterClient {
     async fn attempt(
         &self,
         model: &str,
+        urgent: bool,
         body: Bytes,
         attempt: u32,
     ) -> Result<ChatResponse, AttemptError> {
         let admission = self.breakers.admit(model).inspect_err(|e| {
             tracing::debug!(attempt, class = e.class.as_str(), message = %e.message, "skipped by the circuit breaker");
         })?;
-        let _slots = self.limits.acquire(model).await;
+        let _slots = self.limits.acquire(model, urgent).await;
         tracing::debug!(attempt, "sending");
         let result = self.transport.attempt(body).await.map_err(|mut e| {
             e.message = self.redactor.scrub(e.message);

@@ -145,6 +145,8 @@ pub struct Candidate {
 pub struct CallSettings {
     pub temperature: f32,
     pub max_tokens: u32,
+    /// [`ChatRequest::urgent`].
+    pub urgent: bool,
 }
 
 /// Asks every model in `models` at once; returns their candidates in model-list order and the
@@ -307,6 +309,7 @@ async fn ask_once(
         messages,
         temperature: Some(call.temperature),
         max_tokens: Some(call.max_tokens),
+        urgent: call.urgent,
         ..ChatRequest::default()
     };
     match client.chat(req).await {
@@ -376,6 +379,7 @@ mod tests {
     const CALL: CallSettings = CallSettings {
         temperature: 0.0,
         max_tokens: 100,
+        urgent: false,
     };
 
     fn code(body: &str) -> String {

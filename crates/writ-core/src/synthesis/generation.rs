@@ -199,7 +199,7 @@ pub(crate) async fn generate(
         &generated.models,
         &generated.messages,
         &generated.expect(file),
-        config.call_settings(),
+        config.call_settings(batch),
         file.path.as_str(),
         sink,
         policy,

@@ -45,6 +45,7 @@ pub(crate) async fn generate_image(
         model: model.clone(),
         messages: vec![ChatMessage::user(image_prompt(batch, file, target))],
         modalities: Some(vec!["image".into(), "text".into()]),
+        urgent: batch.resumed,
         ..ChatRequest::default()
     };
     sink.emit(Event::CandidateStarted {

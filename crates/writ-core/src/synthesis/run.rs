@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 
 use crate::audit::AuditWrite;
-use crate::synthesis::batch::{TargetKind, Validation};
+use crate::synthesis::batch::{Batch, TargetKind, Validation};
 use crate::synthesis::fanout::UpstreamClock;
 use crate::synthesis::generation::generate;
 use crate::synthesis::image_generation::generate_image;
@@ -125,10 +125,11 @@ impl Synthesizer {
         (response, completions.into_iter().flatten().collect())
     }
 
-    fn selector(&self) -> Selector<'_> {
+    fn selector<'a>(&'a self, batch: &'a Batch) -> Selector<'a> {
         Selector {
             models: self.models.as_ref(),
             config: &self.config,
+            batch,
         }
     }
 
@@ -222,7 +223,7 @@ impl Synthesizer {
             }))
             .await;
             select_validated(
-                &self.selector(),
+                &self.selector(cx.batch),
                 self.commands.as_deref(),
                 validation,
                 stages,
@@ -261,7 +262,7 @@ impl Synthesizer {
                     )
                     .await
                     {
-                        Ok(generated) => self.selector().select(cx, generated).await,
+                        Ok(generated) => self.selector(cx.batch).select(cx, generated).await,
                         Err(error) => Produced::failed(error, Vec::new()),
                     }
                 }

@@ -10,6 +10,7 @@ use rand::seq::SliceRandom;
 
 use crate::audit::{CandidateRecord, Selection};
 use crate::model::{ChatRequest, ErrorClass, ModelClient};
+use crate::synthesis::batch::Batch;
 use crate::synthesis::fanout::{self, Candidate, StragglerPolicy};
 use crate::synthesis::generation::Generated;
 use crate::synthesis::progress::Event;
@@ -26,6 +27,8 @@ pub(crate) struct Viable<'a> {
 pub(crate) struct Selector<'a> {
     pub models: &'a dyn ModelClient,
     pub config: &'a SynthesisConfig,
+    /// The batch whose files it selects (its calls' settings follow it).
+    pub batch: &'a Batch,
 }
 
 impl Selector<'_> {
@@ -90,6 +93,7 @@ impl Selector<'_> {
             temperature: Some(0.0),
             max_tokens: Some(1_000),
             response_format: Some(prompt::verdict_schema(shown.len())),
+            urgent: batch.resumed,
             ..ChatRequest::default()
         };
         sink.emit(Event::ArbiterStarted {
@@ -189,7 +193,7 @@ impl Selector<'_> {
                 std::slice::from_ref(model),
                 &generated.messages,
                 &generated.expect(file),
-                self.config.call_settings(),
+                self.config.call_settings(self.batch),
                 file.path.as_str(),
                 sink,
                 StragglerPolicy::WaitAll,
@@ -291,6 +295,7 @@ mod tests {
         let selector = Selector {
             models: client,
             config: &config,
+            batch: &batch,
         };
         selector.select(cx, generated(models, answers)).await
     }

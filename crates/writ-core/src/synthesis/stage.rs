@@ -232,11 +232,12 @@ pub(crate) struct Chosen {
 }
 
 impl SynthesisConfig {
-    /// How every candidate, repair and fallback call is made.
-    pub(crate) fn call_settings(&self) -> CallSettings {
+    /// How every candidate, repair and fallback call of `batch` is made.
+    pub(crate) fn call_settings(&self, batch: &Batch) -> CallSettings {
         CallSettings {
             temperature: self.temperature,
             max_tokens: self.max_tokens,
+            urgent: batch.resumed,
         }
     }
 }

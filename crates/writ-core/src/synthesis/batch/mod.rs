@@ -98,6 +98,8 @@ pub struct Batch {
     pub(crate) context: Vec<ContextEntry>,
     /// `constraints`.
     pub(crate) constraints: Option<String>,
+    /// Taken over from a replica that died or stopped: its model calls go ahead of new batches'.
+    pub(crate) resumed: bool,
 }
 
 impl Batch {
@@ -383,6 +385,7 @@ impl Batch {
             },
             context,
             constraints,
+            resumed: false,
         })
     }
 }

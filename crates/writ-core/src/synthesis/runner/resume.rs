@@ -125,6 +125,7 @@ pub(super) async fn plan_resume(
         body: Some(body.clone()),
         batch: Batch {
             files: remaining,
+            resumed: true,
             ..batch
         },
     };

@@ -61,7 +61,7 @@ pub(super) async fn repair_round(
         );
         let model = t.model.clone();
         let expect = f.generated.expect(f.file).on_base(&t.code);
-        let call = selector.config.call_settings();
+        let call = selector.config.call_settings(selector.batch);
         let file = f.file.path.to_string();
         async move {
             let req = ChatRequest {
@@ -69,6 +69,7 @@ pub(super) async fn repair_round(
                 messages,
                 temperature: Some(call.temperature),
                 max_tokens: Some(call.max_tokens),
+                urgent: call.urgent,
                 ..ChatRequest::default()
             };
             sink.emit(Event::CandidateStarted {
