@@ -112,26 +112,10 @@ async fn find(state: &AppState, viewer: &Viewer, raw: &str) -> Result<Job, ApiEr
         )
         .with_field("id")
     })?;
-    let not_found = || ApiError::not_found(format!("no job {id}"));
-    let job = state
-        .store
-        .get_job(id)
+    crate::service::jobs::find(state, viewer, id)
         .await
         .map_err(store_error)?
-        .ok_or_else(not_found)?;
-    if viewer.only().is_some() {
-        // A job's id is its request's id.
-        let made_by = state
-            .store
-            .get_request(id)
-            .await
-            .map_err(store_error)?
-            .and_then(|r| r.caller);
-        if !viewer.sees(made_by.as_deref()) {
-            return Err(not_found());
-        }
-    }
-    Ok(job)
+        .ok_or_else(|| ApiError::not_found(format!("no job {id}")))
 }
 
 fn job_json(job: &Job) -> Value {

@@ -10,9 +10,39 @@ use std::time::Duration;
 use futures::stream::{self, Stream, StreamExt};
 use tokio::sync::broadcast;
 use uuid::Uuid;
-use writ_core::jobs::JobEvent;
+use writ_core::StoreError;
+use writ_core::jobs::{Job, JobEvent};
 
+use crate::auth::Viewer;
 use crate::state::AppState;
+
+/// Whether `viewer` may see what request `request_id` made (its job, its operations): a key sees
+/// its own, an admin or a server without keys everything.
+pub async fn sees_request(
+    state: &AppState,
+    viewer: &Viewer,
+    request_id: Uuid,
+) -> Result<bool, StoreError> {
+    if viewer.only().is_none() {
+        return Ok(true);
+    }
+    let made_by = state
+        .store
+        .get_request(request_id)
+        .await?
+        .and_then(|r| r.caller);
+    Ok(viewer.sees(made_by.as_deref()))
+}
+
+/// Job `id` as `viewer` may see it: `None` when there is none or it is another key's, so that
+/// another key's job reads as absent (`GET /jobs/{id}`, MCP `tasks/get`).
+pub async fn find(state: &AppState, viewer: &Viewer, id: Uuid) -> Result<Option<Job>, StoreError> {
+    let Some(job) = state.store.get_job(id).await? else {
+        return Ok(None);
+    };
+    // A job's id is its request's id.
+    Ok(sees_request(state, viewer, id).await?.then_some(job))
+}
 
 /// A stream not woken by this process (the batch runs elsewhere) looks again this often.
 const POLL_EVERY: Duration = Duration::from_millis(500);

@@ -140,16 +140,11 @@ pub async fn get(
         .await
         .map_err(store_error)?
         .ok_or_else(not_found)?;
-    if viewer.only().is_some() {
-        let made_by = state
-            .store
-            .get_request(op.request_id)
-            .await
-            .map_err(store_error)?
-            .and_then(|r| r.caller);
-        if !viewer.sees(made_by.as_deref()) {
-            return Err(not_found());
-        }
+    if !super::jobs::sees_request(state, viewer, op.request_id)
+        .await
+        .map_err(store_error)?
+    {
+        return Err(not_found());
     }
     let (content, content_base64) = match content.map(String::from_utf8) {
         None => (None, None),

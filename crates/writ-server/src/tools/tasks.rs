@@ -76,25 +76,10 @@ pub async fn cancel(state: &AppState, viewer: &Viewer, task_id: &str) -> Result<
 async fn find(state: &AppState, viewer: &Viewer, task_id: &str) -> Result<Job, ErrorData> {
     let unknown = || ErrorData::invalid_params(format!("no task {task_id}"), None);
     let id = Uuid::parse_str(task_id).map_err(|_| unknown())?;
-    let job = state
-        .store
-        .get_job(id)
+    crate::service::jobs::find(state, viewer, id)
         .await
         .map_err(|e| ErrorData::internal_error(format!("reading task {task_id}: {e}"), None))?
-        .ok_or_else(unknown)?;
-    if viewer.only().is_some() {
-        // A job's id is its request's id, and the request names the key that made it.
-        let made_by = state
-            .store
-            .get_request(id)
-            .await
-            .map_err(|e| ErrorData::internal_error(format!("reading task {task_id}: {e}"), None))?
-            .and_then(|r| r.caller);
-        if !viewer.sees(made_by.as_deref()) {
-            return Err(unknown());
-        }
-    }
-    Ok(job)
+        .ok_or_else(unknown)
 }
 
 fn detailed(job: &Job) -> DetailedTask {
