@@ -161,6 +161,11 @@ impl Writ {
             // would cap the ceiling at ~16 five-file batches/s against a 50 ms fake.
             .env("WRIT_MODEL_MAX_CONCURRENT_PER_MODEL", "4096")
             .env("WRIT_MODEL_MAX_CONCURRENT", "16384")
+            // The repository map walks and searches the whole REPO_DIR for every code file, and
+            // a bench run's REPO_DIR grows by thousands of files a row: with it on, each row
+            // would measure the size the rows before it left. Its cost by repository size is
+            // `writ-bench context`'s table; a caller of `extra_env` may turn it back on.
+            .env("WRIT_REPO_MAP_TOKENS", "0")
             .env_remove("OPENROUTER_API_KEY")
             .env_remove("WRIT_CONFIG")
             .stdout(Stdio::null())

@@ -99,6 +99,26 @@ impl Cluster {
         }
     }
 
+    /// A deployment with one API key, limited to `per_key` batches at once, and the models
+    /// answering after `latency`.
+    async fn with_key_limited_to(
+        per_key: usize,
+        latency: Duration,
+    ) -> (Cluster, writ_core::keys::NewKey) {
+        let api = writ_core::keys::generate("limits-test");
+        let entry = writ_core::keys::config_entry(&api.key).unwrap();
+        let per_key = per_key.to_string();
+        let cluster = Cluster::new(
+            latency,
+            &[
+                ("WRIT_API_KEYS", entry.as_str()),
+                ("WRIT_MAX_BATCHES_PER_KEY", per_key.as_str()),
+            ],
+        )
+        .await;
+        (cluster, api)
+    }
+
     fn repo(&self) -> PathBuf {
         self.dir.path().join("repo")
     }
@@ -615,17 +635,7 @@ async fn a_job_whose_replicas_keep_dying_ends_failed_with_the_reason_and_its_ans
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_key_limited_to_n_batches_runs_n_across_three_replicas_not_3n() {
     const PER_KEY: usize = 2;
-    let api = writ_core::keys::generate("limits-test");
-    let entry = writ_core::keys::config_entry(&api.key).unwrap();
-    let per_key = PER_KEY.to_string();
-    let cluster = Cluster::new(
-        Duration::from_secs(4),
-        &[
-            ("WRIT_API_KEYS", entry.as_str()),
-            ("WRIT_MAX_BATCHES_PER_KEY", per_key.as_str()),
-        ],
-    )
-    .await;
+    let (cluster, api) = Cluster::with_key_limited_to(PER_KEY, Duration::from_secs(4)).await;
     let replicas = [
         cluster.start().await,
         cluster.start().await,
@@ -655,17 +665,7 @@ async fn a_key_limited_to_n_batches_runs_n_across_three_replicas_not_3n() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_replicas_batches_keep_their_keys_slots_on_the_replica_that_resumes_them() {
     const PER_KEY: usize = 2;
-    let api = writ_core::keys::generate("resumed-slots-test");
-    let entry = writ_core::keys::config_entry(&api.key).unwrap();
-    let per_key = PER_KEY.to_string();
-    let cluster = Cluster::new(
-        Duration::from_secs(8),
-        &[
-            ("WRIT_API_KEYS", entry.as_str()),
-            ("WRIT_MAX_BATCHES_PER_KEY", per_key.as_str()),
-        ],
-    )
-    .await;
+    let (cluster, api) = Cluster::with_key_limited_to(PER_KEY, Duration::from_secs(8)).await;
     let mut dies = cluster.start().await;
     let resumes = cluster.start().await;
     let http = client();
