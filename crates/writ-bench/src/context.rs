@@ -177,7 +177,8 @@ async fn prompt_of(
     let file = &batch.files()[0];
     let mut more = MoreContext::default();
     if with_context && map_tokens > 0 {
-        more.map = context::repo_map(ws, &batch, file, &[], None, map_tokens).await;
+        more.map =
+            context::repo_map(ws, &Default::default(), &batch, file, &[], None, map_tokens).await;
     }
     let messages = prompt::candidate_messages(
         &batch,

@@ -162,7 +162,7 @@ pub(crate) async fn generate(
         config.repo_map_tokens,
         batch,
         file,
-        &prior.named,
+        prior,
         &shown,
         current_view,
     )

@@ -99,6 +99,7 @@ impl Synthesizer {
             current,
             named,
             prompt_tokens,
+            map_walk: Default::default(),
         }))
     }
 
@@ -118,6 +119,7 @@ impl Synthesizer {
             current,
             named,
             prompt_tokens: std::sync::Mutex::new(vec![None; sub.batch.files.len()]),
+            map_walk: Default::default(),
         })
     }
 

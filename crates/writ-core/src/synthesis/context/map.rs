@@ -8,16 +8,22 @@ use super::*;
 /// first, within `max_tokens`. `seen`: paths the prompt shows anyway, left out.
 pub async fn repo_map(
     workspace: &dyn Workspace,
+    map_walk: &MapWalk,
     batch: &Batch,
     file: &FileSpec,
     seen: &[String],
     current: Option<&str>,
     max_tokens: usize,
 ) -> Vec<ContextFile> {
-    let Ok(walk) = workspace
-        .walk(&RepoPath::root(), None, MAP_WALK_FILES)
-        .await
-    else {
+    let walked = map_walk
+        .get_or_init(|| async {
+            workspace
+                .walk(&RepoPath::root(), None, MAP_WALK_FILES)
+                .await
+                .ok()
+        })
+        .await;
+    let Some(walk) = walked else {
         return Vec::new();
     };
     // A workspace with nothing to outline (a new project, or only the batch's own files) costs

@@ -20,6 +20,7 @@ use crate::path::RepoPath;
 use crate::search::{SearchError, SearchQuery, WalkedFile};
 use crate::synthesis::batch::{Batch, BatchError, ContextEntry, ContextTarget, FileSpec};
 use crate::synthesis::prompt::{ContextFile, MoreContext};
+use crate::synthesis::stage::{MapWalk, Prior};
 use crate::workspace::{Workspace, WorkspaceError};
 
 mod map;
@@ -164,10 +165,11 @@ pub(crate) async fn more_context(
     default_map_tokens: usize,
     batch: &Batch,
     file: &FileSpec,
-    named: &NamedContext,
+    prior: &Prior,
     shown: &[String],
     current: Option<&str>,
 ) -> MoreContext {
+    let named = &prior.named;
     let mut more = MoreContext::default();
     let mut seen: Vec<String> = shown.to_vec();
     seen.extend(batch.files.iter().map(|f| f.path.to_string()));
@@ -218,7 +220,16 @@ pub(crate) async fn more_context(
     }
     let map_tokens = batch.options.repo_map_tokens.unwrap_or(default_map_tokens);
     if map_tokens > 0 {
-        more.map = repo_map(workspace, batch, file, &seen, current, map_tokens).await;
+        more.map = repo_map(
+            workspace,
+            &prior.map_walk,
+            batch,
+            file,
+            &seen,
+            current,
+            map_tokens,
+        )
+        .await;
     }
     more
 }

@@ -145,6 +145,7 @@ pub fn prior(batch: &Batch) -> Prior {
         current: Vec::new(),
         named: Default::default(),
         prompt_tokens: Mutex::new(vec![None; batch.files.len()]),
+        map_walk: Default::default(),
     }
 }
 
