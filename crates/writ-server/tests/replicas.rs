@@ -539,6 +539,18 @@ async fn a_job_is_followed_from_a_replica_that_does_not_run_it_in_order_with_non
     );
 }
 
+/// `GET /jobs/{id}` on the replica at `base`, as the holder of `key`.
+async fn job_as(http: &reqwest::Client, base: &str, key: &str, id: &str) -> Value {
+    http.get(format!("{base}/jobs/{id}"))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// `(id, event)` of each event of an SSE body.
 fn sse_events(body: &str) -> Vec<(i64, String)> {
     let mut out = Vec::new();
@@ -700,15 +712,7 @@ async fn a_killed_replicas_batches_keep_their_keys_slots_on_the_replica_that_res
     // Both resumed by the other replica...
     for job in &jobs {
         loop {
-            let j: Value = http
-                .get(format!("{}/jobs/{job}", resumes.base))
-                .bearer_auth(&api.key)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let j = job_as(&http, &resumes.base, &api.key, job).await;
             if j["attempts"].as_i64().unwrap_or(0) > 0 {
                 break;
             }
@@ -737,15 +741,7 @@ async fn a_killed_replicas_batches_keep_their_keys_slots_on_the_replica_that_res
     // Given back once each when they end: the key runs two batches again, not more.
     for job in &jobs {
         loop {
-            let j: Value = http
-                .get(format!("{}/jobs/{job}", resumes.base))
-                .bearer_auth(&api.key)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let j = job_as(&http, &resumes.base, &api.key, job).await;
             if j["status"] != "running" {
                 assert_eq!(j["status"], "done", "{j}");
                 break;
