@@ -130,6 +130,31 @@ fn errors(samples: &[Sample]) -> usize {
     samples.iter().filter(|s| !s.ok && !s.refused).count()
 }
 
+/// A closed loop's batches and upstream calls per second.
+fn rates(samples: &[Sample], elapsed: Duration) -> (f64, f64) {
+    let secs = elapsed.as_secs_f64();
+    let calls: u64 = samples.iter().map(|s| s.upstream_calls).sum();
+    (samples.len() as f64 / secs, calls as f64 / secs)
+}
+
+/// The last six cells of a closed-loop row: errors, refusals, batch latency p50 and p99, writ's
+/// overhead p50 and p99.
+fn outcome_cells(samples: &[Sample]) -> String {
+    let lat: Vec<f64> = samples.iter().map(|s| millis(s.latency)).collect();
+    let lat = Summary::of(&lat);
+    let oh: Vec<f64> = samples.iter().filter_map(|s| s.overhead_ms).collect();
+    let oh = Summary::of(&oh);
+    format!(
+        "{} | {} | {} | {} | {} | {}",
+        errors(samples),
+        samples.iter().filter(|s| s.refused).count(),
+        ms(lat.p50),
+        ms(lat.p99),
+        ms(oh.p50),
+        ms(oh.p99),
+    )
+}
+
 /// Table 1: writ's overhead per batch at fixed arrival rates.
 pub async fn overhead(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
     let mut out = String::new();
@@ -225,25 +250,14 @@ pub async fn ceiling(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
             let cpu = procfs::cpu_time(writ.pid, ticks)?.saturating_sub(cpu_before);
             let rss = procfs::peak_rss(writ.pid)?;
             let n = samples.len().max(1) as f64;
-            let calls: u64 = samples.iter().map(|s| s.upstream_calls).sum();
-            let lat: Vec<f64> = samples.iter().map(|s| millis(s.latency)).collect();
-            let lat = Summary::of(&lat);
-            let oh: Vec<f64> = samples.iter().filter_map(|s| s.overhead_ms).collect();
-            let oh = Summary::of(&oh);
+            let (rate, calls) = rates(&samples, elapsed);
             writeln!(
                 out,
-                "| {} | {concurrency} | {:.0} | {:.0} | {:.2} | {:.0} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {concurrency} | {rate:.0} | {calls:.0} | {:.2} | {:.0} | {} |",
                 backend.name(),
-                samples.len() as f64 / elapsed.as_secs_f64(),
-                calls as f64 / elapsed.as_secs_f64(),
                 millis(cpu) / n,
                 rss as f64 / (1024.0 * 1024.0),
-                errors(&samples),
-                samples.iter().filter(|s| s.refused).count(),
-                ms(lat.p50),
-                ms(lat.p99),
-                ms(oh.p50),
-                ms(oh.p99),
+                outcome_cells(&samples),
             )?;
             fake.forget_calls(&reqwest::Client::new()).await;
         }
@@ -527,32 +541,13 @@ pub async fn replicas(plan: &Plan, fake: &Fake, counts: &[usize]) -> anyhow::Res
         let cpu = writ_cpu(&writs)?.saturating_sub(cpu_before);
         let pg = procfs::cpu_time_of_all("postgres", ticks).saturating_sub(pg_before);
         let done = samples.len().max(1) as f64;
-        let calls: u64 = samples.iter().map(|s| s.upstream_calls).sum();
-        let lat = Summary::of(
-            &samples
-                .iter()
-                .map(|s| millis(s.latency))
-                .collect::<Vec<_>>(),
-        );
-        let oh = Summary::of(
-            &samples
-                .iter()
-                .filter_map(|s| s.overhead_ms)
-                .collect::<Vec<_>>(),
-        );
+        let (rate, calls) = rates(&samples, elapsed);
         writeln!(
             out,
-            "| {n} | {concurrency} | {:.0} | {:.0} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} |",
-            samples.len() as f64 / elapsed.as_secs_f64(),
-            calls as f64 / elapsed.as_secs_f64(),
+            "| {n} | {concurrency} | {rate:.0} | {calls:.0} | {:.2} | {:.2} | {} |",
             millis(cpu) / done,
             millis(pg) / done,
-            errors(&samples),
-            samples.iter().filter(|s| s.refused).count(),
-            ms(lat.p50),
-            ms(lat.p99),
-            ms(oh.p50),
-            ms(oh.p99),
+            outcome_cells(&samples),
         )?;
         fake.forget_calls(&reqwest::Client::new()).await;
         for writ in writs {
