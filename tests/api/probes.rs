@@ -26,16 +26,27 @@ fn batch(args: &[&str], repair_rounds: u32) -> Value {
                "timeout_secs": 30, "repair_rounds": repair_rounds}}})
 }
 
-async fn post_run(app: &TestApp, body: Value) -> (u16, Value) {
-    let resp = app
+/// A JSON-RPC message to `/mcp` as the holder of `key`, in `session` when given.
+async fn mcp_post(
+    app: &TestApp,
+    key: &str,
+    session: Option<&str>,
+    body: Value,
+) -> reqwest::Response {
+    let mut req = app
         .client
-        .post(app.url("/run"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap())
+        .post(app.url("/mcp"))
+        .bearer_auth(key)
+        .header("accept", "application/json, text/event-stream")
+        .json(&body);
+    if let Some(session) = session {
+        req = req.header("mcp-session-id", session);
+    }
+    req.send().await.unwrap()
+}
+
+async fn post_run(app: &TestApp, body: Value) -> (u16, Value) {
+    app.post_json("/run", &body).await
 }
 
 #[tokio::test]
@@ -247,32 +258,25 @@ async fn one_key_cannot_see_or_use_what_another_key_made() {
     assert_eq!(r.status(), 404);
 
     // An MCP session opened by A cannot be used or closed by B; A can still close it.
-    let r = app
-        .client
-        .post(app.url("/mcp"))
-        .bearer_auth(&a.key)
-        .header("accept", "application/json, text/event-stream")
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    let r = mcp_post(
+        &app,
+        &a.key,
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {},
             "clientInfo": {"name": "t", "version": "1"}}}),
-        )
-        .send()
-        .await
-        .unwrap();
+    )
+    .await;
     assert_eq!(r.status(), 200);
     let session = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
     drop(r);
-    let r = app
-        .client
-        .post(app.url("/mcp"))
-        .bearer_auth(&b.key)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-session-id", &session)
-        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
-        .send()
-        .await
-        .unwrap();
+    let r = mcp_post(
+        &app,
+        &b.key,
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    )
+    .await;
     assert_eq!(r.status(), 404, "{:?}", r.text().await);
     let r = app
         .client

@@ -293,17 +293,7 @@ async fn run_executes_a_configured_command_on_a_scratch_copy_and_records_it() {
     .unwrap();
     let run = |body: Value| {
         let app = &app;
-        async move {
-            let resp = app
-                .client
-                .post(app.url("/run"))
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            let status = resp.status().as_u16();
-            (status, resp.json::<Value>().await.unwrap())
-        }
+        async move { app.post_json("/run", &body).await }
     };
     let (status, out) =
         run(json!({"command": "python", "args": ["tests/test_calc.py"], "timeout_secs": 20})).await;

@@ -173,14 +173,24 @@ impl TestApp {
     }
 
     pub async fn post_write_codebase(&self, body: &serde_json::Value) -> (u16, serde_json::Value) {
+        self.post_json("/write_codebase", body).await
+    }
+
+    /// `POST path` with a JSON body; the status and the JSON answer (a non-JSON answer fails the
+    /// test, naming the route and showing the body).
+    pub async fn post_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> (u16, serde_json::Value) {
         let r = self
             .client
-            .post(self.url("/write_codebase"))
+            .post(self.url(path))
             .json(body)
             .send()
             .await
             .unwrap();
-        json_answer("POST /write_codebase", r).await
+        json_answer(&format!("POST {path}"), r).await
     }
 
     pub async fn json(&self, path: &str) -> (u16, serde_json::Value) {
