@@ -112,6 +112,28 @@ impl Batch {
     pub fn task_description(&self) -> Option<&str> {
         self.task_description.as_deref()
     }
+
+    /// What is left of this batch once the files in `written` are: a batch of its own, resumed,
+    /// its files re-indexed from 0, since every stage keeps per-file state by position (named
+    /// context, prompt tokens). It has no files when every file was written; the runner answers
+    /// such a batch from its records alone.
+    pub(crate) fn without(&self, written: impl Fn(&RepoPath) -> bool) -> Batch {
+        let files: Vec<FileSpec> = self
+            .files
+            .iter()
+            .filter(|f| !written(&f.path))
+            .enumerate()
+            .map(|(index, f)| FileSpec {
+                index,
+                ..f.clone()
+            })
+            .collect();
+        Batch {
+            files,
+            resumed: true,
+            ..self.clone()
+        }
+    }
 }
 
 /// A refusal of the request, naming the field at fault.

@@ -108,14 +108,12 @@ pub(super) async fn plan_resume(
         }
     }
     let order: Vec<String> = batch.files.iter().map(|f| f.path.to_string()).collect();
-    let mut kept = Vec::new();
-    let mut remaining = Vec::new();
-    for (at, file) in batch.files.iter().enumerate() {
-        match written.get(file.path.as_str()) {
-            Some(op) => kept.push((at, written_result(op))),
-            None => remaining.push(file.clone()),
-        }
-    }
+    let kept: Vec<(usize, FileResult)> = batch
+        .files
+        .iter()
+        .enumerate()
+        .filter_map(|(at, file)| Some((at, written_result(written.get(file.path.as_str())?))))
+        .collect();
     let sub = Submission {
         request_id: job.id,
         caller: record.caller,
@@ -123,11 +121,7 @@ pub(super) async fn plan_resume(
         idempotency_key: record.idempotency_key,
         body_sha256: record.body_sha256.unwrap_or_default(),
         body: Some(body.clone()),
-        batch: Batch {
-            files: remaining,
-            resumed: true,
-            ..batch
-        },
+        batch: batch.without(|path| written.contains_key(path.as_str())),
     };
     let prior = synthesizer
         .prepare_resumed(&sub)
@@ -355,5 +349,109 @@ mod tests {
         let result = written_result(&op);
         assert_eq!(result.change, Some(change));
         assert_eq!(result.image, None);
+    }
+}
+
+#[cfg(test)]
+mod remaining {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::synthesis::doubles::{self, Answer, MemoryStore, MemoryWorkspace, ScriptedModels};
+    use crate::synthesis::progress::NoProgress;
+    use crate::synthesis::stage::{Recorded, SynthesisConfig};
+
+    /// Three files, each naming a context file of its own whose text says whose it is.
+    fn batch_with_own_context() -> Batch {
+        let files: Vec<_> = ["a", "b", "c"]
+            .iter()
+            .map(|f| {
+                serde_json::json!({
+                    "filename": format!("{f}.py"),
+                    "code_description": "does things",
+                    "context": [format!("notes/{f}.md")],
+                })
+            })
+            .collect();
+        let request = serde_json::json!({"command": "write_codebase", "files": files});
+        match serde_json::from_value(request).map(Batch::parse) {
+            Ok(Ok(batch)) => batch,
+            _ => panic!("the test batch is valid"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resumed_batch_shows_each_remaining_file_its_own_named_context_and_tokens() {
+        // b's notes are short and c's long, so their token counts cannot be mistaken for each
+        // other.
+        let workspace = MemoryWorkspace::default()
+            .with_file("notes/a.md", "NOTES-FOR-A\n")
+            .with_file("notes/b.md", "NOTES-FOR-B\n")
+            .with_file("notes/c.md", &"NOTES-FOR-C\n".repeat(200));
+        let models = Arc::new(
+            ScriptedModels::default().with("alpha", vec![Answer::after(5, "```python\nx = 1\n```")]),
+        );
+        let synthesizer = Synthesizer::new(
+            models.clone(),
+            Arc::new(MemoryStore::default()),
+            Arc::new(workspace),
+            SynthesisConfig {
+                candidates: vec!["alpha".into()],
+                ..SynthesisConfig::default()
+            },
+        );
+        let batch = batch_with_own_context().without(|path| path.as_str() == "a.py");
+        let names: Vec<&str> = batch.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(names, ["b.py", "c.py"]);
+        assert!(batch.resumed);
+        let sub = Submission {
+            request_id: Uuid::now_v7(),
+            caller: None,
+            scope: None,
+            idempotency_key: None,
+            body_sha256: String::new(),
+            body: None,
+            batch,
+        };
+        let prior = match synthesizer.prepare_resumed(&sub).await {
+            Ok(prior) => prior,
+            Err(e) => panic!("the remaining batch is admitted: {e}"),
+        };
+        let (submitted, _) = synthesizer
+            .execute(&sub, prior, &NoProgress, &Recorded::already())
+            .await;
+
+        for (file, own, others) in [
+            ("b.py", "NOTES-FOR-B", ["NOTES-FOR-A", "NOTES-FOR-C"]),
+            ("c.py", "NOTES-FOR-C", ["NOTES-FOR-A", "NOTES-FOR-B"]),
+        ] {
+            let prompts: Vec<String> = models
+                .requests_to("alpha")
+                .into_iter()
+                .map(|r| r.messages.into_iter().map(|m| m.content).collect::<String>())
+                .filter(|p| p.contains(&format!("Write the file \"{file}\"")))
+                .collect();
+            assert!(!prompts.is_empty(), "{file} was asked for");
+            for prompt in &prompts {
+                assert!(prompt.contains(own), "{file}'s prompt shows its own context");
+                for other in others {
+                    assert!(!prompt.contains(other), "{file}'s prompt shows {other}");
+                }
+            }
+        }
+        let tokens = |file: &str| {
+            submitted
+                .response
+                .results
+                .iter()
+                .find(|r| r.filename == file)
+                .and_then(|r| r.prompt_tokens_by_part.clone())
+                .map(|t| t.named_context)
+        };
+        let (b, c) = (tokens("b.py"), tokens("c.py"));
+        assert!(
+            matches!((b, c), (Some(b), Some(c)) if b > 0 && c > 10 * b),
+            "each file reports its own context's tokens: b {b:?}, c {c:?}"
+        );
     }
 }
