@@ -84,6 +84,7 @@ async fn an_async_batch_answers_202_and_its_job_ends_with_the_synchronous_body(a
         .await
         .unwrap();
     assert_eq!(r.status(), 202);
+    assert_eq!(r.headers()["preference-applied"], "respond-async");
     let location = r.headers()["location"].to_str().unwrap().to_string();
     let body: Value = r.json().await.unwrap();
     let job = body["job_id"].as_str().unwrap().to_string();
@@ -110,9 +111,23 @@ async fn an_async_batch_answers_202_and_its_job_ends_with_the_synchronous_body(a
 async fn options_async_is_the_same_as_prefer_respond_async(app: TestApp) {
     let mut body = batch(&["b.py"]);
     body["options"] = json!({"async": true});
-    let (status, answer) = app.post_write_codebase(&body).await;
-    assert_eq!(status, 202, "{answer}");
-    let done = wait_done(&app, answer["job_id"].as_str().unwrap()).await;
+    let r = app
+        .client
+        .post(app.url("/write_codebase"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let headers = r.headers().clone();
+    let answer: Value = r.json().await.unwrap();
+    let job = answer["job_id"].as_str().unwrap();
+    assert_eq!(headers["location"], format!("/jobs/{job}").as_str());
+    assert_eq!(answer["location"], format!("/jobs/{job}"));
+    assert_eq!(answer["events"], format!("/jobs/{job}/events"));
+    // The body asked for it, not a Prefer header: no preference was applied.
+    assert!(headers.get("preference-applied").is_none(), "{headers:?}");
+    let done = wait_done(&app, job).await;
     assert_eq!(done["batch_status"], "success");
 }
 

@@ -123,6 +123,43 @@ fn accepts(schema: &Value, value: &Value, at: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Every property path a JSON Schema names (`request.files[].context`), through `anyOf` and
+/// array items.
+fn properties_of(schema: &Value, at: &str, out: &mut std::collections::BTreeSet<String>) {
+    for alt in schema["anyOf"].as_array().into_iter().flatten() {
+        properties_of(alt, at, out);
+    }
+    if let Some(props) = schema["properties"].as_object() {
+        for (k, s) in props {
+            let path = format!("{at}.{k}");
+            out.insert(path.clone());
+            properties_of(s, &path, out);
+        }
+    }
+    if let Some(items) = schema.get("items") {
+        properties_of(items, &format!("{at}[]"), out);
+    }
+}
+
+/// Every key path a JSON value uses, in the form [`properties_of`] names them.
+fn keys_used(value: &Value, at: &str, out: &mut std::collections::BTreeSet<String>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                let path = format!("{at}.{k}");
+                out.insert(path.clone());
+                keys_used(v, &path, out);
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                keys_used(item, &format!("{at}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Every key anywhere in a Gemini schema, to check it stays inside Gemini's subset.
 fn keys_in(schema: &Value, out: &mut std::collections::BTreeSet<String>) {
     match schema {
@@ -233,16 +270,42 @@ async fn the_write_codebase_schema_accepts_what_the_http_api_accepts() {
     // ...and so does the tool's schema, as does a request using every option.
     accepts(schema, &example, "request").unwrap();
     let everything = json!({"command": "write_codebase", "task_description": "t",
+        "context": ["docs/"], "constraints": "no globals",
         "files": [{"filename": "a.png", "code_description": "d", "external_imports": [],
                    "internal_imports": ["b.py"], "expected_sha256": "0".repeat(64),
-                   "image": {"width": 64, "height": 64, "format": "png"}}],
+                   "image": {"width": 64, "height": 64, "format": "png"}},
+                  {"filename": "b.py", "code_description": "d", "context": ["src/*.py"],
+                   "constraints": "typed"}],
         "options": {"models": ["m"], "arbiter_model": "j", "dry_run": true, "atomic": true,
                     "async": false, "image_model": "i", "image": {"format": "png"},
-                    "straggler": {"enough": 2, "extra_factor": 0.5}}});
-    let req: writ_core::synthesis::WriteCodebaseRequest =
-        serde_json::from_value(everything.clone()).unwrap();
-    writ_core::synthesis::Batch::parse(req).unwrap();
-    accepts(schema, &everything, "request").unwrap();
+                    "straggler": {"enough": 2, "extra_factor": 0.5},
+                    "validation": {"commands": [{"name": "pytest", "args": ["tests/"]}],
+                                   "timeout_secs": 30, "repair_rounds": 1, "on_fail": "refuse"},
+                    "allow_removals": true, "repo_map_tokens": 500}});
+    // The alternatives `everything` cannot hold at once.
+    let alternatives = json!({"command": "write_codebase",
+        "files": [{"filename": "c.py", "code_description": "d"}],
+        "options": {"straggler": {"enough": "all_but_slowest", "extra_ms": 20},
+                    "image": {"width": 32, "height": 32}}});
+    for request in [&everything, &alternatives] {
+        let req: writ_core::synthesis::WriteCodebaseRequest =
+            serde_json::from_value(request.clone()).unwrap();
+        writ_core::synthesis::Batch::parse(req).unwrap();
+        accepts(schema, request, "request").unwrap();
+    }
+    // "Every option" means every one the schema names: a new option fails here until the
+    // requests above use it.
+    let mut named = std::collections::BTreeSet::new();
+    properties_of(schema, "request", &mut named);
+    let mut used = std::collections::BTreeSet::new();
+    for request in [&everything, &alternatives] {
+        keys_used(request, "request", &mut used);
+    }
+    let missing: Vec<_> = named.difference(&used).collect();
+    assert!(
+        missing.is_empty(),
+        "options no request above uses: {missing:?}"
+    );
     // What the HTTP API refuses for its shape, the schema refuses too.
     let unknown = json!({"command": "write_codebase", "files": [{"filename": "a.py", "code_description": "d", "content": "x"}]});
     assert!(accepts(schema, &unknown, "request").is_err());

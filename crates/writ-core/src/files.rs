@@ -129,7 +129,9 @@ pub async fn recorded_write(
     provenance: Provenance,
 ) -> Result<WriteReceipt, WriteError> {
     let (receipt, completion) =
-        write_deferring_completion(store, workspace, request_id, kind, spec, provenance).await?;
+        write_deferring_completion(store, workspace, request_id, kind, spec, provenance)
+            .await
+            .map_err(|failed| failed.error)?;
     if let Some(completion) = completion
         && let Err(store_err) = store.commit(vec![completion]).await
     {
@@ -161,10 +163,10 @@ pub async fn write_deferring_completion(
         .into_iter()
         .next()
         .unwrap_or_else(|| {
-            Err(WorkspaceError::Io {
+            Err(WriteError::from(WorkspaceError::Io {
                 path,
                 source: std::io::Error::other("the write was lost"),
-            }
+            })
             .into())
         })
 }
@@ -178,7 +180,25 @@ pub struct GroupedWrite {
 }
 
 /// A write made up to its deferred completion (see [`write_deferring_completion`]).
-pub type DeferredWrite = Result<(WriteReceipt, Option<AuditWrite>), WriteError>;
+pub type DeferredWrite = Result<(WriteReceipt, Option<AuditWrite>), FailedWrite>;
+
+/// A write that was not made: why, and the operation recording it when its `pending` record was
+/// committed before the write failed (that record is then completed as `failed`, so the caller
+/// must not record the failure again). `None`: refused before any record was made.
+#[derive(Debug)]
+pub struct FailedWrite {
+    pub error: WriteError,
+    pub operation_id: Option<Uuid>,
+}
+
+impl From<WriteError> for FailedWrite {
+    fn from(error: WriteError) -> Self {
+        FailedWrite {
+            error,
+            operation_id: None,
+        }
+    }
+}
 
 /// Several files (distinct paths) written as [`write_deferring_completion`] writes one, in
 /// lockstep: every path locked (in path order, so two groups never wait on each other) and
@@ -237,14 +257,14 @@ pub async fn write_group_deferring_completion(
             .and_then(|current| plan(workspace, request_id, w, current))
         {
             Ok(p) => planned.push((i, p)),
-            Err(e) => outcomes[i] = Some(Err(e)),
+            Err(e) => outcomes[i] = Some(Err(e.into())),
         }
     }
 
     // The pending records are committed while the contents are written to their temp files and
-    // synced; no file changes (the renames) until both are durable. (Staging before the reads
-    // instead, to overlap them, was measured slower: on one disk the staging's syncs and the
-    // commit's WAL flush queue for the device either way.)
+    // synced; no file changes (the renames) until both are durable. Staging is not moved ahead
+    // of the reads to overlap them: on one disk the staging's syncs and the commit's WAL flush
+    // queue for the device either way.
     let records: Vec<AuditWrite> = planned
         .iter_mut()
         .map(|(_, p)| {
@@ -276,7 +296,7 @@ pub async fn write_group_deferring_completion(
         // Dropping the staged writes discards them: no file changes.
         drop(staged);
         for (i, _) in planned {
-            outcomes[i] = Some(Err(WriteError::AuditUnavailable(refused.clone())));
+            outcomes[i] = Some(Err(WriteError::AuditUnavailable(refused.clone()).into()));
         }
         return outcomes.into_iter().flatten().collect();
     }
@@ -342,7 +362,10 @@ pub async fn write_group_deferring_completion(
                         duration_ms: Some(started.elapsed().as_millis() as i64),
                     },
                 });
-                Err(err)
+                Err(FailedWrite {
+                    error: err,
+                    operation_id: Some(p.op.id),
+                })
             }
         };
         outcomes[i] = Some(outcome);

@@ -259,8 +259,8 @@ async fn write_all(
                 completions.extend(completion);
                 done.push((e, receipt));
             }
-            Err(err) => {
-                refused.get_or_insert(err);
+            Err(failed) => {
+                refused.get_or_insert(failed.error);
             }
         }
     }

@@ -269,3 +269,135 @@ async fn repository_context(
     }
     shown
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::synthesis::doubles::{self, Answer, MemoryWorkspace, ScriptedModels};
+    use crate::synthesis::fanout::UpstreamClock;
+    use crate::synthesis::progress::NoProgress;
+
+    fn batch(request: serde_json::Value) -> Batch {
+        match serde_json::from_value(request).map(Batch::parse) {
+            Ok(Ok(batch)) => batch,
+            other => panic!("the test batch is valid: {other:?}"),
+        }
+    }
+
+    fn config() -> SynthesisConfig {
+        SynthesisConfig {
+            candidates: vec!["alpha".into(), "beta".into()],
+            ..SynthesisConfig::default()
+        }
+    }
+
+    fn paths(found: Vec<RepoPath>) -> Vec<String> {
+        found.into_iter().map(|p| p.to_string()).collect()
+    }
+
+    #[test]
+    fn an_import_hint_is_tried_as_a_path_and_as_the_module_it_names() {
+        assert_eq!(
+            paths(import_paths("pkg.helpers", Language::Python)),
+            ["pkg.helpers", "pkg/helpers.py"]
+        );
+        assert_eq!(
+            paths(import_paths("util", Language::Rust)),
+            ["util", "util.rs"]
+        );
+        assert_eq!(
+            paths(import_paths(" src/a.py ", Language::Python)),
+            ["src/a.py"]
+        );
+        assert!(import_paths("../outside", Language::Python).is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_candidate_model_is_asked_once_with_one_prompt_showing_the_imported_file() {
+        let models = ScriptedModels::default()
+            .with(
+                "alpha",
+                vec![Answer::after(20, "```python\ndef f():\n    return 1\n```")],
+            )
+            .with("beta", vec![Answer::after(40, "I cannot help with that.")]);
+        let workspace = MemoryWorkspace::default().with_file(
+            "pkg/helpers.py",
+            "def helper():\n    return 'HELPER_MARK'\n",
+        );
+        let b = batch(serde_json::json!({"command": "write_codebase", "files": [
+            {"filename": "a.py", "code_description": "calls helper", "internal_imports": ["pkg.helpers"]}]}));
+        let prior = doubles::prior(&b);
+        let clock = UpstreamClock::default();
+        let cx = FileCx {
+            batch: &b,
+            file: &b.files[0],
+            prior: &prior,
+            sink: &NoProgress,
+            clock: &clock,
+        };
+        let generated = match generate(&models, &workspace, &config(), cx).await {
+            Ok(g) => g,
+            Err(e) => panic!("generated: {e}"),
+        };
+
+        assert_eq!(generated.models, ["alpha", "beta"]);
+        let alpha = models.requests_to("alpha");
+        let beta = models.requests_to("beta");
+        assert_eq!((alpha.len(), beta.len()), (1, 1));
+        let text = |r: &crate::model::ChatRequest| {
+            r.messages
+                .iter()
+                .map(|m| m.content.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            text(&alpha[0]),
+            text(&beta[0]),
+            "one prompt for every model"
+        );
+        assert!(text(&alpha[0]).concat().contains("HELPER_MARK"));
+        // Each answer is checked as it arrives: code is viable, a refusal is not.
+        let viable: Vec<bool> = generated.answers.iter().map(|c| c.code.is_some()).collect();
+        assert_eq!(viable, [true, false]);
+        let tokens = prior.prompt_tokens.lock().map(|t| t[0].clone());
+        assert!(
+            matches!(tokens, Ok(Some(t)) if t.imported_files > 0 && t.total >= t.imported_files),
+            "the prompt's parts are counted for the answer"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_file_that_differs_from_its_expected_sha256_fails_alone_and_no_model_is_called() {
+        let models = ScriptedModels::default().with("alpha", vec![Answer::after(5, "x")]);
+        let b = batch(serde_json::json!({"command": "write_codebase", "files": [
+            {"filename": "a.py", "code_description": "d", "expected_sha256": sha256_hex(b"old\n")}]}));
+        let mut prior = doubles::prior(&b);
+        prior.current = vec![(b.files[0].path.clone(), Some(b"new\n".to_vec()))];
+        prior.prompt_tokens = Mutex::new(vec![None]);
+        let clock = UpstreamClock::default();
+        let cx = FileCx {
+            batch: &b,
+            file: &b.files[0],
+            prior: &prior,
+            sink: &NoProgress,
+            clock: &clock,
+        };
+        let failed = generate(&models, &MemoryWorkspace::default(), &config(), cx).await;
+        match failed {
+            Err(why) => assert!(
+                why.contains("changed") && why.contains("no model was called"),
+                "{why}"
+            ),
+            Ok(_) => panic!("a stale file is not generated"),
+        }
+        assert!(
+            models
+                .requests
+                .lock()
+                .map(|r| r.is_empty())
+                .unwrap_or(false)
+        );
+    }
+}

@@ -8,6 +8,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::audit::{NewRequest, RecentOperation, StoreError};
+use crate::content::sha256_hex;
 use crate::execution::RunError;
 use crate::path::RepoPath;
 use crate::synthesis::batch::{Batch, BatchError, TargetKind};
@@ -55,6 +56,16 @@ pub enum SubmitError {
     /// The batch's task ended without an answer (it panicked, or the runtime is shutting down).
     #[error("the batch ended without an answer: {0}")]
     Lost(String),
+    /// A file no longer holds the caller's `expected_sha256`: the whole batch is refused before
+    /// any model is called, as `POST /edits` refuses a stale edit, since what the caller asked
+    /// for was planned against content that is gone.
+    #[error("'{path}' changed: expected sha256 {expected}, found {actual}; no model was called")]
+    Stale {
+        field: String,
+        path: String,
+        expected: String,
+        actual: String,
+    },
 }
 
 /// What [`Synthesizer::prepare`] found: a stored answer to replay, or a batch to run with what
@@ -91,6 +102,7 @@ impl Synthesizer {
         )
         .await;
         let current = current?;
+        check_expected(&sub.batch, &current)?;
         self.check_validation(&sub.batch)?;
         let named = resolve_context(self.workspace.as_ref(), &sub.batch).await?;
         let prompt_tokens = std::sync::Mutex::new(vec![None; sub.batch.files.len()]);
@@ -207,7 +219,7 @@ impl Synthesizer {
             if job.status.is_final() {
                 return match job.response {
                     Some(body) => Ok(body),
-                    // Failed by an older release, which stored no answer for a failed job.
+                    // A failed job whose row holds no answer: its error is all there is to say.
                     None => Err(SubmitError::Unavailable(format!(
                         "the batch with this Idempotency-Key ended without an answer: {}",
                         job.error.as_deref().unwrap_or("no reason recorded")
@@ -343,8 +355,6 @@ impl Synthesizer {
         Ok(current)
     }
 
-    /// The caller's own latest operations, shown to the models as context. Another caller's
-    /// filenames never reach this caller's prompts.
     /// An existing code file is changed by edits against its whole content: it must be text
     /// writ can show whole. Refused before any model is called, naming the limit and what the
     /// caller can do instead.
@@ -369,6 +379,8 @@ impl Synthesizer {
         Ok(())
     }
 
+    /// The caller's own latest operations, shown to the models as context. Another caller's
+    /// filenames never reach this caller's prompts.
     async fn recent_operations(&self, caller: Option<&str>) -> Vec<RecentOperation> {
         match self
             .store
@@ -380,6 +392,178 @@ impl Synthesizer {
                 tracing::warn!(error = %e, "no recent operations for the prompts: audit store unavailable");
                 Vec::new()
             }
+        }
+    }
+}
+
+/// Every code file that names an `expected_sha256` still holds it (a file that does not exist
+/// holds `absent`).
+fn check_expected(
+    batch: &Batch,
+    current: &[(RepoPath, Option<Vec<u8>>)],
+) -> Result<(), SubmitError> {
+    for file in batch.files.iter().filter(|f| f.kind == TargetKind::Code) {
+        let Some(expected) = &file.expected_sha256 else {
+            continue;
+        };
+        let actual = current
+            .iter()
+            .find(|(p, _)| *p == file.path)
+            .and_then(|(_, content)| content.as_deref())
+            .map(sha256_hex)
+            .unwrap_or_else(|| "absent".into());
+        if !actual.eq_ignore_ascii_case(expected) {
+            return Err(SubmitError::Stale {
+                field: format!("files[{}].expected_sha256", file.index),
+                path: file.path.to_string(),
+                expected: expected.clone(),
+                actual,
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::synthesis::doubles::{MemoryStore, MemoryWorkspace, ScriptedModels};
+    use crate::synthesis::stage::SynthesisConfig;
+
+    fn batch(request: serde_json::Value) -> Batch {
+        match serde_json::from_value(request).map(Batch::parse) {
+            Ok(Ok(batch)) => batch,
+            other => panic!("the test batch is valid: {other:?}"),
+        }
+    }
+
+    fn submission(batch: Batch) -> Submission {
+        Submission {
+            request_id: Uuid::now_v7(),
+            caller: None,
+            scope: None,
+            idempotency_key: None,
+            body_sha256: String::new(),
+            body: None,
+            batch,
+        }
+    }
+
+    fn synthesizer(workspace: MemoryWorkspace, config: SynthesisConfig) -> Synthesizer {
+        Synthesizer::new(
+            Arc::new(ScriptedModels::default()),
+            Arc::new(MemoryStore::default()),
+            Arc::new(workspace),
+            SynthesisConfig {
+                candidates: vec!["alpha".into(), "beta".into()],
+                ..config
+            },
+        )
+    }
+
+    async fn prepared(s: &Synthesizer, batch: Batch) -> Result<Prior, SubmitError> {
+        match s.prepare(&submission(batch)).await? {
+            Prepared::Fresh(prior) => Ok(prior),
+            Prepared::Replay(_) => panic!("no key was given, so nothing is replayed"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_file_that_no_longer_holds_its_expected_sha256_refuses_the_whole_batch() {
+        let s = synthesizer(
+            MemoryWorkspace::default().with_file("a.py", "x = 1\n"),
+            SynthesisConfig::default(),
+        );
+        let stale = batch(serde_json::json!({"command": "write_codebase", "files": [
+            {"filename": "new.py", "code_description": "d"},
+            {"filename": "a.py", "code_description": "d", "expected_sha256": "0".repeat(64)}]}));
+        match prepared(&s, stale).await {
+            Err(SubmitError::Stale {
+                field,
+                path,
+                actual,
+                ..
+            }) => {
+                assert_eq!(field, "files[1].expected_sha256");
+                assert_eq!(path, "a.py");
+                assert_eq!(actual, sha256_hex(b"x = 1\n"));
+            }
+            other => panic!("refused as stale: {:?}", other.err()),
+        }
+
+        let current = batch(serde_json::json!({"command": "write_codebase", "files": [
+            {"filename": "a.py", "code_description": "d", "expected_sha256": sha256_hex(b"x = 1\n")}]}));
+        let prior = match prepared(&s, current).await {
+            Ok(prior) => prior,
+            Err(e) => panic!("a current hash is admitted: {e}"),
+        };
+        let path = RepoPath::parse("a.py").map_err(|e| e.to_string());
+        assert_eq!(
+            path.map(|p| prior.current(&p).map(<[u8]>::to_vec)),
+            Ok(Some(b"x = 1\n".to_vec())),
+            "the prompts will show what the check read"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_expected_sha256_on_a_file_that_does_not_exist_is_stale() {
+        let s = synthesizer(MemoryWorkspace::default(), SynthesisConfig::default());
+        let b = batch(serde_json::json!({"command": "write_codebase", "files": [
+            {"filename": "gone.py", "code_description": "d", "expected_sha256": "a".repeat(64)}]}));
+        match prepared(&s, b).await {
+            Err(SubmitError::Stale { actual, .. }) => assert_eq!(actual, "absent"),
+            other => panic!("refused as stale: {:?}", other.err()),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_model_the_deployment_does_not_allow_is_refused_naming_its_field() {
+        let s = synthesizer(MemoryWorkspace::default(), SynthesisConfig::default());
+        let b = batch(serde_json::json!({"command": "write_codebase",
+            "files": [{"filename": "a.py", "code_description": "d"}],
+            "options": {"models": ["alpha", "mallory/expensive"]}}));
+        match prepared(&s, b).await {
+            Err(SubmitError::Invalid(e)) => {
+                assert_eq!(e.field, "options.models[1]");
+                assert!(e.message.contains("WRIT_ALLOWED_MODELS"), "{e}");
+            }
+            other => panic!("refused: {:?}", other.err()),
+        }
+    }
+
+    #[tokio::test]
+    async fn validation_on_a_server_without_commands_is_unavailable_naming_the_setting() {
+        let s = synthesizer(MemoryWorkspace::default(), SynthesisConfig::default());
+        let b = batch(serde_json::json!({"command": "write_codebase",
+            "files": [{"filename": "a.py", "code_description": "d"}],
+            "options": {"validation": {"commands": [{"name": "pytest"}]}}}));
+        match prepared(&s, b).await {
+            Err(SubmitError::Unavailable(why)) => assert!(why.contains("WRIT_COMMANDS"), "{why}"),
+            other => panic!("refused: {:?}", other.err()),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_existing_file_larger_than_a_model_is_shown_is_refused_naming_the_limit() {
+        let s = synthesizer(
+            MemoryWorkspace::default().with_file("big.py", &"x = 1\n".repeat(50)),
+            SynthesisConfig {
+                max_shown_file_chars: 100,
+                ..SynthesisConfig::default()
+            },
+        );
+        let b = batch(serde_json::json!({"command": "write_codebase",
+            "files": [{"filename": "small.py", "code_description": "d"},
+                      {"filename": "big.py", "code_description": "d"}]}));
+        match prepared(&s, b).await {
+            Err(SubmitError::Invalid(e)) => {
+                assert_eq!(e.field, "files[1].filename");
+                assert!(e.message.contains("WRIT_MAX_SHOWN_FILE_CHARS"), "{e}");
+                assert!(e.message.contains("300 characters"), "{e}");
+            }
+            other => panic!("refused: {:?}", other.err()),
         }
     }
 }

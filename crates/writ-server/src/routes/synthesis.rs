@@ -34,6 +34,7 @@ pub async fn write_codebase(
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;
+    let prefer_async = prefers_async(&headers);
     let begun = begin(
         &state,
         BatchCall {
@@ -42,14 +43,14 @@ pub async fn write_codebase(
             scopes: grant.as_ref().map(|axum::Extension(g)| g.scopes),
             scope: grant.and_then(|axum::Extension(g)| g.scope),
             idempotency_key: idempotency_key(&headers)?,
-            prefer_async: prefers_async(&headers),
+            prefer_async,
             body: &body,
         },
     )
     .await?;
     let done = match begun {
         Begun::Replayed(done) => done,
-        Begun::Accepted { job_id } => return Ok(accepted(job_id)),
+        Begun::Accepted { job_id } => return Ok(accepted(job_id, prefer_async)),
         Begun::Running(handle) => handle.answer().await.map_err(submit_error)?,
     };
     let mut resp = (StatusCode::OK, Json(&done.response)).into_response();
@@ -80,17 +81,20 @@ fn prefers_async(headers: &HeaderMap) -> bool {
     })
 }
 
-/// 202 with where to follow the job.
-fn accepted(job_id: uuid::Uuid) -> Response {
+/// 202 with where to follow the job; `Preference-Applied` only answers a `Prefer` header the
+/// caller sent (RFC 7240), not `options.async` in the body.
+fn accepted(job_id: uuid::Uuid, preferred: bool) -> Response {
     let location = format!("/jobs/{job_id}");
     let mut resp = (StatusCode::ACCEPTED, Json(accepted_body(job_id))).into_response();
     if let Ok(v) = HeaderValue::from_str(&location) {
         resp.headers_mut().insert(axum::http::header::LOCATION, v);
     }
-    resp.headers_mut().insert(
-        "preference-applied",
-        HeaderValue::from_static("respond-async"),
-    );
+    if preferred {
+        resp.headers_mut().insert(
+            "preference-applied",
+            HeaderValue::from_static("respond-async"),
+        );
+    }
     resp
 }
 

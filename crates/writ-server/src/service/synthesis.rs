@@ -138,5 +138,9 @@ pub fn submit_error(err: SubmitError) -> ApiError {
         SubmitError::Audit(store) => store_error(store),
         SubmitError::Unavailable(why) => ApiError::new(ErrorCode::CommandsUnavailable, why),
         SubmitError::Lost(why) => ApiError::internal(why),
+        SubmitError::Stale { ref field, .. } => {
+            let field = field.clone();
+            ApiError::new(ErrorCode::PreconditionFailed, err.to_string()).with_field(field)
+        }
     }
 }

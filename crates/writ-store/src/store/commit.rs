@@ -2,10 +2,10 @@
 //! go through it) is queued for a few writer tasks, and each writer commits whatever has queued
 //! up while the previous commit ran, in one transaction.
 //!
-//! Why: a batch used to be a chain of single-row commits, each waiting for a pooled connection
-//! and a WAL flush of its own, and under load the chain, not the models, set the latency. Now
-//! the five pending rows of a five-file batch, or the closing records of twenty batches that
-//! finished together, cost one flush. SQLite gets one writer (its file has one write lock, so
+//! Why: single-row commits would each wait for a pooled connection and a WAL flush of their own,
+//! and under load that chain, not the models, would set a batch's latency. Grouped, the five
+//! pending rows of a five-file batch, or the closing records of twenty batches that finished
+//! together, cost one flush. SQLite gets one writer (its file has one write lock, so
 //! more would only queue on it); PostgreSQL a few, so one slow transaction does not stall the
 //! rest.
 //!

@@ -123,10 +123,7 @@ impl Batch {
             .iter()
             .filter(|f| !written(&f.path))
             .enumerate()
-            .map(|(index, f)| FileSpec {
-                index,
-                ..f.clone()
-            })
+            .map(|(index, f)| FileSpec { index, ..f.clone() })
             .collect();
         Batch {
             files,

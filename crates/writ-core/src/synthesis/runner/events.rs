@@ -134,7 +134,9 @@ mod tests {
     const LONG: Duration = Duration::from_secs(30);
 
     /// The next burst's events with a linger of [`LONG`], which must end (within 10 s) for a
-    /// reason other than the linger: `why` says which.
+    /// reason other than the linger: `why` says which. The tests run on tokio's paused clock,
+    /// which jumps to the next timer when every task waits, so a burst that waited for its
+    /// linger would meet the 10 s bound first, and the tests take no real time.
     async fn burst_ended_early(rx: &mut mpsc::UnboundedReceiver<JobEvent>, why: &str) -> Vec<i64> {
         let mut burst = Vec::new();
         let gathered = tokio::time::timeout(Duration::from_secs(10), async {
@@ -146,7 +148,7 @@ mod tests {
         seqs(&burst)
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn events_arriving_within_the_linger_go_out_together_and_done_ends_the_wait() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         tx.send(event(1, "queued")).unwrap();
@@ -169,7 +171,7 @@ mod tests {
         assert_eq!(seqs(&burst), [5]);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn everything_queued_goes_out_in_one_burst_past_any_done() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         for (seq, name) in [
@@ -186,7 +188,7 @@ mod tests {
         assert_eq!(burst, [1, 2, 3, 4, 5]);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_event_after_the_linger_starts_the_next_burst() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         tx.send(event(1, "queued")).unwrap();
@@ -200,7 +202,7 @@ mod tests {
         assert_eq!(seqs(&burst), [2, 3]);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_closed_queue_ends_the_burst_and_then_the_writer() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         tx.send(event(1, "queued")).unwrap();

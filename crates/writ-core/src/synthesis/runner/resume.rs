@@ -357,7 +357,7 @@ mod remaining {
     use std::sync::Arc;
 
     use super::*;
-    use crate::synthesis::doubles::{self, Answer, MemoryStore, MemoryWorkspace, ScriptedModels};
+    use crate::synthesis::doubles::{Answer, MemoryStore, MemoryWorkspace, ScriptedModels};
     use crate::synthesis::progress::NoProgress;
     use crate::synthesis::stage::{Recorded, SynthesisConfig};
 
@@ -389,7 +389,8 @@ mod remaining {
             .with_file("notes/b.md", "NOTES-FOR-B\n")
             .with_file("notes/c.md", &"NOTES-FOR-C\n".repeat(200));
         let models = Arc::new(
-            ScriptedModels::default().with("alpha", vec![Answer::after(5, "```python\nx = 1\n```")]),
+            ScriptedModels::default()
+                .with("alpha", vec![Answer::after(5, "```python\nx = 1\n```")]),
         );
         let synthesizer = Synthesizer::new(
             models.clone(),
@@ -428,12 +429,20 @@ mod remaining {
             let prompts: Vec<String> = models
                 .requests_to("alpha")
                 .into_iter()
-                .map(|r| r.messages.into_iter().map(|m| m.content).collect::<String>())
+                .map(|r| {
+                    r.messages
+                        .into_iter()
+                        .map(|m| m.content)
+                        .collect::<String>()
+                })
                 .filter(|p| p.contains(&format!("Write the file \"{file}\"")))
                 .collect();
             assert!(!prompts.is_empty(), "{file} was asked for");
             for prompt in &prompts {
-                assert!(prompt.contains(own), "{file}'s prompt shows its own context");
+                assert!(
+                    prompt.contains(own),
+                    "{file}'s prompt shows its own context"
+                );
                 for other in others {
                     assert!(!prompt.contains(other), "{file}'s prompt shows {other}");
                 }

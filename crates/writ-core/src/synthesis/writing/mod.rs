@@ -13,7 +13,7 @@ use uuid::Uuid;
 use crate::audit::{AuditStore, AuditWrite, CandidateRecord, FileKind};
 use crate::content::sha256_hex;
 use crate::files::{
-    DeferredWrite, GroupedWrite, Provenance, WriteMode, WriteSpec, record_failure,
+    DeferredWrite, FailedWrite, GroupedWrite, Provenance, WriteMode, WriteSpec, record_failure,
     write_group_deferring_completion,
 };
 use crate::synthesis::batch::{Batch, FileSpec};
@@ -280,29 +280,34 @@ impl<'a> Writer<'a> {
                     completion,
                 }
             }
-            Err(err) => {
+            Err(FailedWrite {
+                error,
+                operation_id,
+            }) => {
                 metrics::counter!("writ_writes_total", "kind" => kind.as_str(), "operation" => "failed")
                     .increment(1);
-                let message = err.to_string();
+                let message = error.to_string();
                 let mut result =
                     FileResult::failed(file.path.as_str(), kind, message.clone(), candidates);
                 result.chosen_model = Some(chosen.model);
                 result.selection = Some(chosen.selection);
                 result.arbiter_reason = chosen.reason;
                 result.validation = validation;
-                // A refused write (If-Match, audit down) made no operation record of its own.
-                if let Ok(id) = record_failure(
-                    self.store,
-                    self.request_id,
-                    kind,
-                    file.path.as_str(),
-                    &message,
-                    provenance,
-                )
-                .await
-                {
-                    result.operation_id = Some(id);
-                }
+                result.operation_id = match operation_id {
+                    // Its pending record was completed as failed where the write failed.
+                    Some(id) => Some(id),
+                    // A refused write (If-Match, audit down) made no operation record of its own.
+                    None => record_failure(
+                        self.store,
+                        self.request_id,
+                        kind,
+                        file.path.as_str(),
+                        &message,
+                        provenance,
+                    )
+                    .await
+                    .ok(),
+                };
                 Written::only(result)
             }
         }
@@ -377,5 +382,157 @@ fn dry_run_result(file: &FileSpec, chosen: Chosen, candidates: Vec<CandidateReco
         error: None,
         validation: None,
         prompt_tokens_by_part: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::{OperationKind, OperationStatus, Selection};
+    use crate::synthesis::doubles::{self, MemoryStore, MemoryWorkspace};
+    use crate::synthesis::progress::NoProgress;
+
+    fn chosen(code: &str) -> Produced {
+        Produced {
+            chosen: Ok(Chosen {
+                content: Content::Code(code.to_string()),
+                model: "alpha".into(),
+                selection: Selection::SingleCandidate,
+                reason: None,
+            }),
+            candidates: vec![doubles::viable("alpha", code).record],
+            validation: None,
+            existing: None,
+        }
+    }
+
+    fn batch(request: serde_json::Value) -> Batch {
+        match serde_json::from_value(request).map(Batch::parse) {
+            Ok(Ok(batch)) => batch,
+            other => panic!("the test batch is valid: {other:?}"),
+        }
+    }
+
+    fn operations(store: &MemoryStore) -> Vec<crate::audit::Operation> {
+        store
+            .operations
+            .lock()
+            .map(|o| o.clone())
+            .unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn files_ready_together_are_written_and_each_recorded_before_it_is_completed() {
+        let b = doubles::batch(&["a.py", "b.py", "c.py"]);
+        let store = MemoryStore::default();
+        let workspace = MemoryWorkspace::default()
+            .with_file("b.py", "b = 1\n")
+            .failing_on("c.py");
+        let writer = Writer {
+            store: &store,
+            workspace: &workspace,
+            request_id: Uuid::now_v7(),
+            batch: &b,
+            sink: &NoProgress,
+        };
+        let files = b
+            .files
+            .iter()
+            .zip([chosen("a = 1\n"), chosen("b = 2\n"), chosen("c = 1\n")]);
+
+        let written = writer.finish_files(files.collect()).await;
+
+        let outcomes: Vec<(bool, Option<OperationKind>)> = written
+            .iter()
+            .map(|w| (w.result.success, w.result.operation))
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                (true, Some(OperationKind::Created)),
+                (true, Some(OperationKind::Updated)),
+                (false, None)
+            ]
+        );
+        assert_eq!(workspace.content("a.py").as_deref(), Some("a = 1\n"));
+        assert_eq!(workspace.content("b.py").as_deref(), Some("b = 2\n"));
+        assert_eq!(workspace.content("c.py"), None);
+        assert_eq!(
+            written[0].result.sha256.as_deref(),
+            Some(sha256_hex(b"a = 1\n").as_str())
+        );
+        // The written files' records are pending until the batch's closing commit, which takes
+        // their completions; the failed file's record is final already.
+        let ops = operations(&store);
+        let status = |name: &str| {
+            ops.iter()
+                .filter(|op| op.filename == name)
+                .map(|op| op.status)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(status("a.py"), [OperationStatus::Pending]);
+        assert_eq!(status("b.py"), [OperationStatus::Pending]);
+        assert_eq!(status("c.py"), [OperationStatus::Failed]);
+        assert!(written[0].completion.is_some() && written[1].completion.is_some());
+        assert!(written[2].completion.is_none());
+        let b_op = ops.iter().find(|op| op.filename == "b.py");
+        assert_eq!(
+            b_op.and_then(|op| op.previous_sha256.clone()),
+            Some(sha256_hex(b"b = 1\n")),
+            "an update records what it replaced"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_file_without_a_chosen_candidate_is_recorded_as_failed_and_nothing_is_written() {
+        let b = doubles::batch(&["a.py"]);
+        let store = MemoryStore::default();
+        let workspace = MemoryWorkspace::default();
+        let writer = Writer {
+            store: &store,
+            workspace: &workspace,
+            request_id: Uuid::now_v7(),
+            batch: &b,
+            sink: &NoProgress,
+        };
+        let failed = Produced::failed("no candidate was viable", Vec::new());
+
+        let written = writer.finish_files(vec![(&b.files[0], failed)]).await;
+
+        assert!(!written[0].result.success);
+        assert_eq!(
+            written[0].result.error.as_deref(),
+            Some("no candidate was viable")
+        );
+        assert_eq!(workspace.content("a.py"), None);
+        let ops = operations(&store);
+        assert_eq!(ops.len(), 1);
+        assert_eq!(ops[0].status, OperationStatus::Failed);
+        assert_eq!(ops[0].error.as_deref(), Some("no candidate was viable"));
+    }
+
+    #[tokio::test]
+    async fn a_dry_run_answers_the_content_and_neither_writes_nor_records() {
+        let b = batch(serde_json::json!({"command": "write_codebase",
+            "files": [{"filename": "a.py", "code_description": "d"}],
+            "options": {"dry_run": true}}));
+        let store = MemoryStore::default();
+        let workspace = MemoryWorkspace::default();
+        let writer = Writer {
+            store: &store,
+            workspace: &workspace,
+            request_id: Uuid::now_v7(),
+            batch: &b,
+            sink: &NoProgress,
+        };
+
+        let written = writer
+            .finish_files(vec![(&b.files[0], chosen("a = 1\n"))])
+            .await;
+
+        assert!(written[0].result.success);
+        assert_eq!(written[0].result.content.as_deref(), Some("a = 1\n"));
+        assert_eq!(workspace.content("a.py"), None);
+        assert!(operations(&store).is_empty());
     }
 }
