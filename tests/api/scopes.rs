@@ -10,9 +10,13 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::{Value, json};
 use uuid::Uuid;
 use writ_core::keys::{self, Scope, Scopes};
-use writ_server::auth::OPEN_PATHS;
-use writ_server::routes::{Access, api_routes};
+use writ_server::access::Access;
+use writ_server::routes::api_routes;
 use writ_tests::{Backend, TestApp};
+
+/// The routes answered without a key: the probes, and the dashboard's page (it holds no data and
+/// asks the person for a key before it reads any). A route added to this list is a decision.
+const OPEN_PATHS: [&str; 3] = ["/", "/healthz", "/readyz"];
 
 const COMMANDS: &str = r#"{"echo": ["echo", "{args}"]}"#;
 
@@ -114,8 +118,13 @@ fn every_route_requires_the_scope_its_method_implies() {
         .collect();
     assert_eq!(
         open, OPEN_PATHS,
-        "the open routes are the auth layer's open paths"
+        "the route table opens exactly the probes and the dashboard"
     );
+    let table = writ_server::routes::access_table();
+    for path in OPEN_PATHS {
+        assert!(table.is_open(path), "{path}: the auth layer reads it as open");
+    }
+    assert!(!table.is_open("/write_codebase"));
 }
 
 #[tokio::test]

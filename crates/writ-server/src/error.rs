@@ -181,6 +181,20 @@ impl ApiError {
             retry_after_secs: None,
         }
     }
+    /// A body that is not the request's shape or not JSON: 400 naming the field serde names.
+    pub fn invalid_body(detail: String) -> Self {
+        let field = field_in(&detail);
+        let err = ApiError::new(ErrorCode::InvalidBody, detail);
+        match field {
+            Some(field) => err.with_field(field),
+            None => err,
+        }
+    }
+    /// A well-formed value that cannot be used (a pattern that does not compile, a bound out of
+    /// range): 422 rather than the code's own status.
+    pub fn unprocessable(self) -> Self {
+        self.with_status(StatusCode::UNPROCESSABLE_ENTITY)
+    }
     /// Answers another status than the code's own; see [`ErrorCode::status`] for who does.
     pub fn with_status(mut self, status: StatusCode) -> Self {
         self.status = status;
@@ -314,4 +328,27 @@ pub fn store_error(err: StoreError) -> ApiError {
         StoreError::Conflict(m) => ApiError::new(ErrorCode::Conflict, m),
         StoreError::Other(m) => ApiError::internal(m),
     }
+}
+/// Pulls the field name out of serde's messages: "unknown field `x`", "missing field `y`", or
+/// the path prefix "files[0].filename: …" that serde_path_to_error-style messages carry.
+pub(crate) fn field_in(message: &str) -> Option<String> {
+    for marker in ["unknown field `", "missing field `"] {
+        if let Some(start) = message.find(marker) {
+            let rest = &message[start + marker.len()..];
+            if let Some(end) = rest.find('`') {
+                let name = &rest[..end];
+                // axum prefixes the JSON path ("files[0]: unknown field `x`"): keep it.
+                let prefix = message[..start].trim().trim_end_matches(':').trim();
+                return Some(if prefix.is_empty() || prefix.contains(' ') {
+                    name.to_string()
+                } else if prefix == name || prefix.ends_with(&format!(".{name}")) {
+                    // The path already ends with the field itself.
+                    prefix.to_string()
+                } else {
+                    format!("{prefix}.{name}")
+                });
+            }
+        }
+    }
+    None
 }

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use crate::error::{ApiError, ErrorCode};
+use crate::error::{ApiError, ErrorCode, field_in};
 
 /// `Query<T>` whose errors say which parameter is wrong.
 pub struct ApiQuery<T>(pub T);
@@ -52,13 +52,20 @@ pub fn json_error(rejection: &JsonRejection) -> ApiError {
                 .or_else(|| text.strip_prefix("Failed to parse the request body as JSON: "))
                 .unwrap_or(&text)
                 .to_string();
-            let mut err = ApiError::new(ErrorCode::InvalidBody, detail.clone());
-            if let Some(field) = field_in(&detail) {
-                err = err.with_field(field);
-            }
-            err
+            ApiError::invalid_body(detail)
         }
     }
+}
+
+/// A JSON body as `T`, with unknown keys refused by name: serde's path to the field at fault
+/// (`files[0].colour`) becomes the error's `field`.
+pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let mut json = serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize(&mut json)
+        .map_err(|e| ApiError::invalid_body(e.to_string()))?;
+    json.end()
+        .map_err(|e| ApiError::invalid_body(e.to_string()))?;
+    Ok(value)
 }
 
 /// The body could not be read: over the size limit, or the connection failed.
@@ -81,33 +88,9 @@ pub fn body_error(rejection: &BytesRejection, limit: usize) -> ApiError {
         .with_field("body")
 }
 
-/// Pulls the field name out of serde's messages: "unknown field `x`", "missing field `y`", or
-/// the path prefix "files[0].filename: …" that serde_path_to_error-style messages carry.
-fn field_in(message: &str) -> Option<String> {
-    for marker in ["unknown field `", "missing field `"] {
-        if let Some(start) = message.find(marker) {
-            let rest = &message[start + marker.len()..];
-            if let Some(end) = rest.find('`') {
-                let name = &rest[..end];
-                // axum prefixes the JSON path ("files[0]: unknown field `x`"): keep it.
-                let prefix = message[..start].trim().trim_end_matches(':').trim();
-                return Some(if prefix.is_empty() || prefix.contains(' ') {
-                    name.to_string()
-                } else if prefix == name || prefix.ends_with(&format!(".{name}")) {
-                    // The path already ends with the field itself.
-                    prefix.to_string()
-                } else {
-                    format!("{prefix}.{name}")
-                });
-            }
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
-    use super::field_in;
+    use crate::error::field_in;
 
     #[test]
     fn field_names_are_found_in_serde_messages() {

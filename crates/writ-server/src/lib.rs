@@ -5,13 +5,15 @@
 //! - [`routes`]: the route table and one module per resource; handlers translate HTTP to [`service`].
 //! - [`service`]: what routes and tools share, one typed function per thing writ does.
 //! - [`error`]: the API error type and its JSON body; [`extract`]: extractors that name bad fields.
-//! - [`auth`]: the bearer-key layer over every route; [`limits`]: rate, concurrency and size limits.
+//! - [`access`]: what each route requires and who the caller is (a leaf every layer reads);
+//!   [`auth`]: the bearer-key layer over every route; [`limits`]: rate, concurrency and size limits.
 //! - [`tools`]: the tools agents call — MCP (`/mcp`, `writ mcp`) and function calling (`/tools`).
 //! - [`edge`]: host and cross-site guard, dashboard headers, protected paths, connection limits.
 //! - [`state`]: what every handler shares ([`state::AppState`]).
 //! - [`telemetry`]: logging, request ids, metrics. [`check`]: `writ check`; [`keys_cli`]: `writ keys`;
 //!   [`client`]: the client commands `writ write` and `writ ops`.
 
+pub mod access;
 pub mod auth;
 pub mod check;
 pub mod client;
@@ -21,6 +23,8 @@ pub mod error;
 pub mod extract;
 pub mod keys_cli;
 pub mod limits;
+pub mod mcp_sessions;
+pub mod readiness;
 pub mod routes;
 pub mod service;
 pub mod startup;

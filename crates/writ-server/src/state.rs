@@ -22,16 +22,16 @@ pub struct AppState {
     /// Runs configured commands in the sandbox (`POST /run`, `options.validation`); `None` when
     /// no commands are configured.
     pub commands: Option<Arc<writ_sandbox::SandboxRunner>>,
-    /// Wakes event-stream subscribers in this process when a job has new events.
-    pub hub: writ_core::synthesis::runner::EventHub,
     /// Renders `/metrics`.
     pub metrics: PrometheusHandle,
     /// Whether API keys are required (see [`crate::auth`]).
-    pub auth: Arc<crate::auth::AuthSwitch>,
+    pub auth: Arc<crate::access::AuthSwitch>,
+    /// What each route requires of its caller, from the route table.
+    pub access: Arc<crate::access::AccessTable>,
     /// Rate, concurrency and in-flight counters (see [`crate::limits`]).
     pub limits: Arc<crate::limits::Limits>,
     /// The MCP sessions of `/mcp` and the rules its transport checks (see [`crate::tools::mcp`]).
-    pub mcp: crate::tools::mcp::McpHttp,
+    pub mcp: crate::mcp_sessions::McpHttp,
     /// `/readyz`'s last probe, shared by the callers of the next second.
-    pub readiness: Arc<crate::routes::meta::ReadyCache>,
+    pub readiness: Arc<crate::readiness::ReadyCache>,
 }

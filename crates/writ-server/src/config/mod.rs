@@ -9,6 +9,7 @@
 //!
 //! The server's own settings (address, database, `REPO_DIR`, body and read bounds) stay here.
 
+pub mod edge;
 pub mod guard;
 pub mod local;
 pub mod models;
@@ -63,7 +64,7 @@ pub struct Settings {
     /// Commands a request may run in the sandbox, and the bounds of a run.
     pub run: RunSettings,
     /// Hosts, protected paths and connection limits (see [`crate::edge`]).
-    pub edge: crate::edge::EdgeSettings,
+    pub edge: edge::EdgeSettings,
     /// Write sessions: idle time, TTL and bounds (`WRITE_SESSION_*`).
     pub sessions: writ_core::sessions::SessionSettings,
 }
@@ -141,7 +142,7 @@ impl Settings {
             models: ModelSettings::load(&get, env)?,
             guard,
             run: RunSettings::load(&get)?,
-            edge: crate::edge::EdgeSettings::load(&get)?,
+            edge: edge::EdgeSettings::load(&get)?,
             sessions,
         })
     }

@@ -19,7 +19,7 @@ use crate::telemetry::RequestId;
 pub async fn post_edits(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    who: crate::auth::AuditedCaller,
+    who: crate::access::AuditedCaller,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;

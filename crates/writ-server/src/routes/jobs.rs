@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 use writ_core::jobs::{Job, JobEvent};
 
-use crate::auth::Viewer;
+use crate::access::Viewer;
 use crate::error::{ApiError, ErrorCode, store_error};
 use crate::extract::ApiQuery;
 use crate::service::jobs::follow;

@@ -1,16 +1,19 @@
 //! What writ says about itself: liveness, readiness, metrics, the OpenAPI document and the
 //! dashboard page. (The service layer the other routes share is [`crate::service`].)
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::LazyLock;
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
+use axum::http::HeaderValue;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
+use base64::Engine;
 use serde_json::json;
+use sha2::{Digest, Sha256};
 
+use crate::readiness::{Check, Readiness};
 use crate::state::AppState;
 
 /// The spec, checked in at the repository root; a test keeps it in step with the routes.
@@ -23,67 +26,23 @@ pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    pub ok: bool,
-    /// Whether a failure of this check makes the service not ready.
-    pub required: bool,
-    pub detail: String,
-}
-
-/// How long a "ready" answer serves every caller: the probe writes and syncs a file, and
-/// `/readyz` is open to anyone who can reach it.
-const READY_CACHE_FOR: Duration = Duration::from_secs(1);
-
-/// The last probe and when it finished. Callers queue on the lock, so concurrent callers share
-/// one probe: the first runs it, the rest take its answer. A "not ready" answer is shared only
-/// with those who were already waiting, so recovery shows at once.
-#[derive(Debug, Default)]
-pub struct ReadyCache {
-    last: tokio::sync::Mutex<Option<(Instant, Arc<Readiness>)>>,
-}
-
-#[derive(Debug)]
-pub struct Readiness {
-    ready: bool,
-    checks: [(&'static str, Check); 4],
-}
-
-impl ReadyCache {
-    async fn get(&self, state: &AppState) -> Arc<Readiness> {
-        let arrived = Instant::now();
-        let mut last = self.last.lock().await;
-        if let Some((at, readiness)) = last.as_ref()
-            && (*at >= arrived || (readiness.ready && at.elapsed() < READY_CACHE_FOR))
-        {
-            return Arc::clone(readiness);
-        }
-        metrics::counter!("writ_readyz_probes_total").increment(1);
-        let (database, repo_dir) = tokio::join!(check_database(state), check_repo_dir(state));
-        let provider = check_provider(state);
-        let commands = check_commands(state);
-        let ready = [&database, &repo_dir, &provider, &commands]
-            .iter()
-            .all(|c| c.ok || !c.required);
-        let readiness = Arc::new(Readiness {
-            ready,
-            checks: [
-                ("database", database),
-                ("repo_dir", repo_dir),
-                ("provider", provider),
-                ("commands", commands),
-            ],
-        });
-        *last = Some((Instant::now(), Arc::clone(&readiness)));
-        readiness
-    }
+/// Every check, run now.
+async fn probe(state: &AppState) -> Readiness {
+    metrics::counter!("writ_readyz_probes_total").increment(1);
+    let (database, repo_dir) = tokio::join!(check_database(state), check_repo_dir(state));
+    Readiness::new([
+        ("database", database),
+        ("repo_dir", repo_dir),
+        ("provider", check_provider(state)),
+        ("commands", check_commands(state)),
+    ])
 }
 
 /// One entry per check; 503 when a check that writes need fails. While API keys exist, the
 /// details (REPO_DIR's absolute path, database errors) are shown only to a caller with a valid
 /// key; everyone else sees which checks pass.
 pub async fn readyz(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let readiness = state.readiness.get(&state).await;
+    let readiness = state.readiness.get(probe(&state)).await;
     let authorization = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
@@ -250,11 +209,44 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 /// The dashboard page, whose inline script the CSP names by hash.
 pub const DASHBOARD_HTML: &str = include_str!("../../assets/dashboard.html");
 
+/// The dashboard's one inline script, allowed by its hash so that no other inline script runs.
+static DASHBOARD_CSP: LazyLock<String> = LazyLock::new(|| {
+    let page = DASHBOARD_HTML;
+    let script = page
+        .split_once("<script>")
+        .and_then(|(_, rest)| rest.split_once("</script>"))
+        .map_or("", |(script, _)| script);
+    let hash = base64::engine::general_purpose::STANDARD.encode(Sha256::digest(script.as_bytes()));
+    // Styles: the page uses `style` attributes, which a hash cannot allow without
+    // 'unsafe-hashes'; inline style cannot run code, so 'unsafe-inline' is confined to style-src.
+    format!(
+        "default-src 'self'; script-src 'sha256-{hash}'; style-src 'self' 'unsafe-inline'; \
+         img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; \
+         frame-ancestors 'none'; object-src 'none'"
+    )
+});
+
+/// Headers of the dashboard page: its CSP, no framing, no MIME sniffing.
+pub fn dashboard_headers() -> [(header::HeaderName, HeaderValue); 3] {
+    [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_str(&DASHBOARD_CSP)
+                .unwrap_or_else(|_| HeaderValue::from_static("default-src 'none'")),
+        ),
+        (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
+        (
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ),
+    ]
+}
+
 /// The dashboard: one self-contained page (no build step, no CDN) that reads the same API with
 /// the key the person types in, so it works with auth on.
 pub async fn dashboard() -> Response {
     (
-        crate::edge::dashboard_headers(),
+        dashboard_headers(),
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
         DASHBOARD_HTML,
     )
@@ -264,4 +256,13 @@ pub async fn dashboard() -> Response {
 /// The OpenAPI document of this server.
 pub async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/yaml")], OPENAPI_YAML).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_dashboard_csp_names_its_script_by_hash() {
+        assert!(super::DASHBOARD_CSP.contains("script-src 'sha256-"));
+        assert!(!super::DASHBOARD_CSP.contains("script-src 'unsafe-inline'"));
+    }
 }

@@ -19,12 +19,11 @@ pub mod synthesis;
 pub mod tools;
 pub mod write_sessions;
 
-use std::sync::LazyLock;
-
 use axum::Router;
 use axum::routing::{MethodRouter, get};
 use writ_core::keys::Scope;
 
+use crate::access::{Access, AccessTable};
 use crate::state::AppState;
 
 /// One route: method, axum path, what a key needs to call it, handler.
@@ -33,35 +32,6 @@ pub struct Route {
     pub path: &'static str,
     pub access: Access,
     pub handler: MethodRouter<AppState>,
-}
-
-/// What a caller's key must hold for a route (checked by [`crate::auth::require_key`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// No key at all: the probes and the dashboard's page ([`crate::auth::OPEN_PATHS`]).
-    Open,
-    /// A valid key with this scope.
-    Scope(Scope),
-    /// A valid key; the tool dispatcher then requires the scope of the tool called.
-    PerTool,
-}
-
-/// `(method, path, access)` of every route, for the auth layer's look-up.
-static ACCESS: LazyLock<Vec<(&'static str, &'static str, Access)>> = LazyLock::new(|| {
-    api_routes()
-        .into_iter()
-        .map(|r| (r.method, r.path, r.access))
-        .collect()
-});
-
-/// The access a route requires, by method and matched axum path; `None` when no route has that
-/// method on that path (axum then answers 404 or 405). `HEAD` is served by the `GET` route.
-pub fn access_of(method: &str, path: &str) -> Option<Access> {
-    let method = if method == "HEAD" { "GET" } else { method };
-    ACCESS
-        .iter()
-        .find(|(m, p, _)| *m == method && *p == path)
-        .map(|(_, _, access)| *access)
 }
 
 impl Route {
@@ -239,6 +209,15 @@ pub fn api_routes() -> Vec<Route> {
             handler: delete(crate::tools::mcp::serve_http),
         },
     ]
+}
+
+/// What every route requires, for the auth layer.
+pub fn access_table() -> AccessTable {
+    AccessTable::new(
+        api_routes()
+            .into_iter()
+            .map(|r| (r.method, r.path, r.access)),
+    )
 }
 
 pub fn router() -> Router<AppState> {

@@ -4,7 +4,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 
-use crate::auth::Viewer;
+use crate::access::Viewer;
 use crate::error::ApiError;
 use crate::extract::ApiQuery;
 use crate::service::operations::{

@@ -20,7 +20,7 @@ use crate::telemetry::RequestId;
 pub async fn run_command(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    who: crate::auth::AuditedCaller,
+    who: crate::access::AuditedCaller,
     axum::Extension(HungUp(hung_up)): axum::Extension<HungUp>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {

@@ -20,15 +20,13 @@ const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 /// writ's own time on a batch in milliseconds (3 decimals): its duration minus the critical
 /// path of its upstream calls.
 pub const OVERHEAD_HEADER: &str = "x-writ-overhead-ms";
-/// The same, as a Prometheus histogram (replays excluded: they make no upstream calls).
-pub const BATCH_OVERHEAD: &str = "writ_batch_overhead_seconds";
 
 /// Write up to five files, each chosen among several models' candidates.
 pub async fn write_codebase(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    caller: Option<axum::Extension<crate::auth::Caller>>,
-    grant: Option<axum::Extension<crate::auth::Grant>>,
+    caller: Option<axum::Extension<crate::access::Caller>>,
+    grant: Option<axum::Extension<crate::access::Grant>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -61,7 +59,7 @@ pub async fn write_codebase(
     // Measured after the body is serialised, so it covers all of writ's own work on the batch.
     let overhead = started.elapsed().saturating_sub(done.upstream);
     if !done.replayed {
-        metrics::histogram!(BATCH_OVERHEAD).record(overhead.as_secs_f64());
+        metrics::histogram!(crate::telemetry::BATCH_OVERHEAD).record(overhead.as_secs_f64());
     }
     if let Ok(v) = HeaderValue::from_str(&format!("{:.3}", overhead.as_secs_f64() * 1000.0)) {
         resp.headers_mut().insert(OVERHEAD_HEADER, v);

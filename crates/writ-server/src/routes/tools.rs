@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::hang_ups::HungUp;
-use crate::auth::Caller;
+use crate::access::Caller;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::{ApiQuery, body_error, json_error};
 use crate::state::AppState;
@@ -73,7 +73,7 @@ pub async fn call_tool(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     caller: Option<axum::Extension<Caller>>,
-    grant: Option<axum::Extension<crate::auth::Grant>>,
+    grant: Option<axum::Extension<crate::access::Grant>>,
     axum::Extension(HungUp(hung_up)): axum::Extension<HungUp>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {

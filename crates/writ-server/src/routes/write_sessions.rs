@@ -26,7 +26,7 @@ pub struct Corrections {
     pub corrections: Vec<Correction>,
 }
 
-fn who(request_id: Uuid, audited: crate::auth::AuditedCaller) -> SessionCaller {
+fn who(request_id: Uuid, audited: crate::access::AuditedCaller) -> SessionCaller {
     SessionCaller {
         request_id,
         caller: audited.caller,
@@ -38,7 +38,7 @@ fn who(request_id: Uuid, audited: crate::auth::AuditedCaller) -> SessionCaller {
 pub async fn begin_session(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    caller: crate::auth::AuditedCaller,
+    caller: crate::access::AuditedCaller,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;
@@ -57,7 +57,7 @@ pub async fn begin_session(
 pub async fn get_session(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    caller: crate::auth::AuditedCaller,
+    caller: crate::access::AuditedCaller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let view = run(&state, who(request_id, caller), Some(id), SessionCall::Get).await?;
@@ -68,7 +68,7 @@ pub async fn get_session(
 pub async fn append_content(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    caller: crate::auth::AuditedCaller,
+    caller: crate::access::AuditedCaller,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -87,7 +87,7 @@ pub async fn append_content(
 pub async fn finish_session(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    caller: crate::auth::AuditedCaller,
+    caller: crate::access::AuditedCaller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let view = run(
@@ -104,7 +104,7 @@ pub async fn finish_session(
 pub async fn correct_session(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    caller: crate::auth::AuditedCaller,
+    caller: crate::access::AuditedCaller,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {

@@ -12,8 +12,9 @@ use tokio::sync::broadcast;
 use uuid::Uuid;
 use writ_core::StoreError;
 use writ_core::jobs::{Job, JobEvent};
+use writ_core::synthesis::runner::EventHub;
 
-use crate::auth::Viewer;
+use crate::access::Viewer;
 use crate::state::AppState;
 
 /// Whether `viewer` may see what request `request_id` made (its job, its operations): a key sees
@@ -64,7 +65,12 @@ struct Cursor {
 /// A job's events after `after`, in order, replayed from the store and then followed until
 /// `done`. The SSE stream and the `write_codebase` tool's progress notifications read this.
 pub fn follow(state: AppState, job: Uuid, after: i64) -> impl Stream<Item = JobEvent> {
-    let wake = state.hub.subscribe();
+    // Without a job runner this process runs no job, so nothing here wakes the stream: it polls.
+    let wake = state
+        .jobs
+        .as_ref()
+        .map(|jobs| jobs.hub().subscribe())
+        .unwrap_or_else(|| EventHub::default().subscribe());
     let cursor = Cursor {
         state,
         job,

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 use writ_core::audit::{Cursor, Operation, OperationFilter, OperationStatus};
 
-use crate::auth::Viewer;
+use crate::access::Viewer;
 use crate::error::{ApiError, ErrorCode, store_error};
 use crate::state::AppState;
 

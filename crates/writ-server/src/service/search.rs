@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use axum::http::StatusCode;
 use serde::Deserialize;
 use writ_core::search::{SearchError, SearchQuery, SearchResults};
 use writ_core::{RepoPath, WorkspaceError};
@@ -143,6 +142,6 @@ fn parse(params: SearchParams) -> Result<SearchQuery, ApiError> {
 /// bound out of range): 422, where a malformed query string is the extractor's 400.
 fn invalid(field: &str, message: String) -> ApiError {
     ApiError::new(ErrorCode::InvalidParameter, message)
-        .with_status(StatusCode::UNPROCESSABLE_ENTITY)
+        .unprocessable()
         .with_field(field)
 }

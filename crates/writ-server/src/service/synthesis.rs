@@ -2,14 +2,13 @@
 //! validated into a [`Batch`], admitted, and started through the [`writ_core::synthesis`] job
 //! runner. Every refusal happens before any model is called or anything written.
 
-use axum::Json;
 use writ_core::content::sha256_hex;
 use writ_core::synthesis::{
     Batch, BatchHandle, Started, Submission, SubmitError, Submitted, WriteCodebaseRequest,
 };
 
 use crate::error::{ApiError, ErrorCode, store_error};
-use crate::extract::json_error;
+use crate::extract::parse_json;
 use crate::state::AppState;
 
 /// One `write_codebase` call, from `POST /write_codebase` or the `write_codebase` tool.
@@ -42,8 +41,7 @@ pub enum Begun {
 /// Validates a batch, checks the limits and the model configuration, records and starts it.
 /// Every refusal happens here, before any model is called or anything written.
 pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun, ApiError> {
-    let Json(req) =
-        Json::<WriteCodebaseRequest>::from_bytes(call.body).map_err(|e| json_error(&e))?;
+    let req: WriteCodebaseRequest = parse_json(call.body)?;
     let batch = Batch::parse(req)
         .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.message).with_field(e.field))?;
 
@@ -56,7 +54,7 @@ pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun, ApiEr
         && !held.contains(writ_core::keys::Scope::Run)
     {
         return Err(
-            crate::auth::insufficient_scope(writ_core::keys::Scope::Run, held)
+            crate::access::insufficient_scope(writ_core::keys::Scope::Run, held)
                 .with_field("options.validation"),
         );
     }

@@ -69,7 +69,8 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
     let workspace = writ_workspace::RepoWorkspace::open(&settings.repo_dir)
         .await
         .with_context(|| format!("opening REPO_DIR {}", settings.repo_dir.display()))?;
-    let protected = crate::edge::protected_paths(&settings, writ_core::Workspace::root(&workspace));
+    let protected =
+        crate::config::edge::protected_paths(&settings, writ_core::Workspace::root(&workspace));
     let mut workspace = workspace
         .with_protected(protected)
         .with_max_file_bytes(settings.guard.max_file_bytes);
@@ -160,7 +161,7 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         Some(store) => crate::limits::Limits::new(guard).with_shared(store, &replica),
         None => crate::limits::Limits::new(guard),
     };
-    let mcp = crate::tools::mcp::McpHttp::new(
+    let mcp = crate::mcp_sessions::McpHttp::new(
         settings.addr.ip().is_loopback(),
         keys_configured,
         settings.max_body_bytes,
@@ -172,9 +173,9 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         models,
         jobs: runner,
         commands,
-        hub,
         metrics: telemetry::metrics_handle(),
-        auth: Arc::new(crate::auth::AuthSwitch::new(keys_configured)),
+        auth: Arc::new(crate::access::AuthSwitch::new(keys_configured)),
+        access: Arc::new(crate::routes::access_table()),
         limits: Arc::new(limits),
         mcp,
         readiness: Arc::default(),
@@ -267,7 +268,7 @@ impl Application {
 async fn serve(
     listener: TcpListener,
     app: Router,
-    edge: crate::edge::EdgeSettings,
+    edge: crate::config::edge::EdgeSettings,
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -484,7 +485,7 @@ async fn reconcile_periodically(state: AppState) {
         if let Err(e) = fail_stale_jobs(
             state.store.as_ref(),
             STALE_JOB_AFTER,
-            Some(&state.hub),
+            state.jobs.as_ref().map(|jobs| jobs.hub()),
             state.workspace.root(),
         )
         .await

@@ -205,7 +205,7 @@ fn as_tool_fields(mut e: ApiError) -> ApiError {
 
 pub async fn list_operations(
     state: &AppState,
-    viewer: &crate::auth::Viewer,
+    viewer: &crate::access::Viewer,
     params: operations::ListParams,
 ) -> Result<ToolOutput, ApiError> {
     let page = operations::list(state, viewer, params).await?;
@@ -236,7 +236,7 @@ pub async fn list_operations(
 
 pub async fn get_operation(
     state: &AppState,
-    viewer: &crate::auth::Viewer,
+    viewer: &crate::access::Viewer,
     id: operations::OperationId,
 ) -> Result<ToolOutput, ApiError> {
     let recorded = operations::get(state, viewer, id).await?;

@@ -9,8 +9,7 @@
 //! An HTTP session belongs to the key that opened it: a request naming another key's session is
 //! answered 404, as an unknown session is, so no key can use, follow or close another's.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
@@ -21,14 +20,14 @@ use rmcp::model::{
     ToolAnnotations,
 };
 use rmcp::service::RequestContext;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::transport::StreamableHttpService;
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
 use tower::ServiceExt as _;
 use uuid::Uuid;
 
 use super::{CallContext, Progress};
-use crate::auth::{Caller, Grant, Viewer};
+use crate::access::{Caller, Grant, Viewer};
+use crate::mcp_sessions::SESSION_HEADER;
 use crate::state::AppState;
 use crate::telemetry::RequestId;
 
@@ -190,50 +189,6 @@ impl Progress for McpProgress {
     }
 }
 
-/// What `/mcp` needs besides the state: the sessions it keeps and how it checks requests.
-#[derive(Clone)]
-pub struct McpHttp {
-    sessions: Arc<LocalSessionManager>,
-    config: StreamableHttpServerConfig,
-    /// The key id that opened each session (`None`: opened while auth was off).
-    owners: Arc<Mutex<HashMap<String, Option<String>>>>,
-}
-
-/// Past this many recorded owners, those of sessions rmcp no longer holds are forgotten.
-const OWNERS_PRUNE_AT: usize = 1024;
-
-/// The header naming a streamable HTTP session.
-const SESSION_HEADER: &str = "mcp-session-id";
-
-impl McpHttp {
-    /// rmcp refuses `Host` headers other than loopback names unless told otherwise, against DNS
-    /// rebinding. writ's own rule decides instead: a loopback listener without keys accepts
-    /// loopback hosts only (a web page a local browser opens must not reach it); a listener
-    /// that requires keys, or that the operator exposed on purpose (`--insecure`), accepts any
-    /// host, as every other route does — a rebinding page cannot present a key.
-    pub fn new(listens_on_loopback: bool, keys_configured: bool, max_body_bytes: usize) -> Self {
-        let config = StreamableHttpServerConfig::default()
-            .with_max_request_body_bytes(max_body_bytes)
-            // Progress must reach the client while a batch runs: stream answers as SSE.
-            .with_json_response(false);
-        let config = if listens_on_loopback && !keys_configured {
-            config.with_allowed_hosts(["localhost", "127.0.0.1", "::1", "[::1]"])
-        } else {
-            config.disable_allowed_hosts()
-        };
-        Self {
-            sessions: Arc::new(LocalSessionManager::default()),
-            config,
-            owners: Arc::new(Mutex::new(HashMap::new())),
-        }
-    }
-
-    /// Ends every open MCP stream, so a graceful shutdown is not held up by idle sessions.
-    pub fn shut_down(&self) {
-        self.config.cancellation_token.cancel();
-    }
-}
-
 /// `GET`, `POST` and `DELETE /mcp`: the streamable HTTP transport.
 pub async fn serve_http(State(state): State<AppState>, req: Request) -> Response {
     let mcp = state.mcp.clone();
@@ -276,32 +231,12 @@ pub async fn serve_http(State(state): State<AppState>, req: Request) -> Response
         }
         (None, Some(opened)) => {
             if let Ok(opened) = opened.to_str() {
-                remember_owner(&mcp, opened, caller).await;
+                mcp.remember_owner(opened, caller).await;
             }
         }
         _ => {}
     }
     resp
-}
-
-async fn remember_owner(mcp: &McpHttp, session: &str, caller: Option<String>) {
-    let full = mcp
-        .owners
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .len()
-        >= OWNERS_PRUNE_AT;
-    let live: Option<std::collections::HashSet<String>> = if full {
-        let sessions = mcp.sessions.sessions.read().await;
-        Some(sessions.keys().map(|k| k.to_string()).collect())
-    } else {
-        None
-    };
-    let mut owners = mcp.owners.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(live) = live {
-        owners.retain(|id, _| live.contains(id));
-    }
-    owners.insert(session.to_owned(), caller);
 }
 
 /// rmcp refuses a request the transport cannot take (wrong `Accept`, no session id, a foreign

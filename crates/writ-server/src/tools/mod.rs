@@ -17,7 +17,6 @@ pub mod tasks;
 
 use std::sync::Arc;
 
-use axum::Json;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -27,7 +26,7 @@ use writ_core::files::WriteMode;
 use writ_core::keys::{Scope, Scopes};
 
 use crate::error::{ApiError, ErrorCode};
-use crate::extract::json_error;
+use crate::extract::parse_json;
 use crate::state::AppState;
 
 /// One tool: what a model sees of it.
@@ -293,8 +292,8 @@ impl CallContext {
     /// `grant`: what the auth layer found on the request (`None` while keys are off).
     pub fn from_request(
         request_id: Uuid,
-        caller: Option<crate::auth::Caller>,
-        grant: Option<crate::auth::Grant>,
+        caller: Option<crate::access::Caller>,
+        grant: Option<crate::access::Grant>,
     ) -> Self {
         let mut ctx = Self::new(request_id, caller.map(|c| c.0));
         ctx.scopes = grant.map(|g| g.scopes);
@@ -344,7 +343,7 @@ pub async fn call(
         // A keyed caller whose scopes were not passed on holds none: refuse rather than allow.
         let held = ctx.scopes.unwrap_or(Scopes::EMPTY);
         if !held.contains(tool.scope) {
-            return Err(crate::auth::insufficient_scope(tool.scope, held));
+            return Err(crate::access::insufficient_scope(tool.scope, held));
         }
         ctx.scope = Some(tool.scope);
     }
@@ -356,11 +355,11 @@ pub async fn call(
         "write_file" => dispatch::write_file(state, ctx, parse(args)?).await,
         "edit_files" => dispatch::edit_files(state, ctx, args).await,
         "list_operations" => {
-            let viewer = crate::auth::Viewer::new(ctx.caller.as_deref(), ctx.scopes);
+            let viewer = crate::access::Viewer::new(ctx.caller.as_deref(), ctx.scopes);
             dispatch::list_operations(state, &viewer, parse(args)?).await
         }
         "get_operation" => {
-            let viewer = crate::auth::Viewer::new(ctx.caller.as_deref(), ctx.scopes);
+            let viewer = crate::access::Viewer::new(ctx.caller.as_deref(), ctx.scopes);
             dispatch::get_operation(state, &viewer, parse(args)?).await
         }
         "begin_write_session" => dispatch::begin_write_session(state, ctx, parse(args)?).await,
@@ -390,7 +389,7 @@ pub fn parse<T: DeserializeOwned>(args: Value) -> Result<T, ApiError> {
         other => other,
     };
     let bytes = serde_json::to_vec(&args).map_err(ApiError::internal)?;
-    let Json(v) = Json::<T>::from_bytes(&bytes).map_err(|e| json_error(&e))?;
+    let v: T = parse_json(&bytes)?;
     Ok(v)
 }
 

@@ -16,7 +16,7 @@ use uuid::Uuid;
 use writ_core::jobs::{Job, JobStatus};
 use writ_core::synthesis::BatchResponse;
 
-use crate::auth::Viewer;
+use crate::access::Viewer;
 use crate::state::AppState;
 
 /// How often a client should poll `tasks/get`: a batch takes seconds to minutes.

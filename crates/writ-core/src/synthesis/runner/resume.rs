@@ -350,6 +350,42 @@ mod tests {
         assert_eq!(result.change, Some(change));
         assert_eq!(result.image, None);
     }
+
+    #[test]
+    fn a_resumed_answer_puts_every_file_back_in_the_batch_order_and_counts_from_acceptance() {
+        let ok = |name: &str| {
+            let mut r = FileResult::failed(name, FileKind::Code, "x", Vec::new());
+            r.success = true;
+            r.error = None;
+            r
+        };
+        let resumed = Resumed {
+            written: vec![(0, ok("a.py")), (2, ok("c.py"))],
+            order: vec!["a.py".into(), "b.py".into(), "c.py".into(), "d.py".into()],
+            created_at: Utc::now() - chrono::Duration::seconds(30),
+        };
+        let latest = BatchResponse::assemble(
+            Uuid::now_v7(),
+            "/repo".into(),
+            vec![
+                FileResult::failed("d.py", FileKind::Code, "no candidate", Vec::new()),
+                ok("b.py"),
+            ],
+            5,
+        );
+
+        let merged = merge_resumed(&resumed, latest);
+
+        let names: Vec<&str> = merged.results.iter().map(|r| r.filename.as_str()).collect();
+        assert_eq!(names, ["a.py", "b.py", "c.py", "d.py"]);
+        assert_eq!((merged.total_files, merged.succeeded), (4, 3));
+        assert_eq!(merged.status, crate::audit::RequestStatus::PartialSuccess);
+        assert!(
+            merged.duration_ms >= 30_000,
+            "the caller waited since the batch was accepted: {}",
+            merged.duration_ms
+        );
+    }
 }
 
 #[cfg(test)]

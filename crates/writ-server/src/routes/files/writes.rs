@@ -19,7 +19,7 @@ use crate::telemetry::RequestId;
 pub async fn put_file(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
-    who: crate::auth::AuditedCaller,
+    who: crate::access::AuditedCaller,
     Path(raw): Path<String>,
     ApiQuery(params): ApiQuery<WriteParams>,
     headers: HeaderMap,

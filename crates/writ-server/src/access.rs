@@ -1,0 +1,234 @@
+//! What each route asks of its caller, and who the caller is once a key was checked: the one
+//! declaration of which routes are open ([`Access`], given per route in the route table and
+//! handed to the auth layer as an [`AccessTable`] at start-up), the caller's identity and grant
+//! as request extensions ([`Caller`], [`Grant`]), whose records a caller may see ([`Viewer`]),
+//! and whether keys are required at all ([`AuthSwitch`]). A leaf: the auth layer, the service
+//! layer, the tools and the routes all read it; it reads none of them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use writ_core::keys::{KeyStore, Scope, Scopes};
+
+use crate::error::{ApiError, ErrorCode};
+
+/// What a caller's key must hold for a route (checked by [`crate::auth::require_key`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// No key at all: the probes and the dashboard's page (it holds no data, and asks the
+    /// person for a key before it reads any).
+    Open,
+    /// A valid key with this scope.
+    Scope(Scope),
+    /// A valid key; the tool dispatcher then requires the scope of the tool called.
+    PerTool,
+}
+
+/// `(method, axum path, access)` of every route, made from the route table at start-up.
+#[derive(Debug, Clone, Default)]
+pub struct AccessTable(Vec<(&'static str, &'static str, Access)>);
+
+impl AccessTable {
+    pub fn new(routes: impl IntoIterator<Item = (&'static str, &'static str, Access)>) -> Self {
+        Self(routes.into_iter().collect())
+    }
+
+    /// The access a route requires, by method and matched axum path; `None` when no route has
+    /// that method on that path (axum then answers 404 or 405). `HEAD` is served by the `GET`
+    /// route.
+    pub fn of(&self, method: &str, path: &str) -> Option<Access> {
+        let method = if method == "HEAD" { "GET" } else { method };
+        self.0
+            .iter()
+            .find(|(m, p, _)| *m == method && *p == path)
+            .map(|(_, _, access)| *access)
+    }
+
+    /// Whether `path` is an open route's: answered without a key whatever the method, so that
+    /// a wrong method on a probe is told 405, not asked for a key.
+    pub fn is_open(&self, path: &str) -> bool {
+        self.0
+            .iter()
+            .any(|(_, p, access)| *p == path && *access == Access::Open)
+    }
+}
+
+/// The key id of an authenticated caller, as a request extension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller(pub String);
+
+/// What an authenticated caller's key may do, as a request extension beside [`Caller`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    /// Every scope the key holds.
+    pub scopes: Scopes,
+    /// The scope the route required, which the key held; `None` on the tool routes, where the
+    /// tool called decides.
+    pub scope: Option<Scope>,
+}
+
+/// Who called and which scope allowed it, for a handler that records the request: both `None`
+/// while auth is off.
+pub struct AuditedCaller {
+    pub caller: Option<String>,
+    pub scope: Option<Scope>,
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for AuditedCaller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(Self {
+            caller: parts.extensions.get::<Caller>().map(|c| c.0.clone()),
+            scope: parts.extensions.get::<Grant>().and_then(|g| g.scope),
+        })
+    }
+}
+
+/// Whose jobs, events and operations a caller may see: those of its own key, or everyone's
+/// while auth is off and for a key with the `admin` scope. Records of other keys are answered as
+/// absent (404), so a key learns nothing of the others' work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Viewer {
+    /// `None`: sees everything.
+    own: Option<String>,
+}
+
+impl Viewer {
+    /// `caller`: the key id (`None` while auth is off); a keyed caller whose scopes are not
+    /// known sees only its own.
+    pub fn new(caller: Option<&str>, scopes: Option<Scopes>) -> Self {
+        let admin = scopes.is_some_and(|s| s.contains(Scope::Admin));
+        Self {
+            own: caller.filter(|_| !admin).map(str::to_string),
+        }
+    }
+
+    /// The key whose records only are visible; `None`: all are.
+    pub fn only(&self) -> Option<&str> {
+        self.own.as_deref()
+    }
+
+    /// Whether a record made by `caller` (`None`: without a key) is visible.
+    pub fn sees(&self, caller: Option<&str>) -> bool {
+        self.own.as_deref().is_none_or(|own| caller == Some(own))
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Viewer {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let caller = parts.extensions.get::<Caller>().map(|c| c.0.as_str());
+        let scopes = parts.extensions.get::<Grant>().map(|g| g.scopes);
+        Ok(Self::new(caller, scopes))
+    }
+}
+
+/// The 403 for a key that lacks `needed`: names the scope and what the key holds, never the key.
+pub fn insufficient_scope(needed: Scope, held: Scopes) -> ApiError {
+    let held_text = if held == Scopes::EMPTY {
+        "none".to_string()
+    } else {
+        held.to_string()
+    };
+    ApiError::new(
+        ErrorCode::InsufficientScope,
+        format!(
+            "this call needs the `{needed}` scope; the API key has: {held_text} (scopes are set when a key is issued: `writ keys create --scopes`)"
+        ),
+    )
+    .with_details(serde_json::json!({
+        "required_scope": needed.as_str(),
+        "key_scopes": held.iter().map(Scope::as_str).collect::<Vec<_>>(),
+    }))
+}
+
+/// Whether auth is on. "On" is remembered for good (keys are never deleted, only revoked);
+/// "off" is trusted for `OFF_RECHECK` (2 s), so a key made with `writ keys create` on a running
+/// server takes effect within that, without a query per request. While the store cannot be
+/// asked, "off" holds for `WRIT_AUTH_FAIL_CLOSED_AFTER_SECS` after its last answer, then every
+/// request is refused (503) until the store answers again.
+#[derive(Debug)]
+pub struct AuthSwitch {
+    on: AtomicBool,
+    /// When the store last said it holds no key.
+    off_checked: Mutex<Option<Instant>>,
+}
+
+/// How long a "no keys" answer from the store is trusted.
+const OFF_RECHECK: Duration = Duration::from_secs(2);
+
+impl AuthSwitch {
+    /// `on`: keys are configured at start-up; otherwise the store was just asked and had none.
+    pub fn new(on: bool) -> Self {
+        Self {
+            on: AtomicBool::new(on),
+            off_checked: Mutex::new((!on).then(Instant::now)),
+        }
+    }
+
+    /// Whether auth is known to be on, without asking the store.
+    pub fn known_on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    /// Whether auth is on now, asking `keys` when a "no keys" answer is older than
+    /// `OFF_RECHECK`; `fail_closed_after` is `WRIT_AUTH_FAIL_CLOSED_AFTER_SECS`.
+    pub(crate) async fn is_on(
+        &self,
+        keys: &dyn KeyStore,
+        fail_closed_after: Duration,
+    ) -> Result<bool, ApiError> {
+        if self.on.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        let last_off = *self
+            .off_checked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if last_off.is_some_and(|at| at.elapsed() < OFF_RECHECK) {
+            return Ok(false);
+        }
+        match keys.any_keys().await {
+            Ok(true) => {
+                self.on.store(true, Ordering::Relaxed);
+                Ok(true)
+            }
+            Ok(false) => {
+                *self
+                    .off_checked
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+                Ok(false)
+            }
+            // A short outage keeps the last "no keys" answer, so the routes that need no database
+            // keep working. A long one does not: a key may have been issued meanwhile by a
+            // process that could reach the store, and an open door is the wrong way to fail.
+            Err(e) if last_off.is_some_and(|at| at.elapsed() < fail_closed_after) => {
+                tracing::warn!(error = %e, "cannot re-check for API keys; auth stays off as last seen");
+                Ok(false)
+            }
+            Err(e) if last_off.is_some() => {
+                tracing::error!(error = %e, "cannot re-check for API keys; refusing requests until the store answers");
+                let mut refusal = ApiError::new(
+                    ErrorCode::AuthUnavailable,
+                    format!(
+                        "cannot tell whether API keys are required: the audit store that holds them has not answered for over {}s (WRIT_AUTH_FAIL_CLOSED_AFTER_SECS); retry later",
+                        fail_closed_after.as_secs()
+                    ),
+                );
+                refusal.retry_after_secs = Some(5);
+                Err(refusal)
+            }
+            Err(e) => Err(ApiError::audit_unavailable(&e)),
+        }
+    }
+}
