@@ -202,8 +202,8 @@ use writ_core::model::ErrorClass;
 use writ_core::sessions::SessionState;
 use writ_core::synthesis::image::ImageFormat;
 use writ_core::synthesis::progress::Event;
-use writ_server::error::ErrorCode;
 use writ_server::access::Access;
+use writ_server::error::ErrorCode;
 
 /// Every variant of a unit-variant enum, as serde writes it, after checking that each reads back
 /// as itself. The `match` makes a variant missing from the list a compile error, so a new variant

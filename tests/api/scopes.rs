@@ -122,7 +122,10 @@ fn every_route_requires_the_scope_its_method_implies() {
     );
     let table = writ_server::routes::access_table();
     for path in OPEN_PATHS {
-        assert!(table.is_open(path), "{path}: the auth layer reads it as open");
+        assert!(
+            table.is_open(path),
+            "{path}: the auth layer reads it as open"
+        );
     }
     assert!(!table.is_open("/write_codebase"));
 }

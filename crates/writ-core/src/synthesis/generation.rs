@@ -275,21 +275,26 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::synthesis::doubles::{self, Answer, MemoryWorkspace, ScriptedModels};
+    use crate::synthesis::doubles::{
+        self, Answer, MemoryWorkspace, ScriptedModels, parse as batch,
+    };
     use crate::synthesis::fanout::UpstreamClock;
     use crate::synthesis::progress::NoProgress;
-
-    fn batch(request: serde_json::Value) -> Batch {
-        match serde_json::from_value(request).map(Batch::parse) {
-            Ok(Ok(batch)) => batch,
-            other => panic!("the test batch is valid: {other:?}"),
-        }
-    }
 
     fn config() -> SynthesisConfig {
         SynthesisConfig {
             candidates: vec!["alpha".into(), "beta".into()],
             ..SynthesisConfig::default()
+        }
+    }
+
+    fn first_file<'a>(b: &'a Batch, prior: &'a Prior, clock: &'a UpstreamClock) -> FileCx<'a> {
+        FileCx {
+            batch: b,
+            file: &b.files[0],
+            prior,
+            sink: &NoProgress,
+            clock,
         }
     }
 
@@ -330,13 +335,7 @@ mod tests {
             {"filename": "a.py", "code_description": "calls helper", "internal_imports": ["pkg.helpers"]}]}));
         let prior = doubles::prior(&b);
         let clock = UpstreamClock::default();
-        let cx = FileCx {
-            batch: &b,
-            file: &b.files[0],
-            prior: &prior,
-            sink: &NoProgress,
-            clock: &clock,
-        };
+        let cx = first_file(&b, &prior, &clock);
         let generated = match generate(&models, &workspace, &config(), cx).await {
             Ok(g) => g,
             Err(e) => panic!("generated: {e}"),
@@ -377,13 +376,7 @@ mod tests {
         prior.current = vec![(b.files[0].path.clone(), Some(b"new\n".to_vec()))];
         prior.prompt_tokens = Mutex::new(vec![None]);
         let clock = UpstreamClock::default();
-        let cx = FileCx {
-            batch: &b,
-            file: &b.files[0],
-            prior: &prior,
-            sink: &NoProgress,
-            clock: &clock,
-        };
+        let cx = first_file(&b, &prior, &clock);
         let failed = generate(&models, &MemoryWorkspace::default(), &config(), cx).await;
         match failed {
             Err(why) => assert!(

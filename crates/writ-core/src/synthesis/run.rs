@@ -320,7 +320,6 @@ mod tests {
     use std::sync::Arc;
 
     use tokio::sync::watch;
-    use uuid::Uuid;
 
     use super::*;
     use crate::synthesis::doubles::{self, Answer, MemoryStore, MemoryWorkspace, ScriptedModels};
@@ -345,15 +344,7 @@ mod tests {
         );
         let batch = doubles::batch(&["app.py"]);
         let prior = doubles::prior(&batch);
-        let sub = Submission {
-            request_id: Uuid::now_v7(),
-            caller: None,
-            scope: None,
-            idempotency_key: None,
-            body_sha256: String::new(),
-            body: None,
-            batch,
-        };
+        let sub = doubles::submission(batch);
         let (submitted, _) = synthesizer
             .execute(&sub, prior, &NoProgress, &recorded)
             .await;

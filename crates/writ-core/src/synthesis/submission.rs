@@ -429,27 +429,10 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::synthesis::doubles::{MemoryStore, MemoryWorkspace, ScriptedModels};
+    use crate::synthesis::doubles::{
+        MemoryStore, MemoryWorkspace, ScriptedModels, parse as batch, submission,
+    };
     use crate::synthesis::stage::SynthesisConfig;
-
-    fn batch(request: serde_json::Value) -> Batch {
-        match serde_json::from_value(request).map(Batch::parse) {
-            Ok(Ok(batch)) => batch,
-            other => panic!("the test batch is valid: {other:?}"),
-        }
-    }
-
-    fn submission(batch: Batch) -> Submission {
-        Submission {
-            request_id: Uuid::now_v7(),
-            caller: None,
-            scope: None,
-            idempotency_key: None,
-            body_sha256: String::new(),
-            body: None,
-            batch,
-        }
-    }
 
     fn synthesizer(workspace: MemoryWorkspace, config: SynthesisConfig) -> Synthesizer {
         Synthesizer::new(

@@ -25,7 +25,8 @@ use crate::model::{
 use crate::path::RepoPath;
 use crate::synthesis::batch::Batch;
 use crate::synthesis::fanout::Candidate;
-use crate::synthesis::stage::Prior;
+use crate::synthesis::stage::{Chosen, Content, Prior, Produced};
+use crate::synthesis::submission::Submission;
 
 /// One scripted answer: after `delay`, this content (or this failure).
 #[derive(Clone)]
@@ -131,10 +132,27 @@ pub fn batch(files: &[&str]) -> Batch {
         .iter()
         .map(|f| serde_json::json!({"filename": f, "code_description": "does things"}))
         .collect();
-    let request = serde_json::json!({"command": "write_codebase", "files": files});
+    parse(serde_json::json!({"command": "write_codebase", "files": files}))
+}
+
+/// The batch `request` (a `write_codebase` body) makes; it must be valid.
+pub fn parse(request: serde_json::Value) -> Batch {
     match serde_json::from_value(request).map(Batch::parse) {
         Ok(Ok(batch)) => batch,
-        _ => panic!("the test batch is valid"),
+        other => panic!("the test batch is valid: {other:?}"),
+    }
+}
+
+/// `batch` as submitted without a key, an idempotency key or a body.
+pub fn submission(batch: Batch) -> Submission {
+    Submission {
+        request_id: uuid::Uuid::now_v7(),
+        caller: None,
+        scope: None,
+        idempotency_key: None,
+        body_sha256: String::new(),
+        body: None,
+        batch,
     }
 }
 
@@ -159,6 +177,21 @@ pub fn viable(model: &str, code: &str) -> Candidate {
             ..CandidateRecord::default()
         },
         code: Some(code.to_string()),
+    }
+}
+
+/// A file whose model `alpha` wrote `code`, chosen as the only candidate.
+pub(crate) fn chosen(code: &str) -> Produced {
+    Produced {
+        chosen: Ok(Chosen {
+            content: Content::Code(code.to_string()),
+            model: "alpha".into(),
+            selection: crate::audit::Selection::SingleCandidate,
+            reason: None,
+        }),
+        candidates: vec![viable("alpha", code).record],
+        validation: None,
+        existing: None,
     }
 }
 

@@ -393,7 +393,7 @@ mod remaining {
     use std::sync::Arc;
 
     use super::*;
-    use crate::synthesis::doubles::{Answer, MemoryStore, MemoryWorkspace, ScriptedModels};
+    use crate::synthesis::doubles::{self, Answer, MemoryStore, MemoryWorkspace, ScriptedModels};
     use crate::synthesis::progress::NoProgress;
     use crate::synthesis::stage::{Recorded, SynthesisConfig};
 
@@ -409,11 +409,7 @@ mod remaining {
                 })
             })
             .collect();
-        let request = serde_json::json!({"command": "write_codebase", "files": files});
-        match serde_json::from_value(request).map(Batch::parse) {
-            Ok(Ok(batch)) => batch,
-            _ => panic!("the test batch is valid"),
-        }
+        doubles::parse(serde_json::json!({"command": "write_codebase", "files": files}))
     }
 
     #[tokio::test(start_paused = true)]
@@ -441,15 +437,7 @@ mod remaining {
         let names: Vec<&str> = batch.files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(names, ["b.py", "c.py"]);
         assert!(batch.resumed);
-        let sub = Submission {
-            request_id: Uuid::now_v7(),
-            caller: None,
-            scope: None,
-            idempotency_key: None,
-            body_sha256: String::new(),
-            body: None,
-            batch,
-        };
+        let sub = doubles::submission(batch);
         let prior = match synthesizer.prepare_resumed(&sub).await {
             Ok(prior) => prior,
             Err(e) => panic!("the remaining batch is admitted: {e}"),

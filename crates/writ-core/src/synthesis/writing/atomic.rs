@@ -161,21 +161,6 @@ mod tests {
     use crate::audit::OperationKind;
     use crate::synthesis::doubles::{self, MemoryStore, MemoryWorkspace};
     use crate::synthesis::progress::NoProgress;
-    use crate::synthesis::stage::{Chosen, Content};
-
-    fn chosen(code: &str) -> Produced {
-        Produced {
-            chosen: Ok(Chosen {
-                content: Content::Code(code.to_string()),
-                model: "m".into(),
-                selection: Selection::SingleCandidate,
-                reason: None,
-            }),
-            candidates: Vec::new(),
-            validation: None,
-            existing: None,
-        }
-    }
 
     #[tokio::test]
     async fn a_failed_write_puts_back_every_file_the_atomic_batch_wrote_before_it() {
@@ -192,7 +177,11 @@ mod tests {
             batch: &batch,
             sink: &NoProgress,
         };
-        let produced = vec![chosen("a = 2\n"), chosen("b = 2\n"), chosen("c = 2\n")];
+        let produced = vec![
+            doubles::chosen("a = 2\n"),
+            doubles::chosen("b = 2\n"),
+            doubles::chosen("c = 2\n"),
+        ];
 
         let written = writer.write_atomically(produced).await;
 

@@ -388,28 +388,21 @@ fn dry_run_result(file: &FileSpec, chosen: Chosen, candidates: Vec<CandidateReco
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::{OperationKind, OperationStatus, Selection};
+    use crate::audit::{OperationKind, OperationStatus};
     use crate::synthesis::doubles::{self, MemoryStore, MemoryWorkspace};
     use crate::synthesis::progress::NoProgress;
 
-    fn chosen(code: &str) -> Produced {
-        Produced {
-            chosen: Ok(Chosen {
-                content: Content::Code(code.to_string()),
-                model: "alpha".into(),
-                selection: Selection::SingleCandidate,
-                reason: None,
-            }),
-            candidates: vec![doubles::viable("alpha", code).record],
-            validation: None,
-            existing: None,
-        }
-    }
-
-    fn batch(request: serde_json::Value) -> Batch {
-        match serde_json::from_value(request).map(Batch::parse) {
-            Ok(Ok(batch)) => batch,
-            other => panic!("the test batch is valid: {other:?}"),
+    fn writer<'a>(
+        store: &'a MemoryStore,
+        workspace: &'a MemoryWorkspace,
+        batch: &'a Batch,
+    ) -> Writer<'a> {
+        Writer {
+            store,
+            workspace,
+            request_id: Uuid::now_v7(),
+            batch,
+            sink: &NoProgress,
         }
     }
 
@@ -428,17 +421,12 @@ mod tests {
         let workspace = MemoryWorkspace::default()
             .with_file("b.py", "b = 1\n")
             .failing_on("c.py");
-        let writer = Writer {
-            store: &store,
-            workspace: &workspace,
-            request_id: Uuid::now_v7(),
-            batch: &b,
-            sink: &NoProgress,
-        };
-        let files = b
-            .files
-            .iter()
-            .zip([chosen("a = 1\n"), chosen("b = 2\n"), chosen("c = 1\n")]);
+        let writer = writer(&store, &workspace, &b);
+        let files = b.files.iter().zip([
+            doubles::chosen("a = 1\n"),
+            doubles::chosen("b = 2\n"),
+            doubles::chosen("c = 1\n"),
+        ]);
 
         let written = writer.finish_files(files.collect()).await;
 
@@ -488,13 +476,7 @@ mod tests {
         let b = doubles::batch(&["a.py"]);
         let store = MemoryStore::default();
         let workspace = MemoryWorkspace::default();
-        let writer = Writer {
-            store: &store,
-            workspace: &workspace,
-            request_id: Uuid::now_v7(),
-            batch: &b,
-            sink: &NoProgress,
-        };
+        let writer = writer(&store, &workspace, &b);
         let failed = Produced::failed("no candidate was viable", Vec::new());
 
         let written = writer.finish_files(vec![(&b.files[0], failed)]).await;
@@ -513,21 +495,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_dry_run_answers_the_content_and_neither_writes_nor_records() {
-        let b = batch(serde_json::json!({"command": "write_codebase",
+        let b = doubles::parse(serde_json::json!({"command": "write_codebase",
             "files": [{"filename": "a.py", "code_description": "d"}],
             "options": {"dry_run": true}}));
         let store = MemoryStore::default();
         let workspace = MemoryWorkspace::default();
-        let writer = Writer {
-            store: &store,
-            workspace: &workspace,
-            request_id: Uuid::now_v7(),
-            batch: &b,
-            sink: &NoProgress,
-        };
+        let writer = writer(&store, &workspace, &b);
 
         let written = writer
-            .finish_files(vec![(&b.files[0], chosen("a = 1\n"))])
+            .finish_files(vec![(&b.files[0], doubles::chosen("a = 1\n"))])
             .await;
 
         assert!(written[0].result.success);
