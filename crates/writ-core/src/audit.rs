@@ -39,9 +39,9 @@ pub enum Selection {
     Rollback,
     /// The caller's own content (the direct file routes).
     Direct,
-    /// The only distinct candidate that passed the caller's checks.
+    /// The only distinct candidate that passed the caller's tests.
     Validated,
-    /// The arbiter chose among several candidates that passed the caller's checks.
+    /// The arbiter chose among several candidates that passed the caller's tests.
     ValidatedArbiter,
     /// No first candidate passed; one sent back with its failure came back passing.
     Repaired,
@@ -123,7 +123,7 @@ pub struct CandidateRecord {
     /// The repair round that produced this candidate (absent for the first answers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round: Option<u32>,
-    /// How the candidate did against the caller's checks, when the batch asked for them.
+    /// How the candidate did against the caller's tests, when the batch asked for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validation: Option<ValidationRecord>,
     /// For a file that existed: whether the answer came as `edits` or as a `whole_file`.
@@ -142,7 +142,7 @@ pub struct CandidateRecord {
     pub edit_retry_error: Option<String>,
 }
 
-/// One candidate's run of the caller's checks.
+/// One candidate's run of the caller's tests.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ValidationRecord {
     /// Every command exited 0 within its time.

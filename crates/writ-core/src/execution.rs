@@ -1,4 +1,4 @@
-//! Running the caller's checks: the [`CommandRunner`] trait the core uses to execute a named command on
+//! Running the caller's tests: the [`CommandRunner`] trait the core uses to execute a named command on
 //! a scratch copy of `REPO_DIR` with some files staged into it (candidates under validation), and
 //! the records of a run. The sandbox that implements it lives in `writ-sandbox`; the core only
 //! decides what to stage and what a result means.

@@ -3,13 +3,13 @@
 //! It owns the words of the domain and the rules that do not depend on how a request arrived:
 //! - [`path`]: a workspace-relative path that has already been checked lexically ([`RepoPath`]).
 //! - [`audit`]: the audit log's records and the [`AuditStore`] trait (PostgreSQL and SQLite live in `writ-store`).
-//! - [`workspace`]: the [`Workspace`] trait for the sandboxed `REPO_DIR` (implemented in `writ-workspace`).
+//! - [`workspace`]: the [`Workspace`] trait for `REPO_DIR`, every path confined beneath it (implemented in `writ-workspace`).
 //! - [`model`]: the [`ModelClient`] trait and the typed chat request/response (implemented in `writ-models`).
 //! - [`files`]: recorded writes — every write is in the audit log before it is acknowledged —
 //!   shared by direct writes and synthesis; reconciliation of writes a crash interrupted.
 //! - [`direct`]: direct writes of the caller's own content, the same for every surface.
 //! - [`edits`]: direct edits (`str_replace`, `apply_patch`) of up to five files, all or nothing.
-//! - [`execution`]: the [`execution::CommandRunner`] trait for running the caller's checks in a sandbox.
+//! - [`execution`]: the [`execution::CommandRunner`] trait for running the caller's tests in a sandbox.
 //! - [`jobs`]: every batch as a job row with its progress events ([`jobs::JobStore`]).
 //! - [`keys`]: API keys (format, constant-time check) and the [`keys::KeyStore`] trait.
 //! - [`limits`]: per-key limits replicas share ([`limits::LimitStore`]).

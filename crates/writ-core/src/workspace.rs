@@ -1,4 +1,4 @@
-//! The sandboxed workspace (`REPO_DIR`) as the core sees it.
+//! The workspace (`REPO_DIR`, every path confined beneath it) as the core sees it.
 //!
 //! Implementations must resolve every path beneath the root at open time (symlinks included),
 //! write atomically and durably (temp file in the same directory, fsync, rename, fsync of the

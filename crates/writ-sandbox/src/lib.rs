@@ -1,4 +1,4 @@
-//! The command sandbox: runs the caller's checks (tests) on model-written files without trusting
+//! The command sandbox: runs the caller's tests (tests) on model-written files without trusting
 //! them.
 //!
 //! Everything a command sees is a scratch copy of REPO_DIR ([`Scratch`]), bound read-write at

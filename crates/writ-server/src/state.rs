@@ -12,13 +12,13 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     /// The audit log; every write is recorded here before it is acknowledged.
     pub store: Arc<dyn AuditStore>,
-    /// The sandboxed `REPO_DIR`.
+    /// `REPO_DIR`, every path confined beneath it.
     pub workspace: Arc<dyn Workspace>,
     /// Present when models are configured; `/readyz` asks it whether the provider is usable.
     pub models: Option<Arc<dyn ModelClient>>,
     /// Runs every batch as a job (persisted, with progress events); `None` when no model client
     /// could be built.
-    pub jobs: Option<Arc<writ_core::synthesis::runner::JobRunner>>,
+    pub jobs: Option<Arc<writ_core::synthesis::jobs::Jobs>>,
     /// Runs configured commands in the sandbox (`POST /run`, `options.validation`); `None` when
     /// no commands are configured.
     pub commands: Option<Arc<writ_sandbox::SandboxRunner>>,

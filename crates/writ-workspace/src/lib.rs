@@ -1,4 +1,4 @@
-//! The sandboxed workspace: `REPO_DIR` as writ reads and writes it.
+//! The workspace: `REPO_DIR` as writ reads and writes it, every path confined beneath it.
 //!
 //! [`RepoWorkspace`] implements [`writ_core::Workspace`]. Its paths arrive already checked
 //! lexically ([`RepoPath`]); what this crate adds is the check the filesystem alone can make.
@@ -57,7 +57,7 @@ pub const STALE_TEMP_FILE_AGE: Duration = Duration::from_secs(10 * 60);
 /// `REPO_DIR`, reachable only through a capability on its root directory.
 #[derive(Debug)]
 pub struct RepoWorkspace {
-    /// The canonical root, for reports; never used to reach files (that would bypass the sandbox).
+    /// The canonical root, for reports; never used to reach files (that would bypass the confinement).
     root_path: PathBuf,
     /// The capability every access goes through, shared with the blocking tasks that use it.
     root: Arc<Dir>,

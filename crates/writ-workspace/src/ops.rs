@@ -213,7 +213,7 @@ fn looks_like_temp_file_name(name: &str) -> bool {
 }
 
 /// Where `path` lands once its directories are resolved on disk, relative to the root: the deepest
-/// existing directory on the way is opened (through the sandbox) and its real location read back
+/// existing directory on the way is opened (through the root's capability) and its real location read back
 /// from `/proc/self/fd`; the components below it, not created yet, are appended as named. `None`
 /// when that cannot be told (no procfs): the lexical check stands alone then.
 pub(crate) fn resolved(root: &Dir, root_path: &Path, path: &RepoPath) -> Option<String> {

@@ -1,4 +1,4 @@
-//! The sandboxed workspace against a real filesystem: symlinks planted inside the root, special
+//! The confined workspace against a real filesystem: symlinks planted inside the root, special
 //! files, atomic replacement under a concurrent reader, and a property test that no generated path
 //! ever creates anything outside the root.
 

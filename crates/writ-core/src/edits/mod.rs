@@ -5,7 +5,7 @@
 //! Every file is read and every edit applied in memory first (strictly: an old text must match
 //! once, with the one whitespace fallback of [`writ_checks::edit`]); a refusal names the file
 //! and the edit and shows the closest lines, and nothing is written. With `validation`, the
-//! caller's checks run on a scratch copy with the edits applied, and a failure writes nothing.
+//! caller's tests run on a scratch copy with the edits applied, and a failure writes nothing.
 //! Then the files are written as one recorded group, each only over the content the edits were
 //! made from; if one write is refused, the others are put back. A changed file keeps its own
 //! line endings, BOM and final newline on every line the edits did not touch.

@@ -1,8 +1,8 @@
 //! Synthesis: from a validated [`Batch`] to files written, each chosen among several models'
 //! candidates. One batch passes through these modules top-down:
-//! - [`runner`]: the one entry — every batch is a job (persisted events, heartbeat, stored answer);
+//! - [`jobs`]: the one entry — every batch is a job (persisted events, lease, stored answer);
 //! - [`submission`]: idempotency, target checks and the request record, before any model is called;
-//! - [`run`]: the orchestrator, the one module that knows the order of the stages below — each
+//! - [`pipeline`]: the orchestrator, the one module that knows the order of the stages below — each
 //!   file's stages, the deadline, the size limit, the wait for the request record;
 //! - [`generation`]: a code file's prompt ([`prompt`], with what [`context`] finds in the
 //!   repository) to every candidate model at once
@@ -10,7 +10,7 @@
 //! - [`update`]: for a file that exists, what its candidates are checked against (edits applied
 //!   strictly, nothing elided, removed or cut) and how the change is written in the file's shape;
 //! - [`selection`]: distinct viable candidates, the arbiter, first-viable, the fallback models;
-//! - [`validation`]: with `options.validation`, the caller's checks run on every candidate in the
+//! - [`validation`]: with `options.validation`, the caller's tests run on every candidate in the
 //!   sandbox and decide the selection, and failing candidates go back to their models for repair;
 //! - [`image_generation`]: the image branch — one image model call, shaped by [`image`];
 //! - [`writing`]: one recorded write per file, atomic batches and their rollback;
@@ -18,7 +18,7 @@
 //!
 //! Each stage is a function (or a small type: `Selector`, `Writer`) over
 //! the shared types of [`stage`] (the ports, the settings, a file's context and outcome), and
-//! none imports [`run`]. Beside them: [`batch`] (the request and its validation) and
+//! none imports [`pipeline`]. Beside them: [`batch`] (the request and its admission checks) and
 //! [`progress`] (the events a batch emits as it goes).
 
 pub mod batch;
@@ -29,11 +29,11 @@ pub mod fanout;
 pub mod generation;
 pub mod image;
 pub mod image_generation;
+pub mod jobs;
+pub mod pipeline;
 pub mod progress;
 pub mod prompt;
 pub mod response;
-pub mod run;
-pub mod runner;
 pub mod selection;
 pub mod stage;
 pub mod submission;
@@ -43,8 +43,8 @@ pub mod writing;
 
 pub use batch::{Batch, BatchError, BatchOptions, FileSpec, Options, WriteCodebaseRequest};
 pub use fanout::StragglerPolicy;
+pub use jobs::{BatchHandle, EventHub, Jobs, Started};
 pub use progress::{Event, NoProgress, ProgressSink};
 pub use response::{BatchResponse, Counts, FileResult};
-pub use runner::{BatchHandle, EventHub, JobRunner, Started};
 pub use stage::{Content, DEFAULT_MAX_SHOWN_FILE_CHARS, SynthesisConfig, Synthesizer};
 pub use submission::{Submission, SubmitError, Submitted};

@@ -39,7 +39,7 @@ pub enum Event {
         model: String,
         reason: String,
     },
-    /// The caller's checks start on a file's candidates.
+    /// The caller's tests start on a file's candidates.
     ValidationStarted {
         file: String,
         candidates: usize,

@@ -148,7 +148,7 @@ pub fn candidate_messages(
     vec![ChatMessage::system(CANDIDATE_SYSTEM), ChatMessage::user(p)]
 }
 
-/// The messages that send a candidate back to its model with why it failed the caller's checks:
+/// The messages that send a candidate back to its model with why it failed the caller's tests:
 /// the original conversation, the model's own answer, and the failure (a bounded tail). For a
 /// change of an existing file (`edits`), the answer is shown as the file it gives, and the
 /// corrections are asked as edits of that.
@@ -164,10 +164,10 @@ pub fn repair_messages(
     messages.push(ChatMessage::assistant(fence(code, language)));
     let mut p = if edits {
         String::from(
-            "That is the whole file with your edits applied. It failed the project's checks.\n\n",
+            "That is the whole file with your edits applied. It failed the project's tests.\n\n",
         )
     } else {
-        String::from("Your file failed the project's checks.\n\n")
+        String::from("Your file failed the project's tests.\n\n")
     };
     match failure {
         Some(f) => {

@@ -33,7 +33,7 @@ pub struct FileResult {
     /// The chosen content, only for `dry_run` (an image as a data URL).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
-    /// Whether what was chosen passed the caller's checks, when the batch asked for them.
+    /// Whether what was chosen passed the caller's tests, when the batch asked for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validation: Option<FileValidation>,
     /// For a file that existed: what the change did (lines added and removed, the unified diff).
@@ -67,7 +67,7 @@ pub struct PromptTokensByPart {
     pub total: usize,
 }
 
-/// A file's outcome against the caller's checks (`options.validation`).
+/// A file's outcome against the caller's tests (`options.validation`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileValidation {
     /// The content chosen (or, with `on_fail: "refuse"`, none) passed every command.

@@ -98,15 +98,15 @@ impl Default for SynthesisConfig {
     }
 }
 
-/// The ports and settings a batch runs with. The orchestrator ([`super::run`]) hands each stage
-/// only the parts it uses; the admission checks ([`super::submission`]) and the job runner use it
+/// The ports and settings a batch runs with. The orchestrator ([`super::pipeline`]) hands each stage
+/// only the parts it uses; the admission checks ([`super::submission`]) and [`super::jobs`] use it
 /// whole.
 pub struct Synthesizer {
     pub(crate) models: Arc<dyn ModelClient>,
     pub(crate) store: Arc<dyn AuditStore>,
     pub(crate) workspace: Arc<dyn Workspace>,
     pub(crate) config: SynthesisConfig,
-    /// Runs the caller's checks for `options.validation`; `None` when no sandbox or no
+    /// Runs the caller's tests for `options.validation`; `None` when no sandbox or no
     /// commands are configured (such batches are refused before any model is called).
     pub(crate) commands: Option<Arc<dyn CommandRunner>>,
 }
@@ -154,7 +154,7 @@ impl Prior {
 pub(crate) struct Produced {
     pub chosen: Result<Chosen, String>,
     pub candidates: Vec<CandidateRecord>,
-    /// How the file did against the caller's checks, when the batch asked for them.
+    /// How the file did against the caller's tests, when the batch asked for them.
     pub validation: Option<FileValidation>,
     /// The file as the batch found it, when it existed: the chosen code is a change of it.
     pub existing: Option<Existing>,

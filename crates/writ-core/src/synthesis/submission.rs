@@ -1,6 +1,6 @@
 //! Submission: what must hold before a batch is accepted and what must survive the process.
 //! A repeated `Idempotency-Key` replays its stored answer (or is refused); every target is checked
-//! on disk, before any model is called. The request is recorded by the job runner (with its job,
+//! on disk, before any model is called. The request is recorded by [`super::jobs`] (with its job,
 //! while the models run); when the batch ends, its answer is stored on the request for replay.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Running the caller's checks: which commands exist (`WRIT_COMMANDS`, or a `[commands]` table in
+//! Running the caller's tests: which commands exist (`WRIT_COMMANDS`, or a `[commands]` table in
 //! `writ.toml`) and the bounds of every run (`WRIT_RUN_*`).
 
 use std::time::Duration;

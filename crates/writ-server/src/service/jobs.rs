@@ -12,7 +12,7 @@ use tokio::sync::broadcast;
 use uuid::Uuid;
 use writ_core::StoreError;
 use writ_core::jobs::{Job, JobEvent};
-use writ_core::synthesis::runner::EventHub;
+use writ_core::synthesis::jobs::EventHub;
 
 use crate::access::Viewer;
 use crate::state::AppState;
@@ -65,7 +65,7 @@ struct Cursor {
 /// A job's events after `after`, in order, replayed from the store and then followed until
 /// `done`. The SSE stream and the `write_codebase` tool's progress notifications read this.
 pub fn follow(state: AppState, job: Uuid, after: i64) -> impl Stream<Item = JobEvent> {
-    // Without a job runner this process runs no job, so nothing here wakes the stream: it polls.
+    // Without `Jobs` this process runs no job, so nothing here wakes the stream: it polls.
     let wake = state
         .jobs
         .as_ref()

@@ -1,6 +1,6 @@
 //! A `write_codebase` call, as `POST /write_codebase` and the `write_codebase` tool make it:
-//! validated into a [`Batch`], admitted, and started through the [`writ_core::synthesis`] job
-//! runner. Every refusal happens before any model is called or anything written.
+//! validated into a [`Batch`], admitted, and started as a job ([`writ_core::synthesis::Jobs`]).
+//! Every refusal happens before any model is called or anything written.
 
 use writ_core::content::sha256_hex;
 use writ_core::synthesis::{
@@ -73,15 +73,15 @@ pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun, ApiEr
         .limits
         .admit_batch(submission.caller.as_deref(), submission.request_id)
         .await?;
-    let Some(runner) = state.jobs.clone() else {
+    let Some(jobs) = state.jobs.clone() else {
         return Err(unavailable(
             "no model provider could be set up; see the server log and `writ check`",
         ));
     };
     let is_async = call.prefer_async || submission.batch.options().run_async();
-    // The batch then runs in the runner's task, so it completes, is recorded, and can be
+    // The batch then runs in its job's task, so it completes, is recorded, and can be
     // fetched later by idempotency key or from /operations, whoever waits for it.
-    match runner
+    match jobs
         .start(submission, is_async, permit)
         .await
         .map_err(submit_error)?

@@ -12,7 +12,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use tokio::net::TcpListener;
 use writ_core::files::reconcile_pending;
-use writ_core::synthesis::runner::{EventHub, JobRunner, fail_stale_jobs};
+use writ_core::synthesis::jobs::{EventHub, Jobs, fail_stale_jobs};
 
 mod build;
 
@@ -139,12 +139,12 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
             "SQLite serves one process: run a single replica (a batch interrupted by a crash is failed at the next start, not resumed)"
         );
     }
-    let runner = synthesizer.map(|synthesizer| {
-        let runner = JobRunner::new(synthesizer, hub.clone());
+    let jobs = synthesizer.map(|synthesizer| {
+        let jobs = Jobs::new(synthesizer, hub.clone());
         Arc::new(if shared {
-            runner.with_leases(replica.clone())
+            jobs.with_leases(replica.clone())
         } else {
-            runner
+            jobs
         })
     });
 
@@ -171,7 +171,7 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         store,
         workspace,
         models,
-        jobs: runner,
+        jobs,
         commands,
         metrics: telemetry::metrics_handle(),
         auth: Arc::new(crate::access::AuthSwitch::new(keys_configured)),
@@ -247,9 +247,9 @@ impl Application {
                 "shutdown grace period over with batches unfinished; their pending operations are settled at the next start"
             );
         }
-        if let Some(runner) = &self.state.jobs {
-            hand_back(runner).await;
-            runner.flush_events(EVENT_FLUSH).await;
+        if let Some(jobs) = &self.state.jobs {
+            hand_back(jobs).await;
+            jobs.flush_events(EVENT_FLUSH).await;
         }
         reconciler.abort();
         claimer.abort();
@@ -370,12 +370,12 @@ fn replica_name() -> String {
 
 /// The jobs still running when the grace ran out go back to the other replicas, which resume
 /// them at once, instead of waiting for their leases to lapse.
-async fn hand_back(runner: &JobRunner) {
-    let running = runner.jobs_running();
+async fn hand_back(jobs: &Jobs) {
+    let running = jobs.jobs_running();
     if running == 0 {
         return;
     }
-    let handed = runner.hand_back(HAND_BACK_WITHIN).await;
+    let handed = jobs.hand_back(HAND_BACK_WITHIN).await;
     if handed > 0 {
         tracing::warn!(
             jobs = handed,
@@ -386,14 +386,14 @@ async fn hand_back(runner: &JobRunner) {
 
 /// Claims and resumes the jobs of replicas that died (their leases lapsed), while this one serves.
 async fn claim_periodically(state: AppState) {
-    let Some(runner) = state.jobs.clone() else {
+    let Some(jobs) = state.jobs.clone() else {
         return;
     };
-    if runner.owner().is_none() {
+    if jobs.owner().is_none() {
         return;
     }
     loop {
-        match runner.claim_lapsed().await {
+        match jobs.claim_lapsed().await {
             Ok(0) => {}
             Ok(n) => tracing::info!(jobs = n, "claimed jobs whose lease lapsed"),
             Err(e) => tracing::warn!(error = %e, "job claim skipped: audit store unavailable"),
@@ -412,7 +412,7 @@ pub async fn serve_mcp_stdio(settings: Settings) -> anyhow::Result<()> {
     let reconciler = tokio::spawn(reconcile_periodically(state.clone()));
     let limits = state.limits.clone();
     let grace = state.settings.guard.shutdown_grace;
-    let runner = state.jobs.clone();
+    let jobs = state.jobs.clone();
     let claimer = tokio::spawn(claim_periodically(state.clone()));
     let served = crate::tools::mcp::serve_stdio(state).await;
     claimer.abort();
@@ -422,9 +422,9 @@ pub async fn serve_mcp_stdio(settings: Settings) -> anyhow::Result<()> {
             "the MCP host closed the session with batches unfinished; their pending operations are settled at the next start"
         );
     }
-    if let Some(runner) = &runner {
-        hand_back(runner).await;
-        runner.flush_events(EVENT_FLUSH).await;
+    if let Some(jobs) = &jobs {
+        hand_back(jobs).await;
+        jobs.flush_events(EVENT_FLUSH).await;
     }
     reconciler.abort();
     served

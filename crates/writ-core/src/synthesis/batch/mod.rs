@@ -1,6 +1,6 @@
 //! The `write_codebase` request: its wire shape, and [`Batch`], the validated form.
 //!
-//! A `Batch` that exists is already 1–5 files, each with a sandbox-checked path, a non-empty
+//! A `Batch` that exists is already 1–5 files, each with a path confined beneath the workspace, a non-empty
 //! description, and no two files targeting the same path after normalisation; its options are
 //! parsed (the straggler policy, model ids). Its fields are private to this crate, so no other
 //! crate can build an invalid one. Every refusal names the field (`files[2].filename`) and the
@@ -115,7 +115,7 @@ impl Batch {
 
     /// What is left of this batch once the files in `written` are: a batch of its own, resumed,
     /// its files re-indexed from 0, since every stage keeps per-file state by position (named
-    /// context, prompt tokens). It has no files when every file was written; the runner answers
+    /// context, prompt tokens). It has no files when every file was written; the job answers
     /// such a batch from its records alone.
     pub(crate) fn without(&self, written: impl Fn(&RepoPath) -> bool) -> Batch {
         let files: Vec<FileSpec> = self

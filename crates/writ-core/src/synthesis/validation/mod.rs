@@ -1,4 +1,4 @@
-//! Validation: the caller's checks (`options.validation`) decide among a batch's candidates, in
+//! Validation: the caller's tests (`options.validation`) decide among a batch's candidates, in
 //! the selection stage.
 //!
 //! Every file's candidates are generated first. Then each distinct viable candidate of a file is

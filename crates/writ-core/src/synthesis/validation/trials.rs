@@ -1,4 +1,4 @@
-//! Trials: the caller's checks run on some of a file's candidates in the sandbox, with the
+//! Trials: the caller's tests run on some of a file's candidates in the sandbox, with the
 //! batch's other files at their best choice, and each outcome recorded on its trial and its
 //! candidate record.
 

@@ -7,11 +7,11 @@
 //!
 //! Where replicas share the store (PostgreSQL), the replica running a job holds a lease on it
 //! and renews it ([`LEASE`], [`RENEW_EVERY`]). A replica that dies stops renewing; once the lease
-//! lapsed, another replica claims the job ([`JobRunner::claim_lapsed`]) and resumes it: the
+//! lapsed, another replica claims the job ([`Jobs::claim_lapsed`]) and resumes it: the
 //! batch's pending operations are settled against the disk, files already written stay as they
 //! are, the rest are generated and written, and the answer (every file's result) is stored once.
 //! A job claimed more than [`MAX_RESUMES`] times ends `failed` with the reason. A replica that
-//! stops hands its jobs back ([`JobRunner::hand_back`]) so another resumes them at once.
+//! stops hands its jobs back ([`Jobs::hand_back`]) so another resumes them at once.
 //! On SQLite (one process) jobs carry no lease: those whose process died are failed with a
 //! reason by [`fail_stale_jobs`], at start-up and periodically.
 //!
@@ -119,7 +119,7 @@ impl BatchHandle {
 }
 
 /// The one entry to synthesis: HTTP, MCP and the CLI start every batch here.
-pub struct JobRunner {
+pub struct Jobs {
     synthesizer: Arc<Synthesizer>,
     hub: EventHub,
     /// Every job's events, to the one task that stores them (started with the first batch).
@@ -209,9 +209,9 @@ impl EventQueue {
     }
 }
 
-impl JobRunner {
+impl Jobs {
     pub fn new(synthesizer: Arc<Synthesizer>, hub: EventHub) -> Self {
-        JobRunner {
+        Jobs {
             synthesizer,
             hub,
             events: OnceLock::new(),

@@ -6,7 +6,7 @@
 //! `atomic` batch generates every file first and writes all or none.
 //!
 //! Only this module knows the order; each stage is a function (or a small type) over the
-//! shared types of [`super::stage`]. The job runner ([`super::runner::JobRunner`]) is the one
+//! shared types of [`super::stage`]. [`super::jobs::Jobs`] is the one
 //! caller, through [`Synthesizer::execute`].
 
 use std::time::{Duration, Instant};
