@@ -239,8 +239,12 @@ async fn malformed_requests_name_the_field() {
             "files[0].edits",
         ),
         (
-            json!({"patch": "*** Begin Patch\n*** Delete File: a.py\n*** End Patch"}),
-            "patch (a.py)",
+            json!({"files": [{"path": "a.py", "delete": true, "edits": [{"old": "x", "new": "y"}]}]}),
+            "files[0].delete",
+        ),
+        (
+            json!({"files": [{"path": "a.py", "move_to": "b.py"}, {"path": "b.py", "delete": true}]}),
+            "files[1].path",
         ),
     ];
     for (body, field) in cases {

@@ -43,7 +43,8 @@ pub async fn reconcile_pending(
 }
 
 /// Settles one `pending` operation against the disk, under its path's lock: `succeeded` if the
-/// file holds the recorded content, else `failed` ("interrupted"). `None` when it was no longer
+/// file holds the recorded content (a deletion: if the file is gone), else `failed`
+/// ("interrupted"). `None` when it was no longer
 /// pending (its write finished meanwhile). A replica resuming a dead replica's batch settles the
 /// batch's pending operations this way before deciding which files are still to write.
 pub async fn settle_pending(
@@ -59,18 +60,19 @@ pub async fn settle_pending(
                 Some((now, _)) if now.status == OperationStatus::Pending => {}
                 _ => return Ok(None),
             }
-            let hash = workspace
-                .read(&path)
-                .await
-                .ok()
-                .flatten()
-                .map(|b| sha256_hex(&b));
+            let read = workspace.read(&path).await;
             drop(lock);
-            hash
+            // `None`: unreadable; `Some(None)`: absent.
+            read.ok().map(|b| b.map(|b| sha256_hex(&b)))
         }
         Err(_) => None,
     };
-    let landed = on_disk.is_some() && on_disk == op.sha256;
+    let landed = match (op.operation, on_disk) {
+        (OperationKind::Deleted, Some(None)) => true,
+        (OperationKind::Deleted, _) => false,
+        (_, Some(hash)) => hash.is_some() && hash == op.sha256,
+        (_, None) => false,
+    };
     let outcome = if landed {
         OperationOutcome {
             status: OperationStatus::Succeeded,
