@@ -5,6 +5,7 @@ import uuid
 import jsonschema
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 from conftest import HTTP_TOOL_NAMES, TOOL_NAMES
 
@@ -158,9 +159,11 @@ async def test_a_path_outside_the_workspace_is_a_tool_error(client_factory, repo
         assert truncated_type.is_error
         assert "invalid type" in _text(truncated_type)
 
-        unknown = await client.call_tool("no_such_tool", {})
-        assert unknown.is_error
-        assert "the tools are: write_codebase" in _text(unknown)
+        # A tool that does not exist is the protocol's error, not a tool result.
+        with pytest.raises(MCPError) as unknown:
+            await client.call_tool("no_such_tool", {})
+        assert unknown.value.code == -32602
+        assert "the tools are: write_codebase" in unknown.value.message
     assert not (repo_dir.parent / "escape.txt").exists()
 
 

@@ -236,7 +236,10 @@ fn parse_hunks(
         let open = hunks.last().is_some_and(|h| !h.at_end);
         if let Some(anchor) = l.strip_prefix("@@") {
             // `@@` lines in a row narrow one hunk (a class, then a method of it).
-            if !hunks.last().is_some_and(|h| h.lines.is_empty() && !h.at_end) {
+            if !hunks
+                .last()
+                .is_some_and(|h| h.lines.is_empty() && !h.at_end)
+            {
                 hunks.push(Hunk::default());
                 starts.push(i + 1);
             }
@@ -530,7 +533,8 @@ fn render(file: &[(&str, &str)], had_bom: bool, placed: &[Placed]) -> String {
     }
     out.extend_from_slice(&file[at.min(file.len())..]);
     let final_newline = file.last().is_none_or(|(_, end)| !end.is_empty());
-    let mut text = String::with_capacity(out.iter().map(|(l, e)| l.len() + e.len()).sum::<usize>() + 3);
+    let mut text =
+        String::with_capacity(out.iter().map(|(l, e)| l.len() + e.len()).sum::<usize>() + 3);
     if had_bom {
         text.push(BOM);
     }
@@ -619,8 +623,9 @@ mod tests {
 
     #[test]
     fn headers_with_leading_whitespace_are_read_as_headers() {
-        let ops = parse("*** Begin Patch\n  *** Update File: foo.txt\n@@\n-old\n+new\n*** End Patch")
-            .unwrap();
+        let ops =
+            parse("*** Begin Patch\n  *** Update File: foo.txt\n@@\n-old\n+new\n*** End Patch")
+                .unwrap();
         assert_eq!(ops[0].path(), "foo.txt");
     }
 
@@ -633,7 +638,8 @@ mod tests {
             let e = parse(&format!("*** Begin Patch\n*** Update File: a\n{body}")).unwrap_err();
             assert_eq!(e.line, line, "{body}: {e}");
         }
-        let e = parse("*** Begin Patch\n*** Update File: a\n@@\n-x\n@@\n*** End Patch").unwrap_err();
+        let e =
+            parse("*** Begin Patch\n*** Update File: a\n@@\n-x\n@@\n*** End Patch").unwrap_err();
         assert!(e.message.contains("hunk 2 of 'a' has no lines"), "{e}");
     }
 
@@ -688,7 +694,10 @@ mod tests {
 
     #[test]
     fn indentation_differences_apply_through_the_fallback_and_context_keeps_the_files_bytes() {
-        let out = patched("def f():\n    x = 0\n    return 1\n", " x = 0\n-return 1\n+    return 2");
+        let out = patched(
+            "def f():\n    x = 0\n    return 1\n",
+            " x = 0\n-return 1\n+    return 2",
+        );
         assert_eq!(out.text, "def f():\n    x = 0\n    return 2\n");
         assert_eq!(out.fallback, Some(Fallback::Whitespace));
     }

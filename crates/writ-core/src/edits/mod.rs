@@ -153,12 +153,17 @@ pub async fn apply(
             source,
         })?;
         let destination = match &f.move_to {
-            Some((_, field)) => Some(reads.next().unwrap_or(Ok(None)).map_err(|source| {
-                EditsError::Target {
-                    field: field.clone(),
-                    source,
-                }
-            })?),
+            Some((_, field)) => {
+                Some(
+                    reads
+                        .next()
+                        .unwrap_or(Ok(None))
+                        .map_err(|source| EditsError::Target {
+                            field: field.clone(),
+                            source,
+                        })?,
+                )
+            }
             None => None,
         };
         edited.push(edit_one(f, current, destination)?);

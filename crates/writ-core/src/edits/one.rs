@@ -117,8 +117,8 @@ pub(super) fn edit_one(
     let Some(bytes) = &current else {
         return Err(refused(format!("'{path}' does not exist")));
     };
-    let existing =
-        Existing::read(bytes).map_err(|why| refused(format!("'{path}' cannot be edited: {why}")))?;
+    let existing = Existing::read(bytes)
+        .map_err(|why| refused(format!("'{path}' cannot be edited: {why}")))?;
     let failed = |e: writ_checks::edit::EditError| EditsError::EditFailed {
         path: path.to_string(),
         edit: e.edit,

@@ -4,8 +4,8 @@
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use writ_core::sessions::{BeginSession, SessionCaller, SessionView};
 use writ_core::edits::Fallback;
+use writ_core::sessions::{BeginSession, SessionCaller, SessionView};
 
 use super::{AppendArgs, CallContext, ReadFileArgs, SessionArgs, ToolOutput, WriteFileArgs};
 use crate::error::ApiError;
