@@ -451,3 +451,22 @@ async fn the_edit_files_tool_describes_and_performs_deletes_and_moves() {
     assert!(!app.repo_dir.join("a.py").exists());
     assert!(!app.repo_dir.join("b.py").exists());
 }
+
+#[tokio::test]
+async fn a_patch_keeps_every_lines_own_ending_and_reports_the_punctuation_fallback() {
+    let app = spawn_app(Backend::Sqlite).await;
+    seed(
+        &app,
+        "m.txt",
+        "same\r\nold\nsame\r\nquote = \u{201C}hi\u{201D}\r\ntail\n",
+    );
+    // The blank line before the end marker is what models often leave there.
+    let patch = "*** Begin Patch\n  *** Update File: m.txt\n@@\n same\n-old\n+new\n@@\n-quote = \"hi\"\n+quote = \"bye\"\n\n*** End Patch\n";
+    let (status, body) = post(&app, json!({"patch": patch})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        read(&app, "m.txt"),
+        "same\r\nnew\nsame\r\nquote = \"bye\"\r\ntail\n"
+    );
+    assert_eq!(body["files"][0]["edit_fallback"], "punctuation", "{body}");
+}
