@@ -80,23 +80,12 @@ pub struct Hunk {
 
 impl Hunk {
     /// Context and removed lines, in order: what must be found.
-    pub fn old(&self) -> Vec<&str> {
+    pub fn old_lines(&self) -> Vec<&str> {
         self.lines
             .iter()
             .filter_map(|l| match l {
                 HunkLine::Context(t) | HunkLine::Removed(t) => Some(t.as_str()),
                 HunkLine::Added(_) => None,
-            })
-            .collect()
-    }
-
-    /// Context and added lines, in order: what stands there afterwards.
-    pub fn new(&self) -> Vec<&str> {
-        self.lines
-            .iter()
-            .filter_map(|l| match l {
-                HunkLine::Context(t) | HunkLine::Added(t) => Some(t.as_str()),
-                HunkLine::Removed(_) => None,
             })
             .collect()
     }
@@ -390,7 +379,7 @@ pub fn apply_hunks(path: &str, original: &str, hunks: &[Hunk]) -> Result<Patched
     for (n, hunk) in hunks.iter().enumerate() {
         let edit = n + 1;
         let mut from = cursor;
-        let old = hunk.old();
+        let old = hunk.old_lines();
         for anchor in &hunk.anchors {
             let found = COMPARES.iter().find_map(|how| {
                 (from..lines.len())
@@ -590,7 +579,7 @@ mod tests {
         assert_eq!(path, "src/app.py");
         assert_eq!(move_to, &None);
         assert_eq!(hunks[0].anchors, vec!["def handler():"]);
-        assert_eq!(hunks[0].old(), vec!["    return 1"]);
+        assert_eq!(hunks[0].old_lines(), vec!["    return 1"]);
         assert_eq!(
             ops[2],
             FileOp::Delete {

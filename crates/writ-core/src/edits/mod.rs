@@ -422,20 +422,14 @@ async fn write_all(
             })
         }
         None => {
-            let mut kinds: Vec<(Option<(OperationKind, Uuid)>, Option<Uuid>)> =
-                vec![(None, None); edited.len()];
-            for (i, r) in &written {
-                kinds[*i].0 = Some((r.operation, r.operation_id));
-            }
-            for (i, id) in &removed {
-                kinds[*i].1 = Some(*id);
-            }
             let files = edited
                 .into_iter()
-                .zip(kinds)
-                .flat_map(|(e, (w, d))| {
-                    let operation = w.map_or(OperationKind::Deleted, |(k, _)| k);
-                    answered(e, operation, w.map(|(_, id)| id), d)
+                .enumerate()
+                .flat_map(|(i, e)| {
+                    let write = written.iter().find(|(w, _)| *w == i).map(|(_, r)| r);
+                    let removal = removed.iter().find(|(r, _)| *r == i).map(|(_, id)| *id);
+                    let operation = write.map_or(OperationKind::Deleted, |r| r.operation);
+                    answered(e, operation, write.map(|r| r.operation_id), removal)
                 })
                 .collect();
             Ok(EditsResponse {
@@ -531,5 +525,81 @@ async fn roll_back(
         if let Err(err) = undone {
             tracing::error!(path = %e.path, error = %err, "a deleted file could not be put back");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::synthesis::doubles::{MemoryStore, MemoryWorkspace};
+
+    fn editor() -> Editor {
+        Editor {
+            request_id: Uuid::now_v7(),
+            caller: None,
+            scope: None,
+            route: "test".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_move_whose_destination_cannot_be_written_deletes_nothing_and_puts_back_the_rest() {
+        let store = MemoryStore::default();
+        let workspace = MemoryWorkspace::default()
+            .with_file("a.py", "x = 1\n")
+            .with_file("b.py", "y = 1\n")
+            .failing_on("c.py");
+        let request: EditsRequest = serde_json::from_value(serde_json::json!({"files": [
+            {"path": "a.py", "edits": [{"old": "x = 1", "new": "x = 2"}]},
+            {"path": "b.py", "move_to": "c.py"},
+            {"path": "d.py", "delete": false, "edits": [{"old": "z", "new": "w"}]},
+        ]}))
+        .unwrap();
+        // d.py does not exist: refused before anything is written.
+        let edits = request.clone().parse("sha".into(), None).unwrap();
+        let refused = apply(&store, &workspace, None, editor(), edits).await;
+        assert!(matches!(refused, Err(EditsError::EditFailed { .. })));
+        assert!(store.operations.lock().unwrap().is_empty());
+
+        let mut request = request;
+        request.files.as_mut().unwrap().pop();
+        let edits = request.parse("sha".into(), None).unwrap();
+        let refused = apply(&store, &workspace, None, editor(), edits).await;
+        assert!(refused.is_err());
+        assert_eq!(workspace.content("a.py").as_deref(), Some("x = 1\n"));
+        assert_eq!(workspace.content("b.py").as_deref(), Some("y = 1\n"));
+        assert_eq!(workspace.content("c.py"), None);
+        let ops = store.operations.lock().unwrap();
+        assert!(
+            !ops.iter().any(|op| op.operation == OperationKind::Deleted),
+            "no removal is made once a write was refused"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_deletion_keeps_what_the_file_held_and_settles_as_deleted() {
+        let store = MemoryStore::default();
+        let workspace = MemoryWorkspace::default().with_file("old.py", "gone = 1\n");
+        let request: EditsRequest = serde_json::from_value(
+            serde_json::json!({"patch": "*** Begin Patch\n*** Delete File: old.py\n*** End Patch"}),
+        )
+        .unwrap();
+        let edits = request.parse("sha".into(), None).unwrap();
+        let answer = apply(&store, &workspace, None, editor(), edits)
+            .await
+            .unwrap();
+        assert_eq!(answer.files[0].operation, OperationKind::Deleted);
+        assert_eq!(answer.files[0].sha256, None);
+        assert_eq!(workspace.content("old.py"), None);
+        let ops = store.operations.lock().unwrap();
+        assert_eq!(ops.len(), 1);
+        assert_eq!(ops[0].operation, OperationKind::Deleted);
+        assert_eq!(ops[0].status, crate::audit::OperationStatus::Succeeded);
+        assert_eq!(
+            ops[0].previous_sha256.as_deref(),
+            Some(sha256_hex(b"gone = 1\n").as_str())
+        );
     }
 }

@@ -97,3 +97,59 @@ pub async fn settle_pending(
     store.complete_operation(op.id, &outcome).await?;
     Ok(Some(status))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::audit::{FileKind, Operation};
+    use crate::synthesis::doubles::{MemoryStore, MemoryWorkspace};
+    use uuid::Uuid;
+
+    fn pending_deletion(path: &str) -> Operation {
+        Operation {
+            id: Uuid::now_v7(),
+            request_id: Uuid::now_v7(),
+            created_at: Utc::now(),
+            finished_at: None,
+            filename: path.to_string(),
+            kind: FileKind::Direct,
+            operation: OperationKind::Deleted,
+            status: OperationStatus::Pending,
+            chosen_model: None,
+            selection: None,
+            arbiter_reason: None,
+            candidates: Vec::new(),
+            previous_sha256: Some(sha256_hex(b"x = 1\n")),
+            sha256: None,
+            bytes: Some(6),
+            error: None,
+            duration_ms: None,
+            detail: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pending_deletion_succeeded_if_the_file_is_gone_and_failed_if_it_is_still_there() {
+        let store = MemoryStore::default();
+        let workspace = MemoryWorkspace::default().with_file("kept.py", "x = 1\n");
+        let gone = pending_deletion("gone.py");
+        let kept = pending_deletion("kept.py");
+        for op in [&gone, &kept] {
+            store.insert_operation(op, Some(b"x = 1\n")).await.unwrap();
+        }
+        assert_eq!(
+            settle_pending(&store, &workspace, &gone).await.unwrap(),
+            Some(OperationStatus::Succeeded)
+        );
+        assert_eq!(
+            settle_pending(&store, &workspace, &kept).await.unwrap(),
+            Some(OperationStatus::Failed)
+        );
+        let ops = store.operations.lock().unwrap().clone();
+        assert_eq!(ops[0].operation, OperationKind::Deleted);
+        assert_eq!(ops[1].operation, OperationKind::Failed);
+        assert_eq!(workspace.content("kept.py").as_deref(), Some("x = 1\n"));
+    }
+}
