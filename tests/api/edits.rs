@@ -132,11 +132,151 @@ async fn a_text_found_twice_is_refused_unless_replace_all(app: TestApp) {
     assert_eq!(read(&app, "a.py"), "x = 2\nx = 2\n");
 }
 
+async fn a_patch_that_renames_and_deletes_files_applies_whole_and_the_audit_keeps_what_it_removed(
+    app: TestApp,
+) {
+    seed(&app, "src/old_name.py", "def f():\n    return 1\n");
+    seed(&app, "src/obsolete.py", "GONE = True\r\n");
+    seed(&app, "src/keep.py", "x = 1\n");
+    let patch = "*** Begin Patch\n*** Update File: src/old_name.py\n*** Move to: pkg/new_name.py\n@@ def f():\n-    return 1\n+    return 2\n*** Delete File: src/obsolete.py\n*** Update File: src/keep.py\n-x = 1\n+x = 2\n*** End Patch\n";
+    let (status, body) = post(&app, json!({"patch": patch})).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(!app.repo_dir.join("src/old_name.py").exists());
+    assert!(!app.repo_dir.join("src/obsolete.py").exists());
+    assert_eq!(read(&app, "pkg/new_name.py"), "def f():\n    return 2\n");
+    assert_eq!(read(&app, "src/keep.py"), "x = 2\n");
+    let files = body["files"].as_array().unwrap();
+    let summary: Vec<(&str, &str)> = files
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap(),
+                f["operation"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("src/old_name.py", "deleted"),
+            ("pkg/new_name.py", "created"),
+            ("src/obsolete.py", "deleted"),
+            ("src/keep.py", "updated"),
+        ]
+    );
+    assert_eq!(files[0]["moved_to"], "pkg/new_name.py", "{body}");
+    assert_eq!(files[1]["moved_from"], "src/old_name.py", "{body}");
+    assert!(files[2].get("sha256").is_none(), "{body}");
+
+    // What undo needs: each removal is an operation of its own that keeps what the file held.
+    let (_, deleted) = app
+        .json(&format!(
+            "/operations/{}",
+            files[2]["operation_id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(deleted["operation"], "deleted", "{deleted}");
+    assert_eq!(deleted["status"], "succeeded", "{deleted}");
+    assert_eq!(deleted["content"], "GONE = True\r\n", "{deleted}");
+    assert_eq!(deleted["previous_sha256"], files[2]["previous_sha256"]);
+    let (_, source) = app
+        .json(&format!(
+            "/operations/{}",
+            files[0]["operation_id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(source["content"], "def f():\n    return 1\n", "{source}");
+    assert_eq!(source["detail"]["moved_to"], "pkg/new_name.py", "{source}");
+    let (_, destination) = app
+        .json(&format!(
+            "/operations/{}",
+            files[1]["operation_id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(destination["detail"]["moved_from"], "src/old_name.py");
+    assert_eq!(destination["content"], "def f():\n    return 2\n");
+}
+
+async fn str_replace_deletes_and_moves_files_and_honours_expected_sha256(app: TestApp) {
+    seed(&app, "a.py", "x = 1\n");
+    seed(&app, "b.py", "y = 1\n");
+    seed(&app, "c.bin", "\u{1}\u{2}");
+    let stale = json!({"files": [
+        {"path": "a.py", "edits": [{"old": "x = 1", "new": "x = 2"}]},
+        {"path": "b.py", "delete": true, "expected_sha256": "0".repeat(64)},
+    ]});
+    let (status, body) = post(&app, stale).await;
+    assert_eq!(status, 412, "{body}");
+    assert_eq!(read(&app, "a.py"), "x = 1\n");
+    assert_eq!(read(&app, "b.py"), "y = 1\n");
+
+    let (status, body) = post(
+        &app,
+        json!({"files": [
+            {"path": "a.py", "move_to": "lib/a.py", "edits": [{"old": "x = 1", "new": "x = 2"}]},
+            {"path": "b.py", "delete": true},
+            {"path": "c.bin", "move_to": "data/c.bin"},
+        ]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(read(&app, "lib/a.py"), "x = 2\n");
+    assert!(!app.repo_dir.join("a.py").exists());
+    assert!(!app.repo_dir.join("b.py").exists());
+    assert_eq!(read(&app, "data/c.bin"), "\u{1}\u{2}");
+    assert_eq!(body["files"].as_array().unwrap().len(), 5, "{body}");
+}
+
+async fn a_move_onto_an_existing_file_or_a_protected_path_changes_nothing(app: TestApp) {
+    seed(&app, "a.py", "x = 1\n");
+    seed(&app, "b.py", "y = 1\n");
+    seed(&app, ".git/config", "[core]\n");
+    let (status, body) = post(
+        &app,
+        json!({"files": [
+            {"path": "b.py", "edits": [{"old": "y = 1", "new": "y = 2"}]},
+            {"path": "a.py", "move_to": "b2.py"},
+            {"path": "c.py", "delete": true},
+        ]}),
+    )
+    .await;
+    assert_eq!(status, 422, "a missing file cannot be deleted: {body}");
+    let patch = "*** Begin Patch\n*** Update File: b.py\n-y = 1\n+y = 2\n*** Update File: a.py\n*** Move to: b.py\n*** End Patch\n";
+    let (status, body) = post(&app, json!({"patch": patch})).await;
+    assert_eq!(status, 422, "{body}");
+    let patch = "*** Begin Patch\n*** Update File: a.py\n*** Move to: c.py\n*** End Patch\n";
+    seed(&app, "c.py", "z = 1\n");
+    let (status, body) = post(&app, json!({"patch": patch})).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("a move never replaces a file"),
+        "{body}"
+    );
+    let patch = "*** Begin Patch\n*** Update File: a.py\n-x = 1\n+x = 2\n*** Delete File: .git/config\n*** End Patch\n";
+    let (status, body) = post(&app, json!({"patch": patch})).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], "protected_path");
+    let patch = "*** Begin Patch\n*** Update File: a.py\n*** Move to: .git/hooks/pre-commit\n*** End Patch\n";
+    let (status, body) = post(&app, json!({"patch": patch})).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(read(&app, "a.py"), "x = 1\n");
+    assert_eq!(read(&app, "b.py"), "y = 1\n");
+    assert_eq!(read(&app, "c.py"), "z = 1\n");
+    assert_eq!(read(&app, ".git/config"), "[core]\n");
+    assert!(!app.repo_dir.join("b2.py").exists());
+}
+
 on_both_backends!(
     str_replace_changes_three_files_keeping_their_own_line_endings,
     a_patch_with_one_hunk_that_does_not_apply_changes_no_file,
     a_stale_expected_sha256_is_a_412_and_nothing_changes,
     a_text_found_twice_is_refused_unless_replace_all,
+    a_patch_that_renames_and_deletes_files_applies_whole_and_the_audit_keeps_what_it_removed,
+    str_replace_deletes_and_moves_files_and_honours_expected_sha256,
+    a_move_onto_an_existing_file_or_a_protected_path_changes_nothing,
 );
 
 #[tokio::test]
@@ -239,8 +379,12 @@ async fn malformed_requests_name_the_field() {
             "files[0].edits",
         ),
         (
-            json!({"patch": "*** Begin Patch\n*** Delete File: a.py\n*** End Patch"}),
-            "patch (a.py)",
+            json!({"files": [{"path": "a.py", "delete": true, "edits": [{"old": "x", "new": "y"}]}]}),
+            "files[0].delete",
+        ),
+        (
+            json!({"files": [{"path": "a.py", "move_to": "b.py"}, {"path": "b.py", "delete": true}]}),
+            "files[1].path",
         ),
     ];
     for (body, field) in cases {
@@ -267,4 +411,62 @@ async fn the_edit_files_tool_answers_with_the_diff() {
     let text = body["content"].as_str().unwrap_or_default().to_string() + &body.to_string();
     assert!(text.contains("-x = 1") && text.contains("+x = 2"), "{body}");
     assert_eq!(read(&app, "a.py"), "x = 2\n");
+}
+
+#[tokio::test]
+async fn the_edit_files_tool_describes_and_performs_deletes_and_moves() {
+    let app = spawn_app(Backend::Sqlite).await;
+    seed(&app, "a.py", "x = 1\n");
+    seed(&app, "b.py", "y = 1\n");
+    let (status, tools) = app.json("/tools").await;
+    assert_eq!(status, 200, "{tools}");
+    let listed = tools.to_string();
+    let schema = listed
+        .find("\"edit_files\"")
+        .map(|at| &listed[at..])
+        .unwrap_or_default();
+    assert!(
+        schema.contains("\"move_to\"") && schema.contains("\"delete\""),
+        "{tools}"
+    );
+    let r = app
+        .client
+        .post(app.url("/tools/call"))
+        .json(&json!({"name": "edit_files", "arguments": {"files": [
+            {"path": "a.py", "move_to": "pkg/a.py"},
+            {"path": "b.py", "delete": true},
+        ]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    let text = body["content"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("deleted 'a.py' (moved to 'pkg/a.py')"),
+        "{body}"
+    );
+    assert!(text.contains("deleted 'b.py'"), "{body}");
+    assert_eq!(read(&app, "pkg/a.py"), "x = 1\n");
+    assert!(!app.repo_dir.join("a.py").exists());
+    assert!(!app.repo_dir.join("b.py").exists());
+}
+
+#[tokio::test]
+async fn a_patch_keeps_every_lines_own_ending_and_reports_the_punctuation_fallback() {
+    let app = spawn_app(Backend::Sqlite).await;
+    seed(
+        &app,
+        "m.txt",
+        "same\r\nold\nsame\r\nquote = \u{201C}hi\u{201D}\r\ntail\n",
+    );
+    // The blank line before the end marker is what models often leave there.
+    let patch = "*** Begin Patch\n  *** Update File: m.txt\n@@\n same\n-old\n+new\n@@\n-quote = \"hi\"\n+quote = \"bye\"\n\n*** End Patch\n";
+    let (status, body) = post(&app, json!({"patch": patch})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        read(&app, "m.txt"),
+        "same\r\nnew\nsame\r\nquote = \"bye\"\r\ntail\n"
+    );
+    assert_eq!(body["files"][0]["edit_fallback"], "punctuation", "{body}");
 }

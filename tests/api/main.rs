@@ -15,6 +15,7 @@ mod openapi;
 mod operations;
 mod policy;
 mod probes;
+mod reference;
 mod scopes;
 mod search;
 mod service;

@@ -414,14 +414,19 @@ fn every_enum_in_the_spec_lists_exactly_the_values_serde_produces() {
         Created,
         Updated,
         Unchanged,
-        Failed
+        Failed,
+        Deleted
     });
     assert_eq!(schema_enum(&spec, "Operation", "operation"), operations);
-    assert_eq!(schema_enum(&spec, "FileResult", "operation"), operations);
+    // Only an edit request deletes.
+    assert_eq!(
+        schema_enum(&spec, "FileResult", "operation"),
+        minus(&operations, &["deleted"])
+    );
     // A direct write that fails answers an error, not a result.
     assert_eq!(
         schema_enum(&spec, "WriteResult", "operation"),
-        minus(&operations, &["failed"])
+        minus(&operations, &["failed", "deleted"])
     );
 
     let statuses = wire_names!(OperationStatus {
@@ -493,7 +498,7 @@ fn every_enum_in_the_spec_lists_exactly_the_values_serde_produces() {
     assert_eq!(schema_enum(&spec, "WriteSessionBegin", "operation"), modes);
     assert_eq!(
         schema_enum(&spec, "WriteSessionReceipt", "operation"),
-        operations
+        minus(&operations, &["deleted"])
     );
 
     let events = event_names();

@@ -1012,3 +1012,35 @@ async fn a_task_is_seen_only_by_the_key_that_started_it() {
         "{hidden}"
     );
 }
+
+#[tokio::test]
+async fn an_mcp_call_to_a_tool_that_does_not_exist_is_the_invalid_params_error() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let answer = mcp_stateless(
+        &app,
+        "tools/call",
+        json!({"name": "delete_everything", "arguments": {}}),
+        false,
+    )
+    .await;
+    assert!(answer.get("result").is_none(), "{answer}");
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    assert_eq!(
+        answer["error"]["message"],
+        format!(
+            "no tool named 'delete_everything'; the tools are: {}",
+            TOOL_NAMES.join(", ")
+        ),
+        "{answer}"
+    );
+    // A tool that exists and refuses still answers a tool result the model reads.
+    let refused = mcp_stateless(
+        &app,
+        "tools/call",
+        json!({"name": "read_file", "arguments": {"path": "missing.py"}}),
+        false,
+    )
+    .await;
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert!(app.files_on_disk().is_empty());
+}

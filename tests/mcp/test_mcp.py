@@ -5,6 +5,7 @@ import uuid
 import jsonschema
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 from conftest import HTTP_TOOL_NAMES, TOOL_NAMES
 
@@ -158,9 +159,11 @@ async def test_a_path_outside_the_workspace_is_a_tool_error(client_factory, repo
         assert truncated_type.is_error
         assert "invalid type" in _text(truncated_type)
 
-        unknown = await client.call_tool("no_such_tool", {})
-        assert unknown.is_error
-        assert "the tools are: write_codebase" in _text(unknown)
+        # A tool that does not exist is the protocol's error, not a tool result.
+        with pytest.raises(MCPError) as unknown:
+            await client.call_tool("no_such_tool", {})
+        assert unknown.value.code == -32602
+        assert "the tools are: write_codebase" in unknown.value.message
     assert not (repo_dir.parent / "escape.txt").exists()
 
 
@@ -225,8 +228,10 @@ async def test_run_is_offered_with_commands_and_runs_one(client_factory):
         names = [t.name for t in (await client.list_tools()).tools]
         if client_factory.kind == "stdio":
             assert "run" not in names
-            unknown = await client.call_tool("run", {"command": "echo"})
-            assert unknown.is_error
+            # Not offered is not there: the protocol's unknown-tool error.
+            with pytest.raises(MCPError) as unknown:
+                await client.call_tool("run", {"command": "echo"})
+            assert unknown.value.code == -32602
             return
         assert "run" in names
         ran = await client.call_tool("run", {"command": "echo", "args": ["hello.txt"]})

@@ -2,9 +2,10 @@
 //!
 //! Two shapes reach this module: a model's answer in SEARCH/REPLACE blocks ([`parse_blocks`])
 //! and an agent's `str_replace` ([`apply_one`] with `replace_all`). Both apply through
-//! [`apply_one`], which tries the text as given, then — the one documented fallback — line by
-//! line ignoring trailing whitespace and indentation ([`Fallback::Whitespace`]), and re-indents
-//! the replacement by the indentation the match had. Anything else (no match, several matches)
+//! [`apply_one`], which tries the text as given, then — the documented fallbacks — line by
+//! line ignoring trailing whitespace and indentation ([`Fallback::Whitespace`]), then also
+//! reading typographic dashes, quotes and spaces as ASCII ([`Fallback::Punctuation`]), and
+//! re-indents the replacement by the indentation the match had. Anything else (no match, several matches)
 //! is a refusal naming the edit and showing the closest lines, so the caller can retry in one
 //! step.
 //!
@@ -28,12 +29,33 @@ pub enum BlockError {
     Unclosed { block: usize, missing: &'static str },
 }
 
-/// How an edit's old text was found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// How an edit's old text was found; the later a variant, the looser the match (an answer
+/// reports the loosest any of its edits needed).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Fallback {
     /// Matched only when trailing whitespace and indentation were ignored.
     Whitespace,
+    /// Matched only when, besides whitespace, typographic punctuation (dashes, curly quotes,
+    /// non-breaking and other wide spaces) was read as its ASCII form.
+    Punctuation,
+}
+
+/// A line as the punctuation fallback compares it: trimmed, typographic dashes, quotes and
+/// spaces read as their ASCII forms.
+pub fn fold_punctuation(line: &str) -> String {
+    line.trim()
+        .chars()
+        .map(|c| match c {
+            '\u{2010}'..='\u{2015}' | '\u{2212}' => '-',
+            '\u{2018}'..='\u{201B}' => '\'',
+            '\u{201C}'..='\u{201F}' => '"',
+            '\u{00A0}' | '\u{2002}'..='\u{200A}' | '\u{202F}' | '\u{205F}' | '\u{3000}' => ' ',
+            other => other,
+        })
+        .collect()
 }
 
 /// Why an edit does not apply: the edit's number (from 1), what went wrong and where the
@@ -141,7 +163,7 @@ pub fn apply_blocks(text: &str, blocks: &[EditBlock]) -> Result<Applied, EditErr
                 "SEARCH block",
             )?
         };
-        fallback = fallback.or(applied.fallback);
+        fallback = fallback.max(applied.fallback);
         current = applied.text;
     }
     Ok(Applied {
@@ -200,7 +222,7 @@ pub fn apply_one(
     match loose.as_slice() {
         [only] => Ok(Applied {
             text: splice_lines(text, only, new),
-            fallback: Some(Fallback::Whitespace),
+            fallback: Some(only.how),
         }),
         [] => Err(EditError {
             edit,
@@ -212,7 +234,12 @@ pub fn apply_one(
         several => Err(EditError {
             edit,
             message: format!(
-                "{what} {edit}: ignoring whitespace, the text to replace occurs {} times (at lines {}); it must match exactly once",
+                "{what} {edit}: ignoring whitespace{}, the text to replace occurs {} times (at lines {}); it must match exactly once",
+                if several[0].how == Fallback::Punctuation {
+                    " and typographic punctuation"
+                } else {
+                    ""
+                },
                 several.len(),
                 several
                     .iter()
@@ -246,6 +273,7 @@ struct LooseMatch {
     len: usize,
     /// (indentation in the text, indentation in the old text) of the first non-blank line.
     indent: (String, String),
+    how: Fallback,
 }
 
 fn lines_of(text: &str) -> Vec<&str> {
@@ -270,24 +298,38 @@ fn loose_matches(text: &str, old: &str) -> Vec<LooseMatch> {
     if needle.len() > hay.len() {
         return Vec::new();
     }
-    let mut found = Vec::new();
-    for first in 0..=hay.len() - needle.len() {
-        if needle
-            .iter()
-            .zip(&hay[first..])
-            .all(|(n, h)| n.trim() == h.trim())
-        {
-            found.push(LooseMatch {
-                first,
-                len: needle.len(),
-                indent: (
-                    indentation(hay[first]).to_string(),
-                    indentation(needle[0]).to_string(),
-                ),
-            });
+    // Whitespace first; typographic punctuation read as ASCII only when that finds nothing.
+    let folded: Vec<String> = needle.iter().map(|l| fold_punctuation(l)).collect();
+    for how in [Fallback::Whitespace, Fallback::Punctuation] {
+        let mut found = Vec::new();
+        for first in 0..=hay.len() - needle.len() {
+            let equal = match how {
+                Fallback::Whitespace => needle
+                    .iter()
+                    .zip(&hay[first..])
+                    .all(|(n, h)| n.trim() == h.trim()),
+                Fallback::Punctuation => folded
+                    .iter()
+                    .zip(&hay[first..])
+                    .all(|(n, h)| *n == fold_punctuation(h)),
+            };
+            if equal {
+                found.push(LooseMatch {
+                    first,
+                    len: needle.len(),
+                    indent: (
+                        indentation(hay[first]).to_string(),
+                        indentation(needle[0]).to_string(),
+                    ),
+                    how,
+                });
+            }
+        }
+        if !found.is_empty() {
+            return found;
         }
     }
-    found
+    Vec::new()
 }
 
 /// Replaces the matched lines by `new`, each of `new`'s lines re-indented as the match was: the
@@ -481,6 +523,22 @@ mod tests {
         .unwrap();
         assert_eq!(out.text, "class A:\n    def f(self):\n        return 2\n");
         assert_eq!(out.fallback, Some(Fallback::Whitespace));
+    }
+
+    #[test]
+    fn typographic_punctuation_is_the_fallback_after_whitespace() {
+        let file = "def f():\n    msg = \u{201C}it\u{2019}s done\u{201D}  # a\u{2013}b\n";
+        let out = apply_one(
+            file,
+            "msg = \"it's done\"  # a-b\n",
+            "msg = \"done\"\n",
+            false,
+            1,
+            "edit",
+        )
+        .unwrap();
+        assert_eq!(out.text, "def f():\n    msg = \"done\"\n");
+        assert_eq!(out.fallback, Some(Fallback::Punctuation));
     }
 
     #[test]

@@ -12,11 +12,11 @@ use similar::{Algorithm, DiffOp};
 /// correct) script is taken, so a hostile pair of texts cannot hold a thread.
 const DIFF_DEADLINE: Duration = Duration::from_millis(500);
 
-const BOM: char = '\u{FEFF}';
+pub(crate) const BOM: char = '\u{FEFF}';
 
 /// One line of a file: its text and its terminator (`"\r\n"`, `"\n"`, `"\r"` or `""` for a
 /// last line without one).
-fn split_lines(text: &str) -> Vec<(&str, &str)> {
+pub(crate) fn split_lines(text: &str) -> Vec<(&str, &str)> {
     let mut out = Vec::new();
     let bytes = text.as_bytes();
     let mut start = 0;
@@ -64,7 +64,7 @@ pub fn view(original: &str) -> String {
 }
 
 /// The line ending most of the file's lines use (`\n` for a file with none).
-fn dominant_ending(lines: &[(&str, &str)]) -> &'static str {
+pub(crate) fn dominant_ending(lines: &[(&str, &str)]) -> &'static str {
     let (mut crlf, mut lf, mut cr) = (0usize, 0usize, 0usize);
     for (_, end) in lines {
         match *end {

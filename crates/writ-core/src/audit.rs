@@ -55,6 +55,9 @@ pub enum OperationKind {
     Updated,
     Unchanged,
     Failed,
+    /// The file was removed (an edit's delete, or the source of a move); the operation's kept
+    /// content is what the file held, so that the removal can be taken back.
+    Deleted,
 }
 
 /// Where the operation stands. `Pending` means recorded but the write not yet confirmed.
@@ -100,7 +103,7 @@ macro_rules! str_enum {
     };
 }
 str_enum!(FileKind { Code => "code", Image => "image", Direct => "direct", Run => "run" });
-str_enum!(OperationKind { Created => "created", Updated => "updated", Unchanged => "unchanged", Failed => "failed" });
+str_enum!(OperationKind { Created => "created", Updated => "updated", Unchanged => "unchanged", Failed => "failed", Deleted => "deleted" });
 str_enum!(OperationStatus { Pending => "pending", Succeeded => "succeeded", Failed => "failed" });
 str_enum!(Selection { SingleCandidate => "single_candidate", Arbiter => "arbiter", ArbiterFailedFirstViable => "arbiter_failed_first_viable", Fallback => "fallback", Rollback => "rollback", Direct => "direct", Validated => "validated", ValidatedArbiter => "validated_arbiter", Repaired => "repaired" });
 str_enum!(RequestStatus { Running => "running", Success => "success", PartialSuccess => "partial_success", Error => "error" });

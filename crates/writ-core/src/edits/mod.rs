@@ -18,15 +18,15 @@ use std::time::Instant;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
-use writ_checks::edit::Fallback;
+pub use writ_checks::edit::Fallback;
 use writ_checks::shape::Change;
 
 use crate::audit::{AuditStore, FileKind, NewRequest, OperationKind, RequestStatus, Selection};
 use crate::content::sha256_hex;
 use crate::execution::{CommandRunner, tail};
 use crate::files::{
-    GroupedWrite, Provenance, WriteError, WriteMode, WriteSpec, recorded_remove, recorded_write,
-    write_group_deferring_completion,
+    GroupedWrite, Provenance, WriteError, WriteMode, WriteReceipt, WriteSpec, recorded_delete,
+    recorded_remove, recorded_write, write_group_deferring_completion,
 };
 use crate::path::RepoPath;
 use crate::workspace::Workspace;
@@ -89,19 +89,29 @@ pub struct Editor {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EditedFile {
     pub path: String,
-    /// `created`, `updated` or `unchanged` (for a dry run: what would be).
+    /// `created`, `updated`, `unchanged` or `deleted` (for a dry run: what would be). A move
+    /// is two files: its source `deleted` (with `moved_to`) and its destination `created` (with
+    /// `moved_from`).
     pub operation: OperationKind,
-    pub sha256: String,
+    /// What the file holds now (absent once deleted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
     pub previous_sha256: Option<String>,
     pub bytes: usize,
     /// What changed: lines added and removed, and the unified diff (bounded).
     pub change: Change,
-    /// Set (`whitespace`) when an edit matched only by ignoring trailing whitespace and
-    /// indentation.
+    /// Set when an edit matched only loosely: `whitespace` (trailing whitespace and indentation
+    /// ignored) or `punctuation` (typographic dashes, quotes and spaces read as ASCII too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edit_fallback: Option<Fallback>,
-    /// The audit record of the write (absent for a dry run).
+    /// The audit record of the write or the deletion (absent for a dry run).
     pub operation_id: Option<Uuid>,
+    /// For a move's destination: where the file was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_from: Option<String>,
+    /// For a move's source: where the file went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_to: Option<String>,
 }
 
 /// The answer to an edit request.
@@ -125,22 +135,46 @@ pub async fn apply(
     edits: Edits,
 ) -> Result<EditsResponse, EditsError> {
     let started = Instant::now();
-    let targets: Vec<(RepoPath, bool)> =
+    // Every file's target, then every move's destination (which must hold nothing): one read.
+    let mut targets: Vec<(RepoPath, bool)> =
         edits.files.iter().map(|f| (f.path.clone(), true)).collect();
-    let reads = workspace.read_targets(&targets).await;
+    targets.extend(
+        edits
+            .files
+            .iter()
+            .filter_map(|f| f.move_to.as_ref().map(|(to, _)| (to.clone(), true))),
+    );
+    let mut reads = workspace.read_targets(&targets).await.into_iter();
+    let currents: Vec<_> = reads.by_ref().take(edits.files.len()).collect();
     let mut edited = Vec::with_capacity(edits.files.len());
-    for (f, read) in edits.files.iter().zip(reads) {
+    for (f, read) in edits.files.iter().zip(currents) {
         let current = read.map_err(|source| EditsError::Target {
             field: f.field.clone(),
             source,
         })?;
-        edited.push(edit_one(f, current)?);
+        let destination = match &f.move_to {
+            Some((_, field)) => {
+                Some(
+                    reads
+                        .next()
+                        .unwrap_or(Ok(None))
+                        .map_err(|source| EditsError::Target {
+                            field: field.clone(),
+                            source,
+                        })?,
+                )
+            }
+            None => None,
+        };
+        edited.push(edit_one(f, current, destination)?);
     }
     let mut validated = None;
     if let (Some((calls, timeout)), Some(runner)) = (&edits.validation, runner) {
+        // Requests that delete or move are refused validation when parsed: every file here is
+        // written where it is.
         let staged: Vec<(RepoPath, Vec<u8>)> = edited
             .iter()
-            .map(|e| (e.path.clone(), e.after.as_bytes().to_vec()))
+            .filter_map(|e| e.after.clone().map(|a| (e.path.clone(), a)))
             .collect();
         let outcomes = runner
             .run(&staged, calls, *timeout)
@@ -163,22 +197,15 @@ pub async fn apply(
     if edits.dry_run {
         let files = edited
             .into_iter()
-            .map(|e| {
-                let operation = match &e.before {
-                    None => OperationKind::Created,
-                    Some(b) if b.as_slice() == e.after.as_bytes() => OperationKind::Unchanged,
-                    Some(_) => OperationKind::Updated,
+            .flat_map(|e| {
+                let operation = match (&e.before, &e.after) {
+                    (_, None) => OperationKind::Deleted,
+                    (None, _) => OperationKind::Created,
+                    (Some(_), Some(_)) if e.move_to.is_some() => OperationKind::Created,
+                    (Some(b), Some(a)) if b == a => OperationKind::Unchanged,
+                    (Some(_), Some(_)) => OperationKind::Updated,
                 };
-                EditedFile {
-                    path: e.path.to_string(),
-                    operation,
-                    sha256: sha256_hex(e.after.as_bytes()),
-                    previous_sha256: e.before.as_deref().map(sha256_hex),
-                    bytes: e.after.len(),
-                    change: e.change,
-                    edit_fallback: e.fallback,
-                    operation_id: None,
-                }
+                answered(e, operation, None, None)
             })
             .collect();
         return Ok(EditsResponse {
@@ -201,7 +228,69 @@ pub async fn apply(
     .await
 }
 
-/// Writes every edited file as one recorded group; puts back those written if one is refused.
+/// One file of the answer for an edited file: a deletion; a move (its source deleted, its
+/// destination created); or a write where it is.
+fn answered(
+    e: Edited,
+    operation: OperationKind,
+    written: Option<Uuid>,
+    removed: Option<Uuid>,
+) -> Vec<EditedFile> {
+    let previous_sha256 = e.before.as_deref().map(sha256_hex);
+    let source = |moved_to: Option<String>, change: Change| EditedFile {
+        path: e.path.to_string(),
+        operation: OperationKind::Deleted,
+        sha256: None,
+        previous_sha256: previous_sha256.clone(),
+        bytes: 0,
+        change,
+        edit_fallback: None,
+        operation_id: removed,
+        moved_from: None,
+        moved_to,
+    };
+    match (&e.after, &e.move_to) {
+        (None, _) => vec![source(None, e.change.clone())],
+        (Some(after), Some(to)) => vec![
+            source(
+                Some(to.to_string()),
+                Change {
+                    lines_added: 0,
+                    lines_removed: 0,
+                    diff: String::new(),
+                    truncated: false,
+                },
+            ),
+            EditedFile {
+                path: to.to_string(),
+                operation,
+                sha256: Some(sha256_hex(after)),
+                previous_sha256: None,
+                bytes: after.len(),
+                change: e.change.clone(),
+                edit_fallback: e.fallback,
+                operation_id: written,
+                moved_from: Some(e.path.to_string()),
+                moved_to: None,
+            },
+        ],
+        (Some(after), None) => vec![EditedFile {
+            path: e.path.to_string(),
+            operation,
+            sha256: Some(sha256_hex(after)),
+            previous_sha256,
+            bytes: after.len(),
+            change: e.change.clone(),
+            edit_fallback: e.fallback,
+            operation_id: written,
+            moved_from: None,
+            moved_to: None,
+        }],
+    }
+}
+
+/// Writes every edited file as one recorded group, then removes the deleted files and the
+/// sources of moves one by one; if any of it is refused, puts back what was done.
 async fn write_all(
     store: &dyn AuditStore,
     workspace: &dyn Workspace,
@@ -224,40 +313,55 @@ async fn write_all(
         })
         .await
         .map_err(|e| EditsError::Write(WriteError::AuditUnavailable(e)))?;
-    let writes: Vec<GroupedWrite> = edited
+    let writing: Vec<usize> = (0..edited.len())
+        .filter(|&i| edited[i].after.is_some())
+        .collect();
+    let writes: Vec<GroupedWrite> = writing
         .iter()
-        .map(|e| GroupedWrite {
-            kind: FileKind::Direct,
-            spec: WriteSpec {
-                path: e.path.clone(),
-                content: e.after.as_bytes().to_vec(),
-                mode: if e.before.is_none() {
-                    WriteMode::Create
-                } else {
-                    WriteMode::Overwrite
+        .map(|&i| {
+            let e = &edited[i];
+            let mut detail = serde_json::Map::new();
+            if let Ok(c) = serde_json::to_value(&e.change) {
+                detail.insert("change".into(), c);
+            }
+            if e.move_to.is_some() {
+                detail.insert("moved_from".into(), e.path.as_str().into());
+            }
+            GroupedWrite {
+                kind: FileKind::Direct,
+                spec: WriteSpec {
+                    path: e.move_to.clone().unwrap_or_else(|| e.path.clone()),
+                    content: e.after.clone().unwrap_or_default(),
+                    // A move's destination, like an added file, must not exist.
+                    mode: if e.before.is_none() || e.move_to.is_some() {
+                        WriteMode::Create
+                    } else {
+                        WriteMode::Overwrite
+                    },
+                    // Only over what the edits were made from.
+                    expected_sha256: match e.move_to {
+                        Some(_) => None,
+                        None => e.before.as_deref().map(sha256_hex),
+                    },
+                    create_dirs: true,
                 },
-                // Only over what the edits were made from.
-                expected_sha256: e.before.as_deref().map(sha256_hex),
-                create_dirs: true,
-            },
-            provenance: Provenance {
-                selection: Some(Selection::Direct),
-                detail: serde_json::to_value(&e.change)
-                    .ok()
-                    .map(|c| serde_json::json!({ "change": c })),
-                ..Provenance::default()
-            },
+                provenance: Provenance {
+                    selection: Some(Selection::Direct),
+                    detail: Some(serde_json::Value::Object(detail)),
+                    ..Provenance::default()
+                },
+            }
         })
         .collect();
     let outcomes = write_group_deferring_completion(store, workspace, request_id, writes).await;
     let mut completions = Vec::new();
-    let mut done = Vec::new();
+    let mut written: Vec<(usize, WriteReceipt)> = Vec::new();
     let mut refused = None;
-    for (e, outcome) in edited.into_iter().zip(outcomes) {
+    for (&i, outcome) in writing.iter().zip(outcomes) {
         match outcome {
             Ok((receipt, completion)) => {
                 completions.extend(completion);
-                done.push((e, receipt));
+                written.push((i, receipt));
             }
             Err(failed) => {
                 refused.get_or_insert(failed.error);
@@ -269,6 +373,41 @@ async fn write_all(
     {
         tracing::warn!(error = %err, "edits written but their records are still pending; reconciliation will settle them");
     }
+    // The removals, each only over what the file was read as.
+    let mut removed: Vec<(usize, Uuid)> = Vec::new();
+    if refused.is_none() {
+        for (i, e) in edited.iter().enumerate() {
+            if e.after.is_some() && e.move_to.is_none() {
+                continue;
+            }
+            let Some(before) = &e.before else { continue };
+            let provenance = Provenance {
+                selection: Some(Selection::Direct),
+                detail: e
+                    .move_to
+                    .as_ref()
+                    .map(|to| serde_json::json!({ "moved_to": to.as_str() })),
+                ..Provenance::default()
+            };
+            match recorded_delete(
+                store,
+                workspace,
+                request_id,
+                FileKind::Direct,
+                &e.path,
+                &sha256_hex(before),
+                provenance,
+            )
+            .await
+            {
+                Ok(id) => removed.push((i, id)),
+                Err(err) => {
+                    refused = Some(err);
+                    break;
+                }
+            }
+        }
+    }
     let status = if refused.is_some() {
         RequestStatus::Error
     } else {
@@ -276,31 +415,31 @@ async fn write_all(
     };
     let result = match refused {
         Some(err) => {
-            roll_back(store, workspace, request_id, &done).await;
+            roll_back(store, workspace, request_id, &edited, &written, &removed).await;
             Err(match err {
                 e @ WriteError::PreconditionFailed { .. } => EditsError::Precondition(e),
                 e => EditsError::Write(e),
             })
         }
-        None => Ok(EditsResponse {
-            request_id,
-            dry_run: false,
-            files: done
+        None => {
+            let files = edited
                 .into_iter()
-                .map(|(e, r)| EditedFile {
-                    path: e.path.to_string(),
-                    operation: r.operation,
-                    sha256: r.sha256,
-                    previous_sha256: r.previous_sha256,
-                    bytes: r.bytes,
-                    change: e.change,
-                    edit_fallback: e.fallback,
-                    operation_id: Some(r.operation_id),
+                .enumerate()
+                .flat_map(|(i, e)| {
+                    let write = written.iter().find(|(w, _)| *w == i).map(|(_, r)| r);
+                    let removal = removed.iter().find(|(r, _)| *r == i).map(|(_, id)| *id);
+                    let operation = write.map_or(OperationKind::Deleted, |r| r.operation);
+                    answered(e, operation, write.map(|r| r.operation_id), removal)
                 })
-                .collect(),
-            validated,
-            duration_ms: started.elapsed().as_millis() as u64,
-        }),
+                .collect();
+            Ok(EditsResponse {
+                request_id,
+                dry_run: false,
+                files,
+                validated,
+                duration_ms: started.elapsed().as_millis() as u64,
+            })
+        }
     };
     let elapsed = started.elapsed().as_millis() as i64;
     if let Err(e) = store
@@ -312,34 +451,39 @@ async fn write_all(
     result
 }
 
-/// Puts back the files of a refused group that were written — each only if it still holds
-/// what was written.
+/// Puts back what a refused request did: each written file as it was (removed if it did not
+/// exist), only if it still holds what was written; each removed file written back, only if
+/// nothing took its place.
 async fn roll_back(
     store: &dyn AuditStore,
     workspace: &dyn Workspace,
     request_id: Uuid,
-    done: &[(Edited, crate::files::WriteReceipt)],
+    edited: &[Edited],
+    written: &[(usize, WriteReceipt)],
+    removed: &[(usize, Uuid)],
 ) {
     let note = "rolled back: another file of the same edit request was refused";
-    for (e, receipt) in done {
-        let provenance = Provenance {
-            selection: Some(Selection::Rollback),
-            ..Provenance::default()
-        };
-        let undone = match &e.before {
-            Some(before) => recorded_write(
+    let provenance = || Provenance {
+        selection: Some(Selection::Rollback),
+        ..Provenance::default()
+    };
+    for (i, receipt) in written {
+        let e = &edited[*i];
+        let target = e.move_to.as_ref().unwrap_or(&e.path);
+        let undone = match &receipt.previous {
+            Some(previous) => recorded_write(
                 store,
                 workspace,
                 request_id,
                 FileKind::Direct,
                 WriteSpec {
-                    path: e.path.clone(),
-                    content: before.clone(),
+                    path: target.clone(),
+                    content: previous.clone(),
                     mode: WriteMode::Overwrite,
                     expected_sha256: Some(receipt.sha256.clone()),
                     create_dirs: false,
                 },
-                provenance,
+                provenance(),
             )
             .await
             .map(|_| ()),
@@ -348,16 +492,114 @@ async fn roll_back(
                 workspace,
                 request_id,
                 FileKind::Direct,
-                &e.path,
+                target,
                 &receipt.sha256,
                 note,
-                provenance,
+                provenance(),
             )
             .await
             .map(|_| ()),
         };
         if let Err(err) = undone {
-            tracing::error!(path = %e.path, error = %err, "an edit could not be rolled back");
+            tracing::error!(path = %target, error = %err, "an edit could not be rolled back");
         }
+    }
+    for (i, _) in removed {
+        let e = &edited[*i];
+        let Some(before) = &e.before else { continue };
+        let undone = recorded_write(
+            store,
+            workspace,
+            request_id,
+            FileKind::Direct,
+            WriteSpec {
+                path: e.path.clone(),
+                content: before.clone(),
+                mode: WriteMode::Create,
+                expected_sha256: None,
+                create_dirs: true,
+            },
+            provenance(),
+        )
+        .await;
+        if let Err(err) = undone {
+            tracing::error!(path = %e.path, error = %err, "a deleted file could not be put back");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::synthesis::doubles::{MemoryStore, MemoryWorkspace};
+
+    fn editor() -> Editor {
+        Editor {
+            request_id: Uuid::now_v7(),
+            caller: None,
+            scope: None,
+            route: "test".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_move_whose_destination_cannot_be_written_deletes_nothing_and_puts_back_the_rest() {
+        let store = MemoryStore::default();
+        let workspace = MemoryWorkspace::default()
+            .with_file("a.py", "x = 1\n")
+            .with_file("b.py", "y = 1\n")
+            .failing_on("c.py");
+        let request: EditsRequest = serde_json::from_value(serde_json::json!({"files": [
+            {"path": "a.py", "edits": [{"old": "x = 1", "new": "x = 2"}]},
+            {"path": "b.py", "move_to": "c.py"},
+            {"path": "d.py", "delete": false, "edits": [{"old": "z", "new": "w"}]},
+        ]}))
+        .unwrap();
+        // d.py does not exist: refused before anything is written.
+        let edits = request.clone().parse("sha".into(), None).unwrap();
+        let refused = apply(&store, &workspace, None, editor(), edits).await;
+        assert!(matches!(refused, Err(EditsError::EditFailed { .. })));
+        assert!(store.operations.lock().unwrap().is_empty());
+
+        let mut request = request;
+        request.files.as_mut().unwrap().pop();
+        let edits = request.parse("sha".into(), None).unwrap();
+        let refused = apply(&store, &workspace, None, editor(), edits).await;
+        assert!(refused.is_err());
+        assert_eq!(workspace.content("a.py").as_deref(), Some("x = 1\n"));
+        assert_eq!(workspace.content("b.py").as_deref(), Some("y = 1\n"));
+        assert_eq!(workspace.content("c.py"), None);
+        let ops = store.operations.lock().unwrap();
+        assert!(
+            !ops.iter().any(|op| op.operation == OperationKind::Deleted),
+            "no removal is made once a write was refused"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_deletion_keeps_what_the_file_held_and_settles_as_deleted() {
+        let store = MemoryStore::default();
+        let workspace = MemoryWorkspace::default().with_file("old.py", "gone = 1\n");
+        let request: EditsRequest = serde_json::from_value(
+            serde_json::json!({"patch": "*** Begin Patch\n*** Delete File: old.py\n*** End Patch"}),
+        )
+        .unwrap();
+        let edits = request.parse("sha".into(), None).unwrap();
+        let answer = apply(&store, &workspace, None, editor(), edits)
+            .await
+            .unwrap();
+        assert_eq!(answer.files[0].operation, OperationKind::Deleted);
+        assert_eq!(answer.files[0].sha256, None);
+        assert_eq!(workspace.content("old.py"), None);
+        let ops = store.operations.lock().unwrap();
+        assert_eq!(ops.len(), 1);
+        assert_eq!(ops[0].operation, OperationKind::Deleted);
+        assert_eq!(ops[0].status, crate::audit::OperationStatus::Succeeded);
+        assert_eq!(
+            ops[0].previous_sha256.as_deref(),
+            Some(sha256_hex(b"gone = 1\n").as_str())
+        );
     }
 }

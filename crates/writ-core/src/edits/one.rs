@@ -1,5 +1,6 @@
 //! One file's edits applied in memory: the precondition, the file read as text, the edits (or
-//! hunks) applied strictly, and the result rendered in the file's own shape.
+//! hunks) applied strictly, and the result rendered in the file's own shape; or its deletion,
+//! or its move.
 
 use writ_checks::edit::{Fallback, apply_one};
 use writ_checks::patch;
@@ -16,14 +17,27 @@ use crate::synthesis::update::{Existing, MAX_DIFF_BYTES};
 pub(super) struct Edited {
     pub(super) path: RepoPath,
     pub(super) before: Option<Vec<u8>>,
-    pub(super) after: String,
+    /// What the file becomes; `None`: it is deleted.
+    pub(super) after: Option<Vec<u8>>,
+    /// Where `after` is written instead of `path` (a move); `path` is then removed.
+    pub(super) move_to: Option<RepoPath>,
     pub(super) change: Change,
     pub(super) fallback: Option<Fallback>,
 }
 
-/// Applies one file's edits in memory.
-pub(super) fn edit_one(f: &Planned, current: Option<Vec<u8>>) -> Result<Edited, EditsError> {
+/// Applies one file's edits in memory. `destination` is what a move's destination holds now
+/// (it must hold nothing).
+pub(super) fn edit_one(
+    f: &Planned,
+    current: Option<Vec<u8>>,
+    destination: Option<Option<Vec<u8>>>,
+) -> Result<Edited, EditsError> {
     let path = f.path.as_str();
+    let refused = |message: String| EditsError::EditFailed {
+        path: path.to_string(),
+        edit: 1,
+        message,
+    };
     let actual = current.as_deref().map(sha256_hex);
     if let Some(expected) = &f.expected_sha256 {
         let found = actual.clone().unwrap_or_else(|| "absent".into());
@@ -35,75 +49,111 @@ pub(super) fn edit_one(f: &Planned, current: Option<Vec<u8>>) -> Result<Edited, 
             }));
         }
     }
-    let existing = match (&f.action, &current) {
-        (Action::Add(_), Some(_)) => {
-            return Err(EditsError::EditFailed {
-                path: path.to_string(),
-                edit: 1,
-                message: format!(
-                    "'{path}' already exists: *** Add File creates new files only; use *** Update File"
-                ),
-            });
-        }
-        (Action::Add(_), None) => None,
-        (_, None) => {
-            return Err(EditsError::EditFailed {
-                path: path.to_string(),
-                edit: 1,
-                message: format!(
-                    "'{path}' does not exist; create it with a patch's *** Add File or PUT /files/{{path}}"
-                ),
-            });
-        }
-        (_, Some(bytes)) => Some(Existing::read(bytes).map_err(|why| EditsError::EditFailed {
-            path: path.to_string(),
+    let move_to = f.move_to.as_ref().map(|(to, _)| to.clone());
+    if let (Some(to), Some(Some(_))) = (&move_to, &destination) {
+        return Err(EditsError::EditFailed {
+            path: to.to_string(),
             edit: 1,
-            message: format!("'{path}' cannot be edited: {why}"),
-        })?),
+            message: format!(
+                "'{to}' already exists: a move never replaces a file; delete it first or move elsewhere"
+            ),
+        });
+    }
+    match (&f.action, &current) {
+        (Action::Add(_), Some(_)) => {
+            return Err(refused(format!(
+                "'{path}' already exists: *** Add File creates new files only; use *** Update File"
+            )));
+        }
+        (Action::Add(content), None) => {
+            return Ok(Edited {
+                path: f.path.clone(),
+                before: None,
+                after: Some(content.clone().into_bytes()),
+                move_to: None,
+                change: Change::between(path, "", content, MAX_DIFF_BYTES),
+                fallback: None,
+            });
+        }
+        (_, None) => {
+            return Err(refused(format!(
+                "'{path}' does not exist; create it with a patch's *** Add File or PUT /files/{{path}}"
+            )));
+        }
+        (Action::Delete, Some(bytes)) => {
+            let text = String::from_utf8_lossy(bytes);
+            return Ok(Edited {
+                path: f.path.clone(),
+                before: current.clone(),
+                after: None,
+                move_to: None,
+                change: Change::between(path, &writ_checks::shape::view(&text), "", MAX_DIFF_BYTES),
+                fallback: None,
+            });
+        }
+        (Action::Replace(edits), Some(bytes)) if edits.is_empty() => {
+            // A move alone: the bytes as they are, whatever they are.
+            return Ok(Edited {
+                path: f.path.clone(),
+                before: current.clone(),
+                after: Some(bytes.clone()),
+                move_to,
+                change: Change::between(path, "", "", MAX_DIFF_BYTES),
+                fallback: None,
+            });
+        }
+        (Action::Hunks(hunks), Some(bytes)) if hunks.is_empty() => {
+            return Ok(Edited {
+                path: f.path.clone(),
+                before: current.clone(),
+                after: Some(bytes.clone()),
+                move_to,
+                change: Change::between(path, "", "", MAX_DIFF_BYTES),
+                fallback: None,
+            });
+        }
+        _ => {}
+    }
+    let Some(bytes) = &current else {
+        return Err(refused(format!("'{path}' does not exist")));
     };
+    let existing = Existing::read(bytes)
+        .map_err(|why| refused(format!("'{path}' cannot be edited: {why}")))?;
     let failed = |e: writ_checks::edit::EditError| EditsError::EditFailed {
         path: path.to_string(),
         edit: e.edit,
         message: format!("'{path}': {}", e.message),
     };
-    let (view, fallback) = match (&f.action, &existing) {
-        (Action::Add(content), _) => (content.clone(), None),
-        (Action::Replace(edits), Some(e)) => {
-            let mut text = e.view.clone();
+    let (after, view, fallback) = match &f.action {
+        Action::Replace(edits) => {
+            let mut text = existing.view.clone();
             let mut fallback = None;
             for (i, edit) in edits.iter().enumerate() {
                 let old = edit.old.replace("\r\n", "\n");
                 let new = edit.new.replace("\r\n", "\n");
                 let applied = apply_one(&text, &old, &new, edit.replace_all, i + 1, "edit")
                     .map_err(failed)?;
-                fallback = fallback.or(applied.fallback);
+                fallback = fallback.max(applied.fallback);
                 text = applied.text;
             }
-            (text, fallback)
+            (existing.render(&text), text, fallback)
         }
-        (Action::Hunks(hunks), Some(e)) => {
-            patch::apply_hunks(path, &e.view, hunks).map_err(failed)?
+        // A patch's hunks give the bytes to write themselves (only the lines they touch
+        // change).
+        Action::Hunks(hunks) => {
+            let p = patch::apply_hunks(path, &existing.original, hunks).map_err(failed)?;
+            (p.text, p.view, p.fallback)
         }
-        (_, None) => {
-            return Err(EditsError::EditFailed {
-                path: path.to_string(),
-                edit: 1,
-                message: format!("'{path}' does not exist"),
-            });
+        Action::Add(_) | Action::Delete => {
+            return Err(refused(format!("'{path}' cannot be edited")));
         }
-    };
-    let (after, change) = match &existing {
-        Some(e) => (e.render(&view), e.change(path, &view)),
-        None => (
-            view.clone(),
-            Change::between(path, "", &view, MAX_DIFF_BYTES),
-        ),
     };
     Ok(Edited {
         path: f.path.clone(),
-        before: current,
-        after,
-        change,
+        before: current.clone(),
+        after: Some(after.into_bytes()),
+        move_to,
+        change: existing.change(path, &view),
         fallback,
     })
 }

@@ -1,6 +1,7 @@
 //! An edit request as sent, and its parsing into bounded, checked [`Edits`]: exactly one of
-//! `str_replace` files and a patch, paths checked, at most [`super::MAX_EDIT_FILES`] distinct
-//! files, validation commands checked against the runner.
+//! `str_replace` files and a patch, paths checked, at most [`super::MAX_EDIT_FILES`] files, every
+//! path (move destinations included) named once, validation commands checked against the
+//! runner.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -34,7 +35,8 @@ pub struct EditsRequest {
     pub dry_run: bool,
 }
 
-/// One file's `str_replace` edits, applied in order.
+/// One file's `str_replace` edits, applied in order; or its deletion; or its move (with or
+/// without edits).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileEdits {
@@ -42,7 +44,16 @@ pub struct FileEdits {
     /// Refuse unless the file holds this SHA-256 (hex).
     #[serde(default)]
     pub expected_sha256: Option<String>,
+    /// Applied in order; may be empty only with `delete` or `move_to`.
+    #[serde(default)]
     pub edits: Vec<StrReplace>,
+    /// Delete the file (no `edits`, no `move_to`); the audit keeps what it held.
+    #[serde(default)]
+    pub delete: bool,
+    /// Write the file, edited, under this path instead, and remove it from `path`; the
+    /// destination must not exist.
+    #[serde(default)]
+    pub move_to: Option<String>,
 }
 
 /// Replace `old` by `new`: `old` must occur exactly once, or at least once with `replace_all`.
@@ -72,6 +83,7 @@ pub(super) enum Action {
     Replace(Vec<StrReplace>),
     Hunks(Vec<patch::Hunk>),
     Add(String),
+    Delete,
 }
 
 /// One file of a parsed request.
@@ -81,6 +93,9 @@ pub(super) struct Planned {
     pub(super) field: String,
     pub(super) expected_sha256: Option<String>,
     pub(super) action: Action,
+    /// Where the result is written instead (the file is then removed from `path`), and the
+    /// field that named it.
+    pub(super) move_to: Option<(RepoPath, String)>,
 }
 
 /// A parsed, bounded edit request.
@@ -132,11 +147,18 @@ impl EditsRequest {
                     .enumerate()
                     .map(|(i, f)| {
                         let field = format!("files[{i}]");
-                        if f.edits.is_empty() || f.edits.len() > MAX_EDITS_PER_FILE {
+                        if f.delete && (!f.edits.is_empty() || f.move_to.is_some()) {
+                            return Err(invalid(
+                                format!("{field}.delete"),
+                                "a deleted file takes no edits and no move_to",
+                            ));
+                        }
+                        let bare = f.edits.is_empty() && (f.delete || f.move_to.is_some());
+                        if !bare && (f.edits.is_empty() || f.edits.len() > MAX_EDITS_PER_FILE) {
                             return Err(invalid(
                                 format!("{field}.edits"),
                                 format!(
-                                    "between 1 and {MAX_EDITS_PER_FILE} edits, got {}",
+                                    "between 1 and {MAX_EDITS_PER_FILE} edits (none only with delete or move_to), got {}",
                                     f.edits.len()
                                 ),
                             ));
@@ -147,11 +169,23 @@ impl EditsRequest {
                                 "must not be empty (to create a file, use a patch's *** Add File)",
                             ));
                         }
+                        let move_to = match &f.move_to {
+                            Some(to) => {
+                                let to_field = format!("{field}.move_to");
+                                Some((parse_path(to, &to_field)?, to_field))
+                            }
+                            None => None,
+                        };
                         Ok(Planned {
                             path: parse_path(&f.path, &format!("{field}.path"))?,
                             field: format!("{field}.path"),
                             expected_sha256: f.expected_sha256,
-                            action: Action::Replace(f.edits),
+                            action: if f.delete {
+                                Action::Delete
+                            } else {
+                                Action::Replace(f.edits)
+                            },
+                            move_to,
                         })
                     })
                     .collect::<Result<Vec<_>, _>>()?
@@ -163,21 +197,26 @@ impl EditsRequest {
                 for op in ops {
                     let field = format!("patch ({})", op.path());
                     let path = parse_path(op.path(), &field)?;
-                    let action = match op {
-                        FileOp::Add { content, .. } => Action::Add(content),
-                        FileOp::Update { hunks, .. } => Action::Hunks(hunks),
-                        FileOp::Delete { .. } => {
-                            return Err(invalid(
-                                field,
-                                "*** Delete File is not supported: edits change and add files; nothing was changed",
-                            ));
+                    let (action, move_to) = match op {
+                        FileOp::Add { content, .. } => (Action::Add(content), None),
+                        FileOp::Update { hunks, move_to, .. } => {
+                            let move_to = match move_to {
+                                Some(to) => {
+                                    let to_field = format!("patch ({to})");
+                                    Some((parse_path(&to, &to_field)?, to_field))
+                                }
+                                None => None,
+                            };
+                            (Action::Hunks(hunks), move_to)
                         }
+                        FileOp::Delete { .. } => (Action::Delete, None),
                     };
                     planned.push(Planned {
                         expected_sha256: expected.remove(path.as_str()),
                         path,
                         field,
                         action,
+                        move_to,
                     });
                 }
                 if let Some(path) = expected.keys().next() {
@@ -198,16 +237,31 @@ impl EditsRequest {
                 ),
             ));
         }
-        for (i, f) in files.iter().enumerate() {
-            if files[..i].iter().any(|o| o.path == f.path) {
-                return Err(invalid(
-                    f.field.clone(),
-                    format!(
-                        "'{}' is named twice; put all of a file's edits in one entry",
-                        f.path
-                    ),
-                ));
+        // Every path a request touches (sources and move destinations) once.
+        let mut touched: Vec<(&RepoPath, &str)> = Vec::new();
+        for f in &files {
+            let dest = f.move_to.as_ref().map(|(p, field)| (p, field.as_str()));
+            for (path, field) in std::iter::once((&f.path, f.field.as_str())).chain(dest) {
+                if touched.iter().any(|(p, _)| *p == path) {
+                    return Err(invalid(
+                        field,
+                        format!(
+                            "'{path}' is named twice (as a file or a move's destination); put all of a file's edits in one entry"
+                        ),
+                    ));
+                }
+                touched.push((path, field));
             }
+        }
+        if self.validation.is_some()
+            && files
+                .iter()
+                .any(|f| f.move_to.is_some() || matches!(f.action, Action::Delete))
+        {
+            return Err(invalid(
+                "validation",
+                "cannot check a request that deletes or moves files: the checks' scratch copy only adds and changes files; send the deletes and moves on their own",
+            ));
         }
         let validation = self
             .validation

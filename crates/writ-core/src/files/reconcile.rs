@@ -43,7 +43,8 @@ pub async fn reconcile_pending(
 }
 
 /// Settles one `pending` operation against the disk, under its path's lock: `succeeded` if the
-/// file holds the recorded content, else `failed` ("interrupted"). `None` when it was no longer
+/// file holds the recorded content (a deletion: if the file is gone), else `failed`
+/// ("interrupted"). `None` when it was no longer
 /// pending (its write finished meanwhile). A replica resuming a dead replica's batch settles the
 /// batch's pending operations this way before deciding which files are still to write.
 pub async fn settle_pending(
@@ -59,18 +60,19 @@ pub async fn settle_pending(
                 Some((now, _)) if now.status == OperationStatus::Pending => {}
                 _ => return Ok(None),
             }
-            let hash = workspace
-                .read(&path)
-                .await
-                .ok()
-                .flatten()
-                .map(|b| sha256_hex(&b));
+            let read = workspace.read(&path).await;
             drop(lock);
-            hash
+            // `None`: unreadable; `Some(None)`: absent.
+            read.ok().map(|b| b.map(|b| sha256_hex(&b)))
         }
         Err(_) => None,
     };
-    let landed = on_disk.is_some() && on_disk == op.sha256;
+    let landed = match (op.operation, on_disk) {
+        (OperationKind::Deleted, Some(None)) => true,
+        (OperationKind::Deleted, _) => false,
+        (_, Some(hash)) => hash.is_some() && hash == op.sha256,
+        (_, None) => false,
+    };
     let outcome = if landed {
         OperationOutcome {
             status: OperationStatus::Succeeded,
@@ -94,4 +96,60 @@ pub async fn settle_pending(
     let status = outcome.status;
     store.complete_operation(op.id, &outcome).await?;
     Ok(Some(status))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::audit::{FileKind, Operation};
+    use crate::synthesis::doubles::{MemoryStore, MemoryWorkspace};
+    use uuid::Uuid;
+
+    fn pending_deletion(path: &str) -> Operation {
+        Operation {
+            id: Uuid::now_v7(),
+            request_id: Uuid::now_v7(),
+            created_at: Utc::now(),
+            finished_at: None,
+            filename: path.to_string(),
+            kind: FileKind::Direct,
+            operation: OperationKind::Deleted,
+            status: OperationStatus::Pending,
+            chosen_model: None,
+            selection: None,
+            arbiter_reason: None,
+            candidates: Vec::new(),
+            previous_sha256: Some(sha256_hex(b"x = 1\n")),
+            sha256: None,
+            bytes: Some(6),
+            error: None,
+            duration_ms: None,
+            detail: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pending_deletion_succeeded_if_the_file_is_gone_and_failed_if_it_is_still_there() {
+        let store = MemoryStore::default();
+        let workspace = MemoryWorkspace::default().with_file("kept.py", "x = 1\n");
+        let gone = pending_deletion("gone.py");
+        let kept = pending_deletion("kept.py");
+        for op in [&gone, &kept] {
+            store.insert_operation(op, Some(b"x = 1\n")).await.unwrap();
+        }
+        assert_eq!(
+            settle_pending(&store, &workspace, &gone).await.unwrap(),
+            Some(OperationStatus::Succeeded)
+        );
+        assert_eq!(
+            settle_pending(&store, &workspace, &kept).await.unwrap(),
+            Some(OperationStatus::Failed)
+        );
+        let ops = store.operations.lock().unwrap().clone();
+        assert_eq!(ops[0].operation, OperationKind::Deleted);
+        assert_eq!(ops[1].operation, OperationKind::Failed);
+        assert_eq!(workspace.content("kept.py").as_deref(), Some("x = 1\n"));
+    }
 }

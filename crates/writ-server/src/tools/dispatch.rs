@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 use serde_json::{Value, json};
+use writ_core::edits::Fallback;
 use writ_core::sessions::{BeginSession, SessionCaller, SessionView};
 
 use super::{AppendArgs, CallContext, ReadFileArgs, SessionArgs, ToolOutput, WriteFileArgs};
@@ -388,20 +389,25 @@ pub async fn edit_files(
     let answer = edits::apply(state, editor, body_sha256, request).await?;
     let mut content = String::new();
     for f in &answer.files {
-        content.push_str(&format!(
-            "{} '{}': +{} -{} lines, {} bytes, sha256 {}{}\n",
-            f.operation,
-            f.path,
-            f.change.lines_added,
-            f.change.lines_removed,
-            f.bytes,
-            f.sha256,
-            if f.edit_fallback.is_some() {
-                " (matched ignoring whitespace)"
-            } else {
-                ""
+        let moved = match (&f.moved_from, &f.moved_to) {
+            (Some(from), _) => format!(" (moved from '{from}')"),
+            (_, Some(to)) => format!(" (moved to '{to}')"),
+            _ => String::new(),
+        };
+        let fallback = match f.edit_fallback {
+            Some(Fallback::Whitespace) => " (matched ignoring whitespace)",
+            Some(Fallback::Punctuation) => {
+                " (matched ignoring whitespace and typographic punctuation)"
             }
-        ));
+            None => "",
+        };
+        match &f.sha256 {
+            Some(sha256) => content.push_str(&format!(
+                "{} '{}'{moved}: +{} -{} lines, {} bytes, sha256 {sha256}{fallback}\n",
+                f.operation, f.path, f.change.lines_added, f.change.lines_removed, f.bytes,
+            )),
+            None => content.push_str(&format!("{} '{}'{moved}\n", f.operation, f.path)),
+        }
     }
     if answer.dry_run {
         content.push_str("dry run: nothing was written\n");

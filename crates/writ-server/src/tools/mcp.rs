@@ -4,7 +4,9 @@
 //!
 //! rmcp owns the protocol; this file only lists [`super::TOOLS`], hands calls to
 //! [`super::call`], and turns progress and errors into MCP's shapes. A tool's refusal is a tool
-//! result with `isError: true` carrying the HTTP API's message, so the model reads it.
+//! result with `isError: true` carrying the HTTP API's message, so the model reads it; a call
+//! to a tool that does not exist is the JSON-RPC error `-32602` (invalid params), as the MCP
+//! specification lists it.
 //!
 //! An HTTP session belongs to the key that opened it: a request naming another key's session is
 //! answered 404, as an unknown session is, so no key can use, follow or close another's.
@@ -95,6 +97,12 @@ impl ServerHandler for WritMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // A tool that does not exist is a protocol error (the spec's "unknown tool": invalid
+        // params), not a tool's refusal.
+        if super::find(&self.state, &request.name).is_none() {
+            let e = super::unknown_tool(&self.state, &request.name);
+            return Err(ErrorData::invalid_params(e.message.clone(), Some(e.body())));
+        }
         // Over HTTP the auth and request-id layers ran on this POST: its parts carry both.
         let parts = context.extensions.get::<axum::http::request::Parts>();
         let request_id = parts

@@ -115,9 +115,16 @@ impl AuditStore for MemoryStore {
     }
     async fn get_operation(
         &self,
-        _id: Uuid,
+        id: Uuid,
     ) -> Result<Option<(Operation, Option<Vec<u8>>)>, StoreError> {
-        Err(not_kept())
+        let ops = self
+            .operations
+            .lock()
+            .map_err(|_| StoreError::Other("poisoned".into()))?;
+        Ok(ops
+            .iter()
+            .find(|op| op.id == id)
+            .map(|op| (op.clone(), None)))
     }
     async fn list_operations(
         &self,

@@ -1,0 +1,1 @@
+import asyncio  # local import – avoids top‑level dep

@@ -1,0 +1,8 @@
+class Other
+    def method()
+context
+old
+class BaseClass
+    def method()
+context
+old
