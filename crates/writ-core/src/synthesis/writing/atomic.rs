@@ -155,13 +155,15 @@ impl Writer<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use uuid::Uuid;
 
     use super::*;
     use crate::audit::OperationKind;
     use crate::synthesis::doubles::{self, MemoryStore, MemoryWorkspace};
     use crate::synthesis::progress::NoProgress;
-    use crate::synthesis::stage::{Chosen, Content};
+    use crate::synthesis::stage::{Chosen, Content, Recorded};
 
     fn chosen(code: &str) -> Produced {
         Produced {
@@ -191,6 +193,8 @@ mod tests {
             request_id: Uuid::now_v7(),
             batch: &batch,
             sink: &NoProgress,
+            recorded: &Recorded::already(),
+            outage_wait: Duration::ZERO,
         };
         let produced = vec![chosen("a = 2\n"), chosen("b = 2\n"), chosen("c = 2\n")];
 

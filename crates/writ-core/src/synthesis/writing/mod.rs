@@ -10,16 +10,19 @@ mod atomic;
 use base64::Engine;
 use uuid::Uuid;
 
-use crate::audit::{AuditStore, AuditWrite, CandidateRecord, FileKind};
+use std::time::Duration;
+
+use crate::audit::{AuditStore, AuditWrite, CandidateRecord, FileKind, StoreError};
 use crate::content::sha256_hex;
 use crate::files::{
-    DeferredWrite, GroupedWrite, Provenance, WriteMode, WriteSpec, record_failure,
+    DeferredWrite, GroupedWrite, Provenance, WriteError, WriteMode, WriteSpec, record_failure,
     write_group_deferring_completion,
 };
 use crate::synthesis::batch::{Batch, FileSpec};
 use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::response::{FileResult, FileValidation, ImageInfo};
-use crate::synthesis::stage::{Chosen, Content, NotRecorded, Produced};
+use crate::synthesis::outage::OutageWait;
+use crate::synthesis::stage::{Chosen, Content, NotRecorded, Produced, Recorded};
 use crate::workspace::Workspace;
 use writ_checks::shape::Change;
 
@@ -63,6 +66,11 @@ pub(crate) struct Writer<'a> {
     pub request_id: Uuid,
     pub batch: &'a Batch,
     pub sink: &'a dyn ProgressSink,
+    /// The batch's records and lease, which each write waits for, and where a write that gave
+    /// up on an unreachable store says so.
+    pub recorded: &'a Recorded,
+    /// How long a write waits out an unreachable store (`WRIT_STORE_OUTAGE_WAIT`).
+    pub outage_wait: Duration,
 }
 
 impl<'a> Writer<'a> {
@@ -117,13 +125,70 @@ impl<'a> Writer<'a> {
         let outcomes = if grouped.is_empty() {
             Vec::new()
         } else {
-            write_group_deferring_completion(self.store, self.workspace, self.request_id, grouped)
-                .await
+            self.write_group(grouped).await
         };
         for ((i, file, w), outcome) in to_write.into_iter().zip(outcomes) {
             written[i] = Some(self.written(file, w, outcome).await);
         }
         written.into_iter().flatten().collect()
+    }
+
+    /// One group of writes ([`write_group_deferring_completion`]). Those the store could not
+    /// record, or whose shared lock dropped with the store's connection, are tried again, anew
+    /// (locked, read, recorded, staged), with backoff through an outage of up to the outage
+    /// wait; every try waits until the job's lease is known held. Past the wait the batch gives
+    /// up ([`Recorded::give_up`]) and they stay unwritten.
+    async fn write_group(&self, grouped: Vec<GroupedWrite>) -> Vec<DeferredWrite> {
+        let mut outcomes: Vec<Option<DeferredWrite>> = grouped.iter().map(|_| None).collect();
+        let mut left: Vec<(usize, GroupedWrite)> = grouped.into_iter().enumerate().collect();
+        let mut wait: Option<OutageWait> = None;
+        loop {
+            let tried: Vec<DeferredWrite> = match self.recorded.lease_held().await {
+                Ok(()) => {
+                    let writes = left.iter().map(|(_, w)| w.clone()).collect();
+                    write_group_deferring_completion(
+                        self.store,
+                        self.workspace,
+                        self.request_id,
+                        writes,
+                    )
+                    .await
+                }
+                Err(e) => left
+                    .iter()
+                    .map(|_| Err(WriteError::AuditUnavailable(e.clone())))
+                    .collect(),
+            };
+            let mut again = Vec::new();
+            let mut why = String::new();
+            for ((i, write), outcome) in left.into_iter().zip(tried) {
+                match outcome {
+                    Err(WriteError::AuditUnavailable(StoreError::Unavailable(e))) => {
+                        why = e;
+                        again.push((i, write));
+                    }
+                    Err(e @ WriteError::LockLost { .. }) => {
+                        why = e.to_string();
+                        again.push((i, write));
+                    }
+                    outcome => outcomes[i] = Some(outcome),
+                }
+            }
+            if again.is_empty() {
+                break;
+            }
+            let wait = wait.get_or_insert_with(|| OutageWait::start(self.outage_wait));
+            if !wait.pause(&why).await {
+                let gave_up = StoreError::Unavailable(why);
+                self.recorded.give_up(gave_up.clone());
+                for (i, _) in again {
+                    outcomes[i] = Some(Err(WriteError::AuditUnavailable(gave_up.clone())));
+                }
+                break;
+            }
+            left = again;
+        }
+        outcomes.into_iter().flatten().collect()
     }
 
     /// What `file`'s write will be, or (`Err`) its result if there is nothing to write: its
@@ -149,7 +214,9 @@ impl<'a> Writer<'a> {
                     candidates,
                 );
                 result.validation = validation;
-                if !self.batch.options.dry_run {
+                // After an outage outlasted the wait, the record of the failure cannot be made
+                // either, and each try would wait out the pool's timeout.
+                if !self.batch.options.dry_run && self.recorded.gave_up().is_none() {
                     let prov = Provenance {
                         candidates: result.candidates.clone(),
                         ..Provenance::default()
@@ -291,7 +358,8 @@ impl<'a> Writer<'a> {
                 result.arbiter_reason = chosen.reason;
                 result.validation = validation;
                 // A refused write (If-Match, audit down) made no operation record of its own.
-                if let Ok(id) = record_failure(
+                if self.recorded.gave_up().is_none()
+                    && let Ok(id) = record_failure(
                     self.store,
                     self.request_id,
                     kind,
