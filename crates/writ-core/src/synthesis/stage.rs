@@ -19,8 +19,8 @@ use crate::synthesis::context::NamedContext;
 use crate::synthesis::fanout::{CallSettings, StragglerPolicy, UpstreamClock};
 use crate::synthesis::image::ShapedImage;
 use crate::synthesis::progress::ProgressSink;
-use crate::synthesis::runner::LeaseHold;
 use crate::synthesis::response::{FileValidation, PromptTokensByPart};
+use crate::synthesis::runner::LeaseHold;
 use crate::synthesis::update::Existing;
 use crate::workspace::Workspace;
 

@@ -32,9 +32,9 @@ use crate::audit::{
 };
 use crate::jobs::{ClaimedJob, JobEvent, JobStatus, Lease, NewJob};
 use crate::synthesis::batch::{Batch, WriteCodebaseRequest};
+use crate::synthesis::outage::OutageWait;
 use crate::synthesis::progress::{DONE, Event, ProgressSink};
 use crate::synthesis::response::{BatchResponse, FileResult, ImageInfo};
-use crate::synthesis::outage::OutageWait;
 use crate::synthesis::stage::{Prior, Recorded, Synthesizer};
 use crate::synthesis::submission::{Prepared, Submission, SubmitError, Submitted};
 
@@ -43,8 +43,8 @@ mod liveness;
 mod resume;
 
 use events::{ChannelSink, write_events};
-pub use liveness::fail_stale_jobs;
 pub(crate) use liveness::LeaseHold;
+pub use liveness::fail_stale_jobs;
 use liveness::{keep_alive, lease_until, raised};
 use resume::{announce_failed, failed_answer, merge_resumed, resume};
 
@@ -642,7 +642,14 @@ async fn run_job(
             error: None,
         },
     ]);
-    if let Err(e) = commit_closing(&recorded, store.as_ref(), finish, synthesizer.config.store_outage_wait).await {
+    if let Err(e) = commit_closing(
+        &recorded,
+        store.as_ref(),
+        finish,
+        synthesizer.config.store_outage_wait,
+    )
+    .await
+    {
         // The files are written and their pending records hold their content: reconciliation
         // settles them; the job is resumed (or failed as interrupted) once its lease or
         // heartbeat is stale.

@@ -19,9 +19,9 @@ use crate::files::{
     write_group_deferring_completion,
 };
 use crate::synthesis::batch::{Batch, FileSpec};
+use crate::synthesis::outage::OutageWait;
 use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::response::{FileResult, FileValidation, ImageInfo};
-use crate::synthesis::outage::OutageWait;
 use crate::synthesis::stage::{Chosen, Content, NotRecorded, Produced, Recorded};
 use crate::workspace::Workspace;
 use writ_checks::shape::Change;
@@ -360,14 +360,14 @@ impl<'a> Writer<'a> {
                 // A refused write (If-Match, audit down) made no operation record of its own.
                 if self.recorded.gave_up().is_none()
                     && let Ok(id) = record_failure(
-                    self.store,
-                    self.request_id,
-                    kind,
-                    file.path.as_str(),
-                    &message,
-                    provenance,
-                )
-                .await
+                        self.store,
+                        self.request_id,
+                        kind,
+                        file.path.as_str(),
+                        &message,
+                        provenance,
+                    )
+                    .await
                 {
                     result.operation_id = Some(id);
                 }
