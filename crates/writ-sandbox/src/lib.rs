@@ -472,7 +472,10 @@ impl Sandbox {
         };
         let tools = &inner.tools;
         let holder = scratch
-            .start(tools.overlay.as_ref().ok(), tools.setpriv())
+            .start(
+                tools.overlay.as_ref().ok(),
+                tools.setpriv().map(|(_, uid)| uid),
+            )
             .await?;
         let tree = match (holder, &tools.overlay) {
             (Some(holder), Ok(overlay)) => run::Tree::Enter {

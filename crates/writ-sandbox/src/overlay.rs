@@ -3,9 +3,8 @@
 //!
 //! A per-run directory on the host holds three empty-at-first directories: `stage` (the staged
 //! candidate files, written before the first command), `upper` and `merged` (mount points). The
-//! first command starts a holder process that makes a user and mount namespace of its own as the
-//! unprivileged sandbox uid (`unshare -Urm`; Linux allows overlayfs there since 5.11), mounts a
-//! tmpfs bounded in bytes and inodes on `upper`, and an overlay on `merged` with `stage` above
+//! first command starts a holder process in a mount namespace of its own, which mounts a tmpfs
+//! bounded in bytes and inodes on `upper`, and an overlay on `merged` with `stage` above
 //! `REPO_DIR` as read-only lower layers and the tmpfs as the upper layer. Every command of the run
 //! enters that namespace (`nsenter`) and bubblewrap binds `merged` at `/work/repo`, so what one
 //! command writes the next sees, and all of it lands in the bounded tmpfs: nothing a run writes
@@ -13,10 +12,19 @@
 //! The namespace, and with it the tmpfs, goes when the holder is killed (the scratch is dropped,
 //! or writ exits: the holder also ends when its stdin closes).
 //!
-//! Not for every REPO_DIR: the sandbox uid must be able to pass through REPO_DIR's ancestors and
-//! read REPO_DIR (its files are seen with their own modes, not handed over as a copy's are), and
-//! overlayfs's option syntax cannot carry `,` `:` `\` or white space in a path. Otherwise the
-//! sandbox falls back to a bounded copy and says why ([`eligible`]).
+//! Who mounts: writ's own user, and the sandbox uid only enters afterwards, as bubblewrap does
+//! for itself. When writ runs as root, the holder mounts as root in a plain mount namespace; each
+//! command enters it and only then drops to the sandbox uid (`nsenter` → `setpriv` →
+//! `bwrap`). Overlayfs reaches its layers with the mounter's credentials, so REPO_DIR's
+//! ancestors need not be passable by the sandbox uid (a home directory at 0700, a `mktemp -d`):
+//! what the sandbox uid may read is decided by each file's own mode, as the overlay shows it.
+//! As any other user, the holder makes a user namespace of its own too (`unshare -Urm`; Linux
+//! allows overlayfs there since 5.11), and commands run as that same user.
+//!
+//! Not for every REPO_DIR: the sandbox uid must be able to read REPO_DIR itself (its files are
+//! seen with their own modes, not handed over as a copy's are), and overlayfs's option syntax
+//! cannot carry `,` `:` `\` or white space in a path. Otherwise the sandbox falls back to a
+//! bounded copy and says why ([`eligible`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -38,10 +46,13 @@ pub struct ScratchLimits {
 const MOUNT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The holder's script: `$1` REPO_DIR, `$2` stage, `$3` upper mount point, `$4` merged, `$5`
-/// bytes, `$6` inodes, `$7` the `mount` program. It stays until its stdin closes.
+/// bytes, `$6` inodes, `$7` the `mount` program, `$8` the sandbox uid when the holder mounts as
+/// root (the upper layer, and so the tree's root, is the sandbox uid's), else empty. It stays
+/// until its stdin closes.
 const HOLDER_SCRIPT: &str = r#"set -e
 "$7" -t tmpfs -o "size=$5,nr_inodes=$6,mode=0755" writ-scratch "$3"
 mkdir "$3/upper" "$3/work"
+if [ -n "$8" ]; then chown "$8:$8" "$3/upper"; fi
 "$7" -t overlay writ-overlay -o "lowerdir=$2:$1,upperdir=$3/upper,workdir=$3/work" "$4"
 echo ready
 read _ || true
@@ -84,35 +95,20 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
-    /// Starts the holder: `setpriv` to the sandbox uid when writ runs as root, then a new user and
-    /// mount namespace in which the tmpfs and the overlay are mounted.
+    /// Starts the holder: a new mount namespace in which the tmpfs and the overlay are mounted,
+    /// as root when writ runs as root (`sandbox_uid`: the uid commands drop to, which owns the
+    /// upper layer), else in a user namespace of writ's own user.
     pub(crate) async fn mount(
         &self,
         tools: &OverlayTools,
-        setpriv: Option<(&Path, u32)>,
+        sandbox_uid: Option<u32>,
     ) -> Result<Holder, SandboxError> {
-        let mut line: Vec<std::ffi::OsString> = Vec::new();
-        if let Some((setpriv, uid)) = setpriv {
-            line.push(setpriv.into());
-            for a in [
-                format!("--reuid={uid}"),
-                format!("--regid={uid}"),
-                "--clear-groups".into(),
-                "--no-new-privs".into(),
-                "--".into(),
-            ] {
-                line.push(a.into());
-            }
+        let mut line: Vec<std::ffi::OsString> = vec![tools.unshare.clone().into()];
+        if sandbox_uid.is_none() {
+            line.push("--user".into());
+            line.push("--map-root-user".into());
         }
-        line.push(tools.unshare.clone().into());
-        for a in [
-            "--user",
-            "--map-root-user",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-        ] {
+        for a in ["--mount", "--propagation", "private", "--"] {
             line.push(a.into());
         }
         line.push(tools.sh.clone().into());
@@ -125,6 +121,12 @@ impl Layout {
         line.push(self.limits.max_bytes.to_string().into());
         line.push(self.limits.max_files.to_string().into());
         line.push(tools.mount.clone().into());
+        line.push(
+            sandbox_uid
+                .map(|uid| uid.to_string())
+                .unwrap_or_default()
+                .into(),
+        );
         let (program, rest) = line
             .split_first()
             .ok_or(SandboxError::InvalidArgv("must name a program"))?;
@@ -198,7 +200,9 @@ impl Layout {
 }
 
 /// Whether REPO_DIR can be the overlay's lower layer for commands running as `uid` (`None`: as
-/// writ's own user); otherwise why not, in words for `/readyz`.
+/// writ's own user); otherwise why not, in words for `/readyz`. Its ancestors do not matter: the
+/// overlay is mounted by writ's own user, who reaches REPO_DIR, and commands see it only through
+/// the overlay.
 pub(crate) fn eligible(repo: &Path, base: &Path, uid: Option<u32>) -> Result<(), String> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     for path in [repo, base] {
@@ -213,19 +217,13 @@ pub(crate) fn eligible(repo: &Path, base: &Path, uid: Option<u32>) -> Result<(),
     let Some(uid) = uid else {
         return Ok(());
     };
-    for (i, dir) in repo.ancestors().enumerate() {
-        let Ok(meta) = std::fs::metadata(dir) else {
-            continue;
-        };
+    if let Ok(meta) = std::fs::metadata(repo) {
+        // REPO_DIR itself must be listable: its files are read with their own modes.
         let mode = meta.permissions().mode();
-        // REPO_DIR itself must be listable and passable; its ancestors passable.
-        let need = if i == 0 { 0o005 } else { 0o001 };
-        if meta.uid() != uid && mode & need != need {
+        if meta.uid() != uid && mode & 0o005 != 0o005 {
             return Err(format!(
-                "the sandbox uid {uid} cannot {} {} (chmod o+{} it to use the overlay)",
-                if i == 0 { "read" } else { "pass through" },
-                dir.display(),
-                if i == 0 { "rx" } else { "x" },
+                "the sandbox uid {uid} cannot read {} (chmod o+rx it to use the overlay)",
+                repo.display()
             ));
         }
     }

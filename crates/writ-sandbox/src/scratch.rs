@@ -186,7 +186,7 @@ impl Scratch {
     pub(crate) async fn start(
         &self,
         tools: Option<&OverlayTools>,
-        setpriv: Option<(&Path, u32)>,
+        sandbox_uid: Option<u32>,
     ) -> Result<Option<&Holder>, SandboxError> {
         let Some(overlay) = &self.overlay else {
             return Ok(None);
@@ -196,7 +196,7 @@ impl Scratch {
         })?;
         overlay
             .holder
-            .get_or_try_init(|| overlay.layout.mount(tools, setpriv))
+            .get_or_try_init(|| overlay.layout.mount(tools, sandbox_uid))
             .await
             .map(Some)
     }

@@ -906,6 +906,55 @@ async fn the_overlay_is_used_where_it_can_be_and_the_copy_says_why_not() {
     assert!(why.unwrap().contains("WRIT_RUN_OVERLAY"));
 }
 
+/// REPO_DIR where developers keep their code — under a parent the sandbox uid may not pass
+/// through (a home directory at 0700, a `mktemp -d`): the overlay is still used, a run reads the
+/// repository's files and writes beside them, and REPO_DIR is left as it was.
+#[tokio::test]
+async fn the_overlay_is_used_for_a_repo_dir_under_a_private_parent() {
+    let Some(h) = harness().await else { return };
+    let private = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        private.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let repo = private.path().join("code");
+    std::fs::create_dir_all(repo.join("pkg")).unwrap();
+    for dir in [&repo, &repo.join("pkg")] {
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(
+        repo.join("pkg/util.py"),
+        "def triple(x):\n    return 3 * x\n",
+    )
+    .unwrap();
+    let before = tree_hash(&repo);
+
+    let (mechanism, why) = h.sandbox.mechanism(&repo);
+    assert_eq!((mechanism, why), (Mechanism::Overlay, None));
+    let scratch = h.sandbox.scratch(&repo).await.unwrap();
+    assert_eq!(scratch.mechanism(), Mechanism::Overlay);
+    scratch
+        .put(
+            "check.py",
+            b"from pkg.util import triple\nopen('out.txt', 'w').write('done')\nprint(triple(14), open('out.txt').read())\n",
+        )
+        .unwrap();
+    let out = h
+        .sandbox
+        .run(
+            &scratch,
+            &argv(&["python3", "check.py"]),
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, "42 done\n", "{out:?}");
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    drop(scratch);
+    assert_eq!(tree_hash(&repo), before, "REPO_DIR was changed");
+}
+
 fn rustix_is_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
 }
