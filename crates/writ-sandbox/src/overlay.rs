@@ -67,13 +67,156 @@ pub(crate) struct OverlayTools {
     pub(crate) sh: PathBuf,
 }
 
+/// The script of a bounded copy's holder: `$1` the mount point (the copy's directory), `$2`
+/// bytes, `$3` inodes, `$4` the `mount` program, `$5` the sandbox uid or empty (as for
+/// [`HOLDER_SCRIPT`]). Once the copy is made beneath the mount point, the holder is told the
+/// final bounds (the copy's size plus what a run may write) and remounts with them.
+const COPY_HOLDER_SCRIPT: &str = r#"set -e
+"$4" -t tmpfs -o "size=$2,nr_inodes=$3,mode=0755" writ-scratch "$1"
+if [ -n "$5" ]; then chown "$5:$5" "$1"; fi
+echo ready
+read bytes inodes
+"$4" -o "remount,size=$bytes,nr_inodes=$inodes" "$1"
+echo ready
+read _ || true
+"#;
+
 /// The namespace holding one run's mounts.
 #[derive(Debug)]
 pub(crate) struct Holder {
     child: tokio::process::Child,
     // Kept open: the holder ends when it closes.
-    _stdin: tokio::process::ChildStdin,
+    stdin: tokio::process::ChildStdin,
+    said: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
     pub(crate) pid: u32,
+}
+
+impl Holder {
+    /// Starts `script` (with `args` after `$0`) in a new mount namespace — as root when writ
+    /// runs as root (`sandbox_uid` set), else in a user namespace of writ's own user — and
+    /// waits for its `ready`.
+    async fn start(
+        tools: &OverlayTools,
+        sandbox_uid: Option<u32>,
+        script: &str,
+        args: Vec<std::ffi::OsString>,
+    ) -> Result<Holder, SandboxError> {
+        let mut line: Vec<std::ffi::OsString> = Vec::new();
+        if sandbox_uid.is_none() {
+            line.push("--user".into());
+            line.push("--map-root-user".into());
+        }
+        for a in ["--mount", "--propagation", "private", "--"] {
+            line.push(a.into());
+        }
+        line.push(tools.sh.clone().into());
+        line.push("-c".into());
+        line.push(script.into());
+        line.push("writ-scratch".into());
+        line.extend(args);
+        let mut child = tokio::process::Command::new(&tools.unshare)
+            .args(line)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(SandboxError::Spawn)?;
+        let (stdin, stdout, pid) = (child.stdin.take(), child.stdout.take(), child.id());
+        let (Some(stdin), Some(stdout), Some(pid)) = (stdin, stdout, pid) else {
+            let _ = child.start_kill();
+            return Err(SandboxError::Overlay(
+                "the scratch holder could not be started".into(),
+            ));
+        };
+        let mut holder = Holder {
+            child,
+            stdin,
+            said: BufReader::new(stdout).lines(),
+            pid,
+        };
+        holder.ready().await?;
+        Ok(holder)
+    }
+
+    /// Waits for the holder's next `ready`; on anything else, kills it and says why.
+    async fn ready(&mut self) -> Result<(), SandboxError> {
+        let said = tokio::time::timeout(MOUNT_TIMEOUT, self.said.next_line()).await;
+        if let Ok(Ok(Some(line))) = said
+            && line == "ready"
+        {
+            return Ok(());
+        }
+        let _ = self.child.start_kill();
+        let mut why = String::new();
+        if let Some(mut err) = self.child.stderr.take() {
+            use tokio::io::AsyncReadExt;
+            let mut buf = Vec::new();
+            let _ = tokio::time::timeout(
+                Duration::from_secs(1),
+                (&mut err).take(4096).read_to_end(&mut buf),
+            )
+            .await;
+            why = String::from_utf8_lossy(&buf).trim().to_string();
+        }
+        Err(SandboxError::Overlay(if why.is_empty() {
+            "the scratch could not be mounted".into()
+        } else {
+            format!("the scratch could not be mounted: {why}")
+        }))
+    }
+
+    /// A bounded copy's holder: a tmpfs of `limits` mounted on `dir` in its namespace.
+    pub(crate) async fn bounded_copy(
+        tools: &OverlayTools,
+        sandbox_uid: Option<u32>,
+        dir: &Path,
+        limits: ScratchLimits,
+    ) -> Result<Holder, SandboxError> {
+        let args = vec![
+            dir.as_os_str().to_owned(),
+            limits.max_bytes.to_string().into(),
+            limits.max_files.to_string().into(),
+            tools.mount.clone().into_os_string(),
+            sandbox_uid
+                .map(|uid| uid.to_string())
+                .unwrap_or_default()
+                .into(),
+        ];
+        Holder::start(tools, sandbox_uid, COPY_HOLDER_SCRIPT, args).await
+    }
+
+    /// Shrinks a bounded copy's tmpfs to `limits`, once the copy is in it.
+    pub(crate) async fn bound(&mut self, limits: ScratchLimits) -> Result<(), SandboxError> {
+        let line = format!("{} {}\n", limits.max_bytes, limits.max_files);
+        use tokio::io::AsyncWriteExt;
+        if let Err(e) = self.stdin.write_all(line.as_bytes()).await {
+            let _ = self.child.start_kill();
+            return Err(SandboxError::Overlay(format!(
+                "the scratch holder stopped before its bounds were set: {e}"
+            )));
+        }
+        self.ready().await
+    }
+
+    /// `path` (absolute) as seen inside the holder's mount namespace, through its /proc root.
+    pub(crate) fn inside(&self, path: &Path) -> Option<PathBuf> {
+        Some(
+            Path::new("/proc")
+                .join(self.pid.to_string())
+                .join("root")
+                .join(path.strip_prefix("/").ok()?),
+        )
+    }
+
+    /// (bytes used, inodes used) of the filesystem at `path` inside the holder's namespace.
+    pub(crate) fn usage(&self, path: &Path) -> Option<(u64, u64)> {
+        let st = rustix::fs::statvfs(&self.inside(path)?).ok()?;
+        let bytes = (st.f_blocks.saturating_sub(st.f_bfree)).saturating_mul(st.f_frsize);
+        let files = st.f_files.saturating_sub(st.f_ffree);
+        Some((bytes, files))
+    }
 }
 
 impl Drop for Holder {
@@ -103,99 +246,31 @@ impl Layout {
         tools: &OverlayTools,
         sandbox_uid: Option<u32>,
     ) -> Result<Holder, SandboxError> {
-        let mut line: Vec<std::ffi::OsString> = vec![tools.unshare.clone().into()];
-        if sandbox_uid.is_none() {
-            line.push("--user".into());
-            line.push("--map-root-user".into());
-        }
-        for a in ["--mount", "--propagation", "private", "--"] {
-            line.push(a.into());
-        }
-        line.push(tools.sh.clone().into());
-        line.push("-c".into());
-        line.push(HOLDER_SCRIPT.into());
-        line.push("writ-scratch".into());
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
         for p in [&self.repo, &self.stage, &self.upper, &self.merged] {
-            line.push(p.clone().into());
+            args.push(p.clone().into());
         }
-        line.push(self.limits.max_bytes.to_string().into());
-        line.push(self.limits.max_files.to_string().into());
-        line.push(tools.mount.clone().into());
-        line.push(
+        args.push(self.limits.max_bytes.to_string().into());
+        args.push(self.limits.max_files.to_string().into());
+        args.push(tools.mount.clone().into());
+        args.push(
             sandbox_uid
                 .map(|uid| uid.to_string())
                 .unwrap_or_default()
                 .into(),
         );
-        let (program, rest) = line
-            .split_first()
-            .ok_or(SandboxError::InvalidArgv("must name a program"))?;
-        let mut child = tokio::process::Command::new(program)
-            .args(rest)
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(SandboxError::Spawn)?;
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take();
-        let pid = child.id();
-        let ready = async {
-            let mut lines = BufReader::new(stdout?).lines();
-            lines.next_line().await.ok().flatten()
-        };
-        let said = tokio::time::timeout(MOUNT_TIMEOUT, ready).await;
-        match (said, stdin, pid) {
-            (Ok(Some(line)), Some(stdin), Some(pid)) if line == "ready" => Ok(Holder {
-                child,
-                _stdin: stdin,
-                pid,
-            }),
-            _ => {
-                let _ = child.start_kill();
-                let mut why = String::new();
-                if let Some(mut err) = child.stderr.take() {
-                    use tokio::io::AsyncReadExt;
-                    let mut buf = Vec::new();
-                    let _ = tokio::time::timeout(
-                        Duration::from_secs(1),
-                        (&mut err).take(4096).read_to_end(&mut buf),
-                    )
-                    .await;
-                    why = String::from_utf8_lossy(&buf).trim().to_string();
-                }
-                Err(SandboxError::Overlay(if why.is_empty() {
-                    "the overlay could not be mounted".into()
-                } else {
-                    format!("the overlay could not be mounted: {why}")
-                }))
-            }
-        }
+        Holder::start(tools, sandbox_uid, HOLDER_SCRIPT, args).await
     }
 
     /// How full the upper layer is: (bytes used, inodes used), read from inside the holder's
     /// mount namespace.
     pub(crate) fn usage(&self, holder: &Holder) -> Option<(u64, u64)> {
-        let inside = Path::new("/proc")
-            .join(holder.pid.to_string())
-            .join("root")
-            .join(self.upper.strip_prefix("/").ok()?);
-        let st = rustix::fs::statvfs(&inside).ok()?;
-        let bytes = (st.f_blocks.saturating_sub(st.f_bfree)).saturating_mul(st.f_frsize);
-        let files = st.f_files.saturating_sub(st.f_ffree);
-        Some((bytes, files))
+        holder.usage(&self.upper)
     }
 
     /// `merged` as the holder sees it, for reading what a run wrote.
     pub(crate) fn merged_inside(&self, holder: &Holder) -> Option<PathBuf> {
-        Some(
-            Path::new("/proc")
-                .join(holder.pid.to_string())
-                .join("root")
-                .join(self.merged.strip_prefix("/").ok()?),
-        )
+        holder.inside(&self.merged)
     }
 }
 

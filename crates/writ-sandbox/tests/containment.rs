@@ -832,8 +832,9 @@ for where in ["/dev/shm", "/dev"]:
     assert!(lines[1].starts_with("/dev stopped at 0 MiB"), "{out:?}");
 }
 
-/// The overlay bounds what a run writes: a run that tries to write 1 GiB, or 100,000 files, into
-/// its tree is stopped at the scratch bound, and its outcome names the bound and its variable.
+/// The overlay, and the copy fallback's own tmpfs, bound what a run writes: a run that tries to
+/// write 1 GiB, or 100,000 files, into its tree is stopped at the scratch bound while it runs,
+/// and its outcome names the bound and its variable.
 #[tokio::test]
 async fn writes_into_the_scratch_are_bounded_in_bytes_and_files() {
     for overlay in [true, false] {
@@ -862,11 +863,15 @@ except OSError as e:
 "#;
         let (out, scratch) = h.python(script, Duration::from_secs(30)).await;
         let limit = out.limit_reached.clone().unwrap_or_default();
+        assert!(limit.starts_with("scratch_full:"), "{overlay}: {out:?}");
         assert!(limit.contains("WRIT_RUN_SCRATCH_MB"), "{overlay}: {out:?}");
-        if scratch.mechanism() == Mechanism::Overlay {
-            // The tmpfs refused the writes themselves.
-            assert!(out.stdout.starts_with("stopped at 1"), "{out:?}");
-        }
+        // The overlay's tmpfs, or the copy's own, refused the writes themselves: the run was
+        // stopped at the bound, not measured past it afterwards.
+        assert!(
+            scratch.mechanism() == Mechanism::Overlay || scratch.is_bounded_copy(),
+            "{overlay}: the copy is not in a tmpfs of its own"
+        );
+        assert!(out.stdout.starts_with("stopped at 1"), "{overlay}: {out:?}");
         drop(scratch);
 
         let script = "import os\nfor i in range(100000):\n    open(f'f{i}', 'w').close()\n";
