@@ -13,6 +13,7 @@ mod jobs;
 mod local_model;
 mod openapi;
 mod operations;
+mod outage;
 mod policy;
 mod probes;
 mod reference;

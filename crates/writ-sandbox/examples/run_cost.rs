@@ -6,6 +6,9 @@
 //! Each run is the whole of what `POST /run` asks of the sandbox: wait for a slot, make the
 //! scratch, stage one file, run `python3 check.py` (a one-line script) in bubblewrap, remove the
 //! scratch. The median of `REPEAT` runs is shown.
+//!
+//! `WRIT_BENCH_PRIVATE_PARENT=1` puts every REPO_DIR under a parent at 0700 (a home directory, a
+//! `mktemp -d`), which the sandbox uid cannot pass through.
 
 use std::io::Write;
 use std::path::Path;
@@ -33,9 +36,20 @@ async fn run() -> anyhow::Result<()> {
     writeln!(out, "|---:|---:|---:|")?;
     let base = tempfile::tempdir()?;
     searchable(base.path())?;
+    let parent = if std::env::var("WRIT_BENCH_PRIVATE_PARENT").as_deref() == Ok("1") {
+        let private = base.path().join("private");
+        std::fs::create_dir(&private)?;
+        std::fs::set_permissions(
+            &private,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )?;
+        private
+    } else {
+        base.path().to_path_buf()
+    };
     let mut big = None;
     for size in SIZES {
-        let repo = make_repo(base.path(), size)?;
+        let repo = make_repo(&parent, size)?;
         let overlay = median_run(&repo, base.path(), true).await?;
         let copy = median_run(&repo, base.path(), false).await?;
         writeln!(out, "| {size} | {overlay} | {copy} |")?;

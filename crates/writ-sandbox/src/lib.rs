@@ -29,9 +29,12 @@
 //!
 //! Which programs a request may run is [`CommandSet`]'s business (`WRIT_COMMANDS`).
 //!
-//! Not bounded here: on the copy fallback, the bytes a command writes into its scratch while it
-//! runs (each file is, by `max_file_bytes`; the total is measured after the run, which then
-//! fails, naming the bound). There is no seccomp filter (the namespaces, dropped capabilities and
+//! The copy fallback lives in a tmpfs of its own too where one can be mounted (the copy's size
+//! plus `max_scratch_bytes`, in a holder's mount namespace), so a command that fills it is
+//! stopped by `ENOSPC` while it runs and its outcome says `scratch_full`. Not bounded here: a
+//! copy on the host's disk, where no tmpfs can be mounted, while a command runs (each file is,
+//! by `max_file_bytes`; the total is measured after the run, which then fails, naming the
+//! bound). There is no seccomp filter (the namespaces, dropped capabilities and
 //! `--new-session` are the boundary).
 //!
 //! ```no_run
@@ -273,6 +276,9 @@ struct Inner {
     permits: Arc<Semaphore>,
     /// Whether the overlay works here, or why not (decided by the probe).
     overlay: Result<(), String>,
+    /// Whether the copy fallback can live in a bounded tmpfs of its own, or why not (decided by
+    /// the probe).
+    copy_in_tmpfs: Result<(), String>,
     /// Runs waiting for a slot.
     waiting: AtomicUsize,
 }
@@ -330,6 +336,7 @@ impl Sandbox {
         if let Some(uid) = tools.run_as {
             check_searchable(&config.scratch_base, uid)?;
         }
+        let overlay_tools = tools.overlay.as_ref().map(|_| ()).map_err(Clone::clone);
         let overlay_wanted = match (&tools.overlay, config.overlay) {
             (_, false) => Err("turned off (WRIT_RUN_OVERLAY=0)".to_string()),
             (Err(missing), true) => Err(missing.clone()),
@@ -341,10 +348,22 @@ impl Sandbox {
                 config,
                 tools,
                 overlay: Err("not probed yet".into()),
+                copy_in_tmpfs: overlay_tools,
                 waiting: AtomicUsize::new(0),
             }),
         };
-        sandbox.run_true(Mechanism::Copy).await?;
+        if let Err(e) = sandbox.run_true(Mechanism::Copy).await {
+            if sandbox.inner.copy_in_tmpfs.is_err() {
+                return Err(e);
+            }
+            // The copy on the host's disk, measured after each command, where no tmpfs can be
+            // mounted for it.
+            tracing::info!(reason = %e.reason, "the copy fallback cannot live in a tmpfs of its own: its writes are measured after each command");
+            if let Some(inner) = Arc::get_mut(&mut sandbox.inner) {
+                inner.copy_in_tmpfs = Err(e.reason);
+            }
+            sandbox.run_true(Mechanism::Copy).await?;
+        }
         let overlay = match overlay_wanted {
             Ok(()) => sandbox
                 .run_true(Mechanism::Overlay)
@@ -372,9 +391,13 @@ impl Sandbox {
             let repo = std::fs::canonicalize(repo_dir).unwrap_or_else(|_| repo_dir.to_path_buf());
             overlay::eligible(&repo, &inner.config.scratch_base, inner.tools.run_as).err()
         });
+        let copy = match &inner.copy_in_tmpfs {
+            Ok(()) => "the copy lives in a tmpfs of its own, bounded by WRIT_RUN_SCRATCH_MB while a command runs".to_string(),
+            Err(why) => format!("the copy's writes are measured after each command, since no tmpfs can be mounted for it: {why}"),
+        };
         match why_not {
             None => (Mechanism::Overlay, None),
-            Some(why) => (Mechanism::Copy, Some(why)),
+            Some(why) => (Mechanism::Copy, Some(format!("{why}; {copy}"))),
         }
     }
 
@@ -432,6 +455,17 @@ impl Sandbox {
             max_bytes: cfg.max_copy_bytes,
             max_files: cfg.max_copy_files,
         };
+        if let (Ok(()), Ok(tools)) = (&self.inner.copy_in_tmpfs, &self.inner.tools.overlay) {
+            return Scratch::bounded_copy(
+                &repo,
+                &base,
+                limits,
+                self.scratch_limits(),
+                owner,
+                tools,
+            )
+            .await;
+        }
         tokio::task::spawn_blocking(move || Scratch::create(&repo, &base, limits, owner))
             .await
             .map_err(|e| SandboxError::Task(e.to_string()))?
@@ -472,7 +506,10 @@ impl Sandbox {
         };
         let tools = &inner.tools;
         let holder = scratch
-            .start(tools.overlay.as_ref().ok(), tools.setpriv())
+            .start(
+                tools.overlay.as_ref().ok(),
+                tools.setpriv().map(|(_, uid)| uid),
+            )
             .await?;
         let tree = match (holder, &tools.overlay) {
             (Some(holder), Ok(overlay)) => run::Tree::Enter {

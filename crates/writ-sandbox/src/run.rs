@@ -1,7 +1,8 @@
 //! One run: the bubblewrap command line, the limits, and the capture of its output.
 //!
-//! The process tree is `[setpriv →] bwrap → (sandbox init) → prlimit → command`. `setpriv`
-//! drops root to the sandbox uid before bubblewrap starts, so bubblewrap makes an unprivileged
+//! The process tree is `[nsenter →] [setpriv →] bwrap → (sandbox init) → prlimit → command`
+//! (`nsenter` into an overlay run's mount namespace, each replacing itself with the next).
+//! `setpriv` drops root to the sandbox uid before bubblewrap starts, so bubblewrap makes an unprivileged
 //! user namespace and the kernel enforces RLIMIT_NPROC. `prlimit` sets the rlimits inside the
 //! sandbox, where they are inherited by everything the command starts. On timeout the host side
 //! (`setpriv`/`bwrap`, its own process group) is killed; bubblewrap's `--die-with-parent` then
@@ -147,8 +148,9 @@ pub(crate) enum Tree<'a> {
     },
 }
 
-/// The uid a command has inside an overlay run's sandbox: the holder's namespace maps only its
-/// root (the sandbox uid, or writ's own), which bubblewrap shows as this ordinary uid.
+/// The uid a command has inside an overlay run's sandbox: the sandbox uid (or, where writ is not
+/// root, the root of the holder's user namespace: writ's own), which bubblewrap shows as this
+/// ordinary uid.
 const OVERLAY_INNER_UID: &str = "65534";
 
 /// The full host command line for one run.
@@ -159,13 +161,20 @@ pub(crate) fn command_line(
     limits: &Limits,
 ) -> Vec<OsString> {
     let mut line = Line::default();
-    if let (Some(setpriv), Some(uid)) = (&tools.setpriv, tools.run_as) {
-        let (reuid, regid) = (format!("--reuid={uid}"), format!("--regid={uid}"));
-        line.path(setpriv);
-        line.push(&[&reuid, &regid, "--clear-groups", "--no-new-privs", "--"]);
-    }
+    let drop_to = |line: &mut Line| {
+        if let (Some(setpriv), Some(uid)) = (&tools.setpriv, tools.run_as) {
+            let (reuid, regid) = (format!("--reuid={uid}"), format!("--regid={uid}"));
+            line.path(setpriv);
+            line.push(&[&reuid, &regid, "--clear-groups", "--no-new-privs", "--"]);
+        }
+    };
     let scratch = match tree {
-        Tree::Bind(path) => path,
+        Tree::Bind(path) => {
+            drop_to(&mut line);
+            path
+        }
+        // The holder's namespace is entered first, with writ's own rights (as root, only root
+        // may enter the mount namespace root made), and the sandbox uid taken only inside it.
         Tree::Enter {
             nsenter,
             pid,
@@ -173,14 +182,19 @@ pub(crate) fn command_line(
         } => {
             let target = pid.to_string();
             line.path(nsenter);
-            line.push(&[
-                "--target",
-                &target,
-                "--user",
-                "--mount",
-                "--preserve-credentials",
-                "--",
-            ]);
+            if tools.run_as.is_some() {
+                line.push(&["--target", &target, "--mount", "--"]);
+            } else {
+                line.push(&[
+                    "--target",
+                    &target,
+                    "--user",
+                    "--mount",
+                    "--preserve-credentials",
+                    "--",
+                ]);
+            }
+            drop_to(&mut line);
             merged
         }
     };
@@ -470,7 +484,7 @@ mod tests {
         .collect::<Vec<_>>()
         .join(" ");
         for part in [
-            "--no-new-privs -- /usr/bin/nsenter --target 4242 --user --mount --preserve-credentials -- /usr/bin/bwrap --uid 65534 --gid 65534 --unshare-user",
+            "/usr/bin/nsenter --target 4242 --mount -- /usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups --no-new-privs -- /usr/bin/bwrap --uid 65534 --gid 65534 --unshare-user",
             "--bind /s/overlay-1/merged /work/repo",
         ] {
             assert!(text.contains(part), "{part}: {text}");

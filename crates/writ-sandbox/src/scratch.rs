@@ -52,6 +52,18 @@ pub struct Scratch {
     files_copied: u64,
     skipped_symlinks: u64,
     overlay: Option<Overlay>,
+    /// A copy made in a tmpfs of its own: the namespace holding it, and what the copy itself
+    /// took of it (bytes, inodes), which the run's writes come on top of.
+    bounded: Option<Bounded>,
+}
+
+#[derive(Debug)]
+struct Bounded {
+    holder: Holder,
+    /// The copy's directory as seen from the host, through the holder's `/proc` root.
+    inside: PathBuf,
+    /// What the copy itself took of the tmpfs (bytes, inodes); the run's writes come on top.
+    copied: (u64, u64),
 }
 
 #[derive(Debug)]
@@ -106,6 +118,87 @@ impl Scratch {
             files_copied: copy.entries,
             skipped_symlinks: copy.skipped_symlinks,
             overlay: None,
+            bounded: None,
+        })
+    }
+
+    /// A copy of `repo_dir` made in a tmpfs of its own (mounted on the scratch's directory in a
+    /// holder's mount namespace), bounded by `copy` for the copy and by `run` for what the run
+    /// then writes: a command that fills it gets `ENOSPC` (or `EDQUOT`-like inode exhaustion)
+    /// while it runs, so nothing a run writes reaches the host's disk. Made through the holder's
+    /// `/proc` root; commands enter its namespace as for an overlay.
+    pub(crate) async fn bounded_copy(
+        repo_dir: &Path,
+        base: &Path,
+        copy: CopyLimits,
+        run: ScratchLimits,
+        owner: Option<u32>,
+        tools: &OverlayTools,
+    ) -> Result<Self, SandboxError> {
+        let source = std::fs::canonicalize(repo_dir)
+            .map_err(|e| SandboxError::io("REPO_DIR", repo_dir, e))?;
+        if !source.is_dir() {
+            return Err(SandboxError::NotADirectory(repo_dir.to_path_buf()));
+        }
+        std::fs::create_dir_all(base).map_err(|e| SandboxError::io("scratch base", base, e))?;
+        if owner.is_some() {
+            set_mode(base, 0o711)?;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("scratch-")
+            .tempdir_in(base)
+            .map_err(|e| SandboxError::io("scratch base", base, e))?;
+        let room = ScratchLimits {
+            max_bytes: copy.max_bytes.saturating_add(run.max_bytes),
+            max_files: copy.max_files.saturating_add(run.max_files),
+        };
+        let mut holder = Holder::bounded_copy(tools, owner, dir.path(), room).await?;
+        let inside = holder.inside(dir.path()).ok_or_else(|| {
+            SandboxError::Overlay("the scratch directory is not an absolute path".into())
+        })?;
+        let made = tokio::task::spawn_blocking({
+            let inside = inside.clone();
+            move || {
+                let mut copy = Copy {
+                    limits: copy,
+                    owner,
+                    bytes: 0,
+                    entries: 0,
+                    skipped_symlinks: 0,
+                };
+                copy.tree(&source, &inside)?;
+                if let Some(uid) = owner {
+                    std::os::unix::fs::lchown(&inside, Some(uid), Some(uid))
+                        .map_err(|e| SandboxError::io("scratch", &inside, e))?;
+                }
+                let root = Dir::open_ambient_dir(&inside, ambient_authority())
+                    .map_err(|e| SandboxError::io("scratch", &inside, e))?;
+                Ok::<_, SandboxError>((copy, root))
+            }
+        })
+        .await
+        .map_err(|e| SandboxError::Task(e.to_string()))??;
+        let (copy, root) = made;
+        let used = holder.usage(dir.path()).unwrap_or((0, 0));
+        holder
+            .bound(ScratchLimits {
+                max_bytes: used.0.saturating_add(run.max_bytes),
+                max_files: used.1.saturating_add(run.max_files),
+            })
+            .await?;
+        Ok(Self {
+            dir,
+            root,
+            owner,
+            bytes_copied: copy.bytes,
+            files_copied: copy.entries,
+            skipped_symlinks: copy.skipped_symlinks,
+            overlay: None,
+            bounded: Some(Bounded {
+                holder,
+                inside,
+                copied: used,
+            }),
         })
     }
 
@@ -164,14 +257,19 @@ impl Scratch {
                 },
                 holder: tokio::sync::OnceCell::new(),
             }),
+            bounded: None,
         })
     }
 
     /// The scratch's own directory on the host. Do not write there directly: use
-    /// [`Scratch::put`]. For a copy, the tree the commands see; for an overlay, its layers'
-    /// directories (what the commands see exists only inside the run's namespace).
+    /// [`Scratch::put`]. For a copy, the tree the commands see (for a copy in a tmpfs of its
+    /// own, through its holder's `/proc` root); for an overlay, its layers' directories (what
+    /// the commands see exists only inside the run's namespace).
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        match &self.bounded {
+            Some(b) => &b.inside,
+            None => self.dir.path(),
+        }
     }
 
     pub fn mechanism(&self) -> Mechanism {
@@ -186,8 +284,11 @@ impl Scratch {
     pub(crate) async fn start(
         &self,
         tools: Option<&OverlayTools>,
-        setpriv: Option<(&Path, u32)>,
+        sandbox_uid: Option<u32>,
     ) -> Result<Option<&Holder>, SandboxError> {
+        if let Some(b) = &self.bounded {
+            return Ok(Some(&b.holder));
+        }
         let Some(overlay) = &self.overlay else {
             return Ok(None);
         };
@@ -196,7 +297,7 @@ impl Scratch {
         })?;
         overlay
             .holder
-            .get_or_try_init(|| overlay.layout.mount(tools, setpriv))
+            .get_or_try_init(|| overlay.layout.mount(tools, sandbox_uid))
             .await
             .map(Some)
     }
@@ -214,12 +315,28 @@ impl Scratch {
         self.overlay.as_ref().and_then(|o| o.holder.get())
     }
 
-    /// Why the tree a run wrote is past `limits`, if it is. An overlay's tmpfs stops the writes
-    /// themselves; this names the bound the command ran into. A copy is measured after the run.
+    /// Whether the copy lives in a bounded tmpfs of its own ([`Scratch::bounded_copy`]).
+    pub fn is_bounded_copy(&self) -> bool {
+        self.bounded.is_some()
+    }
+
+    /// Why the tree a run wrote is past `limits`, if it is. An overlay's tmpfs, or a bounded
+    /// copy's, stops the writes themselves; this names the bound the command ran into. A copy
+    /// on the host's disk is measured after the run.
     pub(crate) fn over_bounds(&self, limits: ScratchLimits) -> Option<String> {
-        let (bytes, files) = match &self.overlay {
-            Some(o) => {
-                let (bytes, files) = o.layout.usage(o.holder.get()?)?;
+        let in_tmpfs = match (&self.overlay, &self.bounded) {
+            (Some(o), _) => o.layout.usage(o.holder.get()?),
+            (None, Some(b)) => b.holder.usage(self.dir.path()).map(|(bytes, files)| {
+                (
+                    bytes.saturating_sub(b.copied.0),
+                    files.saturating_sub(b.copied.1),
+                )
+            }),
+            (None, None) => None,
+        };
+        let (bytes, files) = match (&self.overlay, &self.bounded) {
+            (Some(_), _) | (None, Some(_)) => {
+                let (bytes, files) = in_tmpfs?;
                 // A full tmpfs keeps a few blocks and inodes of its own.
                 let near = |used: u64, max: u64| used.saturating_add(max / 100 + 4096) >= max;
                 if !near(bytes, limits.max_bytes) && !near(files, limits.max_files) {
@@ -227,7 +344,7 @@ impl Scratch {
                 }
                 (bytes, files)
             }
-            None => {
+            (None, None) => {
                 let (bytes, files) = tree_size(self.dir.path());
                 let bytes = bytes.saturating_sub(self.bytes_copied);
                 let files = files.saturating_sub(self.files_copied);
@@ -238,7 +355,7 @@ impl Scratch {
             }
         };
         Some(format!(
-            "the run's writes reached the scratch bound: {} MiB and {files} files written, at most {} MiB (WRIT_RUN_SCRATCH_MB) and {} files (WRIT_RUN_SCRATCH_FILES)",
+            "scratch_full: the run's writes reached the scratch bound: {} MiB and {files} files written, at most {} MiB (WRIT_RUN_SCRATCH_MB) and {} files (WRIT_RUN_SCRATCH_FILES)",
             bytes >> 20,
             limits.max_bytes >> 20,
             limits.max_files
@@ -251,7 +368,7 @@ impl Scratch {
     pub fn put(&self, rel_path: &str, bytes: &[u8]) -> Result<(), SandboxError> {
         let rel = checked_relative(rel_path)?;
         if self.holder().is_some() {
-            // The stage is a lower layer now: overlayfs does not expect it to change.
+            // An overlay's stage is a lower layer now: overlayfs does not expect it to change.
             return Err(SandboxError::Staged {
                 path: rel_path.to_owned(),
             });
@@ -351,6 +468,13 @@ impl Drop for Scratch {
         // The namespace first: its tmpfs and overlay go with it.
         if let Some(o) = &mut self.overlay {
             drop(o.holder.take());
+        }
+        if let Some(b) = self.bounded.take() {
+            drop(b);
+            // The copy lived in the namespace's tmpfs: the host holds an empty directory.
+            if std::fs::remove_dir_all(self.dir.path()).is_ok() {
+                return;
+            }
         }
         if std::fs::remove_dir_all(self.dir.path()).is_ok() {
             return;

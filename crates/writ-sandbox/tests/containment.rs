@@ -832,8 +832,9 @@ for where in ["/dev/shm", "/dev"]:
     assert!(lines[1].starts_with("/dev stopped at 0 MiB"), "{out:?}");
 }
 
-/// The overlay bounds what a run writes: a run that tries to write 1 GiB, or 100,000 files, into
-/// its tree is stopped at the scratch bound, and its outcome names the bound and its variable.
+/// The overlay, and the copy fallback's own tmpfs, bound what a run writes: a run that tries to
+/// write 1 GiB, or 100,000 files, into its tree is stopped at the scratch bound while it runs,
+/// and its outcome names the bound and its variable.
 #[tokio::test]
 async fn writes_into_the_scratch_are_bounded_in_bytes_and_files() {
     for overlay in [true, false] {
@@ -862,11 +863,15 @@ except OSError as e:
 "#;
         let (out, scratch) = h.python(script, Duration::from_secs(30)).await;
         let limit = out.limit_reached.clone().unwrap_or_default();
+        assert!(limit.starts_with("scratch_full:"), "{overlay}: {out:?}");
         assert!(limit.contains("WRIT_RUN_SCRATCH_MB"), "{overlay}: {out:?}");
-        if scratch.mechanism() == Mechanism::Overlay {
-            // The tmpfs refused the writes themselves.
-            assert!(out.stdout.starts_with("stopped at 1"), "{out:?}");
-        }
+        // The overlay's tmpfs, or the copy's own, refused the writes themselves: the run was
+        // stopped at the bound, not measured past it afterwards.
+        assert!(
+            scratch.mechanism() == Mechanism::Overlay || scratch.is_bounded_copy(),
+            "{overlay}: the copy is not in a tmpfs of its own"
+        );
+        assert!(out.stdout.starts_with("stopped at 1"), "{overlay}: {out:?}");
         drop(scratch);
 
         let script = "import os\nfor i in range(100000):\n    open(f'f{i}', 'w').close()\n";
@@ -904,6 +909,55 @@ async fn the_overlay_is_used_where_it_can_be_and_the_copy_says_why_not() {
     let (mechanism, why) = c.sandbox.mechanism(c.repo.path());
     assert_eq!(mechanism, Mechanism::Copy);
     assert!(why.unwrap().contains("WRIT_RUN_OVERLAY"));
+}
+
+/// REPO_DIR where developers keep their code — under a parent the sandbox uid may not pass
+/// through (a home directory at 0700, a `mktemp -d`): the overlay is still used, a run reads the
+/// repository's files and writes beside them, and REPO_DIR is left as it was.
+#[tokio::test]
+async fn the_overlay_is_used_for_a_repo_dir_under_a_private_parent() {
+    let Some(h) = harness().await else { return };
+    let private = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        private.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let repo = private.path().join("code");
+    std::fs::create_dir_all(repo.join("pkg")).unwrap();
+    for dir in [&repo, &repo.join("pkg")] {
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(
+        repo.join("pkg/util.py"),
+        "def triple(x):\n    return 3 * x\n",
+    )
+    .unwrap();
+    let before = tree_hash(&repo);
+
+    let (mechanism, why) = h.sandbox.mechanism(&repo);
+    assert_eq!((mechanism, why), (Mechanism::Overlay, None));
+    let scratch = h.sandbox.scratch(&repo).await.unwrap();
+    assert_eq!(scratch.mechanism(), Mechanism::Overlay);
+    scratch
+        .put(
+            "check.py",
+            b"from pkg.util import triple\nopen('out.txt', 'w').write('done')\nprint(triple(14), open('out.txt').read())\n",
+        )
+        .unwrap();
+    let out = h
+        .sandbox
+        .run(
+            &scratch,
+            &argv(&["python3", "check.py"]),
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, "42 done\n", "{out:?}");
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    drop(scratch);
+    assert_eq!(tree_hash(&repo), before, "REPO_DIR was changed");
 }
 
 fn rustix_is_root() -> bool {

@@ -62,9 +62,11 @@ fn from_database(what: &str, db: &dyn DatabaseError) -> StoreError {
 /// PostgreSQL SQLSTATEs that mean the server cannot serve anyone right now, rather than that this
 /// statement is wrong: 08 connection exception, 53 insufficient resources (disk full, too many
 /// connections), 57P shutdown / cannot connect now, 28 authentication (a rotated password takes
-/// every new connection down), 3D000 the database is gone.
+/// every new connection down), 3D000 the database is gone, 55000 the database refuses
+/// connections (`ALLOW_CONNECTIONS false`: an operator took it out of service; writ's statements
+/// raise 55000 for nothing else).
 fn is_unavailable_sqlstate(code: &str) -> bool {
-    ["08", "53", "57P", "28", "3D000"]
+    ["08", "53", "57P", "28", "3D000", "55000"]
         .iter()
         .any(|prefix| code.starts_with(prefix))
 }
@@ -82,7 +84,7 @@ mod tests {
 
     #[test]
     fn postgres_connection_and_resource_states_are_unavailable() {
-        for code in ["08006", "53100", "57P01", "28P01", "3D000"] {
+        for code in ["08006", "53100", "57P01", "28P01", "3D000", "55000"] {
             assert!(is_unavailable_sqlstate(code), "{code}");
         }
         for code in ["23505", "42P01", "22P02", "22021"] {

@@ -14,7 +14,8 @@
 //!   sandbox and decide the selection, and failing candidates go back to their models for repair;
 //! - [`image_generation`]: the image branch — one image model call, shaped by [`image`];
 //! - [`writing`]: one recorded write per file, atomic batches and their rollback;
-//! - [`response`]: the answer returned to the caller and stored for idempotent replay.
+//! - [`response`]: the answer returned to the caller and stored for idempotent replay;
+//! - `outage`: how a batch's commits wait out an audit store that cannot be reached.
 //!
 //! Each stage is a function (or a small type: `Selector`, `Writer`) over
 //! the shared types of [`stage`] (the ports, the settings, a file's context and outcome), and
@@ -30,6 +31,7 @@ pub mod generation;
 pub mod image;
 pub mod image_generation;
 pub mod jobs;
+pub mod outage;
 pub mod pipeline;
 pub mod progress;
 pub mod prompt;

@@ -81,6 +81,8 @@ impl Synthesizer {
             request_id: sub.request_id,
             batch,
             sink,
+            recorded,
+            outage_wait: self.config.store_outage_wait,
         };
         let atomic = batch.options.atomic && !batch.options.dry_run;
 

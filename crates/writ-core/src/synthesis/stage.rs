@@ -5,12 +5,12 @@
 //! ([`FileCx`]) and the gate a write waits at until the batch's request is recorded
 //! ([`Recorded`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::audit::{AuditStore, CandidateRecord, RecentOperation, Selection};
+use crate::audit::{AuditStore, CandidateRecord, RecentOperation, Selection, StoreError};
 use crate::execution::CommandRunner;
 use crate::model::ModelClient;
 use crate::path::RepoPath;
@@ -20,6 +20,7 @@ use crate::synthesis::fanout::{CallSettings, StragglerPolicy, UpstreamClock};
 use crate::synthesis::image::ShapedImage;
 use crate::synthesis::progress::ProgressSink;
 use crate::synthesis::response::{FileValidation, PromptTokensByPart};
+use crate::synthesis::jobs::LeaseHold;
 use crate::synthesis::update::Existing;
 use crate::workspace::Workspace;
 
@@ -59,6 +60,9 @@ pub struct SynthesisConfig {
     /// Prompt tokens of the repository map in each candidate prompt (`WRIT_REPO_MAP_TOKENS`;
     /// `options.repo_map_tokens` overrides it; 0: no map).
     pub repo_map_tokens: usize,
+    /// How long a batch whose results are ready waits out an audit store it cannot reach before
+    /// it gives up and answers 503 (`WRIT_STORE_OUTAGE_WAIT`).
+    pub store_outage_wait: Duration,
 }
 
 impl SynthesisConfig {
@@ -94,6 +98,7 @@ impl Default for SynthesisConfig {
             straggler: StragglerPolicy::WaitAll,
             allowed_models: Vec::new(),
             repo_map_tokens: crate::synthesis::context::DEFAULT_REPO_MAP_TOKENS,
+            store_outage_wait: crate::synthesis::outage::DEFAULT_STORE_OUTAGE_WAIT,
         }
     }
 }
@@ -288,28 +293,65 @@ impl<'a> BatchCx<'a> {
 pub(crate) struct NotRecorded;
 
 /// Whether a batch's records (its request and job) are committed. They commit while the models
-/// run; nothing of the batch is written, and no answer given, before they are.
+/// run; nothing of the batch is written, and no answer given, before they are. Where the job is
+/// leased, its lease must also be known held before each write (after an outage it may have run
+/// out, and another replica may have claimed the job); and a commit that gave up after the
+/// whole outage wait is noted here, so that the batch answers 503 instead of its files' errors.
 #[derive(Clone)]
-pub(crate) struct Recorded(watch::Receiver<Option<bool>>);
+pub(crate) struct Recorded {
+    committed: watch::Receiver<Option<bool>>,
+    lease: Option<Arc<LeaseHold>>,
+    gave_up: Arc<OnceLock<StoreError>>,
+}
 
 impl Recorded {
     /// Records already committed (an async batch's, a resumed job's).
     pub(crate) fn already() -> Self {
-        Recorded(watch::channel(Some(true)).1)
+        Recorded::pending(watch::channel(Some(true)).1)
     }
 
     /// Records whose commit reports `Some(committed)` on `rx` once it is over.
     pub(crate) fn pending(rx: watch::Receiver<Option<bool>>) -> Self {
-        Recorded(rx)
+        Recorded {
+            committed: rx,
+            lease: None,
+            gave_up: Arc::default(),
+        }
+    }
+
+    /// The same records, of a job held by `lease`.
+    pub(crate) fn with_lease(mut self, lease: Option<Arc<LeaseHold>>) -> Self {
+        self.lease = lease;
+        self
     }
 
     /// Waits for the commit. A failed commit (or one abandoned) is [`NotRecorded`]: the caller
     /// writes nothing.
     pub(crate) async fn wait(&self) -> Result<(), NotRecorded> {
-        let mut rx = self.0.clone();
+        let mut rx = self.committed.clone();
         match rx.wait_for(Option::is_some).await.map(|v| *v) {
             Ok(Some(true)) => Ok(()),
             _ => Err(NotRecorded),
         }
+    }
+
+    /// Whether the batch may write now as far as its lease goes: a lease that may have run out
+    /// is renewed first. `Err(Unavailable)`: the store cannot be asked (wait and try again);
+    /// `Err(Conflict)`: another replica holds the job (write nothing; the run is being stopped).
+    pub(crate) async fn lease_held(&self) -> Result<(), StoreError> {
+        match &self.lease {
+            None => Ok(()),
+            Some(lease) => lease.confirm().await,
+        }
+    }
+
+    /// Notes that a commit gave up after the whole outage wait.
+    pub(crate) fn give_up(&self, err: StoreError) {
+        let _ = self.gave_up.set(err);
+    }
+
+    /// The store's failure if a commit of the batch gave up after the whole outage wait.
+    pub(crate) fn gave_up(&self) -> Option<StoreError> {
+        self.gave_up.get().cloned()
     }
 }

@@ -44,6 +44,9 @@ pub struct GuardSettings {
     pub batch_deadline: Duration,
     /// `WRIT_SHUTDOWN_GRACE_SECS`: how long in-flight batches may run after SIGTERM.
     pub shutdown_grace: Duration,
+    /// `WRIT_STORE_OUTAGE_WAIT` (seconds): how long a batch whose results are ready waits out an
+    /// audit store it cannot reach before it answers 503 (0: not at all).
+    pub store_outage_wait: Duration,
 }
 
 impl GuardSettings {
@@ -66,6 +69,10 @@ impl GuardSettings {
                 at_least_one("WRIT_BATCH_DEADLINE_SECS", 600)? as u64
             ),
             shutdown_grace: Duration::from_secs(num("WRIT_SHUTDOWN_GRACE_SECS", 30)? as u64),
+            store_outage_wait: Duration::from_secs(num(
+                "WRIT_STORE_OUTAGE_WAIT",
+                writ_core::synthesis::outage::DEFAULT_STORE_OUTAGE_WAIT.as_secs() as usize,
+            )? as u64),
         })
     }
 }

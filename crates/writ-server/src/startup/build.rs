@@ -77,6 +77,7 @@ pub(super) fn build_models(
         max_file_bytes: settings.guard.max_file_bytes,
         max_shown_file_chars: settings.guard.max_shown_file_chars,
         batch_deadline: settings.guard.batch_deadline,
+        store_outage_wait: settings.guard.store_outage_wait,
         allowed_models: settings.models.allowed.clone(),
         ..SynthesisConfig::default()
     };

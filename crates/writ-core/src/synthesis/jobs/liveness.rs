@@ -14,9 +14,91 @@ pub(super) async fn raised(mut flag: watch::Receiver<bool>) {
     }
 }
 
+/// A replica's hold on a job's lease, shared by the task that renews it ([`keep_alive`]) and the
+/// batch's writes, which ask it before each write ([`LeaseHold::confirm`]).
+pub(crate) struct LeaseHold {
+    store: Arc<dyn AuditStore>,
+    job_id: Uuid,
+    owner: Arc<str>,
+    /// Until when the lease is known held, on this process's clock: when the last renewal that
+    /// succeeded was asked, plus [`LEASE`].
+    until: Mutex<tokio::time::Instant>,
+    /// Raised when another replica holds the job: its run stops.
+    lost: watch::Sender<bool>,
+}
+
+/// How much of the lease must remain for a write to go ahead without renewing it first: more
+/// than a write's commit and publish take.
+const WRITE_MARGIN: Duration = RENEW_EVERY;
+
+impl LeaseHold {
+    /// The hold on a lease taken (or renewed) just now.
+    pub(crate) fn new(store: Arc<dyn AuditStore>, job_id: Uuid, owner: Arc<str>) -> Arc<Self> {
+        Arc::new(LeaseHold {
+            store,
+            job_id,
+            owner,
+            until: Mutex::new(tokio::time::Instant::now() + LEASE),
+            lost: watch::channel(false).0,
+        })
+    }
+
+    /// Turns true when another replica holds the job.
+    pub(super) fn lost(&self) -> watch::Receiver<bool> {
+        self.lost.subscribe()
+    }
+
+    /// The lease was written (a record with it committed, a renewal) by a statement asked at
+    /// `asked`.
+    pub(super) fn renewed(&self, asked: tokio::time::Instant) {
+        let mut until = self.until.lock().unwrap_or_else(PoisonError::into_inner);
+        *until = (*until).max(asked + LEASE);
+    }
+
+    fn held_until(&self) -> tokio::time::Instant {
+        *self.until.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Renews the lease. `Ok(false)`: another replica holds the job (or it ended), and `lost` is
+    /// raised.
+    pub(super) async fn renew(&self) -> Result<bool, StoreError> {
+        let asked = tokio::time::Instant::now();
+        let renewed = self
+            .store
+            .renew_lease(self.job_id, &self.owner, lease_until(Utc::now()))
+            .await?;
+        if renewed {
+            self.renewed(asked);
+        } else {
+            tracing::warn!(job = %self.job_id, "the job's lease is no longer this replica's: stopping its run");
+            let _ = self.lost.send(true);
+        }
+        Ok(renewed)
+    }
+
+    /// Before a write: the lease is renewed first unless it is known held for a while yet. A
+    /// lease that ran out while the store could not be reached may have been claimed by another
+    /// replica, which would then write the same files.
+    pub(crate) async fn confirm(&self) -> Result<(), StoreError> {
+        if self.held_until() > tokio::time::Instant::now() + WRITE_MARGIN {
+            return Ok(());
+        }
+        match self.renew().await? {
+            true => Ok(()),
+            false => Err(StoreError::Conflict(
+                "the job's lease is held by another replica; this run writes nothing more".into(),
+            )),
+        }
+    }
+}
+
 /// Keeps the job looking alive while its batch runs: the heartbeat, or (where jobs are leased)
-/// the lease, renewed. Raises `lost` when the lease is another's, has ended, or could not be
-/// renewed before it ran out.
+/// the lease, renewed. A renewal that finds the lease another's raises `lost`.
+///
+/// While the store cannot be reached, the lease may run out: the run goes on (its results are
+/// kept through the outage), but writes nothing until a renewal succeeds again
+/// ([`LeaseHold::confirm`]); a replica that claimed the job meanwhile makes that renewal fail
+/// and this run stop.
 ///
 /// Nothing is renewed before the job's row is committed (`recorded`): a synchronous batch's
 /// records commit beside its fan-out, and on a busy database that commit can outlast the first
@@ -25,15 +107,14 @@ pub(super) async fn raised(mut flag: watch::Receiver<bool>) {
 pub(super) async fn keep_alive(
     store: Arc<dyn AuditStore>,
     job_id: Uuid,
-    owner: Option<Arc<str>>,
+    lease: Option<Arc<LeaseHold>>,
     recorded: Recorded,
-    lost: watch::Sender<bool>,
 ) {
     if recorded.wait().await.is_err() {
         // No row to keep alive: the run writes nothing and ends on its own.
         return;
     }
-    let Some(owner) = owner else {
+    let Some(lease) = lease else {
         loop {
             tokio::time::sleep(HEARTBEAT_EVERY).await;
             if let Err(e) = store.heartbeat_job(job_id, JobStatus::Running).await {
@@ -41,26 +122,15 @@ pub(super) async fn keep_alive(
             }
         }
     };
-    let mut held_until = tokio::time::Instant::now() + LEASE;
     loop {
         tokio::time::sleep(RENEW_EVERY).await;
-        let asked = tokio::time::Instant::now();
-        match store
-            .renew_lease(job_id, &owner, lease_until(Utc::now()))
-            .await
-        {
-            Ok(true) => held_until = asked + LEASE,
-            Ok(false) => {
-                tracing::warn!(job = %job_id, "the job's lease is no longer this replica's: stopping its run");
-                let _ = lost.send(true);
-                return;
-            }
+        match lease.renew().await {
+            Ok(true) => {}
+            Ok(false) => return,
             Err(e) => {
                 tracing::warn!(job = %job_id, error = %e, "job lease renewal failed");
-                if tokio::time::Instant::now() + RENEW_EVERY >= held_until {
-                    tracing::warn!(job = %job_id, "the job's lease runs out before it can be renewed: stopping its run");
-                    let _ = lost.send(true);
-                    return;
+                if lease.held_until() <= tokio::time::Instant::now() {
+                    tracing::warn!(job = %job_id, "the job's lease ran out before it could be renewed: its writes wait for the next renewal");
                 }
             }
         }

@@ -32,6 +32,7 @@ use crate::audit::{
 };
 use crate::jobs::{ClaimedJob, JobEvent, JobStatus, Lease, NewJob};
 use crate::synthesis::batch::{Batch, WriteCodebaseRequest};
+use crate::synthesis::outage::OutageWait;
 use crate::synthesis::progress::{DONE, Event, ProgressSink};
 use crate::synthesis::response::{BatchResponse, FileResult, ImageInfo};
 use crate::synthesis::stage::{Prior, Recorded, Synthesizer};
@@ -42,6 +43,7 @@ mod liveness;
 mod resume;
 
 use events::{ChannelSink, write_events};
+pub(crate) use liveness::LeaseHold;
 pub use liveness::fail_stale_jobs;
 use liveness::{keep_alive, lease_until, raised};
 use resume::{announce_failed, failed_answer, merge_resumed, resume};
@@ -178,12 +180,15 @@ impl Drop for RunningGuard {
 }
 
 /// Why a job's run stopped before its end; the job itself goes on elsewhere.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 enum Stopped {
     /// Its lease could not be renewed in time, or another replica holds it now.
     LeaseLost,
     /// This process is stopping and handed the job back.
     HandedBack,
+    /// The store stayed unreachable for the whole outage wait: what the run had not written is
+    /// not written; the job is resumed (or failed as interrupted) once the store is back.
+    Outage(StoreError),
 }
 
 /// The way to the event writer, and how far it has got.
@@ -360,8 +365,13 @@ impl Jobs {
         let events = self.events();
         let job_id = sub.request_id;
         let (guard, stop) = self.running.enter(job_id);
+        let lease = self
+            .owner
+            .clone()
+            .map(|owner| LeaseHold::new(self.synthesizer.store.clone(), job_id, owner));
         let ctx = JobContext {
             owner: self.owner.clone(),
+            lease,
             stop,
             first_seq: 0,
             resumed: None,
@@ -421,8 +431,10 @@ async fn record_and_run(
 ) -> Result<Submitted, SubmitError> {
     let (recorded_tx, recorded_rx) = watch::channel(None);
     let store = synthesizer.store.clone();
+    let outage_wait = synthesizer.config.store_outage_wait;
+    let lease = ctx.lease.clone();
     let commit = async move {
-        let outcome = store.commit(record).await;
+        let outcome = commit_record(store.as_ref(), record, lease.as_deref(), outage_wait).await;
         let _ = recorded_tx.send(Some(outcome.is_ok()));
         outcome
     };
@@ -447,7 +459,56 @@ async fn record_and_run(
             }
             // A run stopped before its end goes on elsewhere: the caller retries with its
             // `Idempotency-Key` and gets the answer once the job is done.
-            submitted = &mut run => return submitted.map_err(|_| SubmitError::InProgress),
+            submitted = &mut run => return submitted.map_err(Stopped::into_submit_error),
+        }
+    }
+}
+
+/// Commits a batch's request and job, through an outage of up to `outage_wait`. The job's lease
+/// is written afresh with each try (a lease dated from the first try could have run out by the
+/// time the record commits), and the hold learns it from the try that committed.
+async fn commit_record(
+    store: &dyn AuditStore,
+    mut record: Vec<AuditWrite>,
+    lease: Option<&LeaseHold>,
+    outage_wait: Duration,
+) -> Result<(), StoreError> {
+    let mut wait: Option<OutageWait> = None;
+    loop {
+        let asked = tokio::time::Instant::now();
+        for write in &mut record {
+            if let AuditWrite::InsertJob { job, .. } = write
+                && let Some(lease) = &mut job.lease
+            {
+                lease.until = lease_until(Utc::now());
+            }
+        }
+        match store.commit(record.clone()).await {
+            Ok(()) => {
+                if let Some(lease) = lease {
+                    lease.renewed(asked);
+                }
+                return Ok(());
+            }
+            Err(StoreError::Unavailable(why))
+                if wait
+                    .get_or_insert_with(|| OutageWait::start(outage_wait))
+                    .pause(&why)
+                    .await => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+impl Stopped {
+    /// What a waiting caller hears of a run that stopped.
+    fn into_submit_error(self) -> SubmitError {
+        match self {
+            // The store is away: 503, and a retry with the same key runs or replays the batch.
+            Stopped::Outage(e) => SubmitError::Audit(e),
+            // The job goes on elsewhere: the caller retries with its `Idempotency-Key` and gets
+            // the answer once the job is done.
+            Stopped::LeaseLost | Stopped::HandedBack => SubmitError::InProgress,
         }
     }
 }
@@ -457,6 +518,8 @@ async fn record_and_run(
 struct JobContext {
     /// The lease holder (this replica) where jobs are leased.
     owner: Option<Arc<str>>,
+    /// Its hold on the job's lease, where jobs are leased.
+    lease: Option<Arc<LeaseHold>>,
     /// Turns true when this process hands the job back.
     stop: watch::Receiver<bool>,
     /// The last event number an earlier run stored (0 for a first run).
@@ -485,15 +548,19 @@ async fn run_job(
 ) -> Result<Submitted, Stopped> {
     let store = synthesizer.store.clone();
     let job_id = sub.request_id;
-    let (lost_tx, lost) = watch::channel(false);
+    let lost = match &ctx.lease {
+        Some(lease) => lease.lost(),
+        // Never raised: its sender is gone.
+        None => watch::channel(false).1,
+    };
+    let recorded = recorded.with_lease(ctx.lease.clone());
     // Aborted when this function ends in any way, a panic included: a job whose batch is gone
     // must stop looking alive, so that it is failed as interrupted (or resumed elsewhere).
     let heartbeat = AbortOnDrop(tokio::spawn(keep_alive(
         store.clone(),
         job_id,
-        ctx.owner.clone(),
+        ctx.lease.clone(),
         recorded.clone(),
-        lost_tx,
     )));
 
     let sink = ChannelSink {
@@ -542,6 +609,13 @@ async fn run_job(
     if recorded.wait().await.is_err() {
         return Ok(submitted);
     }
+    // A write gave up after the whole outage wait: the rest of the batch is not written, and its
+    // answer is the store's unavailability, not its files' errors. The job is left running: once
+    // the store is back its lease lapses and a replica resumes it (on SQLite, it is failed as
+    // interrupted), so a retry with the same key gets its answer.
+    if let Some(e) = recorded.gave_up() {
+        return Err(Stopped::Outage(e));
+    }
     if let Some(resumed) = &ctx.resumed {
         submitted.response = merge_resumed(resumed, submitted.response);
     }
@@ -568,16 +642,51 @@ async fn run_job(
             error: None,
         },
     ]);
-    if let Err(e) = store.commit(finish).await {
+    if let Err(e) = commit_closing(
+        &recorded,
+        store.as_ref(),
+        finish,
+        synthesizer.config.store_outage_wait,
+    )
+    .await
+    {
         // The files are written and their pending records hold their content: reconciliation
         // settles them; the job is resumed (or failed as interrupted) once its lease or
         // heartbeat is stale.
         tracing::error!(job = %job_id, error = %e, "batch done but its records could not be closed");
+        if let StoreError::Unavailable(_) = e {
+            return Err(Stopped::Outage(e));
+        }
     }
     sink.emit(Event::Done {
         status: batch_status.as_str().to_string(),
     });
     Ok(submitted)
+}
+
+/// Commits a batch's closing records through an outage of up to `outage_wait`, each try only
+/// once the job's lease is known held.
+async fn commit_closing(
+    recorded: &Recorded,
+    store: &dyn AuditStore,
+    finish: Vec<AuditWrite>,
+    outage_wait: Duration,
+) -> Result<(), StoreError> {
+    let mut wait: Option<OutageWait> = None;
+    loop {
+        let outcome = match recorded.lease_held().await {
+            Ok(()) => store.commit(finish.clone()).await,
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Err(StoreError::Unavailable(why))
+                if wait
+                    .get_or_insert_with(|| OutageWait::start(outage_wait))
+                    .pause(&why)
+                    .await => {}
+            outcome => return outcome,
+        }
+    }
 }
 
 /// Aborts a task when dropped.

@@ -206,6 +206,11 @@ pub(super) async fn resume(
     };
     let (guard, stop) = running.enter(job_id);
     let ctx = JobContext {
+        lease: Some(LeaseHold::new(
+            synthesizer.store.clone(),
+            job_id,
+            owner.clone(),
+        )),
         owner: Some(owner),
         stop,
         first_seq: last_seq,

@@ -155,12 +155,15 @@ impl Writer<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use uuid::Uuid;
 
     use super::*;
     use crate::audit::OperationKind;
     use crate::synthesis::doubles::{self, MemoryStore, MemoryWorkspace};
     use crate::synthesis::progress::NoProgress;
+    use crate::synthesis::stage::Recorded;
 
     #[tokio::test]
     async fn a_failed_write_puts_back_every_file_the_atomic_batch_wrote_before_it() {
@@ -176,6 +179,8 @@ mod tests {
             request_id: Uuid::now_v7(),
             batch: &batch,
             sink: &NoProgress,
+            recorded: &Recorded::already(),
+            outage_wait: Duration::ZERO,
         };
         let produced = vec![
             doubles::chosen("a = 2\n"),

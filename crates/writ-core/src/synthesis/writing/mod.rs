@@ -10,16 +10,20 @@ mod atomic;
 use base64::Engine;
 use uuid::Uuid;
 
-use crate::audit::{AuditStore, AuditWrite, CandidateRecord, FileKind};
+use std::time::Duration;
+
+use crate::audit::{AuditStore, AuditWrite, CandidateRecord, FileKind, StoreError};
 use crate::content::sha256_hex;
 use crate::files::{
-    DeferredWrite, FailedWrite, GroupedWrite, Provenance, WriteMode, WriteSpec, record_failure,
+    DeferredWrite, FailedWrite, GroupedWrite, Provenance, WriteError, WriteMode, WriteSpec,
+    record_failure,
     write_group_deferring_completion,
 };
 use crate::synthesis::batch::{Batch, FileSpec};
+use crate::synthesis::outage::OutageWait;
 use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::response::{FileResult, FileValidation, ImageInfo};
-use crate::synthesis::stage::{Chosen, Content, NotRecorded, Produced};
+use crate::synthesis::stage::{Chosen, Content, NotRecorded, Produced, Recorded};
 use crate::workspace::Workspace;
 use writ_checks::shape::Change;
 
@@ -63,6 +67,11 @@ pub(crate) struct Writer<'a> {
     pub request_id: Uuid,
     pub batch: &'a Batch,
     pub sink: &'a dyn ProgressSink,
+    /// The batch's records and lease, which each write waits for, and where a write that gave
+    /// up on an unreachable store says so.
+    pub recorded: &'a Recorded,
+    /// How long a write waits out an unreachable store (`WRIT_STORE_OUTAGE_WAIT`).
+    pub outage_wait: Duration,
 }
 
 impl<'a> Writer<'a> {
@@ -117,13 +126,76 @@ impl<'a> Writer<'a> {
         let outcomes = if grouped.is_empty() {
             Vec::new()
         } else {
-            write_group_deferring_completion(self.store, self.workspace, self.request_id, grouped)
-                .await
+            self.write_group(grouped).await
         };
         for ((i, file, w), outcome) in to_write.into_iter().zip(outcomes) {
             written[i] = Some(self.written(file, w, outcome).await);
         }
         written.into_iter().flatten().collect()
+    }
+
+    /// One group of writes ([`write_group_deferring_completion`]). Those the store could not
+    /// record, or whose shared lock dropped with the store's connection, are tried again, anew
+    /// (locked, read, recorded, staged), with backoff through an outage of up to the outage
+    /// wait; every try waits until the job's lease is known held. Past the wait the batch gives
+    /// up ([`Recorded::give_up`]) and they stay unwritten.
+    async fn write_group(&self, grouped: Vec<GroupedWrite>) -> Vec<DeferredWrite> {
+        let mut outcomes: Vec<Option<DeferredWrite>> = grouped.iter().map(|_| None).collect();
+        let mut left: Vec<(usize, GroupedWrite)> = grouped.into_iter().enumerate().collect();
+        let mut wait: Option<OutageWait> = None;
+        loop {
+            let tried: Vec<DeferredWrite> = match self.recorded.lease_held().await {
+                Ok(()) => {
+                    let writes = left.iter().map(|(_, w)| w.clone()).collect();
+                    write_group_deferring_completion(
+                        self.store,
+                        self.workspace,
+                        self.request_id,
+                        writes,
+                    )
+                    .await
+                }
+                Err(e) => left
+                    .iter()
+                    .map(|_| Err(WriteError::AuditUnavailable(e.clone()).into()))
+                    .collect(),
+            };
+            let mut again = Vec::new();
+            let mut why = String::new();
+            for ((i, write), outcome) in left.into_iter().zip(tried) {
+                match outcome {
+                    Err(FailedWrite {
+                        error: WriteError::AuditUnavailable(StoreError::Unavailable(e)),
+                        ..
+                    }) => {
+                        why = e;
+                        again.push((i, write));
+                    }
+                    Err(FailedWrite {
+                        error: e @ WriteError::LockLost { .. },
+                        ..
+                    }) => {
+                        why = e.to_string();
+                        again.push((i, write));
+                    }
+                    outcome => outcomes[i] = Some(outcome),
+                }
+            }
+            if again.is_empty() {
+                break;
+            }
+            let wait = wait.get_or_insert_with(|| OutageWait::start(self.outage_wait));
+            if !wait.pause(&why).await {
+                let gave_up = StoreError::Unavailable(why);
+                self.recorded.give_up(gave_up.clone());
+                for (i, _) in again {
+                    outcomes[i] = Some(Err(WriteError::AuditUnavailable(gave_up.clone()).into()));
+                }
+                break;
+            }
+            left = again;
+        }
+        outcomes.into_iter().flatten().collect()
     }
 
     /// What `file`'s write will be, or (`Err`) its result if there is nothing to write: its
@@ -149,7 +221,9 @@ impl<'a> Writer<'a> {
                     candidates,
                 );
                 result.validation = validation;
-                if !self.batch.options.dry_run {
+                // After an outage outlasted the wait, the record of the failure cannot be made
+                // either, and each try would wait out the pool's timeout.
+                if !self.batch.options.dry_run && self.recorded.gave_up().is_none() {
                     let prov = Provenance {
                         candidates: result.candidates.clone(),
                         ..Provenance::default()
@@ -296,6 +370,8 @@ impl<'a> Writer<'a> {
                 result.operation_id = match operation_id {
                     // Its pending record was completed as failed where the write failed.
                     Some(id) => Some(id),
+                    // After an outage outlasted the wait, no record can be made either.
+                    None if self.recorded.gave_up().is_some() => None,
                     // A refused write (If-Match, audit down) made no operation record of its own.
                     None => record_failure(
                         self.store,
@@ -391,11 +467,14 @@ mod tests {
     use crate::audit::{OperationKind, OperationStatus};
     use crate::synthesis::doubles::{self, MemoryStore, MemoryWorkspace};
     use crate::synthesis::progress::NoProgress;
+    use crate::synthesis::stage::Recorded;
 
+    /// A writer behind a request already recorded, which waits out no outage.
     fn writer<'a>(
         store: &'a MemoryStore,
         workspace: &'a MemoryWorkspace,
         batch: &'a Batch,
+        recorded: &'a Recorded,
     ) -> Writer<'a> {
         Writer {
             store,
@@ -403,6 +482,8 @@ mod tests {
             request_id: Uuid::now_v7(),
             batch,
             sink: &NoProgress,
+            recorded,
+            outage_wait: Duration::ZERO,
         }
     }
 
@@ -421,7 +502,8 @@ mod tests {
         let workspace = MemoryWorkspace::default()
             .with_file("b.py", "b = 1\n")
             .failing_on("c.py");
-        let writer = writer(&store, &workspace, &b);
+        let recorded = Recorded::already();
+        let writer = writer(&store, &workspace, &b, &recorded);
         let files = b.files.iter().zip([
             doubles::chosen("a = 1\n"),
             doubles::chosen("b = 2\n"),
@@ -476,7 +558,8 @@ mod tests {
         let b = doubles::batch(&["a.py"]);
         let store = MemoryStore::default();
         let workspace = MemoryWorkspace::default();
-        let writer = writer(&store, &workspace, &b);
+        let recorded = Recorded::already();
+        let writer = writer(&store, &workspace, &b, &recorded);
         let failed = Produced::failed("no candidate was viable", Vec::new());
 
         let written = writer.finish_files(vec![(&b.files[0], failed)]).await;
@@ -500,7 +583,8 @@ mod tests {
             "options": {"dry_run": true}}));
         let store = MemoryStore::default();
         let workspace = MemoryWorkspace::default();
-        let writer = writer(&store, &workspace, &b);
+        let recorded = Recorded::already();
+        let writer = writer(&store, &workspace, &b, &recorded);
 
         let written = writer
             .finish_files(vec![(&b.files[0], doubles::chosen("a = 1\n"))])
