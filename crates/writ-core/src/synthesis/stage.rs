@@ -59,6 +59,21 @@ pub struct SynthesisConfig {
     /// Prompt tokens of the repository map in each candidate prompt (`WRIT_REPO_MAP_TOKENS`;
     /// `options.repo_map_tokens` overrides it; 0: no map).
     pub repo_map_tokens: usize,
+    /// The models that write generated checks (`WRIT_TEST_MODELS`); empty: the arbiter.
+    pub test_models: Vec<String>,
+    /// Batches without `options.validation` get generated checks (`WRIT_GENERATE_CHECKS`).
+    pub generate_checks: bool,
+    /// The configured command (`WRIT_COMMANDS`) that runs generated checks, per language name
+    /// (`WRIT_CHECK_COMMANDS`; `python` and `javascript`).
+    pub check_commands: Vec<(String, String)>,
+}
+
+/// `WRIT_CHECK_COMMANDS` unset: the commands named like the interpreters.
+pub fn default_check_commands() -> Vec<(String, String)> {
+    vec![
+        ("python".into(), "python".into()),
+        ("javascript".into(), "node".into()),
+    ]
 }
 
 impl SynthesisConfig {
@@ -94,6 +109,9 @@ impl Default for SynthesisConfig {
             straggler: StragglerPolicy::WaitAll,
             allowed_models: Vec::new(),
             repo_map_tokens: crate::synthesis::context::DEFAULT_REPO_MAP_TOKENS,
+            test_models: Vec::new(),
+            generate_checks: false,
+            check_commands: default_check_commands(),
         }
     }
 }
