@@ -401,21 +401,37 @@ pub(super) async fn check_and_decide(
             records,
         };
     }
-    if let [only] = tied.as_slice()
-        && best_score > 0
-    {
+    let top_groups = groups.iter().filter(|g| g.score == best_score).count();
+    if top_groups == 1 && best_score > 0 && groups.len() > 1 {
+        // One best group: its members pass the same tests; among them, the largest cluster
+        // of identical behaviour (they may still differ where no test looked).
+        let members = &groups[0].members;
+        let inside = clusters(&results, members);
+        if members.len() > 1 {
+            for (k, cluster) in inside.iter().enumerate() {
+                for &c in cluster {
+                    records[c].1.cluster = Some(k);
+                }
+            }
+        }
+        let pick = inside
+            .first()
+            .and_then(|c| c.first())
+            .copied()
+            .unwrap_or(members[0]);
         cx.sink.emit(Event::AgreementComputed {
             file: cx.file.path.to_string(),
             groups: groups.len(),
-            tied: 1,
-            clusters: None,
+            tied: members.len(),
+            clusters: (members.len() > 1).then_some(inside.len()),
         });
         return Checked {
             decision: Some(Decision {
-                trial: among[*only],
+                trial: among[pick],
                 selection: Selection::Agreement,
                 reason: Some(format!(
-                    "passes {} of {} generated tests; best of {} group(s)",
+                    "one of {} candidate(s) passing {} of {} generated tests; best of {} group(s)",
+                    members.len(),
                     groups[0].tests_passed,
                     usable.len(),
                     groups.len()
