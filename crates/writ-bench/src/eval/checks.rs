@@ -36,6 +36,8 @@ pub const MODELS: [&str; 5] = [
 ];
 pub const ARBITER: &str = "eval-judge";
 pub const WRITER: &str = "eval-writer";
+/// A second test writer, with its own slips, for the two-writer configuration.
+pub const WRITER_2: &str = "eval-writer-2";
 const COMMANDS: &str = r#"{"python": ["python3", "{args}"], "node": ["node", "{args}"]}"#;
 const TIMEOUT_SECS: u64 = 30;
 /// Assertions per generated test file, at most.
@@ -120,13 +122,17 @@ fn literal(v: &Value, lang: Lang) -> String {
 }
 
 /// Text mutations that make subtly wrong versions.
-const MUTATIONS: [(&str, &str); 16] = [
+const MUTATIONS: &[(&str, &str)] = &[
     ("<=", "<"),
     (">=", ">"),
     (" < ", " <= "),
     (" > ", " >= "),
+    (" < ", " > "),
+    (" > ", " < "),
     (" + 1", ""),
     (" - 1", ""),
+    (" + ", " - "),
+    (" - ", " + "),
     ("min", "max"),
     ("max", "min"),
     (" and ", " or "),
@@ -135,13 +141,26 @@ const MUTATIONS: [(&str, &str); 16] = [
     ("||", "&&"),
     ("== 0", "== 1"),
     ("=== 0", "=== 1"),
+    ("= 0", "= 1"),
+    ("(0", "(1"),
     ("return -1", "return 0"),
     ("% 400", "% 40"),
+    ("+= 1", "+= 2"),
+    (" * ", " + "),
+    ("% 10", "% 100"),
+    (" not in ", " in "),
+    ("[k:]", "[k + 1:]"),
+    ("slice(k)", "slice(k + 1)"),
+    ("if x in seen", "if x not in seen"),
+    ("has(x)", "has(x + 1)"),
+    ("len(w)", "len(w) - 1"),
+    ("w.length", "w.length - 1"),
+    ("split()", "split(\" \")"),
 ];
 
 fn mutants(code: &str) -> Vec<String> {
     let mut out = Vec::new();
-    for (from, to) in MUTATIONS {
+    for &(from, to) in MUTATIONS {
         let mut start = 0;
         while let Some(at) = code[start..].find(from) {
             let at = start + at;
@@ -230,7 +249,7 @@ async fn outputs_of(
             .arg(&job)
             .kill_on_drop(true)
             .output();
-        let row = match tokio::time::timeout(Duration::from_secs(10), child).await {
+        let row = match tokio::time::timeout(Duration::from_secs(3), child).await {
             Ok(Ok(out)) => serde_json::from_slice::<Vec<String>>(&out.stdout)
                 .unwrap_or_else(|_| vec!["raises Crash".into(); inputs.len()]),
             _ => vec!["raises Timeout".into(); inputs.len()],
@@ -326,20 +345,28 @@ pub async fn load(tasks_dir: &Path, functions: &Path) -> anyhow::Result<Vec<Chec
             let mut versions = vec![code.clone()];
             versions.extend(candidates.iter().cloned());
             let outputs = outputs_of(lang, &versions, &inputs).await?;
-            // Subtle: differs on some inputs, agrees on others; one per behaviour; rotated by
-            // the function so that no one mutation always comes first.
+            // Subtle first: differs on some inputs, agrees on others; then, if too few, one
+            // that differs on every input. One per behaviour; rotated by the function so that
+            // no one mutation always comes first.
             let mut picked: Vec<usize> = Vec::new();
             let m = candidates.len();
-            for j in 0..m {
-                let v = 1 + (j + n) % m;
-                let row = &outputs[v];
-                let differs = row.iter().zip(&outputs[0]).filter(|(a, b)| a != b).count();
-                let crashes = row.iter().all(|o| o.starts_with("raises"));
-                let same_as_picked = picked.iter().any(|&p| outputs[p] == *row);
-                if differs > 0 && differs < inputs.len() && !crashes && !same_as_picked {
-                    picked.push(v);
+            for subtle in [true, false] {
+                for j in 0..m {
+                    let v = 1 + (j + n) % m;
+                    let row = &outputs[v];
+                    let differs = row.iter().zip(&outputs[0]).filter(|(a, b)| a != b).count();
+                    let crashes = row.iter().all(|o| o.starts_with("raises"));
+                    let same_as_picked = picked.iter().any(|&p| outputs[p] == *row);
+                    let fits = if subtle {
+                        differs > 0 && differs < inputs.len()
+                    } else {
+                        differs > 0
+                    };
+                    if fits && !crashes && !same_as_picked && picked.len() < 3 {
+                        picked.push(v);
+                    }
                 }
-                if picked.len() == 3 {
+                if picked.len() >= 2 {
                     break;
                 }
             }
@@ -426,8 +453,8 @@ impl CheckTask {
     /// What the scripted test writer answers for this task (number `index` in the set), and
     /// how it was made: `normal` (some assertions wrong), `weak` (not discriminating),
     /// `unusable`.
-    pub fn written_tests(&self, index: usize) -> (String, &'static str) {
-        let kinds = index % 10;
+    pub fn written_tests(&self, index: usize, writer: usize) -> (String, &'static str) {
+        let kinds = (index + 5 * writer) % 10;
         if kinds == 3 {
             let text = if (index / 10) % 2 == 0 {
                 // Cut off mid-definition: does not parse.
@@ -469,7 +496,7 @@ impl CheckTask {
             .filter(|&k| self.usable(k))
             .take(MAX_ASSERTIONS)
         {
-            let wrong = (index * 7 + k * 13) % 4 == 0;
+            let wrong = (index * 7 + k * 13 + 2 * writer) % 4 == 0;
             let expected = if wrong {
                 // The test writer's slip: a wrong version's answer, else another input's.
                 self.outputs[1..]
@@ -560,6 +587,8 @@ pub enum Config {
     ArbiterOnly,
     /// (a) No caller's tests; generated checks on.
     Generated,
+    /// (a) with two test-writing models, each with its own slips.
+    GeneratedTwoWriters,
     /// The docstring's two examples as the caller's only test, no generated checks.
     ExamplesOnly,
     /// (b) The docstring's examples as the caller's test, and generated checks among the passers.
@@ -569,9 +598,10 @@ pub enum Config {
 }
 
 impl Config {
-    pub const ALL: [Config; 5] = [
+    pub const ALL: [Config; 6] = [
         Config::ArbiterOnly,
         Config::Generated,
+        Config::GeneratedTwoWriters,
         Config::ExamplesOnly,
         Config::ExamplesGenerated,
         Config::FiveGenerated,
@@ -581,9 +611,18 @@ impl Config {
         match self {
             Config::ArbiterOnly => "arbiter only (no tests)",
             Config::Generated => "(a) no caller tests, generated checks",
+            Config::GeneratedTwoWriters => "(a′) as (a), two test writers",
             Config::ExamplesOnly => "docstring examples as the only tests",
             Config::ExamplesGenerated => "(b) docstring examples + generated checks",
             Config::FiveGenerated => "(c) five candidates, two correct variants, generated checks",
+        }
+    }
+
+    fn writers(self) -> &'static str {
+        if self == Config::GeneratedTwoWriters {
+            "eval-writer,eval-writer-2"
+        } else {
+            WRITER
         }
     }
 
@@ -595,7 +634,9 @@ impl Config {
         let examples = || json!([{"name": if task.lang == Lang::Python { "python" } else { "node" }, "args": [task.examples_test_path()]}]);
         match self {
             Config::ArbiterOnly => None,
-            Config::Generated | Config::FiveGenerated => Some(json!({"generate": true})),
+            Config::Generated | Config::GeneratedTwoWriters | Config::FiveGenerated => {
+                Some(json!({"generate": true}))
+            }
             Config::ExamplesOnly => Some(
                 json!({"commands": examples(), "timeout_secs": TIMEOUT_SECS, "repair_rounds": 0, "on_fail": "write_best"}),
             ),
@@ -683,7 +724,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<(Vec<CheckTask>, Vec<Outcome>
             &[
                 ("CODE_LIST", code_list.as_str()),
                 ("CODE_MODEL", ARBITER),
-                ("WRIT_TEST_MODELS", WRITER),
+                ("WRIT_TEST_MODELS", config.writers()),
                 ("WRIT_COMMANDS", COMMANDS),
             ],
         )
@@ -735,12 +776,15 @@ async fn run_one(
             &code,
         ));
     }
-    let (tests, kind) = task.written_tests(index);
-    routes.push(route(
-        WRITER,
-        format!("Write tests for the file {}", json!(task.path)),
-        &tests,
-    ));
+    let (tests, kind) = task.written_tests(index, 0);
+    let (tests_2, _) = task.written_tests(index, 1);
+    for (writer, text) in [(WRITER, &tests), (WRITER_2, &tests_2)] {
+        routes.push(route(
+            writer,
+            format!("Write tests for the file {}", json!(task.path)),
+            text,
+        ));
+    }
     for r in routes {
         client
             .put(format!("{admin}/route"))
@@ -884,7 +928,11 @@ pub fn report(set: &[CheckTask], outcomes: &[Outcome]) -> String {
         );
     }
     out.push('\n');
-    for config in [Config::Generated, Config::ExamplesGenerated] {
+    for config in [
+        Config::Generated,
+        Config::GeneratedTwoWriters,
+        Config::ExamplesGenerated,
+    ] {
         let of: Vec<&Outcome> = outcomes.iter().filter(|o| o.config == config).collect();
         if of.is_empty() {
             continue;

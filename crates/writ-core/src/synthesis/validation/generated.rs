@@ -401,48 +401,43 @@ pub(super) async fn check_and_decide(
             records,
         };
     }
+    // One best group (of several): agreement decides, and only its members remain; several
+    // groups share the best score: every candidate in them remains.
     let top_groups = groups.iter().filter(|g| g.score == best_score).count();
-    if top_groups == 1 && best_score > 0 && groups.len() > 1 {
-        // One best group: its members pass the same tests; among them, the largest cluster
-        // of identical behaviour (they may still differ where no test looked).
-        let members = &groups[0].members;
-        let inside = clusters(&results, members);
-        if members.len() > 1 {
-            for (k, cluster) in inside.iter().enumerate() {
-                for &c in cluster {
-                    records[c].1.cluster = Some(k);
-                }
-            }
-        }
-        let pick = inside
-            .first()
-            .and_then(|c| c.first())
-            .copied()
-            .unwrap_or(members[0]);
+    let agreed = top_groups == 1 && best_score > 0 && groups.len() > 1;
+    let tied: Vec<usize> = if agreed {
+        groups[0].members.clone()
+    } else {
+        tied
+    };
+    let agreement_reason = || {
+        format!(
+            "passes {} of {} generated tests with {} other candidate(s); best of {} group(s)",
+            groups[0].tests_passed,
+            usable.len(),
+            groups[0].members.len() - 1,
+            groups.len()
+        )
+    };
+    if let [only] = tied.as_slice() {
         cx.sink.emit(Event::AgreementComputed {
             file: cx.file.path.to_string(),
             groups: groups.len(),
-            tied: members.len(),
-            clusters: (members.len() > 1).then_some(inside.len()),
+            tied: 1,
+            clusters: None,
         });
         return Checked {
             decision: Some(Decision {
-                trial: among[pick],
+                trial: among[*only],
                 selection: Selection::Agreement,
-                reason: Some(format!(
-                    "one of {} candidate(s) passing {} of {} generated tests; best of {} group(s)",
-                    members.len(),
-                    groups[0].tests_passed,
-                    usable.len(),
-                    groups.len()
-                )),
+                reason: Some(agreement_reason()),
             }),
             summary,
             records,
         };
     }
 
-    // 4. Behaviour among the tied.
+    // 4. Behaviour among those that remain.
     let found = clusters(&results, &tied);
     for (k, cluster) in found.iter().enumerate() {
         for &c in cluster {
@@ -462,13 +457,21 @@ pub(super) async fn check_and_decide(
         return Checked {
             decision: Some(Decision {
                 trial: among[winner],
-                selection: Selection::Behaviour,
-                reason: Some(format!(
-                    "{} of {} tied candidates behave the same on {} probe input(s)",
-                    top,
-                    tied.len(),
-                    results.probes.len()
-                )),
+                selection: if agreed {
+                    Selection::Agreement
+                } else {
+                    Selection::Behaviour
+                },
+                reason: Some(if agreed {
+                    agreement_reason()
+                } else {
+                    format!(
+                        "{} of {} tied candidates behave the same on {} probe input(s)",
+                        top,
+                        tied.len(),
+                        results.probes.len()
+                    )
+                }),
             }),
             summary,
             records,
