@@ -456,7 +456,7 @@ impl CheckTask {
     pub fn written_tests(&self, index: usize, writer: usize) -> (String, &'static str) {
         let kinds = (index + 5 * writer) % 10;
         if kinds == 3 {
-            let text = if (index / 10) % 2 == 0 {
+            let text = if (index / 10).is_multiple_of(2) {
                 // Cut off mid-definition: does not parse.
                 format!("{}\ndef test_case_0(:\n    assert\n", self.header(None))
             } else {
@@ -496,7 +496,7 @@ impl CheckTask {
             .filter(|&k| self.usable(k))
             .take(MAX_ASSERTIONS)
         {
-            let wrong = (index * 7 + k * 13 + 2 * writer) % 4 == 0;
+            let wrong = (index * 7 + k * 13 + 2 * writer).is_multiple_of(4);
             let expected = if wrong {
                 // The test writer's slip: a wrong version's answer, else another input's.
                 self.outputs[1..]

@@ -76,7 +76,7 @@ pub struct FileValidation {
     pub rounds: u32,
     /// The generated checks, when they ran (`options.validation.generate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub generated_checks: Option<crate::audit::GeneratedChecks>,
+    pub generated_checks: Option<Box<crate::audit::GeneratedChecks>>,
 }
 
 impl FileResult {

@@ -398,7 +398,7 @@ async fn choose(
                 validation: Some(FileValidation {
                     passed: true,
                     rounds: f.rounds,
-                    generated_checks: Some(checked.summary),
+                    generated_checks: Some(Box::new(checked.summary)),
                 }),
                 existing: f.generated.existing,
             }
