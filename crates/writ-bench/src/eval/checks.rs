@@ -156,6 +156,9 @@ const MUTATIONS: &[(&str, &str)] = &[
     ("len(w)", "len(w) - 1"),
     ("w.length", "w.length - 1"),
     ("split()", "split(\" \")"),
+    ("+= x", "= x"),
+    ("[:1]", "[:2]"),
+    ("(0, 1)", "(0, 2)"),
 ];
 
 fn mutants(code: &str) -> Vec<String> {
