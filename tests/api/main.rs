@@ -7,6 +7,7 @@ mod dashboard;
 mod edges;
 mod edits;
 mod files;
+mod generated_checks;
 mod hardening;
 mod images;
 mod jobs;

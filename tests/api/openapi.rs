@@ -266,6 +266,9 @@ fn event_names() -> BTreeSet<String> {
             | Event::ValidationStarted { .. }
             | Event::ValidationFinished { .. }
             | Event::RepairStarted { .. }
+            | Event::ChecksGenerated { .. }
+            | Event::AgreementComputed { .. }
+            | Event::ArbiterAskedInputs { .. }
             | Event::FileWritten { .. }
             | Event::FileFailed { .. }
             | Event::Done { .. } => {}
@@ -315,6 +318,22 @@ fn event_names() -> BTreeSet<String> {
             file: f(),
             round: 1,
             models: 2,
+        },
+        Event::ChecksGenerated {
+            file: f(),
+            models: 1,
+            tests: 4,
+            discarded: 1,
+        },
+        Event::AgreementComputed {
+            file: f(),
+            groups: 2,
+            tied: 1,
+            clusters: None,
+        },
+        Event::ArbiterAskedInputs {
+            file: f(),
+            inputs: 2,
         },
         Event::FileWritten {
             file: f(),
@@ -377,6 +396,10 @@ fn every_enum_in_the_spec_lists_exactly_the_values_serde_produces() {
         Validated,
         ValidatedArbiter,
         Repaired,
+        Agreement,
+        Behaviour,
+        Distinguished,
+        AgreementArbiter,
     });
     assert_eq!(schema_enum(&spec, "Operation", "selection"), selections);
     // Rollback and direct are written by the audit log, never chosen for a batch's file.

@@ -66,6 +66,22 @@ enum Command {
         #[arg(long)]
         answers: Option<PathBuf>,
     },
+    /// Generated checks: how often the correct file is written without the caller's tests
+    /// (prints EVALS.md's generated-checks table).
+    EvalChecks {
+        /// Directory with the `writ` and `writ-fake-upstream` binaries.
+        #[arg(long)]
+        bin_dir: Option<PathBuf>,
+        /// Only these task ids.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// The fake upstream's latency per model call, in milliseconds.
+        #[arg(long, default_value_t = 0)]
+        latency_ms: u64,
+        /// Keep every batch's answer as JSON in this directory.
+        #[arg(long)]
+        answers: Option<PathBuf>,
+    },
     /// The repository's context: map build time, prompt tokens and search latency on generated
     /// repositories, and how often a prompt holds what its file needs (BENCHMARKS.md, EVALS.md).
     Context {
@@ -120,6 +136,34 @@ async fn main() -> anyhow::Result<()> {
             writ_bench::updates::eval_report(&rows)
         )?;
         writeln!(out, "### A one-line change in a 2,000-line file\n\n{cost}")?;
+        return Ok(());
+    }
+    if let Some(Command::EvalChecks {
+        bin_dir,
+        only,
+        latency_ms,
+        answers,
+    }) = &args.command
+    {
+        let opts = writ_bench::eval::checks::Options {
+            bin_dir: bin_dir
+                .clone()
+                .unwrap_or_else(writ_bench::procs::default_bin_dir),
+            tasks_dir: writ_bench::eval::tasks::default_dir(),
+            functions: writ_bench::eval::checks::default_functions(),
+            only: only.clone(),
+            latency_ms: *latency_ms,
+            answers_dir: answers.clone(),
+        };
+        let started = std::time::Instant::now();
+        let (set, outcomes) = writ_bench::eval::checks::run(&opts).await?;
+        let mut out = std::io::stdout();
+        writeln!(out, "{}", writ_bench::eval::checks::report(&set, &outcomes))?;
+        writeln!(
+            out,
+            "Eval wall time: {:.0} s.",
+            started.elapsed().as_secs_f64()
+        )?;
         return Ok(());
     }
     if let Some(Command::Eval {

@@ -45,6 +45,18 @@ pub enum Selection {
     ValidatedArbiter,
     /// No first candidate passed; one sent back with its failure came back passing.
     Repaired,
+    /// The generated checks decided: the candidate of the best group (candidates that pass the
+    /// same generated tests, scored by candidates × tests passed).
+    Agreement,
+    /// The generated checks left several candidates tied; the largest cluster of identical
+    /// behaviour on the probe inputs decided.
+    Behaviour,
+    /// Tied clusters of behaviour; the arbiter, shown the inputs on which they disagree with
+    /// each one's output, gave the same verdict in both orders.
+    Distinguished,
+    /// Neither tests nor behaviour nor distinguishing inputs decided: the arbiter chose among
+    /// the tied candidates only.
+    AgreementArbiter,
 }
 
 /// What happened to the file.
@@ -105,7 +117,7 @@ macro_rules! str_enum {
 str_enum!(FileKind { Code => "code", Image => "image", Direct => "direct", Run => "run" });
 str_enum!(OperationKind { Created => "created", Updated => "updated", Unchanged => "unchanged", Failed => "failed", Deleted => "deleted" });
 str_enum!(OperationStatus { Pending => "pending", Succeeded => "succeeded", Failed => "failed" });
-str_enum!(Selection { SingleCandidate => "single_candidate", Arbiter => "arbiter", ArbiterFailedFirstViable => "arbiter_failed_first_viable", Fallback => "fallback", Rollback => "rollback", Direct => "direct", Validated => "validated", ValidatedArbiter => "validated_arbiter", Repaired => "repaired" });
+str_enum!(Selection { SingleCandidate => "single_candidate", Arbiter => "arbiter", ArbiterFailedFirstViable => "arbiter_failed_first_viable", Fallback => "fallback", Rollback => "rollback", Direct => "direct", Validated => "validated", ValidatedArbiter => "validated_arbiter", Repaired => "repaired", Agreement => "agreement", Behaviour => "behaviour", Distinguished => "distinguished", AgreementArbiter => "agreement_arbiter" });
 str_enum!(RequestStatus { Running => "running", Success => "success", PartialSuccess => "partial_success", Error => "error" });
 
 /// One model's answer for one file, as recorded and as returned to the caller.
@@ -129,6 +141,9 @@ pub struct CandidateRecord {
     /// How the candidate did against the caller's tests, when the batch asked for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validation: Option<ValidationRecord>,
+    /// How the candidate did on the generated checks, when they ran (`options.validation.generate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generated_checks: Option<GeneratedCheckRecord>,
     /// For a file that existed: whether the answer came as `edits` or as a `whole_file`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer_form: Option<writ_checks::AnswerForm>,
@@ -158,6 +173,91 @@ pub struct ValidationRecord {
     pub duration_ms: u64,
     /// The end of the deciding command's output (stdout then stderr), bounded.
     pub output_tail: String,
+}
+
+/// One candidate's results on the generated checks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GeneratedCheckRecord {
+    /// Generated tests (those kept) it passed.
+    pub passed: usize,
+    /// The kept tests it failed, by id (`file::test`).
+    pub failed: Vec<String>,
+    /// Its place among the groups of [`GeneratedChecks::groups`] (candidates passing the same tests).
+    pub group: usize,
+    /// Its cluster of identical behaviour on the probe inputs, when behaviour was compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<usize>,
+    /// How long its sandboxed run took.
+    pub duration_ms: u64,
+}
+
+/// A file's generated checks: who wrote them, what was kept, how the candidates grouped and
+/// what the arbiter was shown. In the answer (`validation.generated_checks`) and in the
+/// operation record (`detail.generated_checks`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GeneratedChecks {
+    /// Each test-writing model's call.
+    pub writers: Vec<TestWriterCall>,
+    /// The test files as written (beside the file with `options.validation.keep_tests`).
+    pub files: Vec<GeneratedTestFile>,
+    /// The tests kept, by id.
+    pub tests: Vec<String>,
+    /// Tests and test files dropped, each with why.
+    pub discarded: Vec<String>,
+    /// Probe inputs whose outputs were compared.
+    pub probes: usize,
+    /// Candidates grouped by the tests they pass, best score first.
+    pub groups: Vec<CheckGroup>,
+    /// The inputs on which tied candidates disagreed, as shown to the arbiter.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub distinguishing: Vec<DistinguishingInput>,
+    /// Why the checks could not decide, when they could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// One test-writing model call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestWriterCall {
+    pub model: String,
+    pub ok: bool,
+    pub latency_ms: u64,
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A generated test file: where it ran (and is kept) and its text.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GeneratedTestFile {
+    pub path: String,
+    pub model: String,
+    pub content: String,
+}
+
+/// Candidates that pass the same set of generated tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckGroup {
+    pub models: Vec<String>,
+    pub tests_passed: usize,
+    /// Candidates × tests passed.
+    pub score: usize,
+}
+
+/// An input on which two clusters of candidates disagree, with each one's output, and the
+/// arbiter's verdicts in both orders.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DistinguishingInput {
+    pub input: String,
+    /// Per cluster compared: its candidates' models and their output.
+    pub outputs: Vec<ShownOutput>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShownOutput {
+    pub models: Vec<String>,
+    pub output: String,
 }
 
 /// A request as it is first recorded.

@@ -264,6 +264,19 @@ async fn follow(
                     }
                     return Ok(());
                 }
+                Event::ChecksGenerated { file, tests, .. } => bars
+                    .get(&file)
+                    .into_iter()
+                    .for_each(|b| b.set_message(format!("running {tests} generated tests"))),
+                Event::AgreementComputed { file, tied, .. } => {
+                    bars.get(&file).into_iter().for_each(|b| {
+                        b.set_message(format!("{tied} candidate(s) tied on the generated tests"))
+                    })
+                }
+                Event::ArbiterAskedInputs { file, inputs } => bars
+                    .get(&file)
+                    .into_iter()
+                    .for_each(|b| b.set_message(format!("arbiter asked about {inputs} input(s)"))),
                 Event::ValidationStarted { file, candidates } => {
                     bars.get(&file).into_iter().for_each(|b| {
                         b.set_message(format!("running the checks on {candidates} candidates"))

@@ -642,6 +642,13 @@ fn candidates() -> Vec<CandidateRecord> {
                 duration_ms: 812,
                 output_tail: "1 passed\n".into(),
             }),
+            generated_checks: Some(writ_core::audit::GeneratedCheckRecord {
+                passed: 3,
+                failed: vec![".writ-checks/test_a_0.py::test_slip".into()],
+                group: 0,
+                cluster: Some(1),
+                duration_ms: 420,
+            }),
             answer_form: Some(writ_checks::AnswerForm::Edits),
             edit_fallback: Some(writ_checks::edit::Fallback::Whitespace),
             removed_definitions: Vec::new(),

@@ -11,6 +11,7 @@
 //! latencies are those of an idle server. After each batch the files on disk are compared with
 //! the correct versions (trailing whitespace aside).
 
+pub mod checks;
 pub mod tasks;
 
 use std::fmt::Write as _;

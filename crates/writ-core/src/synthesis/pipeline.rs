@@ -86,7 +86,16 @@ impl Synthesizer {
         };
         let atomic = batch.options.atomic && !batch.options.dry_run;
 
-        let written: Vec<Written> = if let Some(validation) = &batch.options.validation {
+        // The server's default of generated checks, for batches that ask for no validation
+        // and where a sandbox can run them.
+        let default_checks = (self.config.generate_checks && self.commands.is_some())
+            .then(Validation::generated_only);
+        let validation = batch
+            .options
+            .validation
+            .as_ref()
+            .or(default_checks.as_ref());
+        let written: Vec<Written> = if let Some(validation) = validation {
             // Validation needs every file's candidates before any file can be chosen.
             let produced = self.produce_validated(validation, cx).await;
             match recorded.wait().await {

@@ -60,6 +60,27 @@ pub enum Event {
         round: u32,
         models: usize,
     },
+    /// The test-writing models answered: the generated tests kept and dropped for a file.
+    ChecksGenerated {
+        file: String,
+        models: usize,
+        tests: usize,
+        discarded: usize,
+    },
+    /// The generated checks ran on a file's candidates: how they grouped, how many stayed tied
+    /// at the best score, and (when tests did not separate them) how many behaviour clusters.
+    AgreementComputed {
+        file: String,
+        groups: usize,
+        tied: usize,
+        clusters: Option<usize>,
+    },
+    /// The arbiter is shown the inputs on which two clusters of candidates disagree (asked in
+    /// both orders).
+    ArbiterAskedInputs {
+        file: String,
+        inputs: usize,
+    },
     FileWritten {
         file: String,
         operation: String,
@@ -91,6 +112,9 @@ impl Event {
             Event::ValidationStarted { .. } => "validation_started",
             Event::ValidationFinished { .. } => "validation_finished",
             Event::RepairStarted { .. } => "repair_started",
+            Event::ChecksGenerated { .. } => "checks_generated",
+            Event::AgreementComputed { .. } => "agreement_computed",
+            Event::ArbiterAskedInputs { .. } => "arbiter_asked_inputs",
             Event::FileWritten { .. } => "file_written",
             Event::FileFailed { .. } => "file_failed",
             Event::Done { .. } => DONE,

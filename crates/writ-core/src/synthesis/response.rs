@@ -74,6 +74,9 @@ pub struct FileValidation {
     pub passed: bool,
     /// Repair rounds used (0: a first candidate passed, or none was needed).
     pub rounds: u32,
+    /// The generated checks, when they ran (`options.validation.generate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generated_checks: Option<Box<crate::audit::GeneratedChecks>>,
 }
 
 impl FileResult {

@@ -61,6 +61,18 @@ impl Selector<'_> {
         }
     }
 
+    /// The arbiter of this batch: its `options.arbiter_model`, `CODE_MODEL`, or the first
+    /// candidate model.
+    pub(crate) fn arbiter_model(&self, generated: &Generated) -> String {
+        self.batch
+            .options
+            .arbiter_model
+            .clone()
+            .or_else(|| self.config.arbiter.clone())
+            .or_else(|| generated.models.first().cloned())
+            .unwrap_or_default()
+    }
+
     /// Several distinct viable candidates: ask the arbiter, shuffled and anonymous.
     pub(crate) async fn arbitrate(
         &self,
@@ -74,13 +86,7 @@ impl Selector<'_> {
         let mut order: Vec<usize> = (0..viable.len()).collect();
         order.shuffle(&mut rand::rng());
         let shown: Vec<&str> = order.iter().map(|&i| viable[i].code).collect();
-        let arbiter = batch
-            .options
-            .arbiter_model
-            .clone()
-            .or_else(|| self.config.arbiter.clone())
-            .or_else(|| generated.models.first().cloned())
-            .unwrap_or_default();
+        let arbiter = self.arbiter_model(generated);
         let req = ChatRequest {
             model: arbiter.clone(),
             messages: prompt::arbiter_messages(

@@ -63,6 +63,21 @@ pub struct SynthesisConfig {
     /// How long a batch whose results are ready waits out an audit store it cannot reach before
     /// it gives up and answers 503 (`WRIT_STORE_OUTAGE_WAIT`).
     pub store_outage_wait: Duration,
+    /// The models that write generated checks (`WRIT_TEST_MODELS`); empty: the arbiter.
+    pub test_models: Vec<String>,
+    /// Batches without `options.validation` get generated checks (`WRIT_GENERATE_CHECKS`).
+    pub generate_checks: bool,
+    /// The configured command (`WRIT_COMMANDS`) that runs generated checks, per language name
+    /// (`WRIT_CHECK_COMMANDS`; `python` and `javascript`).
+    pub check_commands: Vec<(String, String)>,
+}
+
+/// `WRIT_CHECK_COMMANDS` unset: the commands named like the interpreters.
+pub fn default_check_commands() -> Vec<(String, String)> {
+    vec![
+        ("python".into(), "python".into()),
+        ("javascript".into(), "node".into()),
+    ]
 }
 
 impl SynthesisConfig {
@@ -99,6 +114,9 @@ impl Default for SynthesisConfig {
             allowed_models: Vec::new(),
             repo_map_tokens: crate::synthesis::context::DEFAULT_REPO_MAP_TOKENS,
             store_outage_wait: crate::synthesis::outage::DEFAULT_STORE_OUTAGE_WAIT,
+            test_models: Vec::new(),
+            generate_checks: false,
+            check_commands: default_check_commands(),
         }
     }
 }

@@ -23,6 +23,8 @@ pub struct ModelSettings {
     pub arbiter_model: Option<String>,
     /// Tried first when every candidate failed.
     pub fallback_model: Option<String>,
+    /// `WRIT_TEST_MODELS`: the models that write generated checks; empty: the arbiter.
+    pub test_models: Vec<String>,
     pub image_model: Option<String>,
     /// Attempts per model call, the first included (`WRIT_MODEL_MAX_ATTEMPTS`).
     pub max_attempts: u32,
@@ -102,6 +104,7 @@ impl ModelSettings {
             code_list,
             arbiter_model,
             fallback_model,
+            test_models: parse_list(get, "WRIT_TEST_MODELS"),
             image_model: get("IMAGE_MODEL"),
             max_attempts: parse_num(get, "WRIT_MODEL_MAX_ATTEMPTS", 3)?.max(1) as u32,
             deadline: Duration::from_secs(parse_num(get, "WRIT_MODEL_DEADLINE_SECS", 120)? as u64),

@@ -11,6 +11,12 @@ pub struct RunSettings {
     /// Command templates by name, as JSON (`{"pytest": ["python3", "-m", "pytest", "{args}"]}`);
     /// `None`: no commands, so `POST /run` and `options.validation` are refused.
     pub commands: Option<writ_sandbox::CommandSet>,
+    /// `WRIT_GENERATE_CHECKS`: batches without `options.validation` get generated checks
+    /// (default off).
+    pub generate_checks: bool,
+    /// `WRIT_CHECK_COMMANDS`: the configured command that runs generated checks, per language
+    /// (JSON, default `{"python": "python", "javascript": "node"}`).
+    pub check_commands: Vec<(String, String)>,
     /// `WRIT_RUN_CONCURRENCY`: runs at once; more wait in a fair queue (default: the cores).
     pub concurrency: usize,
     /// `WRIT_RUN_MAX_TIMEOUT_SECS`: the longest timeout a request may ask for (default 120).
@@ -83,6 +89,28 @@ impl RunSettings {
             max_per_key: at_least_one("WRIT_RUN_MAX_PER_KEY", 4)?,
             scratch_mb: at_least_one("WRIT_RUN_SCRATCH_MB", 256)? as u64,
             scratch_files: at_least_one("WRIT_RUN_SCRATCH_FILES", 20_000)? as u64,
+            generate_checks: match get("WRIT_GENERATE_CHECKS").as_deref().map(str::trim) {
+                None | Some("0" | "false" | "off") => false,
+                Some("1" | "true" | "on") => true,
+                Some(other) => {
+                    return Err(ConfigError::Invalid {
+                        name: "WRIT_GENERATE_CHECKS",
+                        message: format!("must be 1 or 0, got {other:?}"),
+                    });
+                }
+            },
+            check_commands: match get("WRIT_CHECK_COMMANDS") {
+                None => writ_core::synthesis::stage::default_check_commands(),
+                Some(raw) => serde_json::from_str::<std::collections::BTreeMap<String, String>>(&raw)
+                    .map_err(|e| ConfigError::Invalid {
+                        name: "WRIT_CHECK_COMMANDS",
+                        message: format!(
+                            "must be a JSON object of language to command name, e.g. {{\"python\": \"python\"}}: {e}"
+                        ),
+                    })?
+                    .into_iter()
+                    .collect(),
+            },
             overlay: match get("WRIT_RUN_OVERLAY").as_deref().map(str::trim) {
                 None | Some("1" | "true" | "on") => true,
                 Some("0" | "false" | "off") => false,

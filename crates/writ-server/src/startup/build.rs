@@ -79,6 +79,9 @@ pub(super) fn build_models(
         batch_deadline: settings.guard.batch_deadline,
         store_outage_wait: settings.guard.store_outage_wait,
         allowed_models: settings.models.allowed.clone(),
+        test_models: settings.models.test_models.clone(),
+        generate_checks: settings.run.generate_checks,
+        check_commands: settings.run.check_commands.clone(),
         ..SynthesisConfig::default()
     };
     let synthesizer = Synthesizer::new(client.clone(), store.clone(), workspace.clone(), synthesis)

@@ -149,6 +149,28 @@ fn progress_line(name: &str, data: &Value) -> String {
             ..
         } => format!("{file}: {operation} ({bytes} bytes)"),
         Event::FileFailed { file, error } => format!("{file}: failed: {error}"),
+        Event::ChecksGenerated {
+            file,
+            models,
+            tests,
+            discarded,
+        } => format!(
+            "{file}: {models} test writer(s) gave {tests} usable tests ({discarded} dropped)"
+        ),
+        Event::AgreementComputed {
+            file,
+            groups,
+            tied,
+            clusters,
+        } => format!(
+            "{file}: candidates in {groups} group(s) by the tests they pass, {tied} tied at the best score{}",
+            clusters.map_or(String::new(), |c| format!(", {c} behaviour cluster(s)"))
+        ),
+        Event::ArbiterAskedInputs { file, inputs } => {
+            format!(
+                "{file}: the arbiter is shown {inputs} input(s) the tied candidates disagree on"
+            )
+        }
         Event::ValidationStarted { file, candidates } => {
             format!("{file}: running the checks on {candidates} candidates")
         }

@@ -14,6 +14,10 @@ pub struct Validation {
     pub(crate) timeout: std::time::Duration,
     pub(crate) repair_rounds: u32,
     pub(crate) on_fail: OnFail,
+    /// Generated checks decide among the candidates (`options.validation.generate`).
+    pub(crate) generate: bool,
+    /// Where the generated tests are kept (`options.validation.keep_tests`).
+    pub(crate) keep_tests: Option<crate::path::RepoPath>,
 }
 
 /// Defaults of `options.validation`.
@@ -27,11 +31,26 @@ pub const MAX_COMMAND_ARGS: usize = 32;
 impl ValidationOptions {
     pub(super) fn parse(&self) -> Result<Validation, BatchError> {
         let field = "options.validation";
-        if self.commands.is_empty() || self.commands.len() > MAX_VALIDATION_COMMANDS {
+        let generate = self.generate.unwrap_or(false);
+        let keep_tests = match &self.keep_tests {
+            None => None,
+            Some(_) if !generate => {
+                return Err(refuse(
+                    format!("{field}.keep_tests"),
+                    "keeps generated tests, so it needs generate: true",
+                ));
+            }
+            Some(raw) => Some(
+                crate::path::RepoPath::parse_dir(raw)
+                    .map_err(|e| refuse(format!("{field}.keep_tests"), e.to_string()))?,
+            ),
+        };
+        if (self.commands.is_empty() && !generate) || self.commands.len() > MAX_VALIDATION_COMMANDS
+        {
             return Err(refuse(
                 format!("{field}.commands"),
                 format!(
-                    "between 1 and {MAX_VALIDATION_COMMANDS} commands, got {}",
+                    "between 1 and {MAX_VALIDATION_COMMANDS} commands (0 with generate: true), got {}",
                     self.commands.len()
                 ),
             ));
@@ -62,11 +81,28 @@ impl ValidationOptions {
             timeout: std::time::Duration::from_secs(timeout_secs),
             repair_rounds: self.repair_rounds.unwrap_or(DEFAULT_REPAIR_ROUNDS),
             on_fail: self.on_fail.unwrap_or_default(),
+            generate,
+            keep_tests,
         })
     }
 }
 
 impl Validation {
+    /// What a batch without `options.validation` gets when the server generates checks by
+    /// default (`WRIT_GENERATE_CHECKS`): no commands, generated checks, never a refusal.
+    pub fn generated_only() -> Self {
+        Validation {
+            commands: Vec::new(),
+            timeout: std::time::Duration::from_secs(DEFAULT_VALIDATION_TIMEOUT_SECS),
+            repair_rounds: 0,
+            on_fail: OnFail::WriteBest,
+            generate: true,
+            keep_tests: None,
+        }
+    }
+    pub fn generate(&self) -> bool {
+        self.generate
+    }
     pub fn commands(&self) -> &[CommandCall] {
         &self.commands
     }

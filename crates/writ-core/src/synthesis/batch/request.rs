@@ -127,6 +127,14 @@ pub struct ValidationOptions {
     pub repair_rounds: Option<u32>,
     #[serde(default)]
     pub on_fail: Option<OnFail>,
+    /// Have test-writing models (`WRIT_TEST_MODELS`) write tests for each code file, and choose
+    /// among the candidates (those passing `commands`, when given) by the tests they agree on
+    /// and by their behaviour. With it, `commands` may be empty.
+    #[serde(default)]
+    pub generate: Option<bool>,
+    /// A folder to write the generated tests into, beside the batch's files (needs `generate`).
+    #[serde(default)]
+    pub keep_tests: Option<String>,
 }
 
 /// What happens to a file none of whose candidates passes its checks.

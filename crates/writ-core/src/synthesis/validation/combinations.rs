@@ -169,6 +169,8 @@ mod tests {
             timeout: std::time::Duration::from_secs(5),
             repair_rounds: 0,
             on_fail: OnFail::Refuse,
+            generate: false,
+            keep_tests: None,
         }
     }
 

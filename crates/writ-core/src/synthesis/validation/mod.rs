@@ -23,7 +23,9 @@
 //! `trials` runs the checks on candidates, `combinations` searches combinations of several
 //! files' candidates, `repair` sends failing candidates back to their models.
 
+mod agreement;
 mod combinations;
+mod generated;
 mod repair;
 mod trials;
 
@@ -161,10 +163,16 @@ pub(crate) async fn select_validated(
 
     // First answers: each file in turn against the others' best, then once more for files
     // tried before another file's best choice changed.
+    // Without commands there are no caller's checks: every candidate stands until the
+    // generated checks (in `choose`) decide.
+    let caller_checks = !validation.commands.is_empty();
     let mut changed_at: Vec<usize> = vec![0; files.len()];
     let mut tried_at: Vec<usize> = vec![0; files.len()];
     let mut clock = 0usize;
     for pass in 0..2 {
+        if !caller_checks {
+            break;
+        }
         for i in 0..files.len() {
             let needs = if pass == 0 {
                 true
@@ -191,11 +199,18 @@ pub(crate) async fn select_validated(
     // Files whose test needs several of the batch's new files right at once: no single
     // candidate can pass against wrong neighbours, so try the failing files' candidates
     // together.
-    search_combinations(runner, validation, &mut files, 0, sink).await;
+    if caller_checks {
+        search_combinations(runner, validation, &mut files, 0, sink).await;
+    }
 
     // Repair rounds: every file still without a passer gets its models' candidates back with
     // the failure, then the new candidates are tried alone and together.
-    for round in 1..=validation.repair_rounds {
+    let rounds = if caller_checks {
+        validation.repair_rounds
+    } else {
+        0
+    };
+    for round in 1..=rounds {
         let failing: Vec<usize> = (0..files.len())
             .filter(|&i| files[i].passers().is_empty() && !files[i].trials.is_empty())
             .collect();
@@ -223,10 +238,25 @@ pub(crate) async fn select_validated(
         search_combinations(runner, validation, &mut files, round, sink).await;
     }
 
+    // Each file's generated checks run with the batch's other files at their best choice.
+    let others: Vec<Vec<(RepoPath, Vec<u8>)>> = (0..files.len())
+        .map(|i| {
+            files
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .filter_map(|(_, f)| f.best_code().map(|code| f.staged(code)))
+                .collect()
+        })
+        .collect();
     let mut chosen: Vec<Option<Produced>> = Vec::with_capacity(files.len());
-    for f in files {
+    for (f, others) in files.into_iter().zip(others) {
         let fcx = cx.file(f.position);
-        chosen.push(Some(choose(selector, fcx, validation, f).await));
+        let checks = Checks {
+            runner,
+            others: &others,
+        };
+        chosen.push(Some(choose(selector, fcx, validation, checks, f).await));
     }
     done.into_iter()
         .zip(slot_of)
@@ -240,18 +270,31 @@ pub(crate) async fn select_validated(
         .collect()
 }
 
+/// What the generated checks of a file run with: the sandbox, and the batch's other files.
+struct Checks<'a> {
+    runner: &'a dyn CommandRunner,
+    others: &'a [(RepoPath, Vec<u8>)],
+}
+
 /// The file's choice once validation and repair are over.
 async fn choose(
     selector: &Selector<'_>,
     cx: FileCx<'_>,
     validation: &Validation,
-    f: FileTrials<'_>,
+    checks: Checks<'_>,
+    mut f: FileTrials<'_>,
 ) -> Produced {
-    let passers = f.passers();
+    let caller_checks = !validation.commands.is_empty();
+    let passers = if caller_checks {
+        f.passers()
+    } else {
+        (0..f.trials.len()).collect()
+    };
     let summary = |passed: bool| {
         Some(FileValidation {
             passed,
             rounds: f.rounds,
+            generated_checks: None,
         })
     };
     let repaired = |i: usize| f.trials[i].round > 0;
@@ -297,13 +340,66 @@ async fn choose(
                     model: t.model.clone(),
                     selection: if repaired(*only) {
                         Selection::Repaired
-                    } else {
+                    } else if caller_checks {
                         Selection::Validated
+                    } else {
+                        Selection::SingleCandidate
                     },
                     reason: None,
                 }),
                 candidates: f.records,
                 validation: summary(true),
+                existing: f.generated.existing,
+            }
+        }
+        several if validation.generate => {
+            let checked = generated::check_and_decide(
+                selector,
+                checks.runner,
+                validation,
+                cx,
+                &f,
+                several,
+                checks.others,
+            )
+            .await;
+            for (t, record) in checked.records {
+                let r = f.trials[t].record;
+                if let Some(rec) = f.records.get_mut(r) {
+                    rec.generated_checks = Some(record);
+                }
+            }
+            let chosen = match checked.decision {
+                Some(d) => {
+                    let t = &f.trials[d.trial];
+                    Chosen {
+                        content: Content::Code(t.code.clone()),
+                        model: t.model.clone(),
+                        selection: if t.round > 0 {
+                            Selection::Repaired
+                        } else {
+                            d.selection
+                        },
+                        reason: d.reason,
+                    }
+                }
+                None => {
+                    let viable = viable_of(&f, several);
+                    let mut chosen = selector.arbitrate(cx, &f.generated, &viable).await;
+                    if caller_checks && chosen.selection == Selection::Arbiter {
+                        chosen.selection = Selection::ValidatedArbiter;
+                    }
+                    chosen
+                }
+            };
+            Produced {
+                chosen: Ok(chosen),
+                candidates: f.records,
+                validation: Some(FileValidation {
+                    passed: true,
+                    rounds: f.rounds,
+                    generated_checks: Some(Box::new(checked.summary)),
+                }),
                 existing: f.generated.existing,
             }
         }
@@ -333,6 +429,16 @@ async fn choose(
             }
         }
     }
+}
+
+fn viable_of<'a>(f: &'a FileTrials<'_>, among: &[usize]) -> Vec<Viable<'a>> {
+    among
+        .iter()
+        .map(|&i| Viable {
+            model: f.trials[i].model.as_str(),
+            code: f.trials[i].code.as_str(),
+        })
+        .collect()
 }
 
 fn records_of(g: &Generated) -> Vec<CandidateRecord> {

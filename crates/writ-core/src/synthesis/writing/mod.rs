@@ -226,6 +226,7 @@ impl<'a> Writer<'a> {
                 if !self.batch.options.dry_run && self.recorded.gave_up().is_none() {
                     let prov = Provenance {
                         candidates: result.candidates.clone(),
+                        detail: with_generated_checks(None, result.validation.as_ref()),
                         ..Provenance::default()
                     };
                     match record_failure(
@@ -290,6 +291,7 @@ impl<'a> Writer<'a> {
                 .map(|change| serde_json::json!({ "change": change })),
             (None, None) => None,
         };
+        let detail = with_generated_checks(detail, validation.as_ref());
         let provenance = Provenance {
             detail,
             chosen_model: Some(chosen.model.clone()),
@@ -459,6 +461,25 @@ fn dry_run_result(file: &FileSpec, chosen: Chosen, candidates: Vec<CandidateReco
         validation: None,
         prompt_tokens_by_part: None,
     }
+}
+
+/// The operation record's `detail` with the file's generated checks added, when they ran.
+fn with_generated_checks(
+    detail: Option<serde_json::Value>,
+    validation: Option<&FileValidation>,
+) -> Option<serde_json::Value> {
+    let Some(checks) = validation
+        .and_then(|v| v.generated_checks.as_ref())
+        .and_then(|c| serde_json::to_value(c).ok())
+    else {
+        return detail;
+    };
+    let mut detail = match detail {
+        Some(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    };
+    detail.insert("generated_checks".into(), checks);
+    Some(serde_json::Value::Object(detail))
 }
 
 #[cfg(test)]

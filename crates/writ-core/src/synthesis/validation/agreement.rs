@@ -1,0 +1,207 @@
+//! Agreement: what the generated checks say about a file's candidates, as pure functions over
+//! their results ([`CheckResults`]), so the choice can be tested without a sandbox or a model.
+//!
+//! - [`usable_tests`]: a test that fails on every candidate for a name or import error (or
+//!   that no candidate reached) was written against names that do not exist; it is dropped, not
+//!   held against anyone.
+//! - [`rank`]: dual agreement — candidates grouped by the set of tests they pass, each group
+//!   scored (candidates in it) × (tests it passes); the candidates of the best-scoring groups.
+//! - [`clusters`]: behaviour — candidates whose outputs on every probe input are identical form
+//!   one cluster, largest first.
+//! - [`disagreements`]: the probe inputs on which two candidates' outputs differ.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How one test ended on one candidate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TestOutcome {
+    Passed,
+    /// Failed for a name or import error: the test speaks of a name the candidate lacks.
+    NameError,
+    Failed,
+}
+
+/// The generated checks' results on a file's candidates: `outcomes[c][t]` (absent: the test
+/// did not run on that candidate) and `outputs[c][p]` for each probe input.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CheckResults {
+    pub tests: Vec<String>,
+    pub probes: Vec<String>,
+    pub outcomes: Vec<Vec<Option<TestOutcome>>>,
+    pub outputs: Vec<Vec<Option<String>>>,
+}
+
+impl CheckResults {
+    /// The tests candidate `c` passed, among `usable`.
+    pub fn passed(&self, c: usize, usable: &[usize]) -> BTreeSet<usize> {
+        usable
+            .iter()
+            .copied()
+            .filter(|&t| self.outcomes[c].get(t) == Some(&Some(TestOutcome::Passed)))
+            .collect()
+    }
+}
+
+/// The tests that say something: not failing on every candidate for a name or import error.
+pub(crate) fn usable_tests(r: &CheckResults) -> Vec<usize> {
+    (0..r.tests.len())
+        .filter(|&t| {
+            r.outcomes.iter().any(|o| {
+                matches!(
+                    o.get(t),
+                    Some(Some(TestOutcome::Passed | TestOutcome::Failed))
+                )
+            })
+        })
+        .collect()
+}
+
+/// Candidates that pass the same set of tests, and that group's score.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Group {
+    /// Candidate indices, in model-list order.
+    pub members: Vec<usize>,
+    pub tests_passed: usize,
+    /// (candidates in the group) × (tests it passes).
+    pub score: usize,
+}
+
+/// The groups by score (best first; equal scores by their first member), and the candidates
+/// of every group that shares the best score.
+pub(crate) fn rank(
+    r: &CheckResults,
+    candidates: usize,
+    usable: &[usize],
+) -> (Vec<Group>, Vec<usize>) {
+    let mut by_set: BTreeMap<BTreeSet<usize>, Vec<usize>> = BTreeMap::new();
+    for c in 0..candidates {
+        by_set.entry(r.passed(c, usable)).or_default().push(c);
+    }
+    let mut groups: Vec<Group> = by_set
+        .into_iter()
+        .map(|(set, members)| Group {
+            score: members.len() * set.len(),
+            tests_passed: set.len(),
+            members,
+        })
+        .collect();
+    groups.sort_by(|a, b| b.score.cmp(&a.score).then(a.members[0].cmp(&b.members[0])));
+    let best = groups.first().map_or(0, |g| g.score);
+    let mut tied: Vec<usize> = groups
+        .iter()
+        .filter(|g| g.score == best)
+        .flat_map(|g| g.members.iter().copied())
+        .collect();
+    tied.sort_unstable();
+    (groups, tied)
+}
+
+/// `among` split by their outputs on the probe inputs, largest cluster first (equal sizes by
+/// their first member). Probes no candidate of `among` answered are ignored.
+pub(crate) fn clusters(r: &CheckResults, among: &[usize]) -> Vec<Vec<usize>> {
+    let answered: Vec<usize> = (0..r.probes.len())
+        .filter(|&p| among.iter().any(|&c| output(r, c, p).is_some()))
+        .collect();
+    let mut by_behaviour: BTreeMap<Vec<Option<&str>>, Vec<usize>> = BTreeMap::new();
+    for &c in among {
+        let key = answered.iter().map(|&p| output(r, c, p)).collect();
+        by_behaviour.entry(key).or_default().push(c);
+    }
+    let mut out: Vec<Vec<usize>> = by_behaviour.into_values().collect();
+    out.sort_by(|a, b| b.len().cmp(&a.len()).then(a[0].cmp(&b[0])));
+    out
+}
+
+/// Whether any probe input has an output from `among`.
+pub(crate) fn any_output(r: &CheckResults, among: &[usize]) -> bool {
+    (0..r.probes.len()).any(|p| among.iter().any(|&c| output(r, c, p).is_some()))
+}
+
+/// The probe inputs (at most `max`) on which candidates `a` and `b` answer differently.
+pub(crate) fn disagreements(r: &CheckResults, a: usize, b: usize, max: usize) -> Vec<usize> {
+    (0..r.probes.len())
+        .filter(|&p| output(r, a, p) != output(r, b, p))
+        .take(max)
+        .collect()
+}
+
+fn output(r: &CheckResults, c: usize, p: usize) -> Option<&str> {
+    r.outputs
+        .get(c)
+        .and_then(|o| o.get(p))
+        .and_then(|o| o.as_deref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use TestOutcome::{Failed, NameError, Passed};
+
+    fn results(outcomes: Vec<Vec<TestOutcome>>, outputs: Vec<Vec<&str>>) -> CheckResults {
+        let tests = outcomes.first().map_or(0, Vec::len);
+        let probes = outputs.first().map_or(0, Vec::len);
+        CheckResults {
+            tests: (0..tests).map(|t| format!("t{t}")).collect(),
+            probes: (0..probes).map(|p| format!("f({p})")).collect(),
+            outcomes: outcomes
+                .into_iter()
+                .map(|o| o.into_iter().map(Some).collect())
+                .collect(),
+            outputs: outputs
+                .into_iter()
+                .map(|o| o.into_iter().map(|s| Some(s.to_string())).collect())
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_test_that_fails_everywhere_for_a_name_error_is_dropped_and_one_wrong_assertion_is_kept() {
+        let r = results(
+            vec![
+                vec![Passed, NameError, Failed],
+                vec![Failed, NameError, Failed],
+            ],
+            vec![],
+        );
+        assert_eq!(usable_tests(&r), vec![0, 2]);
+    }
+
+    #[test]
+    fn groups_are_scored_by_members_times_tests_passed_and_the_best_group_wins() {
+        // Two candidates agree on passing tests 0 and 1 (score 2 × 2 = 4); the third passes
+        // three tests alone (score 3), one of them a wrong assertion that matches its bug.
+        let r = results(
+            vec![
+                vec![Passed, Passed, Failed, Failed],
+                vec![Passed, Passed, Passed, Passed],
+                vec![Passed, Passed, Failed, Failed],
+            ],
+            vec![],
+        );
+        let usable = usable_tests(&r);
+        let (groups, tied) = rank(&r, 3, &usable);
+        assert_eq!(groups[0].members, vec![0, 2]);
+        assert_eq!(groups[0].score, 4);
+        assert_eq!(groups[1].score, 4);
+        assert_eq!(tied, vec![0, 1, 2], "equal scores are a tie");
+        let r = results(
+            vec![
+                vec![Passed, Failed, Passed],
+                vec![Passed, Passed, Passed],
+                vec![Failed, Failed, Passed],
+            ],
+            vec![],
+        );
+        let (groups, tied) = rank(&r, 3, &usable_tests(&r));
+        assert_eq!(groups[0].members, vec![1]);
+        assert_eq!(tied, vec![1]);
+    }
+
+    #[test]
+    fn identical_outputs_form_one_cluster_and_the_largest_comes_first() {
+        let r = results(vec![], vec![vec!["1", "2"], vec!["1", "3"], vec!["1", "3"]]);
+        assert_eq!(clusters(&r, &[0, 1, 2]), vec![vec![1, 2], vec![0]]);
+        assert_eq!(disagreements(&r, 0, 1, 3), vec![1]);
+        assert_eq!(clusters(&r, &[0]), vec![vec![0]]);
+    }
+}

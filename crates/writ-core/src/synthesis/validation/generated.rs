@@ -1,0 +1,1257 @@
+//! Generated checks: when the caller's checks leave several candidates (or there are none),
+//! test-writing models write tests for the file and the candidates' behaviour decides.
+//!
+//! 1. Each test-writing model (`WRIT_TEST_MODELS`, default the arbiter) is asked for a test file
+//!    from the description, the file's imports and the public names every candidate defines —
+//!    never from one candidate's code, whose bugs a test written from it would encode. A test
+//!    file that does not parse is dropped.
+//! 2. Every candidate runs every test file in the sandbox (one run per candidate: the harness
+//!    `harness/run.py` runs pytest in-process, `harness/run.cjs` the `node:test` tests, and
+//!    reports each test case, so one wrong assertion sinks one test, not the file). The probe
+//!    inputs — the left side of each equality assertion, and the description's `>>>`
+//!    examples — are evaluated on each candidate in the same run.
+//! 3. [`super::agreement`] drops the tests that fail everywhere for a name error, groups the
+//!    candidates by the tests they pass, and scores the groups; the best group decides.
+//! 4. Tied candidates are clustered by their outputs on the probes; the largest cluster decides.
+//! 5. Tied clusters: the arbiter is shown a few inputs on which two of them disagree, with each
+//!    one's output, in both orders; only the same verdict both times counts. Otherwise the
+//!    arbiter judges among the tied candidates only.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use futures::future::join_all;
+use writ_checks::Language;
+
+use super::FileTrials;
+use super::agreement::{
+    CheckResults, TestOutcome, any_output, clusters, disagreements, rank, usable_tests,
+};
+use crate::audit::{
+    CheckGroup, DistinguishingInput, GeneratedCheckRecord, GeneratedChecks, GeneratedTestFile,
+    Selection, ShownOutput, TestWriterCall,
+};
+use crate::execution::{CommandCall, CommandRunner};
+use crate::model::{ChatMessage, ChatRequest};
+use crate::path::RepoPath;
+use crate::synthesis::batch::Validation;
+use crate::synthesis::progress::Event;
+use crate::synthesis::prompt;
+use crate::synthesis::selection::{Selector, Viable};
+use crate::synthesis::stage::{Chosen, FileCx};
+
+/// Where the checks live in the sandbox's scratch (never in `REPO_DIR`).
+pub(crate) const CHECKS_DIR: &str = ".writ-checks";
+/// Probe inputs kept per test file.
+const MAX_PROBES_PER_FILE: usize = 40;
+/// Inputs shown to the arbiter per comparison of two clusters.
+pub(crate) const MAX_DISTINGUISHING_INPUTS: usize = 3;
+/// A test file's size cap, in bytes; a longer answer is cut off by the model anyway.
+const MAX_TEST_BYTES: usize = 64 * 1024;
+
+const PYTHON_HARNESS: &str = include_str!("harness/run.py");
+const NODE_HARNESS: &str = include_str!("harness/run.cjs");
+
+/// What the generated checks decided for a file.
+pub(super) struct Decision {
+    /// The trial chosen.
+    pub trial: usize,
+    pub selection: Selection,
+    pub reason: Option<String>,
+}
+
+/// The generated checks' outcome for a file: the decision (none when the checks could not
+/// decide anything, e.g. no usable test), the evidence, and each trial's results.
+pub(super) struct Checked {
+    pub decision: Option<Decision>,
+    pub summary: GeneratedChecks,
+    pub records: Vec<(usize, GeneratedCheckRecord)>,
+}
+
+/// How tests are written and run for a language.
+struct Flavour {
+    language: Language,
+    harness_path: &'static str,
+    harness: &'static str,
+}
+
+fn flavour(language: Language) -> Option<Flavour> {
+    match language {
+        Language::Python => Some(Flavour {
+            language,
+            harness_path: ".writ-checks/run.py",
+            harness: PYTHON_HARNESS,
+        }),
+        Language::JavaScript => Some(Flavour {
+            language,
+            harness_path: ".writ-checks/run.cjs",
+            harness: NODE_HARNESS,
+        }),
+        _ => None,
+    }
+}
+
+impl Flavour {
+    fn test_path(&self, file: &RepoPath, k: usize) -> String {
+        let stem = file
+            .file_name()
+            .rsplit_once('.')
+            .map_or(file.file_name(), |(s, _)| s);
+        let stem: String = stem
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        match self.language {
+            Language::JavaScript => format!("{CHECKS_DIR}/{stem}_{k}.test.js"),
+            _ => format!("{CHECKS_DIR}/test_{stem}_{k}.py"),
+        }
+    }
+
+    /// How a test imports the file, shown to the test writer.
+    fn import_line(&self, file: &RepoPath, names: &[String]) -> String {
+        let path = file.as_str();
+        match self.language {
+            Language::JavaScript => {
+                format!("const {{ {} }} = require('../{path}');", names.join(", "))
+            }
+            _ => {
+                let module = path.trim_end_matches(".py").replace('/', ".");
+                format!("from {module} import {}", names.join(", "))
+            }
+        }
+    }
+
+    fn form(&self) -> &'static str {
+        match self.language {
+            Language::JavaScript => {
+                "CommonJS with node's test runner: `const test = require('node:test');` and `const assert = require('node:assert');`, one `test('what it checks', () => { ... })` per behaviour, `assert.strictEqual(actual, expected)` or `assert.deepStrictEqual(actual, expected)` with the call under test as the first argument"
+            }
+            _ => {
+                "pytest: one `def test_...():` per behaviour with plain `assert call(...) == expected` (the call under test on the left), `pytest.raises` for errors"
+            }
+        }
+    }
+}
+
+/// Runs the generated checks on `among` (trial indices of `f`) and decides; see the module docs.
+pub(super) async fn check_and_decide(
+    selector: &Selector<'_>,
+    runner: &dyn CommandRunner,
+    validation: &Validation,
+    cx: FileCx<'_>,
+    f: &FileTrials<'_>,
+    among: &[usize],
+    others: &[(RepoPath, Vec<u8>)],
+) -> Checked {
+    let mut summary = GeneratedChecks::default();
+    let undecided = |summary: GeneratedChecks, note: String| Checked {
+        decision: None,
+        summary: GeneratedChecks {
+            note: Some(note),
+            ..summary
+        },
+        records: Vec::new(),
+    };
+    let Some(flavour) = flavour(f.generated.language) else {
+        return undecided(
+            summary,
+            format!(
+                "no generated checks for {} files (Python and JavaScript only)",
+                f.generated.language.name()
+            ),
+        );
+    };
+    let language_key = flavour.language.name().to_ascii_lowercase();
+    let Some(command) = selector
+        .config
+        .check_commands
+        .iter()
+        .find(|(l, _)| *l == language_key)
+        .map(|(_, c)| CommandCall {
+            name: c.clone(),
+            args: vec![flavour.harness_path.to_string()],
+        })
+    else {
+        return undecided(
+            summary,
+            format!("WRIT_CHECK_COMMANDS names no command for {language_key}"),
+        );
+    };
+    if let Err(e) = runner.check(&command, "WRIT_CHECK_COMMANDS") {
+        return undecided(summary, format!("the generated checks cannot run: {e}"));
+    }
+
+    // 1. The tests, from what every candidate shares.
+    let codes: Vec<&str> = among.iter().map(|&t| f.trials[t].code.as_str()).collect();
+    let names = shared_public_names(&codes, flavour.language);
+    let writers = test_writers(selector, f);
+    let messages = test_messages(cx, &flavour, &names);
+    let asked = Instant::now();
+    let answers = join_all(writers.iter().map(|model| {
+        let req = ChatRequest {
+            model: model.clone(),
+            messages: messages.clone(),
+            temperature: Some(selector.config.temperature),
+            max_tokens: Some(selector.config.max_tokens),
+            urgent: cx.batch.resumed,
+            ..ChatRequest::default()
+        };
+        selector.models.chat(req)
+    }))
+    .await;
+    cx.clock.add(asked.elapsed());
+    let mut files: Vec<(String, String)> = Vec::new();
+    for (k, (model, answer)) in writers.iter().zip(answers).enumerate() {
+        let mut call = TestWriterCall {
+            model: model.clone(),
+            ..TestWriterCall::default()
+        };
+        match answer {
+            Ok(resp) => {
+                call.ok = true;
+                call.latency_ms = resp.latency.as_millis() as u64;
+                call.prompt_tokens = resp.usage.prompt_tokens;
+                call.completion_tokens = resp.usage.completion_tokens;
+                let path = flavour.test_path(&cx.file.path, k);
+                match writ_checks::extract_code(&resp.content, flavour.language) {
+                    None => summary
+                        .discarded
+                        .push(format!("{model}: the answer holds no {language_key} code")),
+                    Some(code) if code.len() > MAX_TEST_BYTES => summary.discarded.push(format!(
+                        "{model}: the test file is {} bytes, above {MAX_TEST_BYTES}",
+                        code.len()
+                    )),
+                    Some(code)
+                        if writ_checks::syntax_ok(&code, flavour.language) == Some(false) =>
+                    {
+                        summary.discarded.push(format!("{path}: does not parse"));
+                        summary.files.push(GeneratedTestFile {
+                            path,
+                            model: model.clone(),
+                            content: code,
+                        });
+                    }
+                    Some(code) => {
+                        summary.files.push(GeneratedTestFile {
+                            path: path.clone(),
+                            model: model.clone(),
+                            content: code.clone(),
+                        });
+                        files.push((path, code));
+                    }
+                }
+            }
+            Err(e) => {
+                call.error = Some(e.to_string());
+                summary.discarded.push(format!("{model}: {e}"));
+            }
+        }
+        summary.writers.push(call);
+    }
+    if files.is_empty() {
+        cx.sink.emit(Event::ChecksGenerated {
+            file: cx.file.path.to_string(),
+            models: writers.len(),
+            tests: 0,
+            discarded: summary.discarded.len(),
+        });
+        return undecided(summary, "no test file could be used".into());
+    }
+
+    // 2. Every candidate against every test file, with the probes.
+    let examples = docstring_examples(&cx.file.description, flavour.language);
+    let mut probes: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (i, (path, code)) in files.iter().enumerate() {
+        let mut exprs = probe_inputs(code, flavour.language);
+        if i == 0 {
+            exprs.extend(examples.iter().cloned());
+        }
+        let mut seen = BTreeSet::new();
+        exprs.retain(|e| seen.insert(e.clone()));
+        exprs.truncate(MAX_PROBES_PER_FILE);
+        probes.insert(path.clone(), exprs);
+    }
+    let marker = format!("@@writ-check-{:016x}", rand::random::<u64>());
+    let plan = serde_json::json!({
+        "marker": marker,
+        "tests": files.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+        "probes": probes,
+    });
+    let mut fixed: Vec<(RepoPath, Vec<u8>)> = others.to_vec();
+    for (path, content) in [
+        (
+            flavour.harness_path.to_string(),
+            flavour.harness.as_bytes().to_vec(),
+        ),
+        (
+            format!("{CHECKS_DIR}/plan.json"),
+            plan.to_string().into_bytes(),
+        ),
+    ]
+    .into_iter()
+    .chain(
+        files
+            .iter()
+            .map(|(p, c)| (p.clone(), c.clone().into_bytes())),
+    ) {
+        match RepoPath::parse(&path) {
+            Ok(p) => fixed.push((p, content)),
+            Err(e) => return undecided(summary, format!("{path}: {e}")),
+        }
+    }
+    let runs = join_all(among.iter().map(|&t| {
+        let mut staged = fixed.clone();
+        staged.push(f.staged(&f.trials[t].code));
+        let calls = std::slice::from_ref(&command);
+        async move { runner.run(&staged, calls, validation.timeout).await }
+    }))
+    .await;
+    let mut reports: Vec<Report> = Vec::new();
+    let mut durations: Vec<u64> = Vec::new();
+    for run in runs {
+        match run {
+            Ok(outcomes) => {
+                durations.push(outcomes.iter().map(|o| o.duration_ms).sum());
+                let out: String = outcomes.iter().map(|o| o.stdout.as_str()).collect();
+                reports.push(parse_report(&out, &marker));
+            }
+            Err(e) => {
+                durations.push(0);
+                summary
+                    .discarded
+                    .push(format!("a candidate's run failed: {e}"));
+                reports.push(Report::default());
+            }
+        }
+    }
+    let probe_list: Vec<(String, String)> = probes
+        .iter()
+        .flat_map(|(file, exprs)| {
+            exprs
+                .iter()
+                .enumerate()
+                .map(move |(i, e)| (format!("{file}#{i}"), e.clone()))
+        })
+        .collect();
+    let results = tabulate(&reports, &probe_list, &files, &mut summary.discarded);
+
+    // 3. Agreement.
+    let usable = usable_tests(&results);
+    for (t, id) in results.tests.iter().enumerate() {
+        if !usable.contains(&t) {
+            summary.discarded.push(format!(
+                "{id}: fails on every candidate for a name or import error"
+            ));
+        }
+    }
+    summary.tests = usable.iter().map(|&t| results.tests[t].clone()).collect();
+    summary.probes = results.probes.len();
+    cx.sink.emit(Event::ChecksGenerated {
+        file: cx.file.path.to_string(),
+        models: writers.len(),
+        tests: usable.len(),
+        discarded: summary.discarded.len(),
+    });
+    let model_of = |c: usize| f.trials[among[c]].model.clone();
+    let (groups, tied) = rank(&results, among.len(), &usable);
+    summary.groups = groups
+        .iter()
+        .map(|g| CheckGroup {
+            models: g.members.iter().map(|&c| model_of(c)).collect(),
+            tests_passed: g.tests_passed,
+            score: g.score,
+        })
+        .collect();
+    let mut records: Vec<(usize, GeneratedCheckRecord)> = (0..among.len())
+        .map(|c| {
+            let passed = results.passed(c, &usable);
+            (
+                among[c],
+                GeneratedCheckRecord {
+                    passed: passed.len(),
+                    failed: usable
+                        .iter()
+                        .filter(|t| !passed.contains(t))
+                        .map(|&t| results.tests[t].clone())
+                        .collect(),
+                    group: groups
+                        .iter()
+                        .position(|g| g.members.contains(&c))
+                        .unwrap_or(0),
+                    cluster: None,
+                    duration_ms: durations.get(c).copied().unwrap_or(0),
+                },
+            )
+        })
+        .collect();
+    let best_score = groups.first().map_or(0, |g| g.score);
+    if usable.is_empty() && !any_output(&results, &tied) {
+        cx.sink.emit(Event::AgreementComputed {
+            file: cx.file.path.to_string(),
+            groups: groups.len(),
+            tied: tied.len(),
+            clusters: None,
+        });
+        return Checked {
+            decision: None,
+            summary: GeneratedChecks {
+                note: Some("no generated test or probe input could be used".into()),
+                ..summary
+            },
+            records,
+        };
+    }
+    // One best group (of several): agreement decides, and only its members remain; several
+    // groups share the best score: every candidate in them remains.
+    let top_groups = groups.iter().filter(|g| g.score == best_score).count();
+    let agreed = top_groups == 1 && best_score > 0 && groups.len() > 1;
+    let tied: Vec<usize> = if agreed {
+        groups[0].members.clone()
+    } else {
+        tied
+    };
+    let agreement_reason = || {
+        format!(
+            "passes {} of {} generated tests with {} other candidate(s); best of {} group(s)",
+            groups[0].tests_passed,
+            usable.len(),
+            groups[0].members.len() - 1,
+            groups.len()
+        )
+    };
+    if let [only] = tied.as_slice() {
+        cx.sink.emit(Event::AgreementComputed {
+            file: cx.file.path.to_string(),
+            groups: groups.len(),
+            tied: 1,
+            clusters: None,
+        });
+        return Checked {
+            decision: Some(Decision {
+                trial: among[*only],
+                selection: Selection::Agreement,
+                reason: Some(agreement_reason()),
+            }),
+            summary,
+            records,
+        };
+    }
+
+    // 4. Behaviour among those that remain.
+    let found = clusters(&results, &tied);
+    for (k, cluster) in found.iter().enumerate() {
+        for &c in cluster {
+            records[c].1.cluster = Some(k);
+        }
+    }
+    cx.sink.emit(Event::AgreementComputed {
+        file: cx.file.path.to_string(),
+        groups: groups.len(),
+        tied: tied.len(),
+        clusters: Some(found.len()),
+    });
+    let top = found.first().map_or(0, Vec::len);
+    let tied_clusters: Vec<&Vec<usize>> = found.iter().filter(|c| c.len() == top).collect();
+    if any_output(&results, &tied) && tied_clusters.len() == 1 {
+        let winner = tied_clusters[0][0];
+        return Checked {
+            decision: Some(Decision {
+                trial: among[winner],
+                selection: if agreed {
+                    Selection::Agreement
+                } else {
+                    Selection::Behaviour
+                },
+                reason: Some(if agreed {
+                    agreement_reason()
+                } else {
+                    format!(
+                        "{} of {} tied candidates behave the same on {} probe input(s)",
+                        top,
+                        tied.len(),
+                        results.probes.len()
+                    )
+                }),
+            }),
+            summary,
+            records,
+        };
+    }
+
+    // 5. Distinguishing inputs between tied clusters, champion against challenger.
+    let mut champion = tied_clusters.first().map_or(tied[0], |c| c[0]);
+    let mut decided = false;
+    if any_output(&results, &tied) {
+        for challenger in tied_clusters.iter().skip(1).map(|c| c[0]) {
+            let inputs = disagreements(&results, champion, challenger, MAX_DISTINGUISHING_INPUTS);
+            if inputs.is_empty() {
+                continue;
+            }
+            let pair = [champion, challenger];
+            let shown: Vec<DistinguishingInput> = inputs
+                .iter()
+                .map(|&p| DistinguishingInput {
+                    input: results.probes[p].clone(),
+                    outputs: pair
+                        .iter()
+                        .map(|&c| ShownOutput {
+                            models: found
+                                .iter()
+                                .find(|cl| cl.contains(&c))
+                                .map(|cl| cl.iter().map(|&m| model_of(m)).collect())
+                                .unwrap_or_default(),
+                            output: output_of(&results, c, p),
+                        })
+                        .collect(),
+                })
+                .collect();
+            cx.sink.emit(Event::ArbiterAskedInputs {
+                file: cx.file.path.to_string(),
+                inputs: shown.len(),
+            });
+            let verdict = ask_both_orders(selector, cx, f, &shown).await;
+            summary.distinguishing.extend(shown);
+            if let Some(winner) = verdict {
+                champion = pair[winner];
+                decided = true;
+            } else {
+                decided = false;
+                break;
+            }
+        }
+    }
+    if decided {
+        return Checked {
+            decision: Some(Decision {
+                trial: among[champion],
+                selection: Selection::Distinguished,
+                reason: Some(
+                    "the arbiter, shown the inputs on which the tied candidates disagree, chose the same outputs in both orders".into(),
+                ),
+            }),
+            summary,
+            records,
+        };
+    }
+
+    // No consistent verdict: the arbiter among the tied candidates only.
+    let shown: Vec<usize> = if any_output(&results, &tied) {
+        tied_clusters.iter().map(|c| c[0]).collect()
+    } else {
+        tied.clone()
+    };
+    let viable: Vec<Viable<'_>> = shown
+        .iter()
+        .map(|&c| Viable {
+            model: f.trials[among[c]].model.as_str(),
+            code: f.trials[among[c]].code.as_str(),
+        })
+        .collect();
+    let chosen: Chosen = selector.arbitrate(cx, &f.generated, &viable).await;
+    let trial = among
+        .iter()
+        .copied()
+        .find(|&t| f.trials[t].code.as_bytes() == chosen.content.bytes())
+        .unwrap_or(among[champion]);
+    Checked {
+        decision: Some(Decision {
+            trial,
+            selection: Selection::AgreementArbiter,
+            reason: chosen.reason,
+        }),
+        summary,
+        records,
+    }
+}
+
+/// The arbiter asked which cluster's outputs the description calls for, in both orders; the
+/// index in the pair it chose both times, or `None` when it did not (or could not answer).
+async fn ask_both_orders(
+    selector: &Selector<'_>,
+    cx: FileCx<'_>,
+    f: &FileTrials<'_>,
+    shown: &[DistinguishingInput],
+) -> Option<usize> {
+    let arbiter = selector.arbiter_model(&f.generated);
+    let ask = |flipped: bool| {
+        let req = ChatRequest {
+            model: arbiter.clone(),
+            messages: distinguishing_messages(cx, f.generated.language, shown, flipped),
+            temperature: Some(0.0),
+            max_tokens: Some(1_000),
+            response_format: Some(prompt::verdict_schema(2)),
+            urgent: cx.batch.resumed,
+            ..ChatRequest::default()
+        };
+        selector.models.chat(req)
+    };
+    let started = Instant::now();
+    let (straight, flipped) = futures::future::join(ask(false), ask(true)).await;
+    cx.clock.add(started.elapsed());
+    let choice = |answer: Result<crate::model::ChatResponse, crate::model::ModelError>| {
+        answer
+            .ok()
+            .and_then(|r| writ_checks::parse_verdict(&r.content, 2))
+            .map(|v| v.choice - 1)
+    };
+    match (choice(straight), choice(flipped).map(|c| 1 - c)) {
+        (Some(a), Some(b)) if a == b => Some(a),
+        _ => None,
+    }
+}
+
+fn distinguishing_messages(
+    cx: FileCx<'_>,
+    language: Language,
+    shown: &[DistinguishingInput],
+    flipped: bool,
+) -> Vec<ChatMessage> {
+    let mut p = format!(
+        "The file {} ({}) must do this:\n{}\n\n",
+        serde_json::json!(cx.file.path.as_str()),
+        language.name(),
+        cx.file.description.trim()
+    );
+    if let Some(task) = &cx.batch.task_description {
+        p.push_str(&format!("It serves this task:\n{}\n\n", task.trim()));
+    }
+    p.push_str("Two versions of it give different outputs on these inputs:\n\n");
+    for input in shown {
+        p.push_str(&format!("Input: `{}`\n", input.input));
+        let mut outputs: Vec<&ShownOutput> = input.outputs.iter().collect();
+        if flipped {
+            outputs.reverse();
+        }
+        for (i, o) in outputs.iter().enumerate() {
+            p.push_str(&format!("- Output {}: `{}`\n", i + 1, o.output));
+        }
+        p.push('\n');
+    }
+    p.push_str("Which outputs does the description call for? Answer only with {\"choice\": N, \"reason\": \"one or two sentences\"}, N being 1 or 2.");
+    vec![
+        ChatMessage::system(
+            "You decide which of two behaviours a specification calls for. Work out the expected output of each input from the description alone.",
+        ),
+        ChatMessage::user(p),
+    ]
+}
+
+fn output_of(r: &CheckResults, c: usize, p: usize) -> String {
+    r.outputs
+        .get(c)
+        .and_then(|o| o.get(p))
+        .and_then(|o| o.clone())
+        .unwrap_or_else(|| "(no output)".into())
+}
+
+/// The models that write the tests: `WRIT_TEST_MODELS`, else the arbiter.
+fn test_writers(selector: &Selector<'_>, f: &FileTrials<'_>) -> Vec<String> {
+    if selector.config.test_models.is_empty() {
+        vec![selector.arbiter_model(&f.generated)]
+    } else {
+        selector.config.test_models.clone()
+    }
+}
+
+fn test_messages(cx: FileCx<'_>, flavour: &Flavour, names: &[String]) -> Vec<ChatMessage> {
+    let file = cx.file;
+    let mut p = format!(
+        "Write tests for the file {} ({}).\n\nIt must do this:\n{}\n\n",
+        serde_json::json!(file.path.as_str()),
+        flavour.language.name(),
+        file.description.trim()
+    );
+    if let Some(task) = &cx.batch.task_description {
+        p.push_str(&format!("It serves this task:\n{}\n\n", task.trim()));
+    }
+    let imports: Vec<&String> = file
+        .external_imports
+        .iter()
+        .chain(&file.internal_imports)
+        .collect();
+    if !imports.is_empty() {
+        p.push_str(&format!(
+            "It imports: {}\n\n",
+            imports
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if !names.is_empty() {
+        p.push_str(&format!(
+            "Its public names: {}\nImport them as:\n{}\n\n",
+            names.join(", "),
+            flavour.import_line(&file.path, names)
+        ));
+    }
+    p.push_str(&format!(
+        "The tests run from the repository root; the test file sits in `{CHECKS_DIR}/`. Write them in the usual form: {}. One behaviour per test; work each expected value out from the description (not from any implementation); cover the edge cases it names. Answer with one code block holding the whole test file.",
+        flavour.form()
+    ));
+    vec![
+        ChatMessage::system(
+            "You write precise unit tests from a specification. You never see an implementation.",
+        ),
+        ChatMessage::user(p),
+    ]
+}
+
+/// The top-level public names every candidate defines, sorted.
+pub(crate) fn shared_public_names(codes: &[&str], language: Language) -> Vec<String> {
+    let mut shared: Option<BTreeSet<String>> = None;
+    for code in codes {
+        let names = public_names(code, language);
+        shared = Some(match shared {
+            None => names,
+            Some(s) => s.intersection(&names).cloned().collect(),
+        });
+    }
+    shared.unwrap_or_default().into_iter().collect()
+}
+
+fn public_names(code: &str, language: Language) -> BTreeSet<String> {
+    let ident = |s: &str| -> Option<String> {
+        let name: String = s
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '$')
+            .collect();
+        (!name.is_empty() && !name.starts_with('_')).then_some(name)
+    };
+    let mut names = BTreeSet::new();
+    let mut exported = BTreeSet::new();
+    for line in code.lines() {
+        match language {
+            Language::JavaScript => {
+                let l = line
+                    .trim_start_matches("export ")
+                    .trim_start_matches("async ");
+                if line.starts_with(' ') || line.starts_with('\t') {
+                    if let Some(rest) = line.trim().strip_prefix("module.exports.") {
+                        exported.extend(ident(rest));
+                    }
+                    continue;
+                }
+                for prefix in [
+                    "function* ",
+                    "function ",
+                    "class ",
+                    "const ",
+                    "let ",
+                    "var ",
+                ] {
+                    if let Some(rest) = l.strip_prefix(prefix) {
+                        names.extend(ident(rest.trim_start()));
+                    }
+                }
+                for prefix in ["exports.", "module.exports."] {
+                    if let Some(rest) = line.strip_prefix(prefix) {
+                        exported.extend(ident(rest));
+                    }
+                }
+            }
+            _ => {
+                for prefix in ["def ", "async def ", "class "] {
+                    if let Some(rest) = line.strip_prefix(prefix) {
+                        names.extend(ident(rest));
+                    }
+                }
+            }
+        }
+    }
+    if language == Language::JavaScript
+        && let Some(start) = code.find("module.exports = {")
+    {
+        let body = &code[start + "module.exports = {".len()..];
+        let body = body.split('}').next().unwrap_or_default();
+        for part in body.split(',') {
+            let key = part.split(':').next().unwrap_or_default().trim();
+            exported.extend(ident(key));
+        }
+    }
+    if exported.is_empty() { names } else { exported }
+}
+
+/// The description's `>>> expr` examples (Python docstring form).
+pub(crate) fn docstring_examples(description: &str, language: Language) -> Vec<String> {
+    if language != Language::Python {
+        return Vec::new();
+    }
+    description
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix(">>> "))
+        .map(|e| e.trim().to_string())
+        .filter(|e| !e.is_empty())
+        .collect()
+}
+
+/// The inputs a test file's assertions call: the left side of each equality assertion.
+pub(crate) fn probe_inputs(test: &str, language: Language) -> Vec<String> {
+    let mut out = Vec::new();
+    match language {
+        Language::JavaScript => {
+            for form in [
+                "assert.strictEqual(",
+                "assert.deepStrictEqual(",
+                "assert.equal(",
+                "assert.deepEqual(",
+            ] {
+                let mut rest = test;
+                while let Some(at) = rest.find(form) {
+                    rest = &rest[at + form.len()..];
+                    if let Some(first) = first_argument(rest) {
+                        out.push(first.trim().to_string());
+                    }
+                }
+            }
+        }
+        _ => {
+            for line in test.lines() {
+                let l = line.trim();
+                if let Some(rest) = l.strip_prefix("assert ") {
+                    let rest = split_top_level(rest, ",").map_or(rest, |(a, _)| a);
+                    if let Some((lhs, _)) = split_top_level(rest, "==") {
+                        out.push(lhs.trim().to_string());
+                    }
+                } else if let Some(rest) = l.strip_prefix("self.assertEqual(")
+                    && let Some(first) = first_argument(rest)
+                {
+                    out.push(first.trim().to_string());
+                }
+            }
+        }
+    }
+    out.retain(|e| e.contains('(') && !e.is_empty());
+    out
+}
+
+/// The text up to the first top-level `,` (or the closing `)`) of an argument list whose `(`
+/// is already consumed.
+fn first_argument(args: &str) -> Option<&str> {
+    let (first, _) = split_top_level(args, ",").or_else(|| split_top_level(args, ")"))?;
+    Some(first)
+}
+
+/// Splits `s` at the first occurrence of `sep` outside brackets and string literals.
+fn split_top_level<'a>(s: &'a str, sep: &str) -> Option<(&'a str, &'a str)> {
+    let bytes = s.as_bytes();
+    let mut depth = 0i32;
+    let mut quote: Option<u8> = None;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if let Some(q) = quote {
+            if b == b'\\' {
+                i += 2;
+                continue;
+            }
+            if b == q {
+                quote = None;
+            }
+        } else {
+            match b {
+                b'\'' | b'"' | b'`' => quote = Some(b),
+                b'(' | b'[' | b'{' => depth += 1,
+                b')' | b']' | b'}' if depth > 0 => depth -= 1,
+                _ if depth == 0 && s[i..].starts_with(sep) => {
+                    // `==` must not be the start of `===` or the end of `!=`, `<=`, `>=`.
+                    let clean = sep != "=="
+                        || (!s[i + 2..].starts_with('=')
+                            && !matches!(
+                                bytes.get(i.wrapping_sub(1)),
+                                Some(b'!' | b'<' | b'>' | b'=')
+                            ));
+                    if clean {
+                        return Some((&s[..i], &s[i + sep.len()..]));
+                    }
+                }
+                _ => {}
+            }
+        }
+        i += 1;
+    }
+    None
+}
+
+/// One candidate's run, as the harness reported it.
+#[derive(Debug, Default)]
+struct Report {
+    /// Test id → (outcome word, error message).
+    tests: BTreeMap<String, (String, String)>,
+    /// Probe id (`file#i`) → output.
+    outputs: BTreeMap<String, String>,
+}
+
+fn parse_report(stdout: &str, marker: &str) -> Report {
+    let mut report = Report::default();
+    for line in stdout.lines() {
+        let Some(json) = line.strip_prefix(marker).map(str::trim) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(json) else {
+            continue;
+        };
+        if let Some(test) = v["test"].as_str() {
+            report.tests.insert(
+                test.to_string(),
+                (
+                    v["outcome"].as_str().unwrap_or("error").to_string(),
+                    v["error"].as_str().unwrap_or_default().to_string(),
+                ),
+            );
+        } else if let (Some(probe), Some(output)) = (v["probe"].as_str(), v["output"].as_str()) {
+            report.outputs.insert(probe.to_string(), output.to_string());
+        }
+    }
+    report
+}
+
+fn names_missing(error: &str) -> bool {
+    [
+        "NameError",
+        "ImportError",
+        "ModuleNotFoundError",
+        "ReferenceError",
+        "Cannot find module",
+        "is not a function",
+        "is not a constructor",
+        "AttributeError: module",
+    ]
+    .iter()
+    .any(|k| error.contains(k))
+}
+
+/// The reports as one table; a test file no candidate could import is dropped, with why.
+fn tabulate(
+    reports: &[Report],
+    probes: &[(String, String)],
+    files: &[(String, String)],
+    discarded: &mut Vec<String>,
+) -> CheckResults {
+    let mut tests: BTreeSet<String> = BTreeSet::new();
+    for r in reports {
+        tests.extend(r.tests.keys().filter(|id| id.contains("::")).cloned());
+    }
+    for (path, _) in files {
+        let imported = reports.iter().any(|r| {
+            r.tests
+                .keys()
+                .any(|id| id.starts_with(&format!("{path}::")))
+        });
+        if !imported {
+            let why = reports
+                .iter()
+                .find_map(|r| {
+                    r.tests
+                        .get(path)
+                        .map(|(_, e)| e.lines().next().unwrap_or("").to_string())
+                })
+                .unwrap_or_else(|| "it ran no test".into());
+            discarded.push(format!("{path}: no candidate could run it ({why})"));
+        }
+    }
+    let tests: Vec<String> = tests.into_iter().collect();
+    let outcomes = reports
+        .iter()
+        .map(|r| {
+            tests
+                .iter()
+                .map(|id| {
+                    let file = id.split("::").next().unwrap_or_default();
+                    match r.tests.get(id).or_else(|| r.tests.get(file)) {
+                        Some((o, _)) if o == "passed" => Some(TestOutcome::Passed),
+                        Some((o, _)) if o == "skipped" => None,
+                        Some((_, e)) if names_missing(e) => Some(TestOutcome::NameError),
+                        Some(_) => Some(TestOutcome::Failed),
+                        None => None,
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let outputs = reports
+        .iter()
+        .map(|r| {
+            probes
+                .iter()
+                .map(|(id, _)| r.outputs.get(id).cloned())
+                .collect()
+        })
+        .collect();
+    CheckResults {
+        tests,
+        probes: probes.iter().map(|(_, e)| e.clone()).collect(),
+        outcomes,
+        outputs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_inputs_are_the_called_side_of_equality_assertions() {
+        let py = "def test_a():\n    assert clamp(5, 0, 10) == 5\n    assert clamp(1, 2, 3) == 2, 'low'\n    assert x == 1\n    assert parse('a==b') != 3\n";
+        assert_eq!(
+            probe_inputs(py, Language::Python),
+            vec!["clamp(5, 0, 10)", "clamp(1, 2, 3)"]
+        );
+        let js = "test('a', () => {\n  assert.strictEqual(add(1, [2, 3]), 6);\n  assert.deepStrictEqual(split('a,b'), ['a', 'b']);\n});";
+        assert_eq!(
+            probe_inputs(js, Language::JavaScript),
+            vec!["add(1, [2, 3])", "split('a,b')"]
+        );
+        assert_eq!(
+            docstring_examples("Clamps.\n    >>> clamp(5, 0, 1)\n    1\n", Language::Python),
+            vec!["clamp(5, 0, 1)"]
+        );
+    }
+
+    #[test]
+    fn the_names_shown_to_the_test_writer_are_the_public_ones_every_candidate_defines() {
+        let a = "import os\n\ndef clamp(x, lo, hi):\n    pass\n\ndef _helper():\n    pass\n\nclass Range:\n    def inner(self): pass\n";
+        let b = "def clamp(x, lo, hi):\n    return x\n\nclass Range:\n    pass\n\ndef extra():\n    pass\n";
+        assert_eq!(
+            shared_public_names(&[a, b], Language::Python),
+            vec!["Range", "clamp"]
+        );
+        let js_a = "function add(a, b) { return a + b; }\nfunction helper() {}\nmodule.exports = { add, sub: minus };\n";
+        let js_b = "const add = (a, b) => a + b;\nconst sub = (a, b) => a - b;\nmodule.exports = { add, sub };\n";
+        assert_eq!(
+            shared_public_names(&[js_a, js_b], Language::JavaScript),
+            vec!["add", "sub"]
+        );
+    }
+
+    #[test]
+    fn a_report_reads_only_marked_lines_and_a_file_no_candidate_imports_is_dropped() {
+        let out = "noise\n@@m {\"test\": \"t.py::test_a\", \"outcome\": \"passed\", \"error\": null}\n@@m {\"test\": \"t.py::test_b\", \"outcome\": \"failed\", \"error\": \"NameError: name 'f' is not defined\"}\n@@m {\"probe\": \"t.py#0\", \"output\": \"5\"}\n@@m {\"test\": \"u.py\", \"outcome\": \"error\", \"error\": \"ImportError: nope\"}\nprinted by a candidate: @@m {\"test\": \"t.py::test_c\", \"outcome\": \"passed\"}\n";
+        let report = parse_report(out, "@@m");
+        let files = vec![
+            ("t.py".to_string(), String::new()),
+            ("u.py".to_string(), String::new()),
+        ];
+        let mut discarded = Vec::new();
+        let r = tabulate(
+            &[report],
+            &[("t.py#0".into(), "f(1)".into())],
+            &files,
+            &mut discarded,
+        );
+        assert_eq!(r.tests, vec!["t.py::test_a", "t.py::test_b"]);
+        assert_eq!(
+            r.outcomes[0],
+            vec![Some(TestOutcome::Passed), Some(TestOutcome::NameError)]
+        );
+        assert_eq!(r.outputs[0], vec![Some("5".to_string())]);
+        assert_eq!(discarded.len(), 1);
+        assert!(
+            discarded[0].starts_with("u.py: no candidate could run it (ImportError"),
+            "{discarded:?}"
+        );
+    }
+
+    /// Runs the harness with the machine's `/usr/bin/python3` in a fresh directory holding the
+    /// staged files: the real harness and pytest, without the sandbox (whose own tests live in
+    /// `writ-sandbox`).
+    struct LocalPython;
+
+    #[async_trait::async_trait]
+    impl CommandRunner for LocalPython {
+        fn check(
+            &self,
+            _call: &CommandCall,
+            _field: &str,
+        ) -> Result<(), crate::execution::RunError> {
+            Ok(())
+        }
+        fn limits(&self) -> crate::execution::RunLimits {
+            crate::execution::RunLimits {
+                max_timeout: std::time::Duration::from_secs(60),
+                max_repair_rounds: 3,
+            }
+        }
+        async fn run(
+            &self,
+            staged: &[(RepoPath, Vec<u8>)],
+            calls: &[CommandCall],
+            _timeout: std::time::Duration,
+        ) -> Result<Vec<crate::execution::RunOutcome>, crate::execution::RunError> {
+            let dir = std::env::temp_dir().join(format!("writ-checks-{}", uuid::Uuid::now_v7()));
+            let failed = |e: std::io::Error| crate::execution::RunError::Failed(e.to_string());
+            for (path, bytes) in staged {
+                let target = dir.join(path.as_str());
+                if let Some(parent) = target.parent() {
+                    std::fs::create_dir_all(parent).map_err(failed)?;
+                }
+                std::fs::write(target, bytes).map_err(failed)?;
+            }
+            let out = std::process::Command::new("/usr/bin/python3")
+                .args(&calls[0].args)
+                .current_dir(&dir)
+                .output()
+                .map_err(failed)?;
+            let _ = std::fs::remove_dir_all(&dir);
+            Ok(vec![crate::execution::RunOutcome {
+                exit_code: out.status.code(),
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                duration_ms: 1,
+                timed_out: false,
+                truncated: false,
+                missing_evidence: None,
+                limit_reached: None,
+            }])
+        }
+    }
+
+    const CORRECT: &str = "def clamp(x, lo, hi):\n    if lo > hi:\n        raise ValueError('lo > hi')\n    return max(lo, min(x, hi))\n";
+    /// Swaps the bounds when `x` is out of range.
+    const SWAPPED: &str = "def clamp(x, lo, hi):\n    if lo > hi:\n        raise ValueError('lo > hi')\n    if x < lo:\n        return hi\n    if x > hi:\n        return lo\n    return x\n";
+    /// Never raises.
+    const LAX: &str = "def clamp(x, lo, hi):\n    return max(lo, min(x, hi))\n";
+
+    async fn decide_with(
+        codes: &[&str],
+        tests: &str,
+        verdicts: Vec<crate::synthesis::doubles::Answer>,
+    ) -> (Checked, Vec<String>, usize) {
+        use crate::synthesis::doubles::{self, Answer, ScriptedModels};
+        use crate::synthesis::fanout::UpstreamClock;
+        use crate::synthesis::generation::Generated;
+        use crate::synthesis::progress::NoProgress;
+        use crate::synthesis::stage::SynthesisConfig;
+
+        let batch = doubles::batch(&["clamp.py"]);
+        let prior = doubles::prior(&batch);
+        let clock = UpstreamClock::default();
+        let cx = FileCx {
+            batch: &batch,
+            file: &batch.files[0],
+            prior: &prior,
+            sink: &NoProgress,
+            clock: &clock,
+        };
+        let models = ScriptedModels::default()
+            .with(
+                "writer",
+                vec![Answer::after(1, &format!("Here:\n```python\n{tests}```\n"))],
+            )
+            .with("judge", verdicts);
+        let config = SynthesisConfig {
+            arbiter: Some("judge".into()),
+            test_models: vec!["writer".into()],
+            ..SynthesisConfig::default()
+        };
+        let selector = Selector {
+            models: &models,
+            config: &config,
+            batch: &batch,
+        };
+        let names = ["m1", "m2", "m3", "m4", "m5"];
+        let f = FileTrials {
+            file: &batch.files[0],
+            position: 0,
+            generated: Generated {
+                language: Language::Python,
+                models: names.iter().map(|m| m.to_string()).collect(),
+                messages: Vec::new(),
+                answers: Vec::new(),
+                existing: None,
+                allow_removals: false,
+            },
+            records: vec![Default::default(); codes.len()],
+            trials: codes
+                .iter()
+                .enumerate()
+                .map(|(i, c)| super::super::Trial {
+                    model: names[i].to_string(),
+                    code: c.to_string(),
+                    round: 0,
+                    record: i,
+                    outcome: None,
+                })
+                .collect(),
+            best: Some(0),
+            rounds: 0,
+        };
+        let validation = crate::synthesis::batch::Validation::generated_only();
+        let among: Vec<usize> = (0..codes.len()).collect();
+        let checked =
+            check_and_decide(&selector, &LocalPython, &validation, cx, &f, &among, &[]).await;
+        let writer_prompt: Vec<String> = models
+            .requests_to("writer")
+            .iter()
+            .flat_map(|r| r.messages.iter().map(|m| m.content.clone()))
+            .collect();
+        (checked, writer_prompt, models.requests_to("judge").len())
+    }
+
+    #[tokio::test]
+    async fn the_candidate_the_generated_tests_agree_on_is_chosen_despite_a_wrong_assertion() {
+        // One wrong assertion (clamp(11, 0, 10) is 10), one test of a name no candidate has.
+        let tests = "import pytest\nfrom clamp import clamp\n\ndef test_inside():\n    assert clamp(5, 0, 10) == 5\n\ndef test_above():\n    assert clamp(11, 0, 10) == 10\n\ndef test_below():\n    assert clamp(-1, 0, 10) == 0\n\ndef test_wrong():\n    assert clamp(11, 0, 10) == 11\n\ndef test_raises():\n    with pytest.raises(ValueError):\n        clamp(1, 5, 2)\n\ndef test_other_name():\n    assert bound(1) == 1\n";
+        let (checked, prompt, judged) =
+            decide_with(&[SWAPPED, CORRECT, LAX], tests, Vec::new()).await;
+        let decision = checked.decision.expect("the checks decide");
+        assert_eq!(decision.trial, 1);
+        assert_eq!(decision.selection, Selection::Agreement);
+        assert_eq!(judged, 0, "no arbiter call");
+        assert_eq!(checked.summary.tests.len(), 5, "{:?}", checked.summary);
+        assert!(
+            checked
+                .summary
+                .discarded
+                .iter()
+                .any(|d| d.contains("test_other_name"))
+        );
+        assert_eq!(checked.summary.groups[0].models, vec!["m2"]);
+        assert_eq!(checked.summary.groups[0].score, 4);
+        let record = &checked.records.iter().find(|(t, _)| *t == 1).expect("m2").1;
+        assert_eq!(
+            record.failed.len(),
+            1,
+            "only the wrong assertion fails it: {record:?}"
+        );
+        let prompt = prompt.join("\n");
+        assert!(prompt.contains("from clamp import clamp"), "{prompt}");
+        assert!(
+            !prompt.contains("return max"),
+            "no candidate's code reaches the test writer"
+        );
+    }
+
+    #[tokio::test]
+    async fn tests_that_do_not_separate_leave_behaviour_and_then_distinguishing_inputs_to_decide() {
+        // Passed by every candidate: the probes decide. Two of three behave alike.
+        let probing = "from clamp import clamp\n\ndef test_inside():\n    assert clamp(5, 0, 10) == 5\n\ndef test_probe():\n    assert clamp(11, 0, 10) == clamp(11, 0, 10)\n";
+        let (checked, _, _) = decide_with(&[SWAPPED, CORRECT, LAX], probing, Vec::new()).await;
+        let decision = checked.decision.expect("behaviour decides");
+        assert_eq!(decision.selection, Selection::Behaviour);
+        assert_eq!(
+            decision.trial, 1,
+            "CORRECT and LAX agree; the first of them"
+        );
+
+        // Two clusters of one: the arbiter sees the disagreeing input in both orders.
+        use crate::synthesis::doubles::Answer;
+        let consistent = vec![
+            Answer::after(1, r#"{"choice": 2, "reason": "10 is the bound"}"#),
+            Answer::after(1, r#"{"choice": 1, "reason": "10 is the bound"}"#),
+        ];
+        let (checked, _, judged) = decide_with(&[SWAPPED, CORRECT], probing, consistent).await;
+        assert_eq!(judged, 2);
+        let shown = &checked.summary.distinguishing;
+        assert_eq!(shown.len(), 1);
+        assert_eq!(shown[0].input, "clamp(11, 0, 10)");
+        let decision = checked.decision.expect("decided");
+        assert_eq!(decision.selection, Selection::Distinguished);
+        let position_biased = vec![Answer::after(1, r#"{"choice": 1, "reason": "first"}"#)];
+        let (checked, _, judged) = decide_with(&[SWAPPED, CORRECT], probing, position_biased).await;
+        assert_eq!(judged, 3, "both orders, then the arbiter among the tied");
+        let decision = checked.decision.expect("the arbiter decides");
+        assert_eq!(decision.selection, Selection::AgreementArbiter);
+    }
+}

@@ -1,0 +1,120 @@
+//! Generated checks end to end: with no caller's tests, a test-writing model writes tests, every
+//! candidate runs them in the real sandbox, and the candidate they agree on is written — with
+//! the evidence in the answer and the operation record.
+
+use serde_json::{Value, json};
+use writ_fake_upstream::{Script, Step};
+use writ_tests::{ARBITER, Backend, MODELS, TestApp};
+
+const COMMANDS: &str = r#"{"python": ["python3", "{args}"]}"#;
+const WRITER: &str = "test/writer";
+
+const CORRECT: &str = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n";
+const WRONG_ADD: &str = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n";
+const WRONG_MUL: &str = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a + b\n";
+/// Three right assertions, one wrong (1 + 1 is not 3), and one of a name no candidate has.
+const TESTS: &str = "from calc import add, mul\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\ndef test_mul():\n    assert mul(4, 5) == 20\n\n\ndef test_mul_zero():\n    assert mul(7, 0) == 0\n\n\ndef test_slip():\n    assert add(1, 1) == 3\n\n\ndef test_other_name():\n    assert power(2, 3) == 8\n";
+
+async fn app_with(extra: &[(&str, &str)]) -> TestApp {
+    let mut vars = vec![("WRIT_COMMANDS", COMMANDS), ("WRIT_TEST_MODELS", WRITER)];
+    vars.extend_from_slice(extra);
+    let app = writ_tests::spawn_app_with_models_and(Backend::Sqlite, &vars).await;
+    for (m, code) in MODELS.iter().zip([WRONG_ADD, WRONG_MUL, CORRECT]) {
+        app.fake()
+            .script(m, Script::always(Step::code("python", code)));
+    }
+    // Biased to the first position, as judges of code are.
+    app.fake()
+        .script(ARBITER, Script::always(Step::verdict(1, "the first one")));
+    app.fake()
+        .script(WRITER, Script::always(Step::code("python", TESTS)));
+    app
+}
+
+fn batch(options: Value) -> Value {
+    json!({"command": "write_codebase",
+           "files": [{"filename": "calc.py", "code_description": "add(a, b) and mul(a, b) of two numbers"}],
+           "options": options})
+}
+
+#[tokio::test]
+async fn without_the_callers_tests_the_candidate_the_generated_tests_agree_on_is_written() {
+    let app = app_with(&[]).await;
+    let (status, body) = app
+        .post_write_codebase(&batch(json!({"validation": {"generate": true}})))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let result = &body["results"][0];
+    assert_eq!(result["selection"], "agreement", "{body}");
+    assert_eq!(result["chosen_model"], MODELS[2], "{body}");
+    assert_eq!(
+        std::fs::read_to_string(app.repo_dir.join("calc.py")).unwrap(),
+        CORRECT
+    );
+    let checks = &result["validation"]["generated_checks"];
+    assert_eq!(checks["tests"].as_array().unwrap().len(), 4, "{checks}");
+    assert!(
+        checks["discarded"][0]
+            .as_str()
+            .unwrap()
+            .contains("test_other_name"),
+        "{checks}"
+    );
+    assert_eq!(
+        checks["groups"][0]["models"],
+        json!([MODELS[2]]),
+        "{checks}"
+    );
+    assert_eq!(checks["writers"][0]["model"], WRITER);
+    let passed: Vec<u64> = result["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["generated_checks"]["passed"].as_u64().unwrap())
+        .collect();
+    assert_eq!(passed, vec![2, 1, 3], "{body}");
+    // The test writer saw the description and the shared names, never a candidate.
+    let asked = app.fake().calls_for(WRITER);
+    assert_eq!(asked.len(), 1);
+    let prompt = asked[0].body["messages"][1]["content"].as_str().unwrap();
+    assert!(prompt.contains("from calc import add, mul"), "{prompt}");
+    assert!(!prompt.contains("return a"), "{prompt}");
+    // Agreement decided: no arbiter call.
+    assert!(app.fake().calls_for(ARBITER).is_empty());
+    // The operation record carries the same evidence.
+    let (_, op) = app
+        .json(&format!(
+            "/operations/{}",
+            result["operation_id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(op["selection"], "agreement");
+    assert_eq!(op["detail"]["generated_checks"], *checks, "{op}");
+    assert_eq!(op["candidates"][2]["generated_checks"]["passed"], 3);
+    // The checks ran on scratch copies: REPO_DIR holds only the file.
+    assert_eq!(app.files_on_disk(), vec!["calc.py".to_string()]);
+}
+
+#[tokio::test]
+async fn a_server_that_generates_checks_by_default_does_so_for_a_batch_that_asks_for_nothing() {
+    let app = app_with(&[("WRIT_GENERATE_CHECKS", "1")]).await;
+    let (status, body) = app.post_write_codebase(&batch(json!({}))).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["results"][0]["selection"], "agreement", "{body}");
+    assert_eq!(body["results"][0]["chosen_model"], MODELS[2], "{body}");
+}
+
+#[tokio::test]
+async fn keep_tests_without_generate_is_refused_naming_the_field() {
+    let app = app_with(&[]).await;
+    let (status, body) = app
+        .post_write_codebase(&batch(json!({"validation": {
+            "commands": [{"name": "python", "args": ["t.py"]}], "keep_tests": "tests"}})))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        body["error"]["field"], "options.validation.keep_tests",
+        "{body}"
+    );
+    assert!(app.fake().calls_for(MODELS[0]).is_empty());
+}
