@@ -88,7 +88,8 @@ impl Deployment {
             .env("CODE_MODEL", ARBITER)
             .env("WRIT_MODEL_MAX_ATTEMPTS", "1")
             .env("WRIT_LOCAL_MODEL", "off")
-            .env("WRIT_MAX_BATCHES_IN_FLIGHT", "16")
+            // Few connections: the suite's other replicas share PostgreSQL's 100.
+            .env("WRIT_MAX_BATCHES_IN_FLIGHT", "8")
             .env("WRIT_RATE_LIMIT_PER_MIN", "0")
             .env("WRIT_RECONCILE_AFTER_SECS", "2")
             .stdout(Stdio::null())
