@@ -283,7 +283,7 @@ impl Index {
                     prepared
                         .glob
                         .as_ref()
-                        .is_none_or(|g| glob_matches(g, &self.tree.root_path, &k.0))
+                        .is_none_or(|g| glob_matches(g, &k.0))
                 })
                 .map(|(k, e)| {
                     if e.size > query.max_file_bytes || e.may_match(&need) {

@@ -114,7 +114,7 @@ impl Tree {
         let mut walk = Walk::default();
         for (rel, size) in files {
             if let Some(glob) = &glob
-                && !glob_matches(glob, &self.root_path, &rel)
+                && !glob_matches(glob, &rel)
             {
                 continue;
             }
@@ -153,7 +153,7 @@ impl Tree {
             .files(&query.dir)
             .filter(|(rel, _)| {
                 glob.as_ref()
-                    .is_none_or(|g| glob_matches(g, &self.root_path, rel))
+                    .is_none_or(|g| glob_matches(g, rel))
             })
             .map(|(rel, size)| Candidate::File { rel, size });
         Ok(self.search_in(query, matcher, files, started))
@@ -315,8 +315,10 @@ fn is_dir(entry: &ignore::DirEntry) -> bool {
     entry.file_type().is_some_and(|t| t.is_dir())
 }
 
-pub(crate) fn glob_matches(glob: &Override, root: &Path, rel: &str) -> bool {
-    glob.matched(root.join(rel), false).is_whitelist()
+/// Whether `rel` (from the root) matches `glob`: a relative path is matched as it is, without
+/// building the full path of every file a search looks at.
+pub(crate) fn glob_matches(glob: &Override, rel: &str) -> bool {
+    glob.matched(rel, false).is_whitelist()
 }
 
 /// Collects one file's matching lines, each with the context lines that lead to it and follow it.
