@@ -269,7 +269,10 @@ pub async fn run(sizes: &[usize], map_tokens: usize) -> anyhow::Result<String> {
         for n in 0..5 {
             let token = format!("outside_change_{n}_token");
             let started = Instant::now();
-            std::fs::write(root.join(format!("outside_{n}.py")), format!("{token} = 1\n"))?;
+            std::fs::write(
+                root.join(format!("outside_{n}.py")),
+                format!("{token} = 1\n"),
+            )?;
             loop {
                 let found = ws
                     .search(SearchQuery {

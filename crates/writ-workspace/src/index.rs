@@ -279,12 +279,7 @@ impl Index {
                 .files
                 .iter()
                 .filter(|(k, _)| within(&k.0, dir))
-                .filter(|(k, _)| {
-                    prepared
-                        .glob
-                        .as_ref()
-                        .is_none_or(|g| glob_matches(g, &k.0))
-                })
+                .filter(|(k, _)| prepared.glob.as_ref().is_none_or(|g| glob_matches(g, &k.0)))
                 .map(|(k, e)| {
                     if e.size > query.max_file_bytes || e.may_match(&need) {
                         Candidate::File {
@@ -511,8 +506,7 @@ fn bit(gram: u32, words: usize) -> (usize, u64) {
 /// The filter of a file's bytes; `None` when the searcher may not see them as they are (binary
 /// data, or a byte-order mark it would transcode).
 fn filter_of(bytes: &[u8]) -> Option<Box<[u64]>> {
-    if bytes.contains(&0) || bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF])
-    {
+    if bytes.contains(&0) || bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]) {
         return None;
     }
     let mut grams: Vec<u32> = bytes
@@ -588,11 +582,7 @@ impl Need {
         if text.len() < 3 {
             return Need::Anything;
         }
-        Need::All(
-            text.windows(3)
-                .map(|w| trigram(w[0], w[1], w[2]))
-                .collect(),
-        )
+        Need::All(text.windows(3).map(|w| trigram(w[0], w[1], w[2])).collect())
     }
 
     fn simplified(self) -> Need {
@@ -717,7 +707,12 @@ mod tests {
 
     #[test]
     fn a_literal_needs_its_trigrams_and_case_folding_keeps_them() {
-        assert!(may_match("apply_discount", false, false, "def apply_discount(x):"));
+        assert!(may_match(
+            "apply_discount",
+            false,
+            false,
+            "def apply_discount(x):"
+        ));
         assert!(may_match("APPLY", false, true, "def apply_discount(x):"));
         assert!(!may_match(
             "apply_discount",
@@ -734,8 +729,18 @@ mod tests {
             Need::Anything,
             "a branch too short to need a trigram lets every file through"
         );
-        assert!(may_match(r"\bdef (parse|merge)_\w+", true, false, "def merge_all()"));
-        assert!(!may_match(r"\bdef (parse|merge)_\w+", true, false, "def split_all()"));
+        assert!(may_match(
+            r"\bdef (parse|merge)_\w+",
+            true,
+            false,
+            "def merge_all()"
+        ));
+        assert!(!may_match(
+            r"\bdef (parse|merge)_\w+",
+            true,
+            false,
+            "def split_all()"
+        ));
         assert_eq!(Need::of(&query("(abc)?", true, false)), Need::Anything);
     }
 
@@ -758,9 +763,18 @@ mod tests {
     #[test]
     fn an_ignore_file_stands_for_its_directory_and_git_is_not_watched() {
         let root = Path::new("/r");
-        assert_eq!(watched(root, Path::new("/r/a/.gitignore")), Some("a".into()));
-        assert_eq!(watched(root, Path::new("/r/.gitignore")), Some(String::new()));
+        assert_eq!(
+            watched(root, Path::new("/r/a/.gitignore")),
+            Some("a".into())
+        );
+        assert_eq!(
+            watched(root, Path::new("/r/.gitignore")),
+            Some(String::new())
+        );
         assert_eq!(watched(root, Path::new("/r/.git/index")), None);
-        assert_eq!(watched(root, Path::new("/r/src/a.py")), Some("src/a.py".into()));
+        assert_eq!(
+            watched(root, Path::new("/r/src/a.py")),
+            Some("src/a.py".into())
+        );
     }
 }

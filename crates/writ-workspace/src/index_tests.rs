@@ -13,13 +13,7 @@ use writ_core::{RepoPath, Workspace};
 use crate::RepoWorkspace;
 
 const PATHS: &[&str] = &[
-    "a.py",
-    "a/b.py",
-    "a/c.log",
-    "a/d/e.py",
-    "b/f.py",
-    "b/g.txt",
-    "h.txt",
+    "a.py", "a/b.py", "a/c.log", "a/d/e.py", "b/f.py", "b/g.txt", "h.txt",
 ];
 const DIRS: &[&str] = &["a", "a/d", "b", "c"];
 const TEXTS: &[&str] = &[

@@ -357,13 +357,13 @@ impl Workspace for RepoWorkspace {
                 None => tree.search(&query),
             }
         })
-            .await
-            .map_err(|e| {
-                SearchError::Workspace(WorkspaceError::Io {
-                    path: String::new(),
-                    source: io::Error::other(e),
-                })
-            })?
+        .await
+        .map_err(|e| {
+            SearchError::Workspace(WorkspaceError::Io {
+                path: String::new(),
+                source: io::Error::other(e),
+            })
+        })?
     }
 
     async fn walk(
@@ -386,13 +386,13 @@ impl Workspace for RepoWorkspace {
             }
             tree.walk(&owned, glob.as_deref(), max_files)
         })
-            .await
-            .map_err(|e| {
-                SearchError::Workspace(WorkspaceError::Io {
-                    path: String::new(),
-                    source: io::Error::other(e),
-                })
-            })?
+        .await
+        .map_err(|e| {
+            SearchError::Workspace(WorkspaceError::Io {
+                path: String::new(),
+                source: io::Error::other(e),
+            })
+        })?
     }
 
     async fn read(&self, path: &RepoPath) -> Result<Option<Vec<u8>>, WorkspaceError> {

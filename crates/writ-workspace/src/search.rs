@@ -151,10 +151,7 @@ impl Tree {
         let Prepared { matcher, glob } = self.prepare(query)?;
         let files = self
             .files(&query.dir)
-            .filter(|(rel, _)| {
-                glob.as_ref()
-                    .is_none_or(|g| glob_matches(g, rel))
-            })
+            .filter(|(rel, _)| glob.as_ref().is_none_or(|g| glob_matches(g, rel)))
             .map(|(rel, size)| Candidate::File { rel, size });
         Ok(self.search_in(query, matcher, files, started))
     }
