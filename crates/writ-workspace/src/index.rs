@@ -452,6 +452,9 @@ fn watch(index: &Arc<Index>) -> notify::Result<notify::RecommendedWatcher> {
             return;
         };
         match event {
+            // Opening and reading change nothing (and the index's own reads would otherwise
+            // report themselves, round and round).
+            Ok(event) if event.kind.is_access() && !event.need_rescan() => {}
             Ok(event) if !event.need_rescan() => {
                 for path in &event.paths {
                     if let Some(rel) = watched(&root, path) {
