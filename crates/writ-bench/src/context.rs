@@ -6,6 +6,10 @@
 //! not name, a project constant, a style rule — counting the tasks whose prompt holds what the
 //! file needs, with the map and the caller's constraints and without them.
 //!
+//! The workspace keeps its index (as the server's does): the table also says how long its first
+//! build took, what it holds in memory, and how long a file written outside writ takes to show
+//! in a search.
+//!
 //! Everything runs in-process against the real workspace (`RepoWorkspace` on a temporary
 //! directory) and the real prompt builder; no model is called.
 
@@ -206,7 +210,7 @@ fn ms(d: Duration) -> String {
 /// Runs the measurements on repositories of each size in `sizes`; prints markdown tables.
 pub async fn run(sizes: &[usize], map_tokens: usize) -> anyhow::Result<String> {
     let mut perf = String::from(
-        "| files | map, cold cache (ms) | map, warm (ms) | map tokens | prompt tokens | search, literal (ms) | search, regex (ms) |\n|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| files | index first build (s) | index memory (MB) | map, cold cache (ms) | map, warm (ms) | map tokens | prompt tokens | search, literal (ms) | search, regex (ms) | outside change shown (ms) |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let mut quality = String::from(
         "| files | tasks | kind | prompt holds what the file needs: with map and constraints | without |\n|---:|---:|---|---:|---:|\n",
@@ -215,7 +219,14 @@ pub async fn run(sizes: &[usize], map_tokens: usize) -> anyhow::Result<String> {
         let dir = tempfile::tempdir()?;
         let root = dir.path().join("repo");
         let tasks = generate(&root, size)?;
-        let ws = RepoWorkspace::open(&root).await?;
+        let started = Instant::now();
+        let ws = RepoWorkspace::open(&root).await?.with_index();
+        anyhow::ensure!(
+            ws.index_caught_up(Duration::from_secs(600)).await,
+            "the index was not built within 10 minutes"
+        );
+        let build = started.elapsed();
+        let index_mb = ws.index_status().map_or(0, |s| s.bytes) as f64 / 1e6;
 
         let probe = &tasks[0];
         let started = Instant::now();
@@ -244,7 +255,7 @@ pub async fn run(sizes: &[usize], map_tokens: usize) -> anyhow::Result<String> {
                         glob: None,
                         context_lines: 2,
                         max_matches: 50,
-                        max_files: 100_000,
+                        max_files: 1_000_000,
                         max_file_bytes: 2 << 20,
                         time_limit: Duration::from_secs(5),
                     })
@@ -254,14 +265,51 @@ pub async fn run(sizes: &[usize], map_tokens: usize) -> anyhow::Result<String> {
                 out.push(started.elapsed());
             }
         }
+        let mut shown = Vec::new();
+        for n in 0..5 {
+            let token = format!("outside_change_{n}_token");
+            let started = Instant::now();
+            std::fs::write(
+                root.join(format!("outside_{n}.py")),
+                format!("{token} = 1\n"),
+            )?;
+            loop {
+                let found = ws
+                    .search(SearchQuery {
+                        pattern: token.clone(),
+                        regex: false,
+                        ignore_case: false,
+                        dir: RepoPath::root(),
+                        glob: None,
+                        context_lines: 0,
+                        max_matches: 1,
+                        max_files: 1_000_000,
+                        max_file_bytes: 2 << 20,
+                        time_limit: Duration::from_secs(5),
+                    })
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                if !found.matches.is_empty() {
+                    break;
+                }
+                anyhow::ensure!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "a file written outside writ did not show in 10 s"
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            shown.push(started.elapsed());
+        }
         let _ = writeln!(
             perf,
-            "| {size} | {} | {} | {map} | {} | {} | {} |",
+            "| {size} | {:.1} | {index_mb:.1} | {} | {} | {map} | {} | {} | {} | {} |",
+            build.as_secs_f64(),
             ms(cold),
             ms(median(warm)),
             tokens(&text),
             ms(median(literal)),
             ms(median(regex)),
+            ms(median(shown)),
         );
 
         let mut by_kind: Vec<(&str, usize, usize, usize)> = Vec::new();

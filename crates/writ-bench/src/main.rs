@@ -86,7 +86,7 @@ enum Command {
     /// repositories, and how often a prompt holds what its file needs (BENCHMARKS.md, EVALS.md).
     Context {
         /// Repository sizes, in files.
-        #[arg(long, value_delimiter = ',', default_values_t = [100, 2_000, 20_000])]
+        #[arg(long, value_delimiter = ',', default_values_t = [10, 20_000, 100_000])]
         files: Vec<usize>,
         /// The map's budget, in prompt tokens.
         #[arg(long, default_value_t = 2_000)]

@@ -22,9 +22,14 @@
 //! - `locks`: per-path write locks whose table shrinks as paths are released;
 //! - `protect`: [`ProtectedPaths`], the names and paths no write may touch (and no search shows);
 //! - `search`: searching and walking the tree with ripgrep's crates;
+//! - `index`: the index walks and searches are answered from, kept current by writ's own writes
+//!   and a watcher;
 //! - `errors`: cap-std's `io::Error`s as [`WorkspaceError`]s.
 
 mod errors;
+mod index;
+#[cfg(test)]
+mod index_tests;
 mod locks;
 mod ops;
 mod protect;
@@ -44,6 +49,7 @@ use writ_core::search::{SearchError, SearchQuery, SearchResults, Walk};
 use writ_core::workspace::{DirEntry, PathLock, StagedGroup, StagedWrite, ToStage};
 use writ_core::{RepoPath, Workspace, WorkspaceError};
 
+pub use crate::index::{IndexState, IndexStatus};
 use crate::locks::PathLocks;
 pub use crate::protect::ProtectedPaths;
 use crate::staged::Prepared;
@@ -69,6 +75,8 @@ pub struct RepoWorkspace {
     max_file_bytes: Option<usize>,
     /// Every write goes through it.
     writer: Writer,
+    /// Walks and searches are answered from it when it is current (see [`RepoWorkspace::with_index`]).
+    index: Option<index::Running>,
 }
 
 impl std::fmt::Debug for Writer {
@@ -109,6 +117,7 @@ impl RepoWorkspace {
             locks: PathLocks::default(),
             protected: Arc::new(ProtectedPaths::default()),
             max_file_bytes: None,
+            index: None,
         })
     }
 
@@ -128,7 +137,48 @@ impl RepoWorkspace {
     /// The workspace, refusing writes and removals that `protected` covers.
     pub fn with_protected(mut self, protected: ProtectedPaths) -> Self {
         self.protected = Arc::new(protected);
+        if self.index.is_some() {
+            // The index lists what walks may show: it starts over with the new paths.
+            self.index = None;
+            return self.with_index();
+        }
         self
+    }
+
+    /// The workspace, answering walks and searches from an index of its files kept in this
+    /// process: built in the background (walks and searches read the tree until it is ready),
+    /// kept current by this workspace's writes and a watcher of the root.
+    pub fn with_index(mut self) -> Self {
+        self.index = Some(index::Index::start(self.tree()));
+        self
+    }
+
+    /// Where the index stands; `None` without one.
+    pub fn index_status(&self) -> Option<IndexStatus> {
+        self.index.as_ref().map(|i| i.index.status())
+    }
+
+    /// Waits until the index is ready and has applied every change reported before now, within
+    /// `bound`; `false` without an index or when the bound runs out.
+    pub async fn index_caught_up(&self, bound: Duration) -> bool {
+        let Some(index) = self.index.as_ref().map(|i| Arc::clone(&i.index)) else {
+            return false;
+        };
+        tokio::task::spawn_blocking(move || index.caught_up(bound))
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Tells the index that `path` changed (written, removed): whatever is asked of it next
+    /// waits for the change to be applied.
+    fn indexed_change(&self, path: &str) {
+        if let Some(running) = &self.index {
+            running.index.changed(path);
+        }
+    }
+
+    fn index(&self) -> Option<Arc<index::Index>> {
+        self.index.as_ref().map(|i| Arc::clone(&i.index))
     }
 
     /// Runs `op` after refusing a protected `path` (see [`RepoWorkspace::guarded`]).
@@ -295,14 +345,25 @@ impl Workspace for RepoWorkspace {
 
     async fn search(&self, query: SearchQuery) -> Result<SearchResults, SearchError> {
         let tree = self.tree();
-        tokio::task::spawn_blocking(move || tree.search(&query))
-            .await
-            .map_err(|e| {
-                SearchError::Workspace(WorkspaceError::Io {
-                    path: String::new(),
-                    source: io::Error::other(e),
-                })
-            })?
+        let index = self.index();
+        tokio::task::spawn_blocking(move || {
+            let Some(index) = index else {
+                return tree.search(&query);
+            };
+            let started = std::time::Instant::now();
+            let prepared = tree.prepare(&query)?;
+            match index.search(&query, prepared, started) {
+                Some(results) => Ok(results),
+                None => tree.search(&query),
+            }
+        })
+        .await
+        .map_err(|e| {
+            SearchError::Workspace(WorkspaceError::Io {
+                path: String::new(),
+                source: io::Error::other(e),
+            })
+        })?
     }
 
     async fn walk(
@@ -314,14 +375,24 @@ impl Workspace for RepoWorkspace {
         let tree = self.tree();
         let owned = dir.clone();
         let glob = glob.map(str::to_owned);
-        tokio::task::spawn_blocking(move || tree.walk(&owned, glob.as_deref(), max_files))
-            .await
-            .map_err(|e| {
-                SearchError::Workspace(WorkspaceError::Io {
-                    path: String::new(),
-                    source: io::Error::other(e),
-                })
-            })?
+        let index = self.index();
+        tokio::task::spawn_blocking(move || {
+            if let Some(index) = index {
+                let matcher = glob.as_deref().map(|g| tree.glob(g)).transpose()?;
+                tree.existing_dir(&owned)?;
+                if let Some(walk) = index.walk(owned.as_str(), matcher.as_ref(), max_files) {
+                    return Ok(walk);
+                }
+            }
+            tree.walk(&owned, glob.as_deref(), max_files)
+        })
+        .await
+        .map_err(|e| {
+            SearchError::Workspace(WorkspaceError::Io {
+                path: String::new(),
+                source: io::Error::other(e),
+            })
+        })?
     }
 
     async fn read(&self, path: &RepoPath) -> Result<Option<Vec<u8>>, WorkspaceError> {
@@ -390,6 +461,7 @@ impl Workspace for RepoWorkspace {
         Ok(Box::new(Staged(StagedFiles {
             writer: self.writer.clone(),
             writes: vec![Ok(prepared)],
+            index: self.index(),
         })))
     }
 
@@ -398,13 +470,17 @@ impl Workspace for RepoWorkspace {
         Box::new(StagedFiles {
             writer: self.writer.clone(),
             writes: self.writer.stage_all(prepares).await,
+            index: self.index(),
         })
     }
 
     async fn remove(&self, path: &RepoPath) -> Result<(), WorkspaceError> {
         let owned = path.clone();
-        self.run_unprotected(path, move |root| ops::remove(root, &owned))
-            .await
+        let removed = self
+            .run_unprotected(path, move |root| ops::remove(root, &owned))
+            .await;
+        self.indexed_change(path.as_str());
+        removed
     }
 
     /// Through the same writer as every write, so a writer that stopped shows here too.
@@ -440,6 +516,8 @@ impl StagedWrite for Staged {
 struct StagedFiles {
     writer: Writer,
     writes: Vec<Result<Prepared, WorkspaceError>>,
+    /// Told of every path published, before the publication returns.
+    index: Option<Arc<index::Index>>,
 }
 
 impl StagedFiles {
@@ -467,7 +545,14 @@ impl StagedGroup for StagedFiles {
                 Err(e) => refused.push(Some(e)),
             }
         }
-        let mut published = self.writer.publish_all(prepared).await.into_iter();
+        let paths: Vec<String> = prepared.iter().map(|p| p.path().to_string()).collect();
+        let published = self.writer.publish_all(prepared).await;
+        if let Some(index) = &self.index {
+            for path in &paths {
+                index.changed(path);
+            }
+        }
+        let mut published = published.into_iter();
         refused
             .into_iter()
             .map(|refused| match refused {

@@ -33,6 +33,7 @@ const MAX_LINE_CHARS: usize = 400;
 const REGEX_SIZE_LIMIT: usize = 10 << 20;
 
 /// What a walk needs of the workspace.
+#[derive(Clone)]
 pub(crate) struct Tree {
     pub root_path: PathBuf,
     pub root: Arc<Dir>,
@@ -42,9 +43,15 @@ pub(crate) struct Tree {
 impl Tree {
     /// The walker over `dir`, yielding regular files only (with their path from the root).
     fn files(&self, dir: &RepoPath) -> impl Iterator<Item = (String, u64)> + use<> {
+        self.stats(dir.as_str()).map(|f| (f.rel, f.size))
+    }
+
+    /// The walker over `wanted` (a directory or a file, from the root; empty for the root),
+    /// yielding the regular files there with their size and modification time.
+    pub fn stats(&self, wanted: &str) -> impl Iterator<Item = FileStat> + use<> {
         let root_path = self.root_path.clone();
         let protected = Arc::clone(&self.protected);
-        let wanted = dir.as_str().to_owned();
+        let wanted = wanted.to_owned();
         let filter_root = root_path.clone();
         let mut builder = ignore::WalkBuilder::new(&root_path);
         builder
@@ -77,8 +84,12 @@ impl Tree {
             if rel.is_empty() {
                 return None;
             }
-            let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
-            Some((rel, size))
+            let meta = entry.metadata().ok();
+            Some(FileStat {
+                rel,
+                size: meta.as_ref().map_or(0, |m| m.len()),
+                modified: meta.and_then(|m| m.modified().ok()),
+            })
         })
     }
 
@@ -90,10 +101,20 @@ impl Tree {
     ) -> Result<Walk, SearchError> {
         let glob = glob.map(|g| self.glob(g)).transpose()?;
         self.existing_dir(dir)?;
+        Ok(self.walk_in(self.files(dir), glob.as_ref(), max_files))
+    }
+
+    /// The walk's answer from `files` (in walk order, beneath the directory asked for).
+    pub fn walk_in(
+        &self,
+        files: impl Iterator<Item = (String, u64)>,
+        glob: Option<&Override>,
+        max_files: usize,
+    ) -> Walk {
         let mut walk = Walk::default();
-        for (rel, size) in self.files(dir) {
+        for (rel, size) in files {
             if let Some(glob) = &glob
-                && !glob_matches(glob, &self.root_path, &rel)
+                && !glob_matches(glob, &rel)
             {
                 continue;
             }
@@ -105,11 +126,11 @@ impl Tree {
                 walk.files.push(WalkedFile { path, size });
             }
         }
-        Ok(walk)
+        walk
     }
 
     /// Refuses a directory that is not there (or not a directory) before walking it.
-    fn existing_dir(&self, dir: &RepoPath) -> Result<(), WorkspaceError> {
+    pub fn existing_dir(&self, dir: &RepoPath) -> Result<(), WorkspaceError> {
         if dir.is_root() {
             return Ok(());
         }
@@ -127,6 +148,16 @@ impl Tree {
 
     pub fn search(&self, query: &SearchQuery) -> Result<SearchResults, SearchError> {
         let started = Instant::now();
+        let Prepared { matcher, glob } = self.prepare(query)?;
+        let files = self
+            .files(&query.dir)
+            .filter(|(rel, _)| glob.as_ref().is_none_or(|g| glob_matches(g, rel)))
+            .map(|(rel, size)| Candidate::File { rel, size });
+        Ok(self.search_in(query, matcher, files, started))
+    }
+
+    /// The search's matcher and glob, checked, and its directory found.
+    pub fn prepare(&self, query: &SearchQuery) -> Result<Prepared, SearchError> {
         let matcher = RegexMatcherBuilder::new()
             .fixed_strings(!query.regex)
             .case_insensitive(query.ignore_case)
@@ -135,21 +166,20 @@ impl Tree {
             .dfa_size_limit(REGEX_SIZE_LIMIT)
             .build(&query.pattern)
             .map_err(|e| SearchError::Pattern(e.to_string()))?;
-        let glob = match &query.glob {
-            Some(glob) => {
-                let mut builder = OverrideBuilder::new(&self.root_path);
-                builder
-                    .add(glob)
-                    .map_err(|e| SearchError::Glob(e.to_string()))?;
-                Some(
-                    builder
-                        .build()
-                        .map_err(|e| SearchError::Glob(e.to_string()))?,
-                )
-            }
-            None => None,
-        };
+        let glob = query.glob.as_deref().map(|g| self.glob(g)).transpose()?;
         self.existing_dir(&query.dir)?;
+        Ok(Prepared { matcher, glob })
+    }
+
+    /// Searches `files` (in walk order, within the directory and glob asked for), each read
+    /// unless the index has ruled it out.
+    pub fn search_in(
+        &self,
+        query: &SearchQuery,
+        matcher: grep_regex::RegexMatcher,
+        files: impl Iterator<Item = Candidate>,
+        started: Instant,
+    ) -> SearchResults {
         let mut searcher = SearcherBuilder::new()
             .line_number(true)
             .before_context(query.context_lines)
@@ -165,12 +195,7 @@ impl Tree {
             stopped: None,
             elapsed_ms: 0,
         };
-        for (rel, size) in self.files(&query.dir) {
-            if let Some(glob) = &glob
-                && !glob_matches(glob, &self.root_path, &rel)
-            {
-                continue;
-            }
+        for candidate in files {
             if started.elapsed() >= query.time_limit {
                 results.stopped = Some(SearchStop::TimeLimit);
                 break;
@@ -179,6 +204,13 @@ impl Tree {
                 results.stopped = Some(SearchStop::MaxFiles);
                 break;
             }
+            let (rel, size) = match candidate {
+                Candidate::RuledOut => {
+                    results.files_searched += 1;
+                    continue;
+                }
+                Candidate::File { rel, size } => (rel, size),
+            };
             if size > query.max_file_bytes {
                 results.files_skipped += 1;
                 continue;
@@ -211,12 +243,12 @@ impl Tree {
             }
         }
         results.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        Ok(results)
+        results
     }
 
     /// `glob` as a matcher of paths from the root, gitignore-style (`*.py` anywhere, `src/*.py`
     /// anchored).
-    fn glob(&self, glob: &str) -> Result<Override, SearchError> {
+    pub fn glob(&self, glob: &str) -> Result<Override, SearchError> {
         let mut builder = OverrideBuilder::new(&self.root_path);
         builder
             .add(glob)
@@ -228,7 +260,7 @@ impl Tree {
 
     /// The file's bytes through the root's capability, if it is still a regular file no larger
     /// than `max_bytes`.
-    fn read(&self, rel: &str, max_bytes: u64) -> Option<Vec<u8>> {
+    pub fn read(&self, rel: &str, max_bytes: u64) -> Option<Vec<u8>> {
         let mut options = cap_std::fs::OpenOptions::new();
         options.read(true);
         let file = self.root.open_with(rel, &options).ok()?;
@@ -242,15 +274,35 @@ impl Tree {
     }
 }
 
+/// A regular file as the walk finds it.
+pub(crate) struct FileStat {
+    /// From the root, with `/` separators.
+    pub rel: String,
+    pub size: u64,
+    pub modified: Option<std::time::SystemTime>,
+}
+
+/// A search's compiled pattern and glob.
+pub(crate) struct Prepared {
+    pub matcher: grep_regex::RegexMatcher,
+    pub glob: Option<Override>,
+}
+
+/// A file in a search's scope: to be read, or known by the index to hold no match.
+pub(crate) enum Candidate {
+    File { rel: String, size: u64 },
+    RuledOut,
+}
+
 /// `path` from the root, with `/` separators; `None` outside it or when not UTF-8.
-fn relative(root: &Path, path: &Path) -> Option<String> {
+pub(crate) fn relative(root: &Path, path: &Path) -> Option<String> {
     let rel = path.strip_prefix(root).ok()?;
     let parts: Option<Vec<&str>> = rel.components().map(|c| c.as_os_str().to_str()).collect();
     Some(parts?.join("/"))
 }
 
 /// Whether `path` is `dir` or lies beneath it (the root holds everything).
-fn within(path: &str, dir: &str) -> bool {
+pub(crate) fn within(path: &str, dir: &str) -> bool {
     dir.is_empty()
         || path == dir
         || (path.starts_with(dir) && path.as_bytes().get(dir.len()) == Some(&b'/'))
@@ -260,8 +312,10 @@ fn is_dir(entry: &ignore::DirEntry) -> bool {
     entry.file_type().is_some_and(|t| t.is_dir())
 }
 
-fn glob_matches(glob: &Override, root: &Path, rel: &str) -> bool {
-    glob.matched(root.join(rel), false).is_whitelist()
+/// Whether `rel` (from the root) matches `glob`: a relative path is matched as it is, without
+/// building the full path of every file a search looks at.
+pub(crate) fn glob_matches(glob: &Override, rel: &str) -> bool {
+    glob.matched(rel, false).is_whitelist()
 }
 
 /// Collects one file's matching lines, each with the context lines that lead to it and follow it.

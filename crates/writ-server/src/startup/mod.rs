@@ -73,7 +73,10 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         crate::config::edge::protected_paths(&settings, writ_core::Workspace::root(&workspace));
     let mut workspace = workspace
         .with_protected(protected)
-        .with_max_file_bytes(settings.guard.max_file_bytes);
+        .with_max_file_bytes(settings.guard.max_file_bytes)
+        // Each replica keeps its own: it is built from the shared tree and kept by a watcher of
+        // it, so it needs no coordination and costs no round trip on the batch's path.
+        .with_index();
     // Replicas share REPO_DIR through the database they share: writers of one path wait for
     // each other's advisory lock.
     if let Some(shared) = writ_store::shared_locks(&settings.database_url)

@@ -1,0 +1,783 @@
+//! The workspace's index, kept in the process: every file a walk would find (`.gitignore` and
+//! protected paths honoured), in walk order, each with a filter of the trigrams its text holds.
+//! Walks and searches are answered from it, so they cost what the answer needs instead of a read
+//! of the whole tree.
+//!
+//! - **The filter.** Each file keeps a bit set of its (ASCII-lowercased) trigrams, one bit per
+//!   trigram hashed into eight bits per distinct trigram (a one-hash Bloom filter: about one
+//!   false "maybe" in eight per trigram, never a false "no"). A search's pattern is read into
+//!   the trigrams any match must hold ([`Need`]); a file whose filter lacks them is ruled out
+//!   without being read, every other file is read and searched exactly as the walk's search
+//!   does, so the answer is the walk's answer.
+//! - **Kept current.** One thread applies changes in order: the first build (a walk of the root,
+//!   reported as progress), then every path writ writes or removes, and every path the watcher
+//!   reports changed outside writ. A change is a refresh of its path: walked again from the root
+//!   (so the ignore files on the way apply), files gone dropped, files new or changed read. A
+//!   watcher that overflowed or failed, and a changed ignore file, refresh the directory they
+//!   cover — the bounded rescan, which reads only files whose size or time changed.
+//! - **Never stale.** Each change is queued before it is applied; a walk or search waits (within
+//!   [`CATCH_UP`]) until the index has applied every change queued before it started. Before
+//!   the first build ends, after the watcher failed for good, or when the wait runs out, the
+//!   workspace walks the tree as it would without an index.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use ignore::overrides::Override;
+use regex_syntax::hir::{Class, Hir, HirKind};
+use writ_core::search::{SearchQuery, SearchResults, Walk};
+
+use crate::search::{Candidate, FileStat, Prepared, Tree, glob_matches, within};
+
+/// How long a walk or search waits for the index to apply the changes queued before it; past
+/// it, the tree is walked instead.
+pub const CATCH_UP: Duration = Duration::from_millis(500);
+/// Files larger than this are not filtered: every search reads them.
+const MAX_FILTERED_BYTES: u64 = 1 << 20;
+/// Changes waiting past this many are applied as one rescan of the root.
+const MAX_QUEUED: usize = 4_096;
+/// Files indexed between two reports of the first build's progress.
+const PROGRESS_EVERY: usize = 1_000;
+/// How long after refreshing a directory that changed it is walked again: the watcher starts
+/// watching a new directory only after reporting it, so a file made in it in between is found
+/// by the second walk.
+const SETTLE: Duration = Duration::from_millis(50);
+
+/// Where the index stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexState {
+    /// The first build is walking the tree; walks and searches walk it too meanwhile.
+    Building,
+    /// Walks and searches are answered from the index.
+    Ready,
+    /// The watcher could not be started: walks and searches walk the tree.
+    Off,
+}
+
+/// What the index holds, for reports and benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexStatus {
+    pub state: IndexState,
+    /// Files indexed (during the first build: so far).
+    pub files: usize,
+    /// The index's own memory, estimated from what it holds.
+    pub bytes: usize,
+    /// Changes queued and not yet applied.
+    pub pending: u64,
+}
+
+/// One indexed file.
+struct Entry {
+    size: u64,
+    modified: Option<SystemTime>,
+    /// When the file was read: a change in the same tick as its read would leave its time
+    /// unchanged, so a rescan reads again a file modified no earlier than a second before it.
+    read_at: SystemTime,
+    /// `None`: every search reads the file (too large, unreadable, binary or with a byte-order
+    /// mark, which the searcher would transcode first).
+    filter: Option<Box<[u64]>>,
+}
+
+impl Entry {
+    fn may_match(&self, need: &Need) -> bool {
+        match &self.filter {
+            None => true,
+            Some(bits) => need.holds(bits),
+        }
+    }
+
+    fn bytes(&self, key: &Key) -> usize {
+        std::mem::size_of::<Entry>()
+            + std::mem::size_of::<Key>()
+            + key.0.len()
+            + self.filter.as_ref().map_or(0, |f| f.len() * 8)
+            // a B-tree's node share per entry, about
+            + 16
+    }
+}
+
+/// A path from the root, ordered as the walk yields it (component by component, so `a/b.py`
+/// comes before `a.py`).
+#[derive(Clone, PartialEq, Eq)]
+struct Key(String);
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.split('/').cmp(other.0.split('/'))
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+struct State {
+    state: IndexState,
+    files: BTreeMap<Key, Entry>,
+    bytes: usize,
+    /// Paths to refresh, in order (`""`: the root).
+    queue: Vec<String>,
+    /// Changes queued since the start, and applied.
+    queued: u64,
+    applied: u64,
+    stopping: bool,
+}
+
+/// The index of one workspace root (see the module's notes).
+pub(crate) struct Index {
+    tree: Tree,
+    state: Mutex<State>,
+    /// Signalled when changes are queued (for the updater) and applied (for the waiting).
+    changed: Condvar,
+}
+
+/// The index with its updater thread and watcher; dropping it stops both.
+pub(crate) struct Running {
+    pub index: Arc<Index>,
+    _watcher: Option<notify::RecommendedWatcher>,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Index")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.index.lock().stopping = true;
+        self.index.changed.notify_all();
+    }
+}
+
+impl Index {
+    /// Starts the first build in the background and the watcher on the root.
+    pub fn start(tree: Tree) -> Running {
+        let index = Arc::new(Index {
+            tree,
+            state: Mutex::new(State {
+                state: IndexState::Building,
+                files: BTreeMap::new(),
+                bytes: 0,
+                queue: vec![String::new()],
+                queued: 1,
+                applied: 0,
+                stopping: false,
+            }),
+            changed: Condvar::new(),
+        });
+        let watcher = match watch(&index) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(error = %e, root = %index.tree.root_path.display(),
+                    "the workspace index is off (the watcher did not start): walks and searches read the tree");
+                index.lock().state = IndexState::Off;
+                None
+            }
+        };
+        if watcher.is_some() {
+            let updater = Arc::clone(&index);
+            let spawned = std::thread::Builder::new()
+                .name("writ-index".into())
+                .spawn(move || updater.update());
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "the workspace index is off (no thread)");
+                index.lock().state = IndexState::Off;
+            }
+        }
+        Running {
+            index,
+            _watcher: watcher,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn status(&self) -> IndexStatus {
+        let state = self.lock();
+        IndexStatus {
+            state: state.state,
+            files: state.files.len(),
+            bytes: state.bytes,
+            pending: state.queued - state.applied,
+        }
+    }
+
+    /// Queues a refresh of `rel` (a path from the root; `""` for the root): everything asked
+    /// of the index afterwards waits for it.
+    pub fn changed(&self, rel: &str) {
+        let mut state = self.lock();
+        if state.state == IndexState::Off {
+            return;
+        }
+        state.queue.push(rel.to_owned());
+        state.queued += 1;
+        drop(state);
+        self.changed.notify_all();
+    }
+
+    /// The index once it has applied every change queued before now; `None` if it is not ready
+    /// or does not catch up within `bound`.
+    fn current(&self, bound: Duration) -> Option<MutexGuard<'_, State>> {
+        let state = self.lock();
+        if state.state != IndexState::Ready {
+            return None;
+        }
+        let wanted = state.queued;
+        let (state, _) = self
+            .changed
+            .wait_timeout_while(state, bound, |s| {
+                s.applied < wanted && s.state == IndexState::Ready
+            })
+            .unwrap_or_else(|e| e.into_inner());
+        (state.state == IndexState::Ready && state.applied >= wanted).then_some(state)
+    }
+
+    /// Waits until the index has applied every change queued before now, within `bound`.
+    pub fn caught_up(&self, bound: Duration) -> bool {
+        let deadline = Instant::now() + bound;
+        loop {
+            if self.current(bound).is_some() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The walk's answer, from the index; `None` when the tree must be walked instead.
+    pub fn walk(&self, dir: &str, glob: Option<&Override>, max_files: usize) -> Option<Walk> {
+        let state = self.current(CATCH_UP)?;
+        let files = state
+            .files
+            .iter()
+            .filter(|(k, _)| within(&k.0, dir))
+            .map(|(k, e)| (k.0.clone(), e.size));
+        Some(self.tree.walk_in(files, glob, max_files))
+    }
+
+    /// The search's answer, from the index; `None` when the tree must be walked instead.
+    pub fn search(
+        &self,
+        query: &SearchQuery,
+        prepared: Prepared,
+        started: Instant,
+    ) -> Option<SearchResults> {
+        let need = Need::of(query);
+        let candidates: Vec<Candidate> = {
+            let state = self.current(CATCH_UP)?;
+            let dir = query.dir.as_str();
+            state
+                .files
+                .iter()
+                .filter(|(k, _)| within(&k.0, dir))
+                .filter(|(k, _)| prepared.glob.as_ref().is_none_or(|g| glob_matches(g, &k.0)))
+                .map(|(k, e)| {
+                    if e.size > query.max_file_bytes || e.may_match(&need) {
+                        Candidate::File {
+                            rel: k.0.clone(),
+                            size: e.size,
+                        }
+                    } else {
+                        Candidate::RuledOut
+                    }
+                })
+                .collect()
+        };
+        Some(
+            self.tree
+                .search_in(query, prepared.matcher, candidates.into_iter(), started),
+        )
+    }
+
+    /// The updater: applies queued changes in order until the index is dropped.
+    fn update(&self) {
+        loop {
+            let batch = {
+                let state = self.lock();
+                let mut state = self
+                    .changed
+                    .wait_while(state, |s| s.queue.is_empty() && !s.stopping)
+                    .unwrap_or_else(|e| e.into_inner());
+                if state.stopping {
+                    return;
+                }
+                std::mem::take(&mut state.queue)
+            };
+            let taken = batch.len() as u64;
+            let mut paths: Vec<String> = if batch.len() > MAX_QUEUED {
+                vec![String::new()]
+            } else {
+                batch
+            };
+            paths.sort();
+            paths.dedup();
+            // A refresh of a directory covers every path beneath it.
+            let covered: Vec<String> = paths
+                .iter()
+                .filter(|p| !paths.iter().any(|d| *d != **p && within(p, d)))
+                .cloned()
+                .collect();
+            let mut directories = Vec::new();
+            for rel in covered {
+                self.refresh(&rel);
+                if !rel.is_empty()
+                    && self
+                        .tree
+                        .root
+                        .symlink_metadata(&rel)
+                        .is_ok_and(|m| m.is_dir())
+                {
+                    directories.push(rel);
+                }
+            }
+            if !directories.is_empty() {
+                std::thread::sleep(SETTLE);
+                for rel in directories {
+                    self.refresh(&rel);
+                }
+            }
+            let mut state = self.lock();
+            state.applied += taken;
+            if state.state == IndexState::Building {
+                state.state = IndexState::Ready;
+                tracing::info!(
+                    files = state.files.len(),
+                    bytes = state.bytes,
+                    "the workspace index is ready"
+                );
+            }
+            drop(state);
+            self.changed.notify_all();
+        }
+    }
+
+    /// Brings the index's view of `rel` (a file or a directory) in line with the tree.
+    fn refresh(&self, rel: &str) {
+        let walked: Vec<FileStat> = self.tree.stats(rel).collect();
+        let now = SystemTime::now();
+        let to_read: Vec<&FileStat> = {
+            let state = self.lock();
+            walked
+                .iter()
+                .filter(|f| {
+                    // The path itself was reported changed: read it whatever its time says.
+                    f.rel == rel
+                        || state
+                            .files
+                            .get(&Key(f.rel.clone()))
+                            .is_none_or(|e| e.size != f.size || racy(e, f.modified))
+                })
+                .collect()
+        };
+        let mut read: Vec<(Key, Entry)> = Vec::with_capacity(PROGRESS_EVERY);
+        for f in to_read {
+            read.push((Key(f.rel.clone()), self.entry(f, now)));
+            if read.len() == PROGRESS_EVERY {
+                self.insert(std::mem::take(&mut read));
+            }
+        }
+        self.insert(read);
+        let present: HashSet<&str> = walked.iter().map(|f| f.rel.as_str()).collect();
+        let mut state = self.lock();
+        let gone: Vec<Key> = state
+            .files
+            .range(Key(rel.to_owned())..)
+            .take_while(|(k, _)| within(&k.0, rel))
+            .filter(|(k, _)| !present.contains(k.0.as_str()))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in gone {
+            if let Some(entry) = state.files.remove(&key) {
+                state.bytes -= entry.bytes(&key);
+            }
+        }
+    }
+
+    fn insert(&self, entries: Vec<(Key, Entry)>) {
+        let mut state = self.lock();
+        for (key, entry) in entries {
+            state.bytes += entry.bytes(&key);
+            if let Some(old) = state.files.insert(key.clone(), entry) {
+                state.bytes -= old.bytes(&key);
+            }
+        }
+    }
+
+    fn entry(&self, f: &FileStat, now: SystemTime) -> Entry {
+        let filter = if f.size > MAX_FILTERED_BYTES {
+            None
+        } else {
+            self.tree
+                .read(&f.rel, MAX_FILTERED_BYTES)
+                .and_then(|bytes| filter_of(&bytes))
+        };
+        Entry {
+            size: f.size,
+            modified: f.modified,
+            read_at: now,
+            filter,
+        }
+    }
+}
+
+/// Whether a rescan must read the file again: its time moved, or is too close to its last read
+/// to tell a later change in the same tick apart.
+fn racy(entry: &Entry, modified: Option<SystemTime>) -> bool {
+    if entry.modified != modified {
+        return true;
+    }
+    match modified {
+        None => true,
+        Some(m) => m + Duration::from_secs(1) >= entry.read_at,
+    }
+}
+
+/// Starts the watcher on the root: every reported path is queued for a refresh; an overflow or
+/// an error queues the root.
+fn watch(index: &Arc<Index>) -> notify::Result<notify::RecommendedWatcher> {
+    use notify::Watcher as _;
+    let weak = Arc::downgrade(index);
+    let root = index.tree.root_path.clone();
+    let handler = move |event: notify::Result<notify::Event>| {
+        let Some(index) = weak.upgrade() else {
+            return;
+        };
+        match event {
+            // Opening and reading change nothing (and the index's own reads would otherwise
+            // report themselves, round and round).
+            Ok(event) if event.kind.is_access() && !event.need_rescan() => {}
+            Ok(event) if !event.need_rescan() => {
+                for path in &event.paths {
+                    if let Some(rel) = watched(&root, path) {
+                        index.changed(&rel);
+                    }
+                }
+            }
+            Ok(_) => index.changed(""),
+            Err(e) => {
+                tracing::warn!(error = %e, "the workspace watcher reported an error: rescanning");
+                index.changed("");
+            }
+        }
+    };
+    // Symlinks are never followed, as the walk does not follow them: a link to `/usr` must not
+    // put a watch on every directory beneath it.
+    let config = notify::Config::default().with_follow_symlinks(false);
+    let mut watcher = notify::RecommendedWatcher::new(handler, config)?;
+    watcher.watch(&index.tree.root_path, notify::RecursiveMode::Recursive)?;
+    Ok(watcher)
+}
+
+/// The path to refresh for a reported change of `path`: `None` inside `.git`; an ignore file
+/// stands for the directory it rules.
+fn watched(root: &Path, path: &Path) -> Option<String> {
+    let rel = crate::search::relative(root, path)?;
+    if rel.split('/').any(|c| c == ".git") {
+        return None;
+    }
+    match rel.rsplit_once('/') {
+        Some((dir, ".gitignore" | ".ignore")) => Some(dir.to_owned()),
+        None if rel == ".gitignore" || rel == ".ignore" => Some(String::new()),
+        _ => Some(rel),
+    }
+}
+
+/// A trigram's key: its three bytes, ASCII-lowercased.
+fn trigram(a: u8, b: u8, c: u8) -> u32 {
+    (u32::from(a.to_ascii_lowercase()) << 16)
+        | (u32::from(b.to_ascii_lowercase()) << 8)
+        | u32::from(c.to_ascii_lowercase())
+}
+
+/// The bit of `gram` in a filter of `words` 64-bit words (a power of two).
+fn bit(gram: u32, words: usize) -> (usize, u64) {
+    let bits = (words * 64) as u64;
+    let h = u64::from(gram).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 16;
+    let at = h & (bits - 1);
+    ((at / 64) as usize, 1 << (at % 64))
+}
+
+/// The filter of a file's bytes; `None` when the searcher may not see them as they are (binary
+/// data, or a byte-order mark it would transcode).
+fn filter_of(bytes: &[u8]) -> Option<Box<[u64]>> {
+    if bytes.contains(&0) || bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]) {
+        return None;
+    }
+    let mut grams: Vec<u32> = bytes
+        .windows(3)
+        .map(|w| trigram(w[0], w[1], w[2]))
+        .collect();
+    grams.sort_unstable();
+    grams.dedup();
+    let words = (grams.len() * 8).div_ceil(64).max(1).next_power_of_two();
+    let mut filter = vec![0_u64; words].into_boxed_slice();
+    for g in grams {
+        let (word, mask) = bit(g, words);
+        filter[word] |= mask;
+    }
+    Some(filter)
+}
+
+/// What any match of a pattern holds, as trigrams.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// Nothing known: every file may match.
+    Anything,
+    /// Every one of these trigrams.
+    All(Vec<u32>),
+    And(Vec<Need>),
+    Or(Vec<Need>),
+}
+
+impl Need {
+    /// What a match of the query holds, read from the pattern as the searcher parses it.
+    pub fn of(query: &SearchQuery) -> Need {
+        let pattern = if query.regex {
+            query.pattern.clone()
+        } else {
+            regex_syntax::escape(&query.pattern)
+        };
+        match regex_syntax::ParserBuilder::new()
+            .case_insensitive(query.ignore_case)
+            .build()
+            .parse(&pattern)
+        {
+            Ok(hir) => Need::of_hir(&hir).simplified(),
+            Err(_) => Need::Anything,
+        }
+    }
+
+    fn of_hir(hir: &Hir) -> Need {
+        match hir.kind() {
+            HirKind::Literal(lit) => Need::of_text(&lit.0),
+            HirKind::Capture(c) => Need::of_hir(&c.sub),
+            HirKind::Repetition(r) if r.min >= 1 => Need::of_hir(&r.sub),
+            HirKind::Concat(subs) => {
+                let mut needs = Vec::new();
+                let mut run: Vec<u8> = Vec::new();
+                for sub in subs {
+                    match literal_bytes(sub) {
+                        Some(bytes) => run.extend_from_slice(&bytes),
+                        None => {
+                            needs.push(Need::of_text(&std::mem::take(&mut run)));
+                            needs.push(Need::of_hir(sub));
+                        }
+                    }
+                }
+                needs.push(Need::of_text(&run));
+                Need::And(needs)
+            }
+            HirKind::Alternation(subs) => Need::Or(subs.iter().map(Need::of_hir).collect()),
+            _ => Need::Anything,
+        }
+    }
+
+    fn of_text(text: &[u8]) -> Need {
+        if text.len() < 3 {
+            return Need::Anything;
+        }
+        Need::All(text.windows(3).map(|w| trigram(w[0], w[1], w[2])).collect())
+    }
+
+    fn simplified(self) -> Need {
+        match self {
+            Need::And(needs) => {
+                let needs: Vec<Need> = needs
+                    .into_iter()
+                    .map(Need::simplified)
+                    .filter(|n| *n != Need::Anything)
+                    .collect();
+                match needs.len() {
+                    0 => Need::Anything,
+                    1 => needs.into_iter().next().unwrap_or(Need::Anything),
+                    _ => Need::And(needs),
+                }
+            }
+            Need::Or(needs) => {
+                let needs: Vec<Need> = needs.into_iter().map(Need::simplified).collect();
+                if needs.is_empty() || needs.contains(&Need::Anything) {
+                    Need::Anything
+                } else {
+                    Need::Or(needs)
+                }
+            }
+            other => other,
+        }
+    }
+
+    fn holds(&self, filter: &[u64]) -> bool {
+        match self {
+            Need::Anything => true,
+            Need::All(grams) => grams.iter().all(|g| {
+                let (word, mask) = bit(*g, filter.len());
+                filter[word] & mask != 0
+            }),
+            Need::And(needs) => needs.iter().all(|n| n.holds(filter)),
+            Need::Or(needs) => needs.iter().any(|n| n.holds(filter)),
+        }
+    }
+}
+
+/// The bytes `hir` matches when it matches exactly one text up to ASCII case (a literal, or a
+/// class such as `[aA]` that case-insensitivity makes of one); `None` otherwise.
+fn literal_bytes(hir: &Hir) -> Option<Vec<u8>> {
+    match hir.kind() {
+        HirKind::Literal(lit) => Some(lit.0.to_vec()),
+        HirKind::Class(Class::Unicode(class)) => {
+            let mut chars = Vec::new();
+            for range in class.ranges() {
+                for c in range.start()..=range.end() {
+                    chars.push(c);
+                    if chars.len() > 2 {
+                        return None;
+                    }
+                }
+            }
+            one_ascii(chars.into_iter().map(u32::from))
+        }
+        HirKind::Class(Class::Bytes(class)) => {
+            let mut bytes = Vec::new();
+            for range in class.ranges() {
+                for b in range.start()..=range.end() {
+                    bytes.push(b);
+                    if bytes.len() > 2 {
+                        return None;
+                    }
+                }
+            }
+            one_ascii(bytes.into_iter().map(u32::from))
+        }
+        _ => None,
+    }
+}
+
+/// The one ASCII byte that every code point of `points` is, up to case.
+fn one_ascii(points: impl Iterator<Item = u32>) -> Option<Vec<u8>> {
+    let mut one: Option<u8> = None;
+    for p in points {
+        let b = u8::try_from(p).ok().filter(u8::is_ascii)?;
+        let lower = b.to_ascii_lowercase();
+        if one.is_some_and(|o| o != lower) {
+            return None;
+        }
+        one = Some(lower);
+    }
+    one.map(|b| vec![b])
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use writ_core::RepoPath;
+
+    fn query(pattern: &str, regex: bool, ignore_case: bool) -> SearchQuery {
+        SearchQuery {
+            pattern: pattern.into(),
+            regex,
+            ignore_case,
+            dir: RepoPath::root(),
+            glob: None,
+            context_lines: 0,
+            max_matches: 100,
+            max_files: 100,
+            max_file_bytes: 1 << 20,
+            time_limit: Duration::from_secs(5),
+        }
+    }
+
+    fn may_match(pattern: &str, regex: bool, ignore_case: bool, text: &str) -> bool {
+        let filter = filter_of(text.as_bytes()).unwrap();
+        Need::of(&query(pattern, regex, ignore_case)).holds(&filter)
+    }
+
+    #[test]
+    fn keys_sort_as_the_walk_yields_paths() {
+        let mut keys = [Key("a.py".into()), Key("a/b.py".into()), Key("B".into())];
+        keys.sort();
+        let order: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
+        assert_eq!(order, ["B", "a/b.py", "a.py"]);
+    }
+
+    #[test]
+    fn a_literal_needs_its_trigrams_and_case_folding_keeps_them() {
+        assert!(may_match(
+            "apply_discount",
+            false,
+            false,
+            "def apply_discount(x):"
+        ));
+        assert!(may_match("APPLY", false, true, "def apply_discount(x):"));
+        assert!(!may_match(
+            "apply_discount",
+            false,
+            false,
+            "def something_else_entirely(x):"
+        ));
+    }
+
+    #[test]
+    fn an_alternation_needs_one_branch_and_an_optional_part_nothing() {
+        assert_eq!(
+            Need::of(&query("(foo|ba)x", true, false)),
+            Need::Anything,
+            "a branch too short to need a trigram lets every file through"
+        );
+        assert!(may_match(
+            r"\bdef (parse|merge)_\w+",
+            true,
+            false,
+            "def merge_all()"
+        ));
+        assert!(!may_match(
+            r"\bdef (parse|merge)_\w+",
+            true,
+            false,
+            "def split_all()"
+        ));
+        assert_eq!(Need::of(&query("(abc)?", true, false)), Need::Anything);
+    }
+
+    #[test]
+    fn a_case_insensitive_class_that_may_be_another_letter_breaks_the_run() {
+        // `k` also matches the Kelvin sign: the run stops there.
+        assert_eq!(
+            Need::of(&query("kabc", true, true)),
+            Need::All(vec![trigram(b'a', b'b', b'c')])
+        );
+    }
+
+    #[test]
+    fn binary_files_and_byte_order_marks_are_never_ruled_out() {
+        assert!(filter_of(b"ab\0cd").is_none());
+        assert!(filter_of(&[0xFF, 0xFE, b'a', 0]).is_none());
+        assert!(filter_of(b"plain text").is_some());
+    }
+
+    #[test]
+    fn an_ignore_file_stands_for_its_directory_and_git_is_not_watched() {
+        let root = Path::new("/r");
+        assert_eq!(
+            watched(root, Path::new("/r/a/.gitignore")),
+            Some("a".into())
+        );
+        assert_eq!(
+            watched(root, Path::new("/r/.gitignore")),
+            Some(String::new())
+        );
+        assert_eq!(watched(root, Path::new("/r/.git/index")), None);
+        assert_eq!(
+            watched(root, Path::new("/r/src/a.py")),
+            Some("src/a.py".into())
+        );
+    }
+}

@@ -1,0 +1,199 @@
+//! The index against a fresh walk: after random writes, renames and removals, made through the
+//! workspace and behind its back, every search the index answers is the walk's answer.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use writ_core::search::{SearchQuery, SearchResults};
+use writ_core::{RepoPath, Workspace};
+
+use crate::RepoWorkspace;
+
+const PATHS: &[&str] = &[
+    "a.py", "a/b.py", "a/c.log", "a/d/e.py", "b/f.py", "b/g.txt", "h.txt",
+];
+const DIRS: &[&str] = &["a", "a/d", "b", "c"];
+const TEXTS: &[&str] = &[
+    "",
+    "needle\n",
+    "def needle():\n    return 1\n",
+    "x = Needle()\nhaystack_needle = 2\n",
+    "nothing here\nxx\n",
+    "import a.b\nclass Hay:\n    pass\n",
+];
+const IGNORES: &[&str] = &["", "*.log\n", "d/\n", "*.txt\n!h.txt\n"];
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write(usize, usize),
+    Remove(usize),
+    WriteBehind(usize, usize),
+    RemoveBehind(usize),
+    RenameBehind(usize, usize),
+    RenameDirBehind(usize, usize),
+    IgnoreBehind(usize, usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let path = 0..PATHS.len();
+    let text = 0..TEXTS.len();
+    prop_oneof![
+        (path.clone(), text.clone()).prop_map(|(p, t)| Op::Write(p, t)),
+        path.clone().prop_map(Op::Remove),
+        (path.clone(), text).prop_map(|(p, t)| Op::WriteBehind(p, t)),
+        path.clone().prop_map(Op::RemoveBehind),
+        (path.clone(), path).prop_map(|(a, b)| Op::RenameBehind(a, b)),
+        (0..DIRS.len(), 0..DIRS.len()).prop_map(|(a, b)| Op::RenameDirBehind(a, b)),
+        (0..3_usize, 0..IGNORES.len()).prop_map(|(d, i)| Op::IgnoreBehind(d, i)),
+    ]
+}
+
+fn queries() -> Vec<SearchQuery> {
+    let q = |pattern: &str, regex: bool, ignore_case: bool| SearchQuery {
+        pattern: pattern.into(),
+        regex,
+        ignore_case,
+        dir: RepoPath::root(),
+        glob: None,
+        context_lines: 1,
+        max_matches: 1_000,
+        max_files: 1_000,
+        max_file_bytes: 1 << 20,
+        time_limit: Duration::from_secs(30),
+    };
+    let mut all = vec![
+        q("needle", false, false),
+        q("NEEDLE", false, true),
+        q("nee", false, false),
+        q(r"def \w+\(", true, false),
+        q("needle|Hay", true, false),
+        q("^x+$", true, false),
+        q(r"(?i)class\s+hay", true, false),
+        q("import a.b", false, false),
+    ];
+    let mut in_dir = q("needle", false, true);
+    in_dir.dir = RepoPath::parse_dir("a").unwrap();
+    all.push(in_dir);
+    let mut globbed = q("needle", false, false);
+    globbed.glob = Some("*.py".into());
+    all.push(globbed);
+    all
+}
+
+fn put(root: &Path, rel: &str, text: &str) {
+    let path = root.join(rel);
+    if std::fs::create_dir_all(path.parent().unwrap()).is_ok() {
+        let _ = std::fs::write(path, text);
+    }
+}
+
+async fn apply(ws: &RepoWorkspace, root: &Path, op: &Op) {
+    match op {
+        Op::Write(p, t) => {
+            let path = RepoPath::parse(PATHS[*p]).unwrap();
+            if let Ok(staged) = ws.stage(&path, TEXTS[*t].as_bytes(), true).await {
+                let _ = staged.publish().await;
+            }
+        }
+        Op::Remove(p) => {
+            let _ = ws.remove(&RepoPath::parse(PATHS[*p]).unwrap()).await;
+        }
+        Op::WriteBehind(p, t) => put(root, PATHS[*p], TEXTS[*t]),
+        Op::RemoveBehind(p) => {
+            let _ = std::fs::remove_file(root.join(PATHS[*p]));
+        }
+        Op::RenameBehind(a, b) => {
+            let to = root.join(PATHS[*b]);
+            if std::fs::create_dir_all(to.parent().unwrap()).is_ok() {
+                let _ = std::fs::rename(root.join(PATHS[*a]), to);
+            }
+        }
+        Op::RenameDirBehind(a, b) => {
+            let _ = std::fs::rename(root.join(DIRS[*a]), root.join(DIRS[*b]));
+        }
+        Op::IgnoreBehind(d, i) => {
+            let dir = ["", "a", "b"][*d];
+            put(root, &format!("{dir}/.gitignore"), IGNORES[*i]);
+        }
+    }
+}
+
+/// Writes a file behind the workspace's back and waits until the index shows it: the watcher
+/// reports changes in order, so every change made before it has been applied too.
+fn barrier(ws: &RepoWorkspace, root: &Path, n: usize) {
+    let token = format!("barrier{n}token");
+    put(root, ".barrier", &token);
+    let index = ws.index().unwrap();
+    let mut query = queries().remove(0);
+    query.pattern = token;
+    let started = Instant::now();
+    loop {
+        let prepared = ws.tree().prepare(&query).unwrap();
+        if let Some(found) = index.search(&query, prepared, Instant::now())
+            && !found.matches.is_empty()
+        {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the index did not show a change made outside writ within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn summary(r: &SearchResults) -> (Vec<writ_core::search::SearchMatch>, usize, usize, usize) {
+    (
+        r.matches.clone(),
+        r.files_searched,
+        r.files_matched,
+        r.files_skipped,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn after_any_changes_the_index_answers_every_search_as_a_fresh_walk_does(
+        ops in proptest::collection::vec(op(), 1..14)
+    ) {
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let base = tempfile::tempdir().unwrap();
+            let root = base.path().join("root");
+            put(&root, "a/b.py", TEXTS[2]);
+            put(&root, "h.txt", TEXTS[3]);
+            let ws = RepoWorkspace::open(&root).await.unwrap().with_index();
+            assert!(ws.index_caught_up(Duration::from_secs(10)).await, "the first build ends");
+            for (n, op) in ops.iter().enumerate() {
+                apply(&ws, &root, op).await;
+                barrier(&ws, &root, n);
+                let fresh = RepoWorkspace::open(&root).await.unwrap();
+                let index = ws.index().unwrap();
+                for query in queries() {
+                    let Ok(walked) = fresh.search(query.clone()).await else {
+                        // The directory searched is gone: refused before either looks.
+                        assert!(ws.tree().prepare(&query).is_err());
+                        continue;
+                    };
+                    let prepared = ws.tree().prepare(&query).unwrap();
+                    let indexed = index
+                        .search(&query, prepared, Instant::now())
+                        .expect("the index is current after the barrier");
+                    assert_eq!(
+                        summary(&indexed),
+                        summary(&walked),
+                        "{:?} after {:?}", query.pattern, &ops[..=n]
+                    );
+                }
+                let walked = fresh.walk(&RepoPath::root(), None, 1_000).await.unwrap();
+                let indexed = ws.walk(&RepoPath::root(), None, 1_000).await.unwrap();
+                assert_eq!(indexed.files, walked.files, "the walk after {:?}", &ops[..=n]);
+            }
+        });
+    }
+}
