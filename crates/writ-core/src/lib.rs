@@ -26,6 +26,7 @@ pub mod edits;
 pub mod execution;
 pub mod files;
 pub mod jobs;
+pub mod budgets;
 pub mod keys;
 pub mod limits;
 pub mod model;
