@@ -11,5 +11,5 @@ CREATE TABLE key_budgets (
     updated_at          TIMESTAMPTZ NOT NULL
 );
 
--- A key's spend in a window reads its operations since the window began.
-CREATE INDEX operations_caller_created_at_idx ON operations (caller, created_at);
+-- A key's spend in a window reads the operations of its requests received since it began.
+CREATE INDEX requests_caller_received_at_idx ON requests (caller, received_at);

@@ -10,4 +10,4 @@ CREATE TABLE key_budgets (
     updated_at          INTEGER NOT NULL
 );
 
-CREATE INDEX operations_caller_created_at_idx ON operations (caller, created_at);
+CREATE INDEX requests_caller_received_at_idx ON requests (caller, received_at);

@@ -20,13 +20,13 @@
 //! Nothing here knows HTTP or SQL: the HTTP surface, MCP and the CLI all drive this crate.
 
 pub mod audit;
+pub mod budgets;
 pub mod content;
 pub mod direct;
 pub mod edits;
 pub mod execution;
 pub mod files;
 pub mod jobs;
-pub mod budgets;
 pub mod keys;
 pub mod limits;
 pub mod model;

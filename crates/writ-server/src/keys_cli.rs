@@ -145,7 +145,12 @@ pub async fn run(
                     writeln!(out, "no key with id {id}")?;
                     return Ok(false);
                 }
-            } else if store.find_key(id).await.context("reading the key")?.is_none() {
+            } else if store
+                .find_key(id)
+                .await
+                .context("reading the key")?
+                .is_none()
+            {
                 writeln!(out, "no key with id {id}")?;
                 return Ok(false);
             }

@@ -149,8 +149,15 @@ impl<D: Dialect> KeyStore for SqlStore<D> {
     async fn key_spend(&self, caller: &str, since: DateTime<Utc>) -> Result<Spend, StoreError> {
         // Summed here rather than in SQL: the candidates are JSON, read the same way on both
         // backends, and a window holds one key's operations of at most a month.
-        let mut sql = Sql::new("SELECT candidates FROM operations WHERE caller = ");
-        sql.bind(caller).push(" AND created_at >= ").bind_time(since);
+        // By the request's caller and time, so that a batch's whole spend counts in the window
+        // it started in, even when its files are recorded after the window reset.
+        let mut sql = Sql::new(
+            "SELECT o.candidates FROM requests r JOIN operations o ON o.request_id = r.id \
+             WHERE r.caller = ",
+        );
+        sql.bind(caller)
+            .push(" AND r.received_at >= ")
+            .bind_time(since);
         let rows = sql.fetch_all(self, "read key spend").await?;
         let mut spend = Spend::default();
         for row in &rows {
