@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod budgets;
 mod context;
 mod dashboard;
 mod edges;

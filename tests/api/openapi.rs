@@ -534,6 +534,7 @@ fn every_enum_in_the_spec_lists_exactly_the_values_serde_produces() {
         AuditUnavailable,
         AuthUnavailable,
         BodyTooLarge,
+        BudgetExceeded,
         Busy,
         Cancelled,
         CommandsUnavailable,

@@ -105,6 +105,8 @@ fn every_route_requires_the_scope_its_method_implies() {
             (_, p) if OPEN_PATHS.contains(&p) => Access::Open,
             (_, "/mcp") | ("POST", "/tools/call") => Access::PerTool,
             ("POST", "/run") => Access::Scope(Scope::Run),
+            // Setting what a key may spend is key management.
+            ("PUT", "/keys/{id}/budget") => Access::Scope(Scope::Admin),
             ("GET", _) => Access::Scope(Scope::Read),
             ("PUT" | "POST" | "DELETE", _) => Access::Scope(Scope::Write),
             _ => panic!("{what}: no rule for this method; decide the scope it needs"),

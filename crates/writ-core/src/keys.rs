@@ -243,6 +243,21 @@ pub trait KeyStore: Send + Sync {
     async fn revoke_key(&self, id: &str, at: DateTime<Utc>) -> Result<bool, StoreError>;
     /// Whether any key was ever issued: once one was, auth stays on even if all are revoked.
     async fn any_keys(&self) -> Result<bool, StoreError>;
+    /// Sets (or, with an empty budget, removes) the key's budget; `false` when no such key exists.
+    async fn set_key_budget(
+        &self,
+        id: &str,
+        budget: &crate::budgets::Budget,
+    ) -> Result<bool, StoreError>;
+    /// The key's budget; empty when it has none.
+    async fn key_budget(&self, id: &str) -> Result<crate::budgets::Budget, StoreError>;
+    /// What `caller`'s batches spent from `since` on: the cost and tokens of the candidates of
+    /// every operation recorded since then.
+    async fn key_spend(
+        &self,
+        caller: &str,
+        since: DateTime<Utc>,
+    ) -> Result<crate::budgets::Spend, StoreError>;
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@
 //! Nothing here knows HTTP or SQL: the HTTP surface, MCP and the CLI all drive this crate.
 
 pub mod audit;
+pub mod budgets;
 pub mod content;
 pub mod direct;
 pub mod edits;

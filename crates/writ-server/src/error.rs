@@ -21,6 +21,7 @@ pub enum ErrorCode {
     AuditUnavailable,
     AuthUnavailable,
     BodyTooLarge,
+    BudgetExceeded,
     Busy,
     Cancelled,
     CommandsUnavailable,
@@ -88,6 +89,9 @@ impl ErrorCode {
             | ParentMissing
             | SessionState => StatusCode::CONFLICT,
             PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+            // 402, not 429: waiting a few seconds and retrying cannot help before the window
+            // resets, and clients that retry every 429 on their own would only spin.
+            BudgetExceeded => StatusCode::PAYMENT_REQUIRED,
             BodyTooLarge | FileTooLarge | TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             HostNotAllowed => StatusCode::MISDIRECTED_REQUEST,
@@ -109,6 +113,7 @@ impl ErrorCode {
             AuditUnavailable => "audit_unavailable",
             AuthUnavailable => "auth_unavailable",
             BodyTooLarge => "body_too_large",
+            BudgetExceeded => "budget_exceeded",
             Busy => "busy",
             Cancelled => "cancelled",
             CommandsUnavailable => "commands_unavailable",

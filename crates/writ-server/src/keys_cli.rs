@@ -1,4 +1,4 @@
-//! `writ keys create|list|revoke|hash`: API keys kept (hashed) in the audit store, and the
+//! `writ keys create|list|revoke|budget|hash`: API keys kept (hashed) in the audit store, and the
 //! `WRIT_API_KEYS` entry for a key an operator wants in the configuration instead.
 
 use std::io::{BufRead, Write};
@@ -24,6 +24,22 @@ pub enum KeysCommand {
     List,
     /// Revoke a key by id; requests with it are refused from then on.
     Revoke { id: String },
+    /// Set what a key may spend per UTC day and month (in the provider's currency, USD on
+    /// OpenRouter, and in tokens), shared by every replica; with no limit given, show the
+    /// budget and this day's and month's spend. `--clear` removes the budget.
+    Budget {
+        id: String,
+        #[arg(long)]
+        daily_cost: Option<f64>,
+        #[arg(long)]
+        daily_tokens: Option<u64>,
+        #[arg(long)]
+        monthly_cost: Option<f64>,
+        #[arg(long)]
+        monthly_tokens: Option<u64>,
+        #[arg(long, conflicts_with_all = ["daily_cost", "daily_tokens", "monthly_cost", "monthly_tokens"])]
+        clear: bool,
+    },
     /// Read a key on stdin and print its `WRIT_API_KEYS` entry (`id:sha256hex`, or
     /// `id:sha256hex:read+write` with `--scopes`).
     Hash {
@@ -103,6 +119,63 @@ pub async fn run(
                 writeln!(out, "no key with id {}", id.trim())?;
                 Ok(false)
             }
+        }
+        KeysCommand::Budget {
+            id,
+            daily_cost,
+            daily_tokens,
+            monthly_cost,
+            monthly_tokens,
+            clear,
+        } => {
+            let id = id.trim();
+            let given = writ_core::budgets::Budget {
+                daily_cost,
+                daily_tokens,
+                monthly_cost,
+                monthly_tokens,
+            };
+            if clear || !given.is_empty() {
+                given.validate().map_err(anyhow::Error::msg)?;
+                if !store
+                    .set_key_budget(id, &given)
+                    .await
+                    .context("setting the budget")?
+                {
+                    writeln!(out, "no key with id {id}")?;
+                    return Ok(false);
+                }
+            } else if store
+                .find_key(id)
+                .await
+                .context("reading the key")?
+                .is_none()
+            {
+                writeln!(out, "no key with id {id}")?;
+                return Ok(false);
+            }
+            let budget = store.key_budget(id).await.context("reading the budget")?;
+            let now = chrono::Utc::now();
+            for period in [
+                writ_core::budgets::Period::Day,
+                writ_core::budgets::Period::Month,
+            ] {
+                let (since, _) = period.window(now);
+                let spend = store.key_spend(id, since).await.context("reading spend")?;
+                let w = writ_core::budgets::WindowSpend::new(period, now, spend, &budget);
+                let limit = |l: Option<String>| l.unwrap_or_else(|| "no limit".into());
+                writeln!(
+                    out,
+                    "{}\tcost {:.6} of {}\ttokens {} of {}\tresets {}",
+                    period.as_str(),
+                    w.cost,
+                    limit(w.cost_limit.map(|c| c.to_string())),
+                    w.tokens,
+                    limit(w.tokens_limit.map(|t| t.to_string())),
+                    w.resets_at.to_rfc3339()
+                )?;
+            }
+            Ok(true)
         }
         KeysCommand::Hash { .. } => Ok(true),
     }

@@ -196,6 +196,10 @@ pub fn check_provider(state: &AppState) -> Check {
 
 /// Prometheus text exposition.
 pub async fn metrics(State(state): State<AppState>) -> Response {
+    // Spend is read from the store at each scrape, so every replica reports every key's.
+    if let Err(e) = crate::service::spend::publish_all(&state).await {
+        tracing::warn!(error = %e.message, "key spend left out of /metrics");
+    }
     (
         [(
             header::CONTENT_TYPE,

@@ -11,6 +11,7 @@ pub mod edits;
 pub mod files;
 pub mod hang_ups;
 pub mod jobs;
+pub mod keys;
 pub mod meta;
 pub mod operations;
 pub mod run;
@@ -175,6 +176,18 @@ pub fn api_routes() -> Vec<Route> {
             path: "/operations/{id}",
             access: Access::Scope(Scope::Read),
             handler: get(operations::get_operation),
+        },
+        Route {
+            method: "GET",
+            path: "/keys/{id}/spend",
+            access: Access::Scope(Scope::Read),
+            handler: get(keys::get_spend),
+        },
+        Route {
+            method: "PUT",
+            path: "/keys/{id}/budget",
+            access: Access::Scope(Scope::Admin),
+            handler: put(keys::put_budget),
         },
         Route {
             method: "GET",

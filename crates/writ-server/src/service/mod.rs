@@ -12,5 +12,6 @@ pub mod jobs;
 pub mod operations;
 pub mod run;
 pub mod search;
+pub mod spend;
 pub mod synthesis;
 pub mod write_sessions;

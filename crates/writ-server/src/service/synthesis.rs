@@ -59,6 +59,10 @@ pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun, ApiEr
         );
     }
 
+    if let Some(caller) = call.caller.as_deref() {
+        check_budget(state, caller, call.idempotency_key.as_deref()).await?;
+    }
+
     let submission = Submission {
         request_id: call.request_id,
         caller: call.caller,
@@ -141,4 +145,50 @@ pub fn submit_error(err: SubmitError) -> ApiError {
             ApiError::new(ErrorCode::PreconditionFailed, err.to_string()).with_field(field)
         }
     }
+}
+
+/// Refuses a batch whose key has spent a limit of its budget in the current day or month,
+/// before any model is called. A repeated `Idempotency-Key` whose request is recorded is let
+/// through: it replays (or waits for) what was already paid for.
+async fn check_budget(
+    state: &AppState,
+    caller: &str,
+    idempotency_key: Option<&str>,
+) -> Result<(), ApiError> {
+    let budget = state.store.key_budget(caller).await.map_err(store_error)?;
+    if budget.is_empty() {
+        return Ok(());
+    }
+    if let Some(key) = idempotency_key
+        && state
+            .store
+            .find_request_by_idempotency_key(Some(caller), key)
+            .await
+            .map_err(store_error)?
+            .is_some()
+    {
+        return Ok(());
+    }
+    for window in crate::service::spend::windows(state, caller, &budget).await? {
+        if let Some(refused) = window.exceeded() {
+            let mut e = ApiError::new(ErrorCode::BudgetExceeded, refused.to_string())
+                .with_field(format!(
+                    "{}_{}",
+                    match refused.period {
+                        writ_core::budgets::Period::Day => "daily",
+                        writ_core::budgets::Period::Month => "monthly",
+                    },
+                    refused.limit_kind
+                ))
+                .with_details(serde_json::json!(refused));
+            e.retry_after_secs = u64::try_from(
+                (refused.resets_at - chrono::Utc::now())
+                    .num_seconds()
+                    .max(1),
+            )
+            .ok();
+            return Err(e);
+        }
+    }
+    Ok(())
 }

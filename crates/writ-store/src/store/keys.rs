@@ -1,9 +1,12 @@
 //! [`KeyStore`] for both backends: the `api_keys` table of `migrations/<backend>/0002_api_keys.sql`
-//! and its `scopes` column (0006).
+//! and its `scopes` column (0006); budgets in `key_budgets` (postgres 0015, sqlite 0011).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use sqlx::types::Json;
 use writ_core::StoreError;
+use writ_core::audit::CandidateRecord;
+use writ_core::budgets::{Budget, Spend};
 use writ_core::keys::{ApiKeyRecord, KeyStore, Scopes};
 
 use super::{Record, Sql, SqlStore};
@@ -90,4 +93,88 @@ impl<D: Dialect> KeyStore for SqlStore<D> {
             None => Ok(false),
         }
     }
+
+    async fn set_key_budget(&self, id: &str, budget: &Budget) -> Result<bool, StoreError> {
+        if self.find_key(id).await?.is_none() {
+            return Ok(false);
+        }
+        if budget.is_empty() {
+            let mut sql = Sql::new("DELETE FROM key_budgets WHERE key_id = ");
+            sql.bind(id);
+            sql.execute(self, "remove key budget").await?;
+            return Ok(true);
+        }
+        let mut sql = Sql::new(
+            "INSERT INTO key_budgets (key_id, daily_cost_micros, daily_tokens, \
+             monthly_cost_micros, monthly_tokens, updated_at) VALUES ",
+        );
+        sql.tuple(|row| {
+            row.bind(id)
+                .bind(budget.daily_cost.map(to_micros))
+                .bind(budget.daily_tokens.map(to_i64))
+                .bind(budget.monthly_cost.map(to_micros))
+                .bind(budget.monthly_tokens.map(to_i64))
+                .bind_time(Utc::now());
+        });
+        sql.push(
+            " ON CONFLICT (key_id) DO UPDATE SET daily_cost_micros = excluded.daily_cost_micros, \
+             daily_tokens = excluded.daily_tokens, \
+             monthly_cost_micros = excluded.monthly_cost_micros, \
+             monthly_tokens = excluded.monthly_tokens, updated_at = excluded.updated_at",
+        );
+        sql.execute(self, "set key budget").await?;
+        Ok(true)
+    }
+
+    async fn key_budget(&self, id: &str) -> Result<Budget, StoreError> {
+        let mut sql = Sql::new(
+            "SELECT daily_cost_micros, daily_tokens, monthly_cost_micros, monthly_tokens \
+             FROM key_budgets WHERE key_id = ",
+        );
+        sql.bind(id);
+        let Some(row) = sql.fetch_optional(self, "read key budget").await? else {
+            return Ok(Budget::default());
+        };
+        let row = Record::<D>(&row);
+        let cost = |c: Option<i64>| c.map(|m| m as f64 / MICROS);
+        let tokens = |t: Option<i64>| t.map(|t| u64::try_from(t).unwrap_or(0));
+        Ok(Budget {
+            daily_cost: cost(row.get("daily_cost_micros")?),
+            daily_tokens: tokens(row.get("daily_tokens")?),
+            monthly_cost: cost(row.get("monthly_cost_micros")?),
+            monthly_tokens: tokens(row.get("monthly_tokens")?),
+        })
+    }
+
+    async fn key_spend(&self, caller: &str, since: DateTime<Utc>) -> Result<Spend, StoreError> {
+        // Summed here rather than in SQL: the candidates are JSON, read the same way on both
+        // backends, and a window holds one key's operations of at most a month.
+        // By the request's caller and time, so that a batch's whole spend counts in the window
+        // it started in, even when its files are recorded after the window reset.
+        let mut sql = Sql::new(
+            "SELECT o.candidates FROM requests r JOIN operations o ON o.request_id = r.id \
+             WHERE r.caller = ",
+        );
+        sql.bind(caller)
+            .push(" AND r.received_at >= ")
+            .bind_time(since);
+        let rows = sql.fetch_all(self, "read key spend").await?;
+        let mut spend = Spend::default();
+        for row in &rows {
+            let candidates: Json<Vec<CandidateRecord>> = Record::<D>(row).get("candidates")?;
+            spend.add(&candidates.0);
+        }
+        Ok(spend)
+    }
+}
+
+/// Cost limits are kept in millionths, so that a limit reads back exactly as it was set.
+const MICROS: f64 = 1_000_000.0;
+
+fn to_micros(cost: f64) -> i64 {
+    (cost * MICROS).round() as i64
+}
+
+fn to_i64(tokens: u64) -> i64 {
+    i64::try_from(tokens).unwrap_or(i64::MAX)
 }

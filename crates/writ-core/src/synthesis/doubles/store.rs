@@ -234,6 +234,23 @@ impl KeyStore for MemoryStore {
     async fn any_keys(&self) -> Result<bool, StoreError> {
         Err(not_kept())
     }
+    async fn set_key_budget(
+        &self,
+        _id: &str,
+        _budget: &crate::budgets::Budget,
+    ) -> Result<bool, StoreError> {
+        Err(not_kept())
+    }
+    async fn key_budget(&self, _id: &str) -> Result<crate::budgets::Budget, StoreError> {
+        Err(not_kept())
+    }
+    async fn key_spend(
+        &self,
+        _caller: &str,
+        _since: DateTime<Utc>,
+    ) -> Result<crate::budgets::Spend, StoreError> {
+        Err(not_kept())
+    }
 }
 
 #[async_trait]

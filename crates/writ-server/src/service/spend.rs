@@ -1,0 +1,79 @@
+//! What a key spent in its budget's windows (`GET /keys/{id}/spend`, the budget check of a
+//! batch, and the `writ_key_spend_*` gauges of `/metrics`).
+
+use chrono::Utc;
+use serde::Serialize;
+use writ_core::budgets::{Budget, Period, WindowSpend};
+
+use crate::error::{ApiError, store_error};
+use crate::state::AppState;
+
+/// `GET /keys/{id}/spend`: the key's budget and what it spent this UTC day and month.
+#[derive(Debug, Serialize)]
+pub struct KeySpend {
+    pub key_id: String,
+    pub budget: Budget,
+    /// The day's window first, then the month's.
+    pub windows: Vec<WindowSpend>,
+}
+
+/// The current day's and month's spend of `caller` beside `budget`'s limits.
+pub async fn windows(
+    state: &AppState,
+    caller: &str,
+    budget: &Budget,
+) -> Result<Vec<WindowSpend>, ApiError> {
+    let now = Utc::now();
+    let mut out = Vec::with_capacity(2);
+    for period in [Period::Day, Period::Month] {
+        let (since, _) = period.window(now);
+        let spend = state
+            .store
+            .key_spend(caller, since)
+            .await
+            .map_err(store_error)?;
+        let window = WindowSpend::new(period, now, spend, budget);
+        publish(caller, &window);
+        out.push(window);
+    }
+    Ok(out)
+}
+
+/// `id`'s spend; 404 when writ issued no such key.
+pub async fn key_spend(state: &AppState, id: &str) -> Result<KeySpend, ApiError> {
+    if state
+        .store
+        .find_key(id)
+        .await
+        .map_err(store_error)?
+        .is_none()
+    {
+        return Err(ApiError::not_found(format!("no API key with id {id}")));
+    }
+    let budget = state.store.key_budget(id).await.map_err(store_error)?;
+    let windows = windows(state, id, &budget).await?;
+    Ok(KeySpend {
+        key_id: id.to_owned(),
+        budget,
+        windows,
+    })
+}
+
+/// Sets every issued, unrevoked key's spend gauges, for `/metrics`.
+pub async fn publish_all(state: &AppState) -> Result<(), ApiError> {
+    for key in state.store.list_keys().await.map_err(store_error)? {
+        if key.revoked_at.is_none() {
+            let budget = state.store.key_budget(&key.id).await.map_err(store_error)?;
+            windows(state, &key.id, &budget).await?;
+        }
+    }
+    Ok(())
+}
+
+fn publish(key: &str, window: &WindowSpend) {
+    let (key, period) = (key.to_owned(), window.period.as_str());
+    metrics::gauge!("writ_key_spend_cost", "key" => key.clone(), "period" => period)
+        .set(window.cost);
+    metrics::gauge!("writ_key_spend_tokens", "key" => key, "period" => period)
+        .set(window.tokens as f64);
+}
