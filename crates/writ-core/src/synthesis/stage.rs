@@ -18,9 +18,9 @@ use crate::synthesis::batch::{Batch, FileSpec};
 use crate::synthesis::context::NamedContext;
 use crate::synthesis::fanout::{CallSettings, StragglerPolicy, UpstreamClock};
 use crate::synthesis::image::ShapedImage;
+use crate::synthesis::jobs::LeaseHold;
 use crate::synthesis::progress::ProgressSink;
 use crate::synthesis::response::{FileValidation, PromptTokensByPart};
-use crate::synthesis::jobs::LeaseHold;
 use crate::synthesis::update::Existing;
 use crate::workspace::Workspace;
 

@@ -5,7 +5,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use writ_core::budgets::Budget;
 
-use crate::auth::Viewer;
+use crate::access::Viewer;
 use crate::error::{ApiError, ErrorCode, store_error};
 use crate::service::spend::{KeySpend, key_spend};
 use crate::state::AppState;

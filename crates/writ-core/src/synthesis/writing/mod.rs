@@ -16,8 +16,7 @@ use crate::audit::{AuditStore, AuditWrite, CandidateRecord, FileKind, StoreError
 use crate::content::sha256_hex;
 use crate::files::{
     DeferredWrite, FailedWrite, GroupedWrite, Provenance, WriteError, WriteMode, WriteSpec,
-    record_failure,
-    write_group_deferring_completion,
+    record_failure, write_group_deferring_completion,
 };
 use crate::synthesis::batch::{Batch, FileSpec};
 use crate::synthesis::outage::OutageWait;
