@@ -1,7 +1,8 @@
 //! What the tests that run the `writ` binary as a child share: a free loopback port, an HTTP
 //! client, and the wait for a started process to answer `/healthz`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+// Each test binary includes this module and uses a part of it.
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code, unused_imports)]
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -38,68 +39,6 @@ pub async fn wait_until_healthy(base: &str, log: &Path) {
     }
 }
 
-/// A TCP proxy between the `writ` processes of a test and PostgreSQL, which the test cuts
-/// (every connection through it dropped, new ones refused: a failover as writ sees it) and
-/// restores; only the test's own processes go through it.
-pub struct DbProxy {
-    port: u16,
-    cut: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl DbProxy {
-    /// A proxy to the server of `database_url`.
-    pub async fn start(database_url: &str) -> DbProxy {
-        let upstream = database_url
-            .split('@')
-            .nth(1)
-            .and_then(|rest| rest.split('/').next())
-            .unwrap_or("127.0.0.1:5432")
-            .to_string();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let cut = std::sync::Arc::new(tokio::sync::watch::channel(false).0);
-        let watch = cut.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                if *watch.borrow() {
-                    drop(client);
-                    continue;
-                }
-                let mut is_cut = watch.subscribe();
-                let upstream = upstream.clone();
-                tokio::spawn(async move {
-                    let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        _ = is_cut.wait_for(|cut| *cut) => {}
-                    }
-                });
-            }
-        });
-        DbProxy { port, cut, task }
-    }
-
-    /// `database_url` with its server replaced by the proxy.
-    pub fn url_for(&self, database_url: &str) -> String {
-        let (head, rest) = database_url.split_once('@').unwrap();
-        let db = rest.split_once('/').map(|(_, db)| db).unwrap_or("");
-        format!("{head}@127.0.0.1:{}/{db}", self.port)
-    }
-
-    pub fn cut(&self) {
-        self.cut.send_replace(true);
-    }
-
-    pub fn restore(&self) {
-        self.cut.send_replace(false);
-    }
-}
-
-impl Drop for DbProxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
+#[path = "../../../../tests/support/db_proxy.rs"]
+mod db_proxy;
+pub use db_proxy::DbProxy;
