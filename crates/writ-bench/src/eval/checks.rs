@@ -17,7 +17,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use serde::Deserialize;
@@ -805,23 +805,15 @@ async fn run_one(
     if let Some(v) = config.validation(task) {
         body["options"] = json!({"validation": v});
     }
-    let started = Instant::now();
-    let resp = client
-        .post(format!("{}/write_codebase", writ.base_url))
-        .json(&body)
-        .send()
-        .await?;
-    let status = resp.status();
-    let answer: Value = resp.json().await?;
-    let latency = started.elapsed();
-    if !status.is_success() {
-        anyhow::bail!("writ answered {status}: {answer}");
-    }
-    if let Some(dir) = &opts.answers_dir {
-        std::fs::create_dir_all(dir)?;
-        let name = format!("checks-{config:?}-{}.json", task.id).to_lowercase();
-        std::fs::write(dir.join(name), serde_json::to_vec_pretty(&answer)?)?;
-    }
+    let name = format!("checks-{config:?}-{}.json", task.id).to_lowercase();
+    let (answer, latency) = super::post_batch(
+        client,
+        &writ.base_url,
+        &body,
+        opts.answers_dir.as_deref(),
+        &name,
+    )
+    .await?;
     let calls: Vec<Value> = client
         .get(format!("{admin}/calls"))
         .send()

@@ -251,23 +251,15 @@ async fn run_one(
     if let Some(v) = config.validation(task) {
         body["options"] = json!({"validation": v});
     }
-    let started = Instant::now();
-    let resp = client
-        .post(format!("{}/write_codebase", writ.base_url))
-        .json(&body)
-        .send()
-        .await?;
-    let status = resp.status();
-    let answer: Value = resp.json().await?;
-    let latency = started.elapsed();
-    if !status.is_success() {
-        anyhow::bail!("writ answered {status}: {answer}");
-    }
-    if let Some(dir) = &opts.answers_dir {
-        std::fs::create_dir_all(dir)?;
-        let name = format!("{config:?}-{}.json", task.id).to_lowercase();
-        std::fs::write(dir.join(name), serde_json::to_vec_pretty(&answer)?)?;
-    }
+    let name = format!("{config:?}-{}.json", task.id).to_lowercase();
+    let (answer, latency) = post_batch(
+        client,
+        &writ.base_url,
+        &body,
+        opts.answers_dir.as_deref(),
+        &name,
+    )
+    .await?;
     let results = answer["results"].as_array().cloned().unwrap_or_default();
     let how: Vec<String> = task
         .files
@@ -429,6 +421,34 @@ pub fn report(outcomes: &[Outcome]) -> String {
         }
     }
     out
+}
+
+/// Sends one batch to writ and waits for its answer, which is kept in `answers_dir` as `name`
+/// when one is given; also how long the answer took.
+pub(crate) async fn post_batch(
+    client: &reqwest::Client,
+    base_url: &str,
+    body: &Value,
+    answers_dir: Option<&std::path::Path>,
+    name: &str,
+) -> anyhow::Result<(Value, std::time::Duration)> {
+    let started = Instant::now();
+    let resp = client
+        .post(format!("{base_url}/write_codebase"))
+        .json(body)
+        .send()
+        .await?;
+    let status = resp.status();
+    let answer: Value = resp.json().await?;
+    let latency = started.elapsed();
+    if !status.is_success() {
+        anyhow::bail!("writ answered {status}: {answer}");
+    }
+    if let Some(dir) = answers_dir {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join(name), serde_json::to_vec_pretty(&answer)?)?;
+    }
+    Ok((answer, latency))
 }
 
 #[cfg(test)]
