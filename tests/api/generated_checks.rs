@@ -105,13 +105,14 @@ async fn a_server_that_generates_checks_by_default_does_so_for_a_batch_that_asks
 }
 
 #[tokio::test]
-async fn keep_tests_without_generate_is_refused_naming_the_field() {
+async fn keeping_the_generated_tests_is_not_offered_and_is_refused_naming_the_field() {
     let app = app_with(&[]).await;
     let (status, body) = app
         .post_write_codebase(&batch(json!({"validation": {
-            "commands": [{"name": "python", "args": ["t.py"]}], "keep_tests": "tests"}})))
+            "generate": true, "keep_tests": "tests"}})))
         .await;
     assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_body", "{body}");
     assert_eq!(
         body["error"]["field"], "options.validation.keep_tests",
         "{body}"

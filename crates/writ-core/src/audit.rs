@@ -198,7 +198,7 @@ pub struct GeneratedCheckRecord {
 pub struct GeneratedChecks {
     /// Each test-writing model's call.
     pub writers: Vec<TestWriterCall>,
-    /// The test files as written (beside the file with `options.validation.keep_tests`).
+    /// The test files, as the test-writing models wrote them.
     pub files: Vec<GeneratedTestFile>,
     /// The tests kept, by id.
     pub tests: Vec<String>,

@@ -16,8 +16,6 @@ pub struct Validation {
     pub(crate) on_fail: OnFail,
     /// Generated checks decide among the candidates (`options.validation.generate`).
     pub(crate) generate: bool,
-    /// Where the generated tests are kept (`options.validation.keep_tests`).
-    pub(crate) keep_tests: Option<crate::path::RepoPath>,
 }
 
 /// Defaults of `options.validation`.
@@ -32,19 +30,6 @@ impl ValidationOptions {
     pub(super) fn parse(&self) -> Result<Validation, BatchError> {
         let field = "options.validation";
         let generate = self.generate.unwrap_or(false);
-        let keep_tests = match &self.keep_tests {
-            None => None,
-            Some(_) if !generate => {
-                return Err(refuse(
-                    format!("{field}.keep_tests"),
-                    "keeps generated tests, so it needs generate: true",
-                ));
-            }
-            Some(raw) => Some(
-                crate::path::RepoPath::parse_dir(raw)
-                    .map_err(|e| refuse(format!("{field}.keep_tests"), e.to_string()))?,
-            ),
-        };
         if (self.commands.is_empty() && !generate) || self.commands.len() > MAX_VALIDATION_COMMANDS
         {
             return Err(refuse(
@@ -82,7 +67,6 @@ impl ValidationOptions {
             repair_rounds: self.repair_rounds.unwrap_or(DEFAULT_REPAIR_ROUNDS),
             on_fail: self.on_fail.unwrap_or_default(),
             generate,
-            keep_tests,
         })
     }
 }
@@ -97,7 +81,6 @@ impl Validation {
             repair_rounds: 0,
             on_fail: OnFail::WriteBest,
             generate: true,
-            keep_tests: None,
         }
     }
     pub fn generate(&self) -> bool {

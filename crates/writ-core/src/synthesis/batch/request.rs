@@ -132,9 +132,6 @@ pub struct ValidationOptions {
     /// and by their behaviour. With it, `commands` may be empty.
     #[serde(default)]
     pub generate: Option<bool>,
-    /// A folder to write the generated tests into, beside the batch's files (needs `generate`).
-    #[serde(default)]
-    pub keep_tests: Option<String>,
 }
 
 /// What happens to a file none of whose candidates passes its checks.

@@ -170,7 +170,6 @@ mod tests {
             repair_rounds: 0,
             on_fail: OnFail::Refuse,
             generate: false,
-            keep_tests: None,
         }
     }
 
