@@ -1,4 +1,4 @@
-//! Generated checks: when the caller's checks leave several candidates (or there are none),
+//! Generated checks: when the caller's tests leave several candidates (or there are none),
 //! test-writing models write tests for the file and the candidates' behaviour decides.
 //!
 //! 1. Each test-writing model (`WRIT_TEST_MODELS`, default the arbiter) is asked for a test file

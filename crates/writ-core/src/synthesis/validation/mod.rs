@@ -163,7 +163,7 @@ pub(crate) async fn select_validated(
 
     // First answers: each file in turn against the others' best, then once more for files
     // tried before another file's best choice changed.
-    // Without commands there are no caller's checks: every candidate stands until the
+    // Without commands there are no caller's tests: every candidate stands until the
     // generated checks (in `choose`) decide.
     let caller_checks = !validation.commands.is_empty();
     let mut changed_at: Vec<usize> = vec![0; files.len()];
