@@ -586,7 +586,6 @@ pub async fn recorded_remove(
 /// recorded `pending` with the content it holds (kept, so that the deletion can be taken back),
 /// removed under its path lock, then `succeeded`. A file that changed is refused and nothing is
 /// recorded. Returns the operation's id.
-#[allow(clippy::too_many_arguments)]
 pub async fn recorded_delete(
     store: &dyn AuditStore,
     workspace: &dyn Workspace,

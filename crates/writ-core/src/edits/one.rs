@@ -59,6 +59,11 @@ pub(super) fn edit_one(
             ),
         });
     }
+    let no_edits = match &f.action {
+        Action::Replace(edits) => edits.is_empty(),
+        Action::Hunks(hunks) => hunks.is_empty(),
+        _ => false,
+    };
     match (&f.action, &current) {
         (Action::Add(_), Some(_)) => {
             return Err(refused(format!(
@@ -91,18 +96,8 @@ pub(super) fn edit_one(
                 fallback: None,
             });
         }
-        (Action::Replace(edits), Some(bytes)) if edits.is_empty() => {
+        (Action::Replace(_) | Action::Hunks(_), Some(bytes)) if no_edits => {
             // A move alone: the bytes as they are, whatever they are.
-            return Ok(Edited {
-                path: f.path.clone(),
-                before: current.clone(),
-                after: Some(bytes.clone()),
-                move_to,
-                change: Change::between(path, "", "", MAX_DIFF_BYTES),
-                fallback: None,
-            });
-        }
-        (Action::Hunks(hunks), Some(bytes)) if hunks.is_empty() => {
             return Ok(Edited {
                 path: f.path.clone(),
                 before: current.clone(),
