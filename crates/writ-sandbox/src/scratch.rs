@@ -82,20 +82,7 @@ impl Scratch {
         limits: CopyLimits,
         owner: Option<u32>,
     ) -> Result<Self, SandboxError> {
-        let source = std::fs::canonicalize(repo_dir)
-            .map_err(|e| SandboxError::io("REPO_DIR", repo_dir, e))?;
-        if !source.is_dir() {
-            return Err(SandboxError::NotADirectory(repo_dir.to_path_buf()));
-        }
-        std::fs::create_dir_all(base).map_err(|e| SandboxError::io("scratch base", base, e))?;
-        if owner.is_some() {
-            // The sandbox uid must traverse the base to reach its own scratch directory.
-            set_mode(base, 0o711)?;
-        }
-        let dir = tempfile::Builder::new()
-            .prefix("scratch-")
-            .tempdir_in(base)
-            .map_err(|e| SandboxError::io("scratch base", base, e))?;
+        let (source, dir) = copy_target(repo_dir, base, owner)?;
         let mut copy = Copy {
             limits,
             owner,
@@ -135,19 +122,7 @@ impl Scratch {
         owner: Option<u32>,
         tools: &OverlayTools,
     ) -> Result<Self, SandboxError> {
-        let source = std::fs::canonicalize(repo_dir)
-            .map_err(|e| SandboxError::io("REPO_DIR", repo_dir, e))?;
-        if !source.is_dir() {
-            return Err(SandboxError::NotADirectory(repo_dir.to_path_buf()));
-        }
-        std::fs::create_dir_all(base).map_err(|e| SandboxError::io("scratch base", base, e))?;
-        if owner.is_some() {
-            set_mode(base, 0o711)?;
-        }
-        let dir = tempfile::Builder::new()
-            .prefix("scratch-")
-            .tempdir_in(base)
-            .map_err(|e| SandboxError::io("scratch base", base, e))?;
+        let (source, dir) = copy_target(repo_dir, base, owner)?;
         let room = ScratchLimits {
             max_bytes: copy.max_bytes.saturating_add(run.max_bytes),
             max_files: copy.max_files.saturating_add(run.max_files),
@@ -653,6 +628,29 @@ fn stays_inside(depth: usize, target: &Path) -> bool {
         }
     }
     true
+}
+
+/// `repo_dir` resolved (it must be a directory) and a fresh scratch directory under `base` for
+/// its copy; with `owner`, `base` is made passable so the sandbox uid reaches its own scratch.
+fn copy_target(
+    repo_dir: &Path,
+    base: &Path,
+    owner: Option<u32>,
+) -> Result<(std::path::PathBuf, tempfile::TempDir), SandboxError> {
+    let source =
+        std::fs::canonicalize(repo_dir).map_err(|e| SandboxError::io("REPO_DIR", repo_dir, e))?;
+    if !source.is_dir() {
+        return Err(SandboxError::NotADirectory(repo_dir.to_path_buf()));
+    }
+    std::fs::create_dir_all(base).map_err(|e| SandboxError::io("scratch base", base, e))?;
+    if owner.is_some() {
+        set_mode(base, 0o711)?;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("scratch-")
+        .tempdir_in(base)
+        .map_err(|e| SandboxError::io("scratch base", base, e))?;
+    Ok((source, dir))
 }
 
 #[cfg(test)]
