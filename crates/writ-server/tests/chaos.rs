@@ -1,11 +1,17 @@
 //! A chaos run: two `writ` replicas over one PostgreSQL (reached through a proxy the test cuts)
 //! and one `REPO_DIR`, driven with batches (synchronous and async), direct edits and direct
-//! writes while a replica is SIGKILLed and restarted, and the database is cut for a few seconds,
-//! twice. Clients do what a careful client does: retry a dropped connection, a 503 or a 409 on
-//! the other replica, batches with their `Idempotency-Key`. Then: every batch ended once and in
-//! success (none lost), no answer was a 500, every file on disk holds what its last succeeded
-//! record says and every succeeded record's file is there, no operation is left pending, and no
-//! temporary file is left.
+//! writes while the disk under `REPO_DIR` fills up, a replica is SIGKILLed and restarted, and the
+//! database is cut for a few seconds, twice. Clients do what a careful client does: retry a
+//! dropped connection, a 503 or a 409 on the other replica, batches with their
+//! `Idempotency-Key`, a 507 (no space) after a pause, a batch whose files failed for want of
+//! space as a new batch. Then: every batch ended once, in success or with its files failed for
+//! want of space (none lost), no answer was a 500, every file on disk holds what its last
+//! succeeded record says and every succeeded record's file is there, no operation is left
+//! pending, and no temporary file is left.
+//!
+//! The disk that fills is a tmpfs of its own (`REPO_DIR` inside it, the filler beside it), so
+//! the fault needs the right to mount: where `mount` is refused the run says so and goes on
+//! without that fault.
 //!
 //! `WRIT_CHAOS_SECS` (default 16) sets how long the load runs; each 16 s of it holds one round
 //! of four faults (the longer run of BENCHMARKS.md: `WRIT_CHAOS_SECS=160`).
@@ -42,6 +48,8 @@ impl Drop for Replica {
 
 struct Deployment {
     dir: tempfile::TempDir,
+    /// The small filesystem `REPO_DIR` lives in, when one could be mounted: the disk that fills.
+    disk: Option<PathBuf>,
     /// The database as the test reaches it (directly).
     database_url: String,
     proxy: DbProxy,
@@ -51,6 +59,9 @@ struct Deployment {
 
 impl Drop for Deployment {
     fn drop(&mut self) {
+        if let Some(disk) = &self.disk {
+            let _ = Command::new("umount").arg("-l").arg(disk).status();
+        }
         if std::thread::panicking() {
             self.dir.disable_cleanup(true);
             eprintln!(
@@ -63,7 +74,40 @@ impl Drop for Deployment {
 
 impl Deployment {
     fn repo(&self) -> PathBuf {
-        self.dir.path().join("repo")
+        match &self.disk {
+            Some(disk) => disk.join("repo"),
+            None => self.dir.path().join("repo"),
+        }
+    }
+
+    /// Fills the disk under `REPO_DIR` for `hold`, then frees it. Returns whether it could.
+    async fn fill_disk(&self, hold: Duration) -> bool {
+        let Some(disk) = self.disk.clone() else {
+            return false;
+        };
+        let filler = disk.join("filler");
+        let full = {
+            let filler = filler.clone();
+            tokio::task::spawn_blocking(move || {
+                use std::io::Write;
+                let mut f = std::fs::File::create(&filler).unwrap();
+                let chunk = vec![0u8; 1 << 20];
+                loop {
+                    if let Err(e) = f.write_all(&chunk).and_then(|()| f.flush()) {
+                        break e.kind() == std::io::ErrorKind::StorageFull;
+                    }
+                }
+            })
+            .await
+            .unwrap()
+        };
+        assert!(
+            full,
+            "the filler stopped for another reason than a full disk"
+        );
+        tokio::time::sleep(hold).await;
+        std::fs::remove_file(&filler).unwrap();
+        true
     }
 
     fn base(&self, i: usize) -> String {
@@ -126,6 +170,8 @@ struct Seen {
     /// Every accepted batch: its job id.
     jobs: Mutex<Vec<String>>,
     retries: AtomicU32,
+    /// Answers of 507 (no space), and files of batches that failed for want of space.
+    no_space: AtomicU32,
 }
 
 /// Sends one request to replica `at`, and on a dropped connection, a 503 or a 409 saying its
@@ -145,6 +191,13 @@ async fn until_answered(
         );
         match make(&d.base(at)).send().await {
             Ok(r) if r.status() == 503 => {}
+            Ok(r) if r.status() == 507 => {
+                let body: Value = r.json().await.unwrap_or(Value::Null);
+                assert_eq!(body["error"]["code"], "no_space", "{what}: {body}");
+                seen.no_space.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
             Ok(r) => {
                 let status = r.status().as_u16();
                 let body: Value = r.json().await.unwrap_or(Value::Null);
@@ -181,9 +234,10 @@ async fn client(d: Arc<Deployment>, seen: Arc<Seen>, c: usize, until: Instant) {
     .await;
     assert!(status == 200 || status == 201, "seed: {status}");
     let mut n = 0;
+    let mut attempt = 0;
     while Instant::now() < until {
         // A batch of two files, every other one async.
-        let key = format!("chaos-{c}-{n}");
+        let key = format!("chaos-{c}-{n}-{attempt}");
         let body = json!({"command": "write_codebase", "files": [
             {"filename": format!("b/c{c}/n{n}/a.py"), "code_description": "add"},
             {"filename": format!("b/c{c}/n{n}/b.py"), "code_description": "add"}]});
@@ -202,11 +256,19 @@ async fn client(d: Arc<Deployment>, seen: Arc<Seen>, c: usize, until: Instant) {
         .await;
         match status {
             200 => {
-                assert_eq!(answer["status"], "success", "{key}: {answer}");
                 seen.jobs
                     .lock()
                     .await
                     .push(answer["request_id"].as_str().unwrap().to_string());
+                if answer["status"] != "success" {
+                    // Only a full disk may fail a file; the batch is sent again as a new one.
+                    seen.no_space
+                        .fetch_add(failed_for_space(&key, &answer), Ordering::Relaxed);
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+                attempt = 0;
             }
             202 => seen
                 .jobs
@@ -247,6 +309,28 @@ async fn client(d: Arc<Deployment>, seen: Arc<Seen>, c: usize, until: Instant) {
     }
 }
 
+/// How many files of a batch's answer failed; panics unless each failed for want of space.
+fn failed_for_space(what: &str, answer: &Value) -> u32 {
+    let failed: Vec<&Value> = answer["results"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: no results in {answer}"))
+        .iter()
+        .filter(|f| f["success"] != true)
+        .collect();
+    assert!(
+        !failed.is_empty(),
+        "{what}: not a success, yet no file failed: {answer}"
+    );
+    for f in &failed {
+        let error = f["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("no space left"),
+            "{what}: a file failed for another reason than a full disk: {f}"
+        );
+    }
+    failed.len() as u32
+}
+
 /// Every regular file beneath `root`, relative.
 fn files_under(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
@@ -275,7 +359,23 @@ async fn chaos_replicas_killed_and_the_database_cut_lose_no_batch_and_leave_disk
         .unwrap_or(16);
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("logs")).unwrap();
-    std::fs::create_dir_all(dir.path().join("repo")).unwrap();
+    let disk = dir.path().join("disk");
+    std::fs::create_dir_all(&disk).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=32m,mode=0755", "tmpfs"])
+        .arg(&disk)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("chaos: no right to mount a tmpfs here; the disk-full fault is left out");
+    }
+    let disk = mounted.then_some(disk);
+    let repo = match &disk {
+        Some(disk) => disk.join("repo"),
+        None => dir.path().join("repo"),
+    };
+    std::fs::create_dir_all(&repo).unwrap();
     let fake = FakeUpstream::start().await.unwrap();
     for m in MODELS.iter().chain([&ARBITER]) {
         fake.script(
@@ -288,6 +388,7 @@ async fn chaos_replicas_killed_and_the_database_cut_lose_no_batch_and_leave_disk
     let proxy = DbProxy::start(&database_url).await;
     let d = Arc::new(Deployment {
         dir,
+        disk,
         database_url,
         proxy,
         fake,
@@ -306,8 +407,13 @@ async fn chaos_replicas_killed_and_the_database_cut_lose_no_batch_and_leave_disk
     let rounds = (secs / 16).max(1);
     let round = Duration::from_secs(secs) / rounds as u32;
     let mut faults = 0;
+    let mut disk_fills = 0;
     for r in 0..rounds {
         let at = |fraction: f64| started + round * r as u32 + round.mul_f64(fraction);
+        tokio::time::sleep_until(at(0.03).into()).await;
+        if d.fill_disk(Duration::from_millis(2500)).await {
+            disk_fills += 1;
+        }
         tokio::time::sleep_until(at(0.2).into()).await;
         replicas[1].child.kill().unwrap(); // SIGKILL
         replicas[1].child.wait().unwrap();
@@ -346,7 +452,9 @@ async fn chaos_replicas_killed_and_the_database_cut_lose_no_batch_and_leave_disk
             };
             if view["status"] == "done" || view["status"] == "failed" {
                 assert_eq!(view["status"], "done", "{view}");
-                assert_eq!(view["batch_status"], "success", "{view}");
+                if view["batch_status"] != "success" {
+                    failed_for_space(job, &view["response"]);
+                }
                 break;
             }
             assert!(Instant::now() < deadline, "job {job} never ended: {view}");
@@ -397,11 +505,13 @@ async fn chaos_replicas_killed_and_the_database_cut_lose_no_batch_and_leave_disk
         );
     }
     eprintln!(
-        "chaos: {secs} s, {} batches driven, 0 lost, {} files, {faults} faults injected ({} SIGKILLs, {} database cuts of 3-4 s), {} retries by the clients, no 500",
+        "chaos: {secs} s, {} batches driven, 0 lost, {} files, {} faults injected ({} SIGKILLs, {} database cuts of 3-4 s, {disk_fills} disk fills of 2.5 s), {} retries by the clients, {} refusals and failed files for want of space, no 500",
         jobs.len(),
         on_disk.len(),
+        faults + disk_fills,
         faults / 2,
         faults / 2,
         seen.retries.load(Ordering::Relaxed),
+        seen.no_space.load(Ordering::Relaxed),
     );
 }

@@ -59,7 +59,7 @@ fn prompt_parts(
     messages: &[ChatMessage],
 ) -> PromptTokensByPart {
     let others: usize = batch
-        .files
+        .files()
         .iter()
         .filter(|f| f.path != file.path)
         .map(|f| tokens(&f.description).min(75) + tokens(f.path.as_str()))
@@ -72,7 +72,7 @@ fn prompt_parts(
         .sum();
     PromptTokensByPart {
         task: tokens(&file.description)
-            + batch.task_description.as_deref().map_or(0, tokens)
+            + batch.task_description().map_or(0, tokens)
             + imports
             + others,
         constraints: tokens(&prompt::constraints_section(batch, file)),
@@ -181,18 +181,18 @@ pub(crate) async fn generate(
         prompt_parts(batch, file, &context, &more, current_view, prior, &messages),
     );
     let models = batch
-        .options
+        .options()
         .models
         .clone()
         .unwrap_or_else(|| config.candidates.clone());
-    let policy = batch.options.straggler.unwrap_or(config.straggler);
+    let policy = batch.options().straggler.unwrap_or(config.straggler);
     let mut generated = Generated {
         language,
         models,
         messages,
         answers: Vec::new(),
         existing,
-        allow_removals: batch.options.allow_removals,
+        allow_removals: batch.options().allow_removals,
     };
     let (answers, waited) = fanout::fan_out(
         client,
@@ -227,7 +227,7 @@ async fn repository_context(
             }
         }
     }
-    if let Some(v) = &batch.options.validation {
+    if let Some(v) = &batch.options().validation {
         for arg in v.commands.iter().flat_map(|c| &c.args) {
             if let Ok(p) = RepoPath::parse_nonempty(arg)
                 && !wanted.contains(&p)
@@ -237,7 +237,7 @@ async fn repository_context(
         }
     }
     // The batch writes these itself; their descriptions are already in the prompt.
-    wanted.retain(|p| !batch.files.iter().any(|f| &f.path == p));
+    wanted.retain(|p| !batch.files().iter().any(|f| &f.path == p));
     let mut shown = Vec::new();
     let mut budget = MAX_CONTEXT_CHARS;
     for path in wanted.into_iter().take(MAX_CONTEXT_FILES) {
@@ -291,7 +291,7 @@ mod tests {
     fn first_file<'a>(b: &'a Batch, prior: &'a Prior, clock: &'a UpstreamClock) -> FileCx<'a> {
         FileCx {
             batch: b,
-            file: &b.files[0],
+            file: &b.files()[0],
             prior,
             sink: &NoProgress,
             clock,
@@ -373,7 +373,7 @@ mod tests {
         let b = batch(serde_json::json!({"command": "write_codebase", "files": [
             {"filename": "a.py", "code_description": "d", "expected_sha256": sha256_hex(b"old\n")}]}));
         let mut prior = doubles::prior(&b);
-        prior.current = vec![(b.files[0].path.clone(), Some(b"new\n".to_vec()))];
+        prior.current = vec![(b.files()[0].path.clone(), Some(b"new\n".to_vec()))];
         prior.prompt_tokens = Mutex::new(vec![None]);
         let clock = UpstreamClock::default();
         let cx = first_file(&b, &prior, &clock);

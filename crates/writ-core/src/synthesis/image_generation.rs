@@ -23,7 +23,7 @@ pub(crate) async fn generate_image(
         batch, file, sink, ..
     } = cx;
     let Some(model) = batch
-        .options
+        .options()
         .image_model
         .clone()
         .or_else(|| config.image_model.clone())
@@ -45,7 +45,7 @@ pub(crate) async fn generate_image(
         model: model.clone(),
         messages: vec![ChatMessage::user(image_prompt(batch, file, target))],
         modalities: Some(vec!["image".into(), "text".into()]),
-        urgent: batch.resumed,
+        urgent: batch.resumed(),
         ..ChatRequest::default()
     };
     sink.emit(Event::CandidateStarted {
@@ -120,7 +120,7 @@ fn image_prompt(batch: &Batch, file: &FileSpec, target: ImageTarget) -> String {
         ask.push_str(&format!("\nSize: {w}×{h} pixels."));
     }
     ask.push_str(&format!("\nFormat: {}.", target.format.as_str()));
-    if let Some(task) = &batch.task_description {
+    if let Some(task) = &batch.task_description() {
         ask.push_str(&format!("\nIt is part of this task: {}", task.trim()));
     }
     ask

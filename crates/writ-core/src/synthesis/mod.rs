@@ -35,6 +35,7 @@ pub mod outage;
 pub mod pipeline;
 pub mod progress;
 pub mod prompt;
+pub mod record;
 pub mod response;
 pub mod selection;
 pub mod stage;

@@ -19,9 +19,10 @@ use crate::synthesis::fanout::UpstreamClock;
 use crate::synthesis::generation::generate;
 use crate::synthesis::image_generation::generate_image;
 use crate::synthesis::progress::{Event, ProgressSink};
+use crate::synthesis::record::Recorded;
 use crate::synthesis::response::{BatchResponse, FileResult};
 use crate::synthesis::selection::Selector;
-use crate::synthesis::stage::{BatchCx, FileCx, Prior, Produced, Recorded, Synthesizer};
+use crate::synthesis::stage::{BatchCx, FileCx, Prior, Produced, Synthesizer};
 use crate::synthesis::submission::{Submission, Submitted};
 use crate::synthesis::validation::{Stage, select_validated};
 use crate::synthesis::writing::{Writer, Written};
@@ -62,10 +63,10 @@ impl Synthesizer {
         let batch = &sub.batch;
         let started = Instant::now();
         sink.emit(Event::Queued {
-            files: batch.files.iter().map(|f| f.path.to_string()).collect(),
+            files: batch.files().iter().map(|f| f.path.to_string()).collect(),
         });
         let clocks: Vec<UpstreamClock> = batch
-            .files
+            .files()
             .iter()
             .map(|_| UpstreamClock::default())
             .collect();
@@ -84,14 +85,14 @@ impl Synthesizer {
             recorded,
             outage_wait: self.config.store_outage_wait,
         };
-        let atomic = batch.options.atomic && !batch.options.dry_run;
+        let atomic = batch.options().atomic && !batch.options().dry_run;
 
         // The server's default of generated checks, for batches that ask for no validation
         // and where a sandbox can run them.
         let default_checks = (self.config.generate_checks && self.commands.is_some())
             .then(Validation::generated_only);
         let validation = batch
-            .options
+            .options()
             .validation
             .as_ref()
             .or(default_checks.as_ref());
@@ -99,17 +100,18 @@ impl Synthesizer {
             // Validation needs every file's candidates before any file can be chosen.
             let produced = self.produce_validated(validation, cx).await;
             match recorded.wait().await {
-                Err(not) => writer.not_written(batch.files.iter().zip(produced).collect(), not),
+                Err(not) => writer.not_written(batch.files().iter().zip(produced).collect(), not),
                 Ok(()) if atomic => writer.write_atomically(produced).await,
                 Ok(()) => {
-                    let files = batch.files.iter().zip(produced).collect();
+                    let files = batch.files().iter().zip(produced).collect();
                     writer.finish_files(files).await
                 }
             }
         } else if atomic {
-            let produced = join_all((0..batch.files.len()).map(|i| self.produce(cx.file(i)))).await;
+            let produced =
+                join_all((0..batch.files().len()).map(|i| self.produce(cx.file(i)))).await;
             match recorded.wait().await {
-                Err(not) => writer.not_written(batch.files.iter().zip(produced).collect(), not),
+                Err(not) => writer.not_written(batch.files().iter().zip(produced).collect(), not),
                 Ok(()) => writer.write_atomically(produced).await,
             }
         } else {
@@ -159,7 +161,7 @@ impl Synthesizer {
     ) -> Vec<Written> {
         let batch = cx.batch;
         let (ready_tx, mut ready) = tokio::sync::mpsc::unbounded_channel();
-        let producing = join_all((0..batch.files.len()).map(|i| {
+        let producing = join_all((0..batch.files().len()).map(|i| {
             let ready_tx = ready_tx.clone();
             async move {
                 let produced = self.produce(cx.file(i)).await;
@@ -168,8 +170,8 @@ impl Synthesizer {
         }));
         drop(ready_tx);
         let writing = async {
-            let mut written: Vec<Option<Written>> = batch.files.iter().map(|_| None).collect();
-            let mut remaining = batch.files.len();
+            let mut written: Vec<Option<Written>> = batch.files().iter().map(|_| None).collect();
+            let mut remaining = batch.files().len();
             while let Some(first) = ready.recv().await {
                 let mut group = vec![first];
                 let window = tokio::time::sleep(WRITE_GROUP_WINDOW);
@@ -187,7 +189,7 @@ impl Synthesizer {
                 let indices: Vec<usize> = group.iter().map(|(i, _)| *i).collect();
                 let files = group
                     .into_iter()
-                    .map(|(i, produced)| (&batch.files[i], produced))
+                    .map(|(i, produced)| (&batch.files()[i], produced))
                     .collect();
                 let done = match recorded.wait().await {
                     Ok(()) => writer.finish_files(files).await,
@@ -208,7 +210,7 @@ impl Synthesizer {
     async fn produce_validated(&self, validation: &Validation, cx: BatchCx<'_>) -> Vec<Produced> {
         let deadline = self.config.batch_deadline;
         let stages = async {
-            let stages = join_all((0..cx.batch.files.len()).map(|i| async move {
+            let stages = join_all((0..cx.batch.files().len()).map(|i| async move {
                 let fcx = cx.file(i);
                 fcx.sink.emit(Event::FileStarted {
                     file: fcx.file.path.to_string(),
@@ -246,7 +248,7 @@ impl Synthesizer {
             Ok(produced) => produced.into_iter().map(|p| self.bounded(p)).collect(),
             Err(_) => cx
                 .batch
-                .files
+                .files()
                 .iter()
                 .map(|_| Produced::failed(deadline_message(deadline), Vec::new()))
                 .collect(),
@@ -335,7 +337,8 @@ mod tests {
     use super::*;
     use crate::synthesis::doubles::{self, Answer, MemoryStore, MemoryWorkspace, ScriptedModels};
     use crate::synthesis::progress::NoProgress;
-    use crate::synthesis::stage::{NotRecorded, SynthesisConfig};
+    use crate::synthesis::record::NotRecorded;
+    use crate::synthesis::stage::SynthesisConfig;
 
     /// Runs a one-file batch whose only model answers at once, behind `recorded`; returns the
     /// answer and what the workspace holds afterwards.

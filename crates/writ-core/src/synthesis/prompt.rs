@@ -60,7 +60,7 @@ pub fn candidate_messages(
     p.push_str("## What the file must contain and do\n");
     p.push_str(file.description.trim());
     p.push_str("\n\n");
-    if let Some(task) = &batch.task_description {
+    if let Some(task) = &batch.task_description() {
         p.push_str("## The overall task these files serve\n");
         p.push_str(task.trim());
         p.push_str("\n\n");
@@ -77,7 +77,11 @@ pub fn candidate_messages(
             file.internal_imports.join(", ")
         ));
     }
-    let others: Vec<&FileSpec> = batch.files.iter().filter(|f| f.path != file.path).collect();
+    let others: Vec<&FileSpec> = batch
+        .files()
+        .iter()
+        .filter(|f| f.path != file.path)
+        .collect();
     if !others.is_empty() {
         p.push_str("## Other files written in the same batch (make them fit together)\n");
         for o in others {
@@ -288,9 +292,9 @@ impl MoreContext {
 /// The caller's rules for this file (the batch's, then the file's own), or nothing.
 pub fn constraints_section(batch: &Batch, file: &FileSpec) -> String {
     let rules: Vec<&str> = batch
-        .constraints
-        .iter()
-        .chain(&file.constraints)
+        .constraints()
+        .into_iter()
+        .chain(file.constraints.as_deref())
         .map(|c| c.trim())
         .collect();
     if rules.is_empty() {
@@ -322,7 +326,7 @@ pub fn arbiter_messages(
         language.name(),
         file.description.trim()
     ));
-    if let Some(task) = &batch.task_description {
+    if let Some(task) = &batch.task_description() {
         p.push_str(&format!(
             "It serves this task:\n{}\n\n",
             one_line(task, 2_000)

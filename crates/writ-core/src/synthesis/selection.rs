@@ -65,7 +65,7 @@ impl Selector<'_> {
     /// candidate model.
     pub(crate) fn arbiter_model(&self, generated: &Generated) -> String {
         self.batch
-            .options
+            .options()
             .arbiter_model
             .clone()
             .or_else(|| self.config.arbiter.clone())
@@ -99,7 +99,7 @@ impl Selector<'_> {
             temperature: Some(0.0),
             max_tokens: Some(1_000),
             response_format: Some(prompt::verdict_schema(shown.len())),
-            urgent: batch.resumed,
+            urgent: batch.resumed(),
             ..ChatRequest::default()
         };
         sink.emit(Event::ArbiterStarted {
@@ -293,7 +293,7 @@ mod tests {
         let clock = UpstreamClock::default();
         let cx = FileCx {
             batch: &batch,
-            file: &batch.files[0],
+            file: &batch.files()[0],
             prior: &prior,
             sink: &NoProgress,
             clock: &clock,

@@ -2,15 +2,13 @@
 //! dependency bundle ([`Synthesizer`]) and its settings ([`SynthesisConfig`]), what a batch's
 //! prompts show of the present ([`Prior`]), a file's outcome before it is written
 //! ([`Produced`], [`Chosen`], [`Content`]), what travels with one file through its stages
-//! ([`FileCx`]) and the gate a write waits at until the batch's request is recorded
-//! ([`Recorded`]).
+//! ([`FileCx`]). The gate a write waits at until the batch's request is recorded is the
+//! batch record's (`record::Recorded`).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
-use crate::audit::{AuditStore, CandidateRecord, RecentOperation, Selection, StoreError};
+use crate::audit::{AuditStore, CandidateRecord, RecentOperation, Selection};
 use crate::execution::CommandRunner;
 use crate::model::ModelClient;
 use crate::path::RepoPath;
@@ -18,7 +16,6 @@ use crate::synthesis::batch::{Batch, FileSpec};
 use crate::synthesis::context::NamedContext;
 use crate::synthesis::fanout::{CallSettings, StragglerPolicy, UpstreamClock};
 use crate::synthesis::image::ShapedImage;
-use crate::synthesis::jobs::LeaseHold;
 use crate::synthesis::progress::ProgressSink;
 use crate::synthesis::response::{FileValidation, PromptTokensByPart};
 use crate::synthesis::update::Existing;
@@ -266,7 +263,7 @@ impl SynthesisConfig {
         CallSettings {
             temperature: self.temperature,
             max_tokens: self.max_tokens,
-            urgent: batch.resumed,
+            urgent: batch.resumed(),
         }
     }
 }
@@ -293,83 +290,14 @@ pub(crate) struct BatchCx<'a> {
 }
 
 impl<'a> BatchCx<'a> {
-    /// The context of the batch's file at `position` (in `batch.files`).
+    /// The context of the batch's file at `position` (in `batch.files()`).
     pub fn file(&self, position: usize) -> FileCx<'a> {
         FileCx {
             batch: self.batch,
-            file: &self.batch.files[position],
+            file: &self.batch.files()[position],
             prior: self.prior,
             sink: self.sink,
             clock: &self.clocks[position],
         }
-    }
-}
-
-/// The batch's request record did not commit: nothing of the batch may be written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the batch's request could not be recorded; nothing was written")]
-pub(crate) struct NotRecorded;
-
-/// Whether a batch's records (its request and job) are committed. They commit while the models
-/// run; nothing of the batch is written, and no answer given, before they are. Where the job is
-/// leased, its lease must also be known held before each write (after an outage it may have run
-/// out, and another replica may have claimed the job); and a commit that gave up after the
-/// whole outage wait is noted here, so that the batch answers 503 instead of its files' errors.
-#[derive(Clone)]
-pub(crate) struct Recorded {
-    committed: watch::Receiver<Option<bool>>,
-    lease: Option<Arc<LeaseHold>>,
-    gave_up: Arc<OnceLock<StoreError>>,
-}
-
-impl Recorded {
-    /// Records already committed (an async batch's, a resumed job's).
-    pub(crate) fn already() -> Self {
-        Recorded::pending(watch::channel(Some(true)).1)
-    }
-
-    /// Records whose commit reports `Some(committed)` on `rx` once it is over.
-    pub(crate) fn pending(rx: watch::Receiver<Option<bool>>) -> Self {
-        Recorded {
-            committed: rx,
-            lease: None,
-            gave_up: Arc::default(),
-        }
-    }
-
-    /// The same records, of a job held by `lease`.
-    pub(crate) fn with_lease(mut self, lease: Option<Arc<LeaseHold>>) -> Self {
-        self.lease = lease;
-        self
-    }
-
-    /// Waits for the commit. A failed commit (or one abandoned) is [`NotRecorded`]: the caller
-    /// writes nothing.
-    pub(crate) async fn wait(&self) -> Result<(), NotRecorded> {
-        let mut rx = self.committed.clone();
-        match rx.wait_for(Option::is_some).await.map(|v| *v) {
-            Ok(Some(true)) => Ok(()),
-            _ => Err(NotRecorded),
-        }
-    }
-
-    /// Whether the batch may write now as far as its lease goes: a lease that may have run out
-    /// is renewed first. `Err(Unavailable)`: the store cannot be asked (wait and try again);
-    /// `Err(Conflict)`: another replica holds the job (write nothing; the run is being stopped).
-    pub(crate) async fn lease_held(&self) -> Result<(), StoreError> {
-        match &self.lease {
-            None => Ok(()),
-            Some(lease) => lease.confirm().await,
-        }
-    }
-
-    /// Notes that a commit gave up after the whole outage wait.
-    pub(crate) fn give_up(&self, err: StoreError) {
-        let _ = self.gave_up.set(err);
-    }
-
-    /// The store's failure if a commit of the batch gave up after the whole outage wait.
-    pub(crate) fn gave_up(&self) -> Option<StoreError> {
-        self.gave_up.get().cloned()
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::audit::{NewRequest, RecentOperation, StoreError};
+use crate::audit::{RecentOperation, StoreError};
 use crate::content::sha256_hex;
 use crate::execution::RunError;
 use crate::path::RepoPath;
@@ -105,7 +105,7 @@ impl Synthesizer {
         check_expected(&sub.batch, &current)?;
         self.check_validation(&sub.batch)?;
         let named = resolve_context(self.workspace.as_ref(), &sub.batch).await?;
-        let prompt_tokens = std::sync::Mutex::new(vec![None; sub.batch.files.len()]);
+        let prompt_tokens = std::sync::Mutex::new(vec![None; sub.batch.files().len()]);
         Ok(Prepared::Fresh(Prior {
             recent,
             current,
@@ -130,22 +130,9 @@ impl Synthesizer {
             recent,
             current,
             named,
-            prompt_tokens: std::sync::Mutex::new(vec![None; sub.batch.files.len()]),
+            prompt_tokens: std::sync::Mutex::new(vec![None; sub.batch.files().len()]),
             map_walk: Default::default(),
         })
-    }
-
-    /// The batch's request record, for the unit that records it with its job.
-    pub(crate) fn request_record(&self, sub: &Submission) -> NewRequest {
-        NewRequest {
-            id: sub.request_id,
-            received_at: chrono::Utc::now(),
-            route: "POST /write_codebase".to_string(),
-            caller: sub.caller.clone(),
-            scope: sub.scope,
-            idempotency_key: sub.idempotency_key.clone(),
-            body_sha256: Some(sub.body_sha256.clone()),
-        }
     }
 
     /// What a failed commit of the request record means: another request with the same key
@@ -235,7 +222,7 @@ impl Synthesizer {
 
     /// Every model the batch names is one this deployment allows.
     fn check_models(&self, batch: &Batch) -> Result<(), BatchError> {
-        for (field, model) in batch.options.named_models() {
+        for (field, model) in batch.options().named_models() {
             if !self.config.allows(model) {
                 let allowed = if self.config.allowed_models.is_empty() {
                     "only the configured models (CODE_LIST, CODE_MODEL, CODE_GEN_MODEL, IMAGE_MODEL) may be named; set WRIT_ALLOWED_MODELS to allow others"
@@ -255,7 +242,7 @@ impl Synthesizer {
     /// is configured, every argument stays inside the sandbox, the timeout and the repair rounds
     /// are within the deployment's bounds. Checked before any model is called.
     fn check_validation(&self, batch: &Batch) -> Result<(), SubmitError> {
-        let Some(v) = batch.options.validation() else {
+        let Some(v) = batch.options().validation() else {
             return Ok(());
         };
         let Some(runner) = &self.commands else {
@@ -311,7 +298,7 @@ impl Synthesizer {
         batch: &Batch,
     ) -> Result<Vec<(RepoPath, Option<Vec<u8>>)>, BatchError> {
         let (images, code): (Vec<_>, Vec<_>) = batch
-            .files
+            .files()
             .iter()
             .partition(|f| f.kind == TargetKind::Image);
         let targets: Vec<(RepoPath, bool)> = code.iter().map(|f| (f.path.clone(), true)).collect();
@@ -402,7 +389,7 @@ fn check_expected(
     batch: &Batch,
     current: &[(RepoPath, Option<Vec<u8>>)],
 ) -> Result<(), SubmitError> {
-    for file in batch.files.iter().filter(|f| f.kind == TargetKind::Code) {
+    for file in batch.files().iter().filter(|f| f.kind == TargetKind::Code) {
         let Some(expected) = &file.expected_sha256 else {
             continue;
         };

@@ -91,15 +91,15 @@ impl FileSpec {
 /// A validated `write_codebase` request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Batch {
-    pub(crate) task_description: Option<String>,
-    pub(crate) files: Vec<FileSpec>,
-    pub(crate) options: Options,
+    task_description: Option<String>,
+    files: Vec<FileSpec>,
+    options: Options,
     /// What the caller named for every file's models to see (`context`).
-    pub(crate) context: Vec<ContextEntry>,
+    context: Vec<ContextEntry>,
     /// `constraints`.
-    pub(crate) constraints: Option<String>,
+    constraints: Option<String>,
     /// Taken over from a replica that died or stopped: its model calls go ahead of new batches'.
-    pub(crate) resumed: bool,
+    resumed: bool,
 }
 
 impl Batch {
@@ -111,6 +111,17 @@ impl Batch {
     }
     pub fn task_description(&self) -> Option<&str> {
         self.task_description.as_deref()
+    }
+    /// What the caller named for every file's models to see.
+    pub fn context(&self) -> &[ContextEntry] {
+        &self.context
+    }
+    pub fn constraints(&self) -> Option<&str> {
+        self.constraints.as_deref()
+    }
+    /// Taken over from a replica that died or stopped.
+    pub fn resumed(&self) -> bool {
+        self.resumed
     }
 
     /// What is left of this batch once the files in `written` are: a batch of its own, resumed,

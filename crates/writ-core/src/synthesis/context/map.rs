@@ -30,7 +30,7 @@ pub async fn repo_map(
     // one walk: no search, no read.
     let outlinable = walk.files.iter().any(|f| {
         Language::from_path(f.path.as_str()) != Language::Other
-            && !batch.files.iter().any(|b| b.path == f.path)
+            && !batch.files().iter().any(|b| b.path == f.path)
     });
     if !outlinable {
         return Vec::new();
@@ -158,7 +158,7 @@ pub(super) fn rank(
     let imported: Vec<String> = file
         .internal_imports
         .iter()
-        .chain(batch.files.iter().flat_map(|f| &f.internal_imports))
+        .chain(batch.files().iter().flat_map(|f| &f.internal_imports))
         .map(|i| i.trim().replace('.', "/"))
         .chain(current.map(imports_in).unwrap_or_default())
         .collect();

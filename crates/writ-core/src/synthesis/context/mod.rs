@@ -83,10 +83,10 @@ pub(crate) async fn resolve_context(
     batch: &Batch,
 ) -> Result<NamedContext, BatchError> {
     let mut named = NamedContext::default();
-    for entry in &batch.context {
+    for entry in batch.context() {
         named.batch.push(resolve(workspace, entry).await?);
     }
-    for file in &batch.files {
+    for file in batch.files() {
         let mut list = Vec::new();
         for entry in &file.context {
             list.push(resolve(workspace, entry).await?);
@@ -172,7 +172,7 @@ pub(crate) async fn more_context(
     let named = &prior.named;
     let mut more = MoreContext::default();
     let mut seen: Vec<String> = shown.to_vec();
-    seen.extend(batch.files.iter().map(|f| f.path.to_string()));
+    seen.extend(batch.files().iter().map(|f| f.path.to_string()));
     let mut budget = MAX_NAMED_CHARS;
     let own = named
         .files
@@ -218,7 +218,10 @@ pub(crate) async fn more_context(
             }
         }
     }
-    let map_tokens = batch.options.repo_map_tokens.unwrap_or(default_map_tokens);
+    let map_tokens = batch
+        .options()
+        .repo_map_tokens
+        .unwrap_or(default_map_tokens);
     if map_tokens > 0 {
         more.map = repo_map(
             workspace,

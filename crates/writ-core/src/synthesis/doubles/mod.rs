@@ -5,7 +5,7 @@
 //! ([`store`], [`workspace`]); and the inputs a stage takes (a batch, what it read of the
 //! present, candidates).
 
-mod store;
+pub(crate) mod store;
 mod workspace;
 
 pub use store::MemoryStore;
@@ -162,7 +162,7 @@ pub fn prior(batch: &Batch) -> Prior {
         recent: Vec::new(),
         current: Vec::new(),
         named: Default::default(),
-        prompt_tokens: Mutex::new(vec![None; batch.files.len()]),
+        prompt_tokens: Mutex::new(vec![None; batch.files().len()]),
         map_walk: Default::default(),
     }
 }

@@ -19,6 +19,13 @@ use crate::sessions::{ChunkAppend, SessionStore, SessionTransition, WriteSession
 pub struct MemoryStore {
     /// Every operation recorded, in its latest state.
     pub operations: Mutex<Vec<Operation>>,
+    /// Who holds the one job's lease, for tests of a lease's hold (`None`: renewals are refused
+    /// as if the store kept no jobs).
+    pub lease_owner: Mutex<Option<String>>,
+    /// Renewals asked of the store.
+    pub renewals: std::sync::atomic::AtomicUsize,
+    /// While set, the store cannot be reached.
+    pub unreachable: std::sync::atomic::AtomicBool,
 }
 
 impl MemoryStore {
@@ -179,10 +186,22 @@ impl JobStore for MemoryStore {
     async fn renew_lease(
         &self,
         _id: Uuid,
-        _owner: &str,
+        owner: &str,
         _until: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        Err(not_kept())
+        use std::sync::atomic::Ordering;
+        self.renewals.fetch_add(1, Ordering::SeqCst);
+        if self.unreachable.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("the store is away".into()));
+        }
+        let held = self
+            .lease_owner
+            .lock()
+            .map_err(|_| StoreError::Other("poisoned".into()))?;
+        match held.as_deref() {
+            Some(holder) => Ok(holder == owner),
+            None => Err(not_kept()),
+        }
     }
     async fn release_lease(
         &self,

@@ -3,7 +3,7 @@
 
 use super::*;
 
-pub(super) fn lease_until(now: DateTime<Utc>) -> DateTime<Utc> {
+pub(crate) fn lease_until(now: DateTime<Utc>) -> DateTime<Utc> {
     now + chrono::Duration::from_std(LEASE).unwrap_or(chrono::Duration::seconds(10))
 }
 
@@ -50,7 +50,7 @@ impl LeaseHold {
 
     /// The lease was written (a record with it committed, a renewal) by a statement asked at
     /// `asked`.
-    pub(super) fn renewed(&self, asked: tokio::time::Instant) {
+    pub(crate) fn renewed(&self, asked: tokio::time::Instant) {
         let mut until = self.until.lock().unwrap_or_else(PoisonError::into_inner);
         *until = (*until).max(asked + LEASE);
     }
@@ -190,4 +190,91 @@ pub async fn fail_stale_jobs(
         tracing::warn!(job = %job.id, "failed an interrupted job");
     }
     Ok(failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::synthesis::doubles::store::MemoryStore;
+
+    const OWNER: &str = "replica-a";
+
+    fn held_by(owner: &str) -> (Arc<MemoryStore>, Arc<LeaseHold>) {
+        let store = Arc::new(MemoryStore::default());
+        *store
+            .lease_owner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(owner.into());
+        let hold = LeaseHold::new(store.clone(), Uuid::now_v7(), Arc::from(OWNER));
+        (store, hold)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_early_in_the_lease_asks_the_store_nothing_and_one_near_its_end_renews_it() {
+        let (store, hold) = held_by(OWNER);
+
+        hold.confirm().await.expect("held");
+        assert_eq!(store.renewals.load(Ordering::SeqCst), 0);
+
+        tokio::time::advance(LEASE - WRITE_MARGIN).await;
+        hold.confirm().await.expect("renewed");
+        assert_eq!(store.renewals.load(Ordering::SeqCst), 1);
+        // The renewal counts from when it was asked: the next write goes ahead without another.
+        hold.confirm().await.expect("held");
+        assert_eq!(store.renewals.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_finds_another_replica_holding_the_job_stops_the_run_and_refuses_the_write()
+     {
+        let (_store, hold) = held_by("replica-b");
+        let lost = hold.lost();
+        tokio::time::advance(LEASE).await;
+
+        let refused = hold.confirm().await.expect_err("another replica holds it");
+
+        assert!(matches!(refused, StoreError::Conflict(_)), "{refused:?}");
+        assert!(*lost.borrow(), "the run is told to stop");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn while_the_store_is_away_a_lapsing_lease_holds_writes_back_until_a_renewal_succeeds() {
+        let (store, hold) = held_by(OWNER);
+        tokio::time::advance(LEASE).await;
+        store.unreachable.store(true, Ordering::SeqCst);
+
+        let held_back = hold.confirm().await.expect_err("the store cannot be asked");
+        assert!(
+            matches!(held_back, StoreError::Unavailable(_)),
+            "{held_back:?}"
+        );
+        assert!(
+            !*hold.lost().borrow(),
+            "an unreachable store is not a lost lease"
+        );
+
+        store.unreachable.store(false, Ordering::SeqCst);
+        hold.confirm()
+            .await
+            .expect("renewed once the store is back");
+        assert_eq!(store.renewals.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_report_of_an_older_renewal_never_shortens_the_hold() {
+        let (store, hold) = held_by(OWNER);
+        let first = tokio::time::Instant::now();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        hold.renewed(tokio::time::Instant::now());
+        hold.renewed(first);
+
+        tokio::time::advance(Duration::from_secs(6)).await;
+        // 11 s in: held until 5 s + LEASE, more than the margin away, so no renewal is asked
+        // (had the older report won, the hold would end at LEASE, within the margin).
+        assert!(hold.held_until() > tokio::time::Instant::now());
+        hold.confirm().await.expect("held");
+        assert_eq!(store.renewals.load(Ordering::SeqCst), 0);
+    }
 }

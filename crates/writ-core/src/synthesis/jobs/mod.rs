@@ -30,12 +30,12 @@ use uuid::Uuid;
 use crate::audit::{
     AuditStore, AuditWrite, FileKind, Operation, OperationFilter, OperationStatus, StoreError,
 };
-use crate::jobs::{ClaimedJob, JobEvent, JobStatus, Lease, NewJob};
+use crate::jobs::{ClaimedJob, JobEvent, JobStatus};
 use crate::synthesis::batch::{Batch, WriteCodebaseRequest};
-use crate::synthesis::outage::OutageWait;
 use crate::synthesis::progress::{DONE, Event, ProgressSink};
+use crate::synthesis::record::{self, JobEnd, Recorded};
 use crate::synthesis::response::{BatchResponse, FileResult, ImageInfo};
-use crate::synthesis::stage::{Prior, Recorded, Synthesizer};
+use crate::synthesis::stage::{Prior, Synthesizer};
 use crate::synthesis::submission::{Prepared, Submission, SubmitError, Submitted};
 
 mod events;
@@ -45,7 +45,8 @@ mod resume;
 use events::{ChannelSink, write_events};
 pub(crate) use liveness::LeaseHold;
 pub use liveness::fail_stale_jobs;
-use liveness::{keep_alive, lease_until, raised};
+pub(crate) use liveness::lease_until;
+use liveness::{keep_alive, raised};
 use resume::{announce_failed, failed_answer, merge_resumed, resume};
 
 /// How often a running job refreshes its heartbeat.
@@ -344,23 +345,7 @@ impl Jobs {
             Prepared::Replay(replay) => return Ok(Started::Replayed(replay)),
             Prepared::Fresh(prior) => prior,
         };
-        let record = vec![
-            AuditWrite::InsertRequest(self.synthesizer.request_record(&sub)),
-            AuditWrite::InsertJob {
-                job: NewJob {
-                    id: sub.request_id,
-                    created_at: Utc::now(),
-                    is_async,
-                    files: sub.batch.files.iter().map(|f| f.path.to_string()).collect(),
-                    lease: self.owner.as_ref().map(|owner| Lease {
-                        owner: owner.to_string(),
-                        until: lease_until(Utc::now()),
-                    }),
-                    request: sub.body.clone(),
-                },
-                status: JobStatus::Running,
-            },
-        ];
+        let opening = record::opening(&sub, is_async, self.owner.as_deref());
         let synthesizer = self.synthesizer.clone();
         let events = self.events();
         let job_id = sub.request_id;
@@ -378,7 +363,7 @@ impl Jobs {
             _running: guard,
         };
         let handle = if is_async {
-            if let Err(e) = synthesizer.store.commit(record).await {
+            if let Err(e) = synthesizer.store.commit(opening).await {
                 return synthesizer
                     .not_recorded(&sub, e)
                     .await
@@ -393,7 +378,7 @@ impl Jobs {
         } else {
             tokio::spawn(async move {
                 let _permit = permit;
-                record_and_run(synthesizer, events, sub, prior, record, ctx).await
+                record_and_run(synthesizer, events, sub, prior, opening, ctx).await
             })
         };
         Ok(Started::Running(BatchHandle {
@@ -426,7 +411,7 @@ async fn record_and_run(
     events: EventQueue,
     sub: Submission,
     prior: Prior,
-    record: Vec<AuditWrite>,
+    opening: Vec<AuditWrite>,
     ctx: JobContext,
 ) -> Result<Submitted, SubmitError> {
     let (recorded_tx, recorded_rx) = watch::channel(None);
@@ -434,7 +419,8 @@ async fn record_and_run(
     let outage_wait = synthesizer.config.store_outage_wait;
     let lease = ctx.lease.clone();
     let commit = async move {
-        let outcome = commit_record(store.as_ref(), record, lease.as_deref(), outage_wait).await;
+        let outcome =
+            record::commit_opening(store.as_ref(), opening, lease.as_deref(), outage_wait).await;
         let _ = recorded_tx.send(Some(outcome.is_ok()));
         outcome
     };
@@ -460,42 +446,6 @@ async fn record_and_run(
             // A run stopped before its end goes on elsewhere: the caller retries with its
             // `Idempotency-Key` and gets the answer once the job is done.
             submitted = &mut run => return submitted.map_err(Stopped::into_submit_error),
-        }
-    }
-}
-
-/// Commits a batch's request and job, through an outage of up to `outage_wait`. The job's lease
-/// is written afresh with each try (a lease dated from the first try could have run out by the
-/// time the record commits), and the hold learns it from the try that committed.
-async fn commit_record(
-    store: &dyn AuditStore,
-    mut record: Vec<AuditWrite>,
-    lease: Option<&LeaseHold>,
-    outage_wait: Duration,
-) -> Result<(), StoreError> {
-    let mut wait: Option<OutageWait> = None;
-    loop {
-        let asked = tokio::time::Instant::now();
-        for write in &mut record {
-            if let AuditWrite::InsertJob { job, .. } = write
-                && let Some(lease) = &mut job.lease
-            {
-                lease.until = lease_until(Utc::now());
-            }
-        }
-        match store.commit(record.clone()).await {
-            Ok(()) => {
-                if let Some(lease) = lease {
-                    lease.renewed(asked);
-                }
-                return Ok(());
-            }
-            Err(StoreError::Unavailable(why))
-                if wait
-                    .get_or_insert_with(|| OutageWait::start(outage_wait))
-                    .pause(&why)
-                    .await => {}
-            Err(e) => return Err(e),
         }
     }
 }
@@ -569,7 +519,7 @@ async fn run_job(
         tx: events,
     };
     let execute = async {
-        if sub.batch.files.is_empty() {
+        if sub.batch.files().is_empty() {
             // Every file was written by an earlier run.
             return (
                 Submitted {
@@ -623,26 +573,8 @@ async fn run_job(
     // job's, in one commit; and before `done` is announced, so whoever reacts to `done` by
     // reading the job finds its answer there.
     let batch_status = submitted.response.status;
-    let body = serde_json::to_value(&submitted.response).unwrap_or(serde_json::Value::Null);
-    let mut finish = completions;
-    finish.extend([
-        AuditWrite::FinishRequest {
-            id: job_id,
-            status: batch_status,
-            duration_ms: submitted.response.duration_ms as i64,
-            response: Some(body),
-        },
-        // The answer is stored once, on the request: a job without an answer of its own gives
-        // its request's (they share the id), so the closing statement carries it once.
-        AuditWrite::FinishJob {
-            id: job_id,
-            status: JobStatus::Done,
-            batch_status: Some(batch_status.as_str().to_string()),
-            response: None,
-            error: None,
-        },
-    ]);
-    if let Err(e) = commit_closing(
+    let finish = record::closing(job_id, &submitted.response, JobEnd::Done, completions);
+    if let Err(e) = record::commit_closing(
         &recorded,
         store.as_ref(),
         finish,
@@ -662,31 +594,6 @@ async fn run_job(
         status: batch_status.as_str().to_string(),
     });
     Ok(submitted)
-}
-
-/// Commits a batch's closing records through an outage of up to `outage_wait`, each try only
-/// once the job's lease is known held.
-async fn commit_closing(
-    recorded: &Recorded,
-    store: &dyn AuditStore,
-    finish: Vec<AuditWrite>,
-    outage_wait: Duration,
-) -> Result<(), StoreError> {
-    let mut wait: Option<OutageWait> = None;
-    loop {
-        let outcome = match recorded.lease_held().await {
-            Ok(()) => store.commit(finish.clone()).await,
-            Err(e) => Err(e),
-        };
-        match outcome {
-            Err(StoreError::Unavailable(why))
-                if wait
-                    .get_or_insert_with(|| OutageWait::start(outage_wait))
-                    .pause(&why)
-                    .await => {}
-            outcome => return outcome,
-        }
-    }
 }
 
 /// Aborts a task when dropped.

@@ -107,9 +107,9 @@ pub(super) async fn plan_resume(
             written.insert(op.filename.clone(), op);
         }
     }
-    let order: Vec<String> = batch.files.iter().map(|f| f.path.to_string()).collect();
+    let order: Vec<String> = batch.files().iter().map(|f| f.path.to_string()).collect();
     let kept: Vec<(usize, FileResult)> = batch
-        .files
+        .files()
         .iter()
         .enumerate()
         .filter_map(|(at, file)| Some((at, written_result(written.get(file.path.as_str())?))))
@@ -240,24 +240,13 @@ pub(super) async fn fail_claimed(
     let job = &claimed.job;
     let write_path = synthesizer.workspace.root().display().to_string();
     let response = failed_answer(store, job, write_path, reason).await;
-    let duration = response.duration_ms;
-    let body = serde_json::to_value(&response).unwrap_or(serde_json::Value::Null);
     let closed = store
-        .commit(vec![
-            AuditWrite::FinishRequest {
-                id: job.id,
-                status: response.status,
-                duration_ms: duration as i64,
-                response: Some(body),
-            },
-            AuditWrite::FinishJob {
-                id: job.id,
-                status: JobStatus::Failed,
-                batch_status: Some(response.status.as_str().to_string()),
-                response: None,
-                error: Some(reason.to_string()),
-            },
-        ])
+        .commit(record::closing(
+            job.id,
+            &response,
+            JobEnd::Failed(reason),
+            Vec::new(),
+        ))
         .await;
     if let Err(e) = closed {
         tracing::error!(job = %job.id, error = %e, "could not fail a job that cannot be resumed");
@@ -400,7 +389,8 @@ mod remaining {
     use super::*;
     use crate::synthesis::doubles::{self, Answer, MemoryStore, MemoryWorkspace, ScriptedModels};
     use crate::synthesis::progress::NoProgress;
-    use crate::synthesis::stage::{Recorded, SynthesisConfig};
+    use crate::synthesis::record::Recorded;
+    use crate::synthesis::stage::SynthesisConfig;
 
     /// Three files, each naming a context file of its own whose text says whose it is.
     fn batch_with_own_context() -> Batch {
@@ -439,9 +429,9 @@ mod remaining {
             },
         );
         let batch = batch_with_own_context().without(|path| path.as_str() == "a.py");
-        let names: Vec<&str> = batch.files.iter().map(|f| f.path.as_str()).collect();
+        let names: Vec<&str> = batch.files().iter().map(|f| f.path.as_str()).collect();
         assert_eq!(names, ["b.py", "c.py"]);
-        assert!(batch.resumed);
+        assert!(batch.resumed());
         let sub = doubles::submission(batch);
         let prior = match synthesizer.prepare_resumed(&sub).await {
             Ok(prior) => prior,

@@ -177,7 +177,7 @@ mod tests {
     /// (`a1`, `a2`, `b1`, `b2`), each staged at its first.
     fn untried(batch: &Batch) -> Vec<FileTrials<'_>> {
         batch
-            .files
+            .files()
             .iter()
             .enumerate()
             .map(|(position, file)| {

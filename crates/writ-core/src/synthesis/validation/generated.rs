@@ -193,7 +193,7 @@ pub(super) async fn check_and_decide(
             messages: messages.clone(),
             temperature: Some(selector.config.temperature),
             max_tokens: Some(selector.config.max_tokens),
-            urgent: cx.batch.resumed,
+            urgent: cx.batch.resumed(),
             ..ChatRequest::default()
         };
         selector.models.chat(req)
@@ -580,7 +580,7 @@ async fn ask_both_orders(
             temperature: Some(0.0),
             max_tokens: Some(1_000),
             response_format: Some(prompt::verdict_schema(2)),
-            urgent: cx.batch.resumed,
+            urgent: cx.batch.resumed(),
             ..ChatRequest::default()
         };
         selector.models.chat(req)
@@ -612,7 +612,7 @@ fn distinguishing_messages(
         language.name(),
         cx.file.description.trim()
     );
-    if let Some(task) = &cx.batch.task_description {
+    if let Some(task) = &cx.batch.task_description() {
         p.push_str(&format!("It serves this task:\n{}\n\n", task.trim()));
     }
     p.push_str("Two versions of it give different outputs on these inputs:\n\n");
@@ -661,7 +661,7 @@ fn test_messages(cx: FileCx<'_>, flavour: &Flavour, names: &[String]) -> Vec<Cha
         flavour.language.name(),
         file.description.trim()
     );
-    if let Some(task) = &cx.batch.task_description {
+    if let Some(task) = &cx.batch.task_description() {
         p.push_str(&format!("It serves this task:\n{}\n\n", task.trim()));
     }
     let imports: Vec<&String> = file
@@ -1129,7 +1129,7 @@ mod tests {
         let clock = UpstreamClock::default();
         let cx = FileCx {
             batch: &batch,
-            file: &batch.files[0],
+            file: &batch.files()[0],
             prior: &prior,
             sink: &NoProgress,
             clock: &clock,
@@ -1152,7 +1152,7 @@ mod tests {
         };
         let names = ["m1", "m2", "m3", "m4", "m5"];
         let f = FileTrials {
-            file: &batch.files[0],
+            file: &batch.files()[0],
             position: 0,
             generated: Generated {
                 language: Language::Python,

@@ -127,7 +127,7 @@ pub(crate) async fn select_validated(
     let mut done: Vec<Option<Produced>> = Vec::new();
     let mut files: Vec<FileTrials<'_>> = Vec::new();
     let mut slot_of: Vec<Option<usize>> = Vec::new();
-    for (position, (stage, file)) in stages.into_iter().zip(&cx.batch.files).enumerate() {
+    for (position, (stage, file)) in stages.into_iter().zip(cx.batch.files()).enumerate() {
         match stage {
             Stage::Done(p) => {
                 done.push(Some(p));

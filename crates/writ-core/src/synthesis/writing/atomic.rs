@@ -26,11 +26,11 @@ impl Writer<'_> {
     pub(crate) async fn write_atomically(&self, produced: Vec<Produced>) -> Vec<Written> {
         let first_failure = produced
             .iter()
-            .zip(&self.batch.files)
+            .zip(self.batch.files())
             .find_map(|(p, f)| p.chosen.as_ref().err().map(|e| (f, e.clone())));
         if let Some((failed, why)) = first_failure {
             let mut results = Vec::new();
-            for (p, f) in produced.into_iter().zip(&self.batch.files) {
+            for (p, f) in produced.into_iter().zip(self.batch.files()) {
                 let error = match p.chosen {
                     Err(e) => e,
                     Ok(_) => format!(
@@ -52,7 +52,7 @@ impl Writer<'_> {
         let mut results: Vec<Written> = Vec::new();
         let mut written: Vec<Undo<'_>> = Vec::new();
         let mut broke: Option<String> = None;
-        for (p, f) in produced.into_iter().zip(&self.batch.files) {
+        for (p, f) in produced.into_iter().zip(self.batch.files()) {
             if let Some(why) = &broke {
                 let error =
                     format!("not written: the batch is atomic and an earlier write failed: {why}");
@@ -163,7 +163,7 @@ mod tests {
     use crate::audit::OperationKind;
     use crate::synthesis::doubles::{self, MemoryStore, MemoryWorkspace};
     use crate::synthesis::progress::NoProgress;
-    use crate::synthesis::stage::Recorded;
+    use crate::synthesis::record::Recorded;
 
     #[tokio::test]
     async fn a_failed_write_puts_back_every_file_the_atomic_batch_wrote_before_it() {

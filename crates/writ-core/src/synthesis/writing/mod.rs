@@ -21,8 +21,9 @@ use crate::files::{
 use crate::synthesis::batch::{Batch, FileSpec};
 use crate::synthesis::outage::OutageWait;
 use crate::synthesis::progress::{Event, ProgressSink};
+use crate::synthesis::record::{NotRecorded, Recorded};
 use crate::synthesis::response::{FileResult, FileValidation, ImageInfo};
-use crate::synthesis::stage::{Chosen, Content, NotRecorded, Produced, Recorded};
+use crate::synthesis::stage::{Chosen, Content, Produced};
 use crate::workspace::Workspace;
 use writ_checks::shape::Change;
 
@@ -222,7 +223,7 @@ impl<'a> Writer<'a> {
                 result.validation = validation;
                 // After an outage outlasted the wait, the record of the failure cannot be made
                 // either, and each try would wait out the pool's timeout.
-                if !self.batch.options.dry_run && self.recorded.gave_up().is_none() {
+                if !self.batch.options().dry_run && self.recorded.gave_up().is_none() {
                     let prov = Provenance {
                         candidates: result.candidates.clone(),
                         detail: with_generated_checks(None, result.validation.as_ref()),
@@ -267,7 +268,7 @@ impl<'a> Writer<'a> {
                 file.expected_sha256.clone(),
             ),
         };
-        if self.batch.options.dry_run {
+        if self.batch.options().dry_run {
             let mut result = dry_run_result(file, chosen, candidates);
             result.validation = validation;
             result.change = change;
@@ -487,7 +488,7 @@ mod tests {
     use crate::audit::{OperationKind, OperationStatus};
     use crate::synthesis::doubles::{self, MemoryStore, MemoryWorkspace};
     use crate::synthesis::progress::NoProgress;
-    use crate::synthesis::stage::Recorded;
+    use crate::synthesis::record::Recorded;
 
     /// A writer behind a request already recorded, which waits out no outage.
     fn writer<'a>(
@@ -524,7 +525,7 @@ mod tests {
             .failing_on("c.py");
         let recorded = Recorded::already();
         let writer = writer(&store, &workspace, &b, &recorded);
-        let files = b.files.iter().zip([
+        let files = b.files().iter().zip([
             doubles::chosen("a = 1\n"),
             doubles::chosen("b = 2\n"),
             doubles::chosen("c = 1\n"),
@@ -582,7 +583,7 @@ mod tests {
         let writer = writer(&store, &workspace, &b, &recorded);
         let failed = Produced::failed("no candidate was viable", Vec::new());
 
-        let written = writer.finish_files(vec![(&b.files[0], failed)]).await;
+        let written = writer.finish_files(vec![(&b.files()[0], failed)]).await;
 
         assert!(!written[0].result.success);
         assert_eq!(
@@ -607,7 +608,7 @@ mod tests {
         let writer = writer(&store, &workspace, &b, &recorded);
 
         let written = writer
-            .finish_files(vec![(&b.files[0], doubles::chosen("a = 1\n"))])
+            .finish_files(vec![(&b.files()[0], doubles::chosen("a = 1\n"))])
             .await;
 
         assert!(written[0].result.success);
