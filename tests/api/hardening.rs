@@ -9,27 +9,6 @@ use writ_core::keys;
 use writ_fake_upstream::{FakeUpstream, Latency, Script, Step};
 use writ_tests::{ARBITER, Backend, FALLBACK, MODELS, TestApp, spawn_with, test_settings_with};
 
-/// A server with the fake upstream as provider and `extra` variables on top.
-async fn spawn_guarded(backend: Backend, extra: &[(&str, &str)]) -> TestApp {
-    let fake = FakeUpstream::start().await.unwrap();
-    let base = fake.base_url();
-    let list = MODELS.join(",");
-    let mut vars = vec![
-        ("OPENROUTER_BASE_URL", base.as_str()),
-        ("CODE_LIST", list.as_str()),
-        ("CODE_MODEL", ARBITER),
-        ("CODE_GEN_MODEL", FALLBACK),
-        ("WRIT_MODEL_MAX_ATTEMPTS", "2"),
-        ("WRIT_MODEL_BACKOFF_MS", "10"),
-        ("WRIT_FALLBACK_BACKOFF_MS", "10"),
-    ];
-    vars.extend_from_slice(extra);
-    let (settings, dirs) = test_settings_with(backend, &vars).await;
-    let mut app = spawn_with(settings, dirs, backend).await;
-    app.fake = Some(fake);
-    app
-}
-
 fn one_file(name: &str) -> Value {
     json!({"command": "write_codebase",
            "files": [{"filename": name, "code_description": "a function add(a, b) returning the sum"}]})
@@ -77,7 +56,11 @@ async fn post_batch(
 async fn with_a_configured_key_every_route_but_the_probes_refuses_a_caller_without_it() {
     let key = keys::generate("ci");
     let entry = keys::config_entry(&key.key).unwrap();
-    let app = spawn_guarded(Backend::Sqlite, &[("WRIT_API_KEYS", entry.as_str())]).await;
+    let app = writ_tests::spawn_app_with_models_and(
+        Backend::Sqlite,
+        &[("WRIT_API_KEYS", entry.as_str())],
+    )
+    .await;
 
     let open_paths: Vec<&str> = writ_server::routes::api_routes()
         .iter()
@@ -148,7 +131,7 @@ async fn with_a_configured_key_every_route_but_the_probes_refuses_a_caller_witho
 
 #[tokio::test]
 async fn a_key_issued_in_the_store_admits_its_holder_until_it_is_revoked() {
-    let app = spawn_guarded(Backend::Postgres, &[]).await;
+    let app = writ_tests::spawn_app_with_models_and(Backend::Postgres, &[]).await;
     // No keys yet: open (loopback).
     assert_eq!(send(&app, None, "GET", "/operations").await.status(), 200);
 
@@ -224,7 +207,7 @@ async fn writ_refuses_a_non_loopback_address_without_keys_unless_told_insecure()
 async fn a_key_past_its_rate_is_answered_429_with_retry_after() {
     let key = keys::generate("burst");
     let entry = keys::config_entry(&key.key).unwrap();
-    let app = spawn_guarded(
+    let app = writ_tests::spawn_app_with_models_and(
         Backend::Sqlite,
         &[
             ("WRIT_API_KEYS", entry.as_str()),
@@ -264,7 +247,7 @@ async fn a_key_past_its_rate_is_answered_429_with_retry_after() {
 async fn batches_beyond_the_per_key_and_global_limits_are_refused_at_once_not_queued() {
     let key = keys::generate("busy");
     let entry = keys::config_entry(&key.key).unwrap();
-    let app = spawn_guarded(
+    let app = writ_tests::spawn_app_with_models_and(
         Backend::Sqlite,
         &[
             ("WRIT_API_KEYS", entry.as_str()),
@@ -316,7 +299,11 @@ async fn batches_beyond_the_per_key_and_global_limits_are_refused_at_once_not_qu
 
 #[tokio::test]
 async fn without_keys_the_process_wide_batch_limit_answers_503_with_retry_after() {
-    let app = spawn_guarded(Backend::Sqlite, &[("WRIT_MAX_BATCHES_IN_FLIGHT", "1")]).await;
+    let app = writ_tests::spawn_app_with_models_and(
+        Backend::Sqlite,
+        &[("WRIT_MAX_BATCHES_IN_FLIGHT", "1")],
+    )
+    .await;
     script_all(
         &app,
         Script::always(Step::code("python", "def add(a, b):\n    return a + b\n"))
@@ -356,7 +343,9 @@ async fn without_keys_the_process_wide_batch_limit_answers_503_with_retry_after(
 
 #[tokio::test]
 async fn a_generated_file_above_the_size_limit_fails_its_file_and_writes_nothing() {
-    let app = spawn_guarded(Backend::Sqlite, &[("WRIT_MAX_FILE_BYTES", "64")]).await;
+    let app =
+        writ_tests::spawn_app_with_models_and(Backend::Sqlite, &[("WRIT_MAX_FILE_BYTES", "64")])
+            .await;
     let big = format!(
         "def add(a, b):\n    return a + b\n{}",
         "# padding\n".repeat(20)
@@ -378,7 +367,11 @@ async fn a_generated_file_above_the_size_limit_fails_its_file_and_writes_nothing
 
 #[tokio::test]
 async fn a_batch_past_its_deadline_stops_waiting_on_models_and_fails_its_files_cleanly() {
-    let app = spawn_guarded(Backend::Sqlite, &[("WRIT_BATCH_DEADLINE_SECS", "1")]).await;
+    let app = writ_tests::spawn_app_with_models_and(
+        Backend::Sqlite,
+        &[("WRIT_BATCH_DEADLINE_SECS", "1")],
+    )
+    .await;
     script_all(
         &app,
         Script::always(Step::code("python", "def add(a, b):\n    return a + b\n"))
@@ -411,7 +404,7 @@ async fn a_batch_past_its_deadline_stops_waiting_on_models_and_fails_its_files_c
 
 #[tokio::test]
 async fn every_provider_error_class_fails_its_file_with_the_class_named_and_nothing_written() {
-    let app = spawn_guarded(Backend::Sqlite, &[]).await;
+    let app = writ_tests::spawn_app_with_models_and(Backend::Sqlite, &[]).await;
     let cases = [
         ("unauthorized", Step::status(401)),
         ("payment", Step::status(402)),
@@ -452,7 +445,11 @@ async fn every_provider_error_class_fails_its_file_with_the_class_named_and_noth
 #[tokio::test]
 async fn the_database_lost_mid_batch_past_the_outage_wait_answers_503_leaves_no_file_and_writes_resume_after()
  {
-    let app = spawn_guarded(Backend::Postgres, &[("WRIT_STORE_OUTAGE_WAIT", "1")]).await;
+    let app = writ_tests::spawn_app_with_models_and(
+        Backend::Postgres,
+        &[("WRIT_STORE_OUTAGE_WAIT", "1")],
+    )
+    .await;
     script_all(
         &app,
         Script::always(Step::code("python", "def add(a, b):\n    return a + b\n"))

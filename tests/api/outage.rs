@@ -7,45 +7,31 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use writ_fake_upstream::{FakeUpstream, Latency, Script, Step};
-use writ_tests::{
-    ARBITER, Backend, DbProxy, FALLBACK, MODELS, TestApp, spawn_with, test_settings_with,
-};
+use writ_fake_upstream::{Latency, Script, Step};
+use writ_tests::{ARBITER, Backend, DbProxy, FALLBACK, MODELS, TestApp};
 
 /// A server whose database is reached through a proxy the test holds.
 async fn spawn_behind_proxy(outage_wait: &str, latency: Duration) -> (TestApp, DbProxy) {
     let database_url = writ_store::testing::fresh_postgres_url().await;
     let proxy = DbProxy::start(&database_url).await;
     let proxied = proxy.url_for(&database_url);
-    let fake = FakeUpstream::start().await.unwrap();
-    let base = fake.base_url();
-    let list = MODELS.join(",");
-    let (settings, dirs) = test_settings_with(
+    let app = writ_tests::spawn_app_with_models_and(
         Backend::Postgres,
         &[
             ("DATABASE_URL", proxied.as_str()),
-            ("OPENROUTER_BASE_URL", base.as_str()),
-            ("CODE_LIST", list.as_str()),
-            ("CODE_MODEL", ARBITER),
-            ("CODE_GEN_MODEL", FALLBACK),
-            ("WRIT_MODEL_MAX_ATTEMPTS", "2"),
-            ("WRIT_MODEL_BACKOFF_MS", "10"),
-            ("WRIT_FALLBACK_BACKOFF_MS", "10"),
             ("WRIT_STORE_OUTAGE_WAIT", outage_wait),
             ("WRIT_RATE_LIMIT_PER_MIN", "0"),
         ],
     )
     .await;
-    let mut app = spawn_with(settings, dirs, Backend::Postgres).await;
     // Every model gives the same file, so each file has one distinct candidate and no arbiter.
     for m in MODELS.iter().chain([&ARBITER, &FALLBACK]) {
-        fake.script(
+        app.fake().script(
             m,
             Script::always(Step::code("python", "def add(a, b):\n    return a + b\n"))
                 .with_latency(Latency::fixed(latency)),
         );
     }
-    app.fake = Some(fake);
     (app, proxy)
 }
 

@@ -145,20 +145,7 @@ impl Deployment {
     }
 
     fn query(&self, sql: &str) -> Vec<String> {
-        let out = Command::new("psql")
-            .args([self.database_url.as_str(), "-AtX", "-F", "|", "-c", sql])
-            .output()
-            .expect("psql runs");
-        assert!(
-            out.status.success(),
-            "{sql}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(str::to_string)
-            .collect()
+        support::psql_rows(&self.database_url, sql)
     }
 }
 

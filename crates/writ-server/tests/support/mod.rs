@@ -1,5 +1,5 @@
 //! What the tests that run the `writ` binary as a child share: a free loopback port, an HTTP
-//! client, and the wait for a started process to answer `/healthz`.
+//! client, the wait for a started process to answer `/healthz`, rows of the shared database.
 
 // Each test binary includes this module and uses a part of it.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code, unused_imports)]
@@ -37,6 +37,25 @@ pub async fn wait_until_healthy(base: &str, log: &Path) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The rows `sql` returns from the database at `url`, through `psql` (columns joined by `|`), as a
+/// user inspecting the shared database would read them.
+pub fn psql_rows(url: &str, sql: &str) -> Vec<String> {
+    let out = std::process::Command::new("psql")
+        .args([url, "-AtX", "-F", "|", "-c", sql])
+        .output()
+        .expect("psql runs");
+    assert!(
+        out.status.success(),
+        "{sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 #[path = "../../../../tests/support/db_proxy.rs"]
