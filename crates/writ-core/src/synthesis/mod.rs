@@ -46,8 +46,8 @@ pub mod writing;
 
 pub use batch::{Batch, BatchError, BatchOptions, FileSpec, Options, WriteCodebaseRequest};
 pub use fanout::StragglerPolicy;
-pub use jobs::{BatchHandle, EventHub, Jobs, Started};
+pub use jobs::{BatchHandle, EventHub, Jobs};
 pub use progress::{Event, NoProgress, ProgressSink};
 pub use response::{BatchResponse, Counts, FileResult};
 pub use stage::{Content, DEFAULT_MAX_SHOWN_FILE_CHARS, SynthesisConfig, Synthesizer};
-pub use submission::{Submission, SubmitError, Submitted};
+pub use submission::{Begun, Submission, SubmitError, Submitted};

@@ -68,11 +68,15 @@ pub enum SubmitError {
     },
 }
 
-/// What [`Synthesizer::prepare`] found: a stored answer to replay, or a batch to run with what
-/// its prompts show of the present.
-pub(crate) enum Prepared {
-    Replay(Submitted),
-    Fresh(Prior),
+/// How a batch is taken on, at each step from its admission to its start: the stored answer of
+/// a repeated `Idempotency-Key`, or the batch going ahead with `T` — what its prompts show of the
+/// present (`Begun<Prior>`, from [`Synthesizer::prepare`]), then its running job
+/// (`Begun<BatchHandle>`, from `Jobs::start`).
+pub enum Begun<T> {
+    /// A repeated `Idempotency-Key`: the stored answer.
+    Replayed(Submitted),
+    /// The batch goes ahead.
+    Fresh(T),
 }
 
 /// A submitted batch's answer.
@@ -91,9 +95,9 @@ impl Synthesizer {
     /// commands. What the prompts show of the present is read meanwhile: each code file's
     /// current content in the same hand-off as its check, the caller's recent operations beside
     /// it.
-    pub(crate) async fn prepare(&self, sub: &Submission) -> Result<Prepared, SubmitError> {
+    pub(crate) async fn prepare(&self, sub: &Submission) -> Result<Begun<Prior>, SubmitError> {
         if let Some(found) = self.replay(sub).await? {
-            return Ok(Prepared::Replay(found));
+            return Ok(Begun::Replayed(found));
         }
         self.check_models(&sub.batch)?;
         let (current, recent) = futures::future::join(
@@ -106,7 +110,7 @@ impl Synthesizer {
         self.check_validation(&sub.batch)?;
         let named = resolve_context(self.workspace.as_ref(), &sub.batch).await?;
         let prompt_tokens = std::sync::Mutex::new(vec![None; sub.batch.files().len()]);
-        Ok(Prepared::Fresh(Prior {
+        Ok(Begun::Fresh(Prior {
             recent,
             current,
             named,
@@ -435,8 +439,8 @@ mod tests {
 
     async fn prepared(s: &Synthesizer, batch: Batch) -> Result<Prior, SubmitError> {
         match s.prepare(&submission(batch)).await? {
-            Prepared::Fresh(prior) => Ok(prior),
-            Prepared::Replay(_) => panic!("no key was given, so nothing is replayed"),
+            Begun::Fresh(prior) => Ok(prior),
+            Begun::Replayed(_) => panic!("no key was given, so nothing is replayed"),
         }
     }
 

@@ -11,7 +11,9 @@ use std::time::Instant;
 
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::body_error;
-use crate::service::synthesis::{BatchCall, Begun, accepted_body, begin, submit_error};
+use writ_core::synthesis::Begun;
+
+use crate::service::synthesis::{BatchCall, Running, accepted_body, begin, submit_error};
 use crate::state::AppState;
 use crate::telemetry::RequestId;
 
@@ -48,8 +50,11 @@ pub async fn write_codebase(
     .await?;
     let done = match begun {
         Begun::Replayed(done) => done,
-        Begun::Accepted { job_id } => return Ok(accepted(job_id, prefer_async)),
-        Begun::Running(handle) => handle.answer().await.map_err(submit_error)?,
+        Begun::Fresh(Running {
+            handle,
+            is_async: true,
+        }) => return Ok(accepted(handle.job_id(), prefer_async)),
+        Begun::Fresh(Running { handle, .. }) => handle.answer().await.map_err(submit_error)?,
     };
     let mut resp = (StatusCode::OK, Json(&done.response)).into_response();
     if done.replayed {

@@ -4,7 +4,7 @@
 
 use writ_core::content::sha256_hex;
 use writ_core::synthesis::{
-    Batch, BatchHandle, Started, Submission, SubmitError, Submitted, WriteCodebaseRequest,
+    Batch, BatchHandle, Begun, Submission, SubmitError, WriteCodebaseRequest,
 };
 
 use crate::error::{ApiError, ErrorCode, store_error};
@@ -27,20 +27,10 @@ pub struct BatchCall<'a> {
     pub body: &'a [u8],
 }
 
-/// How a batch was taken on.
-pub enum Begun {
-    /// A repeated `Idempotency-Key`: the stored answer.
-    Replayed(Submitted),
-    /// An async batch: it runs; the caller follows `/jobs/{job_id}`.
-    Accepted { job_id: uuid::Uuid },
-    /// The batch runs in its own task, which holds the admission permit until it ends; the
-    /// handle gives its answer, and dropping it lets the batch run on and be recorded all the same.
-    Running(BatchHandle),
-}
-
 /// Validates a batch, checks the limits and the model configuration, records and starts it.
 /// Every refusal happens here, before any model is called or anything written.
-pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun, ApiError> {
+///
+pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun<Running>, ApiError> {
     let req: WriteCodebaseRequest = parse_json(call.body)?;
     let batch = Batch::parse(req)
         .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.message).with_field(e.field))?;
@@ -85,17 +75,25 @@ pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun, ApiEr
     let is_async = call.prefer_async || submission.batch.options().run_async();
     // The batch then runs in its job's task, so it completes, is recorded, and can be
     // fetched later by idempotency key or from /operations, whoever waits for it.
-    match jobs
-        .start(submission, is_async, permit)
-        .await
-        .map_err(submit_error)?
-    {
-        Started::Replayed(done) => Ok(Begun::Replayed(done)),
-        Started::Running(handle) if is_async => Ok(Begun::Accepted {
-            job_id: handle.job_id(),
-        }),
-        Started::Running(handle) => Ok(Begun::Running(handle)),
-    }
+    Ok(
+        match jobs
+            .start(submission, is_async, permit)
+            .await
+            .map_err(submit_error)?
+        {
+            Begun::Replayed(done) => Begun::Replayed(done),
+            Begun::Fresh(handle) => Begun::Fresh(Running { handle, is_async }),
+        },
+    )
+}
+
+/// A batch that went ahead. It runs in its own task, which holds the admission permit until it
+/// ends: the handle gives its answer, and dropping it (an async batch: the caller follows
+/// `/jobs/{job_id}`) lets the batch run on and be recorded all the same.
+pub struct Running {
+    pub handle: BatchHandle,
+    /// The caller asked for the job at once (`Prefer: respond-async`, `options.async`).
+    pub is_async: bool,
 }
 
 /// The body of a 202: where to follow the job.

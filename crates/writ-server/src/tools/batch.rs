@@ -3,7 +3,7 @@
 
 use futures::StreamExt;
 use serde_json::Value;
-use writ_core::synthesis::{BatchResponse, Event};
+use writ_core::synthesis::{BatchResponse, Begun, Event};
 
 use super::{CallContext, ToolOutput};
 use crate::error::{ApiError, ErrorCode};
@@ -33,8 +33,12 @@ pub async fn write_codebase(
     )
     .await?;
     let handle = match begun {
-        synthesis::Begun::Replayed(done) => return Ok(batch_output(&done.response)),
-        synthesis::Begun::Accepted { job_id } => {
+        Begun::Replayed(done) => return Ok(batch_output(&done.response)),
+        Begun::Fresh(synthesis::Running {
+            handle,
+            is_async: true,
+        }) => {
+            let job_id = handle.job_id();
             let accepted = synthesis::accepted_body(job_id);
             return Ok(ToolOutput {
                 content: format!(
@@ -45,7 +49,7 @@ pub async fn write_codebase(
                 result: serde_json::to_value(&accepted).map_err(ApiError::internal)?,
             });
         }
-        synthesis::Begun::Running(handle) => handle,
+        Begun::Fresh(synthesis::Running { handle, .. }) => handle,
     };
     let job_id = handle.job_id();
 

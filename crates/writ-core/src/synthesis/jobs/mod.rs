@@ -36,7 +36,7 @@ use crate::synthesis::progress::{DONE, Event, ProgressSink};
 use crate::synthesis::record::{self, JobEnd, Recorded};
 use crate::synthesis::response::{BatchResponse, FileResult, ImageInfo};
 use crate::synthesis::stage::{Prior, Synthesizer};
-use crate::synthesis::submission::{Prepared, Submission, SubmitError, Submitted};
+use crate::synthesis::submission::{Begun, Submission, SubmitError, Submitted};
 
 mod events;
 mod liveness;
@@ -89,14 +89,6 @@ impl EventHub {
         // No subscriber is fine.
         let _ = self.tx.send(job);
     }
-}
-
-/// What `start` hands back.
-pub enum Started {
-    /// A repeated `Idempotency-Key`: the stored answer.
-    Replayed(Submitted),
-    /// The job runs.
-    Running(BatchHandle),
 }
 
 /// A running batch: its job id and its answer. The batch runs in its own task, which also holds
@@ -340,10 +332,10 @@ impl Jobs {
         sub: Submission,
         is_async: bool,
         permit: P,
-    ) -> Result<Started, SubmitError> {
+    ) -> Result<Begun<BatchHandle>, SubmitError> {
         let prior = match self.synthesizer.prepare(&sub).await? {
-            Prepared::Replay(replay) => return Ok(Started::Replayed(replay)),
-            Prepared::Fresh(prior) => prior,
+            Begun::Replayed(replay) => return Ok(Begun::Replayed(replay)),
+            Begun::Fresh(prior) => prior,
         };
         let opening = record::opening(&sub, is_async, self.owner.as_deref());
         let synthesizer = self.synthesizer.clone();
@@ -364,10 +356,7 @@ impl Jobs {
         };
         let handle = if is_async {
             if let Err(e) = synthesizer.store.commit(opening).await {
-                return synthesizer
-                    .not_recorded(&sub, e)
-                    .await
-                    .map(Started::Replayed);
+                return synthesizer.not_recorded(&sub, e).await.map(Begun::Replayed);
             }
             tokio::spawn(async move {
                 let _permit = permit;
@@ -381,7 +370,7 @@ impl Jobs {
                 record_and_run(synthesizer, events, sub, prior, opening, ctx).await
             })
         };
-        Ok(Started::Running(BatchHandle {
+        Ok(Begun::Fresh(BatchHandle {
             job_id,
             task: handle,
         }))
