@@ -137,14 +137,11 @@ fn combinations(
 
 #[cfg(test)]
 mod tests {
-    use writ_checks::Language;
 
-    use super::super::{FileTrials, Trial};
+    use super::super::FileTrials;
+    use super::super::fixtures::{untried, validation};
     use super::*;
-    use crate::execution::CommandCall;
-    use crate::synthesis::batch::{Batch, OnFail};
     use crate::synthesis::doubles::{self, ScriptedChecks};
-    use crate::synthesis::generation::Generated;
     use crate::synthesis::progress::NoProgress;
 
     #[test]
@@ -158,57 +155,6 @@ mod tests {
         assert_eq!(bounded.len(), 64);
         assert_eq!(bounded[0], vec![0, 0, 0, 0]);
         assert_eq!(bounded[3], vec![3, 3, 3, 3]);
-    }
-
-    fn validation() -> Validation {
-        Validation {
-            commands: vec![CommandCall {
-                name: "pytest".into(),
-                args: Vec::new(),
-            }],
-            timeout: std::time::Duration::from_secs(5),
-            repair_rounds: 0,
-            on_fail: OnFail::Refuse,
-            generate: false,
-        }
-    }
-
-    /// `a.py` and `b.py`, each with one untried candidate from `m1` and one from `m2`
-    /// (`a1`, `a2`, `b1`, `b2`), each staged at its first.
-    fn untried(batch: &Batch) -> Vec<FileTrials<'_>> {
-        batch
-            .files()
-            .iter()
-            .enumerate()
-            .map(|(position, file)| {
-                let name = &file.path.as_str()[..1];
-                let trials = (1..=2)
-                    .map(|m| Trial {
-                        model: format!("m{m}"),
-                        code: format!("{name}{m}"),
-                        round: 0,
-                        record: m - 1,
-                        outcome: None,
-                    })
-                    .collect();
-                FileTrials {
-                    file,
-                    position,
-                    generated: Generated {
-                        language: Language::Python,
-                        models: vec!["m1".into(), "m2".into()],
-                        messages: Vec::new(),
-                        answers: Vec::new(),
-                        existing: None,
-                        allow_removals: false,
-                    },
-                    records: vec![Default::default(), Default::default()],
-                    trials,
-                    best: Some(0),
-                    rounds: 0,
-                }
-            })
-            .collect()
     }
 
     fn chosen(files: &[FileTrials<'_>]) -> Vec<String> {

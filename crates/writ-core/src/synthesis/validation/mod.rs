@@ -29,6 +29,9 @@ mod generated;
 mod repair;
 mod trials;
 
+#[cfg(test)]
+mod fixtures;
+
 use combinations::search_combinations;
 use repair::repair_round;
 use trials::validate_trials;
@@ -479,4 +482,130 @@ fn failure_message(f: &FileTrials<'_>, validation: &Validation) -> String {
         f.trials.len(),
         f.rounds
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use writ_checks::Language;
+
+    use super::fixtures::validation;
+    use super::*;
+    use crate::synthesis::doubles::{self, ScriptedChecks, ScriptedModels};
+    use crate::synthesis::fanout::UpstreamClock;
+    use crate::synthesis::progress::NoProgress;
+    use crate::synthesis::stage::SynthesisConfig;
+
+    /// One file's three distinct candidates, from `m1`, `m2` and `m3`.
+    fn generated(codes: [&str; 3]) -> Stage {
+        Stage::Generated(Box::new(Generated {
+            language: Language::Python,
+            models: vec!["m1".into(), "m2".into(), "m3".into()],
+            messages: Vec::new(),
+            answers: codes
+                .iter()
+                .enumerate()
+                .map(|(i, code)| doubles::viable(&format!("m{}", i + 1), code))
+                .collect(),
+            existing: None,
+            allow_removals: false,
+        }))
+    }
+
+    async fn select(
+        checks: Option<&ScriptedChecks>,
+        validation: &Validation,
+        stage: Stage,
+        models: &ScriptedModels,
+    ) -> Produced {
+        let batch = doubles::batch(&["a.py"]);
+        let prior = doubles::prior(&batch);
+        let clocks = [UpstreamClock::default()];
+        let config = SynthesisConfig {
+            arbiter: Some("judge".into()),
+            ..SynthesisConfig::default()
+        };
+        let selector = Selector {
+            models,
+            config: &config,
+            batch: &batch,
+        };
+        let cx = BatchCx {
+            batch: &batch,
+            prior: &prior,
+            sink: &NoProgress,
+            clocks: &clocks,
+        };
+        let runner = checks.map(|c| c as &dyn CommandRunner);
+        let mut produced = select_validated(&selector, runner, validation, vec![stage], cx).await;
+        produced.remove(0)
+    }
+
+    #[tokio::test]
+    async fn the_one_candidate_that_passes_is_written_without_asking_the_arbiter() {
+        let checks = ScriptedChecks::default().passing_with(&[("a.py", "x = 2\n")]);
+        let models = ScriptedModels::default();
+
+        let produced = select(
+            Some(&checks),
+            &validation(),
+            generated(["x = 1\n", "x = 2\n", "x = 3\n"]),
+            &models,
+        )
+        .await;
+
+        let chosen = produced.chosen.expect("a passer is chosen");
+        assert_eq!(chosen.content, Content::Code("x = 2\n".into()));
+        assert_eq!(
+            (chosen.model.as_str(), chosen.selection),
+            ("m2", Selection::Validated)
+        );
+        assert!(models.requests_to("judge").is_empty(), "no arbiter call");
+        assert_eq!(produced.validation.map(|v| v.passed), Some(true));
+        // Every candidate's record carries its own outcome.
+        let passed: Vec<Option<bool>> = produced
+            .candidates
+            .iter()
+            .map(|r| r.validation.as_ref().map(|v| v.passed))
+            .collect();
+        assert_eq!(passed, [Some(false), Some(true), Some(false)]);
+    }
+
+    #[tokio::test]
+    async fn with_no_passer_and_no_repair_a_refusing_batch_writes_nothing_and_says_what_failed() {
+        let checks = ScriptedChecks::default();
+        let produced = select(
+            Some(&checks),
+            &validation(),
+            generated(["x = 1\n", "x = 2\n", "x = 3\n"]),
+            &ScriptedModels::default(),
+        )
+        .await;
+
+        let why = produced.chosen.expect_err("nothing is written");
+        assert!(
+            why.starts_with("validation_failed: none of 3 candidate(s)"),
+            "{why}"
+        );
+        assert!(why.contains("`pytest` exited 1"), "{why}");
+        assert_eq!(produced.validation.map(|v| v.passed), Some(false));
+    }
+
+    #[tokio::test]
+    async fn validation_without_a_command_runner_fails_the_file_naming_the_setting() {
+        let produced = select(
+            None,
+            &validation(),
+            generated(["x = 1\n", "x = 2\n", "x = 3\n"]),
+            &ScriptedModels::default(),
+        )
+        .await;
+
+        let why = produced.chosen.expect_err("nothing can be checked");
+        assert!(why.contains("WRIT_COMMANDS"), "{why}");
+        assert_eq!(
+            produced.candidates.len(),
+            3,
+            "the candidates are still recorded"
+        );
+    }
 }

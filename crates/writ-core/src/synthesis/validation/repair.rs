@@ -117,3 +117,89 @@ pub(super) async fn repair_round(
     }
     added
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::untried;
+    use super::*;
+    use crate::audit::ValidationRecord;
+    use crate::synthesis::doubles::{self, Answer, ScriptedModels};
+    use crate::synthesis::progress::NoProgress;
+    use crate::synthesis::stage::SynthesisConfig;
+
+    fn failed(output: &str) -> Option<ValidationRecord> {
+        Some(ValidationRecord {
+            passed: false,
+            command: "pytest".into(),
+            exit_code: Some(1),
+            timed_out: false,
+            duration_ms: 5,
+            output_tail: output.into(),
+        })
+    }
+
+    #[tokio::test]
+    async fn each_model_gets_its_latest_failing_candidate_back_and_only_new_answers_become_trials()
+    {
+        let batch = doubles::batch(&["a.py", "b.py"]);
+        let mut files = untried(&batch);
+        for t in &mut files[0].trials {
+            t.code.push('\n');
+            t.outcome = failed(&format!("AssertionError in {}", t.code.trim_end()));
+        }
+        // m1 already had a repair round: that later candidate is the one it gets back.
+        files[0].records.push(Default::default());
+        files[0].trials.push(Trial {
+            model: "m1".into(),
+            code: "a1_fixed_once".into(),
+            round: 1,
+            record: 2,
+            outcome: failed("AssertionError in a1_fixed_once"),
+        });
+        let models = ScriptedModels::default()
+            .with(
+                "m1",
+                vec![Answer::after(0, "```python\na1_fixed_twice = 1\n```")],
+            )
+            // m2 answers what it had: nothing new to try.
+            .with("m2", vec![Answer::after(0, "```python\na2\n```")]);
+        let config = SynthesisConfig::default();
+        let selector = Selector {
+            models: &models,
+            config: &config,
+            batch: &batch,
+        };
+
+        let added = repair_round(&selector, &mut files, 0, 2, &NoProgress).await;
+
+        let asked = models.requests_to("m1");
+        assert_eq!(asked.len(), 1);
+        let shown: Vec<&str> = asked[0]
+            .messages
+            .iter()
+            .map(|m| m.content.as_str())
+            .collect();
+        let shown = shown.join("\n");
+        assert!(
+            shown.contains("a1_fixed_once"),
+            "its latest candidate: {shown}"
+        );
+        assert!(
+            shown.contains("AssertionError in a1_fixed_once"),
+            "its failure: {shown}"
+        );
+        assert!(
+            shown.contains("b.py") && shown.contains("b1"),
+            "what it was tested with: {shown}"
+        );
+        assert_eq!(models.requests_to("m2").len(), 1);
+
+        let f = &files[0];
+        assert_eq!(added, [3]);
+        assert_eq!(f.trials[3].code.trim_end(), "a1_fixed_twice = 1");
+        assert_eq!((f.trials[3].model.as_str(), f.trials[3].round), ("m1", 2));
+        // Both answers are recorded, in this round, whether or not they were new.
+        assert_eq!(f.records.len(), 5);
+        assert!(f.records[3..].iter().all(|r| r.round == Some(2)));
+    }
+}

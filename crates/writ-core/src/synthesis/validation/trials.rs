@@ -120,3 +120,115 @@ pub(super) fn to_record(
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::{untried, validation};
+    use super::*;
+    use crate::execution::{CommandCall, RunError};
+    use crate::synthesis::doubles::{self, ScriptedChecks};
+    use crate::synthesis::progress::NoProgress;
+
+    fn run(exit_code: i32, stdout: &str) -> RunOutcome {
+        RunOutcome {
+            exit_code: Some(exit_code),
+            stdout: stdout.into(),
+            stderr: String::new(),
+            duration_ms: 10,
+            timed_out: false,
+            truncated: false,
+            missing_evidence: None,
+            limit_reached: None,
+        }
+    }
+
+    fn two_commands() -> Validation {
+        let mut v = validation();
+        v.commands.insert(
+            0,
+            CommandCall {
+                name: "lint".into(),
+                args: Vec::new(),
+            },
+        );
+        v
+    }
+
+    #[test]
+    fn the_deciding_command_is_the_first_that_failed_and_a_pass_needs_every_command() {
+        let v = two_commands();
+
+        let failed = to_record(&v, Ok(vec![run(0, "clean"), run(1, "AssertionError")]));
+        assert!(!failed.passed);
+        assert_eq!(failed.command, "pytest");
+        assert_eq!(failed.exit_code, Some(1));
+        assert_eq!(failed.output_tail, "AssertionError");
+        assert_eq!(failed.duration_ms, 20, "every command's time counts");
+
+        // A runner that stopped after the first command did not show the second passing.
+        let cut_short = to_record(&v, Ok(vec![run(0, "clean")]));
+        assert!(!cut_short.passed);
+
+        let passed = to_record(&v, Ok(vec![run(0, "clean"), run(0, "3 passed")]));
+        assert!(passed.passed);
+        assert_eq!(passed.command, "pytest");
+    }
+
+    #[test]
+    fn a_pass_without_its_evidence_fails_and_says_why_last_where_a_repair_sees_it() {
+        let v = validation();
+        let mut quiet = run(0, "collected 0 items\n");
+        quiet.missing_evidence = Some("no test ran".into());
+
+        let record = to_record(&v, Ok(vec![quiet]));
+
+        assert!(!record.passed);
+        assert!(
+            record.output_tail.ends_with("no test ran\n"),
+            "{}",
+            record.output_tail
+        );
+    }
+
+    #[test]
+    fn a_run_that_could_not_happen_fails_with_the_reason() {
+        let record = to_record(
+            &validation(),
+            Err(RunError::Unavailable("bubblewrap is missing".into())),
+        );
+        assert!(!record.passed);
+        assert_eq!(record.command, "pytest");
+        assert!(record.output_tail.contains("bubblewrap is missing"));
+    }
+
+    #[tokio::test]
+    async fn each_candidate_is_tried_with_the_other_files_at_their_best_choice() {
+        let batch = doubles::batch(&["a.py", "b.py"]);
+        let checks = ScriptedChecks::default().passing_with(&[("a.py", "a2"), ("b.py", "b1")]);
+        let mut files = untried(&batch);
+
+        validate_trials(&checks, &validation(), &mut files, 0, &[0, 1], &NoProgress).await;
+
+        let mut runs = checks.runs.lock().map(|r| r.clone()).unwrap_or_default();
+        runs.sort();
+        let staged = |a: &str| {
+            vec![
+                ("a.py".to_string(), a.to_string()),
+                ("b.py".into(), "b1".into()),
+            ]
+        };
+        assert_eq!(runs, [staged("a1"), staged("a2")]);
+        assert!(!files[0].trials[0].passed());
+        assert!(files[0].trials[1].passed());
+        // Each outcome is on its candidate's record too, and the other file was not tried.
+        assert_eq!(
+            files[0].records[1].validation.as_ref().map(|r| r.passed),
+            Some(true)
+        );
+        assert_eq!(
+            files[0].records[0].validation.as_ref().map(|r| r.passed),
+            Some(false)
+        );
+        assert!(files[1].trials.iter().all(|t| t.outcome.is_none()));
+    }
+}
