@@ -32,7 +32,7 @@ struct Args {
     /// PostgreSQL only.
     #[arg(long)]
     postgres_only: bool,
-    /// Run only these tables (overhead, ceiling, stragglers, audit, replicas); all by default.
+    /// Run only these tables (overhead, tracing, ceiling, stragglers, audit, replicas); all by default.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The ceiling table's concurrencies (default: 1, 4, 16, 32, 64, 256, 500).
@@ -234,6 +234,16 @@ async fn suite(args: &Args) -> anyhow::Result<()> {
                 "1. Overhead (open loop; fake latency {} ms per call, critical path {} ms)",
                 plan.latency_ms,
                 2 * plan.latency_ms
+            ),
+            &t,
+        )?;
+    }
+    if wanted("tracing") {
+        let t = scenarios::tracing(&plan, &fake).await?;
+        section(
+            &format!(
+                "1b. Traces (the overhead's batches with traces exported over OTLP to the fake's receiver; fake latency {} ms per call)",
+                plan.latency_ms
             ),
             &t,
         )?;

@@ -43,6 +43,26 @@ pub struct Fake {
 }
 
 impl Fake {
+    /// Its OTLP trace receiver, as writ's `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub fn otlp_endpoint(&self) -> String {
+        self.base_url.trim_end_matches("/v1").to_string()
+    }
+
+    /// How many spans it received since the last call; forgets them.
+    pub async fn take_spans(&self, http: &reqwest::Client) -> usize {
+        let url = format!("{}/_fake/spans", self.otlp_endpoint());
+        let count = match http.get(&url).send().await {
+            Ok(r) => r
+                .json::<Vec<serde_json::Value>>()
+                .await
+                .map(|v| v.len())
+                .unwrap_or(0),
+            Err(_) => 0,
+        };
+        let _ = http.delete(&url).send().await;
+        count
+    }
+
     pub async fn start(bin_dir: &Path, latency_ms: u64) -> anyhow::Result<Fake> {
         Self::start_with(bin_dir, &script(latency_ms)).await
     }

@@ -158,7 +158,6 @@ fn outcome_cells(samples: &[Sample]) -> String {
 /// Table 1: writ's overhead per batch at fixed arrival rates.
 pub async fn overhead(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
     let mut out = String::new();
-    let critical = 2 * plan.latency_ms;
     writeln!(
         out,
         "| backend | batch | rate (batches/s) | batches | errors | overhead p50 (ms) | p90 | p99 | client-side added p50 (ms) | p99 |"
@@ -166,48 +165,118 @@ pub async fn overhead(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
     writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")?;
     for &backend in &plan.backends {
         for files in [1usize, 5] {
-            let data = tempfile::tempdir()?;
-            let url = backend.fresh_url(data.path()).await;
-            let writ = Writ::start(&plan.bin_dir, fake, &url, &[]).await?;
-            let target = Target::new(&writ.base_url)?;
-            // Warm the connection pools and the page cache before measuring.
-            let _ = open_loop(
-                &target,
-                20.0,
-                Duration::from_secs(1),
-                body_with(files, json!({})),
-            )
-            .await;
-            for &rate in &plan.overhead_rates {
-                let (samples, _) = open_loop(
-                    &target,
-                    rate,
-                    Duration::from_secs_f64(plan.overhead_secs),
-                    body_with(files, json!({})),
-                )
-                .await;
-                let oh: Vec<f64> = samples.iter().filter_map(|s| s.overhead_ms).collect();
-                let oh = Summary::of(&oh);
-                let added: Vec<f64> = samples
-                    .iter()
-                    .map(|s| millis(s.latency) - critical as f64)
-                    .collect();
-                let added = Summary::of(&added);
+            for m in measure_overhead(plan, fake, backend, files, &[]).await? {
                 writeln!(
                     out,
-                    "| {} | {files} file(s) × 3 models | {rate} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {files} file(s) × 3 models | {} | {} | {} | {} | {} | {} | {} | {} |",
                     backend.name(),
-                    samples.len(),
-                    errors(&samples),
-                    ms(oh.p50),
-                    ms(oh.p90),
-                    ms(oh.p99),
-                    ms(added.p50),
-                    ms(added.p99)
+                    m.rate,
+                    m.batches,
+                    m.errors,
+                    ms(m.overhead.p50),
+                    ms(m.overhead.p90),
+                    ms(m.overhead.p99),
+                    ms(m.added.p50),
+                    ms(m.added.p99)
                 )?;
-                fake.forget_calls(&reqwest::Client::new()).await;
             }
-            writ.stop().await;
+        }
+    }
+    Ok(out)
+}
+
+/// The overhead of `files`-file batches at each of the plan's rates, on a writ started with
+/// `env` on top of the usual settings.
+struct Overhead {
+    rate: f64,
+    batches: usize,
+    errors: usize,
+    overhead: Summary,
+    added: Summary,
+}
+
+async fn measure_overhead(
+    plan: &Plan,
+    fake: &Fake,
+    backend: Backend,
+    files: usize,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Vec<Overhead>> {
+    let critical = 2 * plan.latency_ms;
+    let data = tempfile::tempdir()?;
+    let url = backend.fresh_url(data.path()).await;
+    let writ = Writ::start(&plan.bin_dir, fake, &url, env).await?;
+    let target = Target::new(&writ.base_url)?;
+    // Warm the connection pools and the page cache before measuring.
+    let _ = open_loop(
+        &target,
+        20.0,
+        Duration::from_secs(1),
+        body_with(files, json!({})),
+    )
+    .await;
+    let mut rows = Vec::new();
+    for &rate in &plan.overhead_rates {
+        let (samples, _) = open_loop(
+            &target,
+            rate,
+            Duration::from_secs_f64(plan.overhead_secs),
+            body_with(files, json!({})),
+        )
+        .await;
+        let oh: Vec<f64> = samples.iter().filter_map(|s| s.overhead_ms).collect();
+        let added: Vec<f64> = samples
+            .iter()
+            .map(|s| millis(s.latency) - critical as f64)
+            .collect();
+        rows.push(Overhead {
+            rate,
+            batches: samples.len(),
+            errors: errors(&samples),
+            overhead: Summary::of(&oh),
+            added: Summary::of(&added),
+        });
+        fake.forget_calls(&reqwest::Client::new()).await;
+    }
+    writ.stop().await;
+    Ok(rows)
+}
+
+/// The cost of traces: the overhead table's batches with traces off, then exported over OTLP
+/// to the fake's receiver (`OTEL_EXPORTER_OTLP_ENDPOINT`), on the plan's first backend.
+pub async fn tracing(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
+    let mut out = String::new();
+    writeln!(
+        out,
+        "| backend | batch | traces | rate (batches/s) | batches | spans received | overhead p50 (ms) | p90 | p99 |"
+    )?;
+    writeln!(out, "|---|---|---|---:|---:|---:|---:|---:|---:|")?;
+    let backend = plan.backends[0];
+    let endpoint = fake.otlp_endpoint();
+    let http = reqwest::Client::new();
+    for files in [1usize, 5] {
+        for (traces, env) in [
+            ("off", vec![]),
+            (
+                "OTLP",
+                vec![("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())],
+            ),
+        ] {
+            let rows = measure_overhead(plan, fake, backend, files, &env).await?;
+            // The exporter sends what it holds when writ stops.
+            let spans = fake.take_spans(&http).await;
+            for m in rows {
+                writeln!(
+                    out,
+                    "| {} | {files} file(s) × 3 models | {traces} | {} | {} | {spans} | {} | {} | {} |",
+                    backend.name(),
+                    m.rate,
+                    m.batches,
+                    ms(m.overhead.p50),
+                    ms(m.overhead.p90),
+                    ms(m.overhead.p99),
+                )?;
+            }
         }
     }
     Ok(out)

@@ -12,6 +12,7 @@
 //! - [`answers`]: the text of content steps, and the automatic code answer.
 //! - `respond`: a step as HTTP (JSON completion or SSE, in OpenRouter's shapes).
 //! - `server`: the routes (`POST /v1/chat/completions`, admin routes under `/_fake/`) and state.
+//! - `traces`: an OTLP/HTTP trace receiver (`POST /v1/traces`), for writ's traces.
 //!
 //! In tests: `let fake = FakeUpstream::start().await?;` then point the client at
 //! [`FakeUpstream::base_url`]. For benchmarks, run the `writ-fake-upstream` binary.
@@ -20,6 +21,7 @@ pub mod answers;
 mod respond;
 pub mod script;
 mod server;
+mod traces;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use script::{Latency, PromptRoute, Script, ScriptFile, Step};
 pub use server::RecordedCall;
+pub use traces::ReceivedSpan;
 
 use server::Shared;
 
@@ -39,6 +42,7 @@ use server::Shared;
 pub struct FakeUpstream {
     addr: SocketAddr,
     shared: Arc<Shared>,
+    spans: Arc<traces::Received>,
     stop: CancellationToken,
     task: Option<JoinHandle<std::io::Result<()>>>,
 }
@@ -55,7 +59,8 @@ impl FakeUpstream {
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared::new());
         let stop = CancellationToken::new();
-        let app = server::router(shared.clone());
+        let spans = Arc::new(traces::Received::default());
+        let app = server::router(shared.clone()).merge(traces::router(spans.clone()));
         let task = tokio::spawn(
             axum::serve(listener, app)
                 .with_graceful_shutdown(stop.clone().cancelled_owned())
@@ -64,9 +69,21 @@ impl FakeUpstream {
         Ok(Self {
             addr,
             shared,
+            spans,
             stop,
             task: Some(task),
         })
+    }
+
+    /// Every span writ exported to this fake as its OTLP endpoint, in arrival order.
+    pub fn spans(&self) -> Vec<ReceivedSpan> {
+        self.spans.spans()
+    }
+
+    /// What writ's `OTEL_EXPORTER_OTLP_ENDPOINT` is set to for its traces to come here (the
+    /// exporter adds `/v1/traces`).
+    pub fn otlp_endpoint(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     pub fn addr(&self) -> SocketAddr {

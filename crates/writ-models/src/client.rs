@@ -327,9 +327,38 @@ impl OpenRouterClient {
 #[async_trait]
 impl ModelClient for OpenRouterClient {
     async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, ModelError> {
-        let span =
-            tracing::info_span!("model_call", provider = %self.provider_name, model = %req.model);
-        self.call(req).instrument(span).await
+        // Named and attributed as OpenTelemetry's GenAI conventions name a model call, so a
+        // tracing backend shows it as one.
+        let span = tracing::info_span!(
+            "model_call",
+            otel.name = %format_args!("chat {}", req.model),
+            otel.kind = "client",
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = %self.provider_name,
+            gen_ai.request.model = %req.model,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.response.finish_reasons = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        let answer = self.call(req).instrument(span.clone()).await;
+        match &answer {
+            Ok(resp) => {
+                if let Some(n) = resp.usage.prompt_tokens {
+                    span.record("gen_ai.usage.input_tokens", n);
+                }
+                if let Some(n) = resp.usage.completion_tokens {
+                    span.record("gen_ai.usage.output_tokens", n);
+                }
+                if let Some(reason) = &resp.finish_reason {
+                    span.record("gen_ai.response.finish_reasons", reason.as_str());
+                }
+            }
+            Err(e) => {
+                span.record("error.type", e.class.as_str());
+            }
+        }
+        answer
     }
 
     fn readiness(&self) -> ProviderReadiness {

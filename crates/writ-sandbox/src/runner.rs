@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 use async_trait::async_trait;
 use writ_core::RepoPath;
@@ -233,6 +234,7 @@ impl CommandRunner for SandboxRunner {
             let started = Instant::now();
             let out = sandbox
                 .run_in(&slot, &scratch, &argv, timeout.min(self.limits.max_timeout))
+                .instrument(tracing::info_span!("sandbox_run", command = %call.name))
                 .await
                 .map_err(run_error)?;
             // Exit 0 is checked against what the command's pass must show: a candidate that

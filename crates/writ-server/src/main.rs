@@ -85,7 +85,8 @@ async fn fetch_local_model(settings: &Settings) {
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
-    telemetry::init_logging();
+    // Kept to the end of `main`: dropping it sends the traces still held.
+    let _telemetry = telemetry::init_logging();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,

@@ -24,21 +24,51 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestId(pub Uuid);
 
-/// JSON logs when `WRIT_LOG_FORMAT=json`, readable text otherwise; level from `RUST_LOG`.
-pub fn init_logging() {
-    use tracing_subscriber::EnvFilter;
+#[cfg(feature = "otel")]
+mod otel;
+
+/// What logging and tracing keep until the process ends: the trace exporter, flushed on drop.
+pub struct TelemetryGuard {
+    #[cfg(feature = "otel")]
+    _traces: Option<otel::Traces>,
+}
+
+/// JSON logs when `WRIT_LOG_FORMAT=json`, readable text otherwise; level from `RUST_LOG`. Traces
+/// over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (the `otel` feature), at `info` whatever
+/// `RUST_LOG` says, so quiet logs still give whole traces.
+pub fn init_logging() -> TelemetryGuard {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, Layer, fmt};
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let result = if std::env::var("WRIT_LOG_FORMAT").as_deref() == Ok("json") {
-        builder.json().try_init()
+    let json = std::env::var("WRIT_LOG_FORMAT").as_deref() == Ok("json");
+    let logs = if json {
+        fmt::layer().json().with_writer(std::io::stderr).boxed()
     } else {
-        builder.try_init()
+        fmt::layer().with_writer(std::io::stderr).boxed()
+    };
+    let registry = tracing_subscriber::registry().with(logs.with_filter(filter));
+    #[cfg(feature = "otel")]
+    let (registry, traces) = match otel::layer() {
+        Some((layer, traces)) => (
+            registry.with(Some(
+                layer.with_filter(
+                    tracing_subscriber::filter::Targets::new()
+                        .with_default(tracing::Level::INFO)
+                        .with_target("sqlx", tracing::Level::WARN),
+                ),
+            )),
+            Some(traces),
+        ),
+        None => (registry.with(None), None),
     };
     // A second init (tests start several servers in one process) is harmless.
-    let _ = result;
+    let _ = registry.try_init();
+    TelemetryGuard {
+        #[cfg(feature = "otel")]
+        _traces: traces,
+    }
 }
 
 /// The process-wide Prometheus recorder; installed once, shared by every server in the process.
@@ -80,10 +110,21 @@ pub async fn request_context(mut req: Request, next: Next) -> Response {
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "unmatched".to_string());
     let method = req.method().clone();
-    let span = tracing::info_span!("request", request_id = %id, method = %method, route = %route);
+    // `otel.*` and `http.*` name the span as OpenTelemetry's HTTP conventions do; `request_id`
+    // is the trace's link to the audit (the request's id in `/operations` and `/requests`).
+    let span = tracing::info_span!(
+        "request",
+        request_id = %id,
+        otel.name = %format_args!("{method} {route}"),
+        otel.kind = "server",
+        http.request.method = %method,
+        http.route = %route,
+        http.response.status_code = tracing::field::Empty,
+    );
     let started = Instant::now();
     let mut resp = next.run(req).instrument(span.clone()).await;
     let elapsed = started.elapsed();
+    span.record("http.response.status_code", resp.status().as_u16());
     let status = resp.status().as_u16().to_string();
     span.in_scope(
         || tracing::info!(status = %status, elapsed_ms = elapsed.as_millis() as u64, "served"),

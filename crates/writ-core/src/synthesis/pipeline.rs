@@ -12,6 +12,7 @@
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use tracing::Instrument;
 
 use crate::audit::AuditWrite;
 use crate::synthesis::batch::{Batch, TargetKind, Validation};
@@ -210,29 +211,10 @@ impl Synthesizer {
     async fn produce_validated(&self, validation: &Validation, cx: BatchCx<'_>) -> Vec<Produced> {
         let deadline = self.config.batch_deadline;
         let stages = async {
-            let stages = join_all((0..cx.batch.files().len()).map(|i| async move {
+            let stages = join_all((0..cx.batch.files().len()).map(|i| {
                 let fcx = cx.file(i);
-                fcx.sink.emit(Event::FileStarted {
-                    file: fcx.file.path.to_string(),
-                });
-                match fcx.file.kind {
-                    TargetKind::Image => {
-                        Stage::Done(generate_image(self.models.as_ref(), &self.config, fcx).await)
-                    }
-                    TargetKind::Code => {
-                        match generate(
-                            self.models.as_ref(),
-                            self.workspace.as_ref(),
-                            &self.config,
-                            fcx,
-                        )
-                        .await
-                        {
-                            Ok(generated) => Stage::Generated(Box::new(generated)),
-                            Err(error) => Stage::Done(Produced::failed(error, Vec::new())),
-                        }
-                    }
-                }
+                let span = tracing::info_span!("file", path = %fcx.file.path);
+                self.generate_for_validation(fcx).instrument(span)
             }))
             .await;
             select_validated(
@@ -242,6 +224,7 @@ impl Synthesizer {
                 stages,
                 cx,
             )
+            .instrument(tracing::info_span!("validation"))
             .await
         };
         match tokio::time::timeout(deadline, stages).await {
@@ -255,11 +238,37 @@ impl Synthesizer {
         }
     }
 
+    /// One file's candidates, for validation to choose among.
+    async fn generate_for_validation(&self, fcx: FileCx<'_>) -> Stage {
+        fcx.sink.emit(Event::FileStarted {
+            file: fcx.file.path.to_string(),
+        });
+        match fcx.file.kind {
+            TargetKind::Image => {
+                Stage::Done(generate_image(self.models.as_ref(), &self.config, fcx).await)
+            }
+            TargetKind::Code => {
+                match generate(
+                    self.models.as_ref(),
+                    self.workspace.as_ref(),
+                    &self.config,
+                    fcx,
+                )
+                .await
+                {
+                    Ok(generated) => Stage::Generated(Box::new(generated)),
+                    Err(error) => Stage::Done(Produced::failed(error, Vec::new())),
+                }
+            }
+        }
+    }
+
     /// One file's content: generation then selection (or the image branch), within the batch
     /// deadline and the file-size limit. Past the deadline the file stops waiting on models and
     /// fails; an oversized winner fails its file.
     async fn produce(&self, cx: FileCx<'_>) -> Produced {
         let deadline = self.config.batch_deadline;
+        let span = tracing::info_span!("file", path = %cx.file.path);
         let stages = async {
             cx.sink.emit(Event::FileStarted {
                 file: cx.file.path.to_string(),
@@ -281,7 +290,7 @@ impl Synthesizer {
                 }
             }
         };
-        match tokio::time::timeout(deadline, stages).await {
+        match tokio::time::timeout(deadline, stages.instrument(span)).await {
             Err(_) => Produced::failed(deadline_message(deadline), Vec::new()),
             Ok(produced) => self.bounded(produced),
         }

@@ -5,6 +5,7 @@
 //! the first viable candidate in model-list order.
 
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 use rand::seq::SliceRandom;
 
@@ -108,7 +109,13 @@ impl Selector<'_> {
             candidates: shown.len(),
         });
         let asked = Instant::now();
-        let verdict = self.models.chat(req).await;
+        let verdict = self
+            .models
+            .chat(req)
+            .instrument(
+                tracing::info_span!("arbiter", file = %file.path, candidates = viable.len()),
+            )
+            .await;
         cx.clock.add(asked.elapsed());
         let failure = match verdict {
             Ok(resp) => match writ_checks::parse_verdict(&resp.content, shown.len()) {

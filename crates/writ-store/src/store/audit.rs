@@ -4,6 +4,7 @@
 
 use async_trait::async_trait;
 use sqlx::types::Json;
+use tracing::Instrument;
 use uuid::Uuid;
 use writ_core::audit::Selection;
 use writ_core::audit::{
@@ -204,7 +205,12 @@ impl<D: Dialect> AuditStore for SqlStore<D> {
     }
 
     async fn commit(&self, writes: Vec<AuditWrite>) -> Result<(), StoreError> {
-        self.writer.commit(writes).await
+        let span = tracing::info_span!(
+            "store_commit",
+            db.system.name = D::BACKEND,
+            records = writes.len()
+        );
+        self.writer.commit(writes).instrument(span).await
     }
 
     async fn insert_request(&self, req: &NewRequest) -> Result<(), StoreError> {

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, broadcast, mpsc, watch};
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::audit::{
@@ -358,17 +359,24 @@ impl Jobs {
             if let Err(e) = synthesizer.store.commit(opening).await {
                 return synthesizer.not_recorded(&sub, e).await.map(Begun::Replayed);
             }
-            tokio::spawn(async move {
-                let _permit = permit;
-                run_job(&synthesizer, events, &sub, prior, Recorded::already(), ctx)
-                    .await
-                    .map_err(|_| SubmitError::InProgress)
-            })
+            // The batch's task stays in the request's span (its trace), though it outlives it.
+            tokio::spawn(
+                async move {
+                    let _permit = permit;
+                    run_job(&synthesizer, events, &sub, prior, Recorded::already(), ctx)
+                        .await
+                        .map_err(|_| SubmitError::InProgress)
+                }
+                .in_current_span(),
+            )
         } else {
-            tokio::spawn(async move {
-                let _permit = permit;
-                record_and_run(synthesizer, events, sub, prior, opening, ctx).await
-            })
+            tokio::spawn(
+                async move {
+                    let _permit = permit;
+                    record_and_run(synthesizer, events, sub, prior, opening, ctx).await
+                }
+                .in_current_span(),
+            )
         };
         Ok(Begun::Fresh(BatchHandle {
             job_id,
