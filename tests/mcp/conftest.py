@@ -20,6 +20,7 @@ TOOL_NAMES = [
     "search_files",
     "write_file",
     "edit_files",
+    "undo_request",
     "list_operations",
     "get_operation",
     "begin_write_session",

@@ -31,7 +31,8 @@ use crate::files::{
 use crate::path::RepoPath;
 use crate::workspace::Workspace;
 
-use one::{Edited, edit_one};
+pub(crate) use one::Edited;
+use one::edit_one;
 pub use request::{EditValidation, Edits, EditsRequest, FileEdits, StrReplace};
 
 /// Most files one edit request may change.
@@ -230,7 +231,7 @@ pub async fn apply(
 
 /// One file of the answer for an edited file: a deletion; a move (its source deleted, its
 /// destination created); or a write where it is.
-fn answered(
+pub(crate) fn answered(
     e: Edited,
     operation: OperationKind,
     written: Option<Uuid>,
@@ -291,7 +292,7 @@ fn answered(
 
 /// Writes every edited file as one recorded group, then removes the deleted files and the
 /// sources of moves one by one; if any of it is refused, puts back what was done.
-async fn write_all(
+pub(crate) async fn write_all(
     store: &dyn AuditStore,
     workspace: &dyn Workspace,
     editor: Editor,

@@ -377,6 +377,86 @@ pub async fn finish_write_session(
     session_output(&view)
 }
 
+/// The input of `undo_request`.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UndoArgs {
+    /// The request to take back (a UUID: the `request_id` of its answer).
+    pub request_id: String,
+    /// Replace the later changes of files that changed since the request.
+    #[serde(default)]
+    pub force: bool,
+    /// Say what would change; write nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// `undo_request`: the same undo as `POST /requests/{id}/undo`.
+pub async fn undo_request(
+    state: &AppState,
+    ctx: CallContext,
+    args: Value,
+) -> Result<ToolOutput, ApiError> {
+    let body_sha256 = writ_core::content::sha256_hex(args.to_string().as_bytes());
+    let UndoArgs {
+        request_id,
+        force,
+        dry_run,
+    } = super::parse(args)?;
+    let viewer = crate::access::Viewer::new(ctx.caller.as_deref(), ctx.scopes);
+    let editor = edits::tool_editor(
+        ctx.request_id,
+        ctx.caller,
+        ctx.scope,
+        &format!("tool undo_request {request_id}"),
+    );
+    let answer = crate::service::history::undo(
+        state,
+        &viewer,
+        editor,
+        &body_sha256,
+        &request_id,
+        writ_core::history::UndoOptions { force, dry_run },
+    )
+    .await
+    .map_err(|mut e| {
+        if e.field.as_deref() == Some("id") {
+            e.field = Some("request_id".to_string());
+        }
+        e
+    })?;
+    let mut content = format!(
+        "{} request {}{}:\n",
+        if answer.dry_run {
+            "Would undo"
+        } else {
+            "Undid"
+        },
+        answer.undone_request_id,
+        if answer.dry_run {
+            String::new()
+        } else {
+            format!(
+                " (as request {}, which undo_request can take back in turn)",
+                answer.request_id
+            )
+        }
+    );
+    for f in &answer.files {
+        content.push_str(&format!("{} '{}'\n", f.operation, f.path));
+    }
+    if answer.files.is_empty() {
+        content.push_str("nothing to put back: every file is as it was before that request\n");
+    }
+    for f in &answer.replaced_later_changes {
+        content.push_str(&format!("replaced a later change of '{}'\n", f.path));
+    }
+    Ok(ToolOutput {
+        content,
+        result: serde_json::to_value(&answer).map_err(ApiError::internal)?,
+    })
+}
+
 /// `edit_files`: the same all-or-nothing edits as `POST /edits`.
 pub async fn edit_files(
     state: &AppState,
