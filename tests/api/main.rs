@@ -10,7 +10,6 @@ mod edits;
 mod files;
 mod generated_checks;
 mod hardening;
-mod history;
 mod images;
 mod jobs;
 mod local_model;

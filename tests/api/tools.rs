@@ -15,14 +15,13 @@ use writ_fake_upstream::{Script, Step};
 use writ_tests::{ARBITER, Backend, MODELS, TestApp, spawn_app, spawn_app_with_models};
 
 /// The tools of a server without commands (`run` is offered only with `WRIT_COMMANDS`).
-const TOOL_NAMES: [&str; 12] = [
+const TOOL_NAMES: [&str; 11] = [
     "write_codebase",
     "list_files",
     "read_file",
     "search_files",
     "write_file",
     "edit_files",
-    "undo_request",
     "list_operations",
     "get_operation",
     "begin_write_session",
@@ -854,12 +853,7 @@ async fn the_run_tool_is_offered_only_when_commands_are_configured() {
 
 /// One stateless MCP request (protocol 2026-07-28: no session; the protocol, the client and
 /// its capabilities in every request), and its JSON-RPC answer, whether it came as JSON or SSE.
-pub(crate) async fn mcp_stateless(
-    app: &TestApp,
-    method: &str,
-    params: Value,
-    tasks: bool,
-) -> Value {
+async fn mcp_stateless(app: &TestApp, method: &str, params: Value, tasks: bool) -> Value {
     mcp_stateless_as(app, None, method, params, tasks).await
 }
 

@@ -20,7 +20,6 @@ TOOL_NAMES = [
     "search_files",
     "write_file",
     "edit_files",
-    "undo_request",
     "list_operations",
     "get_operation",
     "begin_write_session",

@@ -368,11 +368,6 @@ pub struct OperationPage {
 /// last file's completion, its request's closing and its stored answer), and the changes of
 /// concurrent batches share commits instead of queueing for one each.
 #[derive(Debug, Clone)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "a commit's records live for one commit and most of them are operations: boxing the \
-              largest would allocate once more per write to save bytes on the few that are not"
-)]
 pub enum AuditWrite {
     /// Fails the commit with [`StoreError::Conflict`] if `(caller, idempotency_key)` is taken.
     InsertRequest(NewRequest),
@@ -383,12 +378,10 @@ pub enum AuditWrite {
         duration_ms: i64,
         response: Option<serde_json::Value>,
     },
-    /// An operation in whatever state it is given, with the content written (if any) and what
-    /// the write replaced (`previous`: an update's old bytes, kept so that it can be undone).
+    /// An operation in whatever state it is given, with the content written (if any).
     InsertOperation {
         operation: Operation,
         content: Option<Vec<u8>>,
-        previous: Option<Vec<u8>>,
     },
     /// Fails the commit if the operation is not recorded.
     CompleteOperation {
@@ -486,8 +479,6 @@ pub trait AuditStore:
         &self,
         id: Uuid,
     ) -> Result<Option<(Operation, Option<Vec<u8>>)>, StoreError>;
-    /// What operation `id` replaced, when it was an update whose old bytes were kept.
-    async fn previous_content(&self, id: Uuid) -> Result<Option<Vec<u8>>, StoreError>;
     /// Newest first; `limit` is already bounded by the caller.
     async fn list_operations(
         &self,

@@ -277,11 +277,6 @@ pub async fn write_group_deferring_completion(
             AuditWrite::InsertOperation {
                 operation: p.op.clone(),
                 content: Some(p.content.clone()),
-                // What an update replaces, so that it can be undone byte for byte.
-                previous: match (&p.current, p.unchanged) {
-                    (Some(current), false) => Some(current.clone()),
-                    _ => None,
-                },
             }
         })
         .collect();

@@ -26,7 +26,6 @@ pub mod direct;
 pub mod edits;
 pub mod execution;
 pub mod files;
-pub mod history;
 pub mod jobs;
 pub mod keys;
 pub mod limits;

@@ -177,7 +177,6 @@ macro_rules! conformance_suite {
                 a_request_round_trips_through_insert_finish_and_get,
                 a_commit_writes_all_of_its_records_or_none,
                 a_batch_closing_commit_completes_every_file_or_none,
-                what_an_update_replaced_is_kept_beside_what_it_wrote,
                 concurrent_commits_share_transactions_and_a_refused_one_fails_alone,
                 an_operation_carries_its_requests_caller_for_the_listing,
                 recent_operations_are_the_callers_newest_as_the_listing_has_them,
@@ -270,7 +269,6 @@ async fn a_commit_writes_all_of_its_records_or_none(store: &dyn AuditStore) {
             AuditWrite::InsertOperation {
                 operation: op.clone(),
                 content: Some(b"x".to_vec()),
-                previous: None,
             },
             AuditWrite::FinishRequest {
                 id: Uuid::now_v7(),
@@ -343,37 +341,6 @@ fn batch_start(req: &NewRequest, job: writ_core::jobs::NewJob) -> Vec<AuditWrite
     ]
 }
 
-/// An update keeps the bytes it replaced (for undo), apart from what it wrote; operations in
-/// one commit keep each their own, and one without any reads back as none.
-async fn what_an_update_replaced_is_kept_beside_what_it_wrote(store: &dyn AuditStore) {
-    let req = new_request(Some("caller-a"), None);
-    store.insert_request(&req).await.unwrap();
-    let (a, b) = (operation(req.id, "a.txt"), operation(req.id, "b.txt"));
-    store
-        .commit(vec![
-            AuditWrite::InsertOperation {
-                operation: a.clone(),
-                content: Some(b"new a\n".to_vec()),
-                previous: Some(b"\xef\xbb\xbfold a\r\n".to_vec()),
-            },
-            AuditWrite::InsertOperation {
-                operation: b.clone(),
-                content: Some(b"b".to_vec()),
-                previous: None,
-            },
-        ])
-        .await
-        .unwrap();
-
-    assert_eq!(
-        store.previous_content(a.id).await.unwrap().as_deref(),
-        Some(&b"\xef\xbb\xbfold a\r\n"[..])
-    );
-    assert_eq!(store.previous_content(b.id).await.unwrap(), None);
-    let (_, written) = store.get_operation(a.id).await.unwrap().unwrap();
-    assert_eq!(written.as_deref(), Some(&b"new a\n"[..]));
-}
-
 /// A batch's closing commit: its files' completions, its request's closing and its job's, which
 /// the store may send as one statement. One completion naming an operation that does not exist
 /// refuses them all.
@@ -397,7 +364,6 @@ async fn a_batch_closing_commit_completes_every_file_or_none(store: &dyn AuditSt
                 .map(|op| AuditWrite::InsertOperation {
                     operation: op.clone(),
                     content: Some(op.filename.clone().into_bytes()),
-                    previous: None,
                 })
                 .collect(),
         )
@@ -513,7 +479,6 @@ async fn concurrent_commits_share_transactions_and_a_refused_one_fails_alone(
             AuditWrite::InsertOperation {
                 operation: op,
                 content: Some(format!("content {i}").into_bytes()),
-                previous: None,
             },
         ]);
     }
@@ -551,7 +516,6 @@ async fn an_operation_carries_its_requests_caller_for_the_listing(store: &dyn Au
                 AuditWrite::InsertOperation {
                     operation: op,
                     content: None,
-                    previous: None,
                 },
             ])
             .await

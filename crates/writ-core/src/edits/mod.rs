@@ -31,8 +31,7 @@ use crate::files::{
 use crate::path::RepoPath;
 use crate::workspace::Workspace;
 
-pub(crate) use one::Edited;
-use one::edit_one;
+use one::{Edited, edit_one};
 pub use request::{EditValidation, Edits, EditsRequest, FileEdits, StrReplace};
 
 /// Most files one edit request may change.
@@ -231,7 +230,7 @@ pub async fn apply(
 
 /// One file of the answer for an edited file: a deletion; a move (its source deleted, its
 /// destination created); or a write where it is.
-pub(crate) fn answered(
+fn answered(
     e: Edited,
     operation: OperationKind,
     written: Option<Uuid>,
@@ -292,7 +291,7 @@ pub(crate) fn answered(
 
 /// Writes every edited file as one recorded group, then removes the deleted files and the
 /// sources of moves one by one; if any of it is refused, puts back what was done.
-pub(crate) async fn write_all(
+async fn write_all(
     store: &dyn AuditStore,
     workspace: &dyn Workspace,
     editor: Editor,

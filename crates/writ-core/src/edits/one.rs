@@ -14,15 +14,15 @@ use crate::path::RepoPath;
 use crate::synthesis::update::{Existing, MAX_DIFF_BYTES};
 
 /// A file after its edits, ready to be checked and written.
-pub(crate) struct Edited {
-    pub(crate) path: RepoPath,
-    pub(crate) before: Option<Vec<u8>>,
+pub(super) struct Edited {
+    pub(super) path: RepoPath,
+    pub(super) before: Option<Vec<u8>>,
     /// What the file becomes; `None`: it is deleted.
-    pub(crate) after: Option<Vec<u8>>,
+    pub(super) after: Option<Vec<u8>>,
     /// Where `after` is written instead of `path` (a move); `path` is then removed.
-    pub(crate) move_to: Option<RepoPath>,
-    pub(crate) change: Change,
-    pub(crate) fallback: Option<Fallback>,
+    pub(super) move_to: Option<RepoPath>,
+    pub(super) change: Change,
+    pub(super) fallback: Option<Fallback>,
 }
 
 /// Applies one file's edits in memory. `destination` is what a move's destination holds now

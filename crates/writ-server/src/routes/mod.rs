@@ -10,7 +10,6 @@
 pub mod edits;
 pub mod files;
 pub mod hang_ups;
-pub mod history;
 pub mod jobs;
 pub mod keys;
 pub mod meta;
@@ -177,12 +176,6 @@ pub fn api_routes() -> Vec<Route> {
             path: "/operations/{id}",
             access: Access::Scope(Scope::Read),
             handler: get(operations::get_operation),
-        },
-        Route {
-            method: "POST",
-            path: "/requests/{id}/undo",
-            access: Access::Scope(Scope::Write),
-            handler: post(history::undo_request),
         },
         Route {
             method: "GET",

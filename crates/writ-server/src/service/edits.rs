@@ -49,7 +49,7 @@ pub fn tool_editor(
     }
 }
 
-pub(crate) fn edits_error(err: EditsError) -> ApiError {
+fn edits_error(err: EditsError) -> ApiError {
     let message = err.to_string();
     match err {
         EditsError::Invalid { field, message } => {

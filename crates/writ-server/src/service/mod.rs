@@ -8,7 +8,6 @@
 
 pub mod edits;
 pub mod files;
-pub mod history;
 pub mod jobs;
 pub mod operations;
 pub mod run;

@@ -133,20 +133,6 @@ pub static TOOLS: &[ToolSpec] = &[
         schema: schema_of::<writ_core::edits::EditsRequest>,
     },
     ToolSpec {
-        name: "undo_request",
-        description: "Take back a request writ made (a write_codebase batch, edits, a write, a \
-            write session): every file it wrote is put back as it was before it — updated files \
-            to their previous bytes, created files removed, deleted files restored — all or \
-            nothing, as a new request you can undo in turn (redo). `request_id` is the \
-            request_id of its answer (or from list_operations). Refused, naming the files, if \
-            any of them changed since; `force: true` replaces those later changes (the answer \
-            lists them). `dry_run: true` says what would change and writes nothing.",
-        read_only: false,
-        needs_commands: false,
-        scope: Scope::Write,
-        schema: schema_of::<dispatch::UndoArgs>,
-    },
-    ToolSpec {
         name: "list_operations",
         description: "List the audit log: every write writ made (newest first), with its file, \
             operation, size, SHA-256, status and the model that wrote it. Filter by request_id, \
@@ -368,7 +354,6 @@ pub async fn call(
         "search_files" => dispatch::search_files(state, parse(args)?).await,
         "write_file" => dispatch::write_file(state, ctx, parse(args)?).await,
         "edit_files" => dispatch::edit_files(state, ctx, args).await,
-        "undo_request" => dispatch::undo_request(state, ctx, args).await,
         "list_operations" => {
             let viewer = crate::access::Viewer::new(ctx.caller.as_deref(), ctx.scopes);
             dispatch::list_operations(state, &viewer, parse(args)?).await

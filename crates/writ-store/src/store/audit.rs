@@ -273,7 +273,6 @@ impl<D: Dialect> AuditStore for SqlStore<D> {
         self.commit(vec![AuditWrite::InsertOperation {
             operation: op.clone(),
             content: content.map(<[u8]>::to_vec),
-            previous: None,
         }])
         .await
     }
@@ -306,16 +305,6 @@ impl<D: Dialect> AuditStore for SqlStore<D> {
         };
         let (_, operation) = operation_from_row::<D>(&row)?;
         Ok(Some((operation, Record::<D>(&row).get("content")?)))
-    }
-
-    async fn previous_content(&self, id: Uuid) -> Result<Option<Vec<u8>>, StoreError> {
-        let mut sql =
-            Sql::new("SELECT content FROM operation_previous_contents WHERE operation_id = ");
-        sql.bind(id);
-        match sql.fetch_optional(self, "get previous content").await? {
-            Some(row) => Record::<D>(&row).get("content"),
-            None => Ok(None),
-        }
     }
 
     async fn list_operations(

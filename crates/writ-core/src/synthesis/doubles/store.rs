@@ -120,9 +120,6 @@ impl AuditStore for MemoryStore {
     ) -> Result<(), StoreError> {
         self.complete(id, outcome)
     }
-    async fn previous_content(&self, _id: Uuid) -> Result<Option<Vec<u8>>, StoreError> {
-        Err(not_kept())
-    }
     async fn get_operation(
         &self,
         id: Uuid,

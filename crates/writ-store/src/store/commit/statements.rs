@@ -53,15 +53,9 @@ struct Statement<'w> {
 /// What one part of a statement writes. Runs of pending rows (the files of a batch that finished
 /// together) and of completions (a batch's closing) are one part each.
 enum Part<'w> {
-    /// The rows, the contents to store with them and what they replaced (moved to an
-    /// `InsertContents` and an `InsertPrevious` part).
-    InsertOperations(
-        Vec<&'w Operation>,
-        Vec<(Uuid, &'w [u8])>,
-        Vec<(Uuid, &'w [u8])>,
-    ),
+    /// The rows, and the contents to store with them (moved to an `InsertContents` part).
+    InsertOperations(Vec<&'w Operation>, Vec<(Uuid, &'w [u8])>),
     InsertContents(Vec<(Uuid, &'w [u8])>),
-    InsertPrevious(Vec<(Uuid, &'w [u8])>),
     CompleteOperations(Vec<(Uuid, &'w OperationOutcome)>),
     One(&'w AuditWrite),
 }
@@ -85,37 +79,22 @@ fn statements<'w, D: Dialect>(writes: &[&'w AuditWrite]) -> Vec<Statement<'w>> {
     for &write in writes {
         match (write, parts.last_mut()) {
             (
-                AuditWrite::InsertOperation {
-                    operation,
-                    content,
-                    previous,
-                },
-                Some(Part::InsertOperations(ops, contents, previouses)),
+                AuditWrite::InsertOperation { operation, content },
+                Some(Part::InsertOperations(ops, contents)),
             ) => {
                 ops.push(operation);
                 contents.extend(content.as_deref().map(|c| (operation.id, c)));
-                previouses.extend(previous.as_deref().map(|c| (operation.id, c)));
             }
-            (
-                AuditWrite::InsertOperation {
-                    operation,
-                    content,
-                    previous,
-                },
-                _,
-            ) => parts.push(Part::InsertOperations(
-                vec![operation],
-                content
-                    .as_deref()
-                    .map(|c| (operation.id, c))
-                    .into_iter()
-                    .collect(),
-                previous
-                    .as_deref()
-                    .map(|c| (operation.id, c))
-                    .into_iter()
-                    .collect(),
-            )),
+            (AuditWrite::InsertOperation { operation, content }, _) => {
+                parts.push(Part::InsertOperations(
+                    vec![operation],
+                    content
+                        .as_deref()
+                        .map(|c| (operation.id, c))
+                        .into_iter()
+                        .collect(),
+                ))
+            }
             (
                 AuditWrite::CompleteOperation { id, outcome },
                 Some(Part::CompleteOperations(run)),
@@ -129,17 +108,14 @@ fn statements<'w, D: Dialect>(writes: &[&'w AuditWrite]) -> Vec<Statement<'w>> {
             (write, _) => parts.push(Part::One(write)),
         }
     }
-    // Each run of pending rows brings its contents (and what they replaced), right after it.
-    let mut with_contents = Vec::with_capacity(parts.len() + 2);
+    // Each run of pending rows brings its contents, right after it.
+    let mut with_contents = Vec::with_capacity(parts.len() + 1);
     for part in parts {
         match part {
-            Part::InsertOperations(ops, contents, previous) => {
-                with_contents.push(Part::InsertOperations(ops, Vec::new(), Vec::new()));
+            Part::InsertOperations(ops, contents) => {
+                with_contents.push(Part::InsertOperations(ops, Vec::new()));
                 if !contents.is_empty() {
                     with_contents.push(Part::InsertContents(contents));
-                }
-                if !previous.is_empty() {
-                    with_contents.push(Part::InsertPrevious(previous));
                 }
             }
             part => with_contents.push(part),
@@ -241,7 +217,6 @@ impl Part<'_> {
         match self {
             Part::InsertOperations(..) | Part::CompleteOperations(_) => "operations",
             Part::InsertContents(_) => "operation_contents",
-            Part::InsertPrevious(_) => "operation_previous_contents",
             Part::One(AuditWrite::InsertRequest(_) | AuditWrite::FinishRequest { .. }) => {
                 "requests"
             }
@@ -257,7 +232,6 @@ impl Part<'_> {
         match self {
             Part::InsertOperations(..) => "insert operation",
             Part::InsertContents(_) => "insert operation content",
-            Part::InsertPrevious(_) => "insert previous content",
             Part::CompleteOperations(_) => "complete operation",
             Part::One(AuditWrite::InsertRequest(_)) => "insert request",
             Part::One(AuditWrite::FinishRequest { .. }) => "finish request",
@@ -270,10 +244,8 @@ impl Part<'_> {
 
     fn expect(&self) -> Expect {
         match self {
-            Part::InsertOperations(ops, ..) => Expect::Rows(ops.len() as u64),
-            Part::InsertContents(contents) | Part::InsertPrevious(contents) => {
-                Expect::Rows(contents.len() as u64)
-            }
+            Part::InsertOperations(ops, _) => Expect::Rows(ops.len() as u64),
+            Part::InsertContents(contents) => Expect::Rows(contents.len() as u64),
             Part::CompleteOperations(run) => Expect::Every(
                 run.len() as u64,
                 format!(
@@ -298,14 +270,9 @@ impl Part<'_> {
     /// The statement's SQL and values, appended to `sql`.
     fn push_sql<D: Dialect>(&self, sql: &mut Sql<D>) {
         match self {
-            Part::InsertOperations(ops, ..) => push_insert_operations(sql, ops),
-            Part::InsertContents(contents) | Part::InsertPrevious(contents) => {
-                sql.push(match self {
-                    Part::InsertPrevious(_) => {
-                        "INSERT INTO operation_previous_contents (operation_id, content) VALUES "
-                    }
-                    _ => "INSERT INTO operation_contents (operation_id, content) VALUES ",
-                });
+            Part::InsertOperations(ops, _) => push_insert_operations(sql, ops),
+            Part::InsertContents(contents) => {
+                sql.push("INSERT INTO operation_contents (operation_id, content) VALUES ");
                 for (i, (id, content)) in contents.iter().enumerate() {
                     if i > 0 {
                         sql.push(", ");
