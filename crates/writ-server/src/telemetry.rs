@@ -52,12 +52,16 @@ pub fn init_logging() -> TelemetryGuard {
     #[cfg(feature = "otel")]
     let (registry, traces) = match otel::layer() {
         Some((layer, traces)) => (
+            // Spans only: a log line inside a span would become a span event, which costs per
+            // request and says what the logs already say.
             registry.with(Some(
-                layer.with_filter(
-                    tracing_subscriber::filter::Targets::new()
-                        .with_default(tracing::Level::INFO)
-                        .with_target("sqlx", tracing::Level::WARN),
-                ),
+                layer
+                    .with_filter(tracing_subscriber::filter::filter_fn(|meta| meta.is_span()))
+                    .with_filter(
+                        tracing_subscriber::filter::Targets::new()
+                            .with_default(tracing::Level::INFO)
+                            .with_target("sqlx", tracing::Level::WARN),
+                    ),
             )),
             Some(traces),
         ),
