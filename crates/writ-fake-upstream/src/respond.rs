@@ -227,10 +227,9 @@ fn usage(call: &Call, answer: &Answer) -> Value {
         ((answer.content.chars().count() + answer.images.len() * 1000) / 4 + 1) as u64;
     // Prices of a mid-range model: $1 per million prompt tokens, a tenth of that for those read
     // from the prompt cache, $2 per million completion tokens.
-    let cost = ((prompt_tokens - cached) as f64
-        + 0.1 * cached as f64
-        + 2.0 * completion_tokens as f64)
-        / 1_000_000.0;
+    let cost =
+        ((prompt_tokens - cached) as f64 + 0.1 * cached as f64 + 2.0 * completion_tokens as f64)
+            / 1_000_000.0;
     json!({
         "prompt_tokens": prompt_tokens,
         "prompt_tokens_details": {"cached_tokens": cached},

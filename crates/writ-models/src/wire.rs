@@ -125,7 +125,11 @@ impl Serialize for Messages<'_> {
         use serde_json::json;
         let marked = self
             .breakpoint
-            .then(|| self.messages.iter().rposition(|m| m.shared_prefix.is_some()))
+            .then(|| {
+                self.messages
+                    .iter()
+                    .rposition(|m| m.shared_prefix.is_some())
+            })
             .flatten();
         let mut seq = ser.serialize_seq(Some(self.messages.len()))?;
         for (i, m) in self.messages.iter().enumerate() {
@@ -450,8 +454,14 @@ mod tests {
         let openai = br#"{"choices":[{"finish_reason":"stop","message":{"content":"x"}}],"usage":{"prompt_tokens":2000,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":1536}}}"#;
         let anthropic = br#"{"choices":[{"finish_reason":"stop","message":{"content":"x"}}],"usage":{"prompt_tokens":2000,"completion_tokens":5,"cache_read_input_tokens":1800}}"#;
         let h = HeaderMap::new();
-        assert_eq!(parse_completion(openai, &h).unwrap().usage.cached_tokens, Some(1536));
-        assert_eq!(parse_completion(anthropic, &h).unwrap().usage.cached_tokens, Some(1800));
+        assert_eq!(
+            parse_completion(openai, &h).unwrap().usage.cached_tokens,
+            Some(1536)
+        );
+        assert_eq!(
+            parse_completion(anthropic, &h).unwrap().usage.cached_tokens,
+            Some(1800)
+        );
     }
 
     fn shared_then_own(own: &str) -> Vec<ChatMessage> {
@@ -470,7 +480,10 @@ mod tests {
             ..ChatRequest::default()
         };
         let body = serde_json::to_value(WireRequest::new(&req, false)).unwrap();
-        assert_eq!(body["messages"][0], serde_json::json!({"role": "system", "content": "instructions"}));
+        assert_eq!(
+            body["messages"][0],
+            serde_json::json!({"role": "system", "content": "instructions"})
+        );
         assert_eq!(
             body["messages"][1]["content"],
             serde_json::json!([
@@ -497,8 +510,15 @@ mod tests {
         assert!(key("other/model", "write a.py").is_null());
         let mut other = shared_then_own("write a.py");
         other[1] = ChatMessage::user("OTHER CONTEXT\nwrite a.py").with_shared_prefix(14);
-        let req = ChatRequest { model: "openai/gpt-5".into(), messages: other, ..ChatRequest::default() };
-        assert_ne!(serde_json::to_value(WireRequest::new(&req, false)).unwrap()["prompt_cache_key"], a);
+        let req = ChatRequest {
+            model: "openai/gpt-5".into(),
+            messages: other,
+            ..ChatRequest::default()
+        };
+        assert_ne!(
+            serde_json::to_value(WireRequest::new(&req, false)).unwrap()["prompt_cache_key"],
+            a
+        );
     }
 
     #[test]

@@ -544,12 +544,18 @@ mod tests {
         let first = shared(&prompts[0]);
         assert!(first.contains("Totals are rounded to cents."), "{first}");
         assert!(first.contains("A small shop."), "{first}");
-        assert!(!first.contains("Write the file"), "no file's own task is shared: {first}");
+        assert!(
+            !first.contains("Write the file"),
+            "no file's own task is shared: {first}"
+        );
         for (m, f) in prompts.iter().zip(batch.files()) {
             assert_eq!(m[0], prompts[0][0], "the instructions are the same");
             assert_eq!(shared(m).as_bytes(), first.as_bytes(), "byte-identical");
             let own = &m[1].content[first.len()..];
-            assert!(own.contains(&format!("Write the file {}", quote(f.path.as_str()))), "{own}");
+            assert!(
+                own.contains(&format!("Write the file {}", quote(f.path.as_str()))),
+                "{own}"
+            );
         }
         assert!(prompts[1][1].content[first.len()..].contains("No floats."));
     }
