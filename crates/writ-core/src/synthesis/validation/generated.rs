@@ -641,7 +641,12 @@ fn shared_task(cx: &FileCx<'_>) -> String {
     cx.batch
         .task_description
         .as_ref()
-        .map(|task| format!("The files of this batch serve this task:\n{}\n\n", task.trim()))
+        .map(|task| {
+            format!(
+                "The files of this batch serve this task:\n{}\n\n",
+                task.trim()
+            )
+        })
         .unwrap_or_default()
 }
 
