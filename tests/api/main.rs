@@ -18,6 +18,7 @@ mod operations;
 mod outage;
 mod policy;
 mod probes;
+mod prompt_caching;
 mod reference;
 mod scopes;
 mod search;

@@ -130,6 +130,10 @@ pub struct CandidateRecord {
     pub parsed: Option<bool>,
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
+    /// Of `prompt_tokens`, those the provider served from its prompt cache (billed at its
+    /// cached price, which `cost` already reflects).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u64>,
     pub cost: Option<f64>,
     /// Why the candidate is not usable: the model layer's class (`rate_limited`, …) or writ's
     /// own (`no_code`, `bad_image`, `cancelled`).

@@ -20,6 +20,13 @@ pub enum Role {
 pub struct ChatMessage {
     pub role: Role,
     pub content: String,
+    /// How many leading bytes of `content` are the same in every call of a batch to the same
+    /// model (instructions, repository map, named context, current file): the end of the part a
+    /// provider's prompt cache can serve. The model layer marks it where a provider needs a
+    /// marker (Anthropic's `cache_control`) and keys the prompt on it (OpenAI's
+    /// `prompt_cache_key`); never sent as a field of its own.
+    #[serde(skip)]
+    pub shared_prefix: Option<usize>,
 }
 
 impl ChatMessage {
@@ -27,19 +34,34 @@ impl ChatMessage {
         Self {
             role: Role::System,
             content: content.into(),
+            shared_prefix: None,
         }
     }
     pub fn user(content: impl Into<String>) -> Self {
         Self {
             role: Role::User,
             content: content.into(),
+            shared_prefix: None,
         }
     }
     pub fn assistant(content: impl Into<String>) -> Self {
         Self {
             role: Role::Assistant,
             content: content.into(),
+            shared_prefix: None,
         }
+    }
+
+    /// This message with its first `bytes` bytes marked as shared by the calls to a model
+    /// (cut down to the content's length, and to a character boundary).
+    #[must_use]
+    pub fn with_shared_prefix(mut self, bytes: usize) -> Self {
+        let mut end = bytes.min(self.content.len());
+        while !self.content.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.shared_prefix = (end > 0).then_some(end);
+        self
     }
 }
 
@@ -64,6 +86,9 @@ pub struct ChatRequest {
 pub struct Usage {
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
+    /// Of `prompt_tokens`, those the provider served from its prompt cache (and bills at its
+    /// cached price, already in `cost`).
+    pub cached_tokens: Option<u64>,
     /// Provider-reported cost in credits (OpenRouter: USD).
     pub cost: Option<f64>,
 }

@@ -19,6 +19,10 @@ use crate::script::Step;
 pub(crate) struct Call {
     pub model: String,
     pub prompt: String,
+    /// Every message counted, as a provider bills them.
+    pub prompt_tokens: u64,
+    /// Of `prompt_tokens`, those this model's prompt cache served.
+    pub cached_tokens: u64,
     pub stream: bool,
     pub trickle: Option<Duration>,
     pub generation_id: String,
@@ -217,12 +221,18 @@ fn canned_message(status: u16, model: &str) -> String {
 }
 
 fn usage(call: &Call, answer: &Answer) -> Value {
-    let prompt_tokens = call.prompt.chars().count() / 4 + 1;
-    let completion_tokens = (answer.content.chars().count() + answer.images.len() * 1000) / 4 + 1;
-    // Prices of a mid-range model: $1 per million prompt tokens, $2 per million completion tokens.
-    let cost = (prompt_tokens as f64 + 2.0 * completion_tokens as f64) / 1_000_000.0;
+    let prompt_tokens = call.prompt_tokens;
+    let cached = call.cached_tokens.min(prompt_tokens);
+    let completion_tokens =
+        ((answer.content.chars().count() + answer.images.len() * 1000) / 4 + 1) as u64;
+    // Prices of a mid-range model: $1 per million prompt tokens, a tenth of that for those read
+    // from the prompt cache, $2 per million completion tokens.
+    let cost =
+        ((prompt_tokens - cached) as f64 + 0.1 * cached as f64 + 2.0 * completion_tokens as f64)
+            / 1_000_000.0;
     json!({
         "prompt_tokens": prompt_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached},
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "cost": cost,

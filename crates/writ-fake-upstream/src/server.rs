@@ -84,7 +84,16 @@ pub(crate) struct Shared {
     calls: Mutex<Vec<RecordedCall>>,
     in_flight: Mutex<InFlight>,
     next_id: AtomicU64,
+    /// Per model, the latest prompts it was sent: its prompt cache.
+    prefixes: Mutex<HashMap<String, VecDeque<Arc<str>>>>,
 }
+
+/// Prompts a model's cache remembers (the oldest is forgotten first).
+const CACHED_PROMPTS: usize = 32;
+/// A provider caches nothing shorter, and counts cached tokens in blocks of this size (OpenAI's
+/// automatic caching: 1,024 tokens at least, then steps of 128).
+const CACHE_MIN_TOKENS: u64 = 1024;
+const CACHE_BLOCK_TOKENS: u64 = 128;
 
 /// Locks without caring about poisoning: a panicking test thread must not hide the record
 /// from the next assertion.
@@ -102,7 +111,29 @@ impl Shared {
             calls: Mutex::default(),
             in_flight: Mutex::default(),
             next_id: AtomicU64::new(1),
+            prefixes: Mutex::default(),
         }
+    }
+
+    /// The tokens of `prompt` this model's cache serves (the longest prefix it shares with an
+    /// earlier prompt to the same model, in whole blocks), and remembers the prompt.
+    pub(crate) fn cached_tokens(&self, model: &str, prompt: &str) -> u64 {
+        let mut all = lock(&self.prefixes);
+        let seen = all.entry(model.to_owned()).or_default();
+        let common = seen
+            .iter()
+            .map(|p| common_prefix_chars(p, prompt))
+            .max()
+            .unwrap_or(0);
+        if seen.len() == CACHED_PROMPTS {
+            seen.pop_front();
+        }
+        seen.push_back(Arc::from(prompt));
+        let tokens = common as u64 / 4;
+        if tokens < CACHE_MIN_TOKENS {
+            return 0;
+        }
+        tokens - tokens % CACHE_BLOCK_TOKENS
     }
 
     pub(crate) fn script(&self, model: &str, script: Script) {
@@ -274,6 +305,8 @@ async fn chat_completions(
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let prompt = last_user_message(&body);
     let first_prompt = first_user_message(&body);
+    let whole = whole_prompt(&body);
+    let cached_tokens = shared.cached_tokens(&model, &whole);
     // The body moves into the call record instead of being copied: at the benchmark's ceiling
     // the fake answers thousands of calls a second on the machine writ is measured on.
     shared.record(&model, at, body, &headers);
@@ -283,6 +316,8 @@ async fn chat_completions(
     let call = Call {
         stream,
         prompt,
+        prompt_tokens: whole.chars().count() as u64 / 4 + 1,
+        cached_tokens,
         trickle,
         generation_id: format!(
             "gen-{}-fake{}",
@@ -321,6 +356,40 @@ fn first_user_message(body: &Value) -> String {
     user_message(body, false)
 }
 
+fn common_prefix_chars(a: &str, b: &str) -> usize {
+    a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count()
+}
+
+/// A message's text: a string, or the text parts of an array (the shape that carries
+/// Anthropic's `cache_control`).
+fn text_of(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => String::new(),
+    }
+}
+
+/// Every message's text in order, roles included: what a provider counts and caches.
+fn whole_prompt(body: &Value) -> String {
+    let mut out = String::new();
+    for m in body
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        out.push_str(m.get("role").and_then(Value::as_str).unwrap_or_default());
+        out.push('\n');
+        out.push_str(&text_of(m.get("content")));
+        out.push('\n');
+    }
+    out
+}
+
 fn user_message(body: &Value, last: bool) -> String {
     let is_user = |m: &&Value| m.get("role").and_then(Value::as_str) == Some("user");
     body.get("messages")
@@ -332,10 +401,8 @@ fn user_message(body: &Value, last: bool) -> String {
                 msgs.iter().find(is_user)
             }
         })
-        .and_then(|m| m.get("content"))
-        .and_then(Value::as_str)
+        .map(|m| text_of(m.get("content")))
         .unwrap_or_default()
-        .to_owned()
 }
 
 /// `GET /v1/models`: the scripted models, in the OpenAI list shape.

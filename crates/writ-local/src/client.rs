@@ -149,6 +149,7 @@ impl ModelClient for LocalClient {
             usage: Usage {
                 prompt_tokens: Some(generated.prompt_tokens),
                 completion_tokens: Some(generated.completion_tokens),
+                cached_tokens: None,
                 cost: Some(0.0),
             },
             generation_id: None,

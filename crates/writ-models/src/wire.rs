@@ -17,7 +17,10 @@ use crate::classify::AttemptError;
 #[derive(Debug, Serialize)]
 pub(crate) struct WireRequest<'a> {
     model: &'a str,
-    messages: &'a [ChatMessage],
+    messages: Messages<'a>,
+    /// OpenAI routes calls with the same key to the same cache: the hash of the shared prefix.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -43,7 +46,13 @@ impl<'a> WireRequest<'a> {
     pub fn new(req: &'a ChatRequest, stream: bool) -> Self {
         Self {
             model: &req.model,
-            messages: &req.messages,
+            messages: Messages {
+                messages: &req.messages,
+                breakpoint: takes_cache_control(&req.model),
+            },
+            prompt_cache_key: takes_prompt_cache_key(&req.model)
+                .then(|| prompt_cache_key(&req.messages))
+                .flatten(),
             temperature: req.temperature,
             max_tokens: req.max_tokens,
             seed: req.seed,
@@ -62,10 +71,85 @@ impl<'a> WireRequest<'a> {
     pub fn to_body(&self) -> serde_json::Result<Vec<u8>> {
         // Text plus a margin for escapes (newlines and quotes in code), the other fields and the
         // envelope; a schema-constrained arbiter's `response_format` adds its own size.
-        let text: usize = self.messages.iter().map(|m| m.content.len()).sum();
+        let text: usize = self.messages.messages.iter().map(|m| m.content.len()).sum();
         let mut body = Vec::with_capacity(text + text / 8 + 512);
         serde_json::to_writer(&mut body, self)?;
         Ok(body)
+    }
+}
+
+/// Anthropic's models cache only up to an explicit `cache_control` breakpoint, also when
+/// reached through OpenRouter (`anthropic/…`).
+fn takes_cache_control(model: &str) -> bool {
+    model.starts_with("anthropic/") || model.starts_with("claude")
+}
+
+/// OpenAI's models cache repeated prefixes by themselves; `prompt_cache_key` keeps the calls
+/// that share one on the same cache.
+fn takes_prompt_cache_key(model: &str) -> bool {
+    model.starts_with("openai/") || model.starts_with("gpt-")
+}
+
+/// The messages up to the end of the last shared prefix, hashed: equal for every call whose
+/// shared part is byte-identical. `None` when no message marks a shared prefix.
+fn prompt_cache_key(messages: &[ChatMessage]) -> Option<String> {
+    use sha2::{Digest as _, Sha256};
+    let last = messages.iter().rposition(|m| m.shared_prefix.is_some())?;
+    let mut hash = Sha256::new();
+    for (i, m) in messages[..=last].iter().enumerate() {
+        let text = if i == last {
+            &m.content[..m.shared_prefix.unwrap_or(0)]
+        } else {
+            &m.content[..]
+        };
+        hash.update(serde_json::to_string(&m.role).unwrap_or_default());
+        hash.update((text.len() as u64).to_le_bytes());
+        hash.update(text);
+    }
+    let digest = hash.finalize();
+    Some(format!("writ-{}", hex::encode(&digest[..12])))
+}
+
+/// The messages as sent: plain `{role, content}` objects, except that with `breakpoint` the
+/// last message marking a shared prefix is split into two text parts, the first (the shared
+/// part) carrying `cache_control`.
+#[derive(Debug)]
+struct Messages<'a> {
+    messages: &'a [ChatMessage],
+    breakpoint: bool,
+}
+
+impl Serialize for Messages<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq as _;
+        use serde_json::json;
+        let marked = self
+            .breakpoint
+            .then(|| {
+                self.messages
+                    .iter()
+                    .rposition(|m| m.shared_prefix.is_some())
+            })
+            .flatten();
+        let mut seq = ser.serialize_seq(Some(self.messages.len()))?;
+        for (i, m) in self.messages.iter().enumerate() {
+            match (marked == Some(i), m.shared_prefix) {
+                (true, Some(end)) => {
+                    let (shared, rest) = m.content.split_at(end);
+                    let mut parts = vec![json!({
+                        "type": "text",
+                        "text": shared,
+                        "cache_control": {"type": "ephemeral"},
+                    })];
+                    if !rest.is_empty() {
+                        parts.push(json!({"type": "text", "text": rest}));
+                    }
+                    seq.serialize_element(&json!({"role": m.role, "content": parts}))?;
+                }
+                _ => seq.serialize_element(m)?,
+            }
+        }
+        seq.end()
     }
 }
 
@@ -108,6 +192,15 @@ struct WireUsage {
     prompt_tokens: Option<u64>,
     completion_tokens: Option<u64>,
     cost: Option<f64>,
+    /// OpenAI and OpenRouter: `prompt_tokens_details.cached_tokens`.
+    prompt_tokens_details: Option<WirePromptDetails>,
+    /// Anthropic's own name for tokens read from its cache.
+    cache_read_input_tokens: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WirePromptDetails {
+    cached_tokens: Option<u64>,
 }
 
 impl From<WireUsage> for Usage {
@@ -115,6 +208,10 @@ impl From<WireUsage> for Usage {
         Self {
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
+            cached_tokens: u
+                .prompt_tokens_details
+                .and_then(|d| d.cached_tokens)
+                .or(u.cache_read_input_tokens),
             cost: u.cost,
         }
     }
@@ -276,6 +373,7 @@ mod tests {
             Usage {
                 prompt_tokens: Some(3),
                 completion_tokens: Some(5),
+                cached_tokens: None,
                 cost: Some(0.0004)
             }
         );
@@ -349,6 +447,78 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.finish().unwrap_err().class, ErrorClass::BadResponse);
+    }
+
+    #[test]
+    fn cached_tokens_are_read_from_either_name_providers_give_them() {
+        let openai = br#"{"choices":[{"finish_reason":"stop","message":{"content":"x"}}],"usage":{"prompt_tokens":2000,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":1536}}}"#;
+        let anthropic = br#"{"choices":[{"finish_reason":"stop","message":{"content":"x"}}],"usage":{"prompt_tokens":2000,"completion_tokens":5,"cache_read_input_tokens":1800}}"#;
+        let h = HeaderMap::new();
+        assert_eq!(
+            parse_completion(openai, &h).unwrap().usage.cached_tokens,
+            Some(1536)
+        );
+        assert_eq!(
+            parse_completion(anthropic, &h).unwrap().usage.cached_tokens,
+            Some(1800)
+        );
+    }
+
+    fn shared_then_own(own: &str) -> Vec<ChatMessage> {
+        let content = format!("SHARED CONTEXT\n{own}");
+        vec![
+            ChatMessage::system("instructions"),
+            ChatMessage::user(content).with_shared_prefix("SHARED CONTEXT\n".len()),
+        ]
+    }
+
+    #[test]
+    fn an_anthropic_model_gets_a_cache_breakpoint_at_the_end_of_the_shared_part() {
+        let req = ChatRequest {
+            model: "anthropic/claude-sonnet-4".into(),
+            messages: shared_then_own("write a.py"),
+            ..ChatRequest::default()
+        };
+        let body = serde_json::to_value(WireRequest::new(&req, false)).unwrap();
+        assert_eq!(
+            body["messages"][0],
+            serde_json::json!({"role": "system", "content": "instructions"})
+        );
+        assert_eq!(
+            body["messages"][1]["content"],
+            serde_json::json!([
+                {"type": "text", "text": "SHARED CONTEXT\n", "cache_control": {"type": "ephemeral"}},
+                {"type": "text", "text": "write a.py"},
+            ])
+        );
+        assert!(body.get("prompt_cache_key").is_none());
+    }
+
+    #[test]
+    fn an_openai_model_gets_one_cache_key_for_every_call_sharing_the_prefix() {
+        let key = |model: &str, own: &str| {
+            let req = ChatRequest {
+                model: model.into(),
+                messages: shared_then_own(own),
+                ..ChatRequest::default()
+            };
+            serde_json::to_value(WireRequest::new(&req, false)).unwrap()["prompt_cache_key"].clone()
+        };
+        let a = key("openai/gpt-5", "write a.py");
+        assert!(a.as_str().is_some_and(|k| k.starts_with("writ-")), "{a}");
+        assert_eq!(a, key("openai/gpt-5", "write b.py"));
+        assert!(key("other/model", "write a.py").is_null());
+        let mut other = shared_then_own("write a.py");
+        other[1] = ChatMessage::user("OTHER CONTEXT\nwrite a.py").with_shared_prefix(14);
+        let req = ChatRequest {
+            model: "openai/gpt-5".into(),
+            messages: other,
+            ..ChatRequest::default()
+        };
+        assert_ne!(
+            serde_json::to_value(WireRequest::new(&req, false)).unwrap()["prompt_cache_key"],
+            a
+        );
     }
 
     #[test]

@@ -630,6 +630,7 @@ fn candidates() -> Vec<CandidateRecord> {
             parsed: Some(true),
             prompt_tokens: Some(812),
             completion_tokens: Some(3000),
+            cached_tokens: Some(512),
             cost: Some(0.0123),
             error_class: None,
             error: None,

@@ -281,6 +281,7 @@ pub async fn ask(
     r.latency_ms += first.record.latency_ms;
     r.prompt_tokens = sum(r.prompt_tokens, first.record.prompt_tokens);
     r.completion_tokens = sum(r.completion_tokens, first.record.completion_tokens);
+    r.cached_tokens = sum(r.cached_tokens, first.record.cached_tokens);
     r.cost = match (r.cost, first.record.cost) {
         (Some(a), Some(b)) => Some(a + b),
         (a, b) => a.or(b),
@@ -351,6 +352,7 @@ pub fn answered(model: &str, resp: &ChatResponse) -> CandidateRecord {
         parsed: None,
         prompt_tokens: resp.usage.prompt_tokens,
         completion_tokens: resp.usage.completion_tokens,
+        cached_tokens: resp.usage.cached_tokens,
         cost: resp.usage.cost,
         ..CandidateRecord::default()
     }

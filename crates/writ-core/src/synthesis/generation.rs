@@ -76,7 +76,7 @@ fn prompt_parts(
             + imports
             + others,
         constraints: tokens(&prompt::constraints_section(batch, file)),
-        named_context: tokens(&more.named_section()),
+        named_context: tokens(&more.named_section()) + tokens(&more.own_section()),
         imported_files: context
             .iter()
             .map(|c| tokens(&c.text) + tokens(&c.path) + 12)
@@ -154,7 +154,7 @@ pub(crate) async fn generate(
             file.path
         )
     })?;
-    let context = repository_context(workspace, batch, file).await;
+    let mut context = repository_context(workspace, batch, file).await;
     let current_view = existing.as_ref().map(|e| e.view.as_str());
     let shown: Vec<String> = context.iter().map(|c| c.path.clone()).collect();
     let more = more_context(
@@ -167,6 +167,8 @@ pub(crate) async fn generate(
         current_view,
     )
     .await;
+    // A file the batch's named context shows already (in the shared part) is not shown twice.
+    context.retain(|c| !more.named.iter().any(|n| n.path == c.path));
     let messages = prompt::candidate_messages(
         batch,
         file,

@@ -41,7 +41,13 @@ the lines that replace them
 - Everything outside your blocks stays exactly as it is: do not repeat unchanged code and never write placeholders such as \"rest of the code\".
 ";
 
-/// Everything a candidate model sees for one file.
+/// Everything a candidate model sees for one file, laid out for providers' prompt caches: what
+/// every file of the batch shares (the task, the batch's files, what the caller named, the
+/// recent operations) comes first and byte-identical across the batch's files, and is marked as
+/// the message's shared prefix; what is this file's own (its description, rules, the files it
+/// builds on, its repository map, its current content) comes after. A provider's cache is per
+/// model, so the savings are in the files of one batch asked of the same model, and in the
+/// repair rounds and edit retries, which repeat the whole first conversation.
 pub fn candidate_messages(
     batch: &Batch,
     file: &FileSpec,
@@ -51,20 +57,16 @@ pub fn candidate_messages(
     context: &[ContextFile],
     more: &MoreContext,
 ) -> Vec<ChatMessage> {
-    let mut p = String::new();
+    let mut p = shared_section(batch, recent, more);
+    let shared = p.len();
     p.push_str(&format!(
-        "Write the file {} ({}).\n\n",
+        "# This file\nWrite the file {} ({}).\n\n",
         quote(file.path.as_str()),
         language.name()
     ));
     p.push_str("## What the file must contain and do\n");
     p.push_str(file.description.trim());
     p.push_str("\n\n");
-    if let Some(task) = &batch.task_description() {
-        p.push_str("## The overall task these files serve\n");
-        p.push_str(task.trim());
-        p.push_str("\n\n");
-    }
     if !file.external_imports.is_empty() {
         p.push_str(&format!(
             "## External dependencies to use\n{}\n\n",
@@ -77,24 +79,8 @@ pub fn candidate_messages(
             file.internal_imports.join(", ")
         ));
     }
-    let others: Vec<&FileSpec> = batch
-        .files()
-        .iter()
-        .filter(|f| f.path != file.path)
-        .collect();
-    if !others.is_empty() {
-        p.push_str("## Other files written in the same batch (make them fit together)\n");
-        for o in others {
-            p.push_str(&format!(
-                "- {}: {}\n",
-                quote(o.path.as_str()),
-                one_line(&o.description, 300)
-            ));
-        }
-        p.push('\n');
-    }
     p.push_str(&constraints_section(batch, file));
-    p.push_str(&more.named_section());
+    p.push_str(&more.own_section());
     if !context.is_empty() {
         p.push_str("## Files of the project it uses or is tested by (write against these)\n");
         for c in context {
@@ -116,7 +102,43 @@ pub fn candidate_messages(
         p.push('\n');
         p.push_str(EDIT_FORMAT);
         p.push('\n');
+        p.push_str("Answer with SEARCH/REPLACE blocks only.");
+        return vec![
+            ChatMessage::system(EDIT_SYSTEM),
+            ChatMessage::user(p).with_shared_prefix(shared),
+        ];
     }
+    let tag = language.fence_tags().first().copied().unwrap_or("");
+    p.push_str(&format!(
+        "Answer with the complete file in one ```{tag} block."
+    ));
+    vec![
+        ChatMessage::system(CANDIDATE_SYSTEM),
+        ChatMessage::user(p).with_shared_prefix(shared),
+    ]
+}
+
+/// The part of a candidate's prompt that is the same for every file of the batch: nothing in it
+/// may depend on the file (not even its position in the batch), or the caches miss.
+pub fn shared_section(batch: &Batch, recent: &[RecentOperation], more: &MoreContext) -> String {
+    let mut p = String::new();
+    if let Some(task) = &batch.task_description() {
+        p.push_str("## The overall task these files serve\n");
+        p.push_str(task.trim());
+        p.push_str("\n\n");
+    }
+    if batch.files().len() > 1 {
+        p.push_str("## The files written in this batch (make them fit together)\n");
+        for o in batch.files() {
+            p.push_str(&format!(
+                "- {}: {}\n",
+                quote(o.path.as_str()),
+                one_line(&o.description, 300)
+            ));
+        }
+        p.push('\n');
+    }
+    p.push_str(&more.named_section());
     if !recent.is_empty() {
         p.push_str("## Recent operations in this repository (newest first)\n");
         for op in recent {
@@ -141,15 +163,7 @@ pub fn candidate_messages(
         }
         p.push('\n');
     }
-    if current.is_some() {
-        p.push_str("Answer with SEARCH/REPLACE blocks only.");
-        return vec![ChatMessage::system(EDIT_SYSTEM), ChatMessage::user(p)];
-    }
-    let tag = language.fence_tags().first().copied().unwrap_or("");
-    p.push_str(&format!(
-        "Answer with the complete file in one ```{tag} block."
-    ));
-    vec![ChatMessage::system(CANDIDATE_SYSTEM), ChatMessage::user(p)]
+    p
 }
 
 /// The messages that send a candidate back to its model with why it failed the caller's tests:
@@ -244,32 +258,28 @@ pub struct MoreContext {
     pub trees: Vec<(String, String)>,
     /// The repository map: outlines of the files most related to this one, best first.
     pub map: Vec<ContextFile>,
+    /// What the caller named for this file alone, as `named` and `trees` (after the batch's).
+    pub own: Vec<ContextFile>,
+    pub own_trees: Vec<(String, String)>,
 }
 
 impl MoreContext {
-    /// The named files and folders, or nothing.
+    /// The batch's named files and folders, or nothing.
     pub fn named_section(&self) -> String {
-        if self.named.is_empty() && self.trees.is_empty() {
-            return String::new();
-        }
-        let mut p = String::from(
+        named_section(
             "## Files and folders named for this task (write consistently with these)\n",
-        );
-        for c in &self.named {
-            let what = if c.outline {
-                "outline of its definitions; the file is too large to show"
-            } else {
-                "current content"
-            };
-            p.push_str(&format!("### {} ({what})\n", quote(&c.path)));
-            p.push_str(&fence(&c.text, Language::from_path(&c.path)));
-        }
-        for (what, tree) in &self.trees {
-            p.push_str(&format!("### {what}\n"));
-            p.push_str(&fence(tree, Language::Other));
-        }
-        p.push('\n');
-        p
+            &self.named,
+            &self.trees,
+        )
+    }
+
+    /// The files and folders named for this file alone, or nothing.
+    pub fn own_section(&self) -> String {
+        named_section(
+            "## Files and folders named for this file (write consistently with these)\n",
+            &self.own,
+            &self.own_trees,
+        )
     }
 
     /// The repository map, or nothing.
@@ -287,6 +297,28 @@ impl MoreContext {
         p.push('\n');
         p
     }
+}
+
+fn named_section(heading: &str, files: &[ContextFile], trees: &[(String, String)]) -> String {
+    if files.is_empty() && trees.is_empty() {
+        return String::new();
+    }
+    let mut p = String::from(heading);
+    for c in files {
+        let what = if c.outline {
+            "outline of its definitions; the file is too large to show"
+        } else {
+            "current content"
+        };
+        p.push_str(&format!("### {} ({what})\n", quote(&c.path)));
+        p.push_str(&fence(&c.text, Language::from_path(&c.path)));
+    }
+    for (what, tree) in trees {
+        p.push_str(&format!("### {what}\n"));
+        p.push_str(&fence(tree, Language::Other));
+    }
+    p.push('\n');
+    p
 }
 
 /// The caller's rules for this file (the batch's, then the file's own), or nothing.
@@ -319,19 +351,21 @@ pub fn arbiter_messages(
     candidates: &[&str],
     current: Option<&str>,
 ) -> Vec<ChatMessage> {
+    // The task first: the arbiter's calls of one batch share it (and the system message).
     let mut p = String::new();
+    if let Some(task) = &batch.task_description() {
+        p.push_str(&format!(
+            "The files of this batch serve this task:\n{}\n\n",
+            one_line(task, 2_000)
+        ));
+    }
+    let shared = p.len();
     p.push_str(&format!(
         "The file {} ({}) must do this:\n{}\n\n",
         quote(file.path.as_str()),
         language.name(),
         file.description.trim()
     ));
-    if let Some(task) = &batch.task_description() {
-        p.push_str(&format!(
-            "It serves this task:\n{}\n\n",
-            one_line(task, 2_000)
-        ));
-    }
     let rules = constraints_section(batch, file);
     if !rules.is_empty() {
         p.push_str(&rules.replacen(
@@ -366,7 +400,10 @@ pub fn arbiter_messages(
         "Which candidate is best? Answer only with {{\"choice\": N, \"reason\": \"one or two sentences\"}}, N between 1 and {}.",
         candidates.len()
     ));
-    vec![ChatMessage::system(ARBITER_SYSTEM), ChatMessage::user(p)]
+    vec![
+        ChatMessage::system(ARBITER_SYSTEM),
+        ChatMessage::user(p).with_shared_prefix(shared),
+    ]
 }
 
 /// The JSON schema asked of the arbiter (`response_format`); providers that ignore it still
@@ -470,6 +507,57 @@ mod tests {
             ),
             "{prompt}"
         );
+    }
+
+    #[test]
+    fn every_file_of_a_batch_opens_with_the_same_shared_prefix_and_ends_with_its_own_task() {
+        let batch = Batch::parse(
+            serde_json::from_value(serde_json::json!({
+                "command": "write_codebase",
+                "task_description": "A small shop.",
+                "files": [
+                    {"filename": "shop/cart.py", "code_description": "the cart"},
+                    {"filename": "shop/pay.py", "code_description": "payments", "constraints": "No floats."},
+                    {"filename": "shop/tax.py", "code_description": "taxes"},
+                ],
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        let more = MoreContext {
+            named: vec![ContextFile {
+                path: "docs/api.md".into(),
+                text: "Totals are rounded to cents.\n".repeat(200),
+                outline: false,
+            }],
+            ..MoreContext::default()
+        };
+        let prompts: Vec<Vec<ChatMessage>> = batch
+            .files()
+            .iter()
+            .map(|f| candidate_messages(&batch, f, Language::Python, None, &[], &[], &more))
+            .collect();
+        let shared = |m: &[ChatMessage]| {
+            let user = &m[1];
+            user.content[..user.shared_prefix.expect("a shared prefix is marked")].to_owned()
+        };
+        let first = shared(&prompts[0]);
+        assert!(first.contains("Totals are rounded to cents."), "{first}");
+        assert!(first.contains("A small shop."), "{first}");
+        assert!(
+            !first.contains("Write the file"),
+            "no file's own task is shared: {first}"
+        );
+        for (m, f) in prompts.iter().zip(batch.files()) {
+            assert_eq!(m[0], prompts[0][0], "the instructions are the same");
+            assert_eq!(shared(m).as_bytes(), first.as_bytes(), "byte-identical");
+            let own = &m[1].content[first.len()..];
+            assert!(
+                own.contains(&format!("Write the file {}", quote(f.path.as_str()))),
+                "{own}"
+            );
+        }
+        assert!(prompts[1][1].content[first.len()..].contains("No floats."));
     }
 
     #[test]

@@ -171,52 +171,37 @@ pub(crate) async fn more_context(
 ) -> MoreContext {
     let named = &prior.named;
     let mut more = MoreContext::default();
-    let mut seen: Vec<String> = shown.to_vec();
-    seen.extend(batch.files().iter().map(|f| f.path.to_string()));
+    // The batch's entries first and apart from what this file shows anyway: they open every
+    // file's prompt, byte-identical, where a provider's prompt cache finds them.
+    let mut seen: Vec<String> = batch.files().iter().map(|f| f.path.to_string()).collect();
     let mut budget = MAX_NAMED_CHARS;
+    for entry in &named.batch {
+        show_entry(
+            workspace,
+            entry,
+            &mut seen,
+            &mut budget,
+            &mut more.named,
+            &mut more.trees,
+        )
+        .await;
+    }
+    seen.extend(shown.iter().cloned());
     let own = named
         .files
         .get(file.index)
         .map(Vec::as_slice)
         .unwrap_or(&[]);
-    for entry in named.batch.iter().chain(own) {
-        match entry {
-            Named::File(path) => {
-                show_named(workspace, path, &mut seen, &mut budget, &mut more.named).await;
-            }
-            Named::Folder {
-                path,
-                files,
-                truncated,
-            } => {
-                let what = if path.is_root() {
-                    "the workspace's files".to_owned()
-                } else {
-                    format!(
-                        "the folder {}/",
-                        crate::synthesis::prompt::quote(path.as_str())
-                    )
-                };
-                let tree = tree(path, files, *truncated);
-                budget = budget.saturating_sub(tree.len());
-                more.trees.push((what, tree));
-            }
-            Named::Glob {
-                pattern,
-                files,
-                truncated,
-            } => {
-                for f in files.iter().take(MAX_GLOB_SHOWN) {
-                    show_named(workspace, &f.path, &mut seen, &mut budget, &mut more.named).await;
-                }
-                if files.len() > MAX_GLOB_SHOWN {
-                    let tree = tree(&RepoPath::root(), files, *truncated);
-                    budget = budget.saturating_sub(tree.len());
-                    more.trees
-                        .push((format!("all the files matching `{pattern}`"), tree));
-                }
-            }
-        }
+    for entry in own {
+        show_entry(
+            workspace,
+            entry,
+            &mut seen,
+            &mut budget,
+            &mut more.own,
+            &mut more.own_trees,
+        )
+        .await;
     }
     let map_tokens = batch
         .options()
@@ -235,6 +220,54 @@ pub(crate) async fn more_context(
         .await;
     }
     more
+}
+
+/// One named entry: files whole or as outlines into `files`, folders and large globs as trees
+/// into `trees`.
+async fn show_entry(
+    workspace: &dyn Workspace,
+    entry: &Named,
+    seen: &mut Vec<String>,
+    budget: &mut usize,
+    files: &mut Vec<ContextFile>,
+    trees: &mut Vec<(String, String)>,
+) {
+    match entry {
+        Named::File(path) => {
+            show_named(workspace, path, seen, budget, files).await;
+        }
+        Named::Folder {
+            path,
+            files: listed,
+            truncated,
+        } => {
+            let what = if path.is_root() {
+                "the workspace's files".to_owned()
+            } else {
+                format!(
+                    "the folder {}/",
+                    crate::synthesis::prompt::quote(path.as_str())
+                )
+            };
+            let tree = tree(path, listed, *truncated);
+            *budget = budget.saturating_sub(tree.len());
+            trees.push((what, tree));
+        }
+        Named::Glob {
+            pattern,
+            files: matched,
+            truncated,
+        } => {
+            for f in matched.iter().take(MAX_GLOB_SHOWN) {
+                show_named(workspace, &f.path, seen, budget, files).await;
+            }
+            if matched.len() > MAX_GLOB_SHOWN {
+                let tree = tree(&RepoPath::root(), matched, *truncated);
+                *budget = budget.saturating_sub(tree.len());
+                trees.push((format!("all the files matching `{pattern}`"), tree));
+            }
+        }
+    }
 }
 
 /// One named file, whole up to its bound, then as an outline, within `budget`.

@@ -95,6 +95,7 @@ impl ModelClient for ScriptedModels {
                 usage: Usage {
                     prompt_tokens: Some(10),
                     completion_tokens: Some(content.len() as u64 / 4 + 1),
+                    cached_tokens: None,
                     cost: None,
                 },
                 content,

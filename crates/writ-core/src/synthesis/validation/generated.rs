@@ -606,15 +606,15 @@ fn distinguishing_messages(
     shown: &[DistinguishingInput],
     flipped: bool,
 ) -> Vec<ChatMessage> {
-    let mut p = format!(
+    // The task first: the calls for the batch's files share it (see `prompt::candidate_messages`).
+    let mut p = shared_task(&cx);
+    let shared = p.len();
+    p.push_str(&format!(
         "The file {} ({}) must do this:\n{}\n\n",
         serde_json::json!(cx.file.path.as_str()),
         language.name(),
         cx.file.description.trim()
-    );
-    if let Some(task) = &cx.batch.task_description() {
-        p.push_str(&format!("It serves this task:\n{}\n\n", task.trim()));
-    }
+    ));
     p.push_str("Two versions of it give different outputs on these inputs:\n\n");
     for input in shown {
         p.push_str(&format!("Input: `{}`\n", input.input));
@@ -632,8 +632,21 @@ fn distinguishing_messages(
         ChatMessage::system(
             "You decide which of two behaviours a specification calls for. Work out the expected output of each input from the description alone.",
         ),
-        ChatMessage::user(p),
+        ChatMessage::user(p).with_shared_prefix(shared),
     ]
+}
+
+/// The batch's task, which opens these prompts for every file of the batch alike.
+fn shared_task(cx: &FileCx<'_>) -> String {
+    cx.batch
+        .task_description()
+        .map(|task| {
+            format!(
+                "The files of this batch serve this task:\n{}\n\n",
+                task.trim()
+            )
+        })
+        .unwrap_or_default()
 }
 
 fn output_of(r: &CheckResults, c: usize, p: usize) -> String {
@@ -655,15 +668,14 @@ fn test_writers(selector: &Selector<'_>, f: &FileTrials<'_>) -> Vec<String> {
 
 fn test_messages(cx: FileCx<'_>, flavour: &Flavour, names: &[String]) -> Vec<ChatMessage> {
     let file = cx.file;
-    let mut p = format!(
+    let mut p = shared_task(&cx);
+    let shared = p.len();
+    p.push_str(&format!(
         "Write tests for the file {} ({}).\n\nIt must do this:\n{}\n\n",
         serde_json::json!(file.path.as_str()),
         flavour.language.name(),
         file.description.trim()
-    );
-    if let Some(task) = &cx.batch.task_description() {
-        p.push_str(&format!("It serves this task:\n{}\n\n", task.trim()));
-    }
+    ));
     let imports: Vec<&String> = file
         .external_imports
         .iter()
@@ -694,7 +706,7 @@ fn test_messages(cx: FileCx<'_>, flavour: &Flavour, names: &[String]) -> Vec<Cha
         ChatMessage::system(
             "You write precise unit tests from a specification. You never see an implementation.",
         ),
-        ChatMessage::user(p),
+        ChatMessage::user(p).with_shared_prefix(shared),
     ]
 }
 
