@@ -338,6 +338,7 @@ impl ModelClient for OpenRouterClient {
             gen_ai.request.model = %req.model,
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
             gen_ai.response.finish_reasons = tracing::field::Empty,
             error.type = tracing::field::Empty,
         );
@@ -349,6 +350,9 @@ impl ModelClient for OpenRouterClient {
                 }
                 if let Some(n) = resp.usage.completion_tokens {
                     span.record("gen_ai.usage.output_tokens", n);
+                }
+                if let Some(n) = resp.usage.cached_tokens {
+                    span.record("gen_ai.usage.cache_read.input_tokens", n);
                 }
                 if let Some(reason) = &resp.finish_reason {
                     span.record("gen_ai.response.finish_reasons", reason.as_str());
