@@ -8,6 +8,7 @@
 
 pub mod edits;
 pub mod files;
+pub mod history;
 pub mod jobs;
 pub mod operations;
 pub mod run;
