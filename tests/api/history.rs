@@ -6,7 +6,10 @@ use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
-use writ_tests::{Backend, MODELS, TestApp, on_both_backends, spawn_app, spawn_app_with_models};
+use writ_tests::{
+    Backend, MODELS, TestApp, on_both_backends, spawn_app, spawn_app_with_models, spawn_with,
+    test_settings_with,
+};
 
 fn seed(app: &TestApp, name: &str, content: &[u8]) {
     let path = app.repo_dir.join(name);
@@ -62,16 +65,30 @@ async fn a_five_file_batch_is_undone_byte_for_byte_and_the_undo_is_undone_in_tur
     let (status, dry) = undo(&app, &batch["request_id"], json!({"dry_run": true})).await;
     assert_eq!(status, 200, "{dry}");
     assert_eq!(dry["files"].as_array().unwrap().len(), 5, "{dry}");
-    assert!(dry["files"].as_array().unwrap().iter().all(|f| f["action"] == "restore"));
+    assert!(
+        dry["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["action"] == "restore")
+    );
     for (i, (name, _)) in ORIGINALS.iter().enumerate() {
-        assert_eq!(bytes(&app, name).unwrap(), edited[i], "a dry run writes nothing");
+        assert_eq!(
+            bytes(&app, name).unwrap(),
+            edited[i],
+            "a dry run writes nothing"
+        );
     }
 
     let (status, undone) = undo(&app, &batch["request_id"], json!({})).await;
     assert_eq!(status, 200, "{undone}");
     assert_eq!(undone["undone_request_id"], batch["request_id"]);
     for (name, original) in ORIGINALS {
-        assert_eq!(bytes(&app, name).unwrap(), original, "{name} back byte for byte");
+        assert_eq!(
+            bytes(&app, name).unwrap(),
+            original,
+            "{name} back byte for byte"
+        );
     }
     let (_, ops) = app
         .json(&format!(
@@ -80,7 +97,11 @@ async fn a_five_file_batch_is_undone_byte_for_byte_and_the_undo_is_undone_in_tur
         ))
         .await;
     let ops = ops["operations"].as_array().unwrap();
-    assert_eq!(ops.len(), 5, "the undo is recorded as one request of its own");
+    assert_eq!(
+        ops.len(),
+        5,
+        "the undo is recorded as one request of its own"
+    );
     assert!(
         ops.iter()
             .all(|op| op["detail"]["undo_of"] == batch["request_id"]),
@@ -90,7 +111,11 @@ async fn a_five_file_batch_is_undone_byte_for_byte_and_the_undo_is_undone_in_tur
     let (status, redone) = undo(&app, &undone["request_id"], json!({})).await;
     assert_eq!(status, 200, "{redone}");
     for (i, (name, _)) in ORIGINALS.iter().enumerate() {
-        assert_eq!(bytes(&app, name).unwrap(), edited[i], "undo of the undo redoes {name}");
+        assert_eq!(
+            bytes(&app, name).unwrap(),
+            edited[i],
+            "undo of the undo redoes {name}"
+        );
     }
 }
 
@@ -146,7 +171,10 @@ async fn deletes_moves_and_creations_are_undone_and_a_request_that_wrote_nothing
     assert_eq!(status, 200, "{undone}");
     assert_eq!(bytes(&app, "gone.txt").unwrap(), b"keep me\r\n");
     assert_eq!(bytes(&app, "old/name.bin").unwrap(), b"\x00\x01\x02");
-    assert!(bytes(&app, "new/name.bin").is_none(), "the move is taken back");
+    assert!(
+        bytes(&app, "new/name.bin").is_none(),
+        "the move is taken back"
+    );
 
     let (status, undone) = undo(&app, &created["request_id"], json!({})).await;
     assert_eq!(status, 200, "{undone}");
@@ -190,7 +218,11 @@ async fn a_restore_writes_an_operations_content_back_and_honours_expected_sha256
 
     let (status, undone) = undo(&app, &restored["request_id"], json!({})).await;
     assert_eq!(status, 200, "{undone}");
-    assert_eq!(bytes(&app, "v.txt").unwrap(), b"version two", "a restore is undoable");
+    assert_eq!(
+        bytes(&app, "v.txt").unwrap(),
+        b"version two",
+        "a restore is undoable"
+    );
 }
 
 async fn concurrent_undo_and_writes_on_one_file_never_tear_it(app: TestApp) {
@@ -209,6 +241,55 @@ async fn concurrent_undo_and_writes_on_one_file_never_tear_it(app: TestApp) {
     assert!(
         now == original || now == writer_content.as_bytes(),
         "the file is one whole version, not a mix"
+    );
+}
+
+/// An app that keeps contents one second and prunes every second.
+async fn forgetful(backend: Backend) -> TestApp {
+    let (settings, dirs) = test_settings_with(
+        backend,
+        &[
+            ("WRIT_HISTORY_RETENTION", "1s"),
+            ("WRIT_RECONCILE_AFTER_SECS", "1"),
+        ],
+    )
+    .await;
+    spawn_with(settings, dirs, backend).await
+}
+
+async fn once_the_retention_has_passed_an_undo_answers_history_expired_naming_the_files(
+    backend: Backend,
+) {
+    let app = forgetful(backend).await;
+    let batch = edit_the_five(&app).await;
+    let edited: Vec<Vec<u8>> = ORIGINALS
+        .iter()
+        .map(|(n, _)| bytes(&app, n).unwrap())
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let (status, body) = loop {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let (status, body) = undo(&app, &batch["request_id"], json!({"dry_run": true})).await;
+        if status != 200 || std::time::Instant::now() > deadline {
+            break (status, body);
+        }
+    };
+    assert_eq!(status, 410, "{body}");
+    assert_eq!(body["error"]["code"], "history_expired");
+    assert_eq!(
+        body["error"]["details"]["files"].as_array().unwrap().len(),
+        5,
+        "{body}"
+    );
+    for (i, (name, _)) in ORIGINALS.iter().enumerate() {
+        assert_eq!(bytes(&app, name).unwrap(), edited[i], "nothing changed");
+    }
+}
+
+mod retention {
+    use super::*;
+    on_both_backends!(
+        backend: once_the_retention_has_passed_an_undo_answers_history_expired_naming_the_files
     );
 }
 
@@ -243,16 +324,24 @@ async fn a_batch_is_undone_over_mcp() {
     let transport = StreamableHttpClientTransport::with_client(app.client.clone(), config);
     let client = ().serve(transport).await.unwrap();
     let answer = client
-        .call_tool(CallToolRequestParams::new("undo").with_arguments(
-            json!({"request_id": batch["request_id"]}).as_object().unwrap().clone(),
-        ))
+        .call_tool(
+            CallToolRequestParams::new("undo").with_arguments(
+                json!({"request_id": batch["request_id"]})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            ),
+        )
         .await
         .unwrap();
     assert_eq!(answer.is_error, Some(false), "{answer:?}");
     let result = answer.structured_content.unwrap();
     assert_eq!(result["files"][0]["path"], "calc.py");
     assert_eq!(result["files"][0]["action"], "remove");
-    assert!(bytes(&app, "calc.py").is_none(), "the batch's file is removed");
+    assert!(
+        bytes(&app, "calc.py").is_none(),
+        "the batch's file is removed"
+    );
     client.cancel().await.unwrap();
 }
 
@@ -263,6 +352,9 @@ async fn the_undo_body_is_checked_and_an_unknown_field_is_named() {
     let written: Value = written.json().await.unwrap();
     let (status, body) = undo(&app, &written["request_id"], json!({"forse": true})).await;
     assert_eq!(status, 422, "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("forse"), "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("forse"),
+        "{body}"
+    );
     assert_eq!(bytes(&app, "a.txt").unwrap(), b"a\n");
 }

@@ -404,7 +404,10 @@ pub enum AuditWrite {
     AppendEvents(Vec<crate::jobs::JobEvent>),
     /// Keeps `content` under its SHA-256 (what a file held before an update), so that the
     /// update can be undone; content already kept is kept once, its time refreshed.
-    KeepContent { sha256: String, content: Vec<u8> },
+    KeepContent {
+        sha256: String,
+        content: Vec<u8>,
+    },
 }
 
 #[derive(Debug, Clone, thiserror::Error)]

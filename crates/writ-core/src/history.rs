@@ -159,7 +159,10 @@ pub enum HistoryError {
 }
 
 fn names<'a>(paths: impl Iterator<Item = &'a str>) -> String {
-    paths.map(|p| format!("'{p}'")).collect::<Vec<_>>().join(", ")
+    paths
+        .map(|p| format!("'{p}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A file's place in an undo: what the request found and left, and what it holds now.
@@ -234,7 +237,10 @@ async fn plan_undo(
                 let Some(sha) = first.previous_sha256.clone() else {
                     continue;
                 };
-                let kept = store.kept_content(&sha).await.map_err(HistoryError::Audit)?;
+                let kept = store
+                    .kept_content(&sha)
+                    .await
+                    .map_err(HistoryError::Audit)?;
                 if kept.is_none() {
                     expired.push(path.clone());
                 }
@@ -380,8 +386,7 @@ pub async fn undo(
         })
         .collect();
     let (indices, group): (Vec<usize>, Vec<GroupedWrite>) = writes.into_iter().unzip();
-    let outcomes =
-        write_group_deferring_completion(store, workspace, who.request_id, group).await;
+    let outcomes = write_group_deferring_completion(store, workspace, who.request_id, group).await;
     let mut completions: Vec<AuditWrite> = Vec::new();
     let mut done: Vec<(usize, Option<Vec<u8>>, String)> = Vec::new();
     let mut failure: Option<HistoryError> = None;

@@ -62,5 +62,7 @@ pub async fn post_restore(
         who.scope,
         "POST /operations/{id}/restore",
     );
-    Ok(Json(restore(&state, &viewer, caller, &id, "id", opts).await?))
+    Ok(Json(
+        restore(&state, &viewer, caller, &id, "id", opts).await?,
+    ))
 }

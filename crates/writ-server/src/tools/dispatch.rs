@@ -478,9 +478,12 @@ pub async fn undo(
         force: args.force,
         dry_run: args.dry_run,
     };
-    let answer =
-        history::undo(state, viewer, who, &args.request_id, "request_id", options).await?;
-    let verb = if answer.dry_run { "would undo" } else { "undid" };
+    let answer = history::undo(state, viewer, who, &args.request_id, "request_id", options).await?;
+    let verb = if answer.dry_run {
+        "would undo"
+    } else {
+        "undid"
+    };
     let mut content = if answer.files.is_empty() {
         format!(
             "Request {} has nothing to undo: it wrote no file, or every file is already as it was before it.",

@@ -378,7 +378,10 @@ impl<D: Dialect> AuditStore for SqlStore<D> {
         Ok(Some(Record::<D>(&row).get("content")?))
     }
 
-    async fn prune_contents(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64, StoreError> {
+    async fn prune_contents(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+    ) -> Result<u64, StoreError> {
         let mut kept = Sql::<D>::new("DELETE FROM kept_contents WHERE kept_at < ");
         kept.bind_time(before);
         let mut dropped = kept.execute(self, "prune kept contents").await?;
