@@ -3,3 +3,5 @@
 //! merge) and never a git object.
 //!
 //! Nothing here fetches, pushes or runs the `git` program.
+
+pub mod commit;
