@@ -70,6 +70,8 @@ pub struct Settings {
     /// How long the contents that undo and restore need are kept (`WRIT_HISTORY_RETENTION`);
     /// `None`: for ever.
     pub history_retention: Option<Duration>,
+    /// Commit what each request wrote when the workspace is a git repository (`WRIT_GIT_COMMIT`).
+    pub git_commit: bool,
 }
 
 impl std::fmt::Debug for Settings {
@@ -89,6 +91,7 @@ impl std::fmt::Debug for Settings {
             .field("edge", &self.edge)
             .field("sessions", &self.sessions)
             .field("history_retention", &self.history_retention)
+            .field("git_commit", &self.git_commit)
             .finish()
     }
 }
@@ -149,6 +152,16 @@ impl Settings {
             edge: edge::EdgeSettings::load(&get)?,
             sessions,
             history_retention: history_retention(get("WRIT_HISTORY_RETENTION").as_deref())?,
+            git_commit: match get("WRIT_GIT_COMMIT").as_deref().map(str::trim) {
+                None | Some("false" | "0" | "off") => false,
+                Some("true" | "1" | "on") => true,
+                Some(other) => {
+                    return Err(ConfigError::Invalid {
+                        name: "WRIT_GIT_COMMIT",
+                        message: format!("'{other}' is not true or false"),
+                    });
+                }
+            },
         })
     }
 }

@@ -54,7 +54,8 @@ pub async fn undo(
     {
         return Err(ApiError::not_found(format!("no request {undone}")).with_field(field));
     }
-    history::undo(
+    let caller = who.caller.clone();
+    let answer = history::undo(
         state.store.as_ref(),
         state.workspace.as_ref(),
         who,
@@ -62,7 +63,23 @@ pub async fn undo(
         options,
     )
     .await
-    .map_err(|e| history_error(e, field))
+    .map_err(|e| history_error(e, field))?;
+    if !answer.dry_run {
+        // The undo of a committed request is a commit putting its paths back: a revert.
+        super::git::commit_request(
+            state,
+            super::git::RequestCommit {
+                request_id: answer.request_id,
+                caller,
+                subject: format!("Revert request {undone}"),
+                body: String::new(),
+                trailers: vec![("Writ-Undoes".into(), undone.to_string())],
+                paths: answer.files.iter().map(|f| f.path.clone()).collect(),
+            },
+        )
+        .await;
+    }
+    Ok(answer)
 }
 
 pub async fn restore(
