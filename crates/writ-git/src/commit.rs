@@ -166,7 +166,7 @@ fn mode_of(_meta: &std::fs::Metadata) -> u32 {
     0o100644
 }
 
-fn entry(path: &str, id: Oid, mode: u32, size: usize) -> IndexEntry {
+pub(crate) fn entry(path: &str, id: Oid, mode: u32, size: usize) -> IndexEntry {
     let zero = IndexTime::new(0, 0);
     IndexEntry {
         ctime: zero,

@@ -5,3 +5,4 @@
 //! Nothing here fetches, pushes or runs the `git` program.
 
 pub mod commit;
+pub mod merge;
