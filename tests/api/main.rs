@@ -10,6 +10,7 @@ mod edits;
 mod files;
 mod generated_checks;
 mod hardening;
+mod history;
 mod images;
 mod jobs;
 mod local_model;

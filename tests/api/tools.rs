@@ -15,7 +15,7 @@ use writ_fake_upstream::{Script, Step};
 use writ_tests::{ARBITER, Backend, MODELS, TestApp, spawn_app, spawn_app_with_models};
 
 /// The tools of a server without commands (`run` is offered only with `WRIT_COMMANDS`).
-const TOOL_NAMES: [&str; 11] = [
+const TOOL_NAMES: [&str; 13] = [
     "write_codebase",
     "list_files",
     "read_file",
@@ -24,6 +24,8 @@ const TOOL_NAMES: [&str; 11] = [
     "edit_files",
     "list_operations",
     "get_operation",
+    "undo",
+    "restore",
     "begin_write_session",
     "append_to_write_session",
     "finish_write_session",

@@ -406,6 +406,12 @@ pub enum AuditWrite {
         error: Option<String>,
     },
     AppendEvents(Vec<crate::jobs::JobEvent>),
+    /// Keeps `content` under its SHA-256 (what a file held before an update), so that the
+    /// update can be undone; content already kept is kept once, its time refreshed.
+    KeepContent {
+        sha256: String,
+        content: Vec<u8>,
+    },
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -499,4 +505,11 @@ pub trait AuditStore:
     ) -> Result<Vec<RecentOperation>, StoreError>;
     /// Operations still `pending` (oldest first), for reconciliation after a crash.
     async fn pending_operations(&self) -> Result<Vec<Operation>, StoreError>;
+
+    /// Content kept by [`AuditWrite::KeepContent`] under `sha256`; `None` when it is not kept
+    /// (never kept, or pruned).
+    async fn kept_content(&self, sha256: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Forgets kept contents (of [`AuditWrite::KeepContent`] and of operations) recorded before
+    /// `before`; the records themselves stay. Returns how many contents were dropped.
+    async fn prune_contents(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
 }

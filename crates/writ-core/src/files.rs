@@ -265,21 +265,32 @@ pub async fn write_group_deferring_completion(
     // synced; no file changes (the renames) until both are durable. Staging is not moved ahead
     // of the reads to overlap them: on one disk the staging's syncs and the commit's WAL flush
     // queue for the device either way.
-    let records: Vec<AuditWrite> = planned
-        .iter_mut()
-        .map(|(_, p)| {
-            if p.unchanged {
-                // Nothing to write: the outcome is recorded in one step.
-                p.op.status = OperationStatus::Succeeded;
-                p.op.finished_at = Some(Utc::now());
-                p.op.duration_ms = Some(started.elapsed().as_millis() as i64);
-            }
-            AuditWrite::InsertOperation {
-                operation: p.op.clone(),
-                content: Some(p.content.clone()),
-            }
-        })
-        .collect();
+    let mut records: Vec<AuditWrite> = Vec::with_capacity(planned.len() + 1);
+    let mut kept: Vec<AuditWrite> = Vec::new();
+    for (_, p) in planned.iter_mut() {
+        if p.unchanged {
+            // Nothing to write: the outcome is recorded in one step.
+            p.op.status = OperationStatus::Succeeded;
+            p.op.finished_at = Some(Utc::now());
+            p.op.duration_ms = Some(started.elapsed().as_millis() as i64);
+        }
+        records.push(AuditWrite::InsertOperation {
+            operation: p.op.clone(),
+            content: Some(p.content.clone()),
+        });
+        // The bytes an update replaces, so that it can be undone byte for byte whoever wrote
+        // them; kept by hash, so a state already kept costs nothing more.
+        if p.op.operation == OperationKind::Updated
+            && let (Some(previous), Some(sha256)) = (&p.current, &p.op.previous_sha256)
+        {
+            kept.push(AuditWrite::KeepContent {
+                sha256: sha256.clone(),
+                content: previous.clone(),
+            });
+        }
+    }
+    // After the operations: one statement never holds two parts on one table.
+    records.extend(kept);
     let to_stage: Vec<ToStage<'_>> = planned
         .iter()
         .filter(|(_, p)| !p.unchanged)

@@ -26,6 +26,7 @@ pub mod direct;
 pub mod edits;
 pub mod execution;
 pub mod files;
+pub mod history;
 pub mod jobs;
 pub mod keys;
 pub mod limits;

@@ -3,3 +3,6 @@
 //! merge) and never a git object.
 //!
 //! Nothing here fetches, pushes or runs the `git` program.
+
+pub mod commit;
+pub mod merge;

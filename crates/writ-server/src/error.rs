@@ -24,11 +24,13 @@ pub enum ErrorCode {
     BudgetExceeded,
     Busy,
     Cancelled,
+    ChangedSince,
     CommandsUnavailable,
     Conflict,
     CrossSite,
     EditFailed,
     FileTooLarge,
+    HistoryExpired,
     HostNotAllowed,
     IdempotencyConflict,
     IdempotencyInProgress,
@@ -81,6 +83,7 @@ impl ErrorCode {
             NotFound => StatusCode::NOT_FOUND,
             AlreadyExists
             | Cancelled
+            | ChangedSince
             | Conflict
             | IdempotencyConflict
             | IdempotencyInProgress
@@ -89,6 +92,8 @@ impl ErrorCode {
             | ParentMissing
             | SessionState => StatusCode::CONFLICT,
             PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+            // The content is known to have existed and to be gone for good: not 404.
+            HistoryExpired => StatusCode::GONE,
             // 402, not 429: waiting a few seconds and retrying cannot help before the window
             // resets, and clients that retry every 429 on their own would only spin.
             BudgetExceeded => StatusCode::PAYMENT_REQUIRED,
@@ -116,11 +121,13 @@ impl ErrorCode {
             BudgetExceeded => "budget_exceeded",
             Busy => "busy",
             Cancelled => "cancelled",
+            ChangedSince => "changed_since",
             CommandsUnavailable => "commands_unavailable",
             Conflict => "conflict",
             CrossSite => "cross_site",
             EditFailed => "edit_failed",
             FileTooLarge => "file_too_large",
+            HistoryExpired => "history_expired",
             HostNotAllowed => "host_not_allowed",
             IdempotencyConflict => "idempotency_conflict",
             IdempotencyInProgress => "idempotency_in_progress",

@@ -67,6 +67,11 @@ pub struct Settings {
     pub edge: edge::EdgeSettings,
     /// Write sessions: idle time, TTL and bounds (`WRITE_SESSION_*`).
     pub sessions: writ_core::sessions::SessionSettings,
+    /// How long the contents that undo and restore need are kept (`WRIT_HISTORY_RETENTION`);
+    /// `None`: for ever.
+    pub history_retention: Option<Duration>,
+    /// Commit what each request wrote when the workspace is a git repository (`WRIT_GIT_COMMIT`).
+    pub git_commit: bool,
 }
 
 impl std::fmt::Debug for Settings {
@@ -85,6 +90,8 @@ impl std::fmt::Debug for Settings {
             .field("run", &self.run)
             .field("edge", &self.edge)
             .field("sessions", &self.sessions)
+            .field("history_retention", &self.history_retention)
+            .field("git_commit", &self.git_commit)
             .finish()
     }
 }
@@ -144,7 +151,53 @@ impl Settings {
             run: RunSettings::load(&get)?,
             edge: edge::EdgeSettings::load(&get)?,
             sessions,
+            history_retention: history_retention(get("WRIT_HISTORY_RETENTION").as_deref())?,
+            git_commit: match get("WRIT_GIT_COMMIT").as_deref().map(str::trim) {
+                None | Some("false" | "0" | "off") => false,
+                Some("true" | "1" | "on") => true,
+                Some(other) => {
+                    return Err(ConfigError::Invalid {
+                        name: "WRIT_GIT_COMMIT",
+                        message: format!("'{other}' is not true or false"),
+                    });
+                }
+            },
         })
+    }
+}
+
+/// `WRIT_HISTORY_RETENTION`: a number with a unit (`s`, `m`, `h`, `d`), or `0`/`off` for ever;
+/// 30 days when unset.
+fn history_retention(raw: Option<&str>) -> Result<Option<Duration>, ConfigError> {
+    const DAY: u64 = 24 * 3600;
+    let Some(raw) = raw.map(str::trim) else {
+        return Ok(Some(Duration::from_secs(30 * DAY)));
+    };
+    if raw == "0" || raw.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    let invalid = || ConfigError::Invalid {
+        name: "WRIT_HISTORY_RETENTION",
+        message: format!(
+            "'{raw}' is not a duration like 30d, 12h, 90m or 3600s (or 0/off to keep contents for ever)"
+        ),
+    };
+    let split = raw
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(invalid)?;
+    let (number, unit) = raw.split_at(split);
+    let number: u64 = number.parse().map_err(|_| invalid())?;
+    let unit = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => DAY,
+        _ => return Err(invalid()),
+    };
+    match number.checked_mul(unit) {
+        Some(0) => Ok(None),
+        Some(secs) => Ok(Some(Duration::from_secs(secs))),
+        None => Err(invalid()),
     }
 }
 
@@ -180,6 +233,28 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn history_retention_defaults_to_thirty_days_reads_units_and_names_a_bad_value() {
+        let s = Settings::load(None, &env_of(&[])).unwrap();
+        assert_eq!(
+            s.history_retention,
+            Some(Duration::from_secs(30 * 24 * 3600))
+        );
+        for (raw, want) in [
+            ("12h", Some(12 * 3600)),
+            ("90m", Some(5400)),
+            ("7d", Some(7 * 24 * 3600)),
+            ("off", None),
+            ("0", None),
+        ] {
+            let s = Settings::load(None, &env_of(&[("WRIT_HISTORY_RETENTION", raw)])).unwrap();
+            assert_eq!(s.history_retention, want.map(Duration::from_secs), "{raw}");
+        }
+        let err =
+            Settings::load(None, &env_of(&[("WRIT_HISTORY_RETENTION", "3 weeks")])).unwrap_err();
+        assert!(err.to_string().contains("WRIT_HISTORY_RETENTION"), "{err}");
     }
 
     #[test]

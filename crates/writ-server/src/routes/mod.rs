@@ -3,13 +3,14 @@
 //!
 //! One module per resource: [`synthesis`] (`POST /write_codebase`), [`files`] (the direct file
 //! routes), [`search`] (`GET /search`), [`edits`] (`POST /edits`), [`run`] (`POST /run`), [`jobs`] (jobs and their event stream), [`operations`] (the
-//! audit log), [`tools`] (function-calling declarations and dispatch), [`meta`] (health,
+//! audit log), [`history`] (undo and restore), [`tools`] (function-calling declarations and dispatch), [`meta`] (health,
 //! readiness, metrics, the spec, the dashboard). Each handler translates HTTP to
 //! [`crate::service`]; [`hang_ups`] runs every mutating one beyond its client's hang-up.
 
 pub mod edits;
 pub mod files;
 pub mod hang_ups;
+pub mod history;
 pub mod jobs;
 pub mod keys;
 pub mod meta;
@@ -176,6 +177,18 @@ pub fn api_routes() -> Vec<Route> {
             path: "/operations/{id}",
             access: Access::Scope(Scope::Read),
             handler: get(operations::get_operation),
+        },
+        Route {
+            method: "POST",
+            path: "/operations/{id}/restore",
+            access: Access::Scope(Scope::Write),
+            handler: post(history::post_restore),
+        },
+        Route {
+            method: "POST",
+            path: "/requests/{id}/undo",
+            access: Access::Scope(Scope::Write),
+            handler: post(history::post_undo),
         },
         Route {
             method: "GET",

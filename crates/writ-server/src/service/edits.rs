@@ -23,7 +23,8 @@ pub async fn apply(
             runner.as_deref().map(|r| r as &dyn CommandRunner),
         )
         .map_err(edits_error)?;
-    edits::apply(
+    let caller = editor.caller.clone();
+    let answer = edits::apply(
         state.store.as_ref(),
         state.workspace.as_ref(),
         runner.as_deref().map(|r| r as &dyn CommandRunner),
@@ -31,7 +32,24 @@ pub async fn apply(
         edits,
     )
     .await
-    .map_err(edits_error)
+    .map_err(edits_error)?;
+    if !answer.dry_run {
+        let paths: Vec<String> = answer.files.iter().map(|f| f.path.clone()).collect();
+        let subject = format!("Edit {}", paths.join(", "));
+        super::git::commit_request(
+            state,
+            super::git::RequestCommit {
+                request_id: answer.request_id,
+                caller,
+                subject,
+                body: String::new(),
+                trailers: vec![("Writ-Selection".into(), "direct".into())],
+                paths,
+            },
+        )
+        .await;
+    }
+    Ok(answer)
 }
 
 /// A request id for the tool surfaces, which have no request-id layer of their own.

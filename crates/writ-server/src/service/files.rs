@@ -273,6 +273,7 @@ async fn write_recorded(
     spec: WriteSpec,
 ) -> Result<FileWritten, ApiError> {
     let path = spec.path.clone();
+    let author = caller.clone();
     let write = direct::DirectWrite {
         request_id,
         caller,
@@ -283,6 +284,18 @@ async fn write_recorded(
     let receipt = direct::write(state.store.as_ref(), state.workspace.as_ref(), write)
         .await
         .map_err(|e| write_error(e, "path"))?;
+    super::git::commit_request(
+        state,
+        super::git::RequestCommit {
+            request_id,
+            caller: author,
+            subject: format!("Write {path}"),
+            body: String::new(),
+            trailers: vec![("Writ-Selection".into(), "direct".into())],
+            paths: vec![path.to_string()],
+        },
+    )
+    .await;
     let text = String::from_utf8_lossy(&receipt.content);
     let answer = WriteAnswer {
         path: path.to_string(),

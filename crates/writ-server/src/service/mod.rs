@@ -8,6 +8,8 @@
 
 pub mod edits;
 pub mod files;
+pub mod git;
+pub mod history;
 pub mod jobs;
 pub mod operations;
 pub mod run;

@@ -161,7 +161,7 @@ pub async fn get(
     })
 }
 
-fn parse_uuid(v: &str, field: &str) -> Result<Uuid, ApiError> {
+pub(crate) fn parse_uuid(v: &str, field: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(v).map_err(|_| {
         ApiError::new(
             ErrorCode::InvalidParameter,

@@ -461,13 +461,44 @@ pub fn app(state: AppState) -> Router {
 
 /// Pending operations older than `reconcile_after` were interrupted (or their final update was
 /// lost while the database was away): settle them against the disk, so the log and the files agree.
+/// Drops the kept contents older than `WRIT_HISTORY_RETENTION`, at most once an hour (or once a
+/// retention, when that is shorter). Every replica may run it: a deletion finds what another
+/// already deleted gone, and nothing else depends on which one ran.
+async fn prune_history(state: &AppState, pruned_at: &mut Option<std::time::Instant>) {
+    let Some(retention) = state.settings.history_retention else {
+        return;
+    };
+    let every = retention.min(std::time::Duration::from_secs(3600));
+    if pruned_at.is_some_and(|at| at.elapsed() < every) {
+        return;
+    }
+    *pruned_at = Some(std::time::Instant::now());
+    let Ok(retention) = chrono::Duration::from_std(retention) else {
+        return;
+    };
+    match state
+        .store
+        .prune_contents(chrono::Utc::now() - retention)
+        .await
+    {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            dropped = n,
+            "dropped contents older than the history retention"
+        ),
+        Err(e) => tracing::warn!(error = %e, "history prune skipped: audit store unavailable"),
+    }
+}
+
 async fn reconcile_periodically(state: AppState) {
     let every = state
         .settings
         .reconcile_after
         .max(std::time::Duration::from_secs(1));
+    let mut pruned_at: Option<std::time::Instant> = None;
     loop {
         tokio::time::sleep(every).await;
+        prune_history(&state, &mut pruned_at).await;
         match reconcile_pending(
             state.store.as_ref(),
             state.workspace.as_ref(),

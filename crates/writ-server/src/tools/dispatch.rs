@@ -464,3 +464,88 @@ pub async fn run(
     let result = serde_json::to_value(&outcome).map_err(ApiError::internal)?;
     Ok(ToolOutput { content, result })
 }
+
+/// `undo`: the same undo as `POST /requests/{id}/undo`.
+pub async fn undo(
+    state: &AppState,
+    viewer: &crate::access::Viewer,
+    ctx: CallContext,
+    args: crate::service::history::UndoArgs,
+) -> Result<ToolOutput, ApiError> {
+    use crate::service::history;
+    let who = history::history_caller(ctx.request_id, ctx.caller, ctx.scope, "tool undo");
+    let options = writ_core::history::UndoOptions {
+        force: args.force,
+        dry_run: args.dry_run,
+    };
+    let answer = history::undo(state, viewer, who, &args.request_id, "request_id", options).await?;
+    let verb = if answer.dry_run {
+        "would undo"
+    } else {
+        "undid"
+    };
+    let mut content = if answer.files.is_empty() {
+        format!(
+            "Request {} has nothing to undo: it wrote no file, or every file is already as it was before it.",
+            answer.undone_request_id
+        )
+    } else {
+        format!(
+            "{verb} request {} ({} files; recorded as request {}):",
+            answer.undone_request_id,
+            answer.files.len(),
+            answer.request_id
+        )
+    };
+    for f in &answer.files {
+        let action = match f.action {
+            writ_core::history::UndoAction::Restore => "restored",
+            writ_core::history::UndoAction::Remove => "removed",
+            writ_core::history::UndoAction::Recreate => "recreated",
+        };
+        let replaced = if f.replaced_later_change {
+            " (replacing a later change)"
+        } else {
+            ""
+        };
+        content.push_str(&format!("\n- {} {action}{replaced}", f.path));
+    }
+    Ok(ToolOutput {
+        content,
+        result: serde_json::to_value(&answer).map_err(ApiError::internal)?,
+    })
+}
+
+/// `restore`: the same restore as `POST /operations/{id}/restore`.
+pub async fn restore(
+    state: &AppState,
+    viewer: &crate::access::Viewer,
+    ctx: CallContext,
+    args: crate::service::history::RestoreArgs,
+) -> Result<ToolOutput, ApiError> {
+    use crate::service::history;
+    let who = history::history_caller(ctx.request_id, ctx.caller, ctx.scope, "tool restore");
+    let answer = history::restore(
+        state,
+        viewer,
+        who,
+        &args.operation_id,
+        "operation_id",
+        writ_core::history::RestoreOptions {
+            expected_sha256: args.expected_sha256,
+        },
+    )
+    .await?;
+    Ok(ToolOutput {
+        content: format!(
+            "{} {} from operation {} ({} bytes, sha256 {}; recorded as request {}).",
+            answer.path,
+            answer.operation.as_str(),
+            answer.restored_operation_id,
+            answer.bytes,
+            answer.sha256,
+            answer.request_id
+        ),
+        result: serde_json::to_value(&answer).map_err(ApiError::internal)?,
+    })
+}

@@ -153,6 +153,30 @@ pub static TOOLS: &[ToolSpec] = &[
         schema: schema_of::<crate::service::operations::OperationId>,
     },
     ToolSpec {
+        name: "undo",
+        description: "Take back a request writ made (a batch, edits, a direct write, a write \
+            session, an undo): every file it wrote goes back to the bytes it held before, files \
+            it created are removed and files it deleted come back, all or nothing, recorded as \
+            a new request you can undo in turn (redo). Refused, naming the files, when one \
+            changed since the request, unless `force` (the answer then says which later \
+            changes were replaced). `dry_run` answers what would change and writes nothing.",
+        read_only: false,
+        needs_commands: false,
+        scope: Scope::Write,
+        schema: schema_of::<crate::service::history::UndoArgs>,
+    },
+    ToolSpec {
+        name: "restore",
+        description: "Write the content an earlier operation wrote (an `id` from \
+            `list_operations` filtered by filename) back to its path, recorded and undoable. \
+            Pass `expected_sha256` (the file's current SHA-256, `absent` if it does not exist) \
+            to refuse if the file changed meanwhile.",
+        read_only: false,
+        needs_commands: false,
+        scope: Scope::Write,
+        schema: schema_of::<crate::service::history::RestoreArgs>,
+    },
+    ToolSpec {
         name: "begin_write_session",
         description: "Begin a write session: the way to write a large file whose exact content \
             you produce yourself. Give the target path (relative to the workspace root), the \
@@ -361,6 +385,14 @@ pub async fn call(
         "get_operation" => {
             let viewer = crate::access::Viewer::new(ctx.caller.as_deref(), ctx.scopes);
             dispatch::get_operation(state, &viewer, parse(args)?).await
+        }
+        "undo" => {
+            let viewer = crate::access::Viewer::new(ctx.caller.as_deref(), ctx.scopes);
+            dispatch::undo(state, &viewer, ctx, parse(args)?).await
+        }
+        "restore" => {
+            let viewer = crate::access::Viewer::new(ctx.caller.as_deref(), ctx.scopes);
+            dispatch::restore(state, &viewer, ctx, parse(args)?).await
         }
         "begin_write_session" => dispatch::begin_write_session(state, ctx, parse(args)?).await,
         "append_to_write_session" => {

@@ -373,4 +373,32 @@ impl<D: Dialect> AuditStore for SqlStore<D> {
             .map(|row| operation_from_row::<D>(row).map(|(_, op)| op))
             .collect()
     }
+
+    async fn kept_content(&self, sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = sha256.to_ascii_lowercase();
+        let mut sql = Sql::<D>::new("SELECT content FROM kept_contents WHERE sha256 = ");
+        sql.bind(key.as_str());
+        let Some(row) = sql.fetch_optional(self, "read kept content").await? else {
+            return Ok(None);
+        };
+        Ok(Some(Record::<D>(&row).get("content")?))
+    }
+
+    async fn prune_contents(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+    ) -> Result<u64, StoreError> {
+        let mut kept = Sql::<D>::new("DELETE FROM kept_contents WHERE kept_at < ");
+        kept.bind_time(before);
+        let mut dropped = kept.execute(self, "prune kept contents").await?;
+        // Only settled operations: a pending one's content is what reconciliation checks the
+        // disk against.
+        let mut written = Sql::<D>::new(
+            "DELETE FROM operation_contents WHERE operation_id IN \
+             (SELECT id FROM operations WHERE status <> 'pending' AND created_at < ",
+        );
+        written.bind_time(before).push(")");
+        dropped += written.execute(self, "prune operation contents").await?;
+        Ok(dropped)
+    }
 }

@@ -151,6 +151,12 @@ impl AuditStore for MemoryStore {
     async fn pending_operations(&self) -> Result<Vec<Operation>, StoreError> {
         Err(not_kept())
     }
+    async fn kept_content(&self, _sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(None)
+    }
+    async fn prune_contents(&self, _before: DateTime<Utc>) -> Result<u64, StoreError> {
+        Ok(0)
+    }
 }
 
 #[async_trait]

@@ -222,6 +222,7 @@ impl Part<'_> {
             }
             Part::One(AuditWrite::InsertJob { .. } | AuditWrite::FinishJob { .. }) => "jobs",
             Part::One(AuditWrite::AppendEvents(_)) => "job_events",
+            Part::One(AuditWrite::KeepContent { .. }) => "kept_contents",
             Part::One(
                 AuditWrite::InsertOperation { .. } | AuditWrite::CompleteOperation { .. },
             ) => "operations",
@@ -238,6 +239,7 @@ impl Part<'_> {
             Part::One(AuditWrite::InsertJob { .. }) => "insert job",
             Part::One(AuditWrite::FinishJob { .. }) => "finish job",
             Part::One(AuditWrite::AppendEvents(_)) => "append job events",
+            Part::One(AuditWrite::KeepContent { .. }) => "keep content",
             Part::One(_) => "audit write",
         }
     }
@@ -420,5 +422,14 @@ fn push_one<D: Dialect>(sql: &mut Sql<D>, write: &AuditWrite) {
             error.as_deref(),
         ),
         AuditWrite::AppendEvents(events) => crate::store::jobs::push_insert_events(sql, events),
+        AuditWrite::KeepContent { sha256, content } => {
+            sql.push("INSERT INTO kept_contents (sha256, kept_at, content) VALUES ");
+            sql.tuple(|row| {
+                row.bind(sha256.as_str())
+                    .bind_time(chrono::Utc::now())
+                    .bind(content.as_slice());
+            });
+            sql.push(" ON CONFLICT (sha256) DO UPDATE SET kept_at = excluded.kept_at");
+        }
     }
 }

@@ -1,0 +1,185 @@
+//! A commit of exactly the paths a request wrote.
+//!
+//! The tree is HEAD's tree with those paths' contents (as they are on disk now) put in, built in
+//! an index in memory: the user's index is never the source, so what they staged or changed
+//! elsewhere is not swept into writ's commit. The real index is then updated for those paths
+//! only, so `git status` shows them clean and everything else the user staged still staged.
+
+use std::path::{Path, PathBuf};
+
+use git2::{Index, IndexEntry, IndexTime, Oid, Repository, Signature};
+
+/// What a commit says: its message and who it is by.
+#[derive(Debug, Clone)]
+pub struct CommitSpec<'a> {
+    /// Paths relative to the workspace root, `/`-separated; a path that no longer exists on disk
+    /// is removed from the tree.
+    pub paths: &'a [String],
+    pub message: &'a str,
+    pub author_name: &'a str,
+    pub author_email: &'a str,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("'{0}' is not inside a git repository with a working tree")]
+    NotARepository(PathBuf),
+    #[error("'{path}' is outside the repository's working tree")]
+    OutsideWorkTree { path: String },
+    #[error("git: {0}")]
+    Git(#[from] git2::Error),
+    #[error("reading '{path}': {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Whether `workspace_root` is inside a git repository with a working tree.
+pub fn is_repository(workspace_root: &Path) -> bool {
+    Repository::discover(workspace_root).is_ok_and(|r| r.workdir().is_some())
+}
+
+/// The message of a request's commit: a subject, a body, and `Key: value` trailers.
+pub fn message(subject: &str, body: &str, trailers: &[(String, String)]) -> String {
+    let subject: String = subject
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(72)
+        .collect();
+    let mut m = subject;
+    let body = body.trim();
+    if !body.is_empty() {
+        m.push_str("\n\n");
+        m.push_str(body);
+    }
+    if !trailers.is_empty() {
+        m.push_str("\n\n");
+        for (k, v) in trailers {
+            m.push_str(&format!("{k}: {}\n", v.replace('\n', " ")));
+        }
+    }
+    if !m.ends_with('\n') {
+        m.push('\n');
+    }
+    m
+}
+
+/// Commits `spec.paths` onto HEAD (see the module docs). `None` when HEAD already holds them as
+/// they are: no empty commit is made.
+pub fn commit_paths(workspace_root: &Path, spec: &CommitSpec<'_>) -> Result<Option<Oid>, GitError> {
+    let repo = Repository::discover(workspace_root)
+        .map_err(|_| GitError::NotARepository(workspace_root.to_path_buf()))?;
+    let workdir = repo
+        .workdir()
+        .ok_or_else(|| GitError::NotARepository(workspace_root.to_path_buf()))?
+        .to_path_buf();
+    let root = workspace_root
+        .canonicalize()
+        .map_err(|source| GitError::Io {
+            path: workspace_root.display().to_string(),
+            source,
+        })?;
+    let workdir = workdir.canonicalize().unwrap_or(workdir);
+    let prefix = root
+        .strip_prefix(&workdir)
+        .map_err(|_| GitError::OutsideWorkTree {
+            path: root.display().to_string(),
+        })?
+        .to_path_buf();
+
+    let parent = match repo.head() {
+        Ok(head) => Some(head.peel_to_commit()?),
+        // An unborn branch: the first commit has no parent.
+        Err(e) if e.code() == git2::ErrorCode::UnbornBranch => None,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => None,
+        Err(e) => return Err(e.into()),
+    };
+    let mut tree_index = Index::new()?;
+    if let Some(parent) = &parent {
+        tree_index.read_tree(&parent.tree()?)?;
+    }
+    let mut real_index = repo.index()?;
+    for path in spec.paths {
+        let in_repo = prefix.join(path);
+        let in_repo_str = in_repo.to_string_lossy().replace('\\', "/");
+        let on_disk = workdir.join(&in_repo);
+        match std::fs::symlink_metadata(&on_disk) {
+            Ok(meta) if meta.is_file() => {
+                let bytes = std::fs::read(&on_disk).map_err(|source| GitError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                let id = repo.blob(&bytes)?;
+                tree_index.add(&entry(&in_repo_str, id, mode_of(&meta), bytes.len()))?;
+                real_index.add_path(&in_repo)?;
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // Removed by the request: out of the tree, and out of the index if it was there.
+                let _ = tree_index.remove_path(&in_repo);
+                let _ = real_index.remove_path(&in_repo);
+            }
+            Err(source) => {
+                return Err(GitError::Io {
+                    path: path.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    let tree_id = tree_index.write_tree_to(&repo)?;
+    if parent.as_ref().is_some_and(|p| p.tree_id() == tree_id) {
+        return Ok(None);
+    }
+    let tree = repo.find_tree(tree_id)?;
+    let author = Signature::now(spec.author_name, spec.author_email)?;
+    let committer = repo.signature().unwrap_or_else(|_| author.clone());
+    let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+    let id = repo.commit(
+        Some("HEAD"),
+        &author,
+        &committer,
+        spec.message,
+        &tree,
+        &parents,
+    )?;
+    real_index.write()?;
+    Ok(Some(id))
+}
+
+#[cfg(unix)]
+fn mode_of(meta: &std::fs::Metadata) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    if meta.permissions().mode() & 0o111 != 0 {
+        0o100755
+    } else {
+        0o100644
+    }
+}
+
+#[cfg(not(unix))]
+fn mode_of(_meta: &std::fs::Metadata) -> u32 {
+    0o100644
+}
+
+pub(crate) fn entry(path: &str, id: Oid, mode: u32, size: usize) -> IndexEntry {
+    let zero = IndexTime::new(0, 0);
+    IndexEntry {
+        ctime: zero,
+        mtime: zero,
+        dev: 0,
+        ino: 0,
+        mode,
+        uid: 0,
+        gid: 0,
+        file_size: u32::try_from(size).unwrap_or(u32::MAX),
+        id,
+        flags: u16::try_from(path.len().min(0xfff)).unwrap_or(0xfff),
+        flags_extended: 0,
+        path: path.as_bytes().to_vec(),
+    }
+}

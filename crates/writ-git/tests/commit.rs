@@ -1,0 +1,134 @@
+//! `commit_paths` checked with the real `git` CLI, as a user would look at the repository.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+
+use writ_git::commit::{CommitSpec, commit_paths, message};
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn repository() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    git(d, &["init", "-q", "-b", "main"]);
+    git(d, &["config", "user.name", "User"]);
+    git(d, &["config", "user.email", "user@example.com"]);
+    std::fs::write(d.join("a.py"), "a = 1\r\n").unwrap();
+    std::fs::write(d.join("mine.txt"), "mine\n").unwrap();
+    std::fs::write(d.join("gone.txt"), "to delete\n").unwrap();
+    git(d, &["add", "."]);
+    git(d, &["commit", "-q", "-m", "start"]);
+    dir
+}
+
+#[test]
+fn a_commit_holds_exactly_writs_paths_and_the_users_staged_change_stays_staged() {
+    let dir = repository();
+    let d = dir.path();
+    // The user's own work: one change staged, one not.
+    std::fs::write(d.join("mine.txt"), "mine, staged\n").unwrap();
+    git(d, &["add", "mine.txt"]);
+    std::fs::write(d.join("scratch.txt"), "untracked\n").unwrap();
+    // What writ wrote: an update, a new file in a new folder, a deletion.
+    std::fs::write(d.join("a.py"), "a = 2\r\n").unwrap();
+    std::fs::create_dir_all(d.join("src")).unwrap();
+    std::fs::write(d.join("src/new.py"), "new = True").unwrap();
+    std::fs::remove_file(d.join("gone.txt")).unwrap();
+
+    let paths = vec![
+        "a.py".to_string(),
+        "src/new.py".to_string(),
+        "gone.txt".to_string(),
+    ];
+    let msg = message(
+        "Update a.py, add src/new.py",
+        "a.py: bump a",
+        &[
+            ("Writ-Request".into(), "0190-abc".into()),
+            ("Writ-Models".into(), "m1, m2".into()),
+            ("Writ-Selection".into(), "a.py=arbiter".into()),
+        ],
+    );
+    let spec = CommitSpec {
+        paths: &paths,
+        message: &msg,
+        author_name: "ci-key",
+        author_email: "ci-key@writ",
+    };
+    let id = commit_paths(d, &spec).unwrap().expect("a commit");
+
+    let log = git(d, &["log", "-1", "--format=%H%n%an%n%B"]);
+    assert!(log.starts_with(&id.to_string()), "{log}");
+    assert!(log.contains("\nci-key\n"), "{log}");
+    assert!(log.contains("Writ-Request: 0190-abc"), "{log}");
+    let trailers = git(
+        d,
+        &[
+            "log",
+            "-1",
+            "--format=%(trailers:key=Writ-Request,valueonly)",
+        ],
+    );
+    assert_eq!(trailers.trim(), "0190-abc");
+    let changed = git(d, &["show", "--name-status", "--format=", "HEAD"]);
+    let mut changed: Vec<&str> = changed.lines().collect();
+    changed.sort();
+    assert_eq!(changed, ["A\tsrc/new.py", "D\tgone.txt", "M\ta.py"]);
+    assert_eq!(
+        git(d, &["show", "HEAD:a.py"]),
+        "a = 2\r\n",
+        "bytes as on disk"
+    );
+
+    let status = git(d, &["status", "--porcelain"]);
+    let mut status: Vec<&str> = status.lines().collect();
+    status.sort();
+    assert_eq!(
+        status,
+        ["?? scratch.txt", "M  mine.txt"],
+        "the user's change is still staged"
+    );
+    assert!(git(d, &["diff", "--cached", "mine.txt"]).contains("+mine, staged"));
+}
+
+#[test]
+fn nothing_changed_makes_no_commit_and_an_unborn_branch_gets_its_first() {
+    let dir = repository();
+    let d = dir.path();
+    let paths = vec!["a.py".to_string()];
+    let spec = CommitSpec {
+        paths: &paths,
+        message: "noop\n",
+        author_name: "k",
+        author_email: "k@writ",
+    };
+    assert!(commit_paths(d, &spec).unwrap().is_none());
+    assert_eq!(git(d, &["rev-list", "--count", "HEAD"]).trim(), "1");
+
+    let fresh = tempfile::tempdir().unwrap();
+    git(fresh.path(), &["init", "-q", "-b", "main"]);
+    std::fs::write(fresh.path().join("a.py"), "x").unwrap();
+    let id = commit_paths(fresh.path(), &spec)
+        .unwrap()
+        .expect("first commit");
+    assert_eq!(
+        git(fresh.path(), &["rev-parse", "HEAD"]).trim(),
+        id.to_string()
+    );
+}

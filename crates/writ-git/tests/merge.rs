@@ -1,0 +1,123 @@
+//! `merge_branches` checked with the real `git` CLI.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+
+use writ_git::merge::{MergeOutcome, merge_branches};
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn commit_file(d: &Path, name: &str, content: &str) {
+    std::fs::write(d.join(name), content).unwrap();
+    git(d, &["add", name]);
+    git(d, &["commit", "-q", "-m", &format!("write {name}")]);
+}
+
+/// main with a.txt; branch `task` from it; main checked out.
+fn repository() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    git(d, &["init", "-q", "-b", "main"]);
+    git(d, &["config", "user.name", "User"]);
+    git(d, &["config", "user.email", "user@example.com"]);
+    commit_file(d, "a.txt", "one\ntwo\nthree\n");
+    git(d, &["branch", "task"]);
+    dir
+}
+
+fn on_task(d: &Path, f: impl FnOnce()) {
+    git(d, &["checkout", "-q", "task"]);
+    f();
+    git(d, &["checkout", "-q", "main"]);
+}
+
+#[test]
+fn a_branch_ahead_of_the_target_fast_forwards_and_the_checked_out_tree_follows() {
+    let dir = repository();
+    let d = dir.path();
+    on_task(d, || commit_file(d, "b.txt", "task work\n"));
+    let task = git(d, &["rev-parse", "task"]);
+    let outcome = merge_branches(d, "task", "main", "k", "k@writ").unwrap();
+    assert_eq!(
+        outcome,
+        MergeOutcome::FastForward {
+            commit: task.trim().to_string()
+        }
+    );
+    assert_eq!(git(d, &["rev-parse", "main"]), task);
+    assert_eq!(
+        std::fs::read_to_string(d.join("b.txt")).unwrap(),
+        "task work\n"
+    );
+    assert_eq!(git(d, &["status", "--porcelain"]), "");
+    assert_eq!(
+        merge_branches(d, "task", "main", "k", "k@writ").unwrap(),
+        MergeOutcome::UpToDate
+    );
+}
+
+#[test]
+fn diverged_branches_merge_cleanly_as_one_commit_with_both_parents() {
+    let dir = repository();
+    let d = dir.path();
+    on_task(d, || {
+        commit_file(d, "a.txt", "one\ntwo\nthree, by the task\n")
+    });
+    commit_file(d, "a.txt", "one, on main\ntwo\nthree\n");
+    let outcome = merge_branches(d, "task", "main", "k", "k@writ").unwrap();
+    let MergeOutcome::Merged { commit } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(git(d, &["rev-parse", "main"]).trim(), commit);
+    let parents = git(d, &["log", "-1", "--format=%P", "main"]);
+    assert_eq!(parents.split_whitespace().count(), 2);
+    assert_eq!(
+        std::fs::read_to_string(d.join("a.txt")).unwrap(),
+        "one, on main\ntwo\nthree, by the task\n"
+    );
+    assert_eq!(git(d, &["status", "--porcelain"]), "");
+}
+
+#[test]
+fn a_conflict_answers_the_file_and_hunk_and_moves_neither_branch() {
+    let dir = repository();
+    let d = dir.path();
+    on_task(d, || commit_file(d, "a.txt", "one\nTWO by task\nthree\n"));
+    commit_file(d, "a.txt", "one\nTWO by main\nthree\n");
+    let (main, task) = (
+        git(d, &["rev-parse", "main"]),
+        git(d, &["rev-parse", "task"]),
+    );
+    let outcome = merge_branches(d, "task", "main", "k", "k@writ").unwrap();
+    let MergeOutcome::Conflicts(conflicts) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(conflicts.len(), 1);
+    assert_eq!(conflicts[0].path, "a.txt");
+    assert_eq!(conflicts[0].hunks.len(), 1);
+    assert!(
+        conflicts[0].hunks[0].contains("TWO by main"),
+        "{:?}",
+        conflicts[0].hunks
+    );
+    assert!(conflicts[0].hunks[0].contains("TWO by task"));
+    assert_eq!(git(d, &["rev-parse", "main"]), main);
+    assert_eq!(git(d, &["rev-parse", "task"]), task);
+    assert_eq!(git(d, &["status", "--porcelain"]), "", "nothing touched");
+}

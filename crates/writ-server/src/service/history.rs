@@ -1,0 +1,158 @@
+//! Undo and restore, as `POST /requests/{id}/undo`, `POST /operations/{id}/restore` and the
+//! `undo` and `restore` tools ask for them, over [`writ_core::history`]. A caller may take back
+//! only what it may see: its own requests (an admin key, or no keys, sees all).
+
+use serde::Deserialize;
+use serde_json::json;
+use uuid::Uuid;
+use writ_core::history::{
+    self, HistoryCaller, HistoryError, RestoreOptions, RestoreResponse, UndoOptions, UndoResponse,
+};
+
+use super::operations::parse_uuid;
+use crate::access::Viewer;
+use crate::error::{ApiError, ErrorCode, store_error, write_error};
+use crate::state::AppState;
+
+/// The input of the `undo` tool: the request to undo and the route's body.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UndoArgs {
+    /// The request to undo (its `request_id`, as a write's answer or `list_operations` gives it).
+    pub request_id: String,
+    /// Undo even files changed since the request; the answer lists the later changes replaced.
+    #[serde(default)]
+    pub force: bool,
+    /// Answer what the undo would change; write nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// The input of the `restore` tool.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreArgs {
+    /// The operation whose content to write back (an `id` from `list_operations`).
+    pub operation_id: String,
+    /// Refuse unless the file's current content has this SHA-256 (`absent`: it must not exist).
+    #[serde(default)]
+    pub expected_sha256: Option<String>,
+}
+
+pub async fn undo(
+    state: &AppState,
+    viewer: &Viewer,
+    who: HistoryCaller,
+    request_id: &str,
+    field: &str,
+    options: UndoOptions,
+) -> Result<UndoResponse, ApiError> {
+    let undone = parse_uuid(request_id, field)?;
+    if !super::jobs::sees_request(state, viewer, undone)
+        .await
+        .map_err(store_error)?
+    {
+        return Err(ApiError::not_found(format!("no request {undone}")).with_field(field));
+    }
+    let caller = who.caller.clone();
+    let answer = history::undo(
+        state.store.as_ref(),
+        state.workspace.as_ref(),
+        who,
+        undone,
+        options,
+    )
+    .await
+    .map_err(|e| history_error(e, field))?;
+    if !answer.dry_run {
+        // The undo of a committed request is a commit putting its paths back: a revert.
+        super::git::commit_request(
+            state,
+            super::git::RequestCommit {
+                request_id: answer.request_id,
+                caller,
+                subject: format!("Revert request {undone}"),
+                body: String::new(),
+                trailers: vec![("Writ-Undoes".into(), undone.to_string())],
+                paths: answer.files.iter().map(|f| f.path.clone()).collect(),
+            },
+        )
+        .await;
+    }
+    Ok(answer)
+}
+
+pub async fn restore(
+    state: &AppState,
+    viewer: &Viewer,
+    who: HistoryCaller,
+    operation_id: &str,
+    field: &str,
+    options: RestoreOptions,
+) -> Result<RestoreResponse, ApiError> {
+    let id = parse_uuid(operation_id, field)?;
+    let not_found = || ApiError::not_found(format!("no operation {id}")).with_field(field);
+    let (op, _) = state
+        .store
+        .get_operation(id)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(not_found)?;
+    if !super::jobs::sees_request(state, viewer, op.request_id)
+        .await
+        .map_err(store_error)?
+    {
+        return Err(not_found());
+    }
+    history::restore(
+        state.store.as_ref(),
+        state.workspace.as_ref(),
+        who,
+        id,
+        options,
+    )
+    .await
+    .map_err(|e| history_error(e, field))
+}
+
+/// The caller of a tool or route, as the new request records it.
+pub fn history_caller(
+    request_id: Uuid,
+    caller: Option<String>,
+    scope: Option<writ_core::keys::Scope>,
+    route: &str,
+) -> HistoryCaller {
+    HistoryCaller {
+        request_id,
+        caller,
+        scope,
+        route: route.to_string(),
+    }
+}
+
+fn history_error(err: HistoryError, field: &str) -> ApiError {
+    let message = err.to_string();
+    match err {
+        HistoryError::RequestNotFound(_) | HistoryError::OperationNotFound(_) => {
+            ApiError::not_found(message).with_field(field)
+        }
+        HistoryError::StillRunning(_) => ApiError::new(ErrorCode::Conflict, message),
+        HistoryError::Changed(files) => ApiError::new(ErrorCode::ChangedSince, message)
+            .with_field("force")
+            .with_details(json!({ "files": files })),
+        HistoryError::Expired(paths) => ApiError::new(ErrorCode::HistoryExpired, message)
+            .with_details(json!({ "files": paths })),
+        HistoryError::NothingToRestore { .. } => {
+            ApiError::new(ErrorCode::InvalidRequest, message).with_field(field)
+        }
+        HistoryError::Audit(e) => store_error(e),
+        HistoryError::Write { path, source } => {
+            let mut e = write_error(source, "path");
+            if e.code == ErrorCode::PreconditionFailed {
+                e.field = Some("expected_sha256".into());
+            }
+            e.details.get_or_insert_with(|| json!({ "path": path }));
+            e
+        }
+    }
+}
