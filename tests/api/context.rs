@@ -236,14 +236,14 @@ async fn the_files_importing_the_file_being_written_come_before_files_that_only_
     put(
         &app,
         "app/billing.py",
-        "from shop.ledger import post\n\n\ndef bill(amount):\n    return post(amount)\n",
+        "from shop.ledger import post\n\n\ndef bill(total):\n    return post(total)\n",
     );
     script_models(&app);
     let (status, body) = app
         .post_write_codebase(&json!({
             "command": "write_codebase",
             "files": [{"filename": "shop/ledger.py",
-                       "code_description": "a function post(amount) that appends to a list"}]
+                       "code_description": "a function record(entry) that appends it to a list"}]
         }))
         .await;
     assert_eq!(status, 200, "{body}");
