@@ -222,3 +222,38 @@ async fn the_map_budget_is_configurable_and_bounds_the_map() {
         .unwrap();
     assert!(used > 300 && used <= 560, "{used}");
 }
+
+#[tokio::test]
+async fn the_files_importing_the_file_being_written_come_before_files_that_only_mention_it() {
+    let app = spawn_app_with_models(Backend::Sqlite).await;
+    // Same folder and a mention of its name, but no import line.
+    put(
+        &app,
+        "shop/notes.py",
+        "# the ledger is kept elsewhere\n\n\ndef notes_helper():\n    pass\n",
+    );
+    // Another folder, but it imports the file: a user of what the batch writes.
+    put(
+        &app,
+        "app/billing.py",
+        "from shop.ledger import post\n\n\ndef bill(total):\n    return post(total)\n",
+    );
+    script_models(&app);
+    let (status, body) = app
+        .post_write_codebase(&json!({
+            "command": "write_codebase",
+            "files": [{"filename": "shop/ledger.py",
+                       "code_description": "a function record(entry) that appends it to a list"}]
+        }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let p = prompt(&app);
+    let map = &p[p
+        .find("## Repository map")
+        .unwrap_or_else(|| panic!("no map: {p}"))..];
+    let importer = map
+        .find("app/billing.py")
+        .unwrap_or_else(|| panic!("{map}"));
+    let mention = map.find("shop/notes.py").unwrap_or_else(|| panic!("{map}"));
+    assert!(importer < mention, "the importer is ranked first: {map}");
+}

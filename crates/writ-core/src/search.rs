@@ -99,3 +99,59 @@ pub struct Walk {
     pub files: Vec<WalkedFile>,
     pub truncated: bool,
 }
+
+/// The module paths a file's own import lines name (`from a.b import c` → `a/b`, `import x`,
+/// `from './y'` → `y`, `mod z;` → `z`): the edges of the import graph the repository map ranks by.
+pub fn imports_in(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for line in code.lines().map(str::trim) {
+        let module = if let Some(rest) = line.strip_prefix("from ") {
+            rest.split_whitespace().next()
+        } else if line.starts_with("import") && line.contains(" from ") {
+            line.rsplit(" from ").next()
+        } else if let Some(rest) = line.strip_prefix("import ") {
+            rest.split([' ', ',', ';']).next()
+        } else if let Some(rest) = line.strip_prefix("mod ") {
+            rest.strip_suffix(';')
+        } else {
+            None
+        };
+        if let Some(module) = module {
+            let m = module
+                .trim_matches(['\'', '"', ';', ' '])
+                .trim_start_matches("./")
+                .trim_start_matches('.');
+            if !m.is_empty() && !m.starts_with('{') {
+                found.push(if m.contains('/') {
+                    m.to_owned()
+                } else {
+                    m.replace('.', "/")
+                });
+            }
+        }
+    }
+    found
+}
+
+/// Whether `import` (a module as [`imports_in`] gives it) names the file at `path`: the path
+/// without its extension is the module, or ends with it after a `/`.
+pub fn import_names(import: &str, path: &str) -> bool {
+    let (dir, name) = path.rsplit_once('/').map_or(("", path), |(d, n)| (d, n));
+    let stem = name.rsplit_once('.').map_or(name, |(s, _)| s);
+    let module = if dir.is_empty() {
+        stem.to_owned()
+    } else {
+        format!("{dir}/{stem}")
+    };
+    !import.is_empty()
+        && (module == import
+            || module
+                .strip_suffix(import)
+                .is_some_and(|rest| rest.ends_with('/')))
+}
+
+/// The last part of a module's path: the file name (without extension) of the files it may
+/// name, by which the index files its importers.
+pub fn import_stem(import: &str) -> &str {
+    import.rsplit('/').next().unwrap_or(import)
+}

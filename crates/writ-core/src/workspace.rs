@@ -252,6 +252,14 @@ pub trait Workspace: Send + Sync + 'static {
         ))
     }
 
+    /// The files whose import lines name `path` (see [`crate::search::import_names`]), each with
+    /// how many of its lines do, in path order; `None` when no index of the workspace can answer
+    /// from a current view (the caller then does without, or searches).
+    async fn importers(&self, path: &RepoPath) -> Option<Vec<(RepoPath, usize)>> {
+        let _ = path;
+        None
+    }
+
     /// The files beneath `dir` (recursively, in path order) whose path from the root matches
     /// `glob` (gitignore-style) when one is given, at most `max_files` of them, `.gitignore` and
     /// protected paths honoured, symlinks not followed.

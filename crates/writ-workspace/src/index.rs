@@ -20,14 +20,14 @@
 //!   the first build ends, after the watcher failed for good, or when the wait runs out, the
 //!   workspace walks the tree as it would without an index.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use ignore::overrides::Override;
 use regex_syntax::hir::{Class, Hir, HirKind};
-use writ_core::search::{SearchQuery, SearchResults, Walk};
+use writ_core::search::{SearchQuery, SearchResults, Walk, import_names, import_stem, imports_in};
 
 use crate::search::{Candidate, FileStat, Prepared, Tree, glob_matches, within};
 
@@ -78,7 +78,13 @@ struct Entry {
     /// `None`: every search reads the file (too large, unreadable, binary or with a byte-order
     /// mark, which the searcher would transcode first).
     filter: Option<Box<[u64]>>,
+    /// The modules its import lines name (files with an extension of [`IMPORTING`] only): its
+    /// edges in the import graph.
+    imports: Box<[Box<str>]>,
 }
+
+/// The extensions of the files whose import lines the index reads.
+const IMPORTING: &[&str] = &["py", "pyi", "js", "jsx", "mjs", "cjs", "ts", "tsx", "rs"];
 
 impl Entry {
     fn may_match(&self, need: &Need) -> bool {
@@ -93,6 +99,7 @@ impl Entry {
             + std::mem::size_of::<Key>()
             + key.0.len()
             + self.filter.as_ref().map_or(0, |f| f.len() * 8)
+            + self.imports.iter().map(|i| i.len() + 16 + key.0.len() + 24).sum::<usize>()
             // a B-tree's node share per entry, about
             + 16
     }
@@ -118,6 +125,9 @@ impl PartialOrd for Key {
 struct State {
     state: IndexState,
     files: BTreeMap<Key, Entry>,
+    /// The import graph backwards: by a module's last part ([`import_stem`]), the files with an
+    /// import line ending in it. Kept with `files`, entry by entry.
+    importers: HashMap<Box<str>, BTreeSet<Key>>,
     bytes: usize,
     /// Paths to refresh, in order (`""`: the root).
     queue: Vec<String>,
@@ -162,6 +172,7 @@ impl Index {
             state: Mutex::new(State {
                 state: IndexState::Building,
                 files: BTreeMap::new(),
+                importers: HashMap::new(),
                 bytes: 0,
                 queue: vec![String::new()],
                 queued: 1,
@@ -398,6 +409,7 @@ impl Index {
         for key in gone {
             if let Some(entry) = state.files.remove(&key) {
                 state.bytes -= entry.bytes(&key);
+                state.unlink(&key, &entry);
             }
         }
     }
@@ -406,25 +418,101 @@ impl Index {
         let mut state = self.lock();
         for (key, entry) in entries {
             state.bytes += entry.bytes(&key);
+            for import in &entry.imports {
+                state
+                    .importers
+                    .entry(import_stem(import).into())
+                    .or_default()
+                    .insert(key.clone());
+            }
             if let Some(old) = state.files.insert(key.clone(), entry) {
                 state.bytes -= old.bytes(&key);
+                let state = &mut *state;
+                let kept: HashSet<&str> = state.files[&key]
+                    .imports
+                    .iter()
+                    .map(|i| import_stem(i))
+                    .collect();
+                for import in &old.imports {
+                    let stem = import_stem(import);
+                    if !kept.contains(stem) {
+                        unlink_one(&mut state.importers, stem, &key);
+                    }
+                }
             }
         }
     }
 
+    /// The files importing `rel`, with how many of their import lines name it; `None` when the
+    /// index is not current.
+    pub fn importers(&self, rel: &str) -> Option<Vec<(String, usize)>> {
+        let state = self.current(CATCH_UP)?;
+        let name = rel.rsplit('/').next().unwrap_or(rel);
+        let stem = name.rsplit_once('.').map_or(name, |(s, _)| s);
+        let Some(keys) = state.importers.get(stem) else {
+            return Some(Vec::new());
+        };
+        Some(
+            keys.iter()
+                .filter(|k| k.0 != rel)
+                .filter_map(|k| {
+                    let n = state
+                        .files
+                        .get(k)?
+                        .imports
+                        .iter()
+                        .filter(|i| import_names(i, rel))
+                        .count();
+                    (n > 0).then(|| (k.0.clone(), n))
+                })
+                .collect(),
+        )
+    }
+
     fn entry(&self, f: &FileStat, now: SystemTime) -> Entry {
-        let filter = if f.size > MAX_FILTERED_BYTES {
+        let bytes = if f.size > MAX_FILTERED_BYTES {
             None
         } else {
-            self.tree
-                .read(&f.rel, MAX_FILTERED_BYTES)
-                .and_then(|bytes| filter_of(&bytes))
+            self.tree.read(&f.rel, MAX_FILTERED_BYTES)
+        };
+        let filter = bytes.as_deref().and_then(filter_of);
+        let imports = match bytes {
+            Some(bytes)
+                if f.rel
+                    .rsplit_once('.')
+                    .is_some_and(|(_, ext)| IMPORTING.contains(&ext)) =>
+            {
+                imports_in(&String::from_utf8_lossy(&bytes))
+                    .into_iter()
+                    .map(String::into_boxed_str)
+                    .collect()
+            }
+            _ => Box::default(),
         };
         Entry {
             size: f.size,
             modified: f.modified,
             read_at: now,
             filter,
+            imports,
+        }
+    }
+}
+
+impl State {
+    /// Takes `entry`'s edges out of the import graph.
+    fn unlink(&mut self, key: &Key, entry: &Entry) {
+        for import in &entry.imports {
+            unlink_one(&mut self.importers, import_stem(import), key);
+        }
+    }
+}
+
+fn unlink_one(importers: &mut HashMap<Box<str>, BTreeSet<Key>>, stem: &str, key: &Key) {
+    if let Some(keys) = importers.get_mut(stem) {
+        keys.remove(key);
+        if keys.is_empty() {
+            importers.remove(stem);
         }
     }
 }

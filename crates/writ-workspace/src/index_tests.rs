@@ -1,5 +1,6 @@
 //! The index against a fresh walk: after random writes, renames and removals, made through the
-//! workspace and behind its back, every search the index answers is the walk's answer.
+//! workspace and behind its back, every search the index answers is the walk's answer, and the
+//! import graph it keeps is the one the files' import lines give.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -7,7 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use writ_core::search::{SearchQuery, SearchResults};
+use writ_core::search::{SearchQuery, SearchResults, import_names, imports_in};
 use writ_core::{RepoPath, Workspace};
 
 use crate::RepoWorkspace;
@@ -23,6 +24,7 @@ const TEXTS: &[&str] = &[
     "x = Needle()\nhaystack_needle = 2\n",
     "nothing here\nxx\n",
     "import a.b\nclass Hay:\n    pass\n",
+    "from a.d import e\nfrom b import f\nimport e\n",
 ];
 const IGNORES: &[&str] = &["", "*.log\n", "d/\n", "*.txt\n!h.txt\n"];
 
@@ -193,7 +195,88 @@ proptest! {
                 let walked = fresh.walk(&RepoPath::root(), None, 1_000).await.unwrap();
                 let indexed = ws.walk(&RepoPath::root(), None, 1_000).await.unwrap();
                 assert_eq!(indexed.files, walked.files, "the walk after {:?}", &ops[..=n]);
+                for path in PATHS {
+                    let mut graph = Vec::new();
+                    for f in &walked.files {
+                        if f.path.as_str() == *path || !f.path.as_str().ends_with(".py") {
+                            continue;
+                        }
+                        let text = std::fs::read_to_string(root.join(f.path.as_str())).unwrap();
+                        let n = imports_in(&text).iter().filter(|i| import_names(i, path)).count();
+                        if n > 0 {
+                            graph.push((f.path.as_str().to_owned(), n));
+                        }
+                    }
+                    graph.sort();
+                    let mut from_index = index.importers(path).expect("the index is current");
+                    from_index.sort();
+                    assert_eq!(from_index, graph, "importers of {path} after {:?}", &ops[..=n]);
+                }
             }
         });
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_import_graph_follows_writes_made_through_writ_and_behind_its_back() {
+    let base = tempfile::tempdir().unwrap();
+    let root = base.path().join("root");
+    put(&root, "shop/ledger.py", "def post(x):\n    return x\n");
+    put(
+        &root,
+        "app/billing.py",
+        "from shop.ledger import post\nimport shop.ledger as ledger\n",
+    );
+    put(&root, "app/other.py", "import ledger_tools\n");
+    let ws = RepoWorkspace::open(&root).await.unwrap().with_index();
+    assert!(ws.index_caught_up(Duration::from_secs(10)).await);
+    let ledger = RepoPath::parse("shop/ledger.py").unwrap();
+    let names = |found: Option<Vec<(RepoPath, usize)>>| {
+        found
+            .expect("the index answers")
+            .into_iter()
+            .map(|(p, n)| (p.as_str().to_owned(), n))
+            .collect::<Vec<_>>()
+    };
+    // Both of billing's import lines name the ledger; `ledger_tools` is another module.
+    assert_eq!(
+        names(ws.importers(&ledger).await),
+        [("app/billing.py".to_owned(), 2)]
+    );
+
+    // A write through writ adds an edge at once.
+    ws.stage(
+        &RepoPath::parse("app/report.py").unwrap(),
+        b"import shop.ledger\n",
+        true,
+    )
+    .await
+    .unwrap()
+    .publish()
+    .await
+    .unwrap();
+    assert_eq!(
+        names(ws.importers(&ledger).await),
+        [
+            ("app/billing.py".to_owned(), 2),
+            ("app/report.py".to_owned(), 1)
+        ]
+    );
+
+    // A rewrite behind writ's back that drops the import takes the edge away.
+    put(&root, "app/billing.py", "def bill():\n    return 1\n");
+    barrier(&ws, &root, 0);
+    assert_eq!(
+        names(ws.importers(&ledger).await),
+        [("app/report.py".to_owned(), 1)]
+    );
+
+    // A removal through writ too.
+    ws.remove(&RepoPath::parse("app/report.py").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        names(ws.importers(&ledger).await),
+        Vec::<(String, usize)>::new()
+    );
 }

@@ -366,6 +366,20 @@ impl Workspace for RepoWorkspace {
         })?
     }
 
+    async fn importers(&self, path: &RepoPath) -> Option<Vec<(RepoPath, usize)>> {
+        let index = self.index()?;
+        let rel = path.as_str().to_owned();
+        let found = tokio::task::spawn_blocking(move || index.importers(&rel))
+            .await
+            .ok()??;
+        Some(
+            found
+                .into_iter()
+                .filter_map(|(p, n)| RepoPath::parse(&p).ok().map(|p| (p, n)))
+                .collect(),
+        )
+    }
+
     async fn walk(
         &self,
         dir: &RepoPath,

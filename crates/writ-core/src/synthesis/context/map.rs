@@ -1,6 +1,7 @@
 //! The repository map: the workspace's files ranked by how they relate to the file being written
-//! (its imports, the files that mention it, its tests, its folder, definitions named with the
-//! description's words), outlined, and fitted to a token budget.
+//! (its imports, the files that import it — the workspace index's import graph —, the files that
+//! mention it, its tests, its folder, definitions named with the description's words), outlined,
+//! and fitted to a token budget.
 
 use super::*;
 
@@ -36,13 +37,28 @@ pub async fn repo_map(
         return Vec::new();
     }
     let words = description_words(&file.description);
-    // The two searches each take a blocking thread: they run side by side.
-    let (mentions, definitions) = futures::future::join(
+    // The two searches and the index's import graph each take a blocking thread: they run side
+    // by side.
+    let (mentions, definitions, importers) = futures::future::join3(
         mentions(workspace, file),
         definitions(workspace, file, &words),
+        workspace.importers(&file.path),
     )
     .await;
-    let ranked = rank(batch, file, &walk.files, &mentions, &definitions, current);
+    let importers: HashMap<String, usize> = importers
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(p, n)| (p.as_str().to_owned(), n))
+        .collect();
+    let ranked = rank(
+        batch,
+        file,
+        &walk.files,
+        &mentions,
+        &definitions,
+        &importers,
+        current,
+    );
     let mut scored: Vec<(i64, ContextFile)> = Vec::new();
     for (score, path) in ranked.into_iter().take(MAP_CANDIDATES) {
         if seen.iter().any(|s| s == path.as_str()) {
@@ -149,6 +165,7 @@ pub(super) fn rank(
     files: &[WalkedFile],
     mentions: &HashMap<String, usize>,
     definitions: &HashMap<String, usize>,
+    importers: &HashMap<String, usize>,
     current: Option<&str>,
 ) -> Vec<(i64, RepoPath)> {
     let language = Language::from_path(file.path.as_str());
@@ -181,6 +198,11 @@ pub(super) fn rank(
                 && name.contains(&own_stem.to_ascii_lowercase())
             {
                 score += 6;
+            }
+            // Its users: the files whose import lines name it (the index's import graph), the
+            // more lines the closer.
+            if let Some(n) = importers.get(path) {
+                score += 6 + (*n as i64).min(3);
             }
             if let Some(n) = mentions.get(path) {
                 score += 4 + (*n as i64).min(3);
@@ -227,38 +249,7 @@ pub(super) fn fit(files: impl Iterator<Item = ContextFile>, max_tokens: usize) -
     out
 }
 
-/// The module paths a file's own import lines name (`from a.b import c` → `a/b`, `import x`,
-/// `from './y'` → `y`, `mod z;` → `z`), for the map's "it imports" rank.
-pub(super) fn imports_in(code: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for line in code.lines().map(str::trim) {
-        let module = if let Some(rest) = line.strip_prefix("from ") {
-            rest.split_whitespace().next()
-        } else if line.starts_with("import") && line.contains(" from ") {
-            line.rsplit(" from ").next()
-        } else if let Some(rest) = line.strip_prefix("import ") {
-            rest.split([' ', ',', ';']).next()
-        } else if let Some(rest) = line.strip_prefix("mod ") {
-            rest.strip_suffix(';')
-        } else {
-            None
-        };
-        if let Some(module) = module {
-            let m = module
-                .trim_matches(['\'', '"', ';', ' '])
-                .trim_start_matches("./")
-                .trim_start_matches('.');
-            if !m.is_empty() && !m.starts_with('{') {
-                found.push(if m.contains('/') {
-                    m.to_owned()
-                } else {
-                    m.replace('.', "/")
-                });
-            }
-        }
-    }
-    found
-}
+pub(super) use crate::search::imports_in;
 
 /// A file's name without its extension.
 pub(super) fn stem(path: &RepoPath) -> String {
