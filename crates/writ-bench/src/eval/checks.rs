@@ -982,6 +982,11 @@ pub fn report(set: &[CheckTask], outcomes: &[Outcome]) -> String {
             of.iter().map(|o| o.tokens).sum::<u64>() as f64 / n,
         )
     };
+    let ran = |c: Config| outcomes.iter().any(|o| o.config == c);
+    if !(ran(Config::ArbiterOnly) && ran(Config::Generated)) {
+        // A run of some configurations only (`--configs`) has nothing to compare.
+        return out;
+    }
     let (l0, c0, t0) = base(Config::ArbiterOnly);
     let (l1, c1, t1) = base(Config::Generated);
     let _ = writeln!(
