@@ -75,6 +75,9 @@ enum Command {
         /// Only these task ids.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// Only these configurations: arbiter, a, a2, examples, b, c (all by default).
+        #[arg(long, value_delimiter = ',')]
+        configs: Vec<String>,
         /// The fake upstream's latency per model call, in milliseconds.
         #[arg(long, default_value_t = 0)]
         latency_ms: u64,
@@ -141,6 +144,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(Command::EvalChecks {
         bin_dir,
         only,
+        configs,
         latency_ms,
         answers,
     }) = &args.command
@@ -152,6 +156,7 @@ async fn main() -> anyhow::Result<()> {
             tasks_dir: writ_bench::eval::tasks::default_dir(),
             functions: writ_bench::eval::checks::default_functions(),
             only: only.clone(),
+            configs: configs.clone(),
             latency_ms: *latency_ms,
             answers_dir: answers.clone(),
         };

@@ -610,6 +610,18 @@ impl Config {
         Config::FiveGenerated,
     ];
 
+    /// The configuration's name on the command line (`--configs`).
+    pub fn key(self) -> &'static str {
+        match self {
+            Config::ArbiterOnly => "arbiter",
+            Config::Generated => "a",
+            Config::GeneratedTwoWriters => "a2",
+            Config::ExamplesOnly => "examples",
+            Config::ExamplesGenerated => "b",
+            Config::FiveGenerated => "c",
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Config::ArbiterOnly => "arbiter only (no tests)",
@@ -696,6 +708,8 @@ pub struct Options {
     pub tasks_dir: PathBuf,
     pub functions: PathBuf,
     pub only: Vec<String>,
+    /// Only these configurations (by [`Config::key`]); all when empty.
+    pub configs: Vec<String>,
     pub latency_ms: u64,
     pub answers_dir: Option<PathBuf>,
 }
@@ -717,6 +731,9 @@ pub async fn run(opts: &Options) -> anyhow::Result<(Vec<CheckTask>, Vec<Outcome>
         .build()?;
     let mut outcomes = Vec::new();
     for config in Config::ALL {
+        if !opts.configs.is_empty() && !opts.configs.iter().any(|c| c == config.key()) {
+            continue;
+        }
         let db_dir = tempfile::tempdir()?;
         let db = writ_store::testing::fresh_sqlite_url(db_dir.path());
         let code_list = MODELS[..config.models()].join(",");
@@ -965,6 +982,11 @@ pub fn report(set: &[CheckTask], outcomes: &[Outcome]) -> String {
             of.iter().map(|o| o.tokens).sum::<u64>() as f64 / n,
         )
     };
+    let ran = |c: Config| outcomes.iter().any(|o| o.config == c);
+    if !(ran(Config::ArbiterOnly) && ran(Config::Generated)) {
+        // A run of some configurations only (`--configs`) has nothing to compare.
+        return out;
+    }
     let (l0, c0, t0) = base(Config::ArbiterOnly);
     let (l1, c1, t1) = base(Config::Generated);
     let _ = writeln!(

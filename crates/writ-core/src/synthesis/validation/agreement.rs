@@ -6,6 +6,10 @@
 //!   held against anyone.
 //! - [`rank`]: dual agreement — candidates grouped by the set of tests they pass, each group
 //!   scored (candidates in it) × (tests it passes); the candidates of the best-scoring groups.
+//!   Groups with equal scores are separated by consensus: on each test, how many candidates
+//!   end it as the group does (pass or fail). A subtle bug is rarely shared, so the correct
+//!   behaviour is the one other candidates share, while a wrong assertion that happens to
+//!   match one candidate's bug is passed by that candidate alone.
 //! - [`clusters`]: behaviour — candidates whose outputs on every probe input are identical form
 //!   one cluster, largest first.
 //! - [`disagreements`]: the probe inputs on which two candidates' outputs differ.
@@ -64,10 +68,13 @@ pub(crate) struct Group {
     pub tests_passed: usize,
     /// (candidates in the group) × (tests it passes).
     pub score: usize,
+    /// Σ over the usable tests of the candidates (of any group) whose outcome on the test,
+    /// passed or not, is the group's: separates groups with equal scores.
+    pub consensus: usize,
 }
 
-/// The groups by score (best first; equal scores by their first member), and the candidates
-/// of every group that shares the best score.
+/// The groups by score, then consensus (best first; otherwise by their first member), and the
+/// candidates of every group that shares the best score and consensus.
 pub(crate) fn rank(
     r: &CheckResults,
     candidates: usize,
@@ -77,19 +84,36 @@ pub(crate) fn rank(
     for c in 0..candidates {
         by_set.entry(r.passed(c, usable)).or_default().push(c);
     }
+    let passes = |c: usize, t: usize| r.outcomes[c].get(t) == Some(&Some(TestOutcome::Passed));
+    // For each test, the candidates whose outcome (passed or not) is the group's.
+    let consensus = |set: &BTreeSet<usize>| -> usize {
+        usable
+            .iter()
+            .map(|&t| {
+                (0..candidates)
+                    .filter(|&c| passes(c, t) == set.contains(&t))
+                    .count()
+            })
+            .sum()
+    };
     let mut groups: Vec<Group> = by_set
         .into_iter()
         .map(|(set, members)| Group {
             score: members.len() * set.len(),
             tests_passed: set.len(),
+            consensus: consensus(&set),
             members,
         })
         .collect();
-    groups.sort_by(|a, b| b.score.cmp(&a.score).then(a.members[0].cmp(&b.members[0])));
-    let best = groups.first().map_or(0, |g| g.score);
+    groups.sort_by(|a, b| {
+        (b.score, b.consensus)
+            .cmp(&(a.score, a.consensus))
+            .then(a.members[0].cmp(&b.members[0]))
+    });
+    let best = groups.first().map(|g| (g.score, g.consensus));
     let mut tied: Vec<usize> = groups
         .iter()
-        .filter(|g| g.score == best)
+        .filter(|g| Some((g.score, g.consensus)) == best)
         .flat_map(|g| g.members.iter().copied())
         .collect();
     tied.sort_unstable();
@@ -183,7 +207,11 @@ mod tests {
         assert_eq!(groups[0].members, vec![0, 2]);
         assert_eq!(groups[0].score, 4);
         assert_eq!(groups[1].score, 4);
-        assert_eq!(tied, vec![0, 1, 2], "equal scores are a tie");
+        assert_eq!(
+            tied,
+            vec![0, 2],
+            "equal scores: the group whose tests are shared by more candidates"
+        );
         let r = results(
             vec![
                 vec![Passed, Failed, Passed],
@@ -195,6 +223,28 @@ mod tests {
         let (groups, tied) = rank(&r, 3, &usable_tests(&r));
         assert_eq!(groups[0].members, vec![1]);
         assert_eq!(tied, vec![1]);
+    }
+
+    #[test]
+    fn equal_scores_go_to_the_candidate_whose_passed_tests_others_share() {
+        // Candidate 0 is correct; 1 has a bug on inputs 2 and 3, 2 a bug on input 4. Test 3
+        // is a wrong assertion expecting 1's answer. 0 and 1 each pass four tests; on tests 2
+        // and 3, 2 ends as 0 does, and nobody as 1 does.
+        let r = results(
+            vec![
+                vec![Passed, Passed, Passed, Failed, Passed],
+                vec![Passed, Passed, Failed, Passed, Passed],
+                vec![Passed, Passed, Passed, Failed, Failed],
+            ],
+            vec![],
+        );
+        let (groups, tied) = rank(&r, 3, &usable_tests(&r));
+        assert_eq!((groups[0].score, groups[1].score), (4, 4));
+        assert!(groups[0].consensus > groups[1].consensus);
+        assert_eq!(tied, vec![0]);
+        // Nothing to separate them: still a tie.
+        let r = results(vec![vec![Passed, Failed], vec![Failed, Passed]], vec![]);
+        assert_eq!(rank(&r, 2, &usable_tests(&r)).1, vec![0, 1]);
     }
 
     #[test]

@@ -385,6 +385,7 @@ pub(super) async fn check_and_decide(
         })
         .collect();
     let best_score = groups.first().map_or(0, |g| g.score);
+    let best_consensus = groups.first().map_or(0, |g| g.consensus);
     if usable.is_empty() && !any_output(&results, &tied) {
         cx.sink.emit(Event::AgreementComputed {
             file: cx.file.path.to_string(),
@@ -402,8 +403,11 @@ pub(super) async fn check_and_decide(
         };
     }
     // One best group (of several): agreement decides, and only its members remain; several
-    // groups share the best score: every candidate in them remains.
-    let top_groups = groups.iter().filter(|g| g.score == best_score).count();
+    // groups share the best score and consensus: every candidate in them remains.
+    let top_groups = groups
+        .iter()
+        .filter(|g| (g.score, g.consensus) == (best_score, best_consensus))
+        .count();
     let agreed = top_groups == 1 && best_score > 0 && groups.len() > 1;
     let tied: Vec<usize> = if agreed {
         groups[0].members.clone()
@@ -417,7 +421,11 @@ pub(super) async fn check_and_decide(
             usable.len(),
             groups[0].members.len() - 1,
             groups.len()
-        )
+        ) + if groups.get(1).is_some_and(|g| g.score == best_score) {
+            " (equal score with another group; the tests it passes are shared by more candidates)"
+        } else {
+            ""
+        }
     };
     if let [only] = tied.as_slice() {
         cx.sink.emit(Event::AgreementComputed {
