@@ -3,3 +3,7 @@
 //! merge) and never a git object.
 //!
 //! Nothing here fetches, pushes or runs the `git` program.
+
+pub mod worktree;
+
+pub use worktree::{NewWorktree, WorktreeError, add_worktree, prune_worktree};

@@ -3,7 +3,7 @@
 //!
 //! One module per resource: [`synthesis`] (`POST /write_codebase`), [`files`] (the direct file
 //! routes), [`search`] (`GET /search`), [`edits`] (`POST /edits`), [`run`] (`POST /run`), [`jobs`] (jobs and their event stream), [`operations`] (the
-//! audit log), [`tools`] (function-calling declarations and dispatch), [`meta`] (health,
+//! audit log), [`workspaces`] (named workspaces), [`tools`] (function-calling declarations and dispatch), [`meta`] (health,
 //! readiness, metrics, the spec, the dashboard). Each handler translates HTTP to
 //! [`crate::service`]; [`hang_ups`] runs every mutating one beyond its client's hang-up.
 
@@ -18,6 +18,7 @@ pub mod run;
 pub mod search;
 pub mod synthesis;
 pub mod tools;
+pub mod workspaces;
 pub mod write_sessions;
 
 use axum::Router;
@@ -188,6 +189,30 @@ pub fn api_routes() -> Vec<Route> {
             path: "/keys/{id}/budget",
             access: Access::Scope(Scope::Admin),
             handler: put(keys::put_budget),
+        },
+        Route {
+            method: "POST",
+            path: "/workspaces",
+            access: Access::Scope(Scope::Admin),
+            handler: post(workspaces::create_workspace),
+        },
+        Route {
+            method: "GET",
+            path: "/workspaces",
+            access: Access::Scope(Scope::Admin),
+            handler: get(workspaces::list_workspaces),
+        },
+        Route {
+            method: "GET",
+            path: "/workspaces/{name}",
+            access: Access::Scope(Scope::Admin),
+            handler: get(workspaces::get_workspace),
+        },
+        Route {
+            method: "DELETE",
+            path: "/workspaces/{name}",
+            access: Access::Scope(Scope::Admin),
+            handler: delete(workspaces::delete_workspace),
         },
         Route {
             method: "GET",
