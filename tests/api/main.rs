@@ -26,5 +26,6 @@ mod speed;
 mod tools;
 mod updates;
 mod validation;
+mod workspaces;
 mod write_codebase;
 mod write_sessions;

@@ -139,3 +139,31 @@ fn challenge(mut resp: Response) -> Response {
     }
     resp
 }
+
+/// The scope check of [`require_key`] again, for a route reached inside a named workspace
+/// (`/workspaces/{name}/…`): the key was checked on the way in, by a route that could not know
+/// which route inside it would answer; this one does.
+pub async fn require_scope_within(
+    State(state): State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let Some(grant) = req.extensions().get::<Grant>().cloned() else {
+        // Auth is off.
+        return next.run(req).await;
+    };
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .and_then(|p| state.access.of(req.method().as_str(), p.as_str()));
+    if let Some(Access::Scope(needed)) = route {
+        if !grant.scopes.contains(needed) {
+            return insufficient_scope(needed, grant.scopes).into_response();
+        }
+        req.extensions_mut().insert(Grant {
+            scopes: grant.scopes,
+            scope: Some(needed),
+        });
+    }
+    next.run(req).await
+}

@@ -214,6 +214,26 @@ pub fn api_routes() -> Vec<Route> {
             access: Access::Scope(Scope::Admin),
             handler: delete(workspaces::delete_workspace),
         },
+        // The routes of `workspace_routes`, in the named workspace: a valid key here, its scope
+        // for the route inside checked there (`auth::require_scope_within`).
+        Route {
+            method: "GET",
+            path: "/workspaces/{name}/{*rest}",
+            access: Access::PerTool,
+            handler: get(workspaces::serve_within),
+        },
+        Route {
+            method: "PUT",
+            path: "/workspaces/{name}/{*rest}",
+            access: Access::PerTool,
+            handler: put(workspaces::serve_within),
+        },
+        Route {
+            method: "POST",
+            path: "/workspaces/{name}/{*rest}",
+            access: Access::PerTool,
+            handler: post(workspaces::serve_within),
+        },
         Route {
             method: "GET",
             path: "/tools",
@@ -256,6 +276,26 @@ pub fn access_table() -> AccessTable {
             .into_iter()
             .map(|r| (r.method, r.path, r.access)),
     )
+}
+
+/// The routes also served inside a named workspace, under `/workspaces/{name}`: those whose
+/// every effect is on the workspace's files. The others (batches and their jobs, write
+/// sessions, runs, tools, the audit listings) are served in `default` only, for now: their
+/// records do not yet say which workspace they belong to.
+pub const WORKSPACE_ROUTES: [(&str, &str); 5] = [
+    ("GET", "/files"),
+    ("GET", "/files/{*path}"),
+    ("PUT", "/files/{*path}"),
+    ("GET", "/search"),
+    ("POST", "/edits"),
+];
+
+/// The router of [`WORKSPACE_ROUTES`].
+pub fn workspace_router() -> Router<AppState> {
+    api_routes()
+        .into_iter()
+        .filter(|r| WORKSPACE_ROUTES.contains(&(r.method, r.path)))
+        .fold(Router::new(), |r, route| r.route(route.path, route.handler))
 }
 
 pub fn router() -> Router<AppState> {

@@ -181,6 +181,7 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         store,
         workspace,
         workspaces,
+        within: Arc::default(),
         models,
         jobs,
         commands,
