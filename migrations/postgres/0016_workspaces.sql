@@ -13,3 +13,7 @@ CREATE TABLE workspaces (
     -- The id of the key that created it; NULL when auth is off.
     created_by TEXT
 );
+
+-- The workspaces a key may use: names, comma-separated (a name never holds a comma). NULL: every
+-- workspace, what keys issued before workspaces existed keep.
+ALTER TABLE api_keys ADD COLUMN workspaces TEXT;

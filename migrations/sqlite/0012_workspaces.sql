@@ -10,3 +10,7 @@ CREATE TABLE workspaces (
     created_at INTEGER NOT NULL,
     created_by TEXT
 ) STRICT;
+
+-- The workspaces a key may use: names, comma-separated (a name never holds a comma). NULL: every
+-- workspace, what keys issued before workspaces existed keep.
+ALTER TABLE api_keys ADD COLUMN workspaces TEXT;

@@ -361,3 +361,135 @@ async fn a_replica_serves_a_workspace_made_on_another() {
     );
     assert_eq!(get(&second, "/workspaces/shared").await.0, 200);
 }
+
+#[tokio::test]
+async fn a_key_bound_to_a_workspace_finds_no_other_anywhere() {
+    use writ_core::keys::{self, Scope, Scopes};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap().to_owned();
+    let (settings, dirs) =
+        writ_tests::test_settings_with(Backend::Sqlite, &[("WRIT_WORKSPACES_DIR", root.as_str())])
+            .await;
+    // Keys are issued before the server starts, so that it starts with auth on.
+    let store = writ_store::connect(&settings.database_url).await.unwrap();
+    store.migrate().await.unwrap();
+    let all = Scopes::of(&[Scope::Read, Scope::Write, Scope::Admin]);
+    let admin = keys::generate_with_scopes("ops", all);
+    store.create_key(&admin.record).await.unwrap();
+    let mut a = keys::generate_with_scopes("agent a", all);
+    a.record.workspaces = Some(vec!["a".to_owned()]);
+    store.create_key(&a.record).await.unwrap();
+    let mut b = keys::generate_with_scopes("agent b", all);
+    b.record.workspaces = Some(vec!["b".to_owned(), "default".to_owned()]);
+    store.create_key(&b.record).await.unwrap();
+    drop(store);
+    let app = writ_tests::spawn_with(settings, dirs, Backend::Sqlite).await;
+    let send = |key: &str, method: &str, path: &str| {
+        let mut rb = app
+            .client
+            .request(method.parse().unwrap(), app.url(path))
+            .bearer_auth(key.to_owned());
+        if method == "PUT" {
+            rb = rb.body("hello\n");
+        }
+        if method == "POST" && path == "/mcp" {
+            rb = rb
+                .header("accept", "application/json, text/event-stream")
+                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}));
+        }
+        async move { rb.send().await.unwrap().status().as_u16() }
+    };
+    for name in ["a", "b"] {
+        let r = app
+            .client
+            .post(app.url("/workspaces"))
+            .bearer_auth(&admin.key)
+            .json(&json!({"name": name}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+
+    assert_eq!(
+        send(&a.key, "PUT", "/workspaces/a/files/mine.txt").await,
+        201
+    );
+    assert_eq!(
+        send(&a.key, "GET", "/workspaces/a/files/mine.txt").await,
+        200
+    );
+    assert_eq!(
+        send(&b.key, "PUT", "/workspaces/b/files/mine.txt").await,
+        201
+    );
+    // Another's workspace answers as one that does not exist, on every route.
+    for (key, other) in [(&a.key, "b"), (&b.key, "a")] {
+        for (method, path) in [
+            ("GET", format!("/workspaces/{other}/files")),
+            ("GET", format!("/workspaces/{other}/files/mine.txt")),
+            ("PUT", format!("/workspaces/{other}/files/theirs.txt")),
+            ("GET", format!("/workspaces/{other}/search?q=hello")),
+            ("GET", format!("/workspaces/{other}")),
+            ("DELETE", format!("/workspaces/{other}")),
+        ] {
+            assert_eq!(send(key, method, &path).await, 404, "{method} {path}");
+        }
+    }
+    assert!(!dir.path().join("a/theirs.txt").exists() && !dir.path().join("b/theirs.txt").exists());
+    // Told the same as of a workspace that does not exist, but for the name: no enumeration.
+    let answer = |path: &'static str| {
+        let r = app
+            .client
+            .get(app.url(path))
+            .bearer_auth(a.key.clone())
+            .send();
+        async move { r.await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let theirs = answer("/workspaces/b/files").await;
+    let none = answer("/workspaces/c/files").await;
+    assert_eq!(theirs["error"]["code"], none["error"]["code"]);
+    assert_eq!(
+        theirs["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace("'b'", "'c'"),
+        none["error"]["message"].as_str().unwrap()
+    );
+    // `a` may not use `default`: its routes, the audit, jobs and MCP are `default`'s.
+    for (method, path) in [
+        ("GET", "/files"),
+        ("PUT", "/files/x.txt"),
+        ("GET", "/operations"),
+        ("GET", "/jobs"),
+        ("POST", "/mcp"),
+        ("GET", "/workspaces/default/files"),
+    ] {
+        assert_eq!(send(&a.key, method, path).await, 404, "{method} {path}");
+    }
+    assert_eq!(
+        send(&b.key, "GET", "/files").await,
+        200,
+        "b may use default"
+    );
+    // Listings show only the key's workspaces.
+    let listed = |key: String| {
+        let r = app
+            .client
+            .get(app.url("/workspaces"))
+            .bearer_auth(key)
+            .send();
+        async move {
+            let body: Value = r.await.unwrap().json().await.unwrap();
+            body["workspaces"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|w| w["name"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed(a.key.clone()).await, ["a"]);
+    assert_eq!(listed(b.key.clone()).await, ["default", "b"]);
+    assert_eq!(listed(admin.key.clone()).await, ["default", "a", "b"]);
+}

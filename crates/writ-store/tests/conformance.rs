@@ -221,6 +221,7 @@ macro_rules! conformance_suite {
                 open_sessions_are_counted_per_caller_and_abandoned_ones_listed_oldest_first,
                 a_workspace_round_trips_and_workspaces_list_by_name,
                 a_taken_workspace_name_is_a_conflict_and_deleting_frees_it,
+                a_key_bound_to_workspaces_reads_back_bound_and_an_unbound_one_may_use_all,
             );
         }
     };
@@ -2255,6 +2256,7 @@ fn key_record(id: &str, name: &str, at: DateTime<Utc>) -> writ_core::keys::ApiKe
         created_at: DateTime::from_timestamp_micros(at.timestamp_micros()).unwrap(),
         revoked_at: None,
         scopes: writ_core::keys::Scopes::of(&[writ_core::keys::Scope::Read]),
+        workspaces: None,
     }
 }
 
@@ -2622,4 +2624,20 @@ async fn a_taken_workspace_name_is_a_conflict_and_deleting_frees_it(store: &dyn 
     assert!(!store.delete_workspace("w").await.unwrap(), "already gone");
     store.create_workspace(&second).await.unwrap();
     assert_eq!(store.find_workspace("w").await.unwrap(), Some(second));
+}
+
+async fn a_key_bound_to_workspaces_reads_back_bound_and_an_unbound_one_may_use_all(
+    store: &dyn AuditStore,
+) {
+    let mut bound = key_record("0123456789ab", "agent", Utc::now());
+    bound.workspaces = Some(vec!["task-a".to_owned(), "task-b".to_owned()]);
+    let free = key_record("ba9876543210", "ops", Utc::now());
+    store.create_key(&bound).await.unwrap();
+    store.create_key(&free).await.unwrap();
+    let found = store.find_key(&bound.id).await.unwrap().unwrap();
+    assert_eq!(found, bound);
+    assert!(found.may_use("task-b") && !found.may_use("default"));
+    let found = store.find_key(&free.id).await.unwrap().unwrap();
+    assert_eq!(found.workspaces, None);
+    assert!(found.may_use("default") && found.may_use("anything"));
 }

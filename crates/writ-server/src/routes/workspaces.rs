@@ -12,7 +12,7 @@ use tower::ServiceExt;
 use writ_core::Workspace;
 use writ_core::workspaces::WorkspaceName;
 
-use crate::access::{Caller, Grant};
+use crate::access::{Caller, Grant, KeyWorkspaces, may_use};
 use crate::error::ApiError;
 use crate::routes::hang_ups::HungUp;
 use crate::service::workspaces::{self, CreateWorkspace, DeletedWorkspace, WorkspaceInfo};
@@ -35,23 +35,34 @@ pub async fn create_workspace(
 /// Every workspace, `default` first.
 pub async fn list_workspaces(
     State(state): State<AppState>,
+    bound: Option<axum::Extension<KeyWorkspaces>>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let all = workspaces::list(&state.workspaces).await?;
+    let bound = bound.map(|axum::Extension(b)| b);
+    let mut all = workspaces::list(&state.workspaces).await?;
+    all.retain(|w| may_use(bound.as_ref(), &w.name));
     Ok(Json(serde_json::json!({ "workspaces": all })))
 }
 
 pub async fn get_workspace(
     State(state): State<AppState>,
+    bound: Option<axum::Extension<KeyWorkspaces>>,
     Path(name): Path<String>,
 ) -> Result<Json<WorkspaceInfo>, ApiError> {
+    if !may_use(bound.map(|axum::Extension(b)| b).as_ref(), &name) {
+        return Err(unknown_workspace(&name));
+    }
     Ok(Json(workspaces::find(&state.workspaces, &name).await?))
 }
 
 /// Forgets the workspace (and prunes git's record of a worktree); its files are kept.
 pub async fn delete_workspace(
     State(state): State<AppState>,
+    bound: Option<axum::Extension<KeyWorkspaces>>,
     Path(name): Path<String>,
 ) -> Result<Json<DeletedWorkspace>, ApiError> {
+    if !may_use(bound.map(|axum::Extension(b)| b).as_ref(), &name) {
+        return Err(unknown_workspace(&name));
+    }
     let deleted = workspaces::delete(&state.workspaces, &name).await?;
     state.within.forget(&name);
     Ok(Json(deleted))
@@ -62,7 +73,10 @@ pub async fn delete_workspace(
 /// service below it reads the workspace as it always has (`state.workspace`). A lookup is one
 /// short lock and a hash probe, whatever the number of workspaces.
 #[derive(Default)]
-pub struct Within(Mutex<HashMap<String, (Arc<dyn Workspace>, Router)>>);
+pub struct Within(Mutex<HashMap<String, Built>>);
+
+/// A workspace's router, and the opened workspace it was built over.
+type Built = (Arc<dyn Workspace>, Router);
 
 impl Within {
     fn router(&self, state: &AppState, name: &str, workspace: Arc<dyn Workspace>) -> Router {
@@ -113,8 +127,12 @@ impl Within {
 pub async fn serve_within(
     State(state): State<AppState>,
     Path((name, _rest)): Path<(String, String)>,
+    bound: Option<axum::Extension<KeyWorkspaces>>,
     req: Request,
 ) -> Response {
+    if !may_use(bound.map(|axum::Extension(b)| b).as_ref(), &name) {
+        return unknown_workspace(&name).into_response();
+    }
     let workspace = match state.workspaces.open(&name).await {
         Ok(Some(workspace)) => workspace,
         Ok(None) => return unknown_workspace(&name).into_response(),
@@ -142,7 +160,7 @@ pub async fn serve_within(
     *req.headers_mut() = parts.headers;
     let carried = req.extensions_mut();
     if let Some(id) = parts.extensions.get::<RequestId>() {
-        carried.insert(id.clone());
+        carried.insert(*id);
     }
     if let Some(caller) = parts.extensions.get::<Caller>() {
         carried.insert(caller.clone());

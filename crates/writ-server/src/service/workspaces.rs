@@ -30,8 +30,11 @@ pub struct Workspaces {
     store: Arc<dyn AuditStore>,
     settings: Arc<Settings>,
     shared_locks: Option<Arc<dyn writ_core::workspace::SharedLocks>>,
-    opened: Mutex<HashMap<String, Arc<OnceCell<Arc<dyn Workspace>>>>>,
+    opened: Mutex<HashMap<String, Opening>>,
 }
+
+/// A workspace being opened or opened: every first use of it waits on the same cell.
+type Opening = Arc<OnceCell<Arc<dyn Workspace>>>;
 
 impl Workspaces {
     pub fn new(
