@@ -493,3 +493,44 @@ async fn a_key_bound_to_a_workspace_finds_no_other_anywhere() {
     assert_eq!(listed(b.key.clone()).await, ["default", "b"]);
     assert_eq!(listed(admin.key.clone()).await, ["default", "a", "b"]);
 }
+
+#[tokio::test]
+async fn the_cli_makes_lists_and_deletes_workspaces() {
+    use writ_server::client::{Remote, WorkspacesCommand, workspaces};
+    let (app, dir) = app_with_workspaces(Backend::Sqlite).await;
+    let remote = Remote {
+        url: app.address.clone(),
+        api_key: None,
+    };
+    let mut out = Vec::new();
+    let create = WorkspacesCommand::Create {
+        name: "cli".into(),
+        directory: None,
+        worktree_of: Some("repo".into()),
+        branch: Some("from-cli".into()),
+        from: None,
+    };
+    workspaces(&remote, &create, &mut out).await.unwrap();
+    workspaces(&remote, &WorkspacesCommand::List, &mut out)
+        .await
+        .unwrap();
+    let shown = String::from_utf8(out).unwrap();
+    assert!(
+        shown.contains("git_worktree") && shown.contains("from-cli"),
+        "{shown}"
+    );
+    assert!(shown.lines().any(|l| l.starts_with("default ")), "{shown}");
+    assert!(git(&dir.path().join("repo"), &["branch", "--list"]).contains("from-cli"));
+    let err = workspaces(&remote, &create, &mut Vec::new())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("exists"), "{err}");
+    let mut out = Vec::new();
+    let delete = WorkspacesCommand::Delete { name: "cli".into() };
+    workspaces(&remote, &delete, &mut out).await.unwrap();
+    let shown = String::from_utf8(out).unwrap();
+    assert!(
+        shown.contains("files kept") && shown.contains("worktree pruned"),
+        "{shown}"
+    );
+}

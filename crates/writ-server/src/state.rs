@@ -17,7 +17,7 @@ pub struct AppState {
     /// Every workspace by name, `default` (the one above) included, each opened once.
     pub workspaces: Arc<crate::service::workspaces::Workspaces>,
     /// The routes inside each named workspace, built once per workspace.
-    pub within: Arc<crate::routes::workspaces::Within>,
+    pub within: Arc<crate::service::workspaces::BuiltPer<axum::Router>>,
     /// Present when models are configured; `/readyz` asks it whether the provider is usable.
     pub models: Option<Arc<dyn ModelClient>>,
     /// Runs every batch as a job (persisted, with progress events); `None` when no model client

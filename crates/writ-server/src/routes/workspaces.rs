@@ -1,8 +1,7 @@
 //! Named workspaces (`admin`): `POST /workspaces`, `GET /workspaces`, `GET` and `DELETE
 //! /workspaces/{name}`, over [`crate::service::workspaces`].
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{StatusCode, Uri};
@@ -68,58 +67,38 @@ pub async fn delete_workspace(
     Ok(Json(deleted))
 }
 
-/// The router of the routes served inside each workspace ([`crate::routes::WORKSPACE_ROUTES`]),
-/// built once per workspace with that workspace in its state, so that every handler and
-/// service below it reads the workspace as it always has (`state.workspace`). A lookup is one
-/// short lock and a hash probe, whatever the number of workspaces.
-#[derive(Default)]
-pub struct Within(Mutex<HashMap<String, Built>>);
-
-/// A workspace's router, and the opened workspace it was built over.
-type Built = (Arc<dyn Workspace>, Router);
-
-impl Within {
-    fn router(&self, state: &AppState, name: &str, workspace: Arc<dyn Workspace>) -> Router {
-        let mut built = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((opened, router)) = built.get(name)
-            && Arc::ptr_eq(opened, &workspace)
-        {
-            return router.clone();
+/// The router of the routes served inside the workspace `name` ([`crate::routes::WORKSPACE_ROUTES`]),
+/// built once per workspace with that workspace in its state, so that every handler and service
+/// below it reads the workspace as it always has (`state.workspace`).
+fn router_within(state: &AppState, name: &str, workspace: Arc<dyn Workspace>) -> Router {
+    if let Some(router) = state.within.get(name, &workspace) {
+        return router;
+    }
+    let inner = if name == WorkspaceName::DEFAULT {
+        state.clone()
+    } else {
+        AppState {
+            workspace: workspace.clone(),
+            // Batches and runs are built over `default`'s root (see WORKSPACE_ROUTES).
+            jobs: None,
+            commands: None,
+            ..state.clone()
         }
-        let inner = if name == WorkspaceName::DEFAULT {
-            state.clone()
-        } else {
-            AppState {
-                workspace: workspace.clone(),
-                // Batches and runs are built over `default`'s root (see WORKSPACE_ROUTES).
-                jobs: None,
-                commands: None,
-                ..state.clone()
-            }
-        };
-        let router = crate::routes::workspace_router()
-            .fallback(|| async {
-                ApiError::not_found(
-                    "no such route in a named workspace; the files, search and edits routes are served there",
-                )
-            })
-            .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
-            .layer(axum::middleware::from_fn_with_state(
-                inner.clone(),
-                crate::auth::require_scope_within,
-            ))
-            .with_state(inner);
-        built.insert(name.to_owned(), (workspace, router.clone()));
-        router
-    }
-
-    /// Forgets a deleted workspace's router.
-    pub fn forget(&self, name: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(name);
-    }
+    };
+    let router = crate::routes::workspace_router()
+        .fallback(|| async {
+            ApiError::not_found(
+                "no such route in a named workspace; the files, search and edits routes are served there",
+            )
+        })
+        .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            inner.clone(),
+            crate::auth::require_scope_within,
+        ))
+        .with_state(inner);
+    state.within.insert(name, workspace, router.clone());
+    router
 }
 
 /// `/workspaces/{name}/{*rest}`: the route `/{rest}` answered in the workspace `name`. A
@@ -171,7 +150,7 @@ pub async fn serve_within(
     if let Some(hung_up) = parts.extensions.get::<HungUp>() {
         carried.insert(hung_up.clone());
     }
-    let router = state.within.router(&state, &name, workspace);
+    let router = router_within(&state, &name, workspace);
     match router.oneshot(req).await {
         Ok(response) => response,
         Err(never) => match never {},
