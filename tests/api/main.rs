@@ -28,5 +28,6 @@ mod speed;
 mod tools;
 mod updates;
 mod validation;
+mod workspaces;
 mod write_codebase;
 mod write_sessions;

@@ -626,7 +626,10 @@ fn each_operation_names_the_scope_the_route_table_requires() {
         let (declared, answers_403) = match route.access {
             Access::Open => (None, false),
             Access::Scope(scope) => (Some(scope.as_str()), true),
-            Access::PerTool => (Some("tool"), route.path == "/tools/call"),
+            Access::PerTool => (
+                Some("tool"),
+                route.path == "/tools/call" || route.path == "/workspaces/{name}/{*rest}",
+            ),
         };
         assert_eq!(
             op["x-writ-scope"].as_str(),
@@ -704,6 +707,11 @@ fn the_request_schemas_have_exactly_the_fields_the_request_types_accept() {
             "ImageOptions",
             &spec["components"]["schemas"]["ImageOptions"],
             accepted_fields!(ImageOptions),
+        ),
+        (
+            "WorkspaceCreate",
+            &spec["components"]["schemas"]["WorkspaceCreate"],
+            accepted_fields!(writ_server::service::workspaces::CreateWorkspace),
         ),
         (
             "WriteSessionBegin",

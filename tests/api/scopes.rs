@@ -74,6 +74,8 @@ async fn app_with_keys() -> (TestApp, Keys) {
 /// The route's path with its parameters filled in.
 fn concrete(path: &str) -> String {
     path.replace("{*path}", "scoped.txt")
+        .replace("{name}", "default")
+        .replace("{*rest}", "files")
         .replace("{id}", &Uuid::now_v7().to_string())
 }
 
@@ -104,6 +106,10 @@ fn every_route_requires_the_scope_its_method_implies() {
         let expected = match (route.method, route.path) {
             (_, p) if OPEN_PATHS.contains(&p) => Access::Open,
             (_, "/mcp") | ("POST", "/tools/call") => Access::PerTool,
+            // Inside a workspace: the route inside decides, as a tool does.
+            (_, "/workspaces/{name}/{*rest}") => Access::PerTool,
+            // Making and removing workspaces is administration.
+            (_, "/workspaces" | "/workspaces/{name}") => Access::Scope(Scope::Admin),
             ("POST", "/run") => Access::Scope(Scope::Run),
             // Setting what a key may spend is key management.
             ("PUT", "/keys/{id}/budget") => Access::Scope(Scope::Admin),

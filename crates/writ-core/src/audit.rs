@@ -439,6 +439,7 @@ pub trait AuditStore:
     + crate::jobs::JobStore
     + crate::keys::KeyStore
     + crate::sessions::SessionStore
+    + crate::workspaces::WorkspaceStore
 {
     /// Backend name for reports (`postgres`, `sqlite`).
     fn backend(&self) -> &'static str;

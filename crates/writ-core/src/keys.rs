@@ -37,6 +37,19 @@ pub struct ApiKeyRecord {
     pub revoked_at: Option<DateTime<Utc>>,
     /// What the key may do; fixed when it is issued.
     pub scopes: Scopes,
+    /// The names of the workspaces the key may use; `None`: every workspace (what keys issued
+    /// before workspaces could do). A workspace it may not use answers as one that does not
+    /// exist.
+    pub workspaces: Option<Vec<String>>,
+}
+
+impl ApiKeyRecord {
+    /// Whether the key may use the workspace named `name`.
+    pub fn may_use(&self, name: &str) -> bool {
+        self.workspaces
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|n| n == name))
+    }
 }
 
 /// One thing a key may do. Every route and every tool requires exactly one.
@@ -207,6 +220,7 @@ pub fn generate_with_scopes(name: &str, scopes: Scopes) -> NewKey {
             created_at: Utc::now(),
             revoked_at: None,
             scopes,
+            workspaces: None,
         },
     }
 }

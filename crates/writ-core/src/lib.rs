@@ -14,6 +14,7 @@
 //! - [`keys`]: API keys (format, constant-time check) and the [`keys::KeyStore`] trait.
 //! - [`limits`]: per-key limits replicas share ([`limits::LimitStore`]).
 //! - [`sessions`]: write sessions — raw chunks, `DONE`, corrections — and [`sessions::SessionStore`].
+//! - [`workspaces`]: named workspaces besides `REPO_DIR` (`default`) and [`workspaces::WorkspaceStore`].
 //! - [`content`]: hashing and the text helpers (UTF-8 checks, numbered previews) both use.
 //! - [`synthesis`]: from a `write_codebase` request to files written (see its module docs).
 //!
@@ -35,6 +36,7 @@ pub mod path;
 pub mod search;
 pub mod sessions;
 pub mod workspace;
+pub mod workspaces;
 
 pub use audit::{AuditStore, StoreError};
 pub use model::ModelClient;

@@ -6,3 +6,6 @@
 
 pub mod commit;
 pub mod merge;
+pub mod worktree;
+
+pub use worktree::{NewWorktree, WorktreeError, add_worktree, prune_worktree};

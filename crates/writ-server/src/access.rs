@@ -54,6 +54,23 @@ impl AccessTable {
     }
 }
 
+/// The workspaces an authenticated caller's key may use, as a request extension; absent when
+/// the key may use every workspace (or auth is off). A workspace it may not use answers 404,
+/// as one that does not exist.
+#[derive(Debug, Clone)]
+pub struct KeyWorkspaces(pub std::sync::Arc<[String]>);
+
+impl KeyWorkspaces {
+    pub fn allows(&self, name: &str) -> bool {
+        self.0.iter().any(|n| n == name)
+    }
+}
+
+/// Whether the request's key may use the workspace `name`.
+pub fn may_use(bound: Option<&KeyWorkspaces>, name: &str) -> bool {
+    bound.is_none_or(|b| b.allows(name))
+}
+
 /// The key id of an authenticated caller, as a request extension.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller(pub String);

@@ -20,7 +20,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use writ_core::keys::{PresentedKey, Scopes};
 
-use crate::access::{Access, Caller, Grant, insufficient_scope};
+use crate::access::{Access, Caller, Grant, KeyWorkspaces, insufficient_scope};
 use crate::error::{ApiError, ErrorCode};
 use crate::state::AppState;
 
@@ -37,7 +37,7 @@ pub async fn require_key(State(state): State<AppState>, mut req: Request, next: 
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     match authenticate(&state, authorization.as_deref()).await {
-        Ok(Some((caller, scopes))) => {
+        Ok(Some((caller, scopes, bound))) => {
             if let Err(e) = state.limits.take_request(&caller.0).await {
                 return e.into_response();
             }
@@ -55,6 +55,21 @@ pub async fn require_key(State(state): State<AppState>, mut req: Request, next: 
                 Some(Access::Scope(needed)) => Some(needed),
                 _ => None,
             };
+            if let Some(names) = bound {
+                let bound = KeyWorkspaces(names.into());
+                // A route without a workspace in its path is in `default`; the workspace
+                // routes check the name they are given.
+                let in_default = !req
+                    .extensions()
+                    .get::<MatchedPath>()
+                    .is_some_and(|p| p.as_str().starts_with("/workspaces"));
+                if in_default && !bound.allows(writ_core::workspaces::WorkspaceName::DEFAULT) {
+                    return ApiError::not_found("no workspace named 'default'")
+                        .with_field("name")
+                        .into_response();
+                }
+                req.extensions_mut().insert(bound);
+            }
             req.extensions_mut().insert(caller);
             req.extensions_mut().insert(Grant { scopes, scope });
             next.run(req).await
@@ -71,11 +86,12 @@ pub async fn may_see_details(state: &AppState, authorization: Option<&str>) -> b
     authenticate(state, authorization).await.is_ok()
 }
 
-/// The caller and its key's scopes; `None` while auth is off.
+/// The caller, its key's scopes and the workspaces it is bound to (`None`: all); `None` while
+/// auth is off.
 async fn authenticate(
     state: &AppState,
     authorization: Option<&str>,
-) -> Result<Option<(Caller, Scopes)>, ApiError> {
+) -> Result<Option<(Caller, Scopes, Option<Vec<String>>)>, ApiError> {
     if !state
         .auth
         .is_on(
@@ -103,7 +119,10 @@ async fn authenticate(
         .iter()
         .find(|k| k.id == presented.id);
     let valid = match configured {
-        Some(k) => presented.matches(&k.secret_sha256).then_some(k.scopes),
+        // A configured key may use every workspace.
+        Some(k) => presented
+            .matches(&k.secret_sha256)
+            .then_some((k.scopes, None)),
         None => match state
             .store
             .find_key(&presented.id)
@@ -112,17 +131,17 @@ async fn authenticate(
         {
             Some(record) => (record.revoked_at.is_none()
                 && presented.matches(&record.secret_sha256))
-            .then_some(record.scopes),
+            .then_some((record.scopes, record.workspaces)),
             None => None,
         },
     };
-    let Some(scopes) = valid else {
+    let Some((scopes, bound)) = valid else {
         tracing::info!(key_id = %presented.id, "refused an unknown, revoked or wrong API key");
         return Err(unauthorized(
             "the API key is not valid (unknown, revoked or wrong)",
         ));
     };
-    Ok(Some((Caller(presented.id), scopes)))
+    Ok(Some((Caller(presented.id), scopes, bound)))
 }
 
 fn unauthorized(message: &str) -> ApiError {
@@ -138,4 +157,32 @@ fn challenge(mut resp: Response) -> Response {
         );
     }
     resp
+}
+
+/// The scope check of [`require_key`] again, for a route reached inside a named workspace
+/// (`/workspaces/{name}/…`): the key was checked on the way in, by a route that could not know
+/// which route inside it would answer; this one does.
+pub async fn require_scope_within(
+    State(state): State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let Some(grant) = req.extensions().get::<Grant>().cloned() else {
+        // Auth is off.
+        return next.run(req).await;
+    };
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .and_then(|p| state.access.of(req.method().as_str(), p.as_str()));
+    if let Some(Access::Scope(needed)) = route {
+        if !grant.scopes.contains(needed) {
+            return insufficient_scope(needed, grant.scopes).into_response();
+        }
+        req.extensions_mut().insert(Grant {
+            scopes: grant.scopes,
+            scope: Some(needed),
+        });
+    }
+    next.run(req).await
 }

@@ -411,6 +411,108 @@ pub async fn ops(remote: &Remote, args: &OpsArgs, out: &mut dyn Write) -> anyhow
     Ok(())
 }
 
+/// `writ workspaces`: named workspaces of a running writ (needs an `admin` key).
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum WorkspacesCommand {
+    /// Make a workspace: empty, from a directory under WRIT_WORKSPACES_DIR (`--directory`), or a
+    /// git worktree of a repository on a new branch (`--worktree-of REPO --branch B [--from REF]`).
+    Create {
+        name: String,
+        /// A directory relative to the server's WRIT_WORKSPACES_DIR.
+        #[arg(long, conflicts_with_all = ["worktree_of", "branch", "from"])]
+        directory: Option<String>,
+        /// The repository: a workspace's name, or a path relative to WRIT_WORKSPACES_DIR.
+        #[arg(long, requires = "branch")]
+        worktree_of: Option<String>,
+        /// The new branch the worktree is checked out on.
+        #[arg(long, requires = "worktree_of")]
+        branch: Option<String>,
+        /// The ref the branch is made at (default HEAD).
+        #[arg(long, requires = "worktree_of")]
+        from: Option<String>,
+    },
+    /// List the workspaces the key may use.
+    List,
+    /// Forget a workspace (its files are kept; a worktree is pruned, its branch kept).
+    Delete { name: String },
+}
+
+/// Runs a `writ workspaces` command against the server at `remote`.
+pub async fn workspaces(
+    remote: &Remote,
+    command: &WorkspacesCommand,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let client = http()?;
+    let base = remote.url.trim_end_matches('/');
+    let request = match command {
+        WorkspacesCommand::Create {
+            name,
+            directory,
+            worktree_of,
+            branch,
+            from,
+        } => {
+            let source = match (directory, worktree_of) {
+                (Some(path), _) => json!({"kind": "directory", "path": path}),
+                (None, Some(repository)) => {
+                    let mut source =
+                        json!({"kind": "git_worktree", "repository": repository, "branch": branch});
+                    if let Some(from) = from {
+                        source["from"] = json!(from);
+                    }
+                    source
+                }
+                (None, None) => json!({"kind": "empty"}),
+            };
+            client
+                .post(format!("{base}/workspaces"))
+                .json(&json!({"name": name, "source": source}))
+        }
+        WorkspacesCommand::List => client.get(format!("{base}/workspaces")),
+        WorkspacesCommand::Delete { name } => client.delete(format!("{base}/workspaces/{name}")),
+    };
+    let resp = authed(request, remote)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach writ at {base} (set WRIT_URL)"))?;
+    if !resp.status().is_success() {
+        return Err(refusal(resp).await);
+    }
+    let body: Value = resp.json().await?;
+    let line = |w: &Value| {
+        let s = |k: &str| terminal_safe(w[k].as_str().unwrap_or("-"));
+        format!(
+            "{:<24} {:<13} {:<20} {}",
+            s("name"),
+            s("kind"),
+            s("branch"),
+            s("root")
+        )
+    };
+    match command {
+        WorkspacesCommand::List => {
+            writeln!(out, "{:<24} {:<13} {:<20} ROOT", "NAME", "KIND", "BRANCH")?;
+            for w in body["workspaces"].as_array().into_iter().flatten() {
+                writeln!(out, "{}", line(w))?;
+            }
+        }
+        WorkspacesCommand::Create { .. } => writeln!(out, "{}", line(&body))?,
+        WorkspacesCommand::Delete { name } => writeln!(
+            out,
+            "deleted {}; files kept in {}{}",
+            terminal_safe(name),
+            terminal_safe(body["root"].as_str().unwrap_or("-")),
+            if body["worktree_pruned"] == json!(true) {
+                "; worktree pruned, branch kept"
+            } else {
+                ""
+            }
+        )?,
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,10 @@ pub enum KeysCommand {
         /// admin (reserved for key management). Fixed for the key's life.
         #[arg(long, default_value = "read,write", value_parser = parse_scopes)]
         scopes: Scopes,
+        /// A workspace the key may use (repeat for more); without, it may use every
+        /// workspace. Any other workspace answers it 404, as one that does not exist.
+        #[arg(long = "workspace", value_parser = parse_workspace)]
+        workspaces: Vec<String>,
     },
     /// List issued keys: id, name, scopes, created, revoked (never a key or a hash).
     List,
@@ -50,6 +54,12 @@ pub enum KeysCommand {
     },
 }
 
+fn parse_workspace(raw: &str) -> Result<String, String> {
+    writ_core::workspaces::WorkspaceName::parse(raw)
+        .map(|name| name.to_string())
+        .map_err(|why| format!("workspace name {why}"))
+}
+
 fn parse_scopes(raw: &str) -> Result<Scopes, String> {
     Scopes::parse_list(raw, ',')
 }
@@ -75,8 +85,15 @@ pub async fn run(
     let store = writ_store::connect(&settings.database_url).await?;
     store.migrate().await.context("applying migrations")?;
     match command {
-        KeysCommand::Create { name, scopes } => {
-            let new = keys::generate_with_scopes(&name, scopes);
+        KeysCommand::Create {
+            name,
+            scopes,
+            workspaces,
+        } => {
+            let mut new = keys::generate_with_scopes(&name, scopes);
+            if !workspaces.is_empty() {
+                new.record.workspaces = Some(workspaces.clone());
+            }
             store
                 .create_key(&new.record)
                 .await
@@ -84,6 +101,9 @@ pub async fn run(
             writeln!(out, "id:  {}", new.record.id)?;
             writeln!(out, "key: {}", new.key)?;
             writeln!(out, "scopes: {scopes}")?;
+            if !workspaces.is_empty() {
+                writeln!(out, "workspaces: {}", workspaces.join(","))?;
+            }
             writeln!(
                 out,
                 "Keep the key now: writ stores only its hash and cannot show it again."

@@ -58,6 +58,13 @@ enum Command {
         #[command(flatten)]
         args: writ_server::client::OpsArgs,
     },
+    /// Make, list and delete named workspaces of a running writ (needs an admin key).
+    Workspaces {
+        #[command(flatten)]
+        remote: writ_server::client::Remote,
+        #[command(subcommand)]
+        command: writ_server::client::WorkspacesCommand,
+    },
     /// Apply database migrations and exit.
     Migrate,
     /// Print a pre-flight report; exit 1 when something a write needs is missing.
@@ -158,6 +165,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Ops { remote, args } => {
             writ_server::client::ops(&remote, &args, &mut std::io::stdout()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Workspaces { remote, command } => {
+            writ_server::client::workspaces(&remote, &command, &mut std::io::stdout()).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate => {

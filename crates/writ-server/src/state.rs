@@ -14,6 +14,10 @@ pub struct AppState {
     pub store: Arc<dyn AuditStore>,
     /// `REPO_DIR`, every path confined beneath it.
     pub workspace: Arc<dyn Workspace>,
+    /// Every workspace by name, `default` (the one above) included, each opened once.
+    pub workspaces: Arc<crate::service::workspaces::Workspaces>,
+    /// The routes inside each named workspace, built once per workspace.
+    pub within: Arc<crate::service::workspaces::BuiltPer<axum::Router>>,
     /// Present when models are configured; `/readyz` asks it whether the provider is usable.
     pub models: Option<Arc<dyn ModelClient>>,
     /// Runs every batch as a job (persisted, with progress events); `None` when no model client

@@ -1,7 +1,8 @@
 //! The audit store's statements, written once for both backends: [`SqlStore`], and one module
 //! per port it implements — [`writ_core::AuditStore`] (requests, operations, migrations) in
 //! `audit`, [`writ_core::jobs::JobStore`] in `jobs`, [`writ_core::keys::KeyStore`] in `keys`,
-//! [`writ_core::sessions::SessionStore`] in `sessions` —, every record write through the group
+//! [`writ_core::sessions::SessionStore`] in `sessions`, [`writ_core::workspaces::WorkspaceStore`]
+//! in `workspaces` —, every record write through the group
 //! commit in `commit`, the statements' building blocks in `sql`.
 //!
 //! Statements are built with sqlx's [`sqlx::QueryBuilder`], which writes each backend's placeholders
@@ -19,6 +20,7 @@ mod jobs;
 mod keys;
 mod sessions;
 mod sql;
+mod workspaces;
 
 use std::fmt;
 use std::sync::Arc;

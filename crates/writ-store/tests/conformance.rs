@@ -23,6 +23,7 @@ use writ_core::audit::{
 };
 use writ_core::files::WriteMode;
 use writ_core::sessions::{ChunkAppend, SessionState, SessionTransition, WriteSession};
+use writ_core::workspaces::{WorkspaceKind, WorkspaceName, WorkspaceRecord};
 use writ_core::{AuditStore, StoreError};
 use writ_store::testing::{fresh_postgres_url, fresh_sqlite_url};
 use writ_store::{Dialect, PgStore, SqlStore, SqliteStore};
@@ -218,6 +219,9 @@ macro_rules! conformance_suite {
                 a_chunk_appended_out_of_turn_or_after_the_session_moved_on_is_refused,
                 a_session_changes_state_once_and_can_replace_or_drop_its_content,
                 open_sessions_are_counted_per_caller_and_abandoned_ones_listed_oldest_first,
+                a_workspace_round_trips_and_workspaces_list_by_name,
+                a_taken_workspace_name_is_a_conflict_and_deleting_frees_it,
+                a_key_bound_to_workspaces_reads_back_bound_and_an_unbound_one_may_use_all,
             );
         }
     };
@@ -2253,6 +2257,7 @@ fn key_record(id: &str, name: &str, at: DateTime<Utc>) -> writ_core::keys::ApiKe
         created_at: DateTime::from_timestamp_micros(at.timestamp_micros()).unwrap(),
         revoked_at: None,
         scopes: writ_core::keys::Scopes::of(&[writ_core::keys::Scope::Read]),
+        workspaces: None,
     }
 }
 
@@ -2571,4 +2576,69 @@ async fn open_sessions_are_counted_per_caller_and_abandoned_ones_listed_oldest_f
             .len(),
         1
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workspaces
+
+fn workspace_record(name: &str, kind: WorkspaceKind) -> WorkspaceRecord {
+    let git = kind == WorkspaceKind::GitWorktree;
+    WorkspaceRecord {
+        name: WorkspaceName::parse(name).unwrap(),
+        kind,
+        root: format!("/srv/workspaces/{name}"),
+        source: git.then(|| "/srv/workspaces/repo".to_owned()),
+        branch: git.then(|| format!("task/{name}")),
+        base_ref: git.then(|| "HEAD".to_owned()),
+        // Microseconds: what both backends keep.
+        created_at: DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).unwrap(),
+        created_by: git.then(|| "0123456789ab".to_owned()),
+    }
+}
+
+async fn a_workspace_round_trips_and_workspaces_list_by_name(store: &dyn AuditStore) {
+    assert_eq!(store.list_workspaces().await.unwrap(), vec![]);
+    assert_eq!(store.find_workspace("task-b").await.unwrap(), None);
+    let b = workspace_record("task-b", WorkspaceKind::GitWorktree);
+    let a = workspace_record("task-a", WorkspaceKind::Empty);
+    store.create_workspace(&b).await.unwrap();
+    store.create_workspace(&a).await.unwrap();
+    assert_eq!(
+        store.find_workspace("task-b").await.unwrap(),
+        Some(b.clone())
+    );
+    assert_eq!(
+        store.list_workspaces().await.unwrap(),
+        vec![a, b],
+        "by name"
+    );
+}
+
+async fn a_taken_workspace_name_is_a_conflict_and_deleting_frees_it(store: &dyn AuditStore) {
+    let first = workspace_record("w", WorkspaceKind::Empty);
+    store.create_workspace(&first).await.unwrap();
+    let second = workspace_record("w", WorkspaceKind::Directory);
+    let err = store.create_workspace(&second).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+    assert_eq!(store.find_workspace("w").await.unwrap(), Some(first));
+    assert!(store.delete_workspace("w").await.unwrap());
+    assert!(!store.delete_workspace("w").await.unwrap(), "already gone");
+    store.create_workspace(&second).await.unwrap();
+    assert_eq!(store.find_workspace("w").await.unwrap(), Some(second));
+}
+
+async fn a_key_bound_to_workspaces_reads_back_bound_and_an_unbound_one_may_use_all(
+    store: &dyn AuditStore,
+) {
+    let mut bound = key_record("0123456789ab", "agent", Utc::now());
+    bound.workspaces = Some(vec!["task-a".to_owned(), "task-b".to_owned()]);
+    let free = key_record("ba9876543210", "ops", Utc::now());
+    store.create_key(&bound).await.unwrap();
+    store.create_key(&free).await.unwrap();
+    let found = store.find_key(&bound.id).await.unwrap().unwrap();
+    assert_eq!(found, bound);
+    assert!(found.may_use("task-b") && !found.may_use("default"));
+    let found = store.find_key(&free.id).await.unwrap().unwrap();
+    assert_eq!(found.workspaces, None);
+    assert!(found.may_use("default") && found.may_use("anything"));
 }

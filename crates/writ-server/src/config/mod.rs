@@ -44,6 +44,9 @@ pub enum ConfigError {
 pub struct Settings {
     /// The only write target; every path is relative to it.
     pub repo_dir: PathBuf,
+    /// Where new workspaces are made and found (`WRIT_WORKSPACES_DIR`); `None`: only `REPO_DIR`
+    /// (the workspace `default`) is served, and creating one is refused.
+    pub workspaces_dir: Option<PathBuf>,
     /// `postgres://…` or `sqlite://…`.
     pub database_url: String,
     pub addr: SocketAddr,
@@ -78,6 +81,7 @@ impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
             .field("repo_dir", &self.repo_dir)
+            .field("workspaces_dir", &self.workspaces_dir)
             .field("database_url", &writ_store::redact_url(&self.database_url))
             .field("addr", &self.addr)
             .field("max_body_bytes", &self.max_body_bytes)
@@ -137,6 +141,9 @@ impl Settings {
             repo_dir: PathBuf::from(
                 get("REPO_DIR").unwrap_or_else(|| DEFAULT_REPO_DIR.to_string()),
             ),
+            workspaces_dir: get("WRIT_WORKSPACES_DIR")
+                .filter(|dir| !dir.trim().is_empty())
+                .map(PathBuf::from),
             database_url,
             addr,
             max_body_bytes,

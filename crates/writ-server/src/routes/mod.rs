@@ -3,7 +3,7 @@
 //!
 //! One module per resource: [`synthesis`] (`POST /write_codebase`), [`files`] (the direct file
 //! routes), [`search`] (`GET /search`), [`edits`] (`POST /edits`), [`run`] (`POST /run`), [`jobs`] (jobs and their event stream), [`operations`] (the
-//! audit log), [`history`] (undo and restore), [`tools`] (function-calling declarations and dispatch), [`meta`] (health,
+//! audit log), [`history`] (undo and restore), [`workspaces`] (named workspaces), [`tools`] (function-calling declarations and dispatch), [`meta`] (health,
 //! readiness, metrics, the spec, the dashboard). Each handler translates HTTP to
 //! [`crate::service`]; [`hang_ups`] runs every mutating one beyond its client's hang-up.
 
@@ -19,6 +19,7 @@ pub mod run;
 pub mod search;
 pub mod synthesis;
 pub mod tools;
+pub mod workspaces;
 pub mod write_sessions;
 
 use axum::Router;
@@ -203,6 +204,50 @@ pub fn api_routes() -> Vec<Route> {
             handler: put(keys::put_budget),
         },
         Route {
+            method: "POST",
+            path: "/workspaces",
+            access: Access::Scope(Scope::Admin),
+            handler: post(workspaces::create_workspace),
+        },
+        Route {
+            method: "GET",
+            path: "/workspaces",
+            access: Access::Scope(Scope::Admin),
+            handler: get(workspaces::list_workspaces),
+        },
+        Route {
+            method: "GET",
+            path: "/workspaces/{name}",
+            access: Access::Scope(Scope::Admin),
+            handler: get(workspaces::get_workspace),
+        },
+        Route {
+            method: "DELETE",
+            path: "/workspaces/{name}",
+            access: Access::Scope(Scope::Admin),
+            handler: delete(workspaces::delete_workspace),
+        },
+        // The routes of `workspace_routes`, in the named workspace: a valid key here, its scope
+        // for the route inside checked there (`auth::require_scope_within`).
+        Route {
+            method: "GET",
+            path: "/workspaces/{name}/{*rest}",
+            access: Access::PerTool,
+            handler: get(workspaces::serve_within),
+        },
+        Route {
+            method: "PUT",
+            path: "/workspaces/{name}/{*rest}",
+            access: Access::PerTool,
+            handler: put(workspaces::serve_within),
+        },
+        Route {
+            method: "POST",
+            path: "/workspaces/{name}/{*rest}",
+            access: Access::PerTool,
+            handler: post(workspaces::serve_within),
+        },
+        Route {
             method: "GET",
             path: "/tools",
             access: Access::Scope(Scope::Read),
@@ -244,6 +289,26 @@ pub fn access_table() -> AccessTable {
             .into_iter()
             .map(|r| (r.method, r.path, r.access)),
     )
+}
+
+/// The routes also served inside a named workspace, under `/workspaces/{name}`: those whose
+/// every effect is on the workspace's files. The others (batches and their jobs, write
+/// sessions, runs, tools, the audit listings) are served in `default` only, for now: their
+/// records do not yet say which workspace they belong to.
+pub const WORKSPACE_ROUTES: [(&str, &str); 5] = [
+    ("GET", "/files"),
+    ("GET", "/files/{*path}"),
+    ("PUT", "/files/{*path}"),
+    ("GET", "/search"),
+    ("POST", "/edits"),
+];
+
+/// The router of [`WORKSPACE_ROUTES`].
+pub fn workspace_router() -> Router<AppState> {
+    api_routes()
+        .into_iter()
+        .filter(|r| WORKSPACE_ROUTES.contains(&(r.method, r.path)))
+        .fold(Router::new(), |r, route| r.route(route.path, route.handler))
 }
 
 pub fn router() -> Router<AppState> {

@@ -4,7 +4,8 @@
 //!
 //! One module per domain: [`files`] (list, read, direct writes), [`search`], [`edits`], [`run`]
 //! (a configured command in the sandbox), [`write_sessions`], [`synthesis`] (starting a
-//! `write_codebase` batch), [`jobs`] (following a job's events), [`operations`] (the audit log).
+//! `write_codebase` batch), [`jobs`] (following a job's events), [`operations`] (the audit log), [`workspaces`] (named
+//! workspaces and the opened ones).
 
 pub mod edits;
 pub mod files;
@@ -16,4 +17,5 @@ pub mod run;
 pub mod search;
 pub mod spend;
 pub mod synthesis;
+pub mod workspaces;
 pub mod write_sessions;

@@ -79,9 +79,9 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         .with_index();
     // Replicas share REPO_DIR through the database they share: writers of one path wait for
     // each other's advisory lock.
-    if let Some(shared) = writ_store::shared_locks(&settings.database_url)
-        .context("setting up the shared path locks")?
-    {
+    let shared_locks = writ_store::shared_locks(&settings.database_url)
+        .context("setting up the shared path locks")?;
+    if let Some(shared) = shared_locks.clone() {
         workspace = workspace.with_shared_locks(shared);
     }
     let workspace: Arc<dyn writ_core::Workspace> = Arc::new(workspace);
@@ -169,10 +169,19 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         keys_configured,
         settings.max_body_bytes,
     );
+    let settings = Arc::new(settings);
+    let workspaces = Arc::new(crate::service::workspaces::Workspaces::new(
+        workspace.clone(),
+        store.clone(),
+        settings.clone(),
+        shared_locks,
+    ));
     let state = AppState {
-        settings: Arc::new(settings),
+        settings,
         store,
         workspace,
+        workspaces,
+        within: Arc::default(),
         models,
         jobs,
         commands,

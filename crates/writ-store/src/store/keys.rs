@@ -1,5 +1,5 @@
 //! [`KeyStore`] for both backends: the `api_keys` table of `migrations/<backend>/0002_api_keys.sql`
-//! and its `scopes` column (0006); budgets in `key_budgets` (postgres 0015, sqlite 0011).
+//! and its `scopes` column (0006), `workspaces` (postgres 0016, sqlite 0012); budgets in `key_budgets` (postgres 0015, sqlite 0011).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -15,7 +15,7 @@ use crate::dialect::Dialect;
 // A macro, not a const, so the statements stay static strings (never format! into SQL).
 macro_rules! key_columns {
     () => {
-        "id, name, secret_sha256, created_at, revoked_at, scopes"
+        "id, name, secret_sha256, created_at, revoked_at, scopes, workspaces"
     };
 }
 
@@ -33,6 +33,10 @@ fn key_from_row<D: Dialect>(row: &D::Row) -> Result<ApiKeyRecord, StoreError> {
             Some(list) => Scopes::parse_list(&list, ',')
                 .map_err(|e| StoreError::Other(format!("column scopes: {e}")))?,
         },
+        // NULL: every workspace, as for keys issued before workspaces existed.
+        workspaces: row
+            .get::<Option<String>>("workspaces")?
+            .map(|list| list.split(',').map(str::to_owned).collect()),
     })
 }
 
@@ -40,16 +44,21 @@ fn key_from_row<D: Dialect>(row: &D::Row) -> Result<ApiKeyRecord, StoreError> {
 impl<D: Dialect> KeyStore for SqlStore<D> {
     async fn create_key(&self, key: &ApiKeyRecord) -> Result<(), StoreError> {
         let scopes = key.scopes.to_string();
-        let mut sql = Sql::new(
-            "INSERT INTO api_keys (id, name, secret_sha256, created_at, revoked_at, scopes) VALUES ",
-        );
+        // Workspace names are slugs, so a comma never occurs in one.
+        let workspaces = key.workspaces.as_ref().map(|names| names.join(","));
+        let mut sql = Sql::new(concat!(
+            "INSERT INTO api_keys (",
+            key_columns!(),
+            ") VALUES "
+        ));
         sql.tuple(|row| {
             row.bind(key.id.as_str())
                 .bind(key.name.as_str())
                 .bind(key.secret_sha256.as_str())
                 .bind_time(key.created_at)
                 .bind_time(key.revoked_at)
-                .bind(scopes.as_str());
+                .bind(scopes.as_str())
+                .bind(workspaces.as_deref());
         });
         sql.execute(self, "insert api key").await?;
         Ok(())

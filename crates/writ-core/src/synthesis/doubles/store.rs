@@ -14,6 +14,7 @@ use crate::audit::{
 use crate::jobs::{ClaimedJob, Job, JobEvent, JobStatus, JobStore, NewJob};
 use crate::keys::{ApiKeyRecord, KeyStore};
 use crate::sessions::{ChunkAppend, SessionStore, SessionTransition, WriteSession};
+use crate::workspaces::{WorkspaceRecord, WorkspaceStore};
 
 #[derive(Default)]
 pub struct MemoryStore {
@@ -314,6 +315,22 @@ impl SessionStore for MemoryStore {
         _before: DateTime<Utc>,
         _limit: u32,
     ) -> Result<Vec<WriteSession>, StoreError> {
+        Err(not_kept())
+    }
+}
+
+#[async_trait]
+impl WorkspaceStore for MemoryStore {
+    async fn create_workspace(&self, _workspace: &WorkspaceRecord) -> Result<(), StoreError> {
+        Err(not_kept())
+    }
+    async fn list_workspaces(&self) -> Result<Vec<WorkspaceRecord>, StoreError> {
+        Err(not_kept())
+    }
+    async fn find_workspace(&self, _name: &str) -> Result<Option<WorkspaceRecord>, StoreError> {
+        Err(not_kept())
+    }
+    async fn delete_workspace(&self, _name: &str) -> Result<bool, StoreError> {
         Err(not_kept())
     }
 }

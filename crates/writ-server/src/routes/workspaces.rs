@@ -1,0 +1,162 @@
+//! Named workspaces (`admin`): `POST /workspaces`, `GET /workspaces`, `GET` and `DELETE
+//! /workspaces/{name}`, over [`crate::service::workspaces`].
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
+use tower::ServiceExt;
+use writ_core::Workspace;
+use writ_core::workspaces::WorkspaceName;
+
+use crate::access::{Caller, Grant, KeyWorkspaces, may_use};
+use crate::error::ApiError;
+use crate::routes::hang_ups::HungUp;
+use crate::service::workspaces::{self, CreateWorkspace, DeletedWorkspace, WorkspaceInfo};
+use crate::state::AppState;
+use crate::telemetry::RequestId;
+
+/// Makes a workspace (empty, from a directory, or a git worktree on a new branch): 201.
+pub async fn create_workspace(
+    State(state): State<AppState>,
+    caller: Option<axum::Extension<Caller>>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<WorkspaceInfo>), ApiError> {
+    let Json(request) =
+        Json::<CreateWorkspace>::from_bytes(&body).map_err(|e| crate::extract::json_error(&e))?;
+    let caller = caller.map(|axum::Extension(Caller(id))| id);
+    let made = workspaces::create(&state.workspaces, request, caller.as_deref()).await?;
+    Ok((StatusCode::CREATED, Json(made)))
+}
+
+/// Every workspace, `default` first.
+pub async fn list_workspaces(
+    State(state): State<AppState>,
+    bound: Option<axum::Extension<KeyWorkspaces>>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let bound = bound.map(|axum::Extension(b)| b);
+    let mut all = workspaces::list(&state.workspaces).await?;
+    all.retain(|w| may_use(bound.as_ref(), &w.name));
+    Ok(Json(serde_json::json!({ "workspaces": all })))
+}
+
+pub async fn get_workspace(
+    State(state): State<AppState>,
+    bound: Option<axum::Extension<KeyWorkspaces>>,
+    Path(name): Path<String>,
+) -> Result<Json<WorkspaceInfo>, ApiError> {
+    if !may_use(bound.map(|axum::Extension(b)| b).as_ref(), &name) {
+        return Err(unknown_workspace(&name));
+    }
+    Ok(Json(workspaces::find(&state.workspaces, &name).await?))
+}
+
+/// Forgets the workspace (and prunes git's record of a worktree); its files are kept.
+pub async fn delete_workspace(
+    State(state): State<AppState>,
+    bound: Option<axum::Extension<KeyWorkspaces>>,
+    Path(name): Path<String>,
+) -> Result<Json<DeletedWorkspace>, ApiError> {
+    if !may_use(bound.map(|axum::Extension(b)| b).as_ref(), &name) {
+        return Err(unknown_workspace(&name));
+    }
+    let deleted = workspaces::delete(&state.workspaces, &name).await?;
+    state.within.forget(&name);
+    Ok(Json(deleted))
+}
+
+/// The router of the routes served inside the workspace `name` ([`crate::routes::WORKSPACE_ROUTES`]),
+/// built once per workspace with that workspace in its state, so that every handler and service
+/// below it reads the workspace as it always has (`state.workspace`).
+fn router_within(state: &AppState, name: &str, workspace: Arc<dyn Workspace>) -> Router {
+    if let Some(router) = state.within.get(name, &workspace) {
+        return router;
+    }
+    let inner = if name == WorkspaceName::DEFAULT {
+        state.clone()
+    } else {
+        AppState {
+            workspace: workspace.clone(),
+            // Batches and runs are built over `default`'s root (see WORKSPACE_ROUTES).
+            jobs: None,
+            commands: None,
+            ..state.clone()
+        }
+    };
+    let router = crate::routes::workspace_router()
+        .fallback(|| async {
+            ApiError::not_found(
+                "no such route in a named workspace; the files, search and edits routes are served there",
+            )
+        })
+        .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            inner.clone(),
+            crate::auth::require_scope_within,
+        ))
+        .with_state(inner);
+    state.within.insert(name, workspace, router.clone());
+    router
+}
+
+/// `/workspaces/{name}/{*rest}`: the route `/{rest}` answered in the workspace `name`. A
+/// workspace that does not exist answers 404 before anything else.
+pub async fn serve_within(
+    State(state): State<AppState>,
+    Path((name, _rest)): Path<(String, String)>,
+    bound: Option<axum::Extension<KeyWorkspaces>>,
+    req: Request,
+) -> Response {
+    if !may_use(bound.map(|axum::Extension(b)| b).as_ref(), &name) {
+        return unknown_workspace(&name).into_response();
+    }
+    let workspace = match state.workspaces.open(&name).await {
+        Ok(Some(workspace)) => workspace,
+        Ok(None) => return unknown_workspace(&name).into_response(),
+        Err(e) => return e.into_response(),
+    };
+    // The route inside, from the raw path (the name as sent, encoded or not) and the query.
+    let raw = req.uri().path();
+    let after = raw.get("/workspaces/".len()..).unwrap_or("");
+    let inner = after.find('/').map_or("/", |at| &after[at..]);
+    let inner = match req.uri().query() {
+        Some(query) => format!("{inner}?{query}"),
+        None => inner.to_owned(),
+    };
+    let Ok(uri) = inner.parse::<Uri>() else {
+        return ApiError::not_found("no such route").into_response();
+    };
+    // A request of its own for the router inside, which matches its own route and reads its
+    // own path parameters; it carries what the layers outside found (the request id, the
+    // caller and its grant, the hang-up signal).
+    let (parts, body) = req.into_parts();
+    let mut req = Request::new(body);
+    *req.method_mut() = parts.method;
+    *req.uri_mut() = uri;
+    *req.version_mut() = parts.version;
+    *req.headers_mut() = parts.headers;
+    let carried = req.extensions_mut();
+    if let Some(id) = parts.extensions.get::<RequestId>() {
+        carried.insert(*id);
+    }
+    if let Some(caller) = parts.extensions.get::<Caller>() {
+        carried.insert(caller.clone());
+    }
+    if let Some(grant) = parts.extensions.get::<Grant>() {
+        carried.insert(*grant);
+    }
+    if let Some(hung_up) = parts.extensions.get::<HungUp>() {
+        carried.insert(hung_up.clone());
+    }
+    let router = router_within(&state, &name, workspace);
+    match router.oneshot(req).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
+}
+
+fn unknown_workspace(name: &str) -> ApiError {
+    ApiError::not_found(format!("no workspace named '{name}'")).with_field("name")
+}

@@ -1,0 +1,509 @@
+//! Named workspaces: creating, listing and deleting them ([`create`], [`list`], [`find`],
+//! [`delete`]), and [`Workspaces`], which opens each one once per process and hands the opened
+//! [`Workspace`] to every request after that.
+//!
+//! `default` is `REPO_DIR`, opened at start-up and never stored. Every other workspace is a row
+//! of the store (so every replica serves it) and a directory beneath `WRIT_WORKSPACES_DIR`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tokio::sync::OnceCell;
+use writ_core::workspaces::{WorkspaceKind, WorkspaceName, WorkspaceRecord};
+use writ_core::{AuditStore, RepoPath, StoreError, Workspace};
+
+use crate::config::Settings;
+use crate::error::{ApiError, ErrorCode, store_error};
+
+/// The variable that says where workspaces are made; named in every refusal that needs it.
+pub const WORKSPACES_DIR_VAR: &str = "WRIT_WORKSPACES_DIR";
+
+/// Every workspace this process has opened, by name. A lookup is one short lock and a hash
+/// probe, whatever the number of workspaces; a workspace's first use opens it (a canonical path,
+/// a directory handle, its index) while the lock is not held, so it stalls no other workspace,
+/// and concurrent first uses of one workspace open it once.
+pub struct Workspaces {
+    default: Arc<dyn Workspace>,
+    store: Arc<dyn AuditStore>,
+    settings: Arc<Settings>,
+    shared_locks: Option<Arc<dyn writ_core::workspace::SharedLocks>>,
+    opened: Mutex<HashMap<String, Opening>>,
+}
+
+/// A workspace being opened or opened: every first use of it waits on the same cell.
+type Opening = Arc<OnceCell<Arc<dyn Workspace>>>;
+
+impl Workspaces {
+    pub fn new(
+        default: Arc<dyn Workspace>,
+        store: Arc<dyn AuditStore>,
+        settings: Arc<Settings>,
+        shared_locks: Option<Arc<dyn writ_core::workspace::SharedLocks>>,
+    ) -> Self {
+        Self {
+            default,
+            store,
+            settings,
+            shared_locks,
+            opened: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// `REPO_DIR`.
+    pub fn default_workspace(&self) -> &Arc<dyn Workspace> {
+        &self.default
+    }
+
+    /// The workspace named `name`, opened; `None` when there is none of that name.
+    pub async fn open(&self, name: &str) -> Result<Option<Arc<dyn Workspace>>, ApiError> {
+        if name == WorkspaceName::DEFAULT {
+            return Ok(Some(self.default.clone()));
+        }
+        let cell = self
+            .opened
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned();
+        if let Some(cell) = cell
+            && let Some(opened) = cell.get()
+        {
+            return Ok(Some(opened.clone()));
+        }
+        let Some(record) = self.store.find_workspace(name).await.map_err(store_error)? else {
+            return Ok(None);
+        };
+        let cell = self
+            .opened
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(name.to_owned())
+            .or_default()
+            .clone();
+        let opened = cell
+            .get_or_try_init(|| self.open_root(Path::new(&record.root)))
+            .await?;
+        Ok(Some(opened.clone()))
+    }
+
+    async fn open_root(&self, root: &Path) -> Result<Arc<dyn Workspace>, ApiError> {
+        let workspace = writ_workspace::RepoWorkspace::open(root)
+            .await
+            .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
+        let protected = crate::config::edge::protected_paths(&self.settings, workspace.root());
+        let mut workspace = workspace
+            .with_protected(protected)
+            .with_max_file_bytes(self.settings.guard.max_file_bytes)
+            .with_index();
+        if let Some(shared) = &self.shared_locks {
+            workspace = workspace.with_shared_locks(shared.clone());
+        }
+        Ok(Arc::new(workspace))
+    }
+
+    /// Forgets the opened workspace, so that a later one of the same name is opened afresh.
+    fn forget(&self, name: &str) {
+        self.opened
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
+    }
+}
+
+/// What is built once per workspace (the router of the routes inside it), by name, with the
+/// opened workspace it was built over: a workspace deleted and made again is built afresh. A
+/// lookup is one short lock and a hash probe, whatever the number of workspaces.
+pub struct BuiltPer<T>(Mutex<HashMap<String, Built<T>>>);
+
+/// A value, and the opened workspace it was built over.
+type Built<T> = (Arc<dyn Workspace>, T);
+
+impl<T> Default for BuiltPer<T> {
+    fn default() -> Self {
+        Self(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<T: Clone> BuiltPer<T> {
+    pub fn get(&self, name: &str, workspace: &Arc<dyn Workspace>) -> Option<T> {
+        let built = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        built
+            .get(name)
+            .filter(|(over, _)| Arc::ptr_eq(over, workspace))
+            .map(|(_, value)| value.clone())
+    }
+
+    pub fn insert(&self, name: &str, workspace: Arc<dyn Workspace>, value: T) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_owned(), (workspace, value));
+    }
+
+    pub fn forget(&self, name: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
+    }
+}
+
+/// `POST /workspaces`: the new workspace's name and where it comes from.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateWorkspace {
+    pub name: String,
+    /// Absent: an empty workspace.
+    #[serde(default)]
+    pub source: Option<WorkspaceSource>,
+}
+
+/// Where a new workspace's root comes from.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum WorkspaceSource {
+    /// A new, empty directory `<WRIT_WORKSPACES_DIR>/<name>`.
+    Empty,
+    /// A directory already beneath `WRIT_WORKSPACES_DIR` (`path` is relative to it).
+    Directory { path: String },
+    /// A git worktree `<WRIT_WORKSPACES_DIR>/<name>` of `repository` (a workspace's name, or a
+    /// path relative to `WRIT_WORKSPACES_DIR`) on the new branch `branch`, made at `from`
+    /// (`HEAD` when absent).
+    GitWorktree {
+        repository: String,
+        branch: String,
+        #[serde(default)]
+        from: Option<String>,
+    },
+}
+
+/// A workspace as the API answers it.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkspaceInfo {
+    pub name: String,
+    pub kind: String,
+    pub root: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_ref: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
+}
+
+impl From<WorkspaceRecord> for WorkspaceInfo {
+    fn from(r: WorkspaceRecord) -> Self {
+        Self {
+            name: r.name.to_string(),
+            kind: r.kind.to_string(),
+            root: r.root,
+            source: r.source,
+            branch: r.branch,
+            base_ref: r.base_ref,
+            created_at: Some(r.created_at),
+            created_by: r.created_by,
+        }
+    }
+}
+
+/// What `DELETE /workspaces/{name}` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeletedWorkspace {
+    pub name: String,
+    /// Always `false`: the files are kept (a git worktree's branch too); removing them is left
+    /// to whoever owns them.
+    pub files_removed: bool,
+    /// Whether git's record of the worktree was pruned (`git_worktree` workspaces).
+    pub worktree_pruned: bool,
+    pub root: String,
+}
+
+fn default_info(workspaces: &Workspaces) -> WorkspaceInfo {
+    WorkspaceInfo {
+        name: WorkspaceName::DEFAULT.to_owned(),
+        kind: WorkspaceKind::Configured.to_string(),
+        root: workspaces.default.root().display().to_string(),
+        source: None,
+        branch: None,
+        base_ref: None,
+        created_at: None,
+        created_by: None,
+    }
+}
+
+/// Every workspace: `default` first, then the stored ones by name.
+pub async fn list(workspaces: &Workspaces) -> Result<Vec<WorkspaceInfo>, ApiError> {
+    let stored = workspaces
+        .store
+        .list_workspaces()
+        .await
+        .map_err(store_error)?;
+    Ok(std::iter::once(default_info(workspaces))
+        .chain(stored.into_iter().map(WorkspaceInfo::from))
+        .collect())
+}
+
+fn unknown(name: &str) -> ApiError {
+    ApiError::not_found(format!("no workspace named '{name}'")).with_field("name")
+}
+
+pub async fn find(workspaces: &Workspaces, name: &str) -> Result<WorkspaceInfo, ApiError> {
+    if name == WorkspaceName::DEFAULT {
+        return Ok(default_info(workspaces));
+    }
+    match workspaces
+        .store
+        .find_workspace(name)
+        .await
+        .map_err(store_error)?
+    {
+        Some(record) => Ok(record.into()),
+        None => Err(unknown(name)),
+    }
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorCode::InvalidRequest, message).with_field(field)
+}
+
+fn taken(name: &WorkspaceName) -> ApiError {
+    ApiError::new(
+        ErrorCode::AlreadyExists,
+        format!("a workspace named '{name}' exists"),
+    )
+    .with_field("name")
+}
+
+/// The canonical workspaces directory, or the refusal that names its variable.
+async fn workspaces_dir(settings: &Settings) -> Result<PathBuf, ApiError> {
+    let Some(dir) = &settings.workspaces_dir else {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!(
+                "creating workspaces needs {WORKSPACES_DIR_VAR}: set it to the directory new workspaces are made in"
+            ),
+        ));
+    };
+    tokio::fs::create_dir_all(dir).await.map_err(|e| {
+        ApiError::new(
+            ErrorCode::Internal,
+            format!("{WORKSPACES_DIR_VAR} {}: {e}", dir.display()),
+        )
+    })?;
+    tokio::fs::canonicalize(dir).await.map_err(|e| {
+        ApiError::new(
+            ErrorCode::Internal,
+            format!("{WORKSPACES_DIR_VAR} {}: {e}", dir.display()),
+        )
+    })
+}
+
+/// `relative` beneath `base`, checked lexically (no `..`, not absolute) and then on the disk
+/// (its canonical path, symlinks followed, must still be beneath `base`).
+async fn beneath(base: &Path, relative: &str, field: &str) -> Result<PathBuf, ApiError> {
+    let path =
+        RepoPath::parse_nonempty(relative).map_err(|e| invalid(field, format!("{field}: {e}")))?;
+    let joined = base.join(path.as_str());
+    let canonical = tokio::fs::canonicalize(&joined).await.map_err(|_| {
+        invalid(
+            field,
+            format!("{field}: no directory '{relative}' under {WORKSPACES_DIR_VAR}"),
+        )
+    })?;
+    if !canonical.starts_with(base) || canonical == base {
+        return Err(invalid(
+            field,
+            format!("{field}: '{relative}' leads outside {WORKSPACES_DIR_VAR}"),
+        ));
+    }
+    if !tokio::fs::metadata(&canonical)
+        .await
+        .map(|m| m.is_dir())
+        .unwrap_or(false)
+    {
+        return Err(invalid(
+            field,
+            format!("{field}: '{relative}' is not a directory"),
+        ));
+    }
+    Ok(canonical)
+}
+
+/// Makes the workspace `request` describes, records it, and answers it. Nothing is left behind
+/// when a step is refused.
+pub async fn create(
+    workspaces: &Workspaces,
+    request: CreateWorkspace,
+    caller: Option<&str>,
+) -> Result<WorkspaceInfo, ApiError> {
+    let name = WorkspaceName::parse(&request.name)
+        .map_err(|why| invalid("name", format!("name {why}")))?;
+    if name.is_default()
+        || workspaces
+            .store
+            .find_workspace(name.as_str())
+            .await
+            .map_err(store_error)?
+            .is_some()
+    {
+        return Err(taken(&name));
+    }
+    let base = workspaces_dir(&workspaces.settings).await?;
+    let target = base.join(name.as_str());
+    let mut record = WorkspaceRecord {
+        name: name.clone(),
+        kind: WorkspaceKind::Empty,
+        root: target.display().to_string(),
+        source: None,
+        branch: None,
+        base_ref: None,
+        created_at: DateTime::from_timestamp_micros(Utc::now().timestamp_micros())
+            .unwrap_or_else(Utc::now),
+        created_by: caller.map(str::to_owned),
+    };
+    // What to undo if the record cannot be stored.
+    let mut made_dir = None;
+    let mut made_worktree = None;
+    match request.source.unwrap_or(WorkspaceSource::Empty) {
+        WorkspaceSource::Empty => {
+            tokio::fs::create_dir(&target).await.map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    ApiError::new(
+                        ErrorCode::AlreadyExists,
+                        format!("name: '{name}' already exists under {WORKSPACES_DIR_VAR}; use source.kind \"directory\" to serve it"),
+                    )
+                    .with_field("name")
+                } else {
+                    ApiError::new(ErrorCode::Internal, format!("creating {}: {e}", target.display()))
+                }
+            })?;
+            made_dir = Some(target.clone());
+        }
+        WorkspaceSource::Directory { path } => {
+            let dir = beneath(&base, &path, "source.path").await?;
+            record.kind = WorkspaceKind::Directory;
+            record.root = dir.display().to_string();
+            record.source = Some(path);
+        }
+        WorkspaceSource::GitWorktree {
+            repository,
+            branch,
+            from,
+        } => {
+            let repo_root = match WorkspaceName::parse(&repository) {
+                Ok(named) => match workspaces.open(named.as_str()).await? {
+                    Some(ws) => ws.root().to_path_buf(),
+                    None => beneath(&base, &repository, "source.repository").await?,
+                },
+                Err(_) => beneath(&base, &repository, "source.repository").await?,
+            };
+            let from = from.unwrap_or_else(|| "HEAD".to_owned());
+            let (worktree_name, at, b, f, repo) = (
+                name.to_string(),
+                target.clone(),
+                branch.clone(),
+                from.clone(),
+                repo_root.clone(),
+            );
+            tokio::task::spawn_blocking(move || {
+                writ_git::add_worktree(&repo, &worktree_name, &at, &b, &f)
+            })
+            .await
+            .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?
+            .map_err(worktree_error)?;
+            record.kind = WorkspaceKind::GitWorktree;
+            record.source = Some(repo_root.display().to_string());
+            record.branch = Some(branch);
+            record.base_ref = Some(from);
+            made_worktree = Some(repo_root);
+        }
+    }
+    if let Err(err) = workspaces.store.create_workspace(&record).await {
+        // Another replica took the name in between, or the store is down: undo what was made.
+        if let Some(dir) = made_dir {
+            drop(tokio::fs::remove_dir(dir).await);
+        }
+        if let Some(repo) = made_worktree {
+            let worktree = name.to_string();
+            drop(
+                tokio::task::spawn_blocking(move || writ_git::prune_worktree(&repo, &worktree))
+                    .await,
+            );
+        }
+        return Err(match err {
+            StoreError::Conflict(_) => taken(&name),
+            other => store_error(other),
+        });
+    }
+    Ok(record.into())
+}
+
+fn worktree_error(err: writ_git::WorktreeError) -> ApiError {
+    use writ_git::WorktreeError as E;
+    match &err {
+        E::NotARepository { .. } => {
+            invalid("source.repository", format!("source.repository: {err}"))
+        }
+        E::UnknownRef { .. } => invalid("source.from", format!("source.from: {err}")),
+        E::BranchExists { .. } => {
+            ApiError::new(ErrorCode::AlreadyExists, format!("source.branch: {err}"))
+                .with_field("source.branch")
+        }
+        E::BadBranch { .. } => invalid("source.branch", format!("source.branch: {err}")),
+        E::Git(_) => ApiError::new(ErrorCode::Conflict, err.to_string()),
+    }
+}
+
+/// Forgets the workspace and, for a git worktree, git's record of it. Files are kept.
+pub async fn delete(workspaces: &Workspaces, name: &str) -> Result<DeletedWorkspace, ApiError> {
+    if name == WorkspaceName::DEFAULT {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            "name: 'default' is REPO_DIR and cannot be deleted",
+        )
+        .with_field("name"));
+    }
+    let Some(record) = workspaces
+        .store
+        .find_workspace(name)
+        .await
+        .map_err(store_error)?
+    else {
+        return Err(unknown(name));
+    };
+    if !workspaces
+        .store
+        .delete_workspace(name)
+        .await
+        .map_err(store_error)?
+    {
+        return Err(unknown(name));
+    }
+    workspaces.forget(name);
+    let mut worktree_pruned = false;
+    if record.kind == WorkspaceKind::GitWorktree
+        && let Some(repo) = record.source.clone()
+    {
+        let worktree = name.to_owned();
+        worktree_pruned = tokio::task::spawn_blocking(move || {
+            writ_git::prune_worktree(Path::new(&repo), &worktree)
+        })
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or(false);
+    }
+    Ok(DeletedWorkspace {
+        name: name.to_owned(),
+        files_removed: false,
+        worktree_pruned,
+        root: record.root,
+    })
+}

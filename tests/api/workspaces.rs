@@ -1,0 +1,536 @@
+//! Named workspaces end to end: made empty, from a directory, or as a git worktree on a new
+//! branch (checked with the `git` program, as a user would); the files routes inside each
+//! (`/workspaces/{name}/…`) reach that workspace only, whatever the path says; refusals name
+//! the field; and every replica serves a workspace made on another.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use writ_tests::{Backend, TestApp};
+
+/// A server whose workspaces are made in a directory of their own, which holds a git
+/// repository `repo` with one commit (`README`).
+async fn app_with_workspaces(backend: Backend) -> (TestApp, TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    make_repository(&dir.path().join("repo"));
+    let root = dir.path().to_str().unwrap().to_owned();
+    let (settings, dirs) =
+        writ_tests::test_settings_with(backend, &[("WRIT_WORKSPACES_DIR", root.as_str())]).await;
+    (writ_tests::spawn_with(settings, dirs, backend).await, dir)
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=test", "-c", "user.email=test@localhost"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn make_repository(at: &Path) {
+    std::fs::create_dir_all(at).unwrap();
+    git(at, &["init", "-q", "-b", "main"]);
+    std::fs::write(at.join("README"), "hello\n").unwrap();
+    git(at, &["add", "README"]);
+    git(at, &["commit", "-q", "-m", "first"]);
+}
+
+async fn create(app: &TestApp, body: Value) -> (u16, Value) {
+    let r = app
+        .client
+        .post(app.url("/workspaces"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+async fn put(app: &TestApp, path: &str, content: &str) -> u16 {
+    let r = app
+        .client
+        .put(app.url(path))
+        .body(content.to_owned())
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    if status >= 500 {
+        panic!("PUT {path}: {status} {}", r.text().await.unwrap());
+    }
+    status
+}
+
+async fn get(app: &TestApp, path: &str) -> (u16, String) {
+    let r = app.client.get(app.url(path)).send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_git_worktree_workspace_is_on_a_new_branch_and_holds_what_is_written_there_only() {
+    let (app, dir) = app_with_workspaces(Backend::Sqlite).await;
+    let repo = dir.path().join("repo");
+    let (status, made) = create(
+        &app,
+        json!({"name": "task-1", "source": {"kind": "git_worktree", "repository": "repo", "branch": "task/1"}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{made}");
+    assert_eq!(made["kind"], "git_worktree");
+    assert_eq!(made["branch"], "task/1");
+    assert_eq!(made["base_ref"], "HEAD");
+    assert!(git(&repo, &["branch", "--list", "task/1"]).contains("task/1"));
+    let worktree = dir.path().join("task-1");
+    assert_eq!(
+        git(&worktree, &["rev-parse", "--abbrev-ref", "HEAD"]).trim(),
+        "task/1"
+    );
+
+    assert_eq!(
+        put(
+            &app,
+            "/workspaces/task-1/files/new.txt",
+            "in the worktree\n"
+        )
+        .await,
+        201
+    );
+    assert_eq!(
+        std::fs::read_to_string(worktree.join("new.txt")).unwrap(),
+        "in the worktree\n"
+    );
+    assert!(
+        !repo.join("new.txt").exists(),
+        "not in the repository's checkout"
+    );
+    assert!(!app.repo_dir.join("new.txt").exists(), "not in REPO_DIR");
+    assert!(git(&worktree, &["status", "--porcelain"]).contains("?? new.txt"));
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+    let (status, body) = get(&app, "/workspaces/task-1/files/new.txt").await;
+    assert_eq!(status, 200);
+    assert!(body.contains("in the worktree"), "{body}");
+    assert_eq!(
+        get(&app, "/files/new.txt").await.0,
+        404,
+        "default is REPO_DIR"
+    );
+
+    // Deleting prunes git's record of the worktree and keeps its files and branch.
+    let r = app
+        .client
+        .delete(app.url("/workspaces/task-1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let deleted: Value = r.json().await.unwrap();
+    assert_eq!(deleted["files_removed"], false);
+    assert_eq!(deleted["worktree_pruned"], true);
+    assert!(!git(&repo, &["worktree", "list"]).contains("task-1"));
+    assert!(git(&repo, &["branch", "--list", "task/1"]).contains("task/1"));
+    assert!(worktree.join("new.txt").exists());
+    assert_eq!(get(&app, "/workspaces/task-1/files/new.txt").await.0, 404);
+    assert_eq!(get(&app, "/workspaces/task-1").await.0, 404);
+}
+
+#[tokio::test]
+async fn workspaces_are_isolated_from_each_other_whatever_the_path_says() {
+    let (app, dir) = app_with_workspaces(Backend::Sqlite).await;
+    assert_eq!(create(&app, json!({"name": "a"})).await.0, 201);
+    std::fs::create_dir(dir.path().join("existing")).unwrap();
+    std::fs::write(dir.path().join("existing/kept.txt"), "was here\n").unwrap();
+    let (status, made) = create(
+        &app,
+        json!({"name": "b", "source": {"kind": "directory", "path": "existing"}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{made}");
+    assert_eq!(made["kind"], "directory");
+    let (status, body) = get(&app, "/workspaces/b/files/kept.txt").await;
+    assert_eq!(status, 200);
+    assert!(body.contains("was here"));
+
+    assert_eq!(
+        put(&app, "/workspaces/a/files/same.txt", "in a\n").await,
+        201
+    );
+    assert_eq!(
+        put(&app, "/workspaces/b/files/same.txt", "in b\n").await,
+        201
+    );
+    assert!(
+        get(&app, "/workspaces/a/files/same.txt")
+            .await
+            .1
+            .contains("in a")
+    );
+    assert!(
+        get(&app, "/workspaces/b/files/same.txt")
+            .await
+            .1
+            .contains("in b")
+    );
+    assert_eq!(get(&app, "/workspaces/a/files/kept.txt").await.0, 404);
+    let (_, listing) = get(&app, "/workspaces/a/files").await;
+    assert!(
+        listing.contains("same.txt") && !listing.contains("kept.txt"),
+        "{listing}"
+    );
+
+    // Path tricks: climbing out, encoded, absolute. None reaches b's file.
+    for trick in [
+        "/workspaces/a/files/..%2Fexisting%2Fkept.txt",
+        "/workspaces/a/files/%2E%2E/existing/kept.txt",
+        "/workspaces/a/files/%2Fetc%2Fpasswd",
+        "/workspaces/a/files//etc/passwd",
+    ] {
+        let (status, body) = get(&app, trick).await;
+        assert!(
+            [400, 404, 422].contains(&status),
+            "{trick}: {status} {body}"
+        );
+        assert!(
+            !body.contains("was here") && !body.contains("root:"),
+            "{trick}"
+        );
+    }
+    assert!(
+        [400, 404, 422]
+            .contains(&put(&app, "/workspaces/a/files/..%2Fexisting%2Fkept.txt", "x").await)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("existing/kept.txt")).unwrap(),
+        "was here\n"
+    );
+
+    // A symlink in a pointing into b is an escape like any other.
+    std::os::unix::fs::symlink(dir.path().join("existing"), dir.path().join("a/link")).unwrap();
+    let (status, body) = get(&app, "/workspaces/a/files/link/kept.txt").await;
+    assert!(
+        status >= 400 && !body.contains("was here"),
+        "{status} {body}"
+    );
+    assert!(put(&app, "/workspaces/a/files/link/new.txt", "x").await >= 400);
+    assert!(!dir.path().join("existing/new.txt").exists());
+
+    // A workspace that does not exist answers 404 on every route inside it.
+    for path in [
+        "/workspaces/nope/files",
+        "/workspaces/nope/files/x",
+        "/workspaces/..%2Fa/files",
+    ] {
+        assert_eq!(get(&app, path).await.0, 404, "{path}");
+    }
+    assert_eq!(put(&app, "/workspaces/nope/files/x", "x").await, 404);
+
+    // The listing: default first, then by name.
+    let (_, all) = get(&app, "/workspaces").await;
+    let all: Value = serde_json::from_str(&all).unwrap();
+    let names: Vec<&str> = all["workspaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["default", "a", "b"]);
+}
+
+#[tokio::test]
+async fn bad_requests_name_the_field_and_make_nothing() {
+    let (app, dir) = app_with_workspaces(Backend::Sqlite).await;
+    let (status, body) = create(&app, json!({"name": "Bad/Name"})).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["field"], "name", "{body}");
+    for taken in ["default"] {
+        let (status, body) = create(&app, json!({"name": taken})).await;
+        assert_eq!(status, 409, "{body}");
+    }
+    assert_eq!(create(&app, json!({"name": "one"})).await.0, 201);
+    let (status, body) = create(&app, json!({"name": "one"})).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("already_exists"))
+    );
+    let (status, body) = create(
+        &app,
+        json!({"name": "two", "source": {"kind": "directory", "path": "../.."}}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["field"], "source.path");
+    let (status, body) = create(
+        &app,
+        json!({"name": "three", "source": {"kind": "git_worktree", "repository": "repo", "branch": "b", "from": "no-such-ref"}}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["field"].as_str()),
+        (422, Some("source.from")),
+        "{body}"
+    );
+    assert!(!dir.path().join("three").exists());
+    assert!(!git(&dir.path().join("repo"), &["branch", "--list"]).contains(" b\n"));
+    let (_, all) = get(&app, "/workspaces").await;
+    assert!(
+        !all.contains("\"two\"") && !all.contains("\"three\""),
+        "{all}"
+    );
+    let r = app
+        .client
+        .delete(app.url("/workspaces/default"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    let r = app
+        .client
+        .delete(app.url("/workspaces/nope"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
+
+#[tokio::test]
+async fn without_a_workspaces_directory_creating_one_is_refused_naming_the_variable() {
+    let app = writ_tests::spawn_app(Backend::Sqlite).await;
+    let (status, body) = create(&app, json!({"name": "one"})).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("WRIT_WORKSPACES_DIR"),
+        "{body}"
+    );
+    // `default` is served as always, also by its name.
+    assert_eq!(put(&app, "/files/x.txt", "x\n").await, 201);
+    assert!(
+        get(&app, "/workspaces/default/files/x.txt")
+            .await
+            .1
+            .contains('x')
+    );
+}
+
+#[tokio::test]
+async fn a_replica_serves_a_workspace_made_on_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap().to_owned();
+    let (settings, dirs) = writ_tests::test_settings_with(
+        Backend::Postgres,
+        &[("WRIT_WORKSPACES_DIR", root.as_str())],
+    )
+    .await;
+    let url = settings.database_url.to_string();
+    let first = writ_tests::spawn_with(settings, dirs, Backend::Postgres).await;
+    let (settings, dirs) = writ_tests::test_settings_with(
+        Backend::Postgres,
+        &[
+            ("WRIT_WORKSPACES_DIR", root.as_str()),
+            ("DATABASE_URL", url.as_str()),
+        ],
+    )
+    .await;
+    let second = writ_tests::spawn_with(settings, dirs, Backend::Postgres).await;
+    assert_eq!(create(&first, json!({"name": "shared"})).await.0, 201);
+    assert_eq!(
+        put(
+            &second,
+            "/workspaces/shared/files/x.txt",
+            "from the second\n"
+        )
+        .await,
+        201
+    );
+    assert!(
+        get(&first, "/workspaces/shared/files/x.txt")
+            .await
+            .1
+            .contains("from the second")
+    );
+    assert_eq!(get(&second, "/workspaces/shared").await.0, 200);
+}
+
+#[tokio::test]
+async fn a_key_bound_to_a_workspace_finds_no_other_anywhere() {
+    use writ_core::keys::{self, Scope, Scopes};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap().to_owned();
+    let (settings, dirs) =
+        writ_tests::test_settings_with(Backend::Sqlite, &[("WRIT_WORKSPACES_DIR", root.as_str())])
+            .await;
+    // Keys are issued before the server starts, so that it starts with auth on.
+    let store = writ_store::connect(&settings.database_url).await.unwrap();
+    store.migrate().await.unwrap();
+    let all = Scopes::of(&[Scope::Read, Scope::Write, Scope::Admin]);
+    let admin = keys::generate_with_scopes("ops", all);
+    store.create_key(&admin.record).await.unwrap();
+    let mut a = keys::generate_with_scopes("agent a", all);
+    a.record.workspaces = Some(vec!["a".to_owned()]);
+    store.create_key(&a.record).await.unwrap();
+    let mut b = keys::generate_with_scopes("agent b", all);
+    b.record.workspaces = Some(vec!["b".to_owned(), "default".to_owned()]);
+    store.create_key(&b.record).await.unwrap();
+    drop(store);
+    let app = writ_tests::spawn_with(settings, dirs, Backend::Sqlite).await;
+    let send = |key: &str, method: &str, path: &str| {
+        let mut rb = app
+            .client
+            .request(method.parse().unwrap(), app.url(path))
+            .bearer_auth(key.to_owned());
+        if method == "PUT" {
+            rb = rb.body("hello\n");
+        }
+        if method == "POST" && path == "/mcp" {
+            rb = rb
+                .header("accept", "application/json, text/event-stream")
+                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}));
+        }
+        async move { rb.send().await.unwrap().status().as_u16() }
+    };
+    for name in ["a", "b"] {
+        let r = app
+            .client
+            .post(app.url("/workspaces"))
+            .bearer_auth(&admin.key)
+            .json(&json!({"name": name}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+
+    assert_eq!(
+        send(&a.key, "PUT", "/workspaces/a/files/mine.txt").await,
+        201
+    );
+    assert_eq!(
+        send(&a.key, "GET", "/workspaces/a/files/mine.txt").await,
+        200
+    );
+    assert_eq!(
+        send(&b.key, "PUT", "/workspaces/b/files/mine.txt").await,
+        201
+    );
+    // Another's workspace answers as one that does not exist, on every route.
+    for (key, other) in [(&a.key, "b"), (&b.key, "a")] {
+        for (method, path) in [
+            ("GET", format!("/workspaces/{other}/files")),
+            ("GET", format!("/workspaces/{other}/files/mine.txt")),
+            ("PUT", format!("/workspaces/{other}/files/theirs.txt")),
+            ("GET", format!("/workspaces/{other}/search?q=hello")),
+            ("GET", format!("/workspaces/{other}")),
+            ("DELETE", format!("/workspaces/{other}")),
+        ] {
+            assert_eq!(send(key, method, &path).await, 404, "{method} {path}");
+        }
+    }
+    assert!(!dir.path().join("a/theirs.txt").exists() && !dir.path().join("b/theirs.txt").exists());
+    // Told the same as of a workspace that does not exist, but for the name: no enumeration.
+    let answer = |path: &'static str| {
+        let r = app
+            .client
+            .get(app.url(path))
+            .bearer_auth(a.key.clone())
+            .send();
+        async move { r.await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let theirs = answer("/workspaces/b/files").await;
+    let none = answer("/workspaces/c/files").await;
+    assert_eq!(theirs["error"]["code"], none["error"]["code"]);
+    assert_eq!(
+        theirs["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace("'b'", "'c'"),
+        none["error"]["message"].as_str().unwrap()
+    );
+    // `a` may not use `default`: its routes, the audit, jobs and MCP are `default`'s.
+    for (method, path) in [
+        ("GET", "/files"),
+        ("PUT", "/files/x.txt"),
+        ("GET", "/operations"),
+        ("GET", "/jobs"),
+        ("POST", "/mcp"),
+        ("GET", "/workspaces/default/files"),
+    ] {
+        assert_eq!(send(&a.key, method, path).await, 404, "{method} {path}");
+    }
+    assert_eq!(
+        send(&b.key, "GET", "/files").await,
+        200,
+        "b may use default"
+    );
+    // Listings show only the key's workspaces.
+    let listed = |key: String| {
+        let r = app
+            .client
+            .get(app.url("/workspaces"))
+            .bearer_auth(key)
+            .send();
+        async move {
+            let body: Value = r.await.unwrap().json().await.unwrap();
+            body["workspaces"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|w| w["name"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed(a.key.clone()).await, ["a"]);
+    assert_eq!(listed(b.key.clone()).await, ["default", "b"]);
+    assert_eq!(listed(admin.key.clone()).await, ["default", "a", "b"]);
+}
+
+#[tokio::test]
+async fn the_cli_makes_lists_and_deletes_workspaces() {
+    use writ_server::client::{Remote, WorkspacesCommand, workspaces};
+    let (app, dir) = app_with_workspaces(Backend::Sqlite).await;
+    let remote = Remote {
+        url: app.address.clone(),
+        api_key: None,
+    };
+    let mut out = Vec::new();
+    let create = WorkspacesCommand::Create {
+        name: "cli".into(),
+        directory: None,
+        worktree_of: Some("repo".into()),
+        branch: Some("from-cli".into()),
+        from: None,
+    };
+    workspaces(&remote, &create, &mut out).await.unwrap();
+    workspaces(&remote, &WorkspacesCommand::List, &mut out)
+        .await
+        .unwrap();
+    let shown = String::from_utf8(out).unwrap();
+    assert!(
+        shown.contains("git_worktree") && shown.contains("from-cli"),
+        "{shown}"
+    );
+    assert!(shown.lines().any(|l| l.starts_with("default ")), "{shown}");
+    assert!(git(&dir.path().join("repo"), &["branch", "--list"]).contains("from-cli"));
+    let err = workspaces(&remote, &create, &mut Vec::new())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("exists"), "{err}");
+    let mut out = Vec::new();
+    let delete = WorkspacesCommand::Delete { name: "cli".into() };
+    workspaces(&remote, &delete, &mut out).await.unwrap();
+    let shown = String::from_utf8(out).unwrap();
+    assert!(
+        shown.contains("files kept") && shown.contains("worktree pruned"),
+        "{shown}"
+    );
+}
