@@ -143,6 +143,115 @@ async fn a_git_worktree_workspace_is_on_a_new_branch_and_holds_what_is_written_t
     assert_eq!(get(&app, "/workspaces/task-1").await.0, 404);
 }
 
+async fn merge(app: &TestApp, name: &str, into: &str) -> (u16, Value) {
+    let r = app
+        .client
+        .post(app.url(&format!("/workspaces/{name}/merge")))
+        .json(&json!({"into": into}))
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_tasks_branch_merges_back_by_fast_forward_or_one_commit_and_a_conflict_moves_nothing() {
+    let (app, dir) = app_with_workspaces(Backend::Sqlite).await;
+    let repo = dir.path().join("repo");
+    for (name, branch) in [
+        ("task-a", "task/a"),
+        ("task-b", "task/b"),
+        ("task-c", "task/c"),
+    ] {
+        let (status, made) = create(
+            &app,
+            json!({"name": name, "source": {"kind": "git_worktree", "repository": "repo", "branch": branch}}),
+        )
+        .await;
+        assert_eq!(status, 201, "{made}");
+    }
+    // Each task writes through writ and commits in its worktree, as an agent's harness would.
+    let commit_in = |name: &str, file: &str, content: &str| {
+        std::fs::write(dir.path().join(name).join(file), content).unwrap();
+        git(&dir.path().join(name), &["add", file]);
+        git(&dir.path().join(name), &["commit", "-q", "-m", name]);
+    };
+    assert_eq!(
+        put(&app, "/workspaces/task-a/files/a.txt", "from a\n").await,
+        201
+    );
+    git(&dir.path().join("task-a"), &["add", "a.txt"]);
+    git(
+        &dir.path().join("task-a"),
+        &["commit", "-q", "-m", "task a"],
+    );
+    commit_in("task-b", "README", "hello from b\n");
+    commit_in("task-c", "README", "hello from c\n");
+
+    // main has not moved: a fast-forward, and main's checkout follows.
+    let (status, merged) = merge(&app, "task-a", "main").await;
+    assert_eq!(status, 200, "{merged}");
+    assert_eq!(merged["outcome"], "fast_forward");
+    assert_eq!(
+        git(&repo, &["rev-parse", "main"]).trim(),
+        merged["commit"].as_str().unwrap()
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("a.txt")).unwrap(),
+        "from a\n"
+    );
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+    // Recorded in the audit log with its answer.
+    let id = merged["request_id"].as_str().unwrap();
+    assert!(
+        app.json(&format!("/operations?request_id={id}")).await.0 == 200,
+        "the request id is an audit id"
+    );
+
+    // main moved: task b merges as one merge commit with both parents.
+    let (status, merged) = merge(&app, "task-b", "main").await;
+    assert_eq!(status, 200, "{merged}");
+    assert_eq!(merged["outcome"], "merged");
+    let parents = git(&repo, &["rev-list", "--parents", "-n", "1", "main"]);
+    assert_eq!(parents.split_whitespace().count(), 3, "{parents}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("README")).unwrap(),
+        "hello from b\n"
+    );
+
+    // task c changed the same line: 409 naming the file and its hunk, and nothing moves.
+    let main_before = git(&repo, &["rev-parse", "main"]);
+    let c_before = git(&repo, &["rev-parse", "task/c"]);
+    let (status, refused) = merge(&app, "task-c", "main").await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["error"]["details"]["files"][0]["path"], "README");
+    let hunk = refused["error"]["details"]["files"][0]["hunks"][0]
+        .as_str()
+        .unwrap();
+    assert!(
+        hunk.contains("hello from c") && hunk.contains("hello from b"),
+        "{hunk}"
+    );
+    assert_eq!(git(&repo, &["rev-parse", "main"]), main_before);
+    assert_eq!(git(&repo, &["rev-parse", "task/c"]), c_before);
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+
+    // Refusals name the field.
+    let (status, body) = merge(&app, "default", "main").await;
+    assert_eq!(
+        (status, body["error"]["field"].as_str()),
+        (422, Some("name")),
+        "{body}"
+    );
+    let (status, body) = merge(&app, "task-a", "no-such-branch").await;
+    assert_eq!(
+        (status, body["error"]["field"].as_str()),
+        (422, Some("into")),
+        "{body}"
+    );
+    assert_eq!(merge(&app, "nope", "main").await.0, 404);
+}
+
 #[tokio::test]
 async fn workspaces_are_isolated_from_each_other_whatever_the_path_says() {
     let (app, dir) = app_with_workspaces(Backend::Sqlite).await;

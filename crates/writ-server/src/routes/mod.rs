@@ -222,6 +222,12 @@ pub fn api_routes() -> Vec<Route> {
             handler: get(workspaces::get_workspace),
         },
         Route {
+            method: "POST",
+            path: "/workspaces/{name}/merge",
+            access: Access::Scope(Scope::Admin),
+            handler: post(workspaces::merge_workspace),
+        },
+        Route {
             method: "DELETE",
             path: "/workspaces/{name}",
             access: Access::Scope(Scope::Admin),

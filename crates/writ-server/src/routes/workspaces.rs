@@ -67,6 +67,32 @@ pub async fn delete_workspace(
     Ok(Json(deleted))
 }
 
+/// Merges the workspace's branch into another branch of its repository.
+pub async fn merge_workspace(
+    State(state): State<AppState>,
+    axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
+    caller: Option<axum::Extension<Caller>>,
+    bound: Option<axum::Extension<KeyWorkspaces>>,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Json<workspaces::MergedWorkspace>, ApiError> {
+    if !may_use(bound.map(|axum::Extension(b)| b).as_ref(), &name) {
+        return Err(unknown_workspace(&name));
+    }
+    let Json(request) = Json::<workspaces::MergeWorkspace>::from_bytes(&body)
+        .map_err(|e| crate::extract::json_error(&e))?;
+    let caller = caller.map(|axum::Extension(Caller(id))| id);
+    let merged = workspaces::merge(
+        &state.workspaces,
+        &name,
+        request,
+        caller.as_deref(),
+        request_id,
+    )
+    .await?;
+    Ok(Json(merged))
+}
+
 /// The router of the routes served inside the workspace `name` ([`crate::routes::WORKSPACE_ROUTES`]),
 /// built once per workspace with that workspace in its state, so that every handler and service
 /// below it reads the workspace as it always has (`state.workspace`).

@@ -507,3 +507,158 @@ pub async fn delete(workspaces: &Workspaces, name: &str) -> Result<DeletedWorksp
         root: record.root,
     })
 }
+
+/// The body of `POST /workspaces/{name}/merge`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MergeWorkspace {
+    /// The branch of the same repository to merge the workspace's branch into (e.g. `main`).
+    pub into: String,
+}
+
+/// What a merge did.
+#[derive(Debug, Serialize)]
+pub struct MergedWorkspace {
+    /// The merge's own record in the audit log.
+    pub request_id: uuid::Uuid,
+    pub workspace: String,
+    /// The workspace's branch.
+    pub branch: String,
+    pub into: String,
+    /// `up_to_date`, `fast_forward` or `merged` (one merge commit).
+    pub outcome: &'static str,
+    /// The commit `into` now points at (absent when it was already up to date).
+    pub commit: Option<String>,
+}
+
+/// Merges the branch of the git-worktree workspace `name` into `into`: a fast-forward when
+/// possible, else one merge commit; conflicts answer 409 with each file and its hunks, and
+/// neither branch moves. A merge that moved `into` is recorded as a request (route `POST
+/// /workspaces/{name}/merge`, its answer stored with it).
+pub async fn merge(
+    workspaces: &Workspaces,
+    name: &str,
+    request: MergeWorkspace,
+    caller: Option<&str>,
+    request_id: uuid::Uuid,
+) -> Result<MergedWorkspace, ApiError> {
+    let record = match workspaces
+        .store
+        .find_workspace(name)
+        .await
+        .map_err(store_error)?
+    {
+        Some(record) => record,
+        None if name == WorkspaceName::DEFAULT => {
+            return Err(invalid(
+                "name",
+                "the default workspace has no branch of its own to merge; merge a git_worktree workspace",
+            ));
+        }
+        None => return Err(unknown(name)),
+    };
+    let (Some(repository), Some(branch), WorkspaceKind::GitWorktree) =
+        (record.source.clone(), record.branch.clone(), record.kind)
+    else {
+        return Err(invalid(
+            "name",
+            format!(
+                "'{name}' is a {} workspace; only a git_worktree workspace has a branch to merge",
+                record.kind
+            ),
+        ));
+    };
+    let into = request.into.trim().to_owned();
+    if into.is_empty() || into == branch {
+        return Err(invalid(
+            "into",
+            format!("into must name another branch of the repository than '{branch}'"),
+        ));
+    }
+    let author = caller.unwrap_or("writ").to_owned();
+    let outcome = {
+        let (repository, branch, into) = (repository.clone(), branch.clone(), into.clone());
+        tokio::task::spawn_blocking(move || {
+            writ_git::merge::merge_branches(
+                Path::new(&repository),
+                &branch,
+                &into,
+                &author,
+                "writ@localhost",
+            )
+        })
+        .await
+        .map_err(ApiError::internal)?
+    };
+    use writ_git::merge::MergeOutcome;
+    let (outcome, commit) = match outcome {
+        Ok(MergeOutcome::UpToDate) => ("up_to_date", None),
+        Ok(MergeOutcome::FastForward { commit }) => ("fast_forward", Some(commit)),
+        Ok(MergeOutcome::Merged { commit }) => ("merged", Some(commit)),
+        Ok(MergeOutcome::Conflicts(conflicts)) => {
+            let files: Vec<serde_json::Value> = conflicts
+                .iter()
+                .map(|c| serde_json::json!({"path": c.path, "hunks": c.hunks}))
+                .collect();
+            return Err(ApiError::new(
+                ErrorCode::Conflict,
+                format!(
+                    "'{branch}' does not merge into '{into}' cleanly: {} conflict; nothing was changed",
+                    conflicts
+                        .iter()
+                        .map(|c| c.path.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+            .with_field("into")
+            .with_details(serde_json::json!({ "files": files })));
+        }
+        Err(e) => return Err(invalid("into", format!("the merge could not be made: {e}"))),
+    };
+    let merged = MergedWorkspace {
+        request_id,
+        workspace: name.to_owned(),
+        branch,
+        into,
+        outcome,
+        commit,
+    };
+    if merged.commit.is_some() {
+        record_merge(&*workspaces.store, &merged, caller).await;
+    }
+    Ok(merged)
+}
+
+/// The merge in the audit log: a request with its answer, so `GET /requests`-style readers and
+/// operators see which branch moved where and when. A record that cannot be written is logged:
+/// the branch has moved already, and git has the commit.
+async fn record_merge(store: &dyn AuditStore, merged: &MergedWorkspace, caller: Option<&str>) {
+    let route = format!("POST /workspaces/{}/merge", merged.workspace);
+    let answer = serde_json::to_value(merged).ok();
+    let recorded = async {
+        store
+            .insert_request(&writ_core::audit::NewRequest {
+                id: merged.request_id,
+                received_at: Utc::now(),
+                route,
+                caller: caller.map(str::to_owned),
+                scope: Some(writ_core::keys::Scope::Admin),
+                idempotency_key: None,
+                body_sha256: None,
+            })
+            .await?;
+        store
+            .finish_request(
+                merged.request_id,
+                writ_core::audit::RequestStatus::Success,
+                0,
+                answer.as_ref(),
+            )
+            .await
+    }
+    .await;
+    if let Err(e) = recorded {
+        tracing::warn!(error = %e, workspace = %merged.workspace, "a merge moved its branch but could not be recorded");
+    }
+}
