@@ -108,8 +108,10 @@ fn every_route_requires_the_scope_its_method_implies() {
             (_, "/mcp") | ("POST", "/tools/call") => Access::PerTool,
             // Inside a workspace: the route inside decides, as a tool does.
             (_, "/workspaces/{name}/{*rest}") => Access::PerTool,
-            // Making and removing workspaces is administration.
-            (_, "/workspaces" | "/workspaces/{name}") => Access::Scope(Scope::Admin),
+            // Making, merging and removing workspaces is administration.
+            (_, "/workspaces" | "/workspaces/{name}" | "/workspaces/{name}/merge") => {
+                Access::Scope(Scope::Admin)
+            }
             ("POST", "/run") => Access::Scope(Scope::Run),
             // Setting what a key may spend is key management.
             ("PUT", "/keys/{id}/budget") => Access::Scope(Scope::Admin),
