@@ -33,24 +33,9 @@ async fn start_writ(dir: &Path, fake: &FakeUpstream, extra: &[(&str, &str)]) -> 
     let port = free_port();
     let n = std::fs::read_dir(dir).unwrap().count();
     let log = dir.join(format!("writ-{n}.log"));
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_writ"));
-    cmd.arg("serve")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("RUST_LOG", "debug,sqlx=warn,hyper=info,h2=info")
-        .env("WRIT_ADDR", format!("127.0.0.1:{port}"))
-        .env(
-            "DATABASE_URL",
-            format!("sqlite://{}/writ.db", dir.display()),
-        )
-        .env("REPO_DIR", dir.join("repo"))
-        .env("OPENROUTER_BASE_URL", fake.base_url())
-        .env("CODE_LIST", MODELS.join(","))
-        .env("CODE_MODEL", ARBITER)
-        .env("WRIT_MODEL_MAX_ATTEMPTS", "1")
-        .env("WRIT_LOCAL_MODEL", "off")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap());
+    let mut cmd = support::writ_serve(dir, port, &fake.base_url(), &MODELS, ARBITER, &log);
+    cmd.env("RUST_LOG", "debug,sqlx=warn,hyper=info,h2=info")
+        .env("WRIT_MODEL_MAX_ATTEMPTS", "1");
     for (k, v) in extra {
         cmd.env(k, v);
     }

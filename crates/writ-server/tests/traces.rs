@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -34,25 +34,10 @@ async fn start_writ(
     let port = free_port();
     let log = dir.join("writ.log");
     std::fs::create_dir_all(dir.join("repo")).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_writ"));
-    cmd.arg("serve")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        // Quiet logs: traces do not depend on the log level.
-        .env("RUST_LOG", "warn")
-        .env("WRIT_ADDR", format!("127.0.0.1:{port}"))
-        .env(
-            "DATABASE_URL",
-            format!("sqlite://{}/writ.db", dir.display()),
-        )
-        .env("REPO_DIR", dir.join("repo"))
-        .env("OPENROUTER_BASE_URL", fake.base_url())
-        .env("CODE_LIST", MODELS.join(","))
-        .env("CODE_MODEL", ARBITER)
-        .env("WRIT_LOCAL_MODEL", "off")
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap());
+    let mut cmd = support::writ_serve(dir, port, &fake.base_url(), &MODELS, ARBITER, &log);
+    // Quiet logs: traces do not depend on the log level.
+    cmd.env("RUST_LOG", "warn")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100");
     if let Some(endpoint) = otlp {
         cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint);
     }

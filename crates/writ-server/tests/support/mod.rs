@@ -58,6 +58,36 @@ pub fn psql_rows(url: &str, sql: &str) -> Vec<String> {
         .collect()
 }
 
+/// `writ serve` on `port` over an SQLite audit log in `dir` and `dir/repo`, its models
+/// (`models`, arbiter `arbiter`) answered by the fake upstream at `upstream`, with nothing of this
+/// process's environment but `PATH`; stderr to `log`. The caller adds what its test needs.
+pub fn writ_serve(
+    dir: &Path,
+    port: u16,
+    upstream: &str,
+    models: &[&str],
+    arbiter: &str,
+    log: &Path,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_writ"));
+    cmd.arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("WRIT_ADDR", format!("127.0.0.1:{port}"))
+        .env(
+            "DATABASE_URL",
+            format!("sqlite://{}/writ.db", dir.display()),
+        )
+        .env("REPO_DIR", dir.join("repo"))
+        .env("OPENROUTER_BASE_URL", upstream)
+        .env("CODE_LIST", models.join(","))
+        .env("CODE_MODEL", arbiter)
+        .env("WRIT_LOCAL_MODEL", "off")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    cmd
+}
+
 #[path = "../../../../tests/support/db_proxy.rs"]
 mod db_proxy;
 pub use db_proxy::DbProxy;
