@@ -25,6 +25,7 @@ mod scopes;
 mod search;
 mod service;
 mod speed;
+mod stats;
 mod tools;
 mod updates;
 mod validation;

@@ -35,6 +35,7 @@ pub mod model;
 pub mod path;
 pub mod search;
 pub mod sessions;
+pub mod stats;
 pub mod workspace;
 pub mod workspaces;
 

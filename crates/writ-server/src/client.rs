@@ -73,6 +73,78 @@ pub struct OpsArgs {
     pub cursor: Option<String>,
 }
 
+/// `writ stats`: the query of `GET /stats/models`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StatsArgs {
+    /// RFC 3339 (default: 24 hours before --until).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// RFC 3339 (default: now).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// One row per model and language of the file.
+    #[arg(long)]
+    pub by_language: bool,
+}
+
+/// Prints each model's figures over a window of the audit log of a running writ.
+pub async fn stats(remote: &Remote, args: &StatsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let client = http()?;
+    let base = remote.url.trim_end_matches('/');
+    let mut query: Vec<(&str, String)> = Vec::new();
+    for (k, v) in [("since", &args.since), ("until", &args.until)] {
+        if let Some(v) = v {
+            query.push((k, v.clone()));
+        }
+    }
+    if args.by_language {
+        query.push(("by", "language".into()));
+    }
+    let url = reqwest::Url::parse_with_params(&format!("{base}/stats/models"), &query)
+        .with_context(|| format!("WRIT_URL {base} is not a URL"))?;
+    let resp = authed(client.get(url), remote)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach writ at {base} (set WRIT_URL)"))?;
+    if !resp.status().is_success() {
+        return Err(refusal(resp).await);
+    }
+    let page: Value = resp.json().await?;
+    writeln!(
+        out,
+        "{:<32} {:<12} {:>10} {:>7} {:>7} {:>10} {:>10} {:>9} {:>9}",
+        "MODEL", "LANGUAGE", "CANDIDATES", "VIABLE", "CHOSEN", "PASSED", "COST", "P50 MS", "P95 MS"
+    )?;
+    for m in page["models"].as_array().into_iter().flatten() {
+        writeln!(
+            out,
+            "{:<32} {:<12} {:>10} {:>7} {:>7} {:>10} {:>10.4} {:>9} {:>9}",
+            m["model"].as_str().unwrap_or(""),
+            m["language"].as_str().unwrap_or("-"),
+            m["candidates"],
+            m["viable"],
+            m["chosen"],
+            format!("{}/{}", m["passed_validation"], m["validated"]),
+            m["cost"].as_f64().unwrap_or(0.0),
+            m["latency_p50_ms"],
+            m["latency_p95_ms"],
+        )?;
+    }
+    writeln!(
+        out,
+        "{} operations from {} to {}{}",
+        page["operations"],
+        page["since"].as_str().unwrap_or("?"),
+        page["until"].as_str().unwrap_or("?"),
+        if page["truncated"] == true {
+            " (truncated: the newest were counted)"
+        } else {
+            ""
+        }
+    )?;
+    Ok(())
+}
+
 fn http() -> anyhow::Result<reqwest::Client> {
     // reqwest is built without a bundled TLS provider (ring is ours); install it once.
     let _ = rustls::crypto::ring::default_provider().install_default();

@@ -1,4 +1,5 @@
-//! The `writ` binary: `serve` (default), `mcp`, `migrate`, `check`, `keys`, `write`, `ops`.
+//! The `writ` binary: `serve` (default), `mcp`, `migrate`, `check`, `keys`, `write`, `ops`, `stats`,
+//! `workspaces`.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -57,6 +58,13 @@ enum Command {
         remote: writ_server::client::Remote,
         #[command(flatten)]
         args: writ_server::client::OpsArgs,
+    },
+    /// Each model's candidates, viable, chosen, passed validation, cost and latency (GET /stats/models).
+    Stats {
+        #[command(flatten)]
+        remote: writ_server::client::Remote,
+        #[command(flatten)]
+        args: writ_server::client::StatsArgs,
     },
     /// Make, list and delete named workspaces of a running writ (needs an admin key).
     Workspaces {
@@ -165,6 +173,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Ops { remote, args } => {
             writ_server::client::ops(&remote, &args, &mut std::io::stdout()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stats { remote, args } => {
+            writ_server::client::stats(&remote, &args, &mut std::io::stdout()).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Workspaces { remote, command } => {

@@ -123,6 +123,18 @@ async fn writ_write_follows_the_batch_and_prints_a_summary() {
             .any(|l| l.contains("pkg/a.py") && l.contains("succeeded") && l.contains("created")),
         "{text}"
     );
+
+    // The same batch, counted per model: one candidate per file from the one model.
+    let stats = writ(&server, &["stats", "--by-language"]).await;
+    let text = stdout(&stats);
+    assert!(stats.status.success(), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("m/one"))
+        .unwrap_or_else(|| panic!("no row for m/one: {text}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cols[1..5], ["python", "2", "2", "2"], "{row}");
+    assert!(text.contains("2 operations from"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

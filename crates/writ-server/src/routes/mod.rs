@@ -17,6 +17,7 @@ pub mod meta;
 pub mod operations;
 pub mod run;
 pub mod search;
+pub mod stats;
 pub mod synthesis;
 pub mod tools;
 pub mod workspaces;
@@ -190,6 +191,12 @@ pub fn api_routes() -> Vec<Route> {
             path: "/requests/{id}/undo",
             access: Access::Scope(Scope::Write),
             handler: post(history::post_undo),
+        },
+        Route {
+            method: "GET",
+            path: "/stats/models",
+            access: Access::Scope(Scope::Read),
+            handler: get(stats::model_stats),
         },
         Route {
             method: "GET",

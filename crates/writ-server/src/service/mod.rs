@@ -16,6 +16,7 @@ pub mod operations;
 pub mod run;
 pub mod search;
 pub mod spend;
+pub mod stats;
 pub mod synthesis;
 pub mod workspaces;
 pub mod write_sessions;

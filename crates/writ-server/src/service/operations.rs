@@ -171,7 +171,7 @@ pub(crate) fn parse_uuid(v: &str, field: &str) -> Result<Uuid, ApiError> {
     })
 }
 
-fn parse_time(v: &str, field: &str) -> Result<DateTime<Utc>, ApiError> {
+pub(crate) fn parse_time(v: &str, field: &str) -> Result<DateTime<Utc>, ApiError> {
     DateTime::parse_from_rfc3339(v)
         .map(|t| t.with_timezone(&Utc))
         .map_err(|_| {

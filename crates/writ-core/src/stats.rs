@@ -1,0 +1,246 @@
+//! Which models earn their cost: per model (and, if asked, per language of the file), how many
+//! candidates it gave, how many were viable, chosen and passed the tests, what they cost and how
+//! long they took — counted from the audit log's operations (`GET /stats/models`, `writ stats`).
+//!
+//! A candidate is a model's answer for one file (repair rounds included); *viable* when it was
+//! extracted and passed writ's checks; *chosen* when its file was written with it (the
+//! operation's `chosen_model`); *passed validation* when the caller's tests (or generated ones)
+//! passed on it. Failed operations count too: their candidates were paid for.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::audit::Operation;
+
+/// One model's figures (for one language, when grouped by language).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelStats {
+    pub model: String,
+    /// The files' language (by extension), when grouped by language.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
+    pub candidates: u64,
+    pub viable: u64,
+    pub chosen: u64,
+    /// Candidates the tests ran on.
+    pub validated: u64,
+    pub passed_validation: u64,
+    /// The provider's reported cost, summed (credits; OpenRouter: USD).
+    pub cost: f64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cached_tokens: u64,
+    /// Of the candidates' call latencies.
+    pub latency_p50_ms: u64,
+    pub latency_p95_ms: u64,
+}
+
+#[derive(Default)]
+struct Tally {
+    stats: Option<ModelStats>,
+    latencies: Vec<u64>,
+}
+
+/// The figures of every model that gave a candidate in `operations`, most candidates first.
+pub fn model_stats(operations: &[Operation], by_language: bool) -> Vec<ModelStats> {
+    let mut tallies: BTreeMap<(String, Option<String>), Tally> = BTreeMap::new();
+    for op in operations {
+        let language = by_language.then(|| {
+            writ_checks::Language::from_path(&op.filename)
+                .name()
+                .to_ascii_lowercase()
+        });
+        for c in &op.candidates {
+            let key = (c.model.clone(), language.clone());
+            let tally = tallies.entry(key).or_default();
+            let s = tally.stats.get_or_insert_with(|| ModelStats {
+                model: c.model.clone(),
+                language: language.clone(),
+                candidates: 0,
+                viable: 0,
+                chosen: 0,
+                validated: 0,
+                passed_validation: 0,
+                cost: 0.0,
+                prompt_tokens: 0,
+                completion_tokens: 0,
+                cached_tokens: 0,
+                latency_p50_ms: 0,
+                latency_p95_ms: 0,
+            });
+            s.candidates += 1;
+            if c.ok && c.parsed != Some(false) && c.error_class.is_none() {
+                s.viable += 1;
+            }
+            if let Some(v) = &c.validation {
+                s.validated += 1;
+                if v.passed {
+                    s.passed_validation += 1;
+                }
+            }
+            s.cost += c.cost.unwrap_or(0.0);
+            s.prompt_tokens += c.prompt_tokens.unwrap_or(0);
+            s.completion_tokens += c.completion_tokens.unwrap_or(0);
+            s.cached_tokens += c.cached_tokens.unwrap_or(0);
+            tally.latencies.push(c.latency_ms);
+        }
+        if let Some(model) = &op.chosen_model
+            && let Some(tally) = tallies.get_mut(&(model.clone(), language.clone()))
+            && let Some(s) = tally.stats.as_mut()
+        {
+            s.chosen += 1;
+        }
+    }
+    let mut out: Vec<ModelStats> = tallies
+        .into_values()
+        .filter_map(|mut t| {
+            let mut s = t.stats?;
+            t.latencies.sort_unstable();
+            s.latency_p50_ms = percentile(&t.latencies, 50);
+            s.latency_p95_ms = percentile(&t.latencies, 95);
+            Some(s)
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.candidates
+            .cmp(&a.candidates)
+            .then_with(|| a.model.cmp(&b.model))
+            .then_with(|| a.language.cmp(&b.language))
+    });
+    out
+}
+
+/// The nearest-rank percentile of sorted `values` (0 when there are none).
+fn percentile(sorted: &[u64], p: usize) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (p * sorted.len()).div_ceil(100).max(1);
+    sorted[rank - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::audit::{
+        CandidateRecord, FileKind, OperationKind, OperationStatus, ValidationRecord,
+    };
+
+    fn candidate(
+        model: &str,
+        ok: bool,
+        latency_ms: u64,
+        cost: f64,
+        passed: Option<bool>,
+    ) -> CandidateRecord {
+        CandidateRecord {
+            model: model.into(),
+            ok,
+            parsed: Some(ok),
+            latency_ms,
+            cost: Some(cost),
+            prompt_tokens: Some(100),
+            completion_tokens: Some(10),
+            validation: passed.map(|passed| ValidationRecord {
+                passed,
+                command: "pytest".into(),
+                exit_code: Some(if passed { 0 } else { 1 }),
+                timed_out: false,
+                duration_ms: 5,
+                output_tail: String::new(),
+            }),
+            ..CandidateRecord::default()
+        }
+    }
+
+    fn op(file: &str, chosen: Option<&str>, candidates: Vec<CandidateRecord>) -> Operation {
+        Operation {
+            id: Uuid::now_v7(),
+            request_id: Uuid::now_v7(),
+            created_at: Utc::now(),
+            finished_at: None,
+            filename: file.into(),
+            kind: FileKind::Code,
+            operation: OperationKind::Created,
+            status: OperationStatus::Succeeded,
+            chosen_model: chosen.map(str::to_owned),
+            selection: None,
+            arbiter_reason: None,
+            candidates,
+            previous_sha256: None,
+            sha256: None,
+            bytes: None,
+            error: None,
+            duration_ms: None,
+            detail: None,
+        }
+    }
+
+    #[test]
+    fn each_model_counts_its_candidates_viable_chosen_validated_cost_and_latency() {
+        let ops = vec![
+            op(
+                "a.py",
+                Some("m1"),
+                vec![
+                    candidate("m1", true, 100, 0.01, Some(true)),
+                    candidate("m2", false, 900, 0.02, None),
+                ],
+            ),
+            op(
+                "b.rs",
+                Some("m2"),
+                vec![
+                    candidate("m1", true, 300, 0.01, Some(false)),
+                    candidate("m2", true, 500, 0.02, Some(true)),
+                ],
+            ),
+            op("c.py", None, vec![candidate("m1", true, 200, 0.01, None)]),
+        ];
+
+        let stats = model_stats(&ops, false);
+
+        assert_eq!(stats.len(), 2);
+        let m1 = &stats[0];
+        assert_eq!(
+            (m1.model.as_str(), m1.candidates, m1.viable, m1.chosen),
+            ("m1", 3, 3, 1)
+        );
+        assert_eq!((m1.validated, m1.passed_validation), (2, 1));
+        assert!((m1.cost - 0.03).abs() < 1e-9);
+        assert_eq!((m1.prompt_tokens, m1.completion_tokens), (300, 30));
+        assert_eq!((m1.latency_p50_ms, m1.latency_p95_ms), (200, 300));
+        let m2 = &stats[1];
+        assert_eq!((m2.candidates, m2.viable, m2.chosen), (2, 1, 1));
+        assert_eq!((m2.latency_p50_ms, m2.latency_p95_ms), (500, 900));
+    }
+
+    #[test]
+    fn grouped_by_language_a_model_has_a_row_per_language() {
+        let ops = vec![
+            op(
+                "a.py",
+                Some("m1"),
+                vec![candidate("m1", true, 100, 0.0, None)],
+            ),
+            op(
+                "b.rs",
+                Some("m1"),
+                vec![candidate("m1", true, 100, 0.0, None)],
+            ),
+            op("c.py", None, vec![candidate("m1", true, 100, 0.0, None)]),
+        ];
+
+        let stats = model_stats(&ops, true);
+
+        let rows: Vec<(Option<&str>, u64, u64)> = stats
+            .iter()
+            .map(|s| (s.language.as_deref(), s.candidates, s.chosen))
+            .collect();
+        assert_eq!(rows, [(Some("python"), 2, 1), (Some("rust"), 1, 1)]);
+    }
+}
