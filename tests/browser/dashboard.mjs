@@ -54,6 +54,12 @@ try {
   await page.waitForSelector("#ops tr", { timeout: 10000 });
   await page.locator("#ops tr").first().click();
   await page.waitForSelector("#preview", { timeout: 10000 });
+  // The models' figures of the batch: a row per model that answered, with its candidates.
+  await page.waitForSelector("#models tr td", { timeout: 10000 });
+  const modelRows = await page.locator("#models tr").count();
+  if (modelRows < 2) throw new Error(`expected a row per model in the models table, saw ${modelRows}`);
+  const firstCandidates = Number(await page.locator("#models tr").first().locator("td").nth(1).textContent());
+  if (!(firstCandidates >= files.length)) throw new Error(`expected at least ${files.length} candidates for the busiest model, saw ${firstCandidates}`);
 } catch (e) {
   failed = failed || String(e && e.message || e);
 }
