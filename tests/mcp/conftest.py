@@ -22,6 +22,8 @@ TOOL_NAMES = [
     "edit_files",
     "list_operations",
     "get_operation",
+    "undo",
+    "restore",
     "begin_write_session",
     "append_to_write_session",
     "finish_write_session",
