@@ -359,21 +359,7 @@ async fn the_undo_body_is_checked_and_an_unknown_field_is_named() {
     assert_eq!(bytes(&app, "a.txt").unwrap(), b"a\n");
 }
 
-fn git(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
+use writ_tests::git;
 
 #[tokio::test]
 async fn with_git_commits_on_an_edit_is_one_commit_of_its_paths_and_its_undo_a_revert_commit() {

@@ -4,7 +4,6 @@
 //! the field; and every replica serves a workspace made on another.
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -21,21 +20,7 @@ async fn app_with_workspaces(backend: Backend) -> (TestApp, TempDir) {
     (writ_tests::spawn_with(settings, dirs, backend).await, dir)
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=test", "-c", "user.email=test@localhost"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
+use writ_tests::git;
 
 fn make_repository(at: &Path) {
     std::fs::create_dir_all(at).unwrap();

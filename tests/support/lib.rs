@@ -429,3 +429,22 @@ async fn json_answer(what: &str, r: reqwest::Response) -> (u16, serde_json::Valu
         Err(e) => panic!("{what}: the {status} answer is not JSON ({e}): {text:?}"),
     }
 }
+
+/// Runs the real `git` program in `dir`, as a user looking at a repository would, without the
+/// machine's configuration and with a test identity; fails the test with git's stderr.
+pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=test", "-c", "user.email=test@localhost"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}

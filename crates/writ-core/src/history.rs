@@ -40,6 +40,24 @@ pub struct HistoryCaller {
     pub route: String,
 }
 
+impl HistoryCaller {
+    /// The undo's or restore's own request, recorded before anything is written.
+    async fn record(&self, store: &dyn AuditStore) -> Result<(), HistoryError> {
+        store
+            .insert_request(&NewRequest {
+                id: self.request_id,
+                received_at: Utc::now(),
+                route: self.route.clone(),
+                caller: self.caller.clone(),
+                scope: self.scope,
+                idempotency_key: None,
+                body_sha256: None,
+            })
+            .await
+            .map_err(HistoryError::Audit)
+    }
+}
+
 /// `POST /requests/{id}/undo` and the `undo` tool.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -339,18 +357,7 @@ pub async fn undo(
         });
     }
 
-    store
-        .insert_request(&NewRequest {
-            id: who.request_id,
-            received_at: Utc::now(),
-            route: who.route.clone(),
-            caller: who.caller.clone(),
-            scope: who.scope,
-            idempotency_key: None,
-            body_sha256: None,
-        })
-        .await
-        .map_err(HistoryError::Audit)?;
+    who.record(store).await?;
     let provenance = || Provenance {
         selection: Some(Selection::Direct),
         detail: Some(serde_json::json!({ "undo_of": undone })),
@@ -587,18 +594,7 @@ pub async fn restore(
         path: op.filename.clone(),
         source: crate::workspace::WorkspaceError::from(e).into(),
     })?;
-    store
-        .insert_request(&NewRequest {
-            id: who.request_id,
-            received_at: Utc::now(),
-            route: who.route.clone(),
-            caller: who.caller.clone(),
-            scope: who.scope,
-            idempotency_key: None,
-            body_sha256: None,
-        })
-        .await
-        .map_err(HistoryError::Audit)?;
+    who.record(store).await?;
     let written = recorded_write(
         store,
         workspace,

@@ -2,26 +2,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+use support::git;
+
 use std::path::Path;
-use std::process::Command;
 
 use writ_git::merge::{MergeOutcome, merge_branches};
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 fn commit_file(d: &Path, name: &str, content: &str) {
     std::fs::write(d.join(name), content).unwrap();

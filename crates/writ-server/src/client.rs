@@ -89,8 +89,6 @@ pub struct StatsArgs {
 
 /// Prints each model's figures over a window of the audit log of a running writ.
 pub async fn stats(remote: &Remote, args: &StatsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let client = http()?;
-    let base = remote.url.trim_end_matches('/');
     let mut query: Vec<(&str, String)> = Vec::new();
     for (k, v) in [("since", &args.since), ("until", &args.until)] {
         if let Some(v) = v {
@@ -100,16 +98,7 @@ pub async fn stats(remote: &Remote, args: &StatsArgs, out: &mut dyn Write) -> an
     if args.by_language {
         query.push(("by", "language".into()));
     }
-    let url = reqwest::Url::parse_with_params(&format!("{base}/stats/models"), &query)
-        .with_context(|| format!("WRIT_URL {base} is not a URL"))?;
-    let resp = authed(client.get(url), remote)
-        .send()
-        .await
-        .with_context(|| format!("cannot reach writ at {base} (set WRIT_URL)"))?;
-    if !resp.status().is_success() {
-        return Err(refusal(resp).await);
-    }
-    let page: Value = resp.json().await?;
+    let page = get_json(remote, "/stats/models", &query).await?;
     writeln!(
         out,
         "{:<32} {:<12} {:>10} {:>7} {:>7} {:>10} {:>10} {:>9} {:>9}",
@@ -143,6 +132,21 @@ pub async fn stats(remote: &Remote, args: &StatsArgs, out: &mut dyn Write) -> an
         }
     )?;
     Ok(())
+}
+
+/// `GET {WRIT_URL}{path}?{query}` as JSON; a refusal or an unreachable server is the error.
+async fn get_json(remote: &Remote, path: &str, query: &[(&str, String)]) -> anyhow::Result<Value> {
+    let base = remote.url.trim_end_matches('/');
+    let url = reqwest::Url::parse_with_params(&format!("{base}{path}"), query)
+        .with_context(|| format!("WRIT_URL {base} is not a URL"))?;
+    let resp = authed(http()?.get(url), remote)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach writ at {base} (set WRIT_URL)"))?;
+    if !resp.status().is_success() {
+        return Err(refusal(resp).await);
+    }
+    Ok(resp.json().await?)
 }
 
 fn http() -> anyhow::Result<reqwest::Client> {
@@ -425,8 +429,6 @@ fn print_summary(response: &BatchResponse, out: &mut dyn Write) -> std::io::Resu
 
 /// Runs `writ ops`.
 pub async fn ops(remote: &Remote, args: &OpsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let client = http()?;
-    let base = remote.url.trim_end_matches('/');
     let mut query: Vec<(&str, String)> = vec![("limit", args.limit.to_string())];
     for (k, v) in [
         ("request_id", &args.request_id),
@@ -441,16 +443,7 @@ pub async fn ops(remote: &Remote, args: &OpsArgs, out: &mut dyn Write) -> anyhow
             query.push((k, v.clone()));
         }
     }
-    let url = reqwest::Url::parse_with_params(&format!("{base}/operations"), &query)
-        .with_context(|| format!("WRIT_URL {base} is not a URL"))?;
-    let resp = authed(client.get(url), remote)
-        .send()
-        .await
-        .with_context(|| format!("cannot reach writ at {base} (set WRIT_URL)"))?;
-    if !resp.status().is_success() {
-        return Err(refusal(resp).await);
-    }
-    let page: Value = resp.json().await?;
+    let page = get_json(remote, "/operations", &query).await?;
     writeln!(
         out,
         "{:<27} {:<10} {:<10} {:<32} {:<24} {:<26} {:>8}",
