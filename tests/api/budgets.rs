@@ -39,12 +39,20 @@ async fn get(app: &TestApp, key: &str, path: &str) -> (u16, Value) {
 async fn a_key_past_its_budget_is_refused_before_any_model_call_on_every_replica() {
     // Keys are issued before the servers start, so that both start with auth on.
     let fake = writ_fake_upstream::FakeUpstream::start().await.unwrap();
-    for m in MODELS {
+    // Three different answers: the arbiter is asked, and what it costs is the key's spend too.
+    for (i, m) in MODELS.iter().enumerate() {
         fake.script(
             m,
-            Script::always(Step::code("python", "def add(a, b):\n    return a + b")),
+            Script::always(Step::code(
+                "python",
+                &format!("def add(a, b):\n    total = a + b  # {i}\n    return total"),
+            )),
         );
     }
+    fake.script(
+        writ_tests::ARBITER,
+        Script::always(Step::verdict(2, "the second")),
+    );
     let base = fake.base_url();
     let list = MODELS.join(",");
     let models = [
@@ -90,15 +98,24 @@ async fn a_key_past_its_budget_is_refused_before_any_model_call_on_every_replica
     let day = &spend["windows"][0];
     assert_eq!(day["period"], "day");
     assert_eq!(day["tokens_limit"], 1);
-    let recorded: u64 = body["results"][0]["candidates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            c["prompt_tokens"].as_u64().unwrap_or(0) + c["completion_tokens"].as_u64().unwrap_or(0)
-        })
-        .sum();
-    assert!(recorded > 1, "{body}");
+    let tokens = |calls: &Value| -> u64 {
+        calls
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                c["prompt_tokens"].as_u64().unwrap_or(0)
+                    + c["completion_tokens"].as_u64().unwrap_or(0)
+            })
+            .sum()
+    };
+    let file = &body["results"][0];
+    assert_eq!(file["selection"], "arbiter", "{body}");
+    assert_eq!(file["calls"][0]["role"], "arbiter", "{body}");
+    assert_eq!(file["calls"][0]["model"], writ_tests::ARBITER, "{body}");
+    let arbiter_tokens = tokens(&file["calls"]);
+    assert!(arbiter_tokens > 0, "{body}");
+    let recorded = tokens(&file["candidates"]) + arbiter_tokens;
     assert_eq!(day["tokens"].as_u64().unwrap(), recorded, "{spend}");
 
     // The next batch, on the other server, is refused without a model call.

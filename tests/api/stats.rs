@@ -41,7 +41,7 @@ async fn the_figures_are_what_the_audit_log_says(app: TestApp) {
     }
     // The audit log, counted by hand.
     let (_, ops) = app.json("/operations?limit=500").await;
-    let mut expected: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+    let mut expected: BTreeMap<String, (u64, u64, u64, u64)> = BTreeMap::new();
     for op in ops["operations"].as_array().unwrap() {
         for c in op["candidates"].as_array().unwrap() {
             let e = expected
@@ -55,19 +55,27 @@ async fn the_figures_are_what_the_audit_log_says(app: TestApp) {
         if let Some(m) = op["chosen_model"].as_str() {
             expected.get_mut(m).unwrap().2 += 1;
         }
+        // The arbiter's verdicts are calls too, paid for like candidates.
+        for c in op["detail"]["calls"].as_array().into_iter().flatten() {
+            expected
+                .entry(c["model"].as_str().unwrap().to_owned())
+                .or_default()
+                .3 += 1;
+        }
     }
     assert_eq!(
         expected.len(),
-        3,
-        "every model answered or failed: {expected:?}"
+        4,
+        "every model answered or failed, and the arbiter was asked: {expected:?}"
     );
+    assert_eq!(expected[ARBITER], (0, 0, 0, 3), "{expected:?}");
 
     let (status, page) = stats(&app, "").await;
 
     assert_eq!(status, 200, "{page}");
     assert_eq!(page["operations"], 3);
     assert_eq!(page["truncated"], false);
-    let got: BTreeMap<String, (u64, u64, u64)> = page["models"]
+    let got: BTreeMap<String, (u64, u64, u64, u64)> = page["models"]
         .as_array()
         .unwrap()
         .iter()
@@ -78,6 +86,7 @@ async fn the_figures_are_what_the_audit_log_says(app: TestApp) {
                     m["candidates"].as_u64().unwrap(),
                     m["viable"].as_u64().unwrap(),
                     m["chosen"].as_u64().unwrap(),
+                    m["other_calls"].as_u64().unwrap(),
                 ),
             )
         })
@@ -105,13 +114,17 @@ async fn the_figures_are_what_the_audit_log_says(app: TestApp) {
             m["candidates"].as_u64().unwrap(),
         );
     }
-    for (model, (candidates, _, _)) in &got {
+    for (model, (candidates, _, _, _)) in got.iter().filter(|(m, _)| m.as_str() != ARBITER) {
         let python = per_language[&(model.clone(), "python".to_owned())];
         let rust = per_language[&(model.clone(), "rust".to_owned())];
         assert_eq!(python + rust, *candidates, "{model}: {per_language:?}");
         assert!(rust >= 1, "{model} answered for c.rs");
     }
-    assert_eq!(per_language.len(), 6, "three models × two languages");
+    assert_eq!(
+        per_language.len(),
+        8,
+        "three models and the arbiter × two languages"
+    );
 
     // A window before any of it counts nothing.
     let (_, empty) = stats(

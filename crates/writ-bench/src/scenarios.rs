@@ -193,6 +193,9 @@ struct Overhead {
     errors: usize,
     overhead: Summary,
     added: Summary,
+    /// writ's own CPU time (user + system) per batch at this rate: what a feature costs with
+    /// the machine's other load taken out, where a latency percentile under load is not.
+    cpu_ms_per_batch: f64,
 }
 
 async fn measure_overhead(
@@ -215,8 +218,10 @@ async fn measure_overhead(
         body_with(files, json!({})),
     )
     .await;
+    let ticks = procfs::ticks_per_sec();
     let mut rows = Vec::new();
     for &rate in &plan.overhead_rates {
+        let cpu_before = procfs::cpu_time(writ.pid, ticks)?;
         let (samples, _) = open_loop(
             &target,
             rate,
@@ -229,7 +234,9 @@ async fn measure_overhead(
             .iter()
             .map(|s| millis(s.latency) - critical as f64)
             .collect();
+        let cpu = procfs::cpu_time(writ.pid, ticks)?.saturating_sub(cpu_before);
         rows.push(Overhead {
+            cpu_ms_per_batch: millis(cpu) / samples.len().max(1) as f64,
             rate,
             batches: samples.len(),
             errors: errors(&samples),
@@ -248,9 +255,9 @@ pub async fn tracing(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
     let mut out = String::new();
     writeln!(
         out,
-        "| backend | batch | traces | rate (batches/s) | batches | spans received | overhead p50 (ms) | p90 | p99 |"
+        "| backend | batch | traces | rate (batches/s) | batches | spans received | overhead p50 (ms) | p90 | p99 | writ CPU ms/batch |"
     )?;
-    writeln!(out, "|---|---|---|---:|---:|---:|---:|---:|---:|")?;
+    writeln!(out, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|")?;
     let backend = plan.backends[0];
     let endpoint = fake.otlp_endpoint();
     let http = reqwest::Client::new();
@@ -268,13 +275,14 @@ pub async fn tracing(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
             for m in rows {
                 writeln!(
                     out,
-                    "| {} | {files} file(s) × 3 models | {traces} | {} | {} | {spans} | {} | {} | {} |",
+                    "| {} | {files} file(s) × 3 models | {traces} | {} | {} | {spans} | {} | {} | {} | {:.2} |",
                     backend.name(),
                     m.rate,
                     m.batches,
                     ms(m.overhead.p50),
                     ms(m.overhead.p90),
                     ms(m.overhead.p99),
+                    m.cpu_ms_per_batch,
                 )?;
             }
         }

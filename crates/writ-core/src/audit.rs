@@ -23,6 +23,18 @@ pub enum FileKind {
     Run,
 }
 
+/// What a model call that was not a candidate was for ([`CallRecord`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallRole {
+    /// The arbiter choosing among whole candidates.
+    Arbiter,
+    /// A test-writing model writing generated checks.
+    TestWriter,
+    /// The arbiter asked which outputs on distinguishing inputs the description calls for.
+    Distinguishing,
+}
+
 /// How a file's content was chosen, in answers, events and operation records alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -119,6 +131,68 @@ str_enum!(OperationKind { Created => "created", Updated => "updated", Unchanged 
 str_enum!(OperationStatus { Pending => "pending", Succeeded => "succeeded", Failed => "failed" });
 str_enum!(Selection { SingleCandidate => "single_candidate", Arbiter => "arbiter", ArbiterFailedFirstViable => "arbiter_failed_first_viable", Fallback => "fallback", Rollback => "rollback", Direct => "direct", Validated => "validated", ValidatedArbiter => "validated_arbiter", Repaired => "repaired", Agreement => "agreement", Behaviour => "behaviour", Distinguished => "distinguished", AgreementArbiter => "agreement_arbiter" });
 str_enum!(RequestStatus { Running => "running", Success => "success", PartialSuccess => "partial_success", Error => "error" });
+str_enum!(CallRole { Arbiter => "arbiter", TestWriter => "test_writer", Distinguishing => "distinguishing" });
+
+/// A model call made for a file that was not a candidate: the arbiter's verdict, a generated
+/// test file, a question about distinguishing inputs. Paid for like a candidate, so spend and
+/// model statistics count it (the operation's `detail.calls`, the file's `calls`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallRecord {
+    pub role: CallRole,
+    pub model: String,
+    pub latency_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+    /// Why the call gave no answer (the model layer's error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl CallRecord {
+    /// The record of one call, answered or not.
+    pub fn of(
+        role: CallRole,
+        model: &str,
+        waited: std::time::Duration,
+        answer: &Result<crate::model::ChatResponse, crate::model::ModelError>,
+    ) -> CallRecord {
+        let mut record = CallRecord {
+            role,
+            model: model.to_string(),
+            latency_ms: waited.as_millis() as u64,
+            prompt_tokens: None,
+            completion_tokens: None,
+            cached_tokens: None,
+            cost: None,
+            error: None,
+        };
+        match answer {
+            Ok(resp) => {
+                record.latency_ms = resp.latency.as_millis() as u64;
+                record.prompt_tokens = resp.usage.prompt_tokens;
+                record.completion_tokens = resp.usage.completion_tokens;
+                record.cached_tokens = resp.usage.cached_tokens;
+                record.cost = resp.usage.cost;
+            }
+            Err(e) => record.error = Some(e.to_string()),
+        }
+        record
+    }
+
+    /// The calls an operation's `detail` records (none when it holds no `calls`).
+    pub fn in_detail(detail: Option<&serde_json::Value>) -> Vec<CallRecord> {
+        detail
+            .and_then(|d| d.get("calls"))
+            .and_then(|c| serde_json::from_value(c.clone()).ok())
+            .unwrap_or_default()
+    }
+}
 
 /// One model's answer for one file, as recorded and as returned to the caller.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]

@@ -10,7 +10,7 @@
 use chrono::{DateTime, Datelike, Duration, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::audit::CandidateRecord;
+use crate::audit::{CallRecord, CandidateRecord};
 
 /// One key's limits. Every limit is optional; a budget with none limits nothing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -62,6 +62,14 @@ impl Spend {
     /// Adds what `candidates` report; a candidate without usage adds nothing.
     pub fn add(&mut self, candidates: &[CandidateRecord]) {
         for c in candidates {
+            self.cost += c.cost.filter(|c| c.is_finite() && *c > 0.0).unwrap_or(0.0);
+            self.tokens += c.prompt_tokens.unwrap_or(0) + c.completion_tokens.unwrap_or(0);
+        }
+    }
+
+    /// Adds what the calls that were not candidates (arbiter, test writers) report.
+    pub fn add_calls(&mut self, calls: &[CallRecord]) {
+        for c in calls {
             self.cost += c.cost.filter(|c| c.is_finite() && *c > 0.0).unwrap_or(0.0);
             self.tokens += c.prompt_tokens.unwrap_or(0) + c.completion_tokens.unwrap_or(0);
         }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::audit::Operation;
+use crate::audit::{CallRecord, Operation};
 
 /// One model's figures (for one language, when grouped by language).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -26,6 +26,9 @@ pub struct ModelStats {
     /// Candidates the tests ran on.
     pub validated: u64,
     pub passed_validation: u64,
+    /// Calls that were not candidates: as the arbiter, a test writer, or asked about
+    /// distinguishing inputs. Their cost and tokens are in the sums below.
+    pub other_calls: u64,
     /// The provider's reported cost, summed (credits; OpenRouter: USD).
     pub cost: f64,
     pub prompt_tokens: u64,
@@ -52,23 +55,11 @@ pub fn model_stats(operations: &[Operation], by_language: bool) -> Vec<ModelStat
                 .to_ascii_lowercase()
         });
         for c in &op.candidates {
-            let key = (c.model.clone(), language.clone());
-            let tally = tallies.entry(key).or_default();
-            let s = tally.stats.get_or_insert_with(|| ModelStats {
-                model: c.model.clone(),
-                language: language.clone(),
-                candidates: 0,
-                viable: 0,
-                chosen: 0,
-                validated: 0,
-                passed_validation: 0,
-                cost: 0.0,
-                prompt_tokens: 0,
-                completion_tokens: 0,
-                cached_tokens: 0,
-                latency_p50_ms: 0,
-                latency_p95_ms: 0,
-            });
+            let tally = tally_of(&mut tallies, &c.model, &language);
+            tally.latencies.push(c.latency_ms);
+            let Some(s) = tally.stats.as_mut() else {
+                continue;
+            };
             s.candidates += 1;
             if c.ok && c.parsed != Some(false) && c.error_class.is_none() {
                 s.viable += 1;
@@ -83,7 +74,16 @@ pub fn model_stats(operations: &[Operation], by_language: bool) -> Vec<ModelStat
             s.prompt_tokens += c.prompt_tokens.unwrap_or(0);
             s.completion_tokens += c.completion_tokens.unwrap_or(0);
             s.cached_tokens += c.cached_tokens.unwrap_or(0);
-            tally.latencies.push(c.latency_ms);
+        }
+        for c in CallRecord::in_detail(op.detail.as_ref()) {
+            let Some(s) = tally_of(&mut tallies, &c.model, &language).stats.as_mut() else {
+                continue;
+            };
+            s.other_calls += 1;
+            s.cost += c.cost.unwrap_or(0.0);
+            s.prompt_tokens += c.prompt_tokens.unwrap_or(0);
+            s.completion_tokens += c.completion_tokens.unwrap_or(0);
+            s.cached_tokens += c.cached_tokens.unwrap_or(0);
         }
         if let Some(model) = &op.chosen_model
             && let Some(tally) = tallies.get_mut(&(model.clone(), language.clone()))
@@ -109,6 +109,34 @@ pub fn model_stats(operations: &[Operation], by_language: bool) -> Vec<ModelStat
             .then_with(|| a.language.cmp(&b.language))
     });
     out
+}
+
+/// `model`'s tally (for `language`), made empty on first use.
+fn tally_of<'t>(
+    tallies: &'t mut BTreeMap<(String, Option<String>), Tally>,
+    model: &str,
+    language: &Option<String>,
+) -> &'t mut Tally {
+    let tally = tallies
+        .entry((model.to_string(), language.clone()))
+        .or_default();
+    tally.stats.get_or_insert_with(|| ModelStats {
+        model: model.to_string(),
+        language: language.clone(),
+        candidates: 0,
+        viable: 0,
+        chosen: 0,
+        validated: 0,
+        passed_validation: 0,
+        other_calls: 0,
+        cost: 0.0,
+        prompt_tokens: 0,
+        completion_tokens: 0,
+        cached_tokens: 0,
+        latency_p50_ms: 0,
+        latency_p95_ms: 0,
+    });
+    tally
 }
 
 /// The nearest-rank percentile of sorted `values` (0 when there are none).
@@ -217,6 +245,50 @@ mod tests {
         let m2 = &stats[1];
         assert_eq!((m2.candidates, m2.viable, m2.chosen), (2, 1, 1));
         assert_eq!((m2.latency_p50_ms, m2.latency_p95_ms), (500, 900));
+    }
+
+    #[test]
+    fn calls_that_were_not_candidates_count_in_their_models_cost_and_tokens() {
+        let mut with_arbiter = op(
+            "a.py",
+            Some("m1"),
+            vec![
+                candidate("m1", true, 100, 0.01, None),
+                candidate("m2", true, 100, 0.02, None),
+            ],
+        );
+        let call = |role, model: &str, cost| CallRecord {
+            role,
+            model: model.into(),
+            latency_ms: 40,
+            prompt_tokens: Some(1_000),
+            completion_tokens: Some(20),
+            cached_tokens: Some(800),
+            cost: Some(cost),
+            error: None,
+        };
+        with_arbiter.detail = Some(serde_json::json!({
+            "calls": [
+                call(crate::audit::CallRole::Arbiter, "judge", 0.5),
+                call(crate::audit::CallRole::TestWriter, "m1", 0.25),
+            ]
+        }));
+
+        let stats = model_stats(&[with_arbiter], false);
+
+        let judge = stats
+            .iter()
+            .find(|s| s.model == "judge")
+            .expect("arbiter row");
+        assert_eq!((judge.candidates, judge.other_calls), (0, 1));
+        assert!((judge.cost - 0.5).abs() < 1e-9);
+        assert_eq!((judge.prompt_tokens, judge.cached_tokens), (1_000, 800));
+        let m1 = stats.iter().find(|s| s.model == "m1").expect("m1 row");
+        assert_eq!((m1.candidates, m1.other_calls, m1.chosen), (1, 1, 1));
+        assert!((m1.cost - 0.26).abs() < 1e-9);
+        assert_eq!(m1.prompt_tokens, 1_100);
+        // Latency percentiles stay those of candidates: a verdict is not an answer.
+        assert_eq!(m1.latency_p50_ms, 100);
     }
 
     #[test]

@@ -101,19 +101,29 @@ pub async fn stats(remote: &Remote, args: &StatsArgs, out: &mut dyn Write) -> an
     let page = get_json(remote, "/stats/models", &query).await?;
     writeln!(
         out,
-        "{:<32} {:<12} {:>10} {:>7} {:>7} {:>10} {:>10} {:>9} {:>9}",
-        "MODEL", "LANGUAGE", "CANDIDATES", "VIABLE", "CHOSEN", "PASSED", "COST", "P50 MS", "P95 MS"
+        "{:<32} {:<12} {:>10} {:>7} {:>7} {:>10} {:>6} {:>10} {:>9} {:>9}",
+        "MODEL",
+        "LANGUAGE",
+        "CANDIDATES",
+        "VIABLE",
+        "CHOSEN",
+        "PASSED",
+        "OTHER",
+        "COST",
+        "P50 MS",
+        "P95 MS"
     )?;
     for m in page["models"].as_array().into_iter().flatten() {
         writeln!(
             out,
-            "{:<32} {:<12} {:>10} {:>7} {:>7} {:>10} {:>10.4} {:>9} {:>9}",
+            "{:<32} {:<12} {:>10} {:>7} {:>7} {:>10} {:>6} {:>10.4} {:>9} {:>9}",
             m["model"].as_str().unwrap_or(""),
             m["language"].as_str().unwrap_or("-"),
             m["candidates"],
             m["viable"],
             m["chosen"],
             format!("{}/{}", m["passed_validation"], m["validated"]),
+            m["other_calls"],
             m["cost"].as_f64().unwrap_or(0.0),
             m["latency_p50_ms"],
             m["latency_p95_ms"],

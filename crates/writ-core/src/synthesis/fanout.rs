@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::audit::CandidateRecord;
+use crate::audit::{CallRecord, CandidateRecord};
 use crate::model::{ChatMessage, ChatRequest, ChatResponse, ErrorClass, ModelClient, ModelError};
 use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::update::{Expect, judge};
@@ -326,20 +326,44 @@ async fn ask_once(
     }
 }
 
-/// Time one file spent waiting on upstream calls (candidates, arbiter, fallback), so a batch's
-/// own overhead is its duration minus the slowest file's upstream time.
+/// What one file's upstream calls took: the time it waited on them (candidates, arbiter,
+/// fallback), so a batch's own overhead is its duration minus the slowest file's upstream
+/// time; and the calls that were not candidates (arbiter, test writers), so what they cost is
+/// recorded with the file and counted like its candidates.
 #[derive(Debug, Default)]
-pub struct UpstreamClock(std::sync::atomic::AtomicU64);
+pub struct Upstream {
+    waited_micros: std::sync::atomic::AtomicU64,
+    calls: std::sync::Mutex<Vec<CallRecord>>,
+}
 
-impl UpstreamClock {
+impl Upstream {
     pub fn add(&self, waited: Duration) {
         let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
-        self.0
+        self.waited_micros
             .fetch_add(micros, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn total(&self) -> Duration {
-        Duration::from_micros(self.0.load(std::sync::atomic::Ordering::Relaxed))
+        Duration::from_micros(
+            self.waited_micros
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    /// Records a call that was not a candidate.
+    pub fn called(&self, call: CallRecord) {
+        self.calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(call);
+    }
+
+    /// The calls recorded so far, in the order they ended.
+    pub fn calls(&self) -> Vec<CallRecord> {
+        self.calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 

@@ -135,7 +135,7 @@ pub(crate) async fn generate(
         file,
         prior,
         sink,
-        clock,
+        upstream: clock,
     } = cx;
     let language = Language::from_path(file.path.as_str());
     let current = prior.current(&file.path);
@@ -280,7 +280,7 @@ mod tests {
     use crate::synthesis::doubles::{
         self, Answer, MemoryWorkspace, ScriptedModels, parse as batch,
     };
-    use crate::synthesis::fanout::UpstreamClock;
+    use crate::synthesis::fanout::Upstream;
     use crate::synthesis::progress::NoProgress;
 
     fn config() -> SynthesisConfig {
@@ -290,13 +290,13 @@ mod tests {
         }
     }
 
-    fn first_file<'a>(b: &'a Batch, prior: &'a Prior, clock: &'a UpstreamClock) -> FileCx<'a> {
+    fn first_file<'a>(b: &'a Batch, prior: &'a Prior, clock: &'a Upstream) -> FileCx<'a> {
         FileCx {
             batch: b,
             file: &b.files()[0],
             prior,
             sink: &NoProgress,
-            clock,
+            upstream: clock,
         }
     }
 
@@ -336,7 +336,7 @@ mod tests {
         let b = batch(serde_json::json!({"command": "write_codebase", "files": [
             {"filename": "a.py", "code_description": "calls helper", "internal_imports": ["pkg.helpers"]}]}));
         let prior = doubles::prior(&b);
-        let clock = UpstreamClock::default();
+        let clock = Upstream::default();
         let cx = first_file(&b, &prior, &clock);
         let generated = match generate(&models, &workspace, &config(), cx).await {
             Ok(g) => g,
@@ -377,7 +377,7 @@ mod tests {
         let mut prior = doubles::prior(&b);
         prior.current = vec![(b.files()[0].path.clone(), Some(b"new\n".to_vec()))];
         prior.prompt_tokens = Mutex::new(vec![None]);
-        let clock = UpstreamClock::default();
+        let clock = Upstream::default();
         let cx = first_file(&b, &prior, &clock);
         let failed = generate(&models, &MemoryWorkspace::default(), &config(), cx).await;
         match failed {

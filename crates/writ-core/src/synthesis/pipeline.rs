@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use crate::audit::AuditWrite;
 use crate::synthesis::batch::{Batch, TargetKind, Validation};
-use crate::synthesis::fanout::UpstreamClock;
+use crate::synthesis::fanout::Upstream;
 use crate::synthesis::generation::generate;
 use crate::synthesis::image_generation::generate_image;
 use crate::synthesis::progress::{Event, ProgressSink};
@@ -66,16 +66,12 @@ impl Synthesizer {
         sink.emit(Event::Queued {
             files: batch.files().iter().map(|f| f.path.to_string()).collect(),
         });
-        let clocks: Vec<UpstreamClock> = batch
-            .files()
-            .iter()
-            .map(|_| UpstreamClock::default())
-            .collect();
+        let clocks: Vec<Upstream> = batch.files().iter().map(|_| Upstream::default()).collect();
         let cx = BatchCx {
             batch,
             prior,
             sink,
-            clocks: &clocks,
+            upstream_of: &clocks,
         };
         let writer = Writer {
             store: self.store.as_ref(),
@@ -85,6 +81,7 @@ impl Synthesizer {
             sink,
             recorded,
             outage_wait: self.config.store_outage_wait,
+            upstream_of: &clocks,
         };
         let atomic = batch.options().atomic && !batch.options().dry_run;
 
@@ -131,11 +128,7 @@ impl Synthesizer {
             started.elapsed().as_millis() as u64,
         );
         // Files run concurrently: the batch's critical upstream path is its slowest file's.
-        response.upstream = clocks
-            .iter()
-            .map(UpstreamClock::total)
-            .max()
-            .unwrap_or_default();
+        response.upstream = clocks.iter().map(Upstream::total).max().unwrap_or_default();
         (response, completions.into_iter().flatten().collect())
     }
 

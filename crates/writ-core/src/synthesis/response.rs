@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 pub use crate::audit::Selection;
-use crate::audit::{CandidateRecord, FileKind, OperationKind, RequestStatus};
+use crate::audit::{CallRecord, CandidateRecord, FileKind, OperationKind, RequestStatus};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Counts {
@@ -43,6 +43,10 @@ pub struct FileResult {
     /// candidates' prompt used, so a caller can see what the models saw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens_by_part: Option<PromptTokensByPart>,
+    /// The model calls made for this file that were not candidates (the arbiter's, the test
+    /// writers'), with what they cost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<CallRecord>,
 }
 
 /// The prompt tokens of each part of a code file's candidate prompt (estimated at four
@@ -104,6 +108,7 @@ impl FileResult {
             validation: None,
             change: None,
             prompt_tokens_by_part: None,
+            calls: Vec::new(),
         }
     }
 }

@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use rand::seq::SliceRandom;
 
-use crate::audit::{CandidateRecord, Selection};
+use crate::audit::{CallRecord, CallRole, CandidateRecord, Selection};
 use crate::model::{ChatRequest, ErrorClass, ModelClient};
 use crate::synthesis::batch::Batch;
 use crate::synthesis::fanout::{self, Candidate, StragglerPolicy};
@@ -42,7 +42,7 @@ impl Selector<'_> {
             [] => {
                 let fallback_started = Instant::now();
                 let (fallback, extra) = self.fallback(cx, &generated).await;
-                cx.clock.add(fallback_started.elapsed());
+                cx.upstream.add(fallback_started.elapsed());
                 records.extend(extra);
                 fallback
             }
@@ -116,7 +116,13 @@ impl Selector<'_> {
                 tracing::info_span!("arbiter", file = %file.path, candidates = viable.len()),
             )
             .await;
-        cx.clock.add(asked.elapsed());
+        cx.upstream.add(asked.elapsed());
+        cx.upstream.called(CallRecord::of(
+            CallRole::Arbiter,
+            &arbiter,
+            asked.elapsed(),
+            &verdict,
+        ));
         let failure = match verdict {
             Ok(resp) => match writ_checks::parse_verdict(&resp.content, shown.len()) {
                 Some(v) => {
@@ -274,7 +280,7 @@ mod tests {
     use super::*;
     use crate::model::ChatMessage;
     use crate::synthesis::doubles::{self, Answer, ScriptedModels, failed, viable};
-    use crate::synthesis::fanout::UpstreamClock;
+    use crate::synthesis::fanout::Upstream;
     use crate::synthesis::progress::NoProgress;
 
     fn generated(models: &[&str], answers: Vec<Candidate>) -> Generated {
@@ -297,13 +303,13 @@ mod tests {
     ) -> Produced {
         let batch = doubles::batch(&["app.py"]);
         let prior = doubles::prior(&batch);
-        let clock = UpstreamClock::default();
+        let clock = Upstream::default();
         let cx = FileCx {
             batch: &batch,
             file: &batch.files()[0],
             prior: &prior,
             sink: &NoProgress,
-            clock: &clock,
+            upstream: &clock,
         };
         let selector = Selector {
             models: client,

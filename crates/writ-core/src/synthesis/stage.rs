@@ -14,7 +14,7 @@ use crate::model::ModelClient;
 use crate::path::RepoPath;
 use crate::synthesis::batch::{Batch, FileSpec};
 use crate::synthesis::context::NamedContext;
-use crate::synthesis::fanout::{CallSettings, StragglerPolicy, UpstreamClock};
+use crate::synthesis::fanout::{CallSettings, StragglerPolicy, Upstream};
 use crate::synthesis::image::ShapedImage;
 use crate::synthesis::progress::ProgressSink;
 use crate::synthesis::response::{FileValidation, PromptTokensByPart};
@@ -269,14 +269,14 @@ impl SynthesisConfig {
 }
 
 /// What one file carries through its stages: its batch, itself, what the batch read of the
-/// present, where its events go and the clock of its upstream waits.
+/// present, where its events go and what its upstream calls took.
 #[derive(Clone, Copy)]
 pub(crate) struct FileCx<'a> {
     pub batch: &'a Batch,
     pub file: &'a FileSpec,
     pub prior: &'a Prior,
     pub sink: &'a dyn ProgressSink,
-    pub clock: &'a UpstreamClock,
+    pub upstream: &'a Upstream,
 }
 
 /// The same for a whole batch, whose stages (validation) see every file at once.
@@ -286,7 +286,7 @@ pub(crate) struct BatchCx<'a> {
     pub prior: &'a Prior,
     pub sink: &'a dyn ProgressSink,
     /// One per file, in the batch's order.
-    pub clocks: &'a [UpstreamClock],
+    pub upstream_of: &'a [Upstream],
 }
 
 impl<'a> BatchCx<'a> {
@@ -297,7 +297,7 @@ impl<'a> BatchCx<'a> {
             file: &self.batch.files()[position],
             prior: self.prior,
             sink: self.sink,
-            clock: &self.clocks[position],
+            upstream: &self.upstream_of[position],
         }
     }
 }

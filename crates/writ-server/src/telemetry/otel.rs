@@ -75,8 +75,15 @@ where
         .with_resource(resource.build())
         .build();
     let tracer = provider.tracer("writ");
-    Some((
-        tracing_opentelemetry::layer().with_tracer(tracer),
-        Traces { provider },
-    ))
+    // Per-span work that writ's traces do not use is off: nothing else reads an OpenTelemetry
+    // context (activating one costs a clone and a thread-local push on every poll of an
+    // instrumented future), and busy/idle times, threads and source locations would be read
+    // twice per poll and sent with every span for no question an operator asks of a trace.
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_context_activation(false)
+        .with_tracked_inactivity(false)
+        .with_threads(false)
+        .with_location(false);
+    Some((layer, Traces { provider }))
 }

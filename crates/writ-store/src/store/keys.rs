@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use writ_core::StoreError;
-use writ_core::audit::CandidateRecord;
+use writ_core::audit::{CallRecord, CandidateRecord};
 use writ_core::budgets::{Budget, Spend};
 use writ_core::keys::{ApiKeyRecord, KeyStore, Scopes};
 
@@ -161,7 +161,7 @@ impl<D: Dialect> KeyStore for SqlStore<D> {
         // By the request's caller and time, so that a batch's whole spend counts in the window
         // it started in, even when its files are recorded after the window reset.
         let mut sql = Sql::new(
-            "SELECT o.candidates FROM requests r JOIN operations o ON o.request_id = r.id \
+            "SELECT o.candidates, o.detail FROM requests r JOIN operations o ON o.request_id = r.id \
              WHERE r.caller = ",
         );
         sql.bind(caller)
@@ -172,6 +172,8 @@ impl<D: Dialect> KeyStore for SqlStore<D> {
         for row in &rows {
             let candidates: Json<Vec<CandidateRecord>> = Record::<D>(row).get("candidates")?;
             spend.add(&candidates.0);
+            let detail: Option<Json<serde_json::Value>> = Record::<D>(row).get("detail")?;
+            spend.add_calls(&CallRecord::in_detail(detail.as_ref().map(|d| &d.0)));
         }
         Ok(spend)
     }

@@ -29,7 +29,8 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::audit::{
-    AuditStore, AuditWrite, FileKind, Operation, OperationFilter, OperationStatus, StoreError,
+    AuditStore, AuditWrite, CallRecord, FileKind, Operation, OperationFilter, OperationStatus,
+    StoreError,
 };
 use crate::jobs::{ClaimedJob, JobEvent, JobStatus};
 use crate::synthesis::batch::{Batch, WriteCodebaseRequest};

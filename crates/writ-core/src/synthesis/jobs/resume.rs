@@ -51,6 +51,7 @@ pub(super) fn written_result(op: &Operation) -> FileResult {
         content: None,
         validation: None,
         prompt_tokens_by_part: None,
+        calls: CallRecord::in_detail(op.detail.as_ref()),
         change: op
             .detail
             .as_ref()

@@ -28,8 +28,8 @@ use super::agreement::{
     CheckResults, TestOutcome, any_output, clusters, disagreements, rank, usable_tests,
 };
 use crate::audit::{
-    CheckGroup, DistinguishingInput, GeneratedCheckRecord, GeneratedChecks, GeneratedTestFile,
-    Selection, ShownOutput, TestWriterCall,
+    CallRecord, CallRole, CheckGroup, DistinguishingInput, GeneratedCheckRecord, GeneratedChecks,
+    GeneratedTestFile, Selection, ShownOutput, TestWriterCall,
 };
 use crate::execution::{CommandCall, CommandRunner};
 use crate::model::{ChatMessage, ChatRequest};
@@ -199,7 +199,15 @@ pub(super) async fn check_and_decide(
         selector.models.chat(req)
     }))
     .await;
-    cx.clock.add(asked.elapsed());
+    cx.upstream.add(asked.elapsed());
+    for (model, answer) in writers.iter().zip(&answers) {
+        cx.upstream.called(CallRecord::of(
+            CallRole::TestWriter,
+            model,
+            asked.elapsed(),
+            answer,
+        ));
+    }
     let mut files: Vec<(String, String)> = Vec::new();
     for (k, (model, answer)) in writers.iter().zip(answers).enumerate() {
         let mut call = TestWriterCall {
@@ -595,7 +603,15 @@ async fn ask_both_orders(
     };
     let started = Instant::now();
     let (straight, flipped) = futures::future::join(ask(false), ask(true)).await;
-    cx.clock.add(started.elapsed());
+    cx.upstream.add(started.elapsed());
+    for answer in [&straight, &flipped] {
+        cx.upstream.called(CallRecord::of(
+            CallRole::Distinguishing,
+            &arbiter,
+            started.elapsed(),
+            answer,
+        ));
+    }
     let choice = |answer: Result<crate::model::ChatResponse, crate::model::ModelError>| {
         answer
             .ok()
@@ -1139,20 +1155,20 @@ mod tests {
         verdicts: Vec<crate::synthesis::doubles::Answer>,
     ) -> (Checked, Vec<String>, usize) {
         use crate::synthesis::doubles::{self, Answer, ScriptedModels};
-        use crate::synthesis::fanout::UpstreamClock;
+        use crate::synthesis::fanout::Upstream;
         use crate::synthesis::generation::Generated;
         use crate::synthesis::progress::NoProgress;
         use crate::synthesis::stage::SynthesisConfig;
 
         let batch = doubles::batch(&["clamp.py"]);
         let prior = doubles::prior(&batch);
-        let clock = UpstreamClock::default();
+        let clock = Upstream::default();
         let cx = FileCx {
             batch: &batch,
             file: &batch.files()[0],
             prior: &prior,
             sink: &NoProgress,
-            clock: &clock,
+            upstream: &clock,
         };
         let models = ScriptedModels::default()
             .with(

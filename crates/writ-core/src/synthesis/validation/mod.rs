@@ -224,7 +224,7 @@ pub(crate) async fn select_validated(
         for &i in &failing {
             let started = Instant::now();
             let added = repair_round(selector, &mut files, i, round, sink).await;
-            cx.clocks[files[i].position].add(started.elapsed());
+            cx.upstream_of[files[i].position].add(started.elapsed());
             files[i].rounds = round;
             if added.is_empty() {
                 continue;
@@ -491,7 +491,7 @@ mod tests {
     use super::fixtures::validation;
     use super::*;
     use crate::synthesis::doubles::{self, ScriptedChecks, ScriptedModels};
-    use crate::synthesis::fanout::UpstreamClock;
+    use crate::synthesis::fanout::Upstream;
     use crate::synthesis::progress::NoProgress;
     use crate::synthesis::stage::SynthesisConfig;
 
@@ -519,7 +519,7 @@ mod tests {
     ) -> Produced {
         let batch = doubles::batch(&["a.py"]);
         let prior = doubles::prior(&batch);
-        let clocks = [UpstreamClock::default()];
+        let clocks = [Upstream::default()];
         let config = SynthesisConfig {
             arbiter: Some("judge".into()),
             ..SynthesisConfig::default()
@@ -533,7 +533,7 @@ mod tests {
             batch: &batch,
             prior: &prior,
             sink: &NoProgress,
-            clocks: &clocks,
+            upstream_of: &clocks,
         };
         let runner = checks.map(|c| c as &dyn CommandRunner);
         let mut produced = select_validated(&selector, runner, validation, vec![stage], cx).await;

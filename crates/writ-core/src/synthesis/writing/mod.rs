@@ -12,13 +12,14 @@ use uuid::Uuid;
 
 use std::time::Duration;
 
-use crate::audit::{AuditStore, AuditWrite, CandidateRecord, FileKind, StoreError};
+use crate::audit::{AuditStore, AuditWrite, CallRecord, CandidateRecord, FileKind, StoreError};
 use crate::content::sha256_hex;
 use crate::files::{
     DeferredWrite, FailedWrite, GroupedWrite, Provenance, WriteError, WriteMode, WriteSpec,
     record_failure, write_group_deferring_completion,
 };
 use crate::synthesis::batch::{Batch, FileSpec};
+use crate::synthesis::fanout::Upstream;
 use crate::synthesis::outage::OutageWait;
 use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::record::{NotRecorded, Recorded};
@@ -72,6 +73,9 @@ pub(crate) struct Writer<'a> {
     pub recorded: &'a Recorded,
     /// How long a write waits out an unreachable store (`WRIT_STORE_OUTAGE_WAIT`).
     pub outage_wait: Duration,
+    /// One per file of the batch, in its order: the calls made for it that were not
+    /// candidates, recorded with its result and operation.
+    pub upstream_of: &'a [Upstream],
 }
 
 impl<'a> Writer<'a> {
@@ -120,7 +124,10 @@ impl<'a> Writer<'a> {
                     grouped.push(write);
                     to_write.push((i, file, w));
                 }
-                Err(done) => written[i] = Some(done),
+                Err(mut done) => {
+                    done.result.calls = self.calls_of(file);
+                    written[i] = Some(done);
+                }
             }
         }
         let outcomes = if grouped.is_empty() {
@@ -129,9 +136,22 @@ impl<'a> Writer<'a> {
             self.write_group(grouped).await
         };
         for ((i, file, w), outcome) in to_write.into_iter().zip(outcomes) {
-            written[i] = Some(self.written(file, w, outcome).await);
+            let mut done = self.written(file, w, outcome).await;
+            done.result.calls = self.calls_of(file);
+            written[i] = Some(done);
         }
         written.into_iter().flatten().collect()
+    }
+
+    /// The calls made for `file` that were not candidates (arbiter, test writers).
+    fn calls_of(&self, file: &FileSpec) -> Vec<CallRecord> {
+        self.batch
+            .files()
+            .iter()
+            .position(|f| std::ptr::eq(f, file))
+            .and_then(|i| self.upstream_of.get(i))
+            .map(Upstream::calls)
+            .unwrap_or_default()
     }
 
     /// One group of writes ([`write_group_deferring_completion`]). Those the store could not
@@ -226,7 +246,10 @@ impl<'a> Writer<'a> {
                 if !self.batch.options().dry_run && self.recorded.gave_up().is_none() {
                     let prov = Provenance {
                         candidates: result.candidates.clone(),
-                        detail: with_generated_checks(None, result.validation.as_ref()),
+                        detail: with_calls(
+                            with_generated_checks(None, result.validation.as_ref()),
+                            &self.calls_of(file),
+                        ),
                         ..Provenance::default()
                     };
                     match record_failure(
@@ -291,7 +314,10 @@ impl<'a> Writer<'a> {
                 .map(|change| serde_json::json!({ "change": change })),
             (None, None) => None,
         };
-        let detail = with_generated_checks(detail, validation.as_ref());
+        let detail = with_calls(
+            with_generated_checks(detail, validation.as_ref()),
+            &self.calls_of(file),
+        );
         let provenance = Provenance {
             detail,
             chosen_model: Some(chosen.model.clone()),
@@ -349,6 +375,7 @@ impl<'a> Writer<'a> {
                     validation,
                     change,
                     prompt_tokens_by_part: None,
+                    calls: Vec::new(),
                 };
                 Written {
                     result,
@@ -460,6 +487,7 @@ fn dry_run_result(file: &FileSpec, chosen: Chosen, candidates: Vec<CandidateReco
         error: None,
         validation: None,
         prompt_tokens_by_part: None,
+        calls: Vec::new(),
     }
 }
 
@@ -468,17 +496,31 @@ fn with_generated_checks(
     detail: Option<serde_json::Value>,
     validation: Option<&FileValidation>,
 ) -> Option<serde_json::Value> {
-    let Some(checks) = validation
-        .and_then(|v| v.generated_checks.as_ref())
-        .and_then(|c| serde_json::to_value(c).ok())
-    else {
+    let checks = validation.and_then(|v| v.generated_checks.as_ref());
+    with_detail(detail, "generated_checks", checks)
+}
+
+/// The operation record's `detail` with the calls that were not candidates, when there were.
+fn with_calls(
+    detail: Option<serde_json::Value>,
+    calls: &[CallRecord],
+) -> Option<serde_json::Value> {
+    with_detail(detail, "calls", (!calls.is_empty()).then_some(calls))
+}
+
+fn with_detail<T: serde::Serialize>(
+    detail: Option<serde_json::Value>,
+    key: &str,
+    value: Option<T>,
+) -> Option<serde_json::Value> {
+    let Some(value) = value.and_then(|v| serde_json::to_value(v).ok()) else {
         return detail;
     };
     let mut detail = match detail {
         Some(serde_json::Value::Object(map)) => map,
         _ => serde_json::Map::new(),
     };
-    detail.insert("generated_checks".into(), checks);
+    detail.insert(key.into(), value);
     Some(serde_json::Value::Object(detail))
 }
 
@@ -505,6 +547,7 @@ mod tests {
             sink: &NoProgress,
             recorded,
             outage_wait: Duration::ZERO,
+            upstream_of: &[],
         }
     }
 
