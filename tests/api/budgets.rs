@@ -45,7 +45,7 @@ async fn a_key_past_its_budget_is_refused_before_any_model_call_on_every_replica
             m,
             Script::always(Step::code(
                 "python",
-                &format!("def add(a, b):\n    total = a + b  # {i}\n    return total"),
+                format!("def add(a, b):\n    total = a + b  # {i}\n    return total"),
             )),
         );
     }
