@@ -37,8 +37,10 @@ const MAX_NAMED_FILE_CHARS: usize = 12_000;
 const MAX_LISTED_FILES: usize = 500;
 /// Files a glob shows (whole or as outlines) at most; the rest are listed.
 const MAX_GLOB_SHOWN: usize = 20;
-/// Files of the workspace the map looks at at most.
+/// Files of the workspace the map lists at most when it walks (without a current index).
 const MAP_WALK_FILES: usize = 50_000;
+/// Files the map's two searches look at at most.
+const MAP_SEARCH_FILES: usize = 1_000_000;
 /// Files whose outline the map computes at most (the best by path alone).
 const MAP_CANDIDATES: usize = 150;
 /// Files larger than this never enter the map.
