@@ -635,3 +635,78 @@ pub async fn replicas(plan: &Plan, fake: &Fake, counts: &[usize]) -> anyhow::Res
     }
     Ok(out)
 }
+
+/// Batches per row of the map's CPU table, and how many are in flight.
+const MAP_CPU_BATCHES: u64 = 300;
+const MAP_CPU_IN_FLIGHT: usize = 32;
+
+/// The repository map's cost to writ's CPU: `MAP_CPU_BATCHES` five-file batches, 32 in flight,
+/// the fake answering in 5 ms, on a `REPO_DIR` that starts empty and grows by every batch's
+/// files (1,500 by the end), with the map on (the default budget) and off, in alternate rows so
+/// that the machine's drift falls on both.
+pub async fn map_cpu(plan: &Plan, rounds: usize) -> anyhow::Result<String> {
+    let ticks = procfs::ticks_per_sec();
+    let fake = Fake::start(&plan.bin_dir, 5).await?;
+    let mut out = String::new();
+    writeln!(
+        out,
+        "| map | round | batches | writ CPU ms/batch | errors | refused (503) | batch p50 (ms) | p99 | overhead p50 (ms) | p99 |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+    for round in 1..=rounds {
+        for (name, tokens) in [("on (2,000 tokens)", "2000"), ("off", "0")] {
+            let data = tempfile::tempdir()?;
+            let url = Backend::Sqlite.fresh_url(data.path()).await;
+            let writ = Writ::start(
+                &plan.bin_dir,
+                &fake,
+                &url,
+                &[("WRIT_REPO_MAP_TOKENS", tokens)],
+            )
+            .await?;
+            let target = Target::new(&writ.base_url)?;
+            let cpu_before = procfs::cpu_time(writ.pid, ticks)?;
+            let samples = fixed_count(&target, MAP_CPU_IN_FLIGHT, MAP_CPU_BATCHES).await;
+            let cpu = procfs::cpu_time(writ.pid, ticks)?.saturating_sub(cpu_before);
+            let n = samples.len().max(1) as f64;
+            writeln!(
+                out,
+                "| {name} | {round} | {} | {:.2} | {} |",
+                samples.len(),
+                millis(cpu) / n,
+                outcome_cells(&samples),
+            )?;
+            fake.forget_calls(&reqwest::Client::new()).await;
+            writ.stop().await;
+        }
+    }
+    Ok(out)
+}
+
+/// `total` five-file batches sent by `concurrency` clients, each sending its next when the last
+/// is answered.
+async fn fixed_count(target: &Target, concurrency: usize, total: u64) -> Vec<Sample> {
+    let body = body_with(5, json!({}));
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..concurrency {
+        let target = target.clone();
+        let body = body.clone();
+        let next = next.clone();
+        tasks.spawn(async move {
+            let mut samples = Vec::new();
+            loop {
+                let seq = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if seq >= total {
+                    return samples;
+                }
+                samples.push(target.send(&body(seq)).await);
+            }
+        });
+    }
+    let mut samples = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        samples.extend(done.unwrap_or_default());
+    }
+    samples
+}

@@ -84,6 +84,104 @@ pub struct SearchResults {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped: Option<SearchStop>,
     pub elapsed_ms: u64,
+    /// The files of `matches`, ranked ([`SearchResults::rank_files`]).
+    pub files: Vec<FileMatches>,
+}
+
+/// One file of a search's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileMatches {
+    pub path: String,
+    /// Its lines among the answer's matches.
+    pub matches: usize,
+    /// Whether one of them defines something ([`is_definition`]): where the name is made, not
+    /// used.
+    pub defines: bool,
+}
+
+impl SearchResults {
+    /// Fills `files` from `matches`: the files where a matching line defines something first,
+    /// then by how many lines matched, then in the order the search found them.
+    pub fn rank_files(&mut self) {
+        let mut files: Vec<FileMatches> = Vec::new();
+        for m in &self.matches {
+            let defines = is_definition(&m.line);
+            match files.last_mut() {
+                // A file's matches are contiguous: the search reads one file at a time.
+                Some(f) if f.path == m.path => {
+                    f.matches += 1;
+                    f.defines |= defines;
+                }
+                _ => files.push(FileMatches {
+                    path: m.path.clone(),
+                    matches: 1,
+                    defines,
+                }),
+            }
+        }
+        // A stable sort: equal files keep the search's order.
+        files.sort_by(|a, b| b.defines.cmp(&a.defines).then(b.matches.cmp(&a.matches)));
+        self.files = files;
+    }
+}
+
+/// Whether `line` defines something: it opens (after indentation, and `export`, `pub`, `async`
+/// or `static`) with a keyword that makes a name — `def`, `class`, `fn`, `function`, `struct`,
+/// `enum`, `trait`, `impl`, `interface`, `type`, `const`, `let`, `var`, `func`, `mod` — or is a
+/// constant's assignment at the top level (`MAX_RETRIES = 3`).
+pub fn is_definition(line: &str) -> bool {
+    const MAKERS: &[&str] = &[
+        "def",
+        "class",
+        "fn",
+        "function",
+        "struct",
+        "enum",
+        "trait",
+        "impl",
+        "interface",
+        "type",
+        "const",
+        "let",
+        "var",
+        "func",
+        "mod",
+    ];
+    const MODIFIERS: &[&str] = &["export", "pub", "async", "static", "default", "unsafe"];
+    let mut words = line.split_whitespace();
+    let top_level = !line.starts_with(char::is_whitespace);
+    let Some(mut word) = words.next() else {
+        return false;
+    };
+    if top_level
+        && let Some((name, _)) = line.split_once('=')
+        && !line.contains("==")
+    {
+        let name = name.trim().trim_end_matches(':');
+        if !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        {
+            return true;
+        }
+    }
+    loop {
+        let bare = word.split('(').next().unwrap_or(word);
+        if MAKERS.contains(&bare) {
+            // `type = 3` assigns to a variable named like a keyword.
+            return words
+                .next()
+                .is_some_and(|name| !name.starts_with(['=', ':', '.']));
+        }
+        if !MODIFIERS.contains(&bare) {
+            return false;
+        }
+        match words.next() {
+            Some(next) => word = next,
+            None => return false,
+        }
+    }
 }
 
 /// A file of the workspace, as a walk finds it.
@@ -154,4 +252,130 @@ pub fn import_names(import: &str, path: &str) -> bool {
 /// name, by which the index files its importers.
 pub fn import_stem(import: &str) -> &str {
     import.rsplit('/').next().unwrap_or(import)
+}
+
+/// Whether `import` (a module as [`imports_in`] gives it) names the file at `path`, as the
+/// repository map reads it: [`import_names`], or the path itself written out (`'./util/money.js'`),
+/// at the root or after a `/`. A leading `/` is what is left of `../`: the module is then named
+/// from some folder, as a suffix.
+pub fn module_names(import: &str, path: &str) -> bool {
+    let import = import.trim_start_matches('/');
+    !import.is_empty()
+        && (import_names(import, path)
+            || path == import
+            || path
+                .strip_suffix(import)
+                .is_some_and(|rest| rest.ends_with('/')))
+}
+
+/// The names under which an index files `path` for [`module_names`]: its file name without its
+/// extension, and the module's last part as written (`money.js` when imported with it).
+pub fn module_keys(import: &str) -> [&str; 2] {
+    let last = import_stem(import.trim_start_matches('/'));
+    [last, last.rsplit_once('.').map_or(last, |(s, _)| s)]
+}
+
+/// A file's content as an index keys it (64 bits of SipHash): the repository map keeps each
+/// outline under it, so an unchanged file costs no read.
+pub fn content_key(bytes: &[u8]) -> u64 {
+    use std::hash::Hasher as _;
+    let mut hasher = std::hash::DefaultHasher::new();
+    hasher.write(bytes);
+    hasher.finish()
+}
+
+/// What the repository map asks of an index instead of a walk: the files that may rank for the
+/// file being written, found by look-ups whose cost is their answer's size, never the tree's.
+#[derive(Debug, Clone)]
+pub struct MapQuery {
+    /// The file being written.
+    pub path: RepoPath,
+    /// The modules it (and its batch) imports: the files they name ([`module_names`]).
+    pub modules: Vec<String>,
+    /// The batch's files: left out of [`MapFiles::extensions`].
+    pub exclude: Vec<RepoPath>,
+    /// Files of its extension beneath its top folder, in walk order, beyond every other file
+    /// found: the ties the ranking orders by path.
+    pub fill: usize,
+}
+
+/// The index's answer to a [`MapQuery`].
+#[derive(Debug, Clone, Default)]
+pub struct MapFiles {
+    /// Every file that may rank: the modules' files, the file's tests (a name holding `test` and
+    /// the file's stem), the files of its folder, and the fill; in no particular order.
+    pub files: Vec<WalkedFile>,
+    /// The files whose import lines name the file, with how many lines do
+    /// ([`crate::Workspace::importers`]).
+    pub importers: Vec<(RepoPath, usize)>,
+    /// The [`content_key`] of each file of `files` and `importers` the index read, by path.
+    pub contents: std::collections::HashMap<String, u64>,
+    /// How many files of the workspace (the batch's left out) have each extension (lowercased;
+    /// `""` for none): whether there is anything to outline at all.
+    pub extensions: Vec<(String, usize)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn definitions_are_told_from_uses() {
+        for line in [
+            "def apply_discount(amount):",
+            "    async def fetch(self):",
+            "class Ledger:",
+            "pub(crate) fn parse(x: &str) {",
+            "export default function total(items) {",
+            "const LIMIT = 3;",
+            "MAX_RETRIES = 3",
+            "type Order = { id: string }",
+        ] {
+            assert!(is_definition(line), "{line}");
+        }
+        for line in [
+            "    total = apply_discount(amount)",
+            "from shop.pricing import apply_discount",
+            "type = 3",
+            "if MAX_RETRIES == 3:",
+            "",
+        ] {
+            assert!(!is_definition(line), "{line}");
+        }
+    }
+
+    #[test]
+    fn files_with_a_definition_rank_before_files_that_only_use_it() {
+        let m = |path: &str, line: &str| SearchMatch {
+            path: path.into(),
+            line_number: 1,
+            line: line.into(),
+            before: Vec::new(),
+            after: Vec::new(),
+        };
+        let mut results = SearchResults {
+            matches: vec![
+                m("a.py", "x = total(1)"),
+                m("a.py", "y = total(2)"),
+                m("b.py", "def total(n):"),
+                m("c.py", "z = total(3)"),
+            ],
+            files_searched: 3,
+            files_matched: 3,
+            files_skipped: 0,
+            stopped: None,
+            elapsed_ms: 0,
+            files: Vec::new(),
+        };
+        results.rank_files();
+        let ranked: Vec<(&str, usize, bool)> = results
+            .files
+            .iter()
+            .map(|f| (f.path.as_str(), f.matches, f.defines))
+            .collect();
+        assert_eq!(
+            ranked,
+            [("b.py", 1, true), ("a.py", 2, false), ("c.py", 1, false)]
+        );
+    }
 }

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 
 use crate::path::{PathError, RepoPath};
-use crate::search::{SearchError, SearchQuery, SearchResults, Walk};
+use crate::search::{MapFiles, MapQuery, SearchError, SearchQuery, SearchResults, Walk};
 
 /// Held while one path is being written; writers of one path queue on it: within this process,
 /// and, where replicas share `REPO_DIR`, across them ([`SharedLocks`]). Dropping it releases both.
@@ -257,6 +257,13 @@ pub trait Workspace: Send + Sync + 'static {
     /// from a current view (the caller then does without, or searches).
     async fn importers(&self, path: &RepoPath) -> Option<Vec<(RepoPath, usize)>> {
         let _ = path;
+        None
+    }
+
+    /// The files the repository map may rank for `query.path`, from an index of the workspace;
+    /// `None` when no index can answer from a current view (the map then walks the workspace).
+    async fn map_files(&self, query: &MapQuery) -> Option<MapFiles> {
+        let _ = query;
         None
     }
 

@@ -3,12 +3,16 @@
 //! Walks and searches are answered from it, so they cost what the answer needs instead of a read
 //! of the whole tree.
 //!
-//! - **The filter.** Each file keeps a bit set of its (ASCII-lowercased) trigrams, one bit per
-//!   trigram hashed into eight bits per distinct trigram (a one-hash Bloom filter: about one
-//!   false "maybe" in eight per trigram, never a false "no"). A search's pattern is read into
+//! - **The filter.** Each file keeps a bit set of its (ASCII-lowercased) trigrams, three bits per
+//!   trigram hashed into eight bits per distinct trigram (a Bloom filter: about one false
+//!   "maybe" in thirty per trigram, never a false "no"). A search's pattern is read into
 //!   the trigrams any match must hold ([`Need`]); a file whose filter lacks them is ruled out
 //!   without being read, every other file is read and searched exactly as the walk's search
 //!   does, so the answer is the walk's answer.
+//! - **The map's look-ups.** Beside the files, the index keeps what the repository map finds
+//!   files by — names without extension, test files, extension counts, the import graph
+//!   backwards, a content key per file — so the map asks for the files that may rank
+//!   ([`Index::map_files`]) instead of listing the tree.
 //! - **Kept current.** One thread applies changes in order: the first build (a walk of the root,
 //!   reported as progress), then every path writ writes or removes, and every path the watcher
 //!   reports changed outside writ. A change is a refresh of its path: walked again from the root
@@ -21,15 +25,19 @@
 //!   workspace walks the tree as it would without an index.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::ops::Bound;
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use ignore::overrides::Override;
 use regex_syntax::hir::{Class, Hir, HirKind};
-use writ_core::search::{SearchQuery, SearchResults, Walk, import_names, import_stem, imports_in};
+use writ_core::search::{
+    SearchQuery, SearchResults, Walk, content_key, import_names, import_stem, imports_in,
+    module_keys, module_names,
+};
 
-use crate::search::{Candidate, FileStat, Prepared, Tree, glob_matches, within};
+use crate::search::{Candidate, FileStat, PathFilter, Prepared, Tree, within};
 
 /// How long a walk or search waits for the index to apply the changes queued before it; past
 /// it, the tree is walked instead.
@@ -81,6 +89,8 @@ struct Entry {
     /// The modules its import lines name (files with an extension of [`IMPORTING`] only): its
     /// edges in the import graph.
     imports: Box<[Box<str>]>,
+    /// Its [`content_key`], when it was read: the repository map's outlines are kept by it.
+    content: Option<u64>,
 }
 
 /// The extensions of the files whose import lines the index reads.
@@ -128,6 +138,8 @@ struct State {
     /// The import graph backwards: by a module's last part ([`import_stem`]), the files with an
     /// import line ending in it. Kept with `files`, entry by entry.
     importers: HashMap<Box<str>, BTreeSet<Key>>,
+    /// The repository map's look-ups ([`Index::map_files`]), kept with `files`.
+    names: Names,
     bytes: usize,
     /// Paths to refresh, in order (`""`: the root).
     queue: Vec<String>,
@@ -173,6 +185,7 @@ impl Index {
                 state: IndexState::Building,
                 files: BTreeMap::new(),
                 importers: HashMap::new(),
+                names: Names::default(),
                 bytes: 0,
                 queue: vec![String::new()],
                 queued: 1,
@@ -267,10 +280,15 @@ impl Index {
     /// The walk's answer, from the index; `None` when the tree must be walked instead.
     pub fn walk(&self, dir: &str, glob: Option<&Override>, max_files: usize) -> Option<Walk> {
         let state = self.current(CATCH_UP)?;
+        let from = if dir.is_empty() {
+            Bound::Unbounded
+        } else {
+            Bound::Excluded(Key(dir.to_owned()))
+        };
         let files = state
             .files
-            .iter()
-            .filter(|(k, _)| within(&k.0, dir))
+            .range((from, Bound::Unbounded))
+            .take_while(|(k, _)| within(&k.0, dir))
             .map(|(k, e)| (k.0.clone(), e.size));
         Some(self.tree.walk_in(files, glob, max_files))
     }
@@ -286,22 +304,39 @@ impl Index {
         let candidates: Vec<Candidate> = {
             let state = self.current(CATCH_UP)?;
             let dir = query.dir.as_str();
-            state
+            let paths = PathFilter::of(query.glob.as_deref(), prepared.glob.as_ref());
+            let mut candidates = Vec::new();
+            let mut ruled_out = 0;
+            // The files of the directory asked for: a range of the ordered files.
+            let from = if dir.is_empty() {
+                Bound::Unbounded
+            } else {
+                Bound::Excluded(Key(dir.to_owned()))
+            };
+            for (k, e) in state
                 .files
-                .iter()
-                .filter(|(k, _)| within(&k.0, dir))
-                .filter(|(k, _)| prepared.glob.as_ref().is_none_or(|g| glob_matches(g, &k.0)))
-                .map(|(k, e)| {
-                    if e.size > query.max_file_bytes || e.may_match(&need) {
-                        Candidate::File {
-                            rel: k.0.clone(),
-                            size: e.size,
-                        }
-                    } else {
-                        Candidate::RuledOut
+                .range((from, Bound::Unbounded))
+                .take_while(|(k, _)| within(&k.0, dir))
+            {
+                if !paths.matches(&k.0) {
+                    continue;
+                }
+                if e.size > query.max_file_bytes || e.may_match(&need) {
+                    if ruled_out > 0 {
+                        candidates.push(Candidate::RuledOut(std::mem::take(&mut ruled_out)));
                     }
-                })
-                .collect()
+                    candidates.push(Candidate::File {
+                        rel: k.0.clone(),
+                        size: e.size,
+                    });
+                } else {
+                    ruled_out += 1;
+                }
+            }
+            if ruled_out > 0 {
+                candidates.push(Candidate::RuledOut(ruled_out));
+            }
+            candidates
         };
         Some(
             self.tree
@@ -409,6 +444,8 @@ impl Index {
         for key in gone {
             if let Some(entry) = state.files.remove(&key) {
                 state.bytes -= entry.bytes(&key);
+                let named = state.names.remove(&key);
+                state.bytes -= named;
                 state.unlink(&key, &entry);
             }
         }
@@ -425,7 +462,12 @@ impl Index {
                     .or_default()
                     .insert(key.clone());
             }
-            if let Some(old) = state.files.insert(key.clone(), entry) {
+            let old = state.files.insert(key.clone(), entry);
+            if old.is_none() {
+                let added = state.names.add(&key);
+                state.bytes += added;
+            }
+            if let Some(old) = old {
                 state.bytes -= old.bytes(&key);
                 let state = &mut *state;
                 let kept: HashSet<&str> = state.files[&key]
@@ -447,26 +489,90 @@ impl Index {
     /// index is not current.
     pub fn importers(&self, rel: &str) -> Option<Vec<(String, usize)>> {
         let state = self.current(CATCH_UP)?;
-        let name = rel.rsplit('/').next().unwrap_or(rel);
-        let stem = name.rsplit_once('.').map_or(name, |(s, _)| s);
-        let Some(keys) = state.importers.get(stem) else {
-            return Some(Vec::new());
-        };
-        Some(
-            keys.iter()
-                .filter(|k| k.0 != rel)
-                .filter_map(|k| {
-                    let n = state
-                        .files
-                        .get(k)?
-                        .imports
-                        .iter()
-                        .filter(|i| import_names(i, rel))
-                        .count();
-                    (n > 0).then(|| (k.0.clone(), n))
-                })
-                .collect(),
-        )
+        Some(state.importers_of(rel))
+    }
+
+    /// The files the repository map may rank for `rel` (see [`writ_core::search::MapQuery`]),
+    /// each found by a look-up: the files `modules` name (by their name), `rel`'s tests (among
+    /// the files named for tests), the files of its folder (a range of the ordered files, each
+    /// subfolder skipped in one step), its importers, and up to `fill` more files of its
+    /// extension beneath its top folder, in walk order. `None` when the index is not current.
+    pub fn map_files(
+        &self,
+        rel: &str,
+        modules: &[String],
+        exclude: &[String],
+        fill: usize,
+    ) -> Option<MapAnswer> {
+        let guard = self.current(CATCH_UP)?;
+        let state: &State = &guard;
+        let mut seen: HashSet<&str> = HashSet::new();
+        let mut files: Vec<(String, u64, Option<u64>)> = Vec::new();
+        for module in modules {
+            let [a, b] = module_keys(module);
+            for name in if a == b { vec![a] } else { vec![a, b] } {
+                for key in state.names.stems.get(name).into_iter().flatten() {
+                    if module_names(module, &key.0) {
+                        take(state, key, &mut seen, &mut files);
+                    }
+                }
+            }
+        }
+        let (dir, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+        let own_stem = name
+            .rsplit_once('.')
+            .map_or(name, |(s, _)| s)
+            .to_ascii_lowercase();
+        if own_stem.len() >= 2 {
+            for key in &state.names.tests {
+                if file_name(&key.0).to_ascii_lowercase().contains(&own_stem) {
+                    take(state, key, &mut seen, &mut files);
+                }
+            }
+        }
+        for key in state.direct_files(dir) {
+            take(state, key, &mut seen, &mut files);
+        }
+        let importers = state.importers_of(rel);
+        for (path, _) in &importers {
+            take(state, &Key(path.clone()), &mut seen, &mut files);
+        }
+        if let Some((top, _)) = rel.split_once('/') {
+            let ext = extension(name);
+            let mut added = 0;
+            for (key, _) in state
+                .files
+                .range((Bound::Excluded(Key(top.to_owned())), Bound::Unbounded))
+                .take_while(|(k, _)| within(&k.0, top))
+                .take(MAX_FILL_LOOKS)
+            {
+                if added == fill {
+                    break;
+                }
+                if extension(file_name(&key.0)) == ext && !seen.contains(key.0.as_str()) {
+                    take(state, key, &mut seen, &mut files);
+                    added += 1;
+                }
+            }
+        }
+        let mut extensions: HashMap<String, usize> = state
+            .names
+            .extensions
+            .iter()
+            .map(|(e, n)| (e.to_string(), *n))
+            .collect();
+        for path in exclude {
+            if state.files.contains_key(&Key(path.clone()))
+                && let Some(n) = extensions.get_mut(&extension(file_name(path)))
+            {
+                *n -= 1;
+            }
+        }
+        Some(MapAnswer {
+            files,
+            importers,
+            extensions: extensions.into_iter().collect(),
+        })
     }
 
     fn entry(&self, f: &FileStat, now: SystemTime) -> Entry {
@@ -476,6 +582,7 @@ impl Index {
             self.tree.read(&f.rel, MAX_FILTERED_BYTES)
         };
         let filter = bytes.as_deref().and_then(filter_of);
+        let content = bytes.as_deref().map(content_key);
         let imports = match bytes {
             Some(bytes)
                 if f.rel
@@ -495,11 +602,176 @@ impl Index {
             read_at: now,
             filter,
             imports,
+            content,
         }
     }
 }
 
+/// The index's answer to the repository map (see [`Index::map_files`]).
+pub(crate) struct MapAnswer {
+    /// Paths from the root, with their sizes and content keys.
+    pub files: Vec<(String, u64, Option<u64>)>,
+    pub importers: Vec<(String, usize)>,
+    pub extensions: Vec<(String, usize)>,
+}
+
+/// Files of the top folder looked at at most for the map's fill: a folder of other languages
+/// ends the fill early instead of costing a pass over it.
+const MAX_FILL_LOOKS: usize = 20_000;
+
+/// What the repository map looks files up by: each file's name without its extension (the
+/// modules that may name it), whether its name is a test's, and its extension (counted).
+#[derive(Default)]
+struct Names {
+    /// By file name without its last extension.
+    stems: HashMap<Box<str>, BTreeSet<Key>>,
+    /// The files whose name (ASCII-lowercased) holds `test`.
+    tests: BTreeSet<Key>,
+    /// How many files have each extension, lowercased (`""`: none).
+    extensions: HashMap<Box<str>, usize>,
+}
+
+impl Names {
+    /// Files a new file; returns the bytes it adds.
+    fn add(&mut self, key: &Key) -> usize {
+        let name = file_name(&key.0);
+        let stem = name.rsplit_once('.').map_or(name, |(s, _)| s);
+        self.stems
+            .entry(stem.into())
+            .or_default()
+            .insert(key.clone());
+        *self
+            .extensions
+            .entry(extension(name).into_boxed_str())
+            .or_default() += 1;
+        let mut bytes = key.0.len() + 40;
+        if name.to_ascii_lowercase().contains("test") {
+            self.tests.insert(key.clone());
+            bytes += key.0.len() + 40;
+        }
+        bytes
+    }
+
+    /// Takes a file out; returns the bytes [`Names::add`] said it added.
+    fn remove(&mut self, key: &Key) -> usize {
+        let name = file_name(&key.0);
+        let stem = name.rsplit_once('.').map_or(name, |(s, _)| s);
+        if let Some(keys) = self.stems.get_mut(stem) {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.stems.remove(stem);
+            }
+        }
+        let ext = extension(name);
+        if let Some(n) = self.extensions.get_mut(ext.as_str()) {
+            *n -= 1;
+            if *n == 0 {
+                self.extensions.remove(ext.as_str());
+            }
+        }
+        let mut bytes = key.0.len() + 40;
+        if self.tests.remove(key) {
+            bytes += key.0.len() + 40;
+        }
+        bytes
+    }
+}
+
+/// The last part of a path.
+fn file_name(rel: &str) -> &str {
+    rel.rsplit('/').next().unwrap_or(rel)
+}
+
+/// A file name's extension, lowercased (`""`: none).
+fn extension(name: &str) -> String {
+    name.rsplit_once('.')
+        .map_or(String::new(), |(_, e)| e.to_ascii_lowercase())
+}
+
+/// Adds the file at `key` to the map's files, once.
+fn take<'a>(
+    state: &'a State,
+    key: &Key,
+    seen: &mut HashSet<&'a str>,
+    files: &mut Vec<(String, u64, Option<u64>)>,
+) {
+    if let Some((key, entry)) = state.files.get_key_value(key)
+        && seen.insert(key.0.as_str())
+    {
+        files.push((key.0.clone(), entry.size, entry.content));
+    }
+}
+
 impl State {
+    /// The files importing `rel`, with how many of their import lines name it.
+    fn importers_of(&self, rel: &str) -> Vec<(String, usize)> {
+        let name = file_name(rel);
+        let stem = name.rsplit_once('.').map_or(name, |(s, _)| s);
+        let Some(keys) = self.importers.get(stem) else {
+            return Vec::new();
+        };
+        keys.iter()
+            .filter(|k| k.0 != rel)
+            .filter_map(|k| {
+                let n = self
+                    .files
+                    .get(k)?
+                    .imports
+                    .iter()
+                    .filter(|i| import_names(i, rel))
+                    .count();
+                (n > 0).then(|| (k.0.clone(), n))
+            })
+            .collect()
+    }
+
+    /// The files directly in `dir` (`""`: the root), in walk order: a range of the ordered
+    /// files, each subfolder's files skipped in one step, so it costs the folder's own files
+    /// and subfolders, not everything beneath it.
+    fn direct_files(&self, dir: &str) -> Vec<&Key> {
+        let mut out = Vec::new();
+        let mut from = if dir.is_empty() {
+            Bound::Unbounded
+        } else {
+            Bound::Excluded(Key(dir.to_owned()))
+        };
+        loop {
+            let mut skip_to = None;
+            for (key, _) in self.files.range((from.clone(), Bound::Unbounded)) {
+                if !within(&key.0, dir) {
+                    return out;
+                }
+                let rest = if dir.is_empty() {
+                    key.0.as_str()
+                } else {
+                    &key.0[dir.len() + 1..]
+                };
+                match rest.split_once('/') {
+                    None => out.push(key),
+                    Some((sub, _)) => {
+                        // Past every path of the subfolder: its name, then a part no real
+                        // name sorts after.
+                        let mut past = String::with_capacity(key.0.len() + 8);
+                        if !dir.is_empty() {
+                            past.push_str(dir);
+                            past.push('/');
+                        }
+                        past.push_str(sub);
+                        past.push_str("/\u{10FFFF}\u{10FFFF}");
+                        skip_to = Some(Key(past));
+                        break;
+                    }
+                }
+            }
+            match skip_to {
+                Some(past) if Bound::Excluded(past.clone()) != from => {
+                    from = Bound::Excluded(past);
+                }
+                _ => return out,
+            }
+        }
+    }
+
     /// Takes `entry`'s edges out of the import graph.
     fn unlink(&mut self, key: &Key, entry: &Entry) {
         for import in &entry.imports {
@@ -586,12 +858,20 @@ fn trigram(a: u8, b: u8, c: u8) -> u32 {
         | u32::from(c.to_ascii_lowercase())
 }
 
-/// The bit of `gram` in a filter of `words` 64-bit words (a power of two).
-fn bit(gram: u32, words: usize) -> (usize, u64) {
-    let bits = (words * 64) as u64;
-    let h = u64::from(gram).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 16;
-    let at = h & (bits - 1);
-    ((at / 64) as usize, 1 << (at % 64))
+/// Bits set per trigram: three probes at eight bits per distinct trigram make a false "maybe"
+/// about 3 % per trigram (one probe: 12 %), for the same memory.
+const PROBES: u64 = 3;
+
+/// The bits of `gram` in a filter of `words` 64-bit words (a power of two), as (word, mask).
+fn bits(gram: u32, words: usize) -> impl Iterator<Item = (usize, u64)> {
+    let size = (words * 64) as u64;
+    let h = u64::from(gram).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    // Two halves of one hash, combined (Kirsch–Mitzenmacher): as good as independent hashes.
+    let (a, b) = (h >> 32, (h & 0xFFFF_FFFF) | 1);
+    (0..PROBES).map(move |i| {
+        let at = a.wrapping_add(i.wrapping_mul(b)) & (size - 1);
+        ((at / 64) as usize, 1 << (at % 64))
+    })
 }
 
 /// The filter of a file's bytes; `None` when the searcher may not see them as they are (binary
@@ -609,8 +889,9 @@ fn filter_of(bytes: &[u8]) -> Option<Box<[u64]>> {
     let words = (grams.len() * 8).div_ceil(64).max(1).next_power_of_two();
     let mut filter = vec![0_u64; words].into_boxed_slice();
     for g in grams {
-        let (word, mask) = bit(g, words);
-        filter[word] |= mask;
+        for (word, mask) in bits(g, words) {
+            filter[word] |= mask;
+        }
     }
     Some(filter)
 }
@@ -705,10 +986,9 @@ impl Need {
     fn holds(&self, filter: &[u64]) -> bool {
         match self {
             Need::Anything => true,
-            Need::All(grams) => grams.iter().all(|g| {
-                let (word, mask) = bit(*g, filter.len());
-                filter[word] & mask != 0
-            }),
+            Need::All(grams) => grams
+                .iter()
+                .all(|g| bits(*g, filter.len()).all(|(word, mask)| filter[word] & mask != 0)),
             Need::And(needs) => needs.iter().all(|n| n.holds(filter)),
             Need::Or(needs) => needs.iter().any(|n| n.holds(filter)),
         }

@@ -280,3 +280,60 @@ async fn the_import_graph_follows_writes_made_through_writ_and_behind_its_back()
         Vec::<(String, usize)>::new()
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_map_finds_the_files_that_may_rank_by_look_ups() {
+    let base = tempfile::tempdir().unwrap();
+    let root = base.path().join("root");
+    put(&root, "shop/notes.py", "x = 1\n");
+    put(&root, "shop/sub/deep.py", "x = 1\n");
+    put(&root, "shop/sub/deeper/a.py", "x = 1\n");
+    put(&root, "shop/z.txt", "notes\n");
+    put(&root, "tests/test_ledger.py", "x = 1\n");
+    put(&root, "tests/test_other.py", "x = 1\n");
+    put(&root, "app/billing.py", "from shop.ledger import post\n");
+    put(&root, "lib/money.py", "CENTS = 100\n");
+    put(&root, "vendor/lib/money.py", "CENTS = 1\n");
+    put(&root, "other/x.py", "x = 1\n");
+    put(&root, "README.md", "# r\n");
+    let ws = RepoWorkspace::open(&root).await.unwrap().with_index();
+    assert!(ws.index_caught_up(Duration::from_secs(10)).await);
+    let index = ws.index().unwrap();
+    let mut found = index
+        .map_files(
+            "shop/ledger.py",
+            &["lib/money".to_owned(), "os".to_owned()],
+            &["shop/ledger.py".to_owned()],
+            1,
+        )
+        .unwrap();
+    let mut files: Vec<String> = found.files.iter().map(|f| f.0.clone()).collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            // its importer, the module it imports (wherever a folder holds it), its folder's own
+            // files (not its subfolders'), its test, and one file of its extension beneath
+            // `shop/` for the ties
+            "app/billing.py",
+            "lib/money.py",
+            "shop/notes.py",
+            "shop/sub/deep.py",
+            "shop/z.txt",
+            "tests/test_ledger.py",
+            "vendor/lib/money.py",
+        ]
+    );
+    assert_eq!(found.importers, [("app/billing.py".to_owned(), 1)]);
+    found.extensions.sort();
+    assert_eq!(
+        found.extensions,
+        [
+            ("md".to_owned(), 1),
+            ("py".to_owned(), 9),
+            ("txt".to_owned(), 1)
+        ]
+    );
+    // Every file it gives has its content key: its outline is kept without a read.
+    assert!(found.files.iter().all(|f| f.2.is_some()));
+}

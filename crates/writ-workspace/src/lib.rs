@@ -45,7 +45,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cap_std::fs::Dir;
-use writ_core::search::{SearchError, SearchQuery, SearchResults, Walk};
+use writ_core::search::{
+    MapFiles, MapQuery, SearchError, SearchQuery, SearchResults, Walk, WalkedFile,
+};
 use writ_core::workspace::{DirEntry, PathLock, StagedGroup, StagedWrite, ToStage};
 use writ_core::{RepoPath, Workspace, WorkspaceError};
 
@@ -378,6 +380,45 @@ impl Workspace for RepoWorkspace {
                 .filter_map(|(p, n)| RepoPath::parse(&p).ok().map(|p| (p, n)))
                 .collect(),
         )
+    }
+
+    async fn map_files(&self, query: &MapQuery) -> Option<MapFiles> {
+        let index = self.index()?;
+        let rel = query.path.as_str().to_owned();
+        let modules = query.modules.clone();
+        let exclude: Vec<String> = query
+            .exclude
+            .iter()
+            .map(|p| p.as_str().to_owned())
+            .collect();
+        let fill = query.fill;
+        let found =
+            tokio::task::spawn_blocking(move || index.map_files(&rel, &modules, &exclude, fill))
+                .await
+                .ok()??;
+        let contents = found
+            .files
+            .iter()
+            .filter_map(|(p, _, c)| Some((p.clone(), (*c)?)))
+            .collect();
+        Some(MapFiles {
+            files: found
+                .files
+                .into_iter()
+                .filter_map(|(p, size, _)| {
+                    RepoPath::parse_nonempty(&p)
+                        .ok()
+                        .map(|path| WalkedFile { path, size })
+                })
+                .collect(),
+            contents,
+            importers: found
+                .importers
+                .into_iter()
+                .filter_map(|(p, n)| RepoPath::parse(&p).ok().map(|p| (p, n)))
+                .collect(),
+            extensions: found.extensions,
+        })
     }
 
     async fn walk(

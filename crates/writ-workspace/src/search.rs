@@ -194,6 +194,7 @@ impl Tree {
             files_skipped: 0,
             stopped: None,
             elapsed_ms: 0,
+            files: Vec::new(),
         };
         for candidate in files {
             if started.elapsed() >= query.time_limit {
@@ -205,8 +206,15 @@ impl Tree {
                 break;
             }
             let (rel, size) = match candidate {
-                Candidate::RuledOut => {
-                    results.files_searched += 1;
+                Candidate::RuledOut(n) => {
+                    // As many files counted one by one: the bound stops the search at the
+                    // file past it.
+                    let room = query.max_files - results.files_searched;
+                    results.files_searched += n.min(room);
+                    if n > room {
+                        results.stopped = Some(SearchStop::MaxFiles);
+                        break;
+                    }
                     continue;
                 }
                 Candidate::File { rel, size } => (rel, size),
@@ -242,6 +250,7 @@ impl Tree {
                 break;
             }
         }
+        results.rank_files();
         results.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         results
     }
@@ -288,10 +297,11 @@ pub(crate) struct Prepared {
     pub glob: Option<Override>,
 }
 
-/// A file in a search's scope: to be read, or known by the index to hold no match.
+/// A file in a search's scope: to be read, or a run of files known by the index to hold no
+/// match.
 pub(crate) enum Candidate {
     File { rel: String, size: u64 },
-    RuledOut,
+    RuledOut(usize),
 }
 
 /// `path` from the root, with `/` separators; `None` outside it or when not UTF-8.
@@ -316,6 +326,43 @@ fn is_dir(entry: &ignore::DirEntry) -> bool {
 /// building the full path of every file a search looks at.
 pub(crate) fn glob_matches(glob: &Override, rel: &str) -> bool {
     glob.matched(rel, false).is_whitelist()
+}
+
+/// A search's glob as the index tests it: `*.ext` (what the repository map asks, and the usual
+/// glob) as a comparison of the name's end, anything else through the glob matcher.
+pub(crate) enum PathFilter<'a> {
+    Any,
+    /// `.ext`, with its dot: the name ends with it (gitignore's `*` matches an empty name too).
+    Suffix(String),
+    Glob(&'a Override),
+}
+
+impl<'a> PathFilter<'a> {
+    pub fn of(pattern: Option<&str>, glob: Option<&'a Override>) -> PathFilter<'a> {
+        match (pattern, glob) {
+            (_, None) => PathFilter::Any,
+            (Some(pattern), Some(glob)) => match pattern.strip_prefix("*.") {
+                Some(ext)
+                    if !ext.is_empty()
+                        && ext
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') =>
+                {
+                    PathFilter::Suffix(format!(".{ext}"))
+                }
+                _ => PathFilter::Glob(glob),
+            },
+            (None, Some(glob)) => PathFilter::Glob(glob),
+        }
+    }
+
+    pub fn matches(&self, rel: &str) -> bool {
+        match self {
+            PathFilter::Any => true,
+            PathFilter::Suffix(suffix) => rel.ends_with(suffix.as_str()),
+            PathFilter::Glob(glob) => glob_matches(glob, rel),
+        }
+    }
 }
 
 /// Collects one file's matching lines, each with the context lines that lead to it and follow it.

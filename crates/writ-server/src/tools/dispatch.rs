@@ -45,6 +45,24 @@ pub async fn search_files(
             None => String::new(),
         }
     )];
+    if found.files.len() > 1 {
+        let ranked: Vec<String> = found
+            .files
+            .iter()
+            .map(|f| {
+                format!(
+                    "{} ({}{})",
+                    f.path,
+                    f.matches,
+                    if f.defines { ", defines" } else { "" }
+                )
+            })
+            .collect();
+        lines.push(format!(
+            "files, those defining it first: {}",
+            ranked.join(", ")
+        ));
+    }
     for m in &found.matches {
         let first_before = m.line_number.saturating_sub(m.before.len() as u64);
         for (i, line) in m.before.iter().enumerate() {

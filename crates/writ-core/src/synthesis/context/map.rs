@@ -4,6 +4,7 @@
 //! and fitted to a token budget.
 
 use super::*;
+use crate::search::{MapQuery, module_names};
 
 /// The repository map of `file`: the outlines of the workspace's files most related to it, best
 /// first, within `max_tokens`. `seen`: paths the prompt shows anyway, left out.
@@ -16,58 +17,70 @@ pub async fn repo_map(
     current: Option<&str>,
     max_tokens: usize,
 ) -> Vec<ContextFile> {
-    let walked = map_walk
-        .get_or_init(|| async {
-            workspace
-                .walk(&RepoPath::root(), None, MAP_WALK_FILES)
-                .await
-                .ok()
-        })
-        .await;
-    let Some(walk) = walked else {
-        return Vec::new();
+    let imported = imported_modules(batch, file, current);
+    let query = MapQuery {
+        path: file.path.clone(),
+        modules: imported.clone(),
+        exclude: batch.files().iter().map(|f| f.path.clone()).collect(),
+        fill: MAP_CANDIDATES,
     };
-    // A workspace with nothing to outline (a new project, or only the batch's own files) costs
-    // one walk: no search, no read.
-    let outlinable = walk.files.iter().any(|f| {
-        Language::from_path(f.path.as_str()) != Language::Other
-            && !batch.files().iter().any(|b| b.path == f.path)
-    });
-    if !outlinable {
-        return Vec::new();
-    }
+    // From the index: the files that may rank, found by look-ups; without one (or before it is
+    // current), the walk, once a batch.
+    let (files, importers, contents) = match workspace.map_files(&query).await {
+        Some(found) => {
+            if !found.extensions.iter().any(|(ext, n)| {
+                *n > 0 && Language::from_path(&format!("f.{ext}")) != Language::Other
+            }) {
+                return Vec::new();
+            }
+            (found.files, found.importers, found.contents)
+        }
+        None => {
+            let walked = map_walk
+                .get_or_init(|| async {
+                    workspace
+                        .walk(&RepoPath::root(), None, MAP_WALK_FILES)
+                        .await
+                        .ok()
+                })
+                .await;
+            let Some(walk) = walked else {
+                return Vec::new();
+            };
+            // A workspace with nothing to outline (a new project, or only the batch's own
+            // files) costs one walk: no search, no read.
+            let outlinable = walk.files.iter().any(|f| {
+                Language::from_path(f.path.as_str()) != Language::Other
+                    && !batch.files().iter().any(|b| b.path == f.path)
+            });
+            if !outlinable {
+                return Vec::new();
+            }
+            let importers = workspace.importers(&file.path).await.unwrap_or_default();
+            (walk.files.clone(), importers, HashMap::new())
+        }
+    };
     let words = description_words(&file.description);
-    // The two searches and the index's import graph each take a blocking thread: they run side
-    // by side.
-    let (mentions, definitions, importers) = futures::future::join3(
+    // The two searches each take a blocking thread: they run side by side.
+    let (mentions, definitions) = futures::future::join(
         mentions(workspace, file),
         definitions(workspace, file, &words),
-        workspace.importers(&file.path),
     )
     .await;
     let importers: HashMap<String, usize> = importers
-        .unwrap_or_default()
         .into_iter()
         .map(|(p, n)| (p.as_str().to_owned(), n))
         .collect();
-    let ranked = rank(
-        batch,
-        file,
-        &walk.files,
-        &mentions,
-        &definitions,
-        &importers,
-        current,
-    );
+    let files = with_found(files, [&mentions, &definitions, &importers]);
+    let ranked = rank(file, &files, &imported, &mentions, &definitions, &importers);
     let mut scored: Vec<(i64, ContextFile)> = Vec::new();
     for (score, path) in ranked.into_iter().take(MAP_CANDIDATES) {
         if seen.iter().any(|s| s == path.as_str()) {
             continue;
         }
-        let Ok(Some(bytes)) = workspace.read(&path).await else {
+        let Some(outline) = outline_of(workspace, &path, contents.get(path.as_str())).await else {
             continue;
         };
-        let outline = cached_outline(&bytes, path.as_str());
         if outline.trim().is_empty() {
             continue;
         }
@@ -103,7 +116,9 @@ pub(super) async fn search_counts(
         glob: Some(format!("*.{ext}")),
         context_lines: 0,
         max_matches: 500,
-        max_files: MAP_WALK_FILES,
+        // With the index, files ruled out cost nothing: the whole workspace is searched (the
+        // time limit bounds a search that walks the tree).
+        max_files: MAP_SEARCH_FILES,
         max_file_bytes: MAP_MAX_FILE_BYTES,
         time_limit: Duration::from_secs(2),
     };
@@ -121,7 +136,14 @@ pub(super) async fn mentions(workspace: &dyn Workspace, file: &FileSpec) -> Hash
     if stem.len() < 3 || !stem.chars().all(|c| c.is_alphanumeric() || c == '_') {
         return HashMap::new();
     }
-    search_counts(workspace, file, format!(r"\b{stem}\b")).await
+    // ASCII word boundaries where the name is ASCII: a pattern without Unicode classes compiles
+    // and runs in a fraction of the time, and identifiers are ASCII almost everywhere.
+    let pattern = if stem.is_ascii() {
+        format!(r"(?-u:\b){stem}(?-u:\b)")
+    } else {
+        format!(r"\b{stem}\b")
+    };
+    search_counts(workspace, file, pattern).await
 }
 
 /// Files of the same language that define something named with a word of the description
@@ -145,7 +167,10 @@ pub(super) async fn definitions(
     }
     let alternatives = words.join("|");
     let pattern = format!(
-        r"(?i)^\s*(?:export\s+|pub(?:\([a-z]+\))?\s+)?(?:async\s+)?(?:def|class|fn|function|func|const|let|var|static|struct|enum|trait|type|interface)\s+\w*(?:{alternatives})\w*|^[A-Z][A-Z0-9_]*(?:{upper})[A-Z0-9_]*\s*[:=]",
+        // ASCII classes and case (the words are ASCII): Unicode's `\w` and case folding would
+        // make the pattern many times slower to compile and to run, and its trigrams weaker
+        // (`s` and `k` have non-ASCII case variants).
+        r"(?i-u)^\s*(?:export\s+|pub(?:\([a-z]+\))?\s+)?(?:async\s+)?(?:def|class|fn|function|func|const|let|var|static|struct|enum|trait|type|interface)\s+\w*(?:{alternatives})\w*|^[A-Z][A-Z0-9_]*(?:{upper})[A-Z0-9_]*\s*[:=]",
         upper = alternatives.to_uppercase(),
     );
     search_counts(workspace, file, pattern).await
@@ -158,27 +183,54 @@ pub(super) const COMMON_WORDS: &[&str] = &[
     "where", "which", "while", "with", "write", "using", "import", "imports",
 ];
 
-/// The workspace's files ranked for `file` by path alone, best first (score > 0 only).
-pub(super) fn rank(
+/// The modules the file, its batch and its current content import (`a.b` → `a/b`).
+pub(super) fn imported_modules(
     batch: &Batch,
     file: &FileSpec,
-    files: &[WalkedFile],
-    mentions: &HashMap<String, usize>,
-    definitions: &HashMap<String, usize>,
-    importers: &HashMap<String, usize>,
     current: Option<&str>,
-) -> Vec<(i64, RepoPath)> {
-    let language = Language::from_path(file.path.as_str());
-    let own_stem = stem(&file.path);
-    let folder = file.path.parent();
-    let top = file.path.components().next().unwrap_or_default().to_owned();
-    let imported: Vec<String> = file
+) -> Vec<String> {
+    let mut modules: Vec<String> = file
         .internal_imports
         .iter()
         .chain(batch.files().iter().flat_map(|f| &f.internal_imports))
         .map(|i| i.trim().replace('.', "/"))
         .chain(current.map(imports_in).unwrap_or_default())
+        .filter(|m| !m.is_empty())
         .collect();
+    modules.sort();
+    modules.dedup();
+    modules
+}
+
+/// `files` and every file a search or the import graph found that is not among them: the
+/// searches read only files within the map's size bound, and what they found is ranked whether
+/// or not the index's look-ups had it.
+fn with_found(mut files: Vec<WalkedFile>, found: [&HashMap<String, usize>; 3]) -> Vec<WalkedFile> {
+    let mut known: std::collections::HashSet<String> =
+        files.iter().map(|f| f.path.as_str().to_owned()).collect();
+    for path in found.iter().flat_map(|m| m.keys()) {
+        if known.insert(path.clone())
+            && let Ok(path) = RepoPath::parse_nonempty(path)
+        {
+            files.push(WalkedFile { path, size: 0 });
+        }
+    }
+    files
+}
+
+/// The workspace's files ranked for `file` by path alone, best first (score > 0 only).
+pub(super) fn rank(
+    file: &FileSpec,
+    files: &[WalkedFile],
+    imported: &[String],
+    mentions: &HashMap<String, usize>,
+    definitions: &HashMap<String, usize>,
+    importers: &HashMap<String, usize>,
+) -> Vec<(i64, RepoPath)> {
+    let language = Language::from_path(file.path.as_str());
+    let own_stem = stem(&file.path);
+    let folder = file.path.parent();
+    let top = file.path.components().next().unwrap_or_default().to_owned();
     let mut ranked: Vec<(i64, RepoPath)> = files
         .iter()
         .filter(|f| f.path != file.path && f.size <= MAP_MAX_FILE_BYTES)
@@ -186,10 +238,7 @@ pub(super) fn rank(
         .filter_map(|f| {
             let path = f.path.as_str();
             let mut score = 0_i64;
-            let no_ext = path.rsplit_once('.').map_or(path, |(p, _)| p);
-            if imported.iter().any(|i| {
-                !i.is_empty() && (no_ext.ends_with(i.as_str()) || path.ends_with(i.as_str()))
-            }) {
+            if imported.iter().any(|i| module_names(i, path)) {
                 score += 8;
             }
             let name = f.path.file_name().to_ascii_lowercase();

@@ -17,7 +17,7 @@ use writ_checks::Language;
 
 use crate::content::{sha256_hex, truncate_chars};
 use crate::path::RepoPath;
-use crate::search::{SearchError, SearchQuery, WalkedFile};
+use crate::search::{SearchError, SearchQuery, WalkedFile, content_key};
 use crate::synthesis::batch::{Batch, BatchError, ContextEntry, ContextTarget, FileSpec};
 use crate::synthesis::prompt::{ContextFile, MoreContext};
 use crate::synthesis::stage::{MapWalk, Prior};
@@ -37,8 +37,10 @@ const MAX_NAMED_FILE_CHARS: usize = 12_000;
 const MAX_LISTED_FILES: usize = 500;
 /// Files a glob shows (whole or as outlines) at most; the rest are listed.
 const MAX_GLOB_SHOWN: usize = 20;
-/// Files of the workspace the map looks at at most.
+/// Files of the workspace the map lists at most when it walks (without a current index).
 const MAP_WALK_FILES: usize = 50_000;
+/// Files the map's two searches look at at most.
+const MAP_SEARCH_FILES: usize = 1_000_000;
 /// Files whose outline the map computes at most (the best by path alone).
 const MAP_CANDIDATES: usize = 150;
 /// Files larger than this never enter the map.
@@ -350,6 +352,31 @@ fn search_error(e: SearchError) -> String {
 
 static OUTLINES: LazyLock<Mutex<HashMap<String, String>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// The outline of the file at `path`: from the cache without reading it when the workspace's
+/// index gave its content key (`indexed`) and that content was outlined before; else read and
+/// outlined (and kept under both keys). `None` when it cannot be read.
+async fn outline_of(
+    workspace: &dyn Workspace,
+    path: &RepoPath,
+    indexed: Option<&u64>,
+) -> Option<String> {
+    let language = Language::from_path(path.as_str());
+    let by_index = |key: u64| format!("{}#{key:016x}", language.name());
+    if let Some(key) = indexed
+        && let Ok(cache) = OUTLINES.lock()
+        && let Some(hit) = cache.get(&by_index(*key))
+    {
+        return Some(hit.clone());
+    }
+    let bytes = workspace.read(path).await.ok()??;
+    let outline = cached_outline(&bytes, path.as_str());
+    // Under the key of what was read, which the index gives once it has read the same bytes.
+    if let Ok(mut cache) = OUTLINES.lock() {
+        cache.insert(by_index(content_key(&bytes)), outline.clone());
+    }
+    Some(outline)
+}
 
 /// The file's outline, from the cache when the same content (and extension) was outlined before.
 fn cached_outline(bytes: &[u8], path: &str) -> String {
