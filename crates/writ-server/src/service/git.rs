@@ -12,7 +12,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use writ_core::AuditStore;
 use writ_core::commits::{self, CommitFile, Committer, RequestCommit};
-use writ_core::keys::KeyStore as _;
 
 use crate::state::AppState;
 
