@@ -216,7 +216,7 @@ async fn an_async_batch_commits_as_the_server_is_set_and_a_batch_can_say_no() {
     assert_eq!(status, 200, "{batch}");
     assert!(batch.get("commit").is_none(), "{batch}");
     assert_eq!(commits(&d), 2, "commit: false overrides the server");
-    users_work_is_as_it_was(&d);
+    users_work_is_as_it_was_but(&d, &["?? other.py", "?? src/other.py"]);
 }
 
 async fn wait_done(app: &TestApp, job: &str) -> Value {
