@@ -284,7 +284,7 @@ async fn the_write_codebase_schema_accepts_what_the_http_api_accepts() {
                     "validation": {"commands": [{"name": "pytest", "args": ["tests/"]}],
                                    "timeout_secs": 30, "repair_rounds": 1, "on_fail": "refuse",
                                    "generate": true},
-                    "allow_removals": true, "repo_map_tokens": 500}});
+                    "allow_removals": true, "repo_map_tokens": 500, "commit": true}});
     // The alternatives `everything` cannot hold at once.
     let alternatives = json!({"command": "write_codebase",
         "files": [{"filename": "c.py", "code_description": "d"}],

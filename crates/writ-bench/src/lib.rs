@@ -8,11 +8,13 @@
 //! - [`procs`]: starting and stopping the fake upstream and writ;
 //! - [`scenarios`]: the four tables (overhead, ceiling, stragglers, audit path);
 //! - [`eval`]: how often the correct file is written, with and without validation (`EVALS.md`);
+//! - [`history`]: what a commit per request adds to a batch, and what an undo costs;
 //! - [`updates`]: changes of existing files — the right file, no line lost, whatever the models
 //!   answer — and what edit answers save against whole files.
 
 pub mod context;
 pub mod eval;
+pub mod history;
 pub mod load;
 pub mod procfs;
 pub mod procs;

@@ -96,6 +96,19 @@ enum Command {
         #[arg(long, default_value_t = 2_000)]
         map_tokens: usize,
     },
+    /// History: what a commit per request adds to a five-file batch on a repository of 20,000
+    /// files, and what the undo of a five-file batch costs (BENCHMARKS.md).
+    History {
+        /// Directory with the `writ` and `writ-fake-upstream` binaries.
+        #[arg(long)]
+        bin_dir: Option<PathBuf>,
+        /// Files in the generated repository.
+        #[arg(long, default_value_t = 20_000)]
+        files: usize,
+        /// Batches (and undos) per row.
+        #[arg(long, default_value_t = 50)]
+        rounds: usize,
+    },
     /// Changes of existing files: no line lost whatever the models answer, and the cost of
     /// edits against whole files (prints EVALS.md's and BENCHMARKS.md's update tables).
     Updates {
@@ -119,6 +132,19 @@ async fn main() -> anyhow::Result<()> {
     let _repos = writ_bench::procs::KeptRepos;
     if let Some(Command::Context { files, map_tokens }) = &args.command {
         let report = writ_bench::context::run(files, *map_tokens).await?;
+        writeln!(std::io::stdout(), "{report}")?;
+        return Ok(());
+    }
+    if let Some(Command::History {
+        bin_dir,
+        files,
+        rounds,
+    }) = &args.command
+    {
+        let bin_dir = bin_dir
+            .clone()
+            .unwrap_or_else(writ_bench::procs::default_bin_dir);
+        let report = writ_bench::history::run(&bin_dir, *files, *rounds).await?;
         writeln!(std::io::stdout(), "{report}")?;
         return Ok(());
     }

@@ -68,6 +68,10 @@ pub struct UndoOptions {
     /// Answer what the undo would change; write nothing.
     #[serde(default)]
     pub dry_run: bool,
+    /// Commit what the undo wrote (a revert commit), where the workspace is a git repository;
+    /// absent: as the workspace is set.
+    #[serde(default)]
+    pub commit: Option<bool>,
 }
 
 /// What an undo does to one file.
@@ -128,6 +132,10 @@ pub struct RestoreOptions {
     /// Refuse unless the file's current content has this SHA-256 (`absent`: it must not exist).
     #[serde(default)]
     pub expected_sha256: Option<String>,
+    /// Commit the restored file, where the workspace is a git repository; absent: as the
+    /// workspace is set.
+    #[serde(default)]
+    pub commit: Option<bool>,
 }
 
 /// The answer of a restore.

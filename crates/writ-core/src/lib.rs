@@ -7,6 +7,8 @@
 //! - [`model`]: the [`ModelClient`] trait and the typed chat request/response (implemented in `writ-models`).
 //! - [`files`]: recorded writes — every write is in the audit log before it is acknowledged —
 //!   shared by direct writes and synthesis; reconciliation of writes a crash interrupted.
+//! - [`commits`]: a request's commit of what it wrote, where the workspace is a repository
+//!   (the [`commits::Committer`] port, implemented over `writ-git` by the server).
 //! - [`direct`]: direct writes of the caller's own content, the same for every surface.
 //! - [`edits`]: direct edits (`str_replace`, `apply_patch`) of up to five files, all or nothing.
 //! - [`execution`]: the [`execution::CommandRunner`] trait for running the caller's tests in a sandbox.
@@ -22,6 +24,7 @@
 
 pub mod audit;
 pub mod budgets;
+pub mod commits;
 pub mod content;
 pub mod direct;
 pub mod edits;

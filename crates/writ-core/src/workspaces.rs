@@ -140,6 +140,9 @@ pub struct WorkspaceRecord {
     pub created_at: DateTime<Utc>,
     /// The id of the key that created it; `None` when auth is off.
     pub created_by: Option<String>,
+    /// Whether a request that does not say is committed, where the workspace is a git
+    /// repository; `None`: as the server is set (`WRIT_GIT_COMMIT`).
+    pub git_commit: Option<bool>,
 }
 
 /// Named workspaces, kept by the audit store (PostgreSQL or SQLite) so every replica serves the

@@ -4,8 +4,15 @@
 //! an index in memory: the user's index is never the source, so what they staged or changed
 //! elsewhere is not swept into writ's commit. The real index is then updated for those paths
 //! only, so `git status` shows them clean and everything else the user staged still staged.
+//!
+//! Commits into one repository are made one at a time: within the process behind one lock, and
+//! against other processes (replicas sharing the working tree, a person's `git commit`) by
+//! git's own lock files, which make a commit that meets them fail; it is then tried again from a
+//! fresh read of HEAD and the index, for a short while.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use git2::{Index, IndexEntry, IndexTime, Oid, Repository, Signature};
 
@@ -18,6 +25,8 @@ pub struct CommitSpec<'a> {
     pub message: &'a str,
     pub author_name: &'a str,
     pub author_email: &'a str,
+    pub committer_name: &'a str,
+    pub committer_email: &'a str,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,9 +77,36 @@ pub fn message(subject: &str, body: &str, trailers: &[(String, String)]) -> Stri
     m
 }
 
+/// How long a commit keeps trying while another process holds the repository's locks.
+const LOCKED_FOR_AT_MOST: Duration = Duration::from_secs(2);
+
+/// Commits in this process, one at a time (see the module docs).
+static COMMITTING: Mutex<()> = Mutex::new(());
+
 /// Commits `spec.paths` onto HEAD (see the module docs). `None` when HEAD already holds them as
 /// they are: no empty commit is made.
 pub fn commit_paths(workspace_root: &Path, spec: &CommitSpec<'_>) -> Result<Option<Oid>, GitError> {
+    // A panic while committing leaves nothing of this lock's to repair.
+    let _one_at_a_time = COMMITTING.lock().unwrap_or_else(PoisonError::into_inner);
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(2);
+    loop {
+        match commit_once(workspace_root, spec) {
+            Err(GitError::Git(e))
+                if matches!(
+                    e.code(),
+                    git2::ErrorCode::Locked | git2::ErrorCode::Modified
+                ) && started.elapsed() < LOCKED_FOR_AT_MOST =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            done => return done,
+        }
+    }
+}
+
+fn commit_once(workspace_root: &Path, spec: &CommitSpec<'_>) -> Result<Option<Oid>, GitError> {
     let repo = Repository::discover(workspace_root)
         .map_err(|_| GitError::NotARepository(workspace_root.to_path_buf()))?;
     let workdir = repo
@@ -132,12 +168,15 @@ pub fn commit_paths(workspace_root: &Path, spec: &CommitSpec<'_>) -> Result<Opti
         }
     }
     let tree_id = tree_index.write_tree_to(&repo)?;
+    // The index first, as `git commit` does: one held by another process fails this try before
+    // anything moved, and the next try starts over.
+    real_index.write()?;
     if parent.as_ref().is_some_and(|p| p.tree_id() == tree_id) {
         return Ok(None);
     }
     let tree = repo.find_tree(tree_id)?;
     let author = Signature::now(spec.author_name, spec.author_email)?;
-    let committer = repo.signature().unwrap_or_else(|_| author.clone());
+    let committer = Signature::now(spec.committer_name, spec.committer_email)?;
     let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
     let id = repo.commit(
         Some("HEAD"),
@@ -147,7 +186,6 @@ pub fn commit_paths(workspace_root: &Path, spec: &CommitSpec<'_>) -> Result<Opti
         &tree,
         &parents,
     )?;
-    real_index.write()?;
     Ok(Some(id))
 }
 

@@ -54,12 +54,15 @@ fn a_commit_holds_exactly_writs_paths_and_the_users_staged_change_stays_staged()
         message: &msg,
         author_name: "ci-key",
         author_email: "ci-key@writ",
+        committer_name: "writ",
+        committer_email: "writ@localhost",
     };
     let id = commit_paths(d, &spec).unwrap().expect("a commit");
 
     let log = git(d, &["log", "-1", "--format=%H%n%an%n%B"]);
     assert!(log.starts_with(&id.to_string()), "{log}");
     assert!(log.contains("\nci-key\n"), "{log}");
+    assert_eq!(git(d, &["log", "-1", "--format=%cn"]).trim(), "writ");
     assert!(log.contains("Writ-Request: 0190-abc"), "{log}");
     let trailers = git(
         d,
@@ -101,6 +104,8 @@ fn nothing_changed_makes_no_commit_and_an_unborn_branch_gets_its_first() {
         message: "noop\n",
         author_name: "k",
         author_email: "k@writ",
+        committer_name: "writ",
+        committer_email: "writ@localhost",
     };
     assert!(commit_paths(d, &spec).unwrap().is_none());
     assert_eq!(git(d, &["rev-list", "--count", "HEAD"]).trim(), "1");
@@ -115,4 +120,72 @@ fn nothing_changed_makes_no_commit_and_an_unborn_branch_gets_its_first() {
         git(fresh.path(), &["rev-parse", "HEAD"]).trim(),
         id.to_string()
     );
+}
+
+#[test]
+fn commits_of_different_paths_at_once_all_land_one_after_the_other() {
+    let dir = repository();
+    let d = d_of(&dir);
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let d = d.clone();
+            std::thread::spawn(move || {
+                let path = format!("t{i}.txt");
+                std::fs::write(d.join(&path), format!("{i}\n")).unwrap();
+                let paths = vec![path];
+                let msg = format!("write t{i}\n");
+                let spec = CommitSpec {
+                    paths: &paths,
+                    message: &msg,
+                    author_name: "k",
+                    author_email: "k@writ",
+                    committer_name: "writ",
+                    committer_email: "writ@localhost",
+                };
+                commit_paths(&d, &spec).unwrap().expect("a commit")
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(git(&d, &["rev-list", "--count", "HEAD"]).trim(), "5");
+    let tree = git(&d, &["ls-tree", "--name-only", "HEAD"]);
+    for i in 0..4 {
+        assert!(tree.contains(&format!("t{i}.txt")), "{tree}");
+    }
+}
+
+#[test]
+fn a_commit_waits_out_another_process_holding_the_index_lock() {
+    let dir = repository();
+    let d = d_of(&dir);
+    let lock = d.join(".git/index.lock");
+    std::fs::write(&lock, "").unwrap();
+    let release = {
+        let lock = lock.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            std::fs::remove_file(lock).unwrap();
+        })
+    };
+    std::fs::write(d.join("a.py"), "a = 3\n").unwrap();
+    let paths = vec!["a.py".to_string()];
+    let spec = CommitSpec {
+        paths: &paths,
+        message: "bump\n",
+        author_name: "k",
+        author_email: "k@writ",
+        committer_name: "writ",
+        committer_email: "writ@localhost",
+    };
+    let made = commit_paths(&d, &spec);
+    release.join().unwrap();
+    assert!(made.unwrap().is_some());
+    assert_eq!(git(&d, &["show", "HEAD:a.py"]), "a = 3\n");
+    assert_eq!(git(&d, &["status", "--porcelain", "a.py"]).trim(), "");
+}
+
+fn d_of(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    dir.path().to_path_buf()
 }

@@ -33,6 +33,7 @@ pub trait Dialect:
     + for<'a> Binds<'a, i64>
     + for<'a> Binds<'a, Option<i64>>
     + for<'a> Binds<'a, bool>
+    + for<'a> Binds<'a, Option<bool>>
     + for<'a> Binds<'a, &'a str>
     + for<'a> Binds<'a, Option<&'a str>>
     + for<'a> Binds<'a, &'a [u8]>
@@ -46,6 +47,7 @@ pub trait Dialect:
     + Reads<i64>
     + Reads<Option<i64>>
     + Reads<bool>
+    + Reads<Option<bool>>
     + Reads<Vec<u8>>
     + Reads<Option<Vec<u8>>>
     + Reads<Json<serde_json::Value>>

@@ -2320,6 +2320,7 @@ fn write_session(caller: Option<&str>, updated_at: DateTime<Utc>) -> WriteSessio
         operation: WriteMode::Create,
         intent: Some("a large module".into()),
         create_dirs: true,
+        commit: Some(true),
         state: SessionState::AwaitingContent,
         bytes_received: 0,
         chunks: 0,
@@ -2593,6 +2594,8 @@ fn workspace_record(name: &str, kind: WorkspaceKind) -> WorkspaceRecord {
         // Microseconds: what both backends keep.
         created_at: DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).unwrap(),
         created_by: git.then(|| "0123456789ab".to_owned()),
+        // Set on worktrees only, so a listing shows both a setting and none read back.
+        git_commit: git.then_some(true),
     }
 }
 

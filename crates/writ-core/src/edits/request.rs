@@ -33,6 +33,10 @@ pub struct EditsRequest {
     /// Apply and check, and answer with the changes, without writing.
     #[serde(default)]
     pub dry_run: bool,
+    /// Commit what the edits wrote, where the workspace is a git repository (one commit of
+    /// exactly its files). Overrides the workspace's setting and `WRIT_GIT_COMMIT`.
+    #[serde(default)]
+    pub commit: Option<bool>,
 }
 
 /// One file's `str_replace` edits, applied in order; or its deletion; or its move (with or

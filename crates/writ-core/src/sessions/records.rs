@@ -19,6 +19,8 @@ pub struct WriteSession {
     pub operation: WriteMode,
     pub intent: Option<String>,
     pub create_dirs: bool,
+    /// `commit` as the session began with it: whether its write is committed.
+    pub commit: Option<bool>,
     /// The stored state (never `AwaitingDoneOrMoreContent`).
     pub state: SessionState,
     pub bytes_received: i64,
@@ -93,6 +95,10 @@ pub struct BeginSession {
     /// Create missing parent directories.
     #[serde(default)]
     pub create_dirs: bool,
+    /// Commit the file once the session writes it, where the workspace is a git repository;
+    /// absent: as the workspace is set.
+    #[serde(default)]
+    pub commit: Option<bool>,
 }
 
 /// One correction: the bytes of the invalid sequence at `offset` become `replacement`.
@@ -126,6 +132,9 @@ pub struct SessionView {
     pub target_file: String,
     pub operation: WriteMode,
     pub intent: Option<String>,
+    /// Whether the session's write is committed (absent: as the workspace is set).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<bool>,
     pub bytes_received: i64,
     pub chunks: i64,
     pub created_at: DateTime<Utc>,

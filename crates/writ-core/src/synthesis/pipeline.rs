@@ -15,6 +15,7 @@ use futures::future::join_all;
 use tracing::Instrument;
 
 use crate::audit::AuditWrite;
+use crate::commits::{self, CommitFile, RequestCommit};
 use crate::synthesis::batch::{Batch, TargetKind, Validation};
 use crate::synthesis::fanout::Upstream;
 use crate::synthesis::generation::generate;
@@ -119,6 +120,7 @@ impl Synthesizer {
             .into_iter()
             .map(|w| (w.result, w.completion))
             .unzip();
+        let commit = self.commit_batch(sub, &results).await;
         let results = with_prompt_tokens(results, prior);
         let write_path = self.workspace.root().display().to_string();
         let mut response = BatchResponse::assemble(
@@ -127,9 +129,47 @@ impl Synthesizer {
             results,
             started.elapsed().as_millis() as u64,
         );
+        response.commit = commit;
         // Files run concurrently: the batch's critical upstream path is its slowest file's.
         response.upstream = clocks.iter().map(Upstream::total).max().unwrap_or_default();
         (response, completions.into_iter().flatten().collect())
+    }
+
+    /// One commit of the files the batch wrote, when it is to be committed
+    /// ([`crate::commits`]): its message from the descriptions, each file's model and selection
+    /// as trailers. Made before the batch answers, so the answer names it.
+    async fn commit_batch(&self, sub: &Submission, results: &[FileResult]) -> Option<String> {
+        let batch = &sub.batch;
+        let committer = self.committer.as_deref()?;
+        if batch.options().dry_run || !commits::wanted(Some(committer), batch.options().commit()) {
+            return None;
+        }
+        let files: Vec<CommitFile> = results
+            .iter()
+            .zip(batch.files())
+            .filter(|(r, _)| r.success && r.operation.is_some())
+            .map(|(r, f)| CommitFile {
+                path: f.path.clone(),
+                sha256: r.sha256.clone(),
+                model: r.chosen_model.clone(),
+                selection: r.selection.map(|s| s.as_str().to_string()),
+            })
+            .collect();
+        if files.is_empty() {
+            return None;
+        }
+        let (subject, body) = batch_message(batch, &files);
+        let commit = RequestCommit {
+            request_id: sub.request_id,
+            caller: sub.caller.clone(),
+            subject,
+            body,
+            trailers: Vec::new(),
+            files,
+        };
+        commits::commit_request(self.workspace.as_ref(), committer, commit)
+            .await
+            .commit
     }
 
     fn selector<'a>(&'a self, batch: &'a Batch) -> Selector<'a> {
@@ -311,6 +351,37 @@ impl Synthesizer {
             produced => produced,
         }
     }
+}
+
+/// A batch commit's subject and body, from the descriptions: the task's first line (or the one
+/// file's), and each written file's description.
+fn batch_message(batch: &Batch, files: &[CommitFile]) -> (String, String) {
+    let first_line = |text: &str| text.lines().next().unwrap_or_default().trim().to_string();
+    let described: Vec<&crate::synthesis::batch::FileSpec> = batch
+        .files()
+        .iter()
+        .filter(|f| files.iter().any(|c| c.path == f.path))
+        .collect();
+    let subject = match (batch.task_description(), described.as_slice()) {
+        (Some(task), _) if !task.trim().is_empty() => first_line(task),
+        (_, [one]) => first_line(one.description()),
+        (_, many) => format!(
+            "Write {}",
+            many.iter()
+                .map(|f| f.path.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let body = described
+        .iter()
+        .map(|f| {
+            let line: String = first_line(f.description()).chars().take(200).collect();
+            format!("- {}: {line}", f.path)
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    (subject, body)
 }
 
 /// Each file's answer with the prompt tokens its candidates' prompt used (files in batch order).

@@ -149,6 +149,9 @@ pub struct BatchResponse {
     pub image_files: Counts,
     pub results: Vec<FileResult>,
     pub duration_ms: u64,
+    /// The commit of what the batch wrote, when it was committed (`options.commit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
     /// The batch's critical path of upstream calls (its slowest file's candidates, arbiter and
     /// fallback); not part of the answer, it is how writ's own overhead is measured.
     #[serde(skip)]
@@ -187,6 +190,7 @@ impl BatchResponse {
             image_files: count(FileKind::Image),
             results,
             duration_ms,
+            commit: None,
             upstream: std::time::Duration::ZERO,
         }
     }

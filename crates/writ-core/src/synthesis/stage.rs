@@ -129,6 +129,8 @@ pub struct Synthesizer {
     /// Runs the caller's tests for `options.validation`; `None` when no sandbox or no
     /// commands are configured (such batches are refused before any model is called).
     pub(crate) commands: Option<Arc<dyn CommandRunner>>,
+    /// Commits what a batch wrote (`options.commit`, else its default); `None`: never.
+    pub(crate) committer: Option<Arc<dyn crate::commits::Committer>>,
 }
 
 /// What a batch's prompts show of what exists before it, read while the batch is checked
@@ -204,12 +206,19 @@ impl Synthesizer {
             workspace,
             config,
             commands: None,
+            committer: None,
         }
     }
 
     /// Lets batches validate their candidates with `runner`.
     pub fn with_commands(mut self, runner: Option<Arc<dyn CommandRunner>>) -> Self {
         self.commands = runner;
+        self
+    }
+
+    /// Lets batches commit what they wrote through `committer`.
+    pub fn with_committer(mut self, committer: Option<Arc<dyn crate::commits::Committer>>) -> Self {
+        self.committer = committer;
         self
     }
 }

@@ -3,6 +3,7 @@
 
 use serde_json::json;
 use uuid::Uuid;
+use writ_core::commits::RequestCommit;
 use writ_core::edits::{self, Editor, EditsError, EditsRequest, EditsResponse};
 use writ_core::execution::CommandRunner;
 
@@ -17,6 +18,7 @@ pub async fn apply(
     req: EditsRequest,
 ) -> Result<EditsResponse, ApiError> {
     let runner = state.commands.clone();
+    let asked = req.commit;
     let edits = req
         .parse(
             body_sha256,
@@ -34,17 +36,30 @@ pub async fn apply(
     .await
     .map_err(edits_error)?;
     if !answer.dry_run {
-        let paths: Vec<String> = answer.files.iter().map(|f| f.path.clone()).collect();
-        let subject = format!("Edit {}", paths.join(", "));
+        let mut files = Vec::new();
+        for f in &answer.files {
+            // A file the edits removed (deleted, or moved away) leaves the commit's tree.
+            let gone = f.operation == writ_core::audit::OperationKind::Deleted;
+            files.extend(super::git::file(
+                &f.path,
+                if gone { None } else { f.sha256.clone() },
+                "direct",
+            ));
+            if let Some(from) = &f.moved_from {
+                files.extend(super::git::file(from, None, "direct"));
+            }
+        }
+        let paths: Vec<&str> = answer.files.iter().map(|f| f.path.as_str()).collect();
         super::git::commit_request(
             state,
-            super::git::RequestCommit {
+            asked,
+            RequestCommit {
                 request_id: answer.request_id,
                 caller,
-                subject,
+                subject: format!("Edit {}", paths.join(", ")),
                 body: String::new(),
-                trailers: vec![("Writ-Selection".into(), "direct".into())],
-                paths,
+                trailers: Vec::new(),
+                files,
             },
         )
         .await;

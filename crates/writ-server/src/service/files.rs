@@ -184,6 +184,10 @@ pub struct WriteParams {
     pub on_invalid_utf8: InvalidUtf8Policy,
     #[serde(default)]
     pub create_dirs: bool,
+    /// Commit the write, where the workspace is a git repository; absent: as the workspace is
+    /// set.
+    #[serde(default)]
+    pub commit: Option<bool>,
 }
 
 #[derive(Debug, Serialize)]
@@ -262,7 +266,15 @@ pub async fn write(state: &AppState, w: FileWrite) -> Result<FileWritten, ApiErr
         expected_sha256,
         create_dirs: params.create_dirs,
     };
-    write_recorded(state, route, request_id, (caller, scope), spec).await
+    write_recorded(
+        state,
+        route,
+        request_id,
+        (caller, scope),
+        spec,
+        params.commit,
+    )
+    .await
 }
 
 async fn write_recorded(
@@ -271,6 +283,7 @@ async fn write_recorded(
     request_id: Uuid,
     (caller, scope): (Option<String>, Option<Scope>),
     spec: WriteSpec,
+    commit: Option<bool>,
 ) -> Result<FileWritten, ApiError> {
     let path = spec.path.clone();
     let author = caller.clone();
@@ -286,13 +299,16 @@ async fn write_recorded(
         .map_err(|e| write_error(e, "path"))?;
     super::git::commit_request(
         state,
-        super::git::RequestCommit {
+        commit,
+        writ_core::commits::RequestCommit {
             request_id,
             caller: author,
             subject: format!("Write {path}"),
             body: String::new(),
-            trailers: vec![("Writ-Selection".into(), "direct".into())],
-            paths: vec![path.to_string()],
+            trailers: Vec::new(),
+            files: super::git::file(path.as_str(), Some(receipt.sha256.clone()), "direct")
+                .into_iter()
+                .collect(),
         },
     )
     .await;

@@ -5,6 +5,7 @@
 use serde::Deserialize;
 use serde_json::json;
 use uuid::Uuid;
+use writ_core::commits::RequestCommit;
 use writ_core::history::{
     self, HistoryCaller, HistoryError, RestoreOptions, RestoreResponse, UndoOptions, UndoResponse,
 };
@@ -26,6 +27,10 @@ pub struct UndoArgs {
     /// Answer what the undo would change; write nothing.
     #[serde(default)]
     pub dry_run: bool,
+    /// Commit what the undo wrote (a revert commit), where the workspace is a git repository;
+    /// absent: as the workspace is set.
+    #[serde(default)]
+    pub commit: Option<bool>,
 }
 
 /// The input of the `restore` tool.
@@ -37,6 +42,10 @@ pub struct RestoreArgs {
     /// Refuse unless the file's current content has this SHA-256 (`absent`: it must not exist).
     #[serde(default)]
     pub expected_sha256: Option<String>,
+    /// Commit the restored file, where the workspace is a git repository; absent: as the
+    /// workspace is set.
+    #[serde(default)]
+    pub commit: Option<bool>,
 }
 
 pub async fn undo(
@@ -55,6 +64,7 @@ pub async fn undo(
         return Err(ApiError::not_found(format!("no request {undone}")).with_field(field));
     }
     let caller = who.caller.clone();
+    let asked = options.commit;
     let answer = history::undo(
         state.store.as_ref(),
         state.workspace.as_ref(),
@@ -66,15 +76,21 @@ pub async fn undo(
     .map_err(|e| history_error(e, field))?;
     if !answer.dry_run {
         // The undo of a committed request is a commit putting its paths back: a revert.
+        let files = answer
+            .files
+            .iter()
+            .filter_map(|f| super::git::file(&f.path, f.sha256.clone(), "undo"))
+            .collect();
         super::git::commit_request(
             state,
-            super::git::RequestCommit {
+            asked,
+            RequestCommit {
                 request_id: answer.request_id,
                 caller,
                 subject: format!("Revert request {undone}"),
                 body: String::new(),
                 trailers: vec![("Writ-Undoes".into(), undone.to_string())],
-                paths: answer.files.iter().map(|f| f.path.clone()).collect(),
+                files,
             },
         )
         .await;
@@ -104,7 +120,9 @@ pub async fn restore(
     {
         return Err(not_found());
     }
-    history::restore(
+    let caller = who.caller.clone();
+    let asked = options.commit;
+    let answer = history::restore(
         state.store.as_ref(),
         state.workspace.as_ref(),
         who,
@@ -112,7 +130,23 @@ pub async fn restore(
         options,
     )
     .await
-    .map_err(|e| history_error(e, field))
+    .map_err(|e| history_error(e, field))?;
+    super::git::commit_request(
+        state,
+        asked,
+        RequestCommit {
+            request_id: answer.request_id,
+            caller,
+            subject: format!("Restore {} from operation {id}", answer.path),
+            body: String::new(),
+            trailers: vec![("Writ-Restores".into(), id.to_string())],
+            files: super::git::file(&answer.path, Some(answer.sha256.clone()), "restore")
+                .into_iter()
+                .collect(),
+        },
+    )
+    .await;
+    Ok(answer)
 }
 
 /// The caller of a tool or route, as the new request records it.

@@ -31,6 +31,9 @@ pub struct Workspaces {
     settings: Arc<Settings>,
     shared_locks: Option<Arc<dyn writ_core::workspace::SharedLocks>>,
     opened: Mutex<HashMap<String, Opening>>,
+    /// Each opened workspace's `git_commit` setting, by its root: a request finds its
+    /// workspace's setting without a query (the setting is fixed when the workspace is made).
+    git_commit: Mutex<HashMap<PathBuf, Option<bool>>>,
 }
 
 /// A workspace being opened or opened: every first use of it waits on the same cell.
@@ -49,6 +52,7 @@ impl Workspaces {
             settings,
             shared_locks,
             opened: Mutex::new(HashMap::new()),
+            git_commit: Mutex::new(HashMap::new()),
         }
     }
 
@@ -86,7 +90,22 @@ impl Workspaces {
         let opened = cell
             .get_or_try_init(|| self.open_root(Path::new(&record.root)))
             .await?;
+        self.git_commit
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(opened.root().to_path_buf(), record.git_commit);
         Ok(Some(opened.clone()))
+    }
+
+    /// The `git_commit` setting of the opened workspace whose root is `root`; `None` for
+    /// `default` and for a workspace without one (the server's setting applies).
+    pub fn git_commit_of(&self, root: &Path) -> Option<bool> {
+        self.git_commit
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(root)
+            .copied()
+            .flatten()
     }
 
     async fn open_root(&self, root: &Path) -> Result<Arc<dyn Workspace>, ApiError> {
@@ -159,6 +178,10 @@ pub struct CreateWorkspace {
     /// Absent: an empty workspace.
     #[serde(default)]
     pub source: Option<WorkspaceSource>,
+    /// Commit what each request in it writes, unless the request says otherwise; absent: as
+    /// the server is set (`WRIT_GIT_COMMIT`).
+    #[serde(default)]
+    pub git_commit: Option<bool>,
 }
 
 /// Where a new workspace's root comes from.
@@ -196,6 +219,9 @@ pub struct WorkspaceInfo {
     pub created_at: Option<DateTime<Utc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created_by: Option<String>,
+    /// Whether its requests commit by default; absent: as the server is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub git_commit: Option<bool>,
 }
 
 impl From<WorkspaceRecord> for WorkspaceInfo {
@@ -209,6 +235,7 @@ impl From<WorkspaceRecord> for WorkspaceInfo {
             base_ref: r.base_ref,
             created_at: Some(r.created_at),
             created_by: r.created_by,
+            git_commit: r.git_commit,
         }
     }
 }
@@ -235,6 +262,7 @@ fn default_info(workspaces: &Workspaces) -> WorkspaceInfo {
         base_ref: None,
         created_at: None,
         created_by: None,
+        git_commit: None,
     }
 }
 
@@ -367,6 +395,7 @@ pub async fn create(
         created_at: DateTime::from_timestamp_micros(Utc::now().timestamp_micros())
             .unwrap_or_else(Utc::now),
         created_by: caller.map(str::to_owned),
+        git_commit: request.git_commit,
     };
     // What to undo if the record cannot be stored.
     let mut made_dir = None;

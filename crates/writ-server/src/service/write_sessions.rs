@@ -2,6 +2,7 @@
 //! [`writ_core::sessions`], its refusals in the API's words.
 
 use serde_json::json;
+use writ_core::commits::RequestCommit;
 use writ_core::sessions::{
     BeginSession, Correction, SessionCaller, SessionError, SessionView, Sessions,
 };
@@ -31,14 +32,40 @@ pub async fn run(
         settings: &state.settings.sessions,
     };
     let id = id.unwrap_or_default();
-    match call {
+    let view = match call {
         SessionCall::Begin(begin) => sessions.begin(&who, begin).await,
         SessionCall::Get => sessions.get(&who, &id).await,
         SessionCall::Append(chunk) => sessions.append(&who, &id, &chunk).await,
         SessionCall::Finish => sessions.finish(&who, &id).await,
         SessionCall::Correct(corrections) => sessions.correct(&who, &id, &corrections).await,
     }
-    .map_err(session_error)
+    .map_err(session_error)?;
+    // The call that wrote the file (a `DONE` chunk, a finish, the last correction) commits it;
+    // a later call answering the receipt again does not.
+    if let Some(receipt) = &view.receipt
+        && receipt.request_id == who.request_id
+    {
+        let subject = match view.intent.as_deref().map(str::trim) {
+            Some(intent) if !intent.is_empty() => intent.to_string(),
+            _ => format!("Write {}", receipt.path),
+        };
+        super::git::commit_request(
+            state,
+            view.commit,
+            RequestCommit {
+                request_id: receipt.request_id,
+                caller: who.caller.clone(),
+                subject,
+                body: format!("Written through write session {}.", view.id),
+                trailers: Vec::new(),
+                files: super::git::file(&receipt.path, Some(receipt.sha256.clone()), "direct")
+                    .into_iter()
+                    .collect(),
+            },
+        )
+        .await;
+    }
+    Ok(view)
 }
 
 /// The API's words for a session's refusals.

@@ -84,8 +84,16 @@ pub(super) fn build_models(
         check_commands: settings.run.check_commands.clone(),
         ..SynthesisConfig::default()
     };
+    // Always a committer: a batch may ask for its commit (`options.commit`) where the server
+    // does not commit by default.
+    let committer = crate::service::git::GitCommitter::new(
+        workspace.root().to_path_buf(),
+        settings.git_commit,
+        store.clone(),
+    );
     let synthesizer = Synthesizer::new(client.clone(), store.clone(), workspace.clone(), synthesis)
-        .with_commands(commands);
+        .with_commands(commands)
+        .with_committer(Some(Arc::new(committer)));
     (Some(client), Some(Arc::new(synthesizer)))
 }
 

@@ -190,6 +190,7 @@ pub async fn write_file(
                 mode: args.mode,
                 on_invalid_utf8: files::InvalidUtf8Policy::Reject,
                 create_dirs: args.create_dirs,
+                commit: args.commit,
             },
             expected_sha256,
             body: args.content.into_bytes(),
@@ -495,6 +496,7 @@ pub async fn undo(
     let options = writ_core::history::UndoOptions {
         force: args.force,
         dry_run: args.dry_run,
+        commit: args.commit,
     };
     let answer = history::undo(state, viewer, who, &args.request_id, "request_id", options).await?;
     let verb = if answer.dry_run {
@@ -551,6 +553,7 @@ pub async fn restore(
         "operation_id",
         writ_core::history::RestoreOptions {
             expected_sha256: args.expected_sha256,
+            commit: args.commit,
         },
     )
     .await?;

@@ -289,6 +289,10 @@ pub struct WriteFileArgs {
     /// Write only if the file's current SHA-256 is this (64 hex digits, from `read_file`).
     #[serde(default)]
     pub expected_sha256: Option<String>,
+    /// Commit the write, where the workspace is a git repository; absent: as the workspace is
+    /// set.
+    #[serde(default)]
+    pub commit: Option<bool>,
 }
 
 /// Who calls, and how to tell them how it goes.

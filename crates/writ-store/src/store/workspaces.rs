@@ -1,4 +1,5 @@
-//! [`WorkspaceStore`] for both backends: the `workspaces` table of postgres 0016, sqlite 0012.
+//! [`WorkspaceStore`] for both backends: the `workspaces` table of postgres 0016, sqlite 0012
+//! (each workspace's `git_commit`: postgres 0019, sqlite 0015).
 
 use async_trait::async_trait;
 use writ_core::StoreError;
@@ -10,7 +11,7 @@ use crate::dialect::Dialect;
 // A macro, not a const, so the statements stay static strings (never format! into SQL).
 macro_rules! workspace_columns {
     () => {
-        "name, kind, root, source, branch, base_ref, created_at, created_by"
+        "name, kind, root, source, branch, base_ref, created_at, created_by, git_commit"
     };
 }
 
@@ -27,6 +28,7 @@ fn workspace_from_row<D: Dialect>(row: &D::Row) -> Result<WorkspaceRecord, Store
         base_ref: row.get("base_ref")?,
         created_at: row.time("created_at")?,
         created_by: row.get("created_by")?,
+        git_commit: row.get("git_commit")?,
     })
 }
 
@@ -46,7 +48,8 @@ impl<D: Dialect> WorkspaceStore for SqlStore<D> {
                 .bind(workspace.branch.as_deref())
                 .bind(workspace.base_ref.as_deref())
                 .bind_time(workspace.created_at)
-                .bind(workspace.created_by.as_deref());
+                .bind(workspace.created_by.as_deref())
+                .bind(workspace.git_commit);
         });
         sql.execute(self, "insert workspace").await?;
         Ok(())

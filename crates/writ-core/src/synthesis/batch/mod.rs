@@ -412,6 +412,7 @@ impl Batch {
                 validation,
                 allow_removals: options.allow_removals,
                 repo_map_tokens: options.repo_map_tokens,
+                commit: options.commit,
             },
             context,
             constraints,

@@ -131,6 +131,8 @@ pub struct Options {
     pub(crate) allow_removals: bool,
     /// `options.repo_map_tokens`: the map's budget for this batch (`Some(0)`: no map).
     pub(crate) repo_map_tokens: Option<usize>,
+    /// `options.commit`: commit what the batch wrote (`None`: as the workspace is set).
+    pub(crate) commit: Option<bool>,
 }
 
 impl Options {
@@ -158,5 +160,8 @@ impl Options {
     }
     pub fn validation(&self) -> Option<&Validation> {
         self.validation.as_ref()
+    }
+    pub fn commit(&self) -> Option<bool> {
+        self.commit
     }
 }

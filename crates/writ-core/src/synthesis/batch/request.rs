@@ -110,6 +110,10 @@ pub struct BatchOptions {
     #[serde(default)]
     #[schemars(range(max = 16_000))]
     pub repo_map_tokens: Option<usize>,
+    /// Commit what the batch wrote, where the workspace is a git repository: one commit of
+    /// exactly its files. Overrides the workspace's setting and `WRIT_GIT_COMMIT`.
+    #[serde(default)]
+    pub commit: Option<bool>,
 }
 
 /// `options.validation` as sent.

@@ -11,17 +11,17 @@ use writ_tests::{
     test_settings_with,
 };
 
-fn seed(app: &TestApp, name: &str, content: &[u8]) {
+pub(crate) fn seed(app: &TestApp, name: &str, content: &[u8]) {
     let path = app.repo_dir.join(name);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, content).unwrap();
 }
 
-fn bytes(app: &TestApp, name: &str) -> Option<Vec<u8>> {
+pub(crate) fn bytes(app: &TestApp, name: &str) -> Option<Vec<u8>> {
     std::fs::read(app.repo_dir.join(name)).ok()
 }
 
-async fn undo(app: &TestApp, request_id: &Value, body: Value) -> (u16, Value) {
+pub(crate) async fn undo(app: &TestApp, request_id: &Value, body: Value) -> (u16, Value) {
     let id = request_id.as_str().unwrap();
     app.post_json(&format!("/requests/{id}/undo"), &body).await
 }
@@ -225,7 +225,7 @@ async fn a_restore_writes_an_operations_content_back_and_honours_expected_sha256
     );
 }
 
-async fn concurrent_undo_and_writes_on_one_file_never_tear_it(app: TestApp) {
+pub(crate) async fn concurrent_undo_and_writes_on_one_file_never_tear_it(app: TestApp) {
     let original = b"original\r\n".repeat(2000);
     seed(&app, "hot.txt", &original);
     let written = app.put_file("hot.txt", "", "by writ\n".repeat(2000)).await;
@@ -359,55 +359,4 @@ async fn the_undo_body_is_checked_and_an_unknown_field_is_named() {
     assert_eq!(bytes(&app, "a.txt").unwrap(), b"a\n");
 }
 
-use writ_tests::git;
-
-#[tokio::test]
-async fn with_git_commits_on_an_edit_is_one_commit_of_its_paths_and_its_undo_a_revert_commit() {
-    let (settings, dirs) =
-        test_settings_with(Backend::Sqlite, &[("WRIT_GIT_COMMIT", "true")]).await;
-    let app = spawn_with(settings, dirs, Backend::Sqlite).await;
-    let d = app.repo_dir.clone();
-    git(&d, &["init", "-q", "-b", "main"]);
-    git(&d, &["config", "user.name", "User"]);
-    git(&d, &["config", "user.email", "user@example.com"]);
-    seed(&app, "a.py", b"a = 1\r\n");
-    seed(&app, "mine.txt", b"mine\n");
-    git(&d, &["add", "."]);
-    git(&d, &["commit", "-q", "-m", "start"]);
-    seed(&app, "mine.txt", b"mine, staged\n");
-    git(&d, &["add", "mine.txt"]);
-
-    let (status, edited) = app
-        .post_json(
-            "/edits",
-            &json!({"files": [{"path": "a.py", "edits": [{"old": "a = 1", "new": "a = 2"}]}]}),
-        )
-        .await;
-    assert_eq!(status, 200, "{edited}");
-    assert_eq!(git(&d, &["rev-list", "--count", "HEAD"]).trim(), "2");
-    let request = git(
-        &d,
-        &[
-            "log",
-            "-1",
-            "--format=%(trailers:key=Writ-Request,valueonly)",
-        ],
-    );
-    assert_eq!(request.trim(), edited["request_id"].as_str().unwrap());
-    let paths = git(&d, &["show", "--name-only", "--format=", "HEAD"]);
-    assert_eq!(paths.trim(), "a.py", "only writ's path is in the commit");
-    let status_lines = git(&d, &["status", "--porcelain"]);
-    assert_eq!(
-        status_lines.trim(),
-        "M  mine.txt",
-        "the user's change is still staged"
-    );
-
-    let (status, undone) = undo(&app, &edited["request_id"], json!({})).await;
-    assert_eq!(status, 200, "{undone}");
-    assert_eq!(git(&d, &["rev-list", "--count", "HEAD"]).trim(), "3");
-    let subject = git(&d, &["log", "-1", "--format=%s"]);
-    assert!(subject.starts_with("Revert request"), "{subject}");
-    assert_eq!(git(&d, &["show", "HEAD:a.py"]), "a = 1\r\n");
-    assert_eq!(git(&d, &["status", "--porcelain"]).trim(), "M  mine.txt");
-}
+mod git;
