@@ -285,6 +285,7 @@ mod tests {
             answers,
             existing: None,
             allow_removals: false,
+            rounds: Default::default(),
         }
     }
 
