@@ -663,6 +663,7 @@ mod tests {
                 .collect(),
             existing: None,
             allow_removals: false,
+            rounds: Default::default(),
         }))
     }
 
