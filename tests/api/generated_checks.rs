@@ -105,17 +105,80 @@ async fn a_server_that_generates_checks_by_default_does_so_for_a_batch_that_asks
 }
 
 #[tokio::test]
-async fn keeping_the_generated_tests_is_not_offered_and_is_refused_naming_the_field() {
+async fn the_generated_tests_are_kept_where_asked_with_those_the_written_file_fails_skipped() {
     let app = app_with(&[]).await;
     let (status, body) = app
         .post_write_codebase(&batch(json!({"validation": {
-            "generate": true, "keep_tests": "tests"}})))
+            "generate": true, "keep_tests": "tests/test_calc.py"}})))
         .await;
-    assert_eq!(status, 422, "{body}");
-    assert_eq!(body["error"]["code"], "invalid_body", "{body}");
+    assert_eq!(status, 200, "{body}");
+    let result = &body["results"][0];
+    assert_eq!(result["chosen_model"], MODELS[2], "{body}");
+    let kept = &result["validation"]["kept_tests"];
+    assert_eq!(kept["path"], "tests/test_calc.py", "{kept}");
+    assert_eq!(kept["model"], WRITER, "{kept}");
     assert_eq!(
-        body["error"]["field"], "options.validation.keep_tests",
-        "{body}"
+        (kept["passed"].as_u64(), kept["skipped"].as_u64()),
+        (Some(3), Some(2)),
+        "{kept}"
     );
+    let on_disk = std::fs::read_to_string(app.repo_dir.join("tests/test_calc.py")).unwrap();
+    let skip = "@pytest.mark.skip(reason=\"writ: the written file fails this generated test; check its expected value\")\n";
+    assert!(on_disk.starts_with("import pytest\n"), "{on_disk}");
+    assert!(
+        on_disk.contains(&format!("{skip}def test_slip():")),
+        "{on_disk}"
+    );
+    assert!(
+        on_disk.contains(&format!("{skip}def test_other_name():")),
+        "{on_disk}"
+    );
+    assert!(
+        !on_disk.contains(&format!("{skip}def test_add():")),
+        "{on_disk}"
+    );
+    // A recorded write of the same request, like the file's.
+    let (_, op) = app
+        .json(&format!(
+            "/operations/{}",
+            kept["operation_id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(op["filename"], "tests/test_calc.py", "{op}");
+    assert_eq!(op["status"], "succeeded", "{op}");
+    assert_eq!(op["request_id"], body["request_id"], "{op}");
+}
+
+#[tokio::test]
+async fn keeping_tests_is_refused_naming_the_field_when_it_cannot_be_done() {
+    let app = app_with(&[]).await;
+    for (validation, why) in [
+        (
+            json!({"commands": [{"name": "python", "args": ["t.py"]}], "keep_tests": "tests/t.py"}),
+            "needs generate",
+        ),
+        (json!({"generate": true, "keep_tests": "../t.py"}), ""),
+        (
+            json!({"generate": true, "keep_tests": "tests/t.js"}),
+            "must be a Python file",
+        ),
+        (
+            json!({"generate": true, "keep_tests": "calc.py"}),
+            "must not be one of the batch's files",
+        ),
+    ] {
+        let (status, body) = app
+            .post_write_codebase(&batch(json!({"validation": validation})))
+            .await;
+        assert_eq!(status, 422, "{body}");
+        assert_eq!(
+            body["error"]["field"], "options.validation.keep_tests",
+            "{body}"
+        );
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(why),
+            "{body}"
+        );
+    }
     assert!(app.fake().calls_for(MODELS[0]).is_empty());
 }

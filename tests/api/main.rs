@@ -7,6 +7,7 @@ mod context;
 mod dashboard;
 mod edges;
 mod edits;
+mod fanout;
 mod files;
 mod generated_checks;
 mod hardening;

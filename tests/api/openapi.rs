@@ -269,6 +269,8 @@ fn event_names() -> BTreeSet<String> {
             | Event::ChecksGenerated { .. }
             | Event::AgreementComputed { .. }
             | Event::ArbiterAskedInputs { .. }
+            | Event::StoppedEarly { .. }
+            | Event::RoundStarted { .. }
             | Event::FileWritten { .. }
             | Event::FileFailed { .. }
             | Event::Done { .. } => {}
@@ -334,6 +336,16 @@ fn event_names() -> BTreeSet<String> {
         Event::ArbiterAskedInputs {
             file: f(),
             inputs: 2,
+        },
+        Event::StoppedEarly {
+            file: f(),
+            passed: m(),
+            cancelled: 2,
+        },
+        Event::RoundStarted {
+            file: f(),
+            round: 2,
+            models: 2,
         },
         Event::FileWritten {
             file: f(),

@@ -76,7 +76,7 @@ enum Command {
         /// Only these task ids.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
-        /// Only these configurations: arbiter, a, a2, examples, b, c (all by default).
+        /// Only these configurations: arbiter, a, a1, examples, b, c (all by default).
         #[arg(long, value_delimiter = ',')]
         configs: Vec<String>,
         /// The fake upstream's latency per model call, in milliseconds.
@@ -85,6 +85,16 @@ enum Command {
         /// Keep every batch's answer as JSON in this directory.
         #[arg(long)]
         answers: Option<PathBuf>,
+    },
+    /// `options.fanout`: model calls and tokens saved against the full fan-out, and the
+    /// correct files written, on the eval's task set with its tests (BENCHMARKS.md).
+    EvalFanout {
+        /// Directory with the `writ` and `writ-fake-upstream` binaries.
+        #[arg(long)]
+        bin_dir: Option<PathBuf>,
+        /// Only these task ids.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
     },
     /// The repository's context: map build time, prompt tokens and search latency on generated
     /// repositories, and how often a prompt holds what its file needs (BENCHMARKS.md, EVALS.md).
@@ -166,6 +176,21 @@ async fn main() -> anyhow::Result<()> {
             writ_bench::updates::eval_report(&rows)
         )?;
         writeln!(out, "### A one-line change in a 2,000-line file\n\n{cost}")?;
+        return Ok(());
+    }
+    if let Some(Command::EvalFanout { bin_dir, only }) = &args.command {
+        let opts = writ_bench::eval::fanout::Options {
+            bin_dir: bin_dir
+                .clone()
+                .unwrap_or_else(writ_bench::procs::default_bin_dir),
+            tasks_dir: writ_bench::eval::tasks::default_dir(),
+            only: only.clone(),
+        };
+        let started = std::time::Instant::now();
+        let outcomes = writ_bench::eval::fanout::run(&opts).await?;
+        let mut out = std::io::stdout();
+        writeln!(out, "{}", writ_bench::eval::fanout::report(&outcomes))?;
+        writeln!(out, "Wall time: {:.0} s.", started.elapsed().as_secs_f64())?;
         return Ok(());
     }
     if let Some(Command::EvalChecks {

@@ -363,6 +363,16 @@ async fn follow(
                     .get(&file)
                     .into_iter()
                     .for_each(|b| b.set_message(format!("arbiter asked about {inputs} input(s)"))),
+                Event::StoppedEarly {
+                    file, cancelled, ..
+                } => bars.get(&file).into_iter().for_each(|b| {
+                    b.set_message(format!("a candidate passed; {cancelled} call(s) stopped"))
+                }),
+                Event::RoundStarted { file, models, .. } => {
+                    bars.get(&file).into_iter().for_each(|b| {
+                        b.set_message(format!("none passed; asking {models} more model(s)"))
+                    })
+                }
                 Event::ValidationStarted { file, candidates } => {
                     bars.get(&file).into_iter().for_each(|b| {
                         b.set_message(format!("running the checks on {candidates} candidates"))

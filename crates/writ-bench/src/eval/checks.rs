@@ -35,9 +35,8 @@ pub const MODELS: [&str; 5] = [
     "eval-epsilon",
 ];
 pub const ARBITER: &str = "eval-judge";
+/// The test writer of the one-writer configuration (`WRIT_TEST_MODELS=eval-writer`).
 pub const WRITER: &str = "eval-writer";
-/// A second test writer, with its own slips, for the two-writer configuration.
-pub const WRITER_2: &str = "eval-writer-2";
 const COMMANDS: &str = r#"{"python": ["python3", "{args}"], "node": ["node", "{args}"]}"#;
 const TIMEOUT_SECS: u64 = 30;
 /// Assertions per generated test file, at most.
@@ -588,10 +587,11 @@ impl CheckTask {
 pub enum Config {
     /// No tests, no generated checks: the arbiter among three.
     ArbiterOnly,
-    /// (a) No caller's tests; generated checks on.
+    /// (a) No caller's tests; generated checks on, default settings: the test writers are the
+    /// arbiter and the first candidate model, each with its own slips.
     Generated,
-    /// (a) with two test-writing models, each with its own slips.
-    GeneratedTwoWriters,
+    /// (a) with one test-writing model (`WRIT_TEST_MODELS` names one).
+    GeneratedOneWriter,
     /// The docstring's two examples as the caller's only test, no generated checks.
     ExamplesOnly,
     /// (b) The docstring's examples as the caller's test, and generated checks among the passers.
@@ -604,7 +604,7 @@ impl Config {
     pub const ALL: [Config; 6] = [
         Config::ArbiterOnly,
         Config::Generated,
-        Config::GeneratedTwoWriters,
+        Config::GeneratedOneWriter,
         Config::ExamplesOnly,
         Config::ExamplesGenerated,
         Config::FiveGenerated,
@@ -615,7 +615,7 @@ impl Config {
         match self {
             Config::ArbiterOnly => "arbiter",
             Config::Generated => "a",
-            Config::GeneratedTwoWriters => "a2",
+            Config::GeneratedOneWriter => "a1",
             Config::ExamplesOnly => "examples",
             Config::ExamplesGenerated => "b",
             Config::FiveGenerated => "c",
@@ -625,20 +625,17 @@ impl Config {
     pub fn label(self) -> &'static str {
         match self {
             Config::ArbiterOnly => "arbiter only (no tests)",
-            Config::Generated => "(a) no caller tests, generated checks",
-            Config::GeneratedTwoWriters => "(a′) as (a), two test writers",
+            Config::Generated => "(a) no caller tests, generated checks (default settings)",
+            Config::GeneratedOneWriter => "(a1) as (a), one test writer",
             Config::ExamplesOnly => "docstring examples as the only tests",
             Config::ExamplesGenerated => "(b) docstring examples + generated checks",
             Config::FiveGenerated => "(c) five candidates, two correct variants, generated checks",
         }
     }
 
-    fn writers(self) -> &'static str {
-        if self == Config::GeneratedTwoWriters {
-            "eval-writer,eval-writer-2"
-        } else {
-            WRITER
-        }
+    /// `WRIT_TEST_MODELS`: unset (the default writers) but in the one-writer configuration.
+    fn writers(self) -> Option<&'static str> {
+        (self == Config::GeneratedOneWriter).then_some(WRITER)
     }
 
     fn models(self) -> usize {
@@ -649,7 +646,7 @@ impl Config {
         let examples = || json!([{"name": if task.lang == Lang::Python { "python" } else { "node" }, "args": [task.examples_test_path()]}]);
         match self {
             Config::ArbiterOnly => None,
-            Config::Generated | Config::GeneratedTwoWriters | Config::FiveGenerated => {
+            Config::Generated | Config::GeneratedOneWriter | Config::FiveGenerated => {
                 Some(json!({"generate": true}))
             }
             Config::ExamplesOnly => Some(
@@ -737,18 +734,13 @@ pub async fn run(opts: &Options) -> anyhow::Result<(Vec<CheckTask>, Vec<Outcome>
         let db_dir = tempfile::tempdir()?;
         let db = writ_store::testing::fresh_sqlite_url(db_dir.path());
         let code_list = MODELS[..config.models()].join(",");
-        let writ = Writ::start(
-            &opts.bin_dir,
-            &fake,
-            &db,
-            &[
-                ("CODE_LIST", code_list.as_str()),
-                ("CODE_MODEL", ARBITER),
-                ("WRIT_TEST_MODELS", config.writers()),
-                ("WRIT_COMMANDS", COMMANDS),
-            ],
-        )
-        .await?;
+        let mut env = vec![
+            ("CODE_LIST", code_list.as_str()),
+            ("CODE_MODEL", ARBITER),
+            ("WRIT_COMMANDS", COMMANDS),
+        ];
+        env.extend(config.writers().map(|w| ("WRIT_TEST_MODELS", w)));
+        let writ = Writ::start(&opts.bin_dir, &fake, &db, &env).await?;
         std::fs::create_dir_all(writ.repo_dir().join("tests"))?;
         for task in &set {
             std::fs::write(
@@ -796,9 +788,11 @@ async fn run_one(
             &code,
         ));
     }
+    // The default writers are the arbiter and the first candidate model; each errs at its own
+    // places. The one-writer configuration's writer errs as the arbiter does.
     let (tests, kind) = task.written_tests(index, 0);
     let (tests_2, _) = task.written_tests(index, 1);
-    for (writer, text) in [(WRITER, &tests), (WRITER_2, &tests_2)] {
+    for (writer, text) in [(ARBITER, &tests), (MODELS[0], &tests_2), (WRITER, &tests)] {
         routes.push(route(
             writer,
             format!("Write tests for the file {}", json!(task.path)),
@@ -852,14 +846,19 @@ async fn run_one(
         tokens +=
             w["prompt_tokens"].as_u64().unwrap_or(0) + w["completion_tokens"].as_u64().unwrap_or(0);
     }
-    // The arbiter's calls are not in the answer: counted from the fake's record.
+    // The arbiter's verdicts are not in the answer: counted from the fake's record (its test
+    // files are, with the writers').
     for c in calls.iter().filter(|c| c["model"] == ARBITER) {
-        let prompt: usize = c["body"]["messages"]
+        let texts: Vec<&str> = c["body"]["messages"]
             .as_array()
             .into_iter()
             .flatten()
-            .map(|m| m["content"].as_str().map_or(0, |s| s.chars().count()))
-            .sum();
+            .filter_map(|m| m["content"].as_str())
+            .collect();
+        if texts.iter().any(|t| t.contains("Write tests for the file")) {
+            continue;
+        }
+        let prompt: usize = texts.iter().map(|s| s.chars().count()).sum();
         tokens += (prompt / 4 + 1) as u64 + 20;
     }
     let selection = if result["success"] == true {
@@ -942,7 +941,7 @@ pub fn report(set: &[CheckTask], outcomes: &[Outcome]) -> String {
     out.push('\n');
     for config in [
         Config::Generated,
-        Config::GeneratedTwoWriters,
+        Config::GeneratedOneWriter,
         Config::ExamplesGenerated,
     ] {
         let of: Vec<&Outcome> = outcomes.iter().filter(|o| o.config == config).collect();
@@ -965,7 +964,7 @@ pub fn report(set: &[CheckTask], outcomes: &[Outcome]) -> String {
         if !of.is_empty() {
             let _ = writeln!(
                 out,
-                "- (a) by what the test writer gave: {kind} tests — {}",
+                "- (a) by what the arbiter wrote as tests (the first candidate model errs elsewhere): {kind} tests — {}",
                 rate(of.iter().filter(|o| o.correct).count(), of.len())
             );
         }

@@ -12,6 +12,7 @@
 //! the correct versions (trailing whitespace aside).
 
 pub mod checks;
+pub mod fanout;
 pub mod tasks;
 
 use std::fmt::Write as _;

@@ -166,6 +166,48 @@ pub async fn fan_out(
     sink: &dyn ProgressSink,
     policy: StragglerPolicy,
 ) -> (Vec<Candidate>, Duration) {
+    let out = fan_out_until(
+        client, models, messages, expect, call, file, sink, policy, None,
+    )
+    .await;
+    (out.answers, out.waited)
+}
+
+/// Whether a viable candidate passes the caller's tests, asked while the fan-out still runs
+/// (`options.fanout.stop_when_passing`).
+#[async_trait::async_trait]
+pub trait PassCheck: Send + Sync {
+    async fn passes(&self, code: &str) -> bool;
+}
+
+/// What a fan-out gave.
+pub struct FanOut {
+    /// One per model, in model-list order.
+    pub answers: Vec<Candidate>,
+    /// The wall time the fan-out took.
+    pub waited: Duration,
+    /// The models whose calls were cancelled because another's candidate passed.
+    pub stopped: Vec<String>,
+}
+
+/// [`fan_out`], and with `stop`, each viable candidate checked as it arrives: once one passes,
+/// the calls still running are dropped (which cancels their HTTP requests) and come back as
+/// `cancelled` candidates. The fan-out never waits for a check once every answer is in.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one fan-out needs each of these; a struct would only rename them"
+)]
+pub async fn fan_out_until(
+    client: &dyn ModelClient,
+    models: &[String],
+    messages: &[ChatMessage],
+    expect: &Expect<'_>,
+    call: CallSettings,
+    file: &str,
+    sink: &dyn ProgressSink,
+    policy: StragglerPolicy,
+    stop: Option<&dyn PassCheck>,
+) -> FanOut {
     let started = Instant::now();
     let mut pending: FuturesUnordered<_> = models
         .iter()
@@ -187,23 +229,37 @@ pub async fn fan_out(
             (i, c)
         })
         .collect();
+    let mut checks = FuturesUnordered::new();
     let mut answers: Vec<Option<Candidate>> = models.iter().map(|_| None).collect();
     let threshold = policy.threshold(models.len());
     let mut viable = 0usize;
     let mut first_viable: Option<Duration> = None;
     let mut deadline: Option<tokio::time::Instant> = None;
+    let mut passed_by: Option<usize> = None;
     loop {
-        let next = match deadline {
-            None => pending.next().await,
-            Some(at) => match tokio::time::timeout_at(at, pending.next()).await {
-                Ok(next) => next,
-                Err(_) => break,
-            },
+        let next_answer = async {
+            match deadline {
+                None => Some(pending.next().await),
+                Some(at) => tokio::time::timeout_at(at, pending.next()).await.ok(),
+            }
         };
-        let Some((i, c)) = next else { break };
-        if c.code.is_some() {
+        let next = tokio::select! {
+            biased;
+            Some((i, true)) = checks.next(), if !checks.is_empty() => {
+                passed_by = Some(i);
+                break;
+            }
+            next = next_answer => next,
+        };
+        // `None`: the straggler deadline passed; `Some(None)`: every answer is in.
+        let Some(Some((i, c))) = next else { break };
+        if let Some(code) = &c.code {
             viable += 1;
             first_viable.get_or_insert_with(|| started.elapsed());
+            if let Some(check) = stop {
+                let code = code.clone();
+                checks.push(async move { (i, check.passes(&code).await) });
+            }
         }
         answers[i] = Some(c);
         if deadline.is_none()
@@ -219,13 +275,21 @@ pub async fn fan_out(
     }
     // Dropping the unfinished futures cancels their HTTP requests.
     drop(pending);
+    drop(checks);
     let waited = started.elapsed();
+    let mut stopped = Vec::new();
     let answers = answers
         .into_iter()
         .zip(models)
         .map(|(answer, model)| {
             answer.unwrap_or_else(|| {
-                let c = cut_off(model, waited, viable);
+                let c = match passed_by {
+                    Some(p) => {
+                        stopped.push(model.clone());
+                        stopped_early(model, &models[p], waited)
+                    }
+                    None => cut_off(model, waited, viable),
+                };
                 sink.emit(Event::CandidateFinished {
                     file: file.to_string(),
                     model: model.clone(),
@@ -238,7 +302,36 @@ pub async fn fan_out(
             })
         })
         .collect();
-    (answers, waited)
+    if let Some(p) = passed_by {
+        sink.emit(Event::StoppedEarly {
+            file: file.to_string(),
+            passed: models[p].clone(),
+            cancelled: stopped.len(),
+        });
+    }
+    FanOut {
+        answers,
+        waited,
+        stopped,
+    }
+}
+
+/// The record of a call cancelled because another model's candidate passed the caller's tests.
+fn stopped_early(model: &str, passed: &str, waited: Duration) -> Candidate {
+    Candidate {
+        record: CandidateRecord {
+            model: model.to_string(),
+            ok: false,
+            latency_ms: waited.as_millis() as u64,
+            error_class: Some(ErrorClass::Cancelled),
+            error: Some(format!(
+                "model '{model}' was stopped after {} ms: the candidate of '{passed}' already passed the caller's tests (options.fanout.stop_when_passing)",
+                waited.as_millis()
+            )),
+            ..CandidateRecord::default()
+        },
+        code: None,
+    }
 }
 
 /// The record of a call the straggler policy gave up on.
@@ -447,6 +540,65 @@ mod tests {
         assert_eq!(answers[1].code.as_deref(), Some("x = 2\n"));
         assert_eq!(answers[2].code, None);
         assert_eq!(answers[2].record.error_class, Some(ErrorClass::Cancelled));
+    }
+
+    /// Passes the candidates holding a given text.
+    struct PassesIf(&'static str);
+
+    #[async_trait::async_trait]
+    impl PassCheck for PassesIf {
+        async fn passes(&self, code: &str) -> bool {
+            code.contains(self.0)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn once_a_candidate_passes_the_calls_still_running_are_stopped() {
+        let client = ScriptedModels::default()
+            .with("fast", vec![Answer::after(100, &code("x = 1"))])
+            .with("medium", vec![Answer::after(200, &code("x = 2"))])
+            .with("slow", vec![Answer::after(10_000, &code("x = 3"))]);
+        let started = tokio::time::Instant::now();
+        let out = fan_out_until(
+            &client,
+            &models(&["fast", "medium", "slow"]),
+            &[ChatMessage::user("write it")],
+            &Expect::new_file(Language::Python),
+            CALL,
+            "a.py",
+            &NoProgress,
+            StragglerPolicy::WaitAll,
+            Some(&PassesIf("x = 2")),
+        )
+        .await;
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(200),
+            "the first candidate fails the check; the second passes it"
+        );
+        assert_eq!(out.answers[0].code.as_deref(), Some("x = 1\n"));
+        assert_eq!(out.answers[1].code.as_deref(), Some("x = 2\n"));
+        assert_eq!(out.answers[2].code, None);
+        assert_eq!(
+            out.answers[2].record.error_class,
+            Some(ErrorClass::Cancelled)
+        );
+        assert_eq!(out.stopped, vec!["slow".to_string()]);
+        // Nothing passes: every model is waited for and nothing is stopped.
+        let out = fan_out_until(
+            &client,
+            &models(&["fast", "medium"]),
+            &[ChatMessage::user("write it")],
+            &Expect::new_file(Language::Python),
+            CALL,
+            "a.py",
+            &NoProgress,
+            StragglerPolicy::WaitAll,
+            Some(&PassesIf("nothing")),
+        )
+        .await;
+        assert!(out.stopped.is_empty());
+        assert!(out.answers.iter().all(|a| a.code.is_some()));
     }
 
     #[tokio::test(start_paused = true)]

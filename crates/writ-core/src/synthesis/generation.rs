@@ -9,7 +9,7 @@ use crate::model::{ChatMessage, ModelClient};
 use crate::path::RepoPath;
 use crate::synthesis::batch::{Batch, FileSpec};
 use crate::synthesis::context::{more_context, tokens};
-use crate::synthesis::fanout::{self, Candidate};
+use crate::synthesis::fanout::{self, Candidate, PassCheck};
 use crate::synthesis::prompt::{self, ContextFile};
 use crate::synthesis::response::PromptTokensByPart;
 use crate::synthesis::stage::{FileCx, Prior, SynthesisConfig};
@@ -105,6 +105,35 @@ pub(crate) struct Generated {
     pub existing: Option<Existing>,
     /// `options.allow_removals`.
     pub allow_removals: bool,
+    /// The calls `options.fanout` saved or left for later.
+    pub rounds: Rounds,
+}
+
+/// A file's models under `options.fanout`: those left for a second round, and the calls
+/// stopped because a candidate passed.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Rounds {
+    /// Models not asked yet (`first_round`): asked only when no candidate passes.
+    pub later: Vec<String>,
+    /// Models whose calls were cancelled once a candidate passed (`stop_when_passing`).
+    pub stopped: Vec<String>,
+}
+
+/// A check that sees a candidate in the shape it would be written (an update rendered over
+/// the existing file).
+struct Rendered<'a> {
+    check: &'a dyn PassCheck,
+    existing: Option<&'a Existing>,
+}
+
+#[async_trait::async_trait]
+impl PassCheck for Rendered<'_> {
+    async fn passes(&self, code: &str) -> bool {
+        match self.existing {
+            Some(e) => self.check.passes(&e.render(code)).await,
+            None => self.check.passes(code).await,
+        }
+    }
 }
 
 impl Generated {
@@ -123,12 +152,15 @@ impl Generated {
 }
 
 /// Reads the file's current content (checking `expected_sha256` before any model is called),
-/// builds its prompt and fans it out. An `Err` is the file's failure, with no model called.
+/// builds its prompt and fans it out (to the first round's models under
+/// `options.fanout.first_round`; with `stop`, cancelling the rest once a candidate passes it).
+/// An `Err` is the file's failure, with no model called.
 pub(crate) async fn generate(
     client: &dyn ModelClient,
     workspace: &dyn Workspace,
     config: &SynthesisConfig,
     cx: FileCx<'_>,
+    stop: Option<&dyn PassCheck>,
 ) -> Result<Generated, String> {
     let FileCx {
         batch,
@@ -182,11 +214,15 @@ pub(crate) async fn generate(
         file.index,
         prompt_parts(batch, file, &context, &more, current_view, prior, &messages),
     );
-    let models = batch
+    let mut models = batch
         .options()
         .models
         .clone()
         .unwrap_or_else(|| config.candidates.clone());
+    let later = match batch.options().fanout.first_round {
+        Some(n) if n < models.len() => models.split_off(n),
+        _ => Vec::new(),
+    };
     let policy = batch.options().straggler.unwrap_or(config.straggler);
     let mut generated = Generated {
         language,
@@ -195,8 +231,16 @@ pub(crate) async fn generate(
         answers: Vec::new(),
         existing,
         allow_removals: batch.options().allow_removals,
+        rounds: Rounds {
+            later,
+            stopped: Vec::new(),
+        },
     };
-    let (answers, waited) = fanout::fan_out(
+    let rendered = stop.map(|check| Rendered {
+        check,
+        existing: generated.existing.as_ref(),
+    });
+    let out = fanout::fan_out_until(
         client,
         &generated.models,
         &generated.messages,
@@ -205,10 +249,12 @@ pub(crate) async fn generate(
         file.path.as_str(),
         sink,
         policy,
+        rendered.as_ref().map(|r| r as &dyn PassCheck),
     )
     .await;
-    clock.add(waited);
-    generated.answers = answers;
+    clock.add(out.waited);
+    generated.answers = out.answers;
+    generated.rounds.stopped = out.stopped;
     Ok(generated)
 }
 
@@ -338,7 +384,7 @@ mod tests {
         let prior = doubles::prior(&b);
         let clock = Upstream::default();
         let cx = first_file(&b, &prior, &clock);
-        let generated = match generate(&models, &workspace, &config(), cx).await {
+        let generated = match generate(&models, &workspace, &config(), cx, None).await {
             Ok(g) => g,
             Err(e) => panic!("generated: {e}"),
         };
@@ -379,7 +425,7 @@ mod tests {
         prior.prompt_tokens = Mutex::new(vec![None]);
         let clock = Upstream::default();
         let cx = first_file(&b, &prior, &clock);
-        let failed = generate(&models, &MemoryWorkspace::default(), &config(), cx).await;
+        let failed = generate(&models, &MemoryWorkspace::default(), &config(), cx, None).await;
         match failed {
             Err(why) => assert!(
                 why.contains("changed") && why.contains("no model was called"),

@@ -17,7 +17,7 @@ use tracing::Instrument;
 use crate::audit::AuditWrite;
 use crate::commits::{self, CommitFile, RequestCommit};
 use crate::synthesis::batch::{Batch, TargetKind, Validation};
-use crate::synthesis::fanout::Upstream;
+use crate::synthesis::fanout::{PassCheck, Upstream};
 use crate::synthesis::generation::generate;
 use crate::synthesis::image_generation::generate_image;
 use crate::synthesis::progress::{Event, ProgressSink};
@@ -26,7 +26,7 @@ use crate::synthesis::response::{BatchResponse, FileResult};
 use crate::synthesis::selection::Selector;
 use crate::synthesis::stage::{BatchCx, FileCx, Prior, Produced, Synthesizer};
 use crate::synthesis::submission::{Submission, Submitted};
-use crate::synthesis::validation::{Stage, select_validated};
+use crate::synthesis::validation::{CallerTests, Stage, select_validated};
 use crate::synthesis::writing::{Writer, Written};
 
 /// How long a file ready to be written waits for the rest of its batch to join it
@@ -95,17 +95,20 @@ impl Synthesizer {
             .validation
             .as_ref()
             .or(default_checks.as_ref());
+        let mut kept_tests: Vec<AuditWrite> = Vec::new();
         let written: Vec<Written> = if let Some(validation) = validation {
             // Validation needs every file's candidates before any file can be chosen.
             let produced = self.produce_validated(validation, cx).await;
-            match recorded.wait().await {
+            let mut written = match recorded.wait().await {
                 Err(not) => writer.not_written(batch.files().iter().zip(produced).collect(), not),
                 Ok(()) if atomic => writer.write_atomically(produced).await,
                 Ok(()) => {
                     let files = batch.files().iter().zip(produced).collect();
                     writer.finish_files(files).await
                 }
-            }
+            };
+            kept_tests = writer.write_kept_tests(&mut written).await;
+            written
         } else if atomic {
             let produced =
                 join_all((0..batch.files().len()).map(|i| self.produce(cx.file(i)))).await;
@@ -132,7 +135,9 @@ impl Synthesizer {
         response.commit = commit;
         // Files run concurrently: the batch's critical upstream path is its slowest file's.
         response.upstream = clocks.iter().map(Upstream::total).max().unwrap_or_default();
-        (response, completions.into_iter().flatten().collect())
+        let mut completions: Vec<AuditWrite> = completions.into_iter().flatten().collect();
+        completions.extend(kept_tests);
+        (response, completions)
     }
 
     /// One commit of the files the batch wrote, when it is to be committed
@@ -247,7 +252,8 @@ impl Synthesizer {
             let stages = join_all((0..cx.batch.files().len()).map(|i| {
                 let fcx = cx.file(i);
                 let span = tracing::info_span!("file", path = %fcx.file.path);
-                self.generate_for_validation(fcx).instrument(span)
+                self.generate_for_validation(fcx, validation)
+                    .instrument(span)
             }))
             .await;
             select_validated(
@@ -271,8 +277,18 @@ impl Synthesizer {
         }
     }
 
-    /// One file's candidates, for validation to choose among.
-    async fn generate_for_validation(&self, fcx: FileCx<'_>) -> Stage {
+    /// One file's candidates, for validation to choose among; under
+    /// `options.fanout.stop_when_passing`, each checked as it arrives.
+    async fn generate_for_validation(&self, fcx: FileCx<'_>, validation: &Validation) -> Stage {
+        let stop = self
+            .commands
+            .as_deref()
+            .filter(|_| fcx.batch.options().fanout.stop_when_passing)
+            .map(|runner| CallerTests {
+                runner,
+                validation,
+                path: fcx.file.path.clone(),
+            });
         fcx.sink.emit(Event::FileStarted {
             file: fcx.file.path.to_string(),
         });
@@ -286,6 +302,7 @@ impl Synthesizer {
                     self.workspace.as_ref(),
                     &self.config,
                     fcx,
+                    stop.as_ref().map(|s| s as &dyn PassCheck),
                 )
                 .await
                 {
@@ -314,6 +331,7 @@ impl Synthesizer {
                         self.workspace.as_ref(),
                         &self.config,
                         cx,
+                        None,
                     )
                     .await
                     {

@@ -81,6 +81,21 @@ pub enum Event {
         file: String,
         inputs: usize,
     },
+    /// A file's candidate passed the caller's tests while other models were still answering:
+    /// their calls were cancelled (`options.fanout.stop_when_passing`).
+    StoppedEarly {
+        file: String,
+        /// The model whose candidate passed.
+        passed: String,
+        cancelled: usize,
+    },
+    /// No candidate of a file's first round passed the caller's tests: the models not asked yet
+    /// are asked (`options.fanout.first_round`).
+    RoundStarted {
+        file: String,
+        round: u32,
+        models: usize,
+    },
     FileWritten {
         file: String,
         operation: String,
@@ -115,6 +130,8 @@ impl Event {
             Event::ChecksGenerated { .. } => "checks_generated",
             Event::AgreementComputed { .. } => "agreement_computed",
             Event::ArbiterAskedInputs { .. } => "arbiter_asked_inputs",
+            Event::StoppedEarly { .. } => "stopped_early",
+            Event::RoundStarted { .. } => "round_started",
             Event::FileWritten { .. } => "file_written",
             Event::FileFailed { .. } => "file_failed",
             Event::Done { .. } => DONE,

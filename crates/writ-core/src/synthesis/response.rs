@@ -81,6 +81,44 @@ pub struct FileValidation {
     /// The generated checks, when they ran (`options.validation.generate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generated_checks: Option<Box<crate::audit::GeneratedChecks>>,
+    /// The model calls `options.fanout` saved, when it was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved: Option<FanoutSaved>,
+    /// The generated tests written to `options.validation.keep_tests`, when it was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_tests: Option<KeptTests>,
+}
+
+/// The generated tests kept in the workspace (`options.validation.keep_tests`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptTests {
+    pub path: String,
+    /// The test-writing model whose file was kept: the one whose tests the written file
+    /// passes most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Tests in the file the written content passes.
+    pub passed: usize,
+    /// Tests it fails, kept marked as skipped for the caller to look at.
+    pub skipped: usize,
+    /// The write's operation (absent: not written, see `error`; or a dry run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_id: Option<uuid::Uuid>,
+    /// Why nothing was kept or written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The file's content, until it is written.
+    #[serde(skip)]
+    pub content: Option<String>,
+}
+
+/// The model calls `options.fanout` saved for a file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FanoutSaved {
+    /// Models never asked: a candidate of the first round passed (`first_round`).
+    pub not_asked: Vec<String>,
+    /// Models whose calls were cancelled once a candidate passed (`stop_when_passing`).
+    pub stopped: Vec<String>,
 }
 
 impl FileResult {

@@ -291,6 +291,7 @@ mod tests {
             answers,
             existing: None,
             allow_removals: false,
+            rounds: Default::default(),
         }
     }
 

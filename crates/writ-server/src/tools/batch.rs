@@ -175,6 +175,20 @@ fn progress_line(name: &str, data: &Value) -> String {
                 "{file}: the arbiter is shown {inputs} input(s) the tied candidates disagree on"
             )
         }
+        Event::StoppedEarly {
+            file,
+            passed,
+            cancelled,
+        } => format!(
+            "{file}: {passed}'s candidate passed the checks; {cancelled} call(s) still running were stopped"
+        ),
+        Event::RoundStarted {
+            file,
+            round,
+            models,
+        } => format!(
+            "{file}: no candidate of the first round passed; round {round} asks {models} more model(s)"
+        ),
         Event::ValidationStarted { file, candidates } => {
             format!("{file}: running the checks on {candidates} candidates")
         }

@@ -14,11 +14,12 @@ mod options;
 mod request;
 
 pub use options::{
-    DEFAULT_REPAIR_ROUNDS, DEFAULT_VALIDATION_TIMEOUT_SECS, MAX_COMMAND_ARGS,
+    DEFAULT_REPAIR_ROUNDS, DEFAULT_VALIDATION_TIMEOUT_SECS, Fanout, MAX_COMMAND_ARGS,
     MAX_VALIDATION_COMMANDS, Options, Validation,
 };
 pub use request::{
-    BatchOptions, FileRequest, OnFail, StragglerOptions, ValidationOptions, WriteCodebaseRequest,
+    BatchOptions, FanoutOptions, FileRequest, OnFail, StragglerOptions, ValidationOptions,
+    WriteCodebaseRequest,
 };
 
 use crate::audit::FileKind;
@@ -150,6 +151,46 @@ impl Batch {
 pub struct BatchError {
     pub field: String,
     pub message: String,
+}
+
+/// `options.validation.keep_tests` names one test file: for a batch of one code file, in its
+/// language (one with generated checks), and not one of the batch's files.
+fn keep_tests_fits(keep: &RepoPath, files: &[FileSpec]) -> Result<(), BatchError> {
+    let field = "options.validation.keep_tests";
+    let code: Vec<&FileSpec> = files
+        .iter()
+        .filter(|f| f.kind == TargetKind::Code)
+        .collect();
+    let [file] = code.as_slice() else {
+        return Err(refuse(
+            field,
+            format!("needs a batch of exactly one code file, got {}", code.len()),
+        ));
+    };
+    if files.iter().any(|f| &f.path == keep) {
+        return Err(refuse(field, "must not be one of the batch's files"));
+    }
+    let language = writ_checks::Language::from_path(file.path.as_str());
+    if !matches!(
+        language,
+        writ_checks::Language::Python | writ_checks::Language::JavaScript
+    ) {
+        return Err(refuse(
+            field,
+            format!(
+                "generated checks are written for Python and JavaScript files only, and {} is {}",
+                file.path,
+                language.name()
+            ),
+        ));
+    }
+    if writ_checks::Language::from_path(keep.as_str()) != language {
+        return Err(refuse(
+            field,
+            format!("must be a {} file, as {} is", language.name(), file.path),
+        ));
+    }
+    Ok(())
 }
 
 fn refuse(field: impl Into<String>, message: impl Into<String>) -> BatchError {
@@ -286,6 +327,12 @@ impl Batch {
             .as_ref()
             .map(ValidationOptions::parse)
             .transpose()?;
+        let fanout = options
+            .fanout
+            .as_ref()
+            .map(|f| f.parse(validation.as_ref()))
+            .transpose()?
+            .unwrap_or_default();
 
         let mut files: Vec<FileSpec> = Vec::with_capacity(req.files.len());
         for (i, f) in req.files.into_iter().enumerate() {
@@ -398,6 +445,9 @@ impl Batch {
                 constraints: constraints_text(f.constraints, &field("constraints"))?,
             });
         }
+        if let Some(keep) = validation.as_ref().and_then(|v| v.keep_tests.as_ref()) {
+            keep_tests_fits(keep, &files)?;
+        }
         Ok(Batch {
             task_description: req.task_description.filter(|t| !t.trim().is_empty()),
             files,
@@ -410,6 +460,7 @@ impl Batch {
                 run_async: options.run_async,
                 straggler,
                 validation,
+                fanout,
                 allow_removals: options.allow_removals,
                 repo_map_tokens: options.repo_map_tokens,
                 commit: options.commit,
@@ -524,6 +575,45 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.field, "options.straggler.extra_factor");
+    }
+
+    #[test]
+    fn fanout_settings_need_the_callers_tests_and_a_first_round_within_the_model_limit() {
+        let with = |options: serde_json::Value| {
+            req(
+                serde_json::json!({"command": "write_codebase", "files": [file("a.py")], "options": options}),
+            )
+        };
+        let tests = serde_json::json!({"commands": [{"name": "python", "args": ["t.py"]}]});
+        let b = with(serde_json::json!({"validation": tests, "fanout": {"stop_when_passing": true, "first_round": 2}})).unwrap();
+        assert_eq!(
+            b.options.fanout,
+            Fanout {
+                stop_when_passing: true,
+                first_round: Some(2)
+            }
+        );
+        let err = with(
+            serde_json::json!({"validation": {"generate": true}, "fanout": {"first_round": 1}}),
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "options.fanout.first_round");
+        assert!(
+            err.message.contains("options.validation.commands"),
+            "{}",
+            err.message
+        );
+        let err = with(serde_json::json!({"fanout": {"stop_when_passing": true}})).unwrap_err();
+        assert_eq!(err.field, "options.fanout.stop_when_passing");
+        let err = with(serde_json::json!({"validation": tests, "fanout": {"first_round": 9}}))
+            .unwrap_err();
+        assert_eq!(
+            (err.field.as_str(), err.message.as_str()),
+            ("options.fanout.first_round", "between 1 and 8, got 9")
+        );
+        // Off, it asks for nothing.
+        let b = with(serde_json::json!({"fanout": {"stop_when_passing": false}})).unwrap();
+        assert_eq!(b.options.fanout, Fanout::default());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! with the limits and defaults of `options.validation` and the parsing of `options.validation`
 //! and `options.straggler` from their wire shape.
 
-use super::request::{OnFail, StragglerOptions, ValidationOptions};
+use super::request::{FanoutOptions, OnFail, StragglerOptions, ValidationOptions};
 use super::{BatchError, refuse};
 use crate::execution::CommandCall;
 use crate::synthesis::fanout::StragglerPolicy;
@@ -16,6 +16,8 @@ pub struct Validation {
     pub(crate) on_fail: OnFail,
     /// Generated checks decide among the candidates (`options.validation.generate`).
     pub(crate) generate: bool,
+    /// Where the generated tests are written (`options.validation.keep_tests`).
+    pub(crate) keep_tests: Option<crate::path::RepoPath>,
 }
 
 /// Defaults of `options.validation`.
@@ -61,12 +63,26 @@ impl ValidationOptions {
                 "must be at least 1",
             ));
         }
+        let keep_tests = match &self.keep_tests {
+            None => None,
+            Some(_) if !generate => {
+                return Err(refuse(
+                    format!("{field}.keep_tests"),
+                    "needs generate: true (the tests kept are the generated ones)",
+                ));
+            }
+            Some(raw) => Some(
+                crate::path::RepoPath::parse(raw)
+                    .map_err(|e| refuse(format!("{field}.keep_tests"), e.to_string()))?,
+            ),
+        };
         Ok(Validation {
             commands: self.commands.clone(),
             timeout: std::time::Duration::from_secs(timeout_secs),
             repair_rounds: self.repair_rounds.unwrap_or(DEFAULT_REPAIR_ROUNDS),
             on_fail: self.on_fail.unwrap_or_default(),
             generate,
+            keep_tests,
         })
     }
 }
@@ -81,6 +97,7 @@ impl Validation {
             repair_rounds: 0,
             on_fail: OnFail::WriteBest,
             generate: true,
+            keep_tests: None,
         }
     }
     pub fn generate(&self) -> bool {
@@ -94,6 +111,50 @@ impl Validation {
     }
     pub fn repair_rounds(&self) -> u32 {
         self.repair_rounds
+    }
+}
+
+/// `options.fanout`, parsed: how a file's models are asked when the caller's tests can tell a
+/// passing candidate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Fanout {
+    /// Cancel a file's running calls once one of its candidates passes the caller's tests.
+    pub(crate) stop_when_passing: bool,
+    /// Ask this many models first, the rest only when none of theirs passes.
+    pub(crate) first_round: Option<usize>,
+}
+
+impl FanoutOptions {
+    /// The parsed settings, or a refusal naming the sub-field; both settings need the caller's
+    /// tests, since only they say that a candidate passes.
+    pub(super) fn parse(&self, validation: Option<&Validation>) -> Result<Fanout, BatchError> {
+        let fanout = Fanout {
+            stop_when_passing: self.stop_when_passing.unwrap_or(false),
+            first_round: self.first_round,
+        };
+        if let Some(n) = fanout.first_round
+            && !(1..=super::MAX_MODELS).contains(&n)
+        {
+            return Err(refuse(
+                "options.fanout.first_round",
+                format!("between 1 and {}, got {n}", super::MAX_MODELS),
+            ));
+        }
+        let has_tests = validation.is_some_and(|v| !v.commands.is_empty());
+        let asked = if fanout.stop_when_passing {
+            Some("stop_when_passing")
+        } else {
+            fanout.first_round.map(|_| "first_round")
+        };
+        if let Some(field) = asked
+            && !has_tests
+        {
+            return Err(refuse(
+                format!("options.fanout.{field}"),
+                "needs options.validation.commands: a candidate passes when it passes the caller's tests",
+            ));
+        }
+        Ok(fanout)
     }
 }
 
@@ -127,6 +188,8 @@ pub struct Options {
     pub(crate) straggler: Option<StragglerPolicy>,
     /// Checks every candidate must pass (`options.validation`).
     pub(crate) validation: Option<Validation>,
+    /// Stop early and rounds (`options.fanout`).
+    pub(crate) fanout: Fanout,
     /// A change may remove definitions and shrink the file (`options.allow_removals`).
     pub(crate) allow_removals: bool,
     /// `options.repo_map_tokens`: the map's budget for this batch (`Some(0)`: no map).

@@ -101,6 +101,10 @@ pub struct BatchOptions {
     /// Run these checks on every candidate; choose among those that pass, repair those that fail.
     #[serde(default)]
     pub validation: Option<ValidationOptions>,
+    /// Spend fewer model calls when the caller's tests (`validation.commands`) can tell a
+    /// passing candidate: stop the calls still running once one passes, or ask models in rounds.
+    #[serde(default)]
+    pub fanout: Option<FanoutOptions>,
     /// Let a change to an existing file remove definitions the description does not name, and
     /// shrink the file by more than the documented share. Off: such candidates are not viable.
     #[serde(default)]
@@ -136,6 +140,27 @@ pub struct ValidationOptions {
     /// and by their behaviour. With it, `commands` may be empty.
     #[serde(default)]
     pub generate: Option<bool>,
+    /// With `generate`, write the generated tests the chosen candidate was checked with to this
+    /// path of the workspace, e.g. "tests/test_calc.py" (a batch of one code file; same
+    /// language). Tests the written file fails are kept, marked as skipped.
+    #[serde(default)]
+    pub keep_tests: Option<String>,
+}
+
+/// `options.fanout` as sent. Both need `options.validation.commands`: a candidate passes when
+/// it passes the caller's tests.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FanoutOptions {
+    /// Once a file has a candidate that passes the caller's tests, cancel that file's model
+    /// calls still running.
+    #[serde(default)]
+    pub stop_when_passing: Option<bool>,
+    /// Ask only the first N models of the list first; ask the rest only if none of their
+    /// candidates passes the caller's tests (1 to 8).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 8))]
+    pub first_round: Option<usize>,
 }
 
 /// What happens to a file none of whose candidates passes its checks.

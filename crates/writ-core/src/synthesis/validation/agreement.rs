@@ -136,6 +136,36 @@ pub(crate) fn clusters(r: &CheckResults, among: &[usize]) -> Vec<Vec<usize>> {
     out
 }
 
+/// Clusters of equal size separated by soft MBR-exec: for each cluster, summed over the probe
+/// inputs, how many of `all` (its own members aside) give its output. A subtle bug is rarely
+/// shared, so on each input the correct output is the one most other candidates give, while
+/// a buggy candidate stands alone where its bug shows. The clusters (by their first member)
+/// with the highest support, in the order given.
+pub(crate) fn best_supported(
+    r: &CheckResults,
+    clusters: &[&Vec<usize>],
+    all: &[usize],
+) -> Vec<usize> {
+    let support = |cluster: &Vec<usize>| -> usize {
+        let rep = cluster[0];
+        (0..r.probes.len())
+            .filter_map(|p| output(r, rep, p).map(|o| (p, o)))
+            .map(|(p, o)| {
+                all.iter()
+                    .filter(|&&c| !cluster.contains(&c) && output(r, c, p) == Some(o))
+                    .count()
+            })
+            .sum()
+    };
+    let scored: Vec<(usize, usize)> = clusters.iter().map(|c| (c[0], support(c))).collect();
+    let best = scored.iter().map(|&(_, s)| s).max().unwrap_or(0);
+    scored
+        .into_iter()
+        .filter(|&(_, s)| s == best)
+        .map(|(c, _)| c)
+        .collect()
+}
+
 /// Whether any probe input has an output from `among`.
 pub(crate) fn any_output(r: &CheckResults, among: &[usize]) -> bool {
     (0..r.probes.len()).any(|p| among.iter().any(|&c| output(r, c, p).is_some()))
@@ -253,5 +283,26 @@ mod tests {
         assert_eq!(clusters(&r, &[0, 1, 2]), vec![vec![1, 2], vec![0]]);
         assert_eq!(disagreements(&r, 0, 1, 3), vec![1]);
         assert_eq!(clusters(&r, &[0]), vec![vec![0]]);
+    }
+
+    #[test]
+    fn clusters_of_one_are_separated_by_how_many_others_share_their_outputs_input_by_input() {
+        // 0 is correct; 1 is wrong on input 1, 2 on input 2: each wrong output stands alone.
+        let r = results(
+            vec![],
+            vec![
+                vec!["1", "2", "3"],
+                vec!["1", "9", "3"],
+                vec!["1", "2", "7"],
+            ],
+        );
+        let found = clusters(&r, &[0, 1, 2]);
+        assert_eq!(found.len(), 3);
+        let refs: Vec<&Vec<usize>> = found.iter().collect();
+        assert_eq!(best_supported(&r, &refs, &[0, 1, 2]), vec![0]);
+        // Only 1 and 2 tied, but 0 still votes: 1 shares input 2 with 0, 2 shares input 1.
+        let two: Vec<Vec<usize>> = vec![vec![1], vec![2]];
+        let refs: Vec<&Vec<usize>> = two.iter().collect();
+        assert_eq!(best_supported(&r, &refs, &[0, 1, 2]), vec![1, 2]);
     }
 }

@@ -18,6 +18,7 @@ pub(super) fn validation() -> Validation {
         repair_rounds: 0,
         on_fail: OnFail::Refuse,
         generate: false,
+        keep_tests: None,
     }
 }
 
@@ -49,6 +50,7 @@ pub(super) fn untried(batch: &Batch) -> Vec<FileTrials<'_>> {
                     answers: Vec::new(),
                     existing: None,
                     allow_removals: false,
+                    rounds: Default::default(),
                 },
                 records: vec![Default::default(), Default::default()],
                 trials,

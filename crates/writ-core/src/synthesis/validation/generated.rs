@@ -25,7 +25,8 @@ use writ_checks::Language;
 
 use super::FileTrials;
 use super::agreement::{
-    CheckResults, TestOutcome, any_output, clusters, disagreements, rank, usable_tests,
+    CheckResults, TestOutcome, any_output, best_supported, clusters, disagreements, rank,
+    usable_tests,
 };
 use crate::audit::{
     CallRecord, CallRole, CheckGroup, DistinguishingInput, GeneratedCheckRecord, GeneratedChecks,
@@ -37,6 +38,7 @@ use crate::path::RepoPath;
 use crate::synthesis::batch::Validation;
 use crate::synthesis::progress::Event;
 use crate::synthesis::prompt;
+use crate::synthesis::response::KeptTests;
 use crate::synthesis::selection::{Selector, Viable};
 use crate::synthesis::stage::{Chosen, FileCx};
 
@@ -114,11 +116,18 @@ impl Flavour {
             Language::JavaScript => {
                 format!("const {{ {} }} = require('../{path}');", names.join(", "))
             }
-            _ => {
-                let module = path.trim_end_matches(".py").replace('/', ".");
-                format!("from {module} import {}", names.join(", "))
-            }
+            _ => format!(
+                "from {} import {}",
+                self.module_name(file).unwrap_or_default(),
+                names.join(", ")
+            ),
         }
+    }
+
+    /// The file's dotted module name (Python only).
+    fn module_name(&self, file: &RepoPath) -> Option<String> {
+        (self.language == Language::Python)
+            .then(|| file.as_str().trim_end_matches(".py").replace('/', "."))
     }
 
     fn form(&self) -> &'static str {
@@ -284,6 +293,10 @@ pub(super) async fn check_and_decide(
         "marker": marker,
         "tests": files.iter().map(|(p, _)| p).collect::<Vec<_>>(),
         "probes": probes,
+        // Where a test file's own import fails, its probes are evaluated against these.
+        "subject": cx.file.path.as_str(),
+        "subject_module": flavour.module_name(&cx.file.path),
+        "names": names,
     });
     let mut fixed: Vec<(RepoPath, Vec<u8>)> = others.to_vec();
     for (path, content) in [
@@ -494,6 +507,34 @@ pub(super) async fn check_and_decide(
         };
     }
 
+    // 4'. Clusters of equal size: the one whose outputs most other candidates share.
+    let everyone: Vec<usize> = (0..among.len()).collect();
+    let tied_clusters: Vec<&Vec<usize>> = if tied_clusters.len() > 1 && any_output(&results, &tied)
+    {
+        let supported = best_supported(&results, &tied_clusters, &everyone);
+        if let [winner] = supported.as_slice() {
+            return Checked {
+                decision: Some(Decision {
+                    trial: among[*winner],
+                    selection: Selection::Behaviour,
+                    reason: Some(format!(
+                        "{} tied behaviour clusters; on the {} probe input(s), its outputs are shared by the most other candidates",
+                        tied_clusters.len(),
+                        results.probes.len()
+                    )),
+                }),
+                summary,
+                records,
+            };
+        }
+        tied_clusters
+            .into_iter()
+            .filter(|c| supported.contains(&c[0]))
+            .collect()
+    } else {
+        tied_clusters
+    };
+
     // 5. Distinguishing inputs between tied clusters, champion against challenger.
     let mut champion = tied_clusters.first().map_or(tied[0], |c| c[0]);
     let mut decided = false;
@@ -681,13 +722,23 @@ fn output_of(r: &CheckResults, c: usize, p: usize) -> String {
         .unwrap_or_else(|| "(no output)".into())
 }
 
-/// The models that write the tests: `WRIT_TEST_MODELS`, else the arbiter.
+/// The models that write the tests: `WRIT_TEST_MODELS`, else the arbiter and the first of the
+/// file's candidate models that is not the arbiter. Two writers rather than one because a
+/// single writer's wrong assertion that happens to expect a buggy candidate's answer outvotes
+/// the correct candidate; a second model errs at other places, so its tests outvote the slip
+/// (EVALS.md: one writer 63 %, two 85 %). Both are models the deployment already calls, so the
+/// default needs no configuration of its own.
 fn test_writers(selector: &Selector<'_>, f: &FileTrials<'_>) -> Vec<String> {
-    if selector.config.test_models.is_empty() {
-        vec![selector.arbiter_model(&f.generated)]
-    } else {
-        selector.config.test_models.clone()
+    if !selector.config.test_models.is_empty() {
+        return selector.config.test_models.clone();
     }
+    default_test_writers(&selector.arbiter_model(&f.generated), &f.generated.models)
+}
+
+fn default_test_writers(arbiter: &str, candidates: &[String]) -> Vec<String> {
+    let mut writers = vec![arbiter.to_string()];
+    writers.extend(candidates.iter().find(|m| *m != arbiter).cloned());
+    writers
 }
 
 fn test_messages(cx: FileCx<'_>, flavour: &Flavour, names: &[String]) -> Vec<ChatMessage> {
@@ -732,6 +783,168 @@ fn test_messages(cx: FileCx<'_>, flavour: &Flavour, names: &[String]) -> Vec<Cha
         ),
         ChatMessage::user(p).with_shared_prefix(shared),
     ]
+}
+
+/// The generated test file to keep at `target` (`options.validation.keep_tests`): of the files
+/// with kept tests, the one whose tests the chosen candidate passes most (a test file is one
+/// writer's, whole, so it still reads as written); every other test in it — failed by the
+/// candidate (`failed`, by id), or dropped for a name error — stays, marked as skipped with
+/// why, for the caller to look at rather than a red suite. JavaScript `require('../…')` paths
+/// are made relative to `target`.
+pub(crate) fn kept_tests(
+    summary: &GeneratedChecks,
+    failed: &[String],
+    language: Language,
+    target: &RepoPath,
+) -> KeptTests {
+    let mut best: Option<(&GeneratedTestFile, Vec<&str>)> = None;
+    for file in &summary.files {
+        let prefix = format!("{}::", file.path);
+        let passed: Vec<&str> = summary
+            .tests
+            .iter()
+            .filter(|id| id.starts_with(&prefix) && !failed.contains(id))
+            .filter_map(|id| id.rsplit("::").next())
+            .collect();
+        let any_kept = summary.tests.iter().any(|id| id.starts_with(&prefix));
+        if any_kept && best.as_ref().is_none_or(|(_, p)| passed.len() > p.len()) {
+            best = Some((file, passed));
+        }
+    }
+    let Some((file, passed)) = best else {
+        return KeptTests {
+            path: target.to_string(),
+            error: Some("no generated test could be kept (none was usable)".into()),
+            ..KeptTests::default()
+        };
+    };
+    let skip: Vec<String> = test_names(&file.content, language)
+        .into_iter()
+        .filter(|n| !passed.contains(&n.as_str()))
+        .collect();
+    let skip: Vec<&str> = skip.iter().map(String::as_str).collect();
+    let content = match language {
+        Language::JavaScript => skip_js(&relocate_requires(&file.content, target), &skip),
+        _ => skip_python(&file.content, &skip),
+    };
+    KeptTests {
+        path: target.to_string(),
+        model: Some(file.model.clone()),
+        passed: passed.len(),
+        skipped: skip.len(),
+        content: Some(content),
+        ..KeptTests::default()
+    }
+}
+
+/// The tests a test file defines, by the names its runner reports: pytest's `test…`
+/// functions, `node:test`'s `test('…')` / `it('…')` names.
+fn test_names(code: &str, language: Language) -> Vec<String> {
+    let mut names = Vec::new();
+    match language {
+        Language::JavaScript => {
+            for call in ["test(", "it("] {
+                let mut rest = code;
+                while let Some(at) = rest.find(call) {
+                    let before = rest[..at].chars().next_back();
+                    rest = &rest[at + call.len()..];
+                    if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') {
+                        continue;
+                    }
+                    let Some(quote) = rest
+                        .chars()
+                        .next()
+                        .filter(|c| matches!(c, '\'' | '"' | '`'))
+                    else {
+                        continue;
+                    };
+                    if let Some(end) = rest[1..].find(quote) {
+                        names.push(rest[1..1 + end].to_string());
+                    }
+                }
+            }
+        }
+        _ => {
+            for line in code.lines() {
+                let t = line.trim_start();
+                let Some(rest) = t
+                    .strip_prefix("def ")
+                    .or_else(|| t.strip_prefix("async def "))
+                else {
+                    continue;
+                };
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if name.starts_with("test") {
+                    names.push(name);
+                }
+            }
+        }
+    }
+    names
+}
+
+const SKIP_REASON: &str =
+    "writ: the written file fails this generated test; check its expected value";
+
+fn skip_python(code: &str, names: &[&str]) -> String {
+    if names.is_empty() {
+        return code.to_string();
+    }
+    let mut out = String::new();
+    if !code
+        .lines()
+        .any(|l| l.trim() == "import pytest" || l.starts_with("import pytest,"))
+    {
+        out.push_str("import pytest\n");
+    }
+    for line in code.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        let defines = |name: &&str| {
+            trimmed
+                .strip_prefix("def ")
+                .or_else(|| trimmed.strip_prefix("async def "))
+                .is_some_and(|rest| rest.strip_prefix(*name).is_some_and(|r| r.starts_with('(')))
+        };
+        if names.iter().any(defines) {
+            out.push_str(&format!(
+                "{indent}@pytest.mark.skip(reason={})\n",
+                serde_json::json!(SKIP_REASON)
+            ));
+        }
+        out.push_str(line);
+    }
+    out
+}
+
+fn skip_js(code: &str, names: &[&str]) -> String {
+    let mut out = code.to_string();
+    for name in names {
+        for call in ["test", "it"] {
+            for quote in ['\'', '"', '`'] {
+                let from = format!("{call}({quote}{name}{quote}");
+                let to = format!("{call}.skip({quote}{name}{quote}");
+                out = out.replace(&from, &to);
+            }
+        }
+    }
+    out
+}
+
+/// The test was written to sit in `CHECKS_DIR/`, one folder below the root: its requires of
+/// `../x` become relative to `target`'s folder.
+fn relocate_requires(code: &str, target: &RepoPath) -> String {
+    let depth = target.as_str().matches('/').count();
+    let prefix = if depth == 0 {
+        "./".to_string()
+    } else {
+        "../".repeat(depth)
+    };
+    code.replace("require('../", &format!("require('{prefix}"))
+        .replace("require(\"../", &format!("require(\"{prefix}"))
 }
 
 /// The top-level public names every candidate defines, sorted.
@@ -1046,6 +1259,86 @@ mod tests {
     }
 
     #[test]
+    fn the_kept_test_file_is_the_one_the_chosen_candidate_passes_most_with_its_failures_skipped() {
+        let file = |path: &str, model: &str, content: &str| GeneratedTestFile {
+            path: path.into(),
+            model: model.into(),
+            content: content.into(),
+        };
+        let summary = GeneratedChecks {
+            files: vec![
+                file(
+                    ".writ-checks/test_calc_0.py",
+                    "w0",
+                    "from calc import add\n\ndef test_a():\n    assert add(1, 1) == 2\n\ndef test_b():\n    assert add(1, 2) == 4\n",
+                ),
+                file(
+                    ".writ-checks/test_calc_1.py",
+                    "w1",
+                    "import pytest\nfrom calc import add\n\ndef test_a():\n    assert add(2, 2) == 4\n\ndef test_b():\n    assert add(0, 0) == 0\n",
+                ),
+            ],
+            tests: vec![
+                ".writ-checks/test_calc_0.py::test_a".into(),
+                ".writ-checks/test_calc_0.py::test_b".into(),
+                ".writ-checks/test_calc_1.py::test_a".into(),
+                ".writ-checks/test_calc_1.py::test_b".into(),
+            ],
+            ..GeneratedChecks::default()
+        };
+        let target = RepoPath::parse("tests/test_calc.py").unwrap();
+        let failed = vec![".writ-checks/test_calc_0.py::test_b".to_string()];
+        let kept = kept_tests(&summary, &failed, Language::Python, &target);
+        assert_eq!(kept.model.as_deref(), Some("w1"));
+        assert_eq!((kept.passed, kept.skipped), (2, 0));
+        // Only w0's file has tests: its failure is kept, skipped.
+        let summary = GeneratedChecks {
+            tests: summary.tests[..2].to_vec(),
+            ..summary
+        };
+        let kept = kept_tests(&summary, &failed, Language::Python, &target);
+        assert_eq!((kept.passed, kept.skipped), (1, 1));
+        let content = kept.content.unwrap();
+        assert!(content.starts_with("import pytest\n"), "{content}");
+        assert!(
+            content.contains("@pytest.mark.skip(reason=\"writ: the written file fails this generated test; check its expected value\")\ndef test_b():"),
+            "{content}"
+        );
+        assert!(!content.contains(")\ndef test_a"), "{content}");
+        let js = "const { add } = require('../calc.js');\ntest('adds', () => {});\ntest('slip', () => {});\n";
+        assert_eq!(
+            skip_js(
+                &relocate_requires(js, &RepoPath::parse("test/calc.test.js").unwrap()),
+                &["slip"]
+            ),
+            "const { add } = require('../calc.js');\ntest('adds', () => {});\ntest.skip('slip', () => {});\n"
+        );
+        assert_eq!(
+            relocate_requires(js, &RepoPath::parse("calc.test.js").unwrap())
+                .lines()
+                .next(),
+            Some("const { add } = require('./calc.js');")
+        );
+        let none = kept_tests(&GeneratedChecks::default(), &[], Language::Python, &target);
+        assert!(none.content.is_none() && none.error.is_some());
+    }
+
+    #[test]
+    fn by_default_the_arbiter_and_the_first_other_candidate_model_write_the_tests() {
+        let models = |m: &[&str]| m.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            default_test_writers("judge", &models(&["a", "b"])),
+            models(&["judge", "a"])
+        );
+        assert_eq!(
+            default_test_writers("a", &models(&["a", "b"])),
+            models(&["a", "b"]),
+            "the arbiter is also a candidate: the next model"
+        );
+        assert_eq!(default_test_writers("a", &models(&["a"])), models(&["a"]));
+    }
+
+    #[test]
     fn the_names_shown_to_the_test_writer_are_the_public_ones_every_candidate_defines() {
         let a = "import os\n\ndef clamp(x, lo, hi):\n    pass\n\ndef _helper():\n    pass\n\nclass Range:\n    def inner(self): pass\n";
         let b = "def clamp(x, lo, hi):\n    return x\n\nclass Range:\n    pass\n\ndef extra():\n    pass\n";
@@ -1197,6 +1490,7 @@ mod tests {
                 answers: Vec::new(),
                 existing: None,
                 allow_removals: false,
+                rounds: Default::default(),
             },
             records: vec![Default::default(); codes.len()],
             trials: codes
@@ -1257,6 +1551,29 @@ mod tests {
             !prompt.contains("return max"),
             "no candidate's code reaches the test writer"
         );
+    }
+
+    #[tokio::test]
+    async fn a_test_file_that_cannot_be_imported_still_lends_its_inputs_to_behaviour() {
+        // The writer got the module name wrong: no test runs, but its calls are inputs from the
+        // description. Every candidate behaves differently; CORRECT's outputs are the ones the
+        // others share most, input by input.
+        let tests = "from clamp_impl import clamp\n\ndef test_a():\n    assert clamp(5, 0, 10) == 5\n\ndef test_b():\n    assert clamp(11, 0, 10) == 10\n\ndef test_c():\n    assert clamp(-1, 0, 10) == 0\n\ndef test_d():\n    assert clamp(1, 5, 2) == 0\n";
+        let (checked, _, judged) = decide_with(&[SWAPPED, LAX, CORRECT], tests, Vec::new()).await;
+        assert!(checked.summary.tests.is_empty(), "{:?}", checked.summary);
+        assert!(
+            checked
+                .summary
+                .discarded
+                .iter()
+                .any(|d| d.contains("no candidate could run it")),
+            "{:?}",
+            checked.summary.discarded
+        );
+        let decision = checked.decision.expect("behaviour decides");
+        assert_eq!(decision.selection, Selection::Behaviour);
+        assert_eq!(decision.trial, 2);
+        assert_eq!(judged, 0, "no arbiter call");
     }
 
     #[tokio::test]

@@ -42,8 +42,9 @@ use crate::audit::{CandidateRecord, Selection, ValidationRecord};
 use crate::execution::CommandRunner;
 use crate::path::RepoPath;
 use crate::synthesis::batch::{FileSpec, OnFail, Validation};
+use crate::synthesis::fanout::PassCheck;
 use crate::synthesis::generation::Generated;
-use crate::synthesis::response::FileValidation;
+use crate::synthesis::response::{FanoutSaved, FileValidation, KeptTests};
 use crate::synthesis::selection::{Selector, Viable, distinct_viable};
 use crate::synthesis::stage::{BatchCx, Chosen, Content, FileCx, Produced};
 
@@ -99,6 +100,27 @@ impl FileTrials<'_> {
         (0..self.trials.len())
             .filter(|&i| self.trials[i].passed())
             .collect()
+    }
+}
+
+/// The caller's tests on one candidate as it arrives from its model, staged alone (the batch's
+/// other files as they are in `REPO_DIR`), for `options.fanout.stop_when_passing`. Validation
+/// runs them again afterwards with the other files at their best choice.
+pub(crate) struct CallerTests<'a> {
+    pub runner: &'a dyn CommandRunner,
+    pub validation: &'a Validation,
+    pub path: RepoPath,
+}
+
+#[async_trait::async_trait]
+impl PassCheck for CallerTests<'_> {
+    async fn passes(&self, code: &str) -> bool {
+        let staged = [(self.path.clone(), code.as_bytes().to_vec())];
+        let outcome = self
+            .runner
+            .run(&staged, &self.validation.commands, self.validation.timeout)
+            .await;
+        trials::to_record(self.validation, outcome).passed
     }
 }
 
@@ -199,6 +221,26 @@ pub(crate) async fn select_validated(
         }
     }
 
+    // Rounds (`options.fanout.first_round`): a file none of whose first candidates passes asks
+    // the models it has not asked yet, and their candidates are tried the same way.
+    if caller_checks {
+        for i in 0..files.len() {
+            if !files[i].passers().is_empty() || files[i].generated.rounds.later.is_empty() {
+                continue;
+            }
+            let started = Instant::now();
+            let added = second_round(selector, runner, validation, &mut files[i], cx).await;
+            cx.clocks[files[i].position].add(started.elapsed());
+            if added.is_empty() {
+                continue;
+            }
+            validate_trials(runner, validation, &mut files, i, &added, sink).await;
+            if let Some(&first) = files[i].passers().first() {
+                files[i].best = Some(first);
+            }
+        }
+    }
+
     // Files whose test needs several of the batch's new files right at once: no single
     // candidate can pass against wrong neighbours, so try the failing files' candidates
     // together.
@@ -279,8 +321,38 @@ struct Checks<'a> {
     others: &'a [(RepoPath, Vec<u8>)],
 }
 
-/// The file's choice once validation and repair are over.
+/// The file's choice once validation and repair are over, with what `options.fanout` saved.
 async fn choose(
+    selector: &Selector<'_>,
+    cx: FileCx<'_>,
+    validation: &Validation,
+    checks: Checks<'_>,
+    f: FileTrials<'_>,
+) -> Produced {
+    let fanout = cx.batch.options().fanout;
+    let saved = (fanout.stop_when_passing || fanout.first_round.is_some()).then(|| FanoutSaved {
+        not_asked: f.generated.rounds.later.clone(),
+        stopped: f.generated.rounds.stopped.clone(),
+    });
+    let mut produced = choose_among(selector, cx, validation, checks, f).await;
+    if let Some(v) = produced.validation.as_mut() {
+        v.saved = saved;
+        if let Some(path) = &validation.keep_tests
+            && v.kept_tests.is_none()
+        {
+            v.kept_tests = Some(KeptTests {
+                path: path.to_string(),
+                error: Some(
+                    "no generated tests ran for this file (it had one distinct candidate, or none passed the caller's tests); nothing was kept".into(),
+                ),
+                ..KeptTests::default()
+            });
+        }
+    }
+    produced
+}
+
+async fn choose_among(
     selector: &Selector<'_>,
     cx: FileCx<'_>,
     validation: &Validation,
@@ -298,6 +370,8 @@ async fn choose(
             passed,
             rounds: f.rounds,
             generated_checks: None,
+            saved: None,
+            kept_tests: None,
         })
     };
     let repaired = |i: usize| f.trials[i].round > 0;
@@ -372,6 +446,16 @@ async fn choose(
                     rec.generated_checks = Some(record);
                 }
             }
+            let kept = validation.keep_tests.as_ref().map(|path| {
+                let failed: Vec<String> = checked
+                    .decision
+                    .as_ref()
+                    .and_then(|d| f.records.get(f.trials[d.trial].record))
+                    .and_then(|r| r.generated_checks.as_ref())
+                    .map(|g| g.failed.clone())
+                    .unwrap_or_default();
+                generated::kept_tests(&checked.summary, &failed, f.generated.language, path)
+            });
             let chosen = match checked.decision {
                 Some(d) => {
                     let t = &f.trials[d.trial];
@@ -402,6 +486,8 @@ async fn choose(
                     passed: true,
                     rounds: f.rounds,
                     generated_checks: Some(Box::new(checked.summary)),
+                    saved: None,
+                    kept_tests: kept,
                 }),
                 existing: f.generated.existing,
             }
@@ -442,6 +528,75 @@ fn viable_of<'a>(f: &'a FileTrials<'_>, among: &[usize]) -> Vec<Viable<'a>> {
             code: f.trials[i].code.as_str(),
         })
         .collect()
+}
+
+/// The models a file left for later, asked now (still stopping early when asked to); their
+/// candidates join the file's records and, when new and viable, its trials. The trials added.
+async fn second_round(
+    selector: &Selector<'_>,
+    runner: &dyn CommandRunner,
+    validation: &Validation,
+    f: &mut FileTrials<'_>,
+    cx: BatchCx<'_>,
+) -> Vec<usize> {
+    let later = std::mem::take(&mut f.generated.rounds.later);
+    cx.sink
+        .emit(crate::synthesis::progress::Event::RoundStarted {
+            file: f.file.path.to_string(),
+            round: 2,
+            models: later.len(),
+        });
+    let stop = CallerTests {
+        runner,
+        validation,
+        path: f.file.path.clone(),
+    };
+    let stop = cx
+        .batch
+        .options()
+        .fanout
+        .stop_when_passing
+        .then_some(&stop as &dyn PassCheck);
+    let out = crate::synthesis::fanout::fan_out_until(
+        selector.models,
+        &later,
+        &f.generated.messages,
+        &f.generated.expect(f.file),
+        selector.config.call_settings(cx.batch),
+        f.file.path.as_str(),
+        cx.sink,
+        cx.batch
+            .options()
+            .straggler
+            .unwrap_or(selector.config.straggler),
+        stop,
+    )
+    .await;
+    let mut added = Vec::new();
+    for c in out.answers {
+        let record = f.records.len();
+        f.records.push(c.record.clone());
+        f.generated.models.push(c.record.model.clone());
+        if let Some(code) = &c.code
+            && c.record.parsed != Some(false)
+            && !f.trials.iter().any(|t| &t.code == code)
+        {
+            added.push(f.trials.len());
+            f.trials.push(Trial {
+                model: c.record.model.clone(),
+                code: code.clone(),
+                round: 0,
+                record,
+                outcome: None,
+            });
+        }
+        f.generated.answers.push(c);
+    }
+    f.generated.rounds.stopped.extend(out.stopped);
+    if f.best.is_none() && !f.trials.is_empty() {
+        f.best = Some(0);
+    }
+    added
 }
 
 fn records_of(g: &Generated) -> Vec<CandidateRecord> {
@@ -508,6 +663,7 @@ mod tests {
                 .collect(),
             existing: None,
             allow_removals: false,
+            rounds: Default::default(),
         }))
     }
 

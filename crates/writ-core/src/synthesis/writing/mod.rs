@@ -98,6 +98,75 @@ impl<'a> Writer<'a> {
         written
     }
 
+    /// The generated tests each written file kept (`options.validation.keep_tests`), each one
+    /// more recorded write of the batch, made only after its file was written (a dry run
+    /// writes none). Their completions, for the batch's closing commit.
+    pub(crate) async fn write_kept_tests(&self, written: &mut [Written]) -> Vec<AuditWrite> {
+        let mut completions = Vec::new();
+        for w in written.iter_mut() {
+            let file_written = w.result.success && w.result.operation_id.is_some();
+            let of = w.result.filename.clone();
+            let Some(kept) = w
+                .result
+                .validation
+                .as_mut()
+                .and_then(|v| v.kept_tests.as_mut())
+            else {
+                continue;
+            };
+            let Some(content) = kept.content.take() else {
+                continue;
+            };
+            if self.batch.options().dry_run {
+                continue;
+            }
+            if !file_written {
+                kept.error = Some(format!("{of} was not written, so its tests were not kept"));
+                continue;
+            }
+            let path = match crate::path::RepoPath::parse(&kept.path) {
+                Ok(p) => p,
+                Err(e) => {
+                    kept.error = Some(e.to_string());
+                    continue;
+                }
+            };
+            if let Err(e) = self.recorded.lease_held().await {
+                kept.error = Some(e.to_string());
+                continue;
+            }
+            let spec = WriteSpec {
+                path,
+                content: content.into_bytes(),
+                mode: WriteMode::Overwrite,
+                expected_sha256: None,
+                create_dirs: true,
+            };
+            let provenance = Provenance {
+                chosen_model: kept.model.clone(),
+                detail: Some(serde_json::json!({"kept_tests_of": of})),
+                ..Provenance::default()
+            };
+            match crate::files::write_deferring_completion(
+                self.store,
+                self.workspace,
+                self.request_id,
+                FileKind::Code,
+                spec,
+                provenance,
+            )
+            .await
+            {
+                Ok((receipt, completion)) => {
+                    kept.operation_id = Some(receipt.operation_id);
+                    completions.extend(completion);
+                }
+                Err(failed) => kept.error = Some(failed.error.to_string()),
+            }
+        }
+        completions
+    }
+
     /// The write itself; also returns the content the file held before, for an atomic rollback,
     /// and the completion of its record, for the batch's closing commit.
     async fn write_file(&self, file: &FileSpec, produced: Produced) -> Written {
