@@ -230,7 +230,7 @@ pub(crate) async fn select_validated(
             }
             let started = Instant::now();
             let added = second_round(selector, runner, validation, &mut files[i], cx).await;
-            cx.clocks[files[i].position].add(started.elapsed());
+            cx.upstream_of[files[i].position].add(started.elapsed());
             if added.is_empty() {
                 continue;
             }
