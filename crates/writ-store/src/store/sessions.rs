@@ -21,7 +21,7 @@ use crate::error::from_sqlx;
 macro_rules! session_columns {
     () => {
         "id, caller, target_file, operation, intent, create_dirs, state, bytes_received, chunks, \
-         tail, correction_rounds, created_at, updated_at, finished_at, receipt, error"
+         tail, correction_rounds, created_at, updated_at, finished_at, receipt, error, workspace"
     };
 }
 
@@ -67,6 +67,7 @@ fn session_from_row<D: Dialect>(row: &D::Row) -> Result<WriteSession, StoreError
         finished_at: row.optional_time("finished_at")?,
         receipt: receipt.map(|json| json.0),
         error: row.get("error")?,
+        workspace: row.get("workspace")?,
     })
 }
 
@@ -94,7 +95,8 @@ impl<D: Dialect> SessionStore for SqlStore<D> {
                 .bind_time(s.updated_at)
                 .bind_time(s.finished_at)
                 .bind(s.receipt.as_ref().map(Json))
-                .bind(s.error.as_deref());
+                .bind(s.error.as_deref())
+                .bind(s.workspace.as_str());
         });
         sql.execute(self, "insert write session").await?;
         Ok(())
