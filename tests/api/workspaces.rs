@@ -706,16 +706,28 @@ impl Agents {
             .unwrap();
         let status = r.status().as_u16();
         let text = r.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     /// A batch of one file in `workspace`, as the holder of `key`; `prefer_async` asks for the
     /// job at once.
-    async fn batch(&self, key: &str, workspace: &str, file: &str, prefer_async: bool) -> (u16, Value) {
+    async fn batch(
+        &self,
+        key: &str,
+        workspace: &str,
+        file: &str,
+        prefer_async: bool,
+    ) -> (u16, Value) {
         let mut r = self
             .app
             .client
-            .post(self.app.url(&format!("/workspaces/{workspace}/write_codebase")))
+            .post(
+                self.app
+                    .url(&format!("/workspaces/{workspace}/write_codebase")),
+            )
             .bearer_auth(key)
             .json(&json!({"command": "write_codebase",
                 "files": [{"filename": file, "code_description": "a small module"}]}));
@@ -946,7 +958,8 @@ async fn a_workspace_with_a_running_job_is_not_deleted(backend: Backend) {
         "{body}"
     );
     assert_eq!(body["error"]["details"]["running_jobs"][0], job.as_str());
-    t.wait_done(&t.a, &format!("/workspaces/a/jobs/{job}")).await;
+    t.wait_done(&t.a, &format!("/workspaces/a/jobs/{job}"))
+        .await;
     let r = t
         .app
         .client

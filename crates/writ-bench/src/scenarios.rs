@@ -289,7 +289,13 @@ pub async fn workspaces(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
                 }
             };
             let target = Target::new(&base)?;
-            let _ = open_loop(&target, 20.0, Duration::from_secs(1), body_with(1, json!({}))).await;
+            let _ = open_loop(
+                &target,
+                20.0,
+                Duration::from_secs(1),
+                body_with(1, json!({})),
+            )
+            .await;
             let (samples, _) = open_loop(
                 &target,
                 rate,
@@ -297,7 +303,12 @@ pub async fn workspaces(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
                 body_with(1, json!({})),
             )
             .await;
-            let oh = Summary::of(&samples.iter().filter_map(|s| s.overhead_ms).collect::<Vec<_>>());
+            let oh = Summary::of(
+                &samples
+                    .iter()
+                    .filter_map(|s| s.overhead_ms)
+                    .collect::<Vec<_>>(),
+            );
             writeln!(
                 out,
                 "| {} | {registered} | {shown} | {rate} | {} | {} | {} | {} | {} |",

@@ -538,16 +538,17 @@ async fn an_operation_carries_its_requests_caller_for_the_listing(store: &dyn Au
 /// Every record says which workspace it was made in: an operation its request's (whatever the
 /// operation said), so the listings of operations and jobs filter by workspace and a pending
 /// write names the workspace to settle it in.
-async fn requests_operations_and_jobs_carry_their_workspace_and_list_by_it(
-    store: &dyn AuditStore,
-) {
+async fn requests_operations_and_jobs_carry_their_workspace_and_list_by_it(store: &dyn AuditStore) {
     use writ_core::jobs::{JobFilter, JobStatus, NewJob};
     let mut ids = Vec::new();
     for workspace in ["task-a", "task-b", "default"] {
         let mut req = new_request(Some("key-a"), None);
         req.workspace = workspace.into();
         let op = operation(req.id, "same.py");
-        assert_eq!(op.workspace, "default", "the operation itself says nothing useful");
+        assert_eq!(
+            op.workspace, "default",
+            "the operation itself says nothing useful"
+        );
         ids.push((req.id, op.id));
         store
             .commit(vec![
@@ -1366,6 +1367,7 @@ async fn listing_combines_filters_with_and_and_pages_within_them(store: &dyn Aud
         caller: None,
         since: Some(ops[0].created_at),
         until: Some(now() + TimeDelta::seconds(1)),
+        workspaces: None,
     };
 
     let expected: Vec<&Operation> = ops
@@ -1482,7 +1484,14 @@ async fn jobs_list_newest_first_within_the_limit_and_keep_is_async(store: &dyn A
     assert_eq!(listed[0].files, vec!["f2.py"]);
     assert_eq!(listed[0].created_at, jobs[2].created_at);
     assert!(!store.get_job(jobs[0].id).await.unwrap().unwrap().is_async);
-    assert_eq!(store.list_jobs(&Default::default(), 10).await.unwrap().len(), 3);
+    assert_eq!(
+        store
+            .list_jobs(&Default::default(), 10)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
     assert_eq!(store.get_job(Uuid::now_v7()).await.unwrap(), None);
 }
 

@@ -53,7 +53,13 @@ pub async fn write_codebase(
         Begun::Fresh(Running {
             handle,
             is_async: true,
-        }) => return Ok(accepted(handle.job_id(), state.workspace.name(), prefer_async)),
+        }) => {
+            return Ok(accepted(
+                handle.job_id(),
+                state.workspace.name(),
+                prefer_async,
+            ));
+        }
         Begun::Fresh(Running { handle, .. }) => handle.answer().await.map_err(submit_error)?,
     };
     let mut resp = (StatusCode::OK, Json(&done.response)).into_response();

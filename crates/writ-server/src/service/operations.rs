@@ -146,8 +146,8 @@ pub async fn get(
         .ok_or_else(not_found)?;
     if !viewer.sees_workspace(&op.workspace)
         || !super::jobs::sees_request(state, viewer, op.request_id)
-        .await
-        .map_err(store_error)?
+            .await
+            .map_err(store_error)?
     {
         return Err(not_found());
     }

@@ -47,10 +47,7 @@ impl ToolSpec {
     /// The JSON Schema of the tool's arguments (draft 2020-12, subschemas inlined).
     pub fn input_schema(&self) -> Value {
         let mut schema = (self.schema)();
-        if let Some(properties) = schema
-            .get_mut("properties")
-            .and_then(Value::as_object_mut)
-        {
+        if let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) {
             properties.insert(
                 WORKSPACE_ARG.to_owned(),
                 serde_json::json!({
@@ -468,7 +465,11 @@ async fn in_workspace(
     if !crate::access::may_use(bound, workspace) {
         return Err(unknown());
     }
-    let opened = state.workspaces.open(workspace).await?.ok_or_else(unknown)?;
+    let opened = state
+        .workspaces
+        .open(workspace)
+        .await?
+        .ok_or_else(unknown)?;
     Ok(crate::routes::workspaces::state_within(
         state, workspace, opened,
     ))

@@ -120,8 +120,10 @@ impl BatchHandle {
 #[async_trait::async_trait]
 pub trait WorkspaceSynthesizers: Send + Sync {
     /// `None` when there is no workspace of that name (it was deleted).
-    async fn synthesizer_for(&self, workspace: &str)
-    -> Result<Option<Arc<Synthesizer>>, StoreError>;
+    async fn synthesizer_for(
+        &self,
+        workspace: &str,
+    ) -> Result<Option<Arc<Synthesizer>>, StoreError>;
 }
 
 pub struct Jobs {
