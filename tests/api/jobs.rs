@@ -379,6 +379,7 @@ async fn a_job_interrupted_by_a_crash_is_failed_with_a_reason_at_the_next_start(
             scope: None,
             idempotency_key: None,
             body_sha256: None,
+            workspace: "default".into(),
         })
         .await
         .unwrap();

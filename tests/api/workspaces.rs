@@ -550,13 +550,13 @@ async fn a_key_bound_to_a_workspace_finds_no_other_anywhere() {
             .replace("'b'", "'c'"),
         none["error"]["message"].as_str().unwrap()
     );
-    // `a` may not use `default`: its routes, the audit, jobs and MCP are `default`'s.
+    // `a` may not use `default`: its routes, the audit and jobs are `default`'s. (MCP and the
+    // tools take a `workspace` argument instead: see below.)
     for (method, path) in [
         ("GET", "/files"),
         ("PUT", "/files/x.txt"),
         ("GET", "/operations"),
         ("GET", "/jobs"),
-        ("POST", "/mcp"),
         ("GET", "/workspaces/default/files"),
     ] {
         assert_eq!(send(&a.key, method, path).await, 404, "{method} {path}");
@@ -628,3 +628,360 @@ async fn the_cli_makes_lists_and_deletes_workspaces() {
         "{shown}"
     );
 }
+
+/// A server with models (the fake upstream) and workspaces in a directory of their own, with
+/// three keys issued before it starts (so it starts with auth on): an admin, and one agent key
+/// bound to the workspace `a`, another to `b`; `a` and `b` made by the admin.
+struct Agents {
+    app: TestApp,
+    dir: TempDir,
+    admin: String,
+    a: String,
+    b: String,
+}
+
+async fn agents(backend: Backend) -> Agents {
+    use writ_core::keys::{self, Scope, Scopes};
+    let fake = writ_fake_upstream::FakeUpstream::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap().to_owned();
+    let base = fake.base_url();
+    let list = writ_tests::MODELS.join(",");
+    let (settings, dirs) = writ_tests::test_settings_with(
+        backend,
+        &[
+            ("WRIT_WORKSPACES_DIR", root.as_str()),
+            ("OPENROUTER_BASE_URL", base.as_str()),
+            ("CODE_LIST", list.as_str()),
+            ("CODE_MODEL", writ_tests::ARBITER),
+            ("CODE_GEN_MODEL", writ_tests::FALLBACK),
+            ("WRIT_MODEL_BACKOFF_MS", "10"),
+        ],
+    )
+    .await;
+    let store = writ_store::connect(&settings.database_url).await.unwrap();
+    store.migrate().await.unwrap();
+    let all = Scopes::of(&[Scope::Read, Scope::Write, Scope::Admin]);
+    let admin = keys::generate_with_scopes("ops", all);
+    store.create_key(&admin.record).await.unwrap();
+    let agent = Scopes::of(&[Scope::Read, Scope::Write]);
+    let mut a = keys::generate_with_scopes("agent a", agent);
+    a.record.workspaces = Some(vec!["a".to_owned()]);
+    store.create_key(&a.record).await.unwrap();
+    let mut b = keys::generate_with_scopes("agent b", agent);
+    b.record.workspaces = Some(vec!["b".to_owned()]);
+    store.create_key(&b.record).await.unwrap();
+    drop(store);
+    let mut app = writ_tests::spawn_with(settings, dirs, backend).await;
+    app.fake = Some(fake);
+    for name in ["a", "b"] {
+        let r = app
+            .client
+            .post(app.url("/workspaces"))
+            .bearer_auth(&admin.key)
+            .json(&json!({"name": name}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    Agents {
+        app,
+        dir,
+        admin: admin.key,
+        a: a.key,
+        b: b.key,
+    }
+}
+
+impl Agents {
+    async fn get(&self, key: &str, path: &str) -> (u16, Value) {
+        let r = self
+            .app
+            .client
+            .get(self.app.url(path))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    /// A batch of one file in `workspace`, as the holder of `key`; `prefer_async` asks for the
+    /// job at once.
+    async fn batch(
+        &self,
+        key: &str,
+        workspace: &str,
+        file: &str,
+        prefer_async: bool,
+    ) -> (u16, Value) {
+        let mut r = self
+            .app
+            .client
+            .post(
+                self.app
+                    .url(&format!("/workspaces/{workspace}/write_codebase")),
+            )
+            .bearer_auth(key)
+            .json(&json!({"command": "write_codebase",
+                "files": [{"filename": file, "code_description": "a small module"}]}));
+        if prefer_async {
+            r = r.header("prefer", "respond-async");
+        }
+        let r = r.send().await.unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+
+    async fn wait_done(&self, key: &str, job_path: &str) -> Value {
+        for _ in 0..400 {
+            let (status, body) = self.get(key, job_path).await;
+            assert_eq!(status, 200, "{job_path}: {body}");
+            if body["status"] == "done" || body["status"] == "failed" {
+                return body;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("{job_path} did not finish");
+    }
+
+    /// One stateless MCP request as the holder of `key`.
+    async fn mcp(&self, key: &str, method: &str, mut params: Value) -> Value {
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "workspaces-test", "version": "1"},
+        });
+        let mut req = self
+            .app
+            .client
+            .post(self.app.url("/mcp"))
+            .bearer_auth(key)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method)
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}));
+        if let Some(name) = params["name"].as_str() {
+            req = req.header("mcp-name", name);
+        }
+        let text = req.send().await.unwrap().text().await.unwrap();
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:").or(Some(l)))
+            .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+            .find(|v| v.get("id").is_some())
+            .unwrap_or_else(|| panic!("no JSON-RPC answer in {text}"))
+    }
+}
+
+async fn two_agents_each_run_a_batch_in_their_own_workspace_and_see_only_its_records(
+    backend: Backend,
+) {
+    let t = agents(backend).await;
+    // a's batch is taken as a job and followed where it was accepted.
+    let (status, accepted) = t.batch(&t.a, "a", "x.py", true).await;
+    assert_eq!(status, 202, "{accepted}");
+    let a_job = accepted["job_id"].as_str().unwrap().to_owned();
+    assert_eq!(accepted["location"], format!("/workspaces/a/jobs/{a_job}"));
+    assert_eq!(
+        accepted["events"],
+        format!("/workspaces/a/jobs/{a_job}/events")
+    );
+    let (status, answer) = t.batch(&t.b, "b", "y.py", false).await;
+    assert_eq!(status, 200, "{answer}");
+    let b_job = answer["request_id"].as_str().unwrap().to_owned();
+    let done = t
+        .wait_done(&t.a, &format!("/workspaces/a/jobs/{a_job}"))
+        .await;
+    assert_eq!(done["batch_status"], "success", "{done}");
+    assert_eq!(done["workspace"], "a");
+
+    // Each file is in its own workspace only.
+    assert!(t.dir.path().join("a/x.py").exists());
+    assert!(t.dir.path().join("b/y.py").exists());
+    assert!(!t.dir.path().join("b/x.py").exists() && !t.dir.path().join("a/y.py").exists());
+    assert!(!t.app.repo_dir.join("x.py").exists() && !t.app.repo_dir.join("y.py").exists());
+
+    // Each key lists its own workspace's jobs and operations, and nothing of the other's.
+    let (_, jobs) = t.get(&t.b, "/workspaces/b/jobs").await;
+    let ids: Vec<&str> = jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [b_job.as_str()]);
+    let (_, ops) = t.get(&t.a, "/workspaces/a/operations").await;
+    let ops = ops["operations"].as_array().unwrap().clone();
+    assert_eq!(ops.len(), 1, "{ops:?}");
+    assert_eq!(ops[0]["filename"], "x.py");
+    assert_eq!(ops[0]["workspace"], "a");
+    let a_op = ops[0]["id"].as_str().unwrap().to_owned();
+    for (key, path) in [
+        (&t.b, format!("/workspaces/b/jobs/{a_job}")),
+        (&t.b, format!("/workspaces/b/jobs/{a_job}/events")),
+        (&t.b, format!("/workspaces/a/jobs/{a_job}")),
+        (&t.b, format!("/workspaces/b/operations/{a_op}")),
+        (&t.b, format!("/workspaces/a/operations")),
+        (&t.a, format!("/workspaces/a/jobs/{b_job}")),
+        (&t.a, format!("/jobs/{a_job}")),
+    ] {
+        assert_eq!(t.get(key, &path).await.0, 404, "{path}");
+    }
+    // Its own events stream, to the end.
+    let r = t
+        .app
+        .client
+        .get(t.app.url(&format!("/workspaces/a/jobs/{a_job}/events")))
+        .bearer_auth(&t.a)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("event: done"));
+
+    // The admin sees both, and narrows by workspace.
+    let (_, all) = t.get(&t.admin, "/operations").await;
+    assert_eq!(all["operations"].as_array().unwrap().len(), 2, "{all}");
+    let (_, only_b) = t.get(&t.admin, "/operations?workspace=b").await;
+    let only_b = only_b["operations"].as_array().unwrap();
+    assert_eq!(only_b.len(), 1);
+    assert_eq!(only_b[0]["filename"], "y.py");
+    let (_, jobs) = t.get(&t.admin, "/jobs?workspace=a").await;
+    assert_eq!(jobs["jobs"][0]["id"], a_job.as_str());
+    assert_eq!(jobs["jobs"].as_array().unwrap().len(), 1);
+    // A request is undone only in its own workspace.
+    let r = t
+        .app
+        .client
+        .post(t.app.url(&format!("/workspaces/b/requests/{a_job}/undo")))
+        .bearer_auth(&t.admin)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(t.dir.path().join("a/x.py").exists());
+}
+
+async fn tools_take_a_workspace_and_a_key_reaches_only_its_own(backend: Backend) {
+    let t = agents(backend).await;
+    let write = |workspace: Option<&str>| {
+        let mut arguments = json!({"path": "t.txt", "content": "by tool\n"});
+        if let Some(w) = workspace {
+            arguments["workspace"] = json!(w);
+        }
+        json!({"name": "write_file", "arguments": arguments})
+    };
+    let done = t.mcp(&t.a, "tools/call", write(Some("a"))).await;
+    assert_ne!(done["result"]["isError"], true, "{done}");
+    assert_eq!(
+        std::fs::read_to_string(t.dir.path().join("a/t.txt")).unwrap(),
+        "by tool\n"
+    );
+    // Without `workspace` the call is in `default`, which a's key may not use; `b` is
+    // answered as a workspace that does not exist.
+    for (workspace, name) in [(None, "default"), (Some("b"), "b"), (Some("c"), "c")] {
+        let refused = t.mcp(&t.a, "tools/call", write(workspace)).await;
+        assert_eq!(refused["result"]["isError"], true, "{refused}");
+        let text = refused["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.contains(&format!("no workspace named '{name}'")),
+            "{text}"
+        );
+    }
+    assert!(!t.dir.path().join("b/t.txt").exists() && !t.app.repo_dir.join("t.txt").exists());
+    // Every tool declares the argument.
+    let listed = t.mcp(&t.a, "tools/list", json!({})).await;
+    for tool in listed["result"]["tools"].as_array().unwrap() {
+        assert_eq!(
+            tool["inputSchema"]["properties"]["workspace"]["type"], "string",
+            "{}",
+            tool["name"]
+        );
+    }
+    // Function calling: the same argument, the same refusal.
+    let r = t
+        .app
+        .client
+        .post(t.app.url("/tools/call"))
+        .bearer_auth(&t.b)
+        .json(&json!({"name": "read_file", "arguments": {"path": "t.txt", "workspace": "a"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = t
+        .app
+        .client
+        .post(t.app.url("/tools/call"))
+        .bearer_auth(&t.a)
+        .json(&json!({"name": "list_operations", "arguments": {"workspace": "a"}}))
+        .send()
+        .await
+        .unwrap();
+    let listed: Value = r.json().await.unwrap();
+    let ops = listed["result"]["operations"].as_array().unwrap();
+    assert_eq!(ops.len(), 1, "{listed}");
+    assert_eq!(ops[0]["workspace"], "a");
+}
+
+async fn a_workspace_with_a_running_job_is_not_deleted(backend: Backend) {
+    use writ_fake_upstream::{Latency, Script, Step};
+    let t = agents(backend).await;
+    for m in writ_tests::MODELS {
+        t.app.fake().script(
+            m,
+            Script::always(Step::code("python", "a = 1"))
+                .with_latency(Latency::fixed(std::time::Duration::from_millis(1500))),
+        );
+    }
+    let (status, accepted) = t.batch(&t.a, "a", "slow.py", true).await;
+    assert_eq!(status, 202, "{accepted}");
+    let job = accepted["job_id"].as_str().unwrap().to_owned();
+    let r = t
+        .app
+        .client
+        .delete(t.app.url("/workspaces/a"))
+        .bearer_auth(&t.admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains(&job),
+        "{body}"
+    );
+    assert_eq!(body["error"]["details"]["running_jobs"][0], job.as_str());
+    t.wait_done(&t.a, &format!("/workspaces/a/jobs/{job}"))
+        .await;
+    let r = t
+        .app
+        .client
+        .delete(t.app.url("/workspaces/a"))
+        .bearer_auth(&t.admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+async fn a_batch_cannot_write_through_a_link_into_another_workspace(backend: Backend) {
+    let t = agents(backend).await;
+    std::os::unix::fs::symlink(t.dir.path().join("b"), t.dir.path().join("a/into-b")).unwrap();
+    let (status, answer) = t.batch(&t.a, "a", "into-b/planted.py", false).await;
+    assert!(status >= 400, "{status} {answer}");
+    assert!(!t.dir.path().join("b/planted.py").exists());
+}
+
+writ_tests::on_both_backends!(backend:
+    two_agents_each_run_a_batch_in_their_own_workspace_and_see_only_its_records,
+    tools_take_a_workspace_and_a_key_reaches_only_its_own,
+    a_workspace_with_a_running_job_is_not_deleted,
+    a_batch_cannot_write_through_a_link_into_another_workspace,
+);

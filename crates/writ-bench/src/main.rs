@@ -32,8 +32,9 @@ struct Args {
     /// PostgreSQL only.
     #[arg(long)]
     postgres_only: bool,
-    /// Run only these tables (overhead, tracing, ceiling, stragglers, audit, replicas); all by
-    /// default. `map_cpu` (the repository map on against off) runs only when named.
+    /// Run only these tables (overhead, tracing, workspaces, ceiling, stragglers, audit,
+    /// replicas); all by default. `map_cpu` (the repository map on against off) runs only when
+    /// named.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The ceiling table's concurrencies (default: 1, 4, 16, 32, 64, 256, 500).
@@ -300,6 +301,16 @@ async fn suite(args: &Args) -> anyhow::Result<()> {
         section(
             &format!(
                 "1b. Traces (the overhead's batches with traces exported over OTLP to the fake's receiver; fake latency {} ms per call)",
+                plan.latency_ms
+            ),
+            &t,
+        )?;
+    }
+    if wanted("workspaces") {
+        let t = scenarios::workspaces(&plan, &fake).await?;
+        section(
+            &format!(
+                "1c. Workspaces (1-file batches in default, then in a named workspace with 1 and with 100 registered; fake latency {} ms per call)",
                 plan.latency_ms
             ),
             &t,

@@ -249,6 +249,90 @@ async fn measure_overhead(
     Ok(rows)
 }
 
+/// What a batch costs in a named workspace as the number of workspaces grows: one-file batches
+/// at the plan's first rate into `default` (the route without a prefix), then into the last of 1
+/// and of 100 workspaces registered (`/workspaces/{name}/write_codebase`), each on a fresh writ
+/// and database. The workspace is opened by the warm-up, so the rows compare the per-request
+/// cost, not the first use.
+pub async fn workspaces(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
+    let mut out = String::new();
+    writeln!(
+        out,
+        "| backend | workspaces registered | batches sent to | rate (batches/s) | batches | errors | overhead p50 (ms) | p90 | p99 |"
+    )?;
+    writeln!(out, "|---|---:|---|---:|---:|---:|---:|---:|---:|")?;
+    let rate = plan.overhead_rates.first().copied().unwrap_or(10.0);
+    for &backend in &plan.backends {
+        for registered in [0usize, 1, 100] {
+            let data = tempfile::tempdir()?;
+            let url = backend.fresh_url(data.path()).await;
+            let dir = tempfile::tempdir()?;
+            let dir_text = dir.path().display().to_string();
+            let writ = Writ::start(
+                &plan.bin_dir,
+                fake,
+                &url,
+                &[("WRIT_WORKSPACES_DIR", dir_text.as_str())],
+            )
+            .await?;
+            let http = reqwest::Client::new();
+            for i in 0..registered {
+                let made = http
+                    .post(format!("{}/workspaces", writ.base_url))
+                    .json(&json!({"name": format!("w-{i}")}))
+                    .send()
+                    .await?;
+                anyhow::ensure!(
+                    made.status().is_success(),
+                    "creating workspace w-{i}: {}",
+                    made.status()
+                );
+            }
+            let (base, shown) = match registered {
+                0 => (writ.base_url.clone(), "default".to_owned()),
+                n => {
+                    let name = format!("w-{}", n - 1);
+                    (format!("{}/workspaces/{name}", writ.base_url), name)
+                }
+            };
+            let target = Target::new(&base)?;
+            let _ = open_loop(
+                &target,
+                20.0,
+                Duration::from_secs(1),
+                body_with(1, json!({})),
+            )
+            .await;
+            let (samples, _) = open_loop(
+                &target,
+                rate,
+                Duration::from_secs_f64(plan.overhead_secs),
+                body_with(1, json!({})),
+            )
+            .await;
+            let oh = Summary::of(
+                &samples
+                    .iter()
+                    .filter_map(|s| s.overhead_ms)
+                    .collect::<Vec<_>>(),
+            );
+            writeln!(
+                out,
+                "| {} | {registered} | {shown} | {rate} | {} | {} | {} | {} | {} |",
+                backend.name(),
+                samples.len(),
+                errors(&samples),
+                ms(oh.p50),
+                ms(oh.p90),
+                ms(oh.p99)
+            )?;
+            fake.forget_calls(&http).await;
+            writ.stop().await;
+        }
+    }
+    Ok(out)
+}
+
 /// The cost of traces: the overhead table's batches with traces off, then exported over OTLP
 /// to the fake's receiver (`OTEL_EXPORTER_OTLP_ENDPOINT`), on the plan's first backend.
 pub async fn tracing(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
@@ -525,6 +609,7 @@ async fn record_one(store: &dyn AuditStore, content: &[u8]) -> anyhow::Result<Du
             scope: None,
             idempotency_key: None,
             body_sha256: None,
+            workspace: "default".into(),
         })
         .await?;
     let op = Operation {
@@ -546,6 +631,7 @@ async fn record_one(store: &dyn AuditStore, content: &[u8]) -> anyhow::Result<Du
         error: None,
         duration_ms: None,
         detail: None,
+        workspace: "default".into(),
     };
     store.insert_operation(&op, Some(content)).await?;
     store

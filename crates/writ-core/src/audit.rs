@@ -352,6 +352,8 @@ pub struct NewRequest {
     pub idempotency_key: Option<String>,
     /// SHA-256 of the request body, so an idempotent replay with another body is detected.
     pub body_sha256: Option<String>,
+    /// The workspace the request was made in (`default`: `REPO_DIR`).
+    pub workspace: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -369,6 +371,8 @@ pub struct RequestRecord {
     pub duration_ms: Option<i64>,
     /// The response body returned to the caller, kept for idempotent replay.
     pub response: Option<serde_json::Value>,
+    /// See [`NewRequest::workspace`]; `default` for requests recorded before workspaces existed.
+    pub workspace: String,
 }
 
 /// What the prompts say of an earlier operation ([`AuditStore::recent_operations`]).
@@ -404,6 +408,15 @@ pub struct Operation {
     /// What else the operation needs to say (for an image: its size and format, and the model's).
     #[serde(default)]
     pub detail: Option<serde_json::Value>,
+    /// The workspace whose file it is: the directory a restart reconciles a pending write in.
+    /// The store records its request's (an operation is always made in its request's
+    /// workspace), whatever a new operation says here.
+    #[serde(default = "default_workspace")]
+    pub workspace: String,
+}
+
+fn default_workspace() -> String {
+    crate::workspaces::WorkspaceName::DEFAULT.to_owned()
 }
 
 /// How an operation ended.
@@ -429,6 +442,8 @@ pub struct OperationFilter {
     pub caller: Option<Option<String>>,
     pub since: Option<DateTime<Utc>>,
     pub until: Option<DateTime<Utc>>,
+    /// Only operations in these workspaces (none at all when empty); `None` does not filter.
+    pub workspaces: Option<Vec<String>>,
 }
 
 /// An opaque position in the newest-first listing; the store decides what it encodes.

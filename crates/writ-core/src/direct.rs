@@ -50,6 +50,7 @@ pub async fn write(
         scope,
         idempotency_key: None,
         body_sha256: Some(sha256_hex(&spec.content)),
+        workspace: workspace.name().to_owned(),
     };
     store
         .insert_request(&request)

@@ -486,6 +486,7 @@ fn plan(
         error: None,
         duration_ms: None,
         detail: provenance.detail,
+        workspace: workspace.name().to_owned(),
     };
     Ok(Planned {
         op,
@@ -564,6 +565,7 @@ pub async fn recorded_remove(
         error: Some(note.to_string()),
         duration_ms: None,
         detail: provenance.detail,
+        workspace: workspace.name().to_owned(),
     };
     store
         .insert_operation(&op, None)
@@ -642,6 +644,7 @@ pub async fn recorded_delete(
         error: None,
         duration_ms: None,
         detail: provenance.detail,
+        workspace: workspace.name().to_owned(),
     };
     store
         .insert_operation(&op, Some(&content))
@@ -705,6 +708,8 @@ pub async fn record_failure(
         error: Some(error.to_string()),
         duration_ms: Some(0),
         detail: provenance.detail,
+        // Not known here: the store records the request's workspace.
+        workspace: crate::workspaces::WorkspaceName::DEFAULT.to_owned(),
     };
     store.insert_operation(&op, None).await?;
     Ok(op.id)

@@ -42,7 +42,7 @@ pub struct HistoryCaller {
 
 impl HistoryCaller {
     /// The undo's or restore's own request, recorded before anything is written.
-    async fn record(&self, store: &dyn AuditStore) -> Result<(), HistoryError> {
+    async fn record(&self, store: &dyn AuditStore, workspace: &str) -> Result<(), HistoryError> {
         store
             .insert_request(&NewRequest {
                 id: self.request_id,
@@ -52,6 +52,7 @@ impl HistoryCaller {
                 scope: self.scope,
                 idempotency_key: None,
                 body_sha256: None,
+                workspace: workspace.to_owned(),
             })
             .await
             .map_err(HistoryError::Audit)
@@ -325,6 +326,10 @@ pub async fn undo(
         .await
         .map_err(HistoryError::Audit)?
         .ok_or(HistoryError::RequestNotFound(undone))?;
+    // Its files are another workspace's: undone there, never here under the same paths.
+    if record.workspace != workspace.name() {
+        return Err(HistoryError::RequestNotFound(undone));
+    }
     if record.status == RequestStatus::Running {
         return Err(HistoryError::StillRunning(undone));
     }
@@ -365,7 +370,7 @@ pub async fn undo(
         });
     }
 
-    who.record(store).await?;
+    who.record(store, workspace.name()).await?;
     let provenance = || Provenance {
         selection: Some(Selection::Direct),
         detail: Some(serde_json::json!({ "undo_of": undone })),
@@ -586,6 +591,9 @@ pub async fn restore(
         .await
         .map_err(HistoryError::Audit)?
         .ok_or(HistoryError::OperationNotFound(id))?;
+    if op.workspace != workspace.name() {
+        return Err(HistoryError::OperationNotFound(id));
+    }
     if op.status != OperationStatus::Succeeded
         || !matches!(
             op.operation,
@@ -602,7 +610,7 @@ pub async fn restore(
         path: op.filename.clone(),
         source: crate::workspace::WorkspaceError::from(e).into(),
     })?;
-    who.record(store).await?;
+    who.record(store, workspace.name()).await?;
     let written = recorded_write(
         store,
         workspace,

@@ -55,7 +55,7 @@ impl std::str::FromStr for JobStatus {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NewJob {
     pub id: Uuid,
     pub created_at: DateTime<Utc>,
@@ -68,6 +68,22 @@ pub struct NewJob {
     pub lease: Option<Lease>,
     /// The request body as the caller sent it, so another replica can resume the batch.
     pub request: Option<String>,
+    /// The workspace the batch writes in, so that a replica resuming it writes in the same one.
+    pub workspace: String,
+}
+
+impl Default for NewJob {
+    fn default() -> Self {
+        Self {
+            id: Uuid::nil(),
+            created_at: DateTime::<Utc>::UNIX_EPOCH,
+            is_async: false,
+            files: Vec::new(),
+            lease: None,
+            request: None,
+            workspace: default_workspace(),
+        }
+    }
 }
 
 /// Who runs a job, and until when that holds unless renewed.
@@ -106,6 +122,24 @@ pub struct Job {
     /// stopped): 0 for a job that ran once.
     #[serde(default)]
     pub attempts: i64,
+    /// The workspace the batch writes in (`default`: `REPO_DIR`).
+    #[serde(default = "default_workspace")]
+    pub workspace: String,
+}
+
+fn default_workspace() -> String {
+    crate::workspaces::WorkspaceName::DEFAULT.to_owned()
+}
+
+/// Which jobs [`JobStore::list_jobs`] answers; the fields combine with AND.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobFilter {
+    /// Only the jobs of the requests this key made.
+    pub caller: Option<String>,
+    /// Only jobs in these workspaces (none at all when empty); `None` does not filter.
+    pub workspaces: Option<Vec<String>>,
+    /// Only jobs still queued or running.
+    pub unfinished: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -137,10 +171,8 @@ pub trait JobStore: Send + Sync {
     /// The job and its answer: its own, or else that of the request with its id (a batch stores
     /// its answer once, on its request).
     async fn get_job(&self, id: Uuid) -> Result<Option<Job>, StoreError>;
-    /// Newest first, without response bodies.
-    async fn list_jobs(&self, limit: u32) -> Result<Vec<Job>, StoreError>;
-    /// The jobs of the requests `caller` (a key id) made, newest first, without response bodies.
-    async fn list_jobs_of(&self, caller: &str, limit: u32) -> Result<Vec<Job>, StoreError>;
+    /// The jobs `filter` lets through, newest first, without response bodies.
+    async fn list_jobs(&self, filter: &JobFilter, limit: u32) -> Result<Vec<Job>, StoreError>;
     /// Jobs still queued or running, without a lease, whose heartbeat is older than `before`
     /// (leased jobs are claimed and resumed instead).
     async fn stale_jobs(&self, before: DateTime<Utc>) -> Result<Vec<Job>, StoreError>;

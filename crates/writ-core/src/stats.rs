@@ -205,6 +205,7 @@ mod tests {
             error: None,
             duration_ms: None,
             detail: None,
+            workspace: "default".into(),
         }
     }
 

@@ -167,6 +167,12 @@ pub trait Workspace: Send + Sync + 'static {
     /// Absolute path of `REPO_DIR`, for reports (`write_path`).
     fn root(&self) -> &Path;
 
+    /// The workspace's name, recorded on every request, operation and job made in it so that
+    /// listings can be filtered by it and a restart reconciles a write in the right directory.
+    fn name(&self) -> &str {
+        crate::workspaces::WorkspaceName::DEFAULT
+    }
+
     /// Serialises writers of one path within this process.
     async fn lock(&self, path: &RepoPath) -> PathLock;
 

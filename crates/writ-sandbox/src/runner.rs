@@ -73,6 +73,19 @@ impl SandboxRunner {
         }
     }
 
+    /// The same runner over another workspace's root: its runs see only `repo_dir`, and share
+    /// this runner's queue and each key's count of runs in flight.
+    pub fn in_dir(&self, repo_dir: PathBuf) -> Self {
+        SandboxRunner {
+            sandbox: self.sandbox.clone(),
+            commands: self.commands.clone(),
+            repo_dir,
+            limits: self.limits,
+            max_per_key: self.max_per_key,
+            in_flight: self.in_flight.clone(),
+        }
+    }
+
     /// Bounds each key's `POST /run` calls in flight (default 4).
     pub fn with_max_per_key(mut self, max: usize) -> Self {
         self.max_per_key = max.max(1);

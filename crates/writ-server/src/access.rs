@@ -66,6 +66,11 @@ impl KeyWorkspaces {
     }
 }
 
+/// The workspace a request was made in, when its path named one (`/workspaces/{name}/…`): set
+/// by [`crate::routes::workspaces::serve_within`] on the request it hands the routes inside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InWorkspace(pub String);
+
 /// Whether the request's key may use the workspace `name`.
 pub fn may_use(bound: Option<&KeyWorkspaces>, name: &str) -> bool {
     bound.is_none_or(|b| b.allows(name))
@@ -107,12 +112,15 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for AuditedCaller {
 }
 
 /// Whose jobs, events and operations a caller may see: those of its own key, or everyone's
-/// while auth is off and for a key with the `admin` scope. Records of other keys are answered as
-/// absent (404), so a key learns nothing of the others' work.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// while auth is off and for a key with the `admin` scope; and only in the workspaces its key
+/// may use — in the one workspace its path names, if it names one. Records it may not see are
+/// answered as absent (404), so a key learns nothing of the others' work.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Viewer {
     /// `None`: sees everything.
     own: Option<String>,
+    /// The workspaces whose records are visible; `None`: every workspace's.
+    workspaces: Option<Vec<String>>,
 }
 
 impl Viewer {
@@ -122,7 +130,32 @@ impl Viewer {
         let admin = scopes.is_some_and(|s| s.contains(Scope::Admin));
         Self {
             own: caller.filter(|_| !admin).map(str::to_string),
+            workspaces: None,
         }
+    }
+
+    /// The same viewer, seeing only the records of `workspaces` (intersected with what it saw).
+    pub fn within(mut self, workspaces: &[String]) -> Self {
+        self.workspaces = Some(match self.workspaces {
+            None => workspaces.to_vec(),
+            Some(seen) => seen
+                .into_iter()
+                .filter(|w| workspaces.contains(w))
+                .collect(),
+        });
+        self
+    }
+
+    /// The workspaces whose records only are visible; `None`: all are.
+    pub fn workspaces(&self) -> Option<&[String]> {
+        self.workspaces.as_deref()
+    }
+
+    /// Whether a record of the workspace `name` is visible.
+    pub fn sees_workspace(&self, name: &str) -> bool {
+        self.workspaces
+            .as_ref()
+            .is_none_or(|ws| ws.iter().any(|w| w == name))
     }
 
     /// The key whose records only are visible; `None`: all are.
@@ -145,7 +178,14 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Viewer {
     ) -> Result<Self, Self::Rejection> {
         let caller = parts.extensions.get::<Caller>().map(|c| c.0.as_str());
         let scopes = parts.extensions.get::<Grant>().map(|g| g.scopes);
-        Ok(Self::new(caller, scopes))
+        let mut viewer = Self::new(caller, scopes);
+        if let Some(KeyWorkspaces(bound)) = parts.extensions.get::<KeyWorkspaces>() {
+            viewer = viewer.within(bound);
+        }
+        if let Some(InWorkspace(name)) = parts.extensions.get::<InWorkspace>() {
+            viewer = viewer.within(std::slice::from_ref(name));
+        }
+        Ok(viewer)
     }
 }
 

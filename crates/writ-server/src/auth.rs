@@ -58,11 +58,12 @@ pub async fn require_key(State(state): State<AppState>, mut req: Request, next: 
             if let Some(names) = bound {
                 let bound = KeyWorkspaces(names.into());
                 // A route without a workspace in its path is in `default`; the workspace
-                // routes check the name they are given.
-                let in_default = !req
-                    .extensions()
-                    .get::<MatchedPath>()
-                    .is_some_and(|p| p.as_str().starts_with("/workspaces"));
+                // routes check the name they are given, the tool routes the `workspace`
+                // argument of each call.
+                let in_default = !req.extensions().get::<MatchedPath>().is_some_and(|p| {
+                    let p = p.as_str();
+                    p.starts_with("/workspaces") || p == "/mcp" || p.starts_with("/tools")
+                });
                 if in_default && !bound.allows(writ_core::workspaces::WorkspaceName::DEFAULT) {
                     return ApiError::not_found("no workspace named 'default'")
                         .with_field("name")

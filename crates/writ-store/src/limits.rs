@@ -241,6 +241,7 @@ mod tests {
                     scope: None,
                     idempotency_key: None,
                     body_sha256: None,
+                    workspace: "default".into(),
                 }),
                 AuditWrite::InsertJob {
                     job: NewJob {
@@ -253,6 +254,7 @@ mod tests {
                             until: now - chrono::Duration::seconds(1),
                         }),
                         request: Some("{}".into()),
+                        workspace: "default".into(),
                     },
                     status: JobStatus::Running,
                 },

@@ -13,7 +13,7 @@ macro_rules! operation_columns {
     () => {
         "seq, id, request_id, created_at, finished_at, filename, kind, operation, status, \
          chosen_model, selection, arbiter_reason, candidates, previous_sha256, sha256, bytes, \
-         error, duration_ms, detail"
+         error, duration_ms, detail, workspace"
     };
 }
 
@@ -21,7 +21,7 @@ macro_rules! operation_columns {
 macro_rules! request_columns {
     () => {
         "id, received_at, route, caller, scope, idempotency_key, body_sha256, status, \
-         finished_at, duration_ms, response"
+         finished_at, duration_ms, response, workspace"
     };
 }
 

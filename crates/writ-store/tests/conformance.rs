@@ -180,6 +180,7 @@ macro_rules! conformance_suite {
                 a_batch_closing_commit_completes_every_file_or_none,
                 concurrent_commits_share_transactions_and_a_refused_one_fails_alone,
                 an_operation_carries_its_requests_caller_for_the_listing,
+                requests_operations_and_jobs_carry_their_workspace_and_list_by_it,
                 recent_operations_are_the_callers_newest_as_the_listing_has_them,
                 finishing_an_unknown_request_is_an_error,
                 a_duplicate_idempotency_key_is_a_conflict_even_without_a_caller,
@@ -534,6 +535,111 @@ async fn an_operation_carries_its_requests_caller_for_the_listing(store: &dyn Au
     assert_eq!(list_all(store, &of(None)).await, vec![ids[2]]);
 }
 
+/// Every record says which workspace it was made in: an operation its request's (whatever the
+/// operation said), so the listings of operations and jobs filter by workspace and a pending
+/// write names the workspace to settle it in.
+async fn requests_operations_and_jobs_carry_their_workspace_and_list_by_it(store: &dyn AuditStore) {
+    use writ_core::jobs::{JobFilter, JobStatus, NewJob};
+    let mut ids = Vec::new();
+    for workspace in ["task-a", "task-b", "default"] {
+        let mut req = new_request(Some("key-a"), None);
+        req.workspace = workspace.into();
+        let op = operation(req.id, "same.py");
+        assert_eq!(
+            op.workspace, "default",
+            "the operation itself says nothing useful"
+        );
+        ids.push((req.id, op.id));
+        store
+            .commit(vec![
+                AuditWrite::InsertRequest(req.clone()),
+                AuditWrite::InsertOperation {
+                    operation: op,
+                    content: Some(b"x".to_vec()),
+                },
+                AuditWrite::InsertJob {
+                    job: NewJob {
+                        id: req.id,
+                        created_at: now(),
+                        workspace: workspace.into(),
+                        ..Default::default()
+                    },
+                    status: JobStatus::Running,
+                },
+            ])
+            .await
+            .unwrap();
+    }
+    let request = store.get_request(ids[0].0).await.unwrap().unwrap();
+    assert_eq!(request.workspace, "task-a");
+    let (op, _) = store.get_operation(ids[1].1).await.unwrap().unwrap();
+    assert_eq!(op.workspace, "task-b");
+    let pending: Vec<(Uuid, String)> = store
+        .pending_operations()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|op| (op.id, op.workspace))
+        .collect();
+    assert_eq!(
+        pending,
+        vec![
+            (ids[0].1, "task-a".to_string()),
+            (ids[1].1, "task-b".to_string()),
+            (ids[2].1, "default".to_string())
+        ]
+    );
+
+    let within = |names: &[&str]| OperationFilter {
+        workspaces: Some(names.iter().map(|n| n.to_string()).collect()),
+        ..OperationFilter::default()
+    };
+    assert_eq!(list_all(store, &within(&["task-a"])).await, vec![ids[0].1]);
+    assert_eq!(
+        list_all(store, &within(&["default", "task-b"])).await,
+        vec![ids[2].1, ids[1].1]
+    );
+    assert_eq!(list_all(store, &within(&[])).await, Vec::<Uuid>::new());
+    assert_eq!(list_all(store, &OperationFilter::default()).await.len(), 3);
+
+    let jobs = |names: Option<&[&str]>, unfinished: bool| {
+        let filter = JobFilter {
+            workspaces: names.map(|n| n.iter().map(|n| n.to_string()).collect()),
+            unfinished,
+            ..JobFilter::default()
+        };
+        async move {
+            store
+                .list_jobs(&filter, 10)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|j| (j.id, j.workspace))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        jobs(Some(&["task-b"]), false).await,
+        vec![(ids[1].0, "task-b".to_string())]
+    );
+    assert_eq!(jobs(None, false).await.len(), 3);
+    assert_eq!(jobs(Some(&[]), false).await, vec![]);
+    store
+        .finish_job(ids[0].0, JobStatus::Done, Some("success"), None, None)
+        .await
+        .unwrap();
+    assert_eq!(jobs(Some(&["task-a"]), true).await, vec![]);
+    assert_eq!(
+        jobs(Some(&["task-a", "task-b"]), true).await,
+        vec![(ids[1].0, "task-b".to_string())]
+    );
+    let of_key = JobFilter {
+        caller: Some("key-b".into()),
+        ..JobFilter::default()
+    };
+    assert!(store.list_jobs(&of_key, 10).await.unwrap().is_empty());
+}
+
 /// The prompts' context: the caller's newest operations, newest first, what the full listing
 /// says of them, and no one else's.
 async fn recent_operations_are_the_callers_newest_as_the_listing_has_them(store: &dyn AuditStore) {
@@ -622,6 +728,7 @@ fn new_request(caller: Option<&str>, idempotency_key: Option<&str>) -> NewReques
         scope: caller.map(|_| writ_core::keys::Scope::Write),
         idempotency_key: idempotency_key.map(Into::into),
         body_sha256: Some("ab".repeat(32)),
+        workspace: "default".into(),
     }
 }
 
@@ -693,6 +800,7 @@ fn operation(request_id: Uuid, filename: &str) -> Operation {
         error: None,
         duration_ms: None,
         detail: Some(json!({"note": "kept as given"})),
+        workspace: "default".into(),
     }
 }
 
@@ -1259,6 +1367,7 @@ async fn listing_combines_filters_with_and_and_pages_within_them(store: &dyn Aud
         caller: None,
         since: Some(ops[0].created_at),
         until: Some(now() + TimeDelta::seconds(1)),
+        workspaces: None,
     };
 
     let expected: Vec<&Operation> = ops
@@ -1363,7 +1472,7 @@ async fn jobs_list_newest_first_within_the_limit_and_keep_is_async(store: &dyn A
     for job in [&jobs[1], &jobs[2], &jobs[0]] {
         store.insert_job(job).await.unwrap();
     }
-    let listed = store.list_jobs(2).await.unwrap();
+    let listed = store.list_jobs(&Default::default(), 2).await.unwrap();
     assert_eq!(
         listed.iter().map(|j| j.id).collect::<Vec<_>>(),
         vec![jobs[2].id, jobs[1].id]
@@ -1375,7 +1484,14 @@ async fn jobs_list_newest_first_within_the_limit_and_keep_is_async(store: &dyn A
     assert_eq!(listed[0].files, vec!["f2.py"]);
     assert_eq!(listed[0].created_at, jobs[2].created_at);
     assert!(!store.get_job(jobs[0].id).await.unwrap().unwrap().is_async);
-    assert_eq!(store.list_jobs(10).await.unwrap().len(), 3);
+    assert_eq!(
+        store
+            .list_jobs(&Default::default(), 10)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
     assert_eq!(store.get_job(Uuid::now_v7()).await.unwrap(), None);
 }
 
@@ -1414,7 +1530,7 @@ async fn a_job_moves_from_queued_to_running_to_done_and_keeps_its_response(store
     assert_eq!(got.batch_status.as_deref(), Some("success"));
     assert_eq!(got.response, Some(response));
     assert!(got.finished_at.is_some());
-    let listed = store.list_jobs(10).await.unwrap();
+    let listed = store.list_jobs(&Default::default(), 10).await.unwrap();
     assert_eq!(listed[0].id, id);
     assert_eq!(listed[0].response, None, "listings leave the bodies out");
 }
@@ -1541,6 +1657,7 @@ async fn a_lapsed_lease_is_claimed_once_and_its_old_owner_can_no_longer_renew_it
                     until,
                 }),
                 request: Some(r#"{"command":"write_codebase"}"#.into()),
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -1621,6 +1738,7 @@ async fn a_released_lease_is_claimable_at_once_and_only_the_owner_can_release_it
                 until: now() + TimeDelta::minutes(5),
             }),
             request: None,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -2331,6 +2449,7 @@ fn write_session(caller: Option<&str>, updated_at: DateTime<Utc>) -> WriteSessio
         finished_at: None,
         receipt: None,
         error: None,
+        workspace: "default".into(),
     }
 }
 

@@ -79,6 +79,8 @@ pub struct RepoWorkspace {
     writer: Writer,
     /// Walks and searches are answered from it when it is current (see [`RepoWorkspace::with_index`]).
     index: Option<index::Running>,
+    /// Its name (`default` for `REPO_DIR`), which the records of writes in it carry.
+    name: String,
 }
 
 impl std::fmt::Debug for Writer {
@@ -120,7 +122,14 @@ impl RepoWorkspace {
             protected: Arc::new(ProtectedPaths::default()),
             max_file_bytes: None,
             index: None,
+            name: writ_core::workspaces::WorkspaceName::DEFAULT.to_owned(),
         })
+    }
+
+    /// The workspace named `name` (a named workspace's root; `REPO_DIR` is `default`).
+    pub fn with_name(mut self, name: &str) -> Self {
+        self.name = name.to_owned();
+        self
     }
 
     /// The workspace, its writers of one path serialised with those of other processes too
@@ -333,6 +342,10 @@ type Read = Box<dyn FnOnce(&Arc<Dir>) -> Result<Option<Vec<u8>>, WorkspaceError>
 impl Workspace for RepoWorkspace {
     fn root(&self) -> &Path {
         &self.root_path
+    }
+
+    fn name(&self) -> &str {
+        &self.name
     }
 
     async fn lock(&self, path: &RepoPath) -> PathLock {

@@ -310,6 +310,7 @@ async fn write_all(
             scope: editor.scope,
             idempotency_key: None,
             body_sha256: Some(body_sha256.to_string()),
+            workspace: workspace.name().to_owned(),
         })
         .await
         .map_err(|e| EditsError::Write(WriteError::AuditUnavailable(e)))?;

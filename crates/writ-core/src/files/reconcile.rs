@@ -9,21 +9,27 @@ use crate::audit::{
 use crate::content::sha256_hex;
 use crate::path::RepoPath;
 use crate::workspace::Workspace;
+use crate::workspaces::WorkspaceOpener;
+
 /// What reconciliation decided for each pending operation.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ReconcileReport {
     pub confirmed: usize,
     pub failed: usize,
+    /// Left pending: their workspace no longer exists.
+    pub orphaned: usize,
 }
 
 /// Settles operations left `pending` by a crash: if the file on disk has the recorded hash the
 /// write happened (`succeeded`), otherwise it did not (`failed`, "interrupted").
 ///
-/// Only operations older than `min_age` are touched, so that a replica does not settle a write
-/// another replica is making right now; at start-up a single replica may pass zero.
+/// Each operation is settled in its own workspace (the file it names is that workspace's). One
+/// whose workspace was deleted is left pending: its files are kept, but writ no longer knows
+/// where. Only operations older than `min_age` are touched, so that a replica does not settle a
+/// write another replica is making right now; at start-up a single replica may pass zero.
 pub async fn reconcile_pending(
     store: &dyn AuditStore,
-    workspace: &dyn Workspace,
+    workspaces: &dyn WorkspaceOpener,
     min_age: std::time::Duration,
 ) -> Result<ReconcileReport, StoreError> {
     let mut report = ReconcileReport::default();
@@ -33,7 +39,11 @@ pub async fn reconcile_pending(
         if op.created_at > cutoff {
             continue;
         }
-        match settle_pending(store, workspace, &op).await? {
+        let Some(workspace) = workspaces.open_workspace(&op.workspace).await? else {
+            report.orphaned += 1;
+            continue;
+        };
+        match settle_pending(store, workspace.as_ref(), &op).await? {
             Some(OperationStatus::Succeeded) => report.confirmed += 1,
             Some(_) => report.failed += 1,
             None => {}
@@ -127,7 +137,55 @@ mod tests {
             error: None,
             duration_ms: None,
             detail: None,
+            workspace: "default".to_string(),
         }
+    }
+
+    /// Two workspaces by name, as the server's registry answers them.
+    struct Two(std::sync::Arc<dyn Workspace>, std::sync::Arc<dyn Workspace>);
+
+    #[async_trait::async_trait]
+    impl WorkspaceOpener for Two {
+        async fn open_workspace(
+            &self,
+            name: &str,
+        ) -> Result<Option<std::sync::Arc<dyn Workspace>>, StoreError> {
+            Ok(match name {
+                "default" => Some(self.0.clone()),
+                "b" => Some(self.1.clone()),
+                _ => None,
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pending_write_is_settled_against_its_own_workspace_and_one_of_a_deleted_workspace_is_left()
+     {
+        let store = MemoryStore::default();
+        let default = std::sync::Arc::new(MemoryWorkspace::default());
+        let b = std::sync::Arc::new(MemoryWorkspace::default().with_file("a.py", "x = 1\n"));
+        let mut written_in_b = pending_deletion("a.py");
+        written_in_b.operation = OperationKind::Created;
+        written_in_b.sha256 = Some(sha256_hex(b"x = 1\n"));
+        written_in_b.workspace = "b".to_string();
+        let mut in_deleted = written_in_b.clone();
+        in_deleted.id = Uuid::now_v7();
+        in_deleted.workspace = "gone".to_string();
+        for op in [&written_in_b, &in_deleted] {
+            store.insert_operation(op, Some(b"x = 1\n")).await.unwrap();
+        }
+        let report = reconcile_pending(&store, &Two(default, b), std::time::Duration::ZERO)
+            .await
+            .unwrap();
+        // `default` has no a.py: checked there, the write in `b` would have read as lost.
+        assert_eq!(
+            report,
+            ReconcileReport {
+                confirmed: 1,
+                failed: 0,
+                orphaned: 1
+            }
+        );
     }
 
     #[tokio::test]

@@ -108,6 +108,7 @@ async fn expire(
             scope: None,
             idempotency_key: None,
             body_sha256: None,
+            workspace: session.workspace.clone(),
         })
         .await?;
     crate::files::record_failure(

@@ -35,6 +35,8 @@ pub struct WriteSession {
     /// The write's receipt once done ([`SessionReceipt`] as JSON).
     pub receipt: Option<serde_json::Value>,
     pub error: Option<String>,
+    /// The workspace its file is written in: a session is found only in it.
+    pub workspace: String,
 }
 
 /// A chunk appended: the session's counters after it.

@@ -130,6 +130,7 @@ impl Sessions<'_> {
             finished_at: None,
             receipt: None,
             error: None,
+            workspace: self.workspace.name().to_owned(),
         };
         self.store.insert_write_session(&session).await?;
         self.view(session, None).await
@@ -329,7 +330,8 @@ impl Sessions<'_> {
             .store
             .get_write_session(id)
             .await?
-            .filter(|s| s.caller == who.caller)
+            // Another workspace's session is as absent as another caller's.
+            .filter(|s| s.caller == who.caller && s.workspace == self.workspace.name())
             .ok_or_else(not_found)?;
         Ok(self.expire_if_abandoned(session).await?)
     }

@@ -40,6 +40,7 @@ pub(crate) fn request(sub: &Submission) -> NewRequest {
         scope: sub.scope,
         idempotency_key: sub.idempotency_key.clone(),
         body_sha256: Some(sub.body_sha256.clone()),
+        workspace: sub.workspace.clone(),
     }
 }
 
@@ -64,6 +65,7 @@ pub(crate) fn opening(sub: &Submission, is_async: bool, owner: Option<&str>) -> 
                     until: super::jobs::lease_until(Utc::now()),
                 }),
                 request: sub.body.clone(),
+                workspace: sub.workspace.clone(),
             },
             status: JobStatus::Running,
         },

@@ -221,6 +221,29 @@ impl Synthesizer {
         self.committer = committer;
         self
     }
+
+    /// The same synthesizer writing in another workspace, its caller's tests run by `commands`
+    /// (a runner over that workspace): every batch reads its context, map and search from the
+    /// workspace it writes in, and nothing else.
+    pub fn in_workspace(
+        &self,
+        workspace: Arc<dyn Workspace>,
+        commands: Option<Arc<dyn CommandRunner>>,
+    ) -> Self {
+        Synthesizer {
+            models: self.models.clone(),
+            store: self.store.clone(),
+            workspace,
+            config: self.config.clone(),
+            commands,
+            committer: self.committer.clone(),
+        }
+    }
+
+    /// The workspace this synthesizer writes in.
+    pub fn workspace(&self) -> &Arc<dyn Workspace> {
+        &self.workspace
+    }
 }
 
 /// A candidate's content: code as text, or an image already checked and shaped.

@@ -37,6 +37,8 @@ pub struct Submission {
     /// the batch if this one dies (`None`: the batch cannot be resumed elsewhere).
     pub body: Option<String>,
     pub batch: Batch,
+    /// The workspace the batch writes in (its request and job record it).
+    pub workspace: String,
 }
 
 #[derive(Debug, thiserror::Error)]

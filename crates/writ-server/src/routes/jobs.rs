@@ -16,7 +16,7 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
-use writ_core::jobs::{Job, JobEvent};
+use writ_core::jobs::{Job, JobEvent, JobFilter};
 
 use crate::access::Viewer;
 use crate::error::{ApiError, ErrorCode, store_error};
@@ -31,6 +31,8 @@ const MAX_LIMIT: u32 = 200;
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
     limit: Option<u32>,
+    /// Only jobs in this workspace.
+    workspace: Option<String>,
 }
 
 /// Recent batches, newest first.
@@ -47,11 +49,16 @@ pub async fn list_jobs(
         )
         .with_field("limit"));
     }
-    let jobs = match viewer.only() {
-        None => state.store.list_jobs(limit).await,
-        Some(own) => state.store.list_jobs_of(own, limit).await,
-    }
-    .map_err(store_error)?;
+    let filter = JobFilter {
+        caller: viewer.only().map(str::to_owned),
+        workspaces: crate::service::operations::visible_workspaces(&viewer, p.workspace.as_deref()),
+        unfinished: false,
+    };
+    let jobs = state
+        .store
+        .list_jobs(&filter, limit)
+        .await
+        .map_err(store_error)?;
     Ok(Json(
         json!({ "jobs": jobs.iter().map(job_json).collect::<Vec<_>>() }),
     ))
@@ -118,6 +125,16 @@ async fn find(state: &AppState, viewer: &Viewer, raw: &str) -> Result<Job, ApiEr
         .ok_or_else(|| ApiError::not_found(format!("no job {id}")))
 }
 
+/// Where a workspace's routes are: `/workspaces/{name}`, or nothing for `default` (whose routes
+/// are also the routes without a prefix).
+pub fn workspace_prefix(workspace: &str) -> String {
+    if workspace == writ_core::workspaces::WorkspaceName::DEFAULT {
+        String::new()
+    } else {
+        format!("/workspaces/{workspace}")
+    }
+}
+
 fn job_json(job: &Job) -> Value {
     json!({
         "id": job.id,
@@ -130,7 +147,8 @@ fn job_json(job: &Job) -> Value {
         "batch_status": job.batch_status,
         "error": job.error,
         "attempts": job.attempts,
+        "workspace": job.workspace,
         "response": job.response,
-        "events": format!("/jobs/{}/events", job.id),
+        "events": format!("{}/jobs/{}/events", workspace_prefix(&job.workspace), job.id),
     })
 }

@@ -304,16 +304,29 @@ pub fn access_table() -> AccessTable {
     )
 }
 
-/// The routes also served inside a named workspace, under `/workspaces/{name}`: those whose
-/// every effect is on the workspace's files. The others (batches and their jobs, write
-/// sessions, runs, tools, the audit listings) are served in `default` only, for now: their
-/// records do not yet say which workspace they belong to.
-pub const WORKSPACE_ROUTES: [(&str, &str); 5] = [
+/// The routes also served inside a named workspace, under `/workspaces/{name}`: every route
+/// whose effect or record belongs to one workspace. The listings there show that workspace's
+/// records only.
+pub const WORKSPACE_ROUTES: &[(&str, &str)] = &[
     ("GET", "/files"),
     ("GET", "/files/{*path}"),
     ("PUT", "/files/{*path}"),
     ("GET", "/search"),
     ("POST", "/edits"),
+    ("POST", "/write_codebase"),
+    ("POST", "/run"),
+    ("POST", "/write_sessions"),
+    ("GET", "/write_sessions/{id}"),
+    ("POST", "/write_sessions/{id}/content"),
+    ("POST", "/write_sessions/{id}/finish"),
+    ("POST", "/write_sessions/{id}/corrections"),
+    ("POST", "/operations/{id}/restore"),
+    ("POST", "/requests/{id}/undo"),
+    ("GET", "/jobs"),
+    ("GET", "/jobs/{id}"),
+    ("GET", "/jobs/{id}/events"),
+    ("GET", "/operations"),
+    ("GET", "/operations/{id}"),
 ];
 
 /// The router of [`WORKSPACE_ROUTES`].

@@ -53,7 +53,13 @@ pub async fn write_codebase(
         Begun::Fresh(Running {
             handle,
             is_async: true,
-        }) => return Ok(accepted(handle.job_id(), prefer_async)),
+        }) => {
+            return Ok(accepted(
+                handle.job_id(),
+                state.workspace.name(),
+                prefer_async,
+            ));
+        }
         Begun::Fresh(Running { handle, .. }) => handle.answer().await.map_err(submit_error)?,
     };
     let mut resp = (StatusCode::OK, Json(&done.response)).into_response();
@@ -86,9 +92,10 @@ fn prefers_async(headers: &HeaderMap) -> bool {
 
 /// 202 with where to follow the job; `Preference-Applied` only answers a `Prefer` header the
 /// caller sent (RFC 7240), not `options.async` in the body.
-fn accepted(job_id: uuid::Uuid, preferred: bool) -> Response {
-    let location = format!("/jobs/{job_id}");
-    let mut resp = (StatusCode::ACCEPTED, Json(accepted_body(job_id))).into_response();
+fn accepted(job_id: uuid::Uuid, workspace: &str, preferred: bool) -> Response {
+    let body = accepted_body(job_id, workspace);
+    let location = body.location.clone();
+    let mut resp = (StatusCode::ACCEPTED, Json(body)).into_response();
     if let Ok(v) = HeaderValue::from_str(&location) {
         resp.headers_mut().insert(axum::http::header::LOCATION, v);
     }

@@ -74,6 +74,7 @@ pub async fn call_tool(
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     caller: Option<axum::Extension<Caller>>,
     grant: Option<axum::Extension<crate::access::Grant>>,
+    bound: Option<axum::Extension<crate::access::KeyWorkspaces>>,
     axum::Extension(HungUp(hung_up)): axum::Extension<HungUp>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -81,6 +82,7 @@ pub async fn call_tool(
         request_id,
         caller.map(|axum::Extension(c)| c),
         grant.map(|axum::Extension(g)| g),
+        bound.map(|axum::Extension(b)| b),
     );
     ctx.hung_up = hung_up;
     match run(&state, ctx, body).await {

@@ -11,7 +11,7 @@ use tower::ServiceExt;
 use writ_core::Workspace;
 use writ_core::workspaces::WorkspaceName;
 
-use crate::access::{Caller, Grant, KeyWorkspaces, may_use};
+use crate::access::{Caller, Grant, InWorkspace, KeyWorkspaces, may_use};
 use crate::error::ApiError;
 use crate::routes::hang_ups::HungUp;
 use crate::service::workspaces::{self, CreateWorkspace, DeletedWorkspace, WorkspaceInfo};
@@ -100,21 +100,11 @@ fn router_within(state: &AppState, name: &str, workspace: Arc<dyn Workspace>) ->
     if let Some(router) = state.within.get(name, &workspace) {
         return router;
     }
-    let inner = if name == WorkspaceName::DEFAULT {
-        state.clone()
-    } else {
-        AppState {
-            workspace: workspace.clone(),
-            // Batches and runs are built over `default`'s root (see WORKSPACE_ROUTES).
-            jobs: None,
-            commands: None,
-            ..state.clone()
-        }
-    };
+    let inner = state_within(state, name, workspace.clone());
     let router = crate::routes::workspace_router()
         .fallback(|| async {
             ApiError::not_found(
-                "no such route in a named workspace; the files, search and edits routes are served there",
+                "no such route in a workspace; see /workspaces/{name} in openapi.yaml for the routes served there",
             )
         })
         .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
@@ -125,6 +115,20 @@ fn router_within(state: &AppState, name: &str, workspace: Arc<dyn Workspace>) ->
         .with_state(inner);
     state.within.insert(name, workspace, router.clone());
     router
+}
+
+/// The state the routes and tools inside the workspace `name` are served with: that workspace,
+/// and a sandbox runner over its root (a run there sees nothing else). Batches go through the
+/// one `Jobs`, which runs each with its workspace's synthesizer.
+pub fn state_within(state: &AppState, name: &str, workspace: Arc<dyn Workspace>) -> AppState {
+    if name == WorkspaceName::DEFAULT {
+        return state.clone();
+    }
+    AppState {
+        commands: workspaces::runner_in(state.commands.as_ref(), workspace.as_ref()),
+        workspace,
+        ..state.clone()
+    }
 }
 
 /// `/workspaces/{name}/{*rest}`: the route `/{rest}` answered in the workspace `name`. A
@@ -176,6 +180,10 @@ pub async fn serve_within(
     if let Some(hung_up) = parts.extensions.get::<HungUp>() {
         carried.insert(hung_up.clone());
     }
+    if let Some(bound) = parts.extensions.get::<KeyWorkspaces>() {
+        carried.insert(bound.clone());
+    }
+    carried.insert(InWorkspace(name.clone()));
     let router = router_within(&state, &name, workspace);
     match router.oneshot(req).await {
         Ok(response) => response,

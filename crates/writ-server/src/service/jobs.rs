@@ -24,15 +24,13 @@ pub async fn sees_request(
     viewer: &Viewer,
     request_id: Uuid,
 ) -> Result<bool, StoreError> {
-    if viewer.only().is_none() {
+    if viewer.only().is_none() && viewer.workspaces().is_none() {
         return Ok(true);
     }
-    let made_by = state
-        .store
-        .get_request(request_id)
-        .await?
-        .and_then(|r| r.caller);
-    Ok(viewer.sees(made_by.as_deref()))
+    let Some(request) = state.store.get_request(request_id).await? else {
+        return Ok(false);
+    };
+    Ok(viewer.sees(request.caller.as_deref()) && viewer.sees_workspace(&request.workspace))
 }
 
 /// Job `id` as `viewer` may see it: `None` when there is none or it is another key's, so that
@@ -41,6 +39,9 @@ pub async fn find(state: &AppState, viewer: &Viewer, id: Uuid) -> Result<Option<
     let Some(job) = state.store.get_job(id).await? else {
         return Ok(None);
     };
+    if !viewer.sees_workspace(&job.workspace) {
+        return Ok(None);
+    }
     // A job's id is its request's id.
     Ok(sees_request(state, viewer, id).await?.then_some(job))
 }

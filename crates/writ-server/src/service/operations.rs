@@ -27,6 +27,9 @@ pub struct ListParams {
     pub status: Option<String>,
     /// Only operations whose content this model wrote.
     pub model: Option<String>,
+    /// Only operations in this workspace (by default, every workspace the key may use; inside
+    /// `/workspaces/{name}`, that one).
+    pub workspace: Option<String>,
     /// Only operations at or after this RFC 3339 time, e.g. 2026-11-22T10:00:00Z.
     pub since: Option<String>,
     /// Only operations before this RFC 3339 time.
@@ -112,6 +115,7 @@ pub async fn list(
             .as_deref()
             .map(|v| parse_time(v, "until"))
             .transpose()?,
+        workspaces: visible_workspaces(viewer, p.workspace.as_deref()),
     };
     let cursor = p.cursor.map(Cursor);
     let page = state
@@ -140,9 +144,10 @@ pub async fn get(
         .await
         .map_err(store_error)?
         .ok_or_else(not_found)?;
-    if !super::jobs::sees_request(state, viewer, op.request_id)
-        .await
-        .map_err(store_error)?
+    if !viewer.sees_workspace(&op.workspace)
+        || !super::jobs::sees_request(state, viewer, op.request_id)
+            .await
+            .map_err(store_error)?
     {
         return Err(not_found());
     }
@@ -159,6 +164,19 @@ pub async fn get(
         content,
         content_base64,
     })
+}
+
+/// The workspaces a listing reads: those `viewer` may see, narrowed to `asked` when the caller
+/// named one (a workspace it may not see, or that does not exist, lists nothing).
+pub(crate) fn visible_workspaces(viewer: &Viewer, asked: Option<&str>) -> Option<Vec<String>> {
+    match asked {
+        Some(name) => Some(if viewer.sees_workspace(name) {
+            vec![name.to_owned()]
+        } else {
+            Vec::new()
+        }),
+        None => viewer.workspaces().map(<[String]>::to_vec),
+    }
 }
 
 pub(crate) fn parse_uuid(v: &str, field: &str) -> Result<Uuid, ApiError> {

@@ -108,6 +108,7 @@ pub async fn execute(state: &AppState, call: RunCall) -> Result<RunOutcome, ApiE
             scope,
             idempotency_key: None,
             body_sha256: Some(body_sha256),
+            workspace: state.workspace.name().to_owned(),
         })
         .await
         .map_err(|e| ApiError::audit_unavailable(&e))?;
@@ -186,6 +187,7 @@ async fn record(
         error,
         duration_ms: Some(duration_ms),
         detail,
+        workspace: state.workspace.name().to_owned(),
     };
     let inserted = state.store.insert_operation(&op, None).await;
     let request_status = if inserted.is_ok() && status == OperationStatus::Succeeded {

@@ -77,6 +77,7 @@ pub async fn models(
         caller: viewer.only().map(|own| Some(own.to_string())),
         since: Some(since),
         until: Some(until),
+        workspaces: viewer.workspaces().map(<[String]>::to_vec),
         ..OperationFilter::default()
     };
     let mut operations = Vec::new();

@@ -61,6 +61,7 @@ pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun<Runnin
         body_sha256: sha256_hex(call.body),
         body: std::str::from_utf8(call.body).ok().map(str::to_owned),
         batch,
+        workspace: state.workspace.name().to_owned(),
     };
     // Refused at once rather than queued; the permit travels with the task it bounds.
     let permit = state
@@ -106,8 +107,12 @@ pub struct AcceptedBatch {
     pub events: String,
 }
 
-pub fn accepted_body(job_id: uuid::Uuid) -> AcceptedBatch {
-    let location = format!("/jobs/{job_id}");
+/// `workspace`: where the batch was accepted; its job is followed there.
+pub fn accepted_body(job_id: uuid::Uuid, workspace: &str) -> AcceptedBatch {
+    let location = format!(
+        "{}/jobs/{job_id}",
+        crate::routes::jobs::workspace_prefix(workspace)
+    );
     AcceptedBatch {
         job_id,
         status: "queued",

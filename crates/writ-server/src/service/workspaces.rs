@@ -88,7 +88,7 @@ impl Workspaces {
             .or_default()
             .clone();
         let opened = cell
-            .get_or_try_init(|| self.open_root(Path::new(&record.root)))
+            .get_or_try_init(|| self.open_root(name, Path::new(&record.root)))
             .await?;
         self.git_commit
             .lock()
@@ -108,10 +108,11 @@ impl Workspaces {
             .flatten()
     }
 
-    async fn open_root(&self, root: &Path) -> Result<Arc<dyn Workspace>, ApiError> {
+    async fn open_root(&self, name: &str, root: &Path) -> Result<Arc<dyn Workspace>, ApiError> {
         let workspace = writ_workspace::RepoWorkspace::open(root)
             .await
-            .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
+            .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?
+            .with_name(name);
         let protected = crate::config::edge::protected_paths(&self.settings, workspace.root());
         let mut workspace = workspace
             .with_protected(protected)
@@ -123,6 +124,16 @@ impl Workspaces {
         Ok(Arc::new(workspace))
     }
 
+    /// The names of the workspaces this process has opened (`default` not among them).
+    pub fn opened_names(&self) -> Vec<String> {
+        self.opened
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
+    }
+
     /// Forgets the opened workspace, so that a later one of the same name is opened afresh.
     fn forget(&self, name: &str) {
         self.opened
@@ -130,6 +141,58 @@ impl Workspaces {
             .unwrap_or_else(PoisonError::into_inner)
             .remove(name);
     }
+}
+
+#[async_trait::async_trait]
+impl writ_core::workspaces::WorkspaceOpener for Workspaces {
+    async fn open_workspace(&self, name: &str) -> Result<Option<Arc<dyn Workspace>>, StoreError> {
+        self.open(name)
+            .await
+            .map_err(|e| StoreError::Unavailable(e.message))
+    }
+}
+
+/// The synthesizer of each named workspace: `default`'s, writing in that workspace, its
+/// caller's tests run by a sandbox runner over its root (sharing the one run queue). Built once
+/// per workspace, at its first batch (or the first job resumed in it).
+pub struct Synthesizers {
+    pub workspaces: Arc<Workspaces>,
+    pub base: Arc<writ_core::synthesis::Synthesizer>,
+    pub commands: Option<Arc<writ_sandbox::SandboxRunner>>,
+    pub built: BuiltPer<Arc<writ_core::synthesis::Synthesizer>>,
+}
+
+#[async_trait::async_trait]
+impl writ_core::synthesis::jobs::WorkspaceSynthesizers for Synthesizers {
+    async fn synthesizer_for(
+        &self,
+        name: &str,
+    ) -> Result<Option<Arc<writ_core::synthesis::Synthesizer>>, StoreError> {
+        let Some(workspace) = self
+            .workspaces
+            .open(name)
+            .await
+            .map_err(|e| StoreError::Unavailable(e.message))?
+        else {
+            return Ok(None);
+        };
+        if let Some(built) = self.built.get(name, &workspace) {
+            return Ok(Some(built));
+        }
+        let commands = runner_in(self.commands.as_ref(), workspace.as_ref())
+            .map(|c| c as Arc<dyn writ_core::execution::CommandRunner>);
+        let built = Arc::new(self.base.in_workspace(workspace.clone(), commands));
+        self.built.insert(name, workspace, built.clone());
+        Ok(Some(built))
+    }
+}
+
+/// `default`'s command runner over `workspace`'s root: a run there sees that workspace only.
+pub fn runner_in(
+    commands: Option<&Arc<writ_sandbox::SandboxRunner>>,
+    workspace: &dyn Workspace,
+) -> Option<Arc<writ_sandbox::SandboxRunner>> {
+    commands.map(|c| Arc::new(c.in_dir(workspace.root().to_path_buf())))
 }
 
 /// What is built once per workspace (the router of the routes inside it), by name, with the
@@ -490,7 +553,12 @@ fn worktree_error(err: writ_git::WorktreeError) -> ApiError {
     }
 }
 
-/// Forgets the workspace and, for a git worktree, git's record of it. Files are kept.
+/// How many running jobs a refused deletion names at most.
+const RUNNING_JOBS_NAMED: u32 = 20;
+
+/// Forgets the workspace and, for a git worktree, git's record of it. Files are kept. Refused
+/// (409, naming them) while jobs run in it: their writes would land in a directory writ no
+/// longer serves.
 pub async fn delete(workspaces: &Workspaces, name: &str) -> Result<DeletedWorkspace, ApiError> {
     if name == WorkspaceName::DEFAULT {
         return Err(ApiError::new(
@@ -507,6 +575,31 @@ pub async fn delete(workspaces: &Workspaces, name: &str) -> Result<DeletedWorksp
     else {
         return Err(unknown(name));
     };
+    // Read from the store, so a job any replica runs there counts.
+    let running = workspaces
+        .store
+        .list_jobs(
+            &writ_core::jobs::JobFilter {
+                workspaces: Some(vec![name.to_owned()]),
+                unfinished: true,
+                ..Default::default()
+            },
+            RUNNING_JOBS_NAMED,
+        )
+        .await
+        .map_err(store_error)?;
+    if !running.is_empty() {
+        let ids: Vec<String> = running.iter().map(|j| j.id.to_string()).collect();
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!(
+                "name: '{name}' has jobs running ({}); delete it once they have ended",
+                ids.join(", ")
+            ),
+        )
+        .with_field("name")
+        .with_details(serde_json::json!({ "running_jobs": ids })));
+    }
     if !workspaces
         .store
         .delete_workspace(name)
@@ -675,6 +768,7 @@ async fn record_merge(store: &dyn AuditStore, merged: &MergedWorkspace, caller: 
                 scope: Some(writ_core::keys::Scope::Admin),
                 idempotency_key: None,
                 body_sha256: None,
+                workspace: merged.workspace.clone(),
             })
             .await?;
         store

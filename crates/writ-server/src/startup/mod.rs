@@ -85,6 +85,13 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         workspace = workspace.with_shared_locks(shared);
     }
     let workspace: Arc<dyn writ_core::Workspace> = Arc::new(workspace);
+    let settings = Arc::new(settings);
+    let workspaces = Arc::new(crate::service::workspaces::Workspaces::new(
+        workspace.clone(),
+        store.clone(),
+        settings.clone(),
+        shared_locks,
+    ));
 
     // SQLite serves one process, so everything pending at start-up is from a dead run; on a shared
     // PostgreSQL another replica may be mid-write, so only settle what is old enough.
@@ -93,13 +100,14 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
     } else {
         settings.reconcile_after
     };
-    let report = reconcile_pending(store.as_ref(), workspace.as_ref(), min_age)
+    let report = reconcile_pending(store.as_ref(), workspaces.as_ref(), min_age)
         .await
         .context("settling operations left pending by an earlier run")?;
-    if report.confirmed + report.failed > 0 {
+    if report.confirmed + report.failed + report.orphaned > 0 {
         tracing::warn!(
             confirmed = report.confirmed,
             failed = report.failed,
+            left_in_deleted_workspaces = report.orphaned,
             "settled operations left pending by an earlier run"
         );
     }
@@ -143,7 +151,13 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         );
     }
     let jobs = synthesizer.map(|synthesizer| {
-        let jobs = Jobs::new(synthesizer, hub.clone());
+        let per_workspace = crate::service::workspaces::Synthesizers {
+            workspaces: workspaces.clone(),
+            base: synthesizer.clone(),
+            commands: commands.clone(),
+            built: Default::default(),
+        };
+        let jobs = Jobs::new(synthesizer, hub.clone()).with_workspaces(Arc::new(per_workspace));
         Arc::new(if shared {
             jobs.with_leases(replica.clone())
         } else {
@@ -169,13 +183,6 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         keys_configured,
         settings.max_body_bytes,
     );
-    let settings = Arc::new(settings);
-    let workspaces = Arc::new(crate::service::workspaces::Workspaces::new(
-        workspace.clone(),
-        store.clone(),
-        settings.clone(),
-        shared_locks,
-    ));
     let state = AppState {
         settings,
         store,
@@ -510,7 +517,7 @@ async fn reconcile_periodically(state: AppState) {
         prune_history(&state, &mut pruned_at).await;
         match reconcile_pending(
             state.store.as_ref(),
-            state.workspace.as_ref(),
+            state.workspaces.as_ref(),
             state.settings.reconcile_after,
         )
         .await

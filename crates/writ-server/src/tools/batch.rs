@@ -39,7 +39,7 @@ pub async fn write_codebase(
             is_async: true,
         }) => {
             let job_id = handle.job_id();
-            let accepted = synthesis::accepted_body(job_id);
+            let accepted = synthesis::accepted_body(job_id, state.workspace.name());
             return Ok(ToolOutput {
                 content: format!(
                     "The batch runs in the background as job {job_id}; its answer will be at {} \

@@ -111,7 +111,10 @@ impl ServerHandler for WritMcp {
             .unwrap_or_else(Uuid::now_v7);
         let caller = parts.and_then(|p| p.extensions.get::<Caller>()).cloned();
         let grant = parts.and_then(|p| p.extensions.get::<Grant>()).copied();
-        let mut ctx = CallContext::from_request(request_id, caller, grant);
+        let bound = parts
+            .and_then(|p| p.extensions.get::<crate::access::KeyWorkspaces>())
+            .cloned();
+        let mut ctx = CallContext::from_request(request_id, caller, grant, bound);
         ctx.cancelled = context.ct.clone();
         // A client that takes tasks gets the batch's job as one at once (super::tasks).
         let as_task = request.name == super::tasks::TASK_TOOL
@@ -173,7 +176,11 @@ fn viewer(context: &RequestContext<RoleServer>) -> Viewer {
     let parts = context.extensions.get::<axum::http::request::Parts>();
     let caller = parts.and_then(|p| p.extensions.get::<Caller>());
     let grant = parts.and_then(|p| p.extensions.get::<Grant>());
-    Viewer::new(caller.map(|c| c.0.as_str()), grant.map(|g| g.scopes))
+    let viewer = Viewer::new(caller.map(|c| c.0.as_str()), grant.map(|g| g.scopes));
+    match parts.and_then(|p| p.extensions.get::<crate::access::KeyWorkspaces>()) {
+        Some(bound) => viewer.within(&bound.0),
+        None => viewer,
+    }
 }
 
 /// Progress as `notifications/progress` on the caller's token.

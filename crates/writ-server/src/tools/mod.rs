@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 use writ_core::files::WriteMode;
 use writ_core::keys::{Scope, Scopes};
+use writ_core::workspaces::WorkspaceName;
 
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::parse_json;
@@ -45,7 +46,18 @@ pub struct ToolSpec {
 impl ToolSpec {
     /// The JSON Schema of the tool's arguments (draft 2020-12, subschemas inlined).
     pub fn input_schema(&self) -> Value {
-        (self.schema)()
+        let mut schema = (self.schema)();
+        if let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+            properties.insert(
+                WORKSPACE_ARG.to_owned(),
+                serde_json::json!({
+                    "type": "string",
+                    "description": "The workspace to work in (its name); `default` when absent. A workspace the key may not use answers as one that does not exist.",
+                    "default": WorkspaceName::DEFAULT,
+                }),
+            );
+        }
+        schema
     }
 }
 
@@ -314,6 +326,8 @@ pub struct CallContext {
     pub hung_up: CancellationToken,
     /// `write_codebase` answers with its job at once instead of waiting (an MCP task).
     pub prefer_async: bool,
+    /// The workspaces the key may use (`None`: all, or keys are off).
+    pub bound: Option<crate::access::KeyWorkspaces>,
 }
 
 impl CallContext {
@@ -322,10 +336,18 @@ impl CallContext {
         request_id: Uuid,
         caller: Option<crate::access::Caller>,
         grant: Option<crate::access::Grant>,
+        bound: Option<crate::access::KeyWorkspaces>,
     ) -> Self {
         let mut ctx = Self::new(request_id, caller.map(|c| c.0));
         ctx.scopes = grant.map(|g| g.scopes);
+        ctx.bound = bound;
         ctx
+    }
+
+    /// Whose records the call may see: the key's own (unless it is an admin's), in `workspace`.
+    fn viewer(&self, workspace: &str) -> crate::access::Viewer {
+        crate::access::Viewer::new(self.caller.as_deref(), self.scopes)
+            .within(std::slice::from_ref(&workspace.to_owned()))
     }
 
     pub fn new(request_id: Uuid, caller: Option<String>) -> Self {
@@ -338,6 +360,7 @@ impl CallContext {
             cancelled: CancellationToken::new(),
             hung_up: CancellationToken::new(),
             prefer_async: false,
+            bound: None,
         }
     }
 }
@@ -375,6 +398,8 @@ pub async fn call(
         }
         ctx.scope = Some(tool.scope);
     }
+    let (args, workspace) = take_workspace(args)?;
+    let state = &in_workspace(state, ctx.bound.as_ref(), &workspace).await?;
     match name {
         "write_codebase" => batch::write_codebase(state, ctx, args).await,
         "list_files" => dispatch::list_files(state, parse(args)?).await,
@@ -383,19 +408,19 @@ pub async fn call(
         "write_file" => dispatch::write_file(state, ctx, parse(args)?).await,
         "edit_files" => dispatch::edit_files(state, ctx, args).await,
         "list_operations" => {
-            let viewer = crate::access::Viewer::new(ctx.caller.as_deref(), ctx.scopes);
+            let viewer = ctx.viewer(&workspace);
             dispatch::list_operations(state, &viewer, parse(args)?).await
         }
         "get_operation" => {
-            let viewer = crate::access::Viewer::new(ctx.caller.as_deref(), ctx.scopes);
+            let viewer = ctx.viewer(&workspace);
             dispatch::get_operation(state, &viewer, parse(args)?).await
         }
         "undo" => {
-            let viewer = crate::access::Viewer::new(ctx.caller.as_deref(), ctx.scopes);
+            let viewer = ctx.viewer(&workspace);
             dispatch::undo(state, &viewer, ctx, parse(args)?).await
         }
         "restore" => {
-            let viewer = crate::access::Viewer::new(ctx.caller.as_deref(), ctx.scopes);
+            let viewer = ctx.viewer(&workspace);
             dispatch::restore(state, &viewer, ctx, parse(args)?).await
         }
         "begin_write_session" => dispatch::begin_write_session(state, ctx, parse(args)?).await,
@@ -406,6 +431,52 @@ pub async fn call(
         "run" => dispatch::run(state, ctx, parse(args)?).await,
         _ => Err(unknown_tool(state, name)),
     }
+}
+
+/// The argument every tool takes besides its own: the workspace the call works in.
+pub const WORKSPACE_ARG: &str = "workspace";
+
+/// The call's `workspace` argument (`default` when absent), taken out of `args` so the tool's
+/// own arguments parse as they always have.
+fn take_workspace(args: Value) -> Result<(Value, String), ApiError> {
+    let Value::Object(mut map) = args else {
+        return Ok((args, WorkspaceName::DEFAULT.to_owned()));
+    };
+    let workspace = match map.remove(WORKSPACE_ARG) {
+        None | Some(Value::Null) => WorkspaceName::DEFAULT.to_owned(),
+        Some(Value::String(name)) => name,
+        Some(_) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidArguments,
+                "workspace must be a workspace's name (a string)",
+            )
+            .with_field(WORKSPACE_ARG));
+        }
+    };
+    Ok((Value::Object(map), workspace))
+}
+
+/// The state a call in `workspace` is served with; a workspace the key may not use answers
+/// exactly as one that does not exist.
+async fn in_workspace(
+    state: &AppState,
+    bound: Option<&crate::access::KeyWorkspaces>,
+    workspace: &str,
+) -> Result<AppState, ApiError> {
+    let unknown = || {
+        ApiError::not_found(format!("no workspace named '{workspace}'")).with_field(WORKSPACE_ARG)
+    };
+    if !crate::access::may_use(bound, workspace) {
+        return Err(unknown());
+    }
+    let opened = state
+        .workspaces
+        .open(workspace)
+        .await?
+        .ok_or_else(unknown)?;
+    Ok(crate::routes::workspaces::state_within(
+        state, workspace, opened,
+    ))
 }
 
 pub fn unknown_tool(state: &AppState, name: &str) -> ApiError {

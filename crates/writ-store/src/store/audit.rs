@@ -101,6 +101,9 @@ fn listing_of<D: Dialect>(
                 .bind(caller.as_deref().unwrap_or(""));
         }
     }
+    if let Some(workspaces) = &filter.workspaces {
+        push_in(&mut sql, "workspace", workspaces);
+    }
     if let Some(since) = filter.since {
         sql.push(" AND created_at >= ").bind_time(since);
     }
@@ -112,6 +115,22 @@ fn listing_of<D: Dialect>(
     }
     sql.push(" ORDER BY seq DESC LIMIT ").bind(rows);
     Ok(sql)
+}
+
+/// ` AND column IN (…)`, every name bound; an empty list matches nothing.
+pub(super) fn push_in<D: Dialect>(sql: &mut Sql<D>, column: &str, names: &[String]) {
+    if names.is_empty() {
+        sql.push(" AND FALSE");
+        return;
+    }
+    sql.push(" AND ").push(column).push(" IN (");
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 {
+            sql.push(", ");
+        }
+        sql.bind(name.as_str());
+    }
+    sql.push(")");
 }
 
 fn operation_from_row<D: Dialect>(row: &D::Row) -> Result<(i64, Operation), StoreError> {
@@ -137,6 +156,7 @@ fn operation_from_row<D: Dialect>(row: &D::Row) -> Result<(i64, Operation), Stor
         error: row.get("error")?,
         duration_ms: row.get("duration_ms")?,
         detail: detail.map(|json| json.0),
+        workspace: row.get("workspace")?,
     };
     Ok((row.get("seq")?, operation))
 }
@@ -159,6 +179,7 @@ fn request_from_row<D: Dialect>(row: &D::Row) -> Result<RequestRecord, StoreErro
         finished_at: row.optional_time("finished_at")?,
         duration_ms: row.get("duration_ms")?,
         response: response.map(|json| json.0),
+        workspace: row.get("workspace")?,
     })
 }
 

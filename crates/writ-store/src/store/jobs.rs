@@ -7,7 +7,7 @@ use sqlx::types::Json;
 use uuid::Uuid;
 use writ_core::StoreError;
 use writ_core::audit::{AuditStore, AuditWrite};
-use writ_core::jobs::{ClaimedJob, Job, JobEvent, JobStatus, JobStore, NewJob};
+use writ_core::jobs::{ClaimedJob, Job, JobEvent, JobFilter, JobStatus, JobStore, NewJob};
 
 use super::commit::Work;
 use super::{Record, Sql, SqlStore};
@@ -17,7 +17,7 @@ use crate::dialect::Dialect;
 macro_rules! job_columns {
     () => {
         "id, status, is_async, files, created_at, heartbeat_at, finished_at, batch_status, error, \
-         attempts"
+         attempts, workspace"
     };
 }
 
@@ -44,6 +44,7 @@ fn job_from_row<D: Dialect>(row: &D::Row, with_response: bool) -> Result<Job, St
         response: response.map(|json| json.0),
         error: row.get("error")?,
         attempts: row.get("attempts")?,
+        workspace: row.get("workspace")?,
     })
 }
 
@@ -78,7 +79,7 @@ pub(super) fn push_insert_events<D: Dialect>(sql: &mut Sql<D>, events: &[JobEven
 pub(super) fn push_insert_job<D: Dialect>(sql: &mut Sql<D>, job: &NewJob, status: JobStatus) {
     sql.push(
         "INSERT INTO jobs (id, status, is_async, files, created_at, heartbeat_at, owner, \
-         lease_until, request) VALUES ",
+         lease_until, request, workspace) VALUES ",
     );
     sql.tuple(|row| {
         row.bind(job.id)
@@ -89,7 +90,8 @@ pub(super) fn push_insert_job<D: Dialect>(sql: &mut Sql<D>, job: &NewJob, status
             .bind_time(job.created_at)
             .bind(job.lease.as_ref().map(|l| l.owner.as_str()))
             .bind_time(job.lease.as_ref().map(|l| l.until))
-            .bind(job.request.as_deref());
+            .bind(job.request.as_deref())
+            .bind(job.workspace.as_str());
     });
 }
 
@@ -169,30 +171,23 @@ impl<D: Dialect> JobStore for SqlStore<D> {
         row.map(|row| job_from_row::<D>(&row, true)).transpose()
     }
 
-    async fn list_jobs(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
-        let mut sql = Sql::new(concat!(
-            "SELECT ",
-            job_columns!(),
-            " FROM jobs ORDER BY created_at DESC LIMIT "
-        ));
-        sql.bind(i64::from(limit));
-        let rows = sql.fetch_all(self, "list jobs").await?;
-        rows.iter()
-            .map(|row| job_from_row::<D>(row, false))
-            .collect()
-    }
-
-    async fn list_jobs_of(&self, caller: &str, limit: u32) -> Result<Vec<Job>, StoreError> {
-        // A job's id is its request's id: the request row says which key made it.
-        let mut sql = Sql::new(concat!(
-            "SELECT ",
-            job_columns!(),
-            " FROM jobs WHERE id IN (SELECT id FROM requests WHERE caller = "
-        ));
-        sql.bind(caller)
-            .push(") ORDER BY created_at DESC LIMIT ")
+    async fn list_jobs(&self, filter: &JobFilter, limit: u32) -> Result<Vec<Job>, StoreError> {
+        let mut sql = Sql::new(concat!("SELECT ", job_columns!(), " FROM jobs WHERE TRUE"));
+        if let Some(caller) = &filter.caller {
+            // A job's id is its request's id: the request row says which key made it.
+            sql.push(" AND id IN (SELECT id FROM requests WHERE caller = ")
+                .bind(caller.as_str())
+                .push(")");
+        }
+        if let Some(workspaces) = &filter.workspaces {
+            super::audit::push_in(&mut sql, "workspace", workspaces);
+        }
+        if filter.unfinished {
+            sql.push(UNFINISHED);
+        }
+        sql.push(" ORDER BY created_at DESC LIMIT ")
             .bind(i64::from(limit));
-        let rows = sql.fetch_all(self, "list a caller's jobs").await?;
+        let rows = sql.fetch_all(self, "list jobs").await?;
         rows.iter()
             .map(|row| job_from_row::<D>(row, false))
             .collect()

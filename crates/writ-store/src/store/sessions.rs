@@ -21,7 +21,8 @@ use crate::error::from_sqlx;
 macro_rules! session_columns {
     () => {
         "id, caller, target_file, operation, intent, create_dirs, state, bytes_received, chunks, \
-         tail, correction_rounds, created_at, updated_at, finished_at, receipt, error, git_commit"
+         tail, correction_rounds, created_at, updated_at, finished_at, receipt, error, git_commit, \
+         workspace"
     };
 }
 
@@ -68,6 +69,7 @@ fn session_from_row<D: Dialect>(row: &D::Row) -> Result<WriteSession, StoreError
         receipt: receipt.map(|json| json.0),
         error: row.get("error")?,
         commit: row.get("git_commit")?,
+        workspace: row.get("workspace")?,
     })
 }
 
@@ -96,7 +98,8 @@ impl<D: Dialect> SessionStore for SqlStore<D> {
                 .bind_time(s.finished_at)
                 .bind(s.receipt.as_ref().map(Json))
                 .bind(s.error.as_deref())
-                .bind(s.commit);
+                .bind(s.commit)
+                .bind(s.workspace.as_str());
         });
         sql.execute(self, "insert write session").await?;
         Ok(())

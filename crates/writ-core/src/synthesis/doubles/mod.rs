@@ -154,6 +154,7 @@ pub fn submission(batch: Batch) -> Submission {
         body_sha256: String::new(),
         body: None,
         batch,
+        workspace: crate::workspaces::WorkspaceName::DEFAULT.to_owned(),
     }
 }
 

@@ -150,7 +150,15 @@ impl AuditStore for MemoryStore {
         Ok(Vec::new())
     }
     async fn pending_operations(&self) -> Result<Vec<Operation>, StoreError> {
-        Err(not_kept())
+        let ops = self
+            .operations
+            .lock()
+            .map_err(|_| StoreError::Other("poisoned".into()))?;
+        Ok(ops
+            .iter()
+            .filter(|op| op.status == crate::audit::OperationStatus::Pending)
+            .cloned()
+            .collect())
     }
     async fn kept_content(&self, _sha256: &str) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(None)
@@ -181,10 +189,11 @@ impl JobStore for MemoryStore {
     async fn get_job(&self, _id: Uuid) -> Result<Option<Job>, StoreError> {
         Err(not_kept())
     }
-    async fn list_jobs(&self, _limit: u32) -> Result<Vec<Job>, StoreError> {
-        Err(not_kept())
-    }
-    async fn list_jobs_of(&self, _caller: &str, _limit: u32) -> Result<Vec<Job>, StoreError> {
+    async fn list_jobs(
+        &self,
+        _filter: &crate::jobs::JobFilter,
+        _limit: u32,
+    ) -> Result<Vec<Job>, StoreError> {
         Err(not_kept())
     }
     async fn stale_jobs(&self, _before: DateTime<Utc>) -> Result<Vec<Job>, StoreError> {

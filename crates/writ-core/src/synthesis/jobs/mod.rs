@@ -116,8 +116,22 @@ impl BatchHandle {
 }
 
 /// The one entry to synthesis: HTTP, MCP and the CLI start every batch here.
+/// The synthesizer of each named workspace (its workspace, its sandbox runner), for a batch
+/// accepted in it and for a job resumed in the workspace it was accepted in.
+#[async_trait::async_trait]
+pub trait WorkspaceSynthesizers: Send + Sync {
+    /// `None` when there is no workspace of that name (it was deleted).
+    async fn synthesizer_for(
+        &self,
+        workspace: &str,
+    ) -> Result<Option<Arc<Synthesizer>>, StoreError>;
+}
+
 pub struct Jobs {
+    /// The synthesizer of `default` (`REPO_DIR`).
     synthesizer: Arc<Synthesizer>,
+    /// Those of the other workspaces; `None`: batches are served in `default` only.
+    workspaces: Option<Arc<dyn WorkspaceSynthesizers>>,
     hub: EventHub,
     /// Every job's events, to the one task that stores them (started with the first batch).
     events: OnceLock<EventQueue>,
@@ -213,6 +227,7 @@ impl Jobs {
     pub fn new(synthesizer: Arc<Synthesizer>, hub: EventHub) -> Self {
         Jobs {
             synthesizer,
+            workspaces: None,
             hub,
             events: OnceLock::new(),
             owner: None,
@@ -225,6 +240,26 @@ impl Jobs {
     pub fn with_leases(mut self, owner: impl Into<String>) -> Self {
         self.owner = Some(Arc::from(owner.into()));
         self
+    }
+
+    /// Batches in named workspaces too, each run by that workspace's synthesizer.
+    pub fn with_workspaces(mut self, workspaces: Arc<dyn WorkspaceSynthesizers>) -> Self {
+        self.workspaces = Some(workspaces);
+        self
+    }
+
+    /// The synthesizer that writes in `workspace`; `None` when there is no such workspace.
+    pub async fn synthesizer_for(
+        &self,
+        workspace: &str,
+    ) -> Result<Option<Arc<Synthesizer>>, StoreError> {
+        if workspace == self.synthesizer.workspace.name() {
+            return Ok(Some(self.synthesizer.clone()));
+        }
+        match &self.workspaces {
+            Some(workspaces) => workspaces.synthesizer_for(workspace).await,
+            None => Ok(None),
+        }
     }
 
     /// This replica's name in job leases, if jobs are leased.
@@ -283,8 +318,27 @@ impl Jobs {
             .await?;
         let count = claimed.len();
         for job in claimed {
-            tracing::warn!(job = %job.job.id, attempt = job.attempts, "resuming a job whose lease lapsed");
-            let synthesizer = self.synthesizer.clone();
+            tracing::warn!(job = %job.job.id, attempt = job.attempts, workspace = %job.job.workspace, "resuming a job whose lease lapsed");
+            // Resumed in the workspace it was accepted in, never in this replica's default.
+            let synthesizer = match self.synthesizer_for(&job.job.workspace).await {
+                Ok(Some(synthesizer)) => synthesizer,
+                Ok(None) => {
+                    let reason = format!(
+                        "not resumed: its workspace '{}' no longer exists",
+                        job.job.workspace
+                    );
+                    resume::fail_claimed(&self.synthesizer, &self.hub, &job, &reason).await;
+                    continue;
+                }
+                Err(e) => {
+                    let _ = self
+                        .synthesizer
+                        .store
+                        .release_lease(job.job.id, &owner, Some(&format!("not resumed: {e}")))
+                        .await;
+                    continue;
+                }
+            };
             let events = self.events();
             let running = self.running.clone();
             let hub = self.hub.clone();
@@ -335,19 +389,25 @@ impl Jobs {
         is_async: bool,
         permit: P,
     ) -> Result<Begun<BatchHandle>, SubmitError> {
-        let prior = match self.synthesizer.prepare(&sub).await? {
+        let synthesizer = self
+            .synthesizer_for(&sub.workspace)
+            .await
+            .map_err(SubmitError::Audit)?
+            .ok_or_else(|| {
+                SubmitError::Unavailable(format!("no workspace named '{}'", sub.workspace))
+            })?;
+        let prior = match synthesizer.prepare(&sub).await? {
             Begun::Replayed(replay) => return Ok(Begun::Replayed(replay)),
             Begun::Fresh(prior) => prior,
         };
         let opening = record::opening(&sub, is_async, self.owner.as_deref());
-        let synthesizer = self.synthesizer.clone();
         let events = self.events();
         let job_id = sub.request_id;
         let (guard, stop) = self.running.enter(job_id);
         let lease = self
             .owner
             .clone()
-            .map(|owner| LeaseHold::new(self.synthesizer.store.clone(), job_id, owner));
+            .map(|owner| LeaseHold::new(synthesizer.store.clone(), job_id, owner));
         let ctx = JobContext {
             owner: self.owner.clone(),
             lease,

@@ -123,6 +123,7 @@ pub(super) async fn plan_resume(
         body_sha256: record.body_sha256.unwrap_or_default(),
         body: Some(body.clone()),
         batch: batch.without(|path| written.contains_key(path.as_str())),
+        workspace: job.workspace.clone(),
     };
     let prior = synthesizer
         .prepare_resumed(&sub)
@@ -340,6 +341,7 @@ mod tests {
             error: None,
             duration_ms: None,
             detail: Some(serde_json::json!({ "change": change })),
+            workspace: "default".into(),
         };
         let result = written_result(&op);
         assert_eq!(result.change, Some(change));

@@ -160,6 +160,7 @@ mod tests {
             scope: None,
             idempotency_key: None,
             body_sha256: None,
+            workspace: "default".into(),
         }
     }
 

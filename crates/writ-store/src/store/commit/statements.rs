@@ -294,7 +294,7 @@ fn push_insert_operations<D: Dialect>(sql: &mut Sql<D>, ops: &[&Operation]) {
     sql.push(
         "INSERT INTO operations (id, request_id, created_at, finished_at, filename, kind, \
          operation, status, chosen_model, selection, arbiter_reason, candidates, \
-         previous_sha256, sha256, bytes, error, duration_ms, detail, caller) VALUES ",
+         previous_sha256, sha256, bytes, error, duration_ms, detail, workspace, caller) VALUES ",
     );
     for (i, op) in ops.iter().enumerate() {
         if i > 0 {
@@ -319,6 +319,12 @@ fn push_insert_operations<D: Dialect>(sql: &mut Sql<D>, ops: &[&Operation]) {
                 .bind(op.error.as_deref())
                 .bind(op.duration_ms)
                 .bind(op.detail.as_ref().map(Json))
+                // Its request's: an operation is always in the workspace its request was made in.
+                .computed(
+                    "COALESCE((SELECT workspace FROM requests WHERE id = ",
+                    op.request_id,
+                    "), 'default')",
+                )
                 .computed(
                     "COALESCE((SELECT caller FROM requests WHERE id = ",
                     op.request_id,
@@ -368,7 +374,7 @@ fn push_one<D: Dialect>(sql: &mut Sql<D>, write: &AuditWrite) {
         AuditWrite::InsertRequest(req) => {
             sql.push(
                 "INSERT INTO requests (id, received_at, route, caller, scope, idempotency_key, \
-                 body_sha256, status) VALUES ",
+                 body_sha256, status, workspace) VALUES ",
             );
             sql.tuple(|row| {
                 row.bind(req.id)
@@ -378,7 +384,8 @@ fn push_one<D: Dialect>(sql: &mut Sql<D>, write: &AuditWrite) {
                     .bind(req.scope.map(|s| s.as_str()))
                     .bind(req.idempotency_key.as_deref())
                     .bind(req.body_sha256.as_deref())
-                    .bind(writ_core::audit::RequestStatus::Running.as_str());
+                    .bind(writ_core::audit::RequestStatus::Running.as_str())
+                    .bind(req.workspace.as_str());
             });
         }
         AuditWrite::FinishRequest {
