@@ -13,7 +13,7 @@ use uuid::Uuid;
 /// What a file is and so what produced its content: a batch's file is `code` (candidate models)
 /// or `image` (the image model); a direct write's content is the caller's (`direct`). The same
 /// type is a batch target's kind, a result's `kind` and an operation's `kind`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FileKind {
     Code,
@@ -24,7 +24,7 @@ pub enum FileKind {
 }
 
 /// How a file's content was chosen, in answers, events and operation records alike.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Selection {
     /// One distinct viable candidate: no arbiter call needed.
@@ -60,7 +60,7 @@ pub enum Selection {
 }
 
 /// What happened to the file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OperationKind {
     Created,
@@ -73,7 +73,7 @@ pub enum OperationKind {
 }
 
 /// Where the operation stands. `Pending` means recorded but the write not yet confirmed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OperationStatus {
     Pending,
@@ -82,7 +82,7 @@ pub enum OperationStatus {
 }
 
 /// Where a request stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RequestStatus {
     Running,
@@ -121,7 +121,7 @@ str_enum!(Selection { SingleCandidate => "single_candidate", Arbiter => "arbiter
 str_enum!(RequestStatus { Running => "running", Success => "success", PartialSuccess => "partial_success", Error => "error" });
 
 /// One model's answer for one file, as recorded and as returned to the caller.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct CandidateRecord {
     pub model: String,
     pub ok: bool,
@@ -165,7 +165,7 @@ pub struct CandidateRecord {
 }
 
 /// One candidate's run of the caller's tests.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ValidationRecord {
     /// Every command exited 0 within its time.
     pub passed: bool,
@@ -180,7 +180,7 @@ pub struct ValidationRecord {
 }
 
 /// One candidate's results on the generated checks.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GeneratedCheckRecord {
     /// Generated tests (those kept) it passed.
     pub passed: usize,
@@ -198,7 +198,7 @@ pub struct GeneratedCheckRecord {
 /// A file's generated checks: who wrote them, what was kept, how the candidates grouped and
 /// what the arbiter was shown. In the answer (`validation.generated_checks`) and in the
 /// operation record (`detail.generated_checks`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GeneratedChecks {
     /// Each test-writing model's call.
     pub writers: Vec<TestWriterCall>,
@@ -221,7 +221,7 @@ pub struct GeneratedChecks {
 }
 
 /// One test-writing model call.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TestWriterCall {
     pub model: String,
     pub ok: bool,
@@ -233,7 +233,7 @@ pub struct TestWriterCall {
 }
 
 /// A generated test file: where it ran (and is kept) and its text.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GeneratedTestFile {
     pub path: String,
     pub model: String,
@@ -241,7 +241,7 @@ pub struct GeneratedTestFile {
 }
 
 /// Candidates that pass the same set of generated tests.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CheckGroup {
     pub models: Vec<String>,
     pub tests_passed: usize,
@@ -251,14 +251,14 @@ pub struct CheckGroup {
 
 /// An input on which two clusters of candidates disagree, with each one's output, and the
 /// arbiter's verdicts in both orders.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DistinguishingInput {
     pub input: String,
     /// Per cluster compared: its candidates' models and their output.
     pub outputs: Vec<ShownOutput>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ShownOutput {
     pub models: Vec<String>,
     pub output: String,
@@ -307,7 +307,7 @@ pub struct RecentOperation {
 }
 
 /// One file touched by one request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Operation {
     pub id: Uuid,
     pub request_id: Uuid,

@@ -6,13 +6,13 @@ use uuid::Uuid;
 pub use crate::audit::Selection;
 use crate::audit::{CandidateRecord, FileKind, OperationKind, RequestStatus};
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Counts {
     pub total: usize,
     pub succeeded: usize,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FileResult {
     pub filename: String,
     /// `code` or `image`.
@@ -47,7 +47,7 @@ pub struct FileResult {
 
 /// The prompt tokens of each part of a code file's candidate prompt (estimated at four
 /// characters a token).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PromptTokensByPart {
     /// The file's description, the batch's task, the imports named, the batch's other files.
     pub task: usize,
@@ -68,7 +68,7 @@ pub struct PromptTokensByPart {
 }
 
 /// A file's outcome against the caller's tests (`options.validation`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FileValidation {
     /// The content chosen (or, with `on_fail: "refuse"`, none) passed every command.
     pub passed: bool,
@@ -109,7 +109,7 @@ impl FileResult {
 }
 
 /// An image file's shape as written, and as the model returned it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ImageInfo {
     pub width: u32,
     pub height: u32,
@@ -132,7 +132,7 @@ impl From<&crate::synthesis::image::ShapedImage> for ImageInfo {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BatchResponse {
     pub status: RequestStatus,
     pub request_id: Uuid,
