@@ -131,7 +131,15 @@ impl Schemas {
             .iter()
             .map(|(name, prop)| {
                 let mut prop = prop.clone();
-                let description = prop.as_object_mut().and_then(|p| p.remove("description"));
+                let description = prop.as_object_mut().and_then(|p| {
+                    // An absent parameter is not `null`: `required: false` already says it may be
+                    // left out.
+                    if p.get("default").is_some_and(Value::is_null) {
+                        p.remove("default");
+                    }
+                    p.remove("nullable");
+                    p.remove("description")
+                });
                 let mut param = json!({
                     "name": name,
                     "in": "query",
