@@ -61,7 +61,9 @@ pub struct UpdateTarget<'a> {
 }
 
 /// How an update answer was given.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum AnswerForm {
     /// SEARCH/REPLACE blocks.

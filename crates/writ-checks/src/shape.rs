@@ -163,7 +163,9 @@ pub fn render(original: &str, new_view: &str) -> String {
 }
 
 /// What a change did to a file: lines added and removed and a unified diff (bounded).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct Change {
     pub lines_added: usize,
     pub lines_removed: usize,

@@ -13,7 +13,7 @@ use uuid::Uuid;
 /// What a file is and so what produced its content: a batch's file is `code` (candidate models)
 /// or `image` (the image model); a direct write's content is the caller's (`direct`). The same
 /// type is a batch target's kind, a result's `kind` and an operation's `kind`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FileKind {
     Code,
@@ -24,7 +24,7 @@ pub enum FileKind {
 }
 
 /// What a model call that was not a candidate was for ([`CallRecord`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CallRole {
     /// The arbiter choosing among whole candidates.
@@ -36,7 +36,7 @@ pub enum CallRole {
 }
 
 /// How a file's content was chosen, in answers, events and operation records alike.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Selection {
     /// One distinct viable candidate: no arbiter call needed.
@@ -72,7 +72,7 @@ pub enum Selection {
 }
 
 /// What happened to the file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OperationKind {
     Created,
@@ -85,7 +85,7 @@ pub enum OperationKind {
 }
 
 /// Where the operation stands. `Pending` means recorded but the write not yet confirmed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OperationStatus {
     Pending,
@@ -94,7 +94,7 @@ pub enum OperationStatus {
 }
 
 /// Where a request stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RequestStatus {
     Running,
@@ -136,7 +136,7 @@ str_enum!(CallRole { Arbiter => "arbiter", TestWriter => "test_writer", Distingu
 /// A model call made for a file that was not a candidate: the arbiter's verdict, a generated
 /// test file, a question about distinguishing inputs. Paid for like a candidate, so spend and
 /// model statistics count it (the operation's `detail.calls`, the file's `calls`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CallRecord {
     pub role: CallRole,
     pub model: String,
@@ -195,7 +195,7 @@ impl CallRecord {
 }
 
 /// One model's answer for one file, as recorded and as returned to the caller.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct CandidateRecord {
     pub model: String,
     pub ok: bool,
@@ -239,7 +239,7 @@ pub struct CandidateRecord {
 }
 
 /// One candidate's run of the caller's tests.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ValidationRecord {
     /// Every command exited 0 within its time.
     pub passed: bool,
@@ -254,7 +254,7 @@ pub struct ValidationRecord {
 }
 
 /// One candidate's results on the generated checks.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GeneratedCheckRecord {
     /// Generated tests (those kept) it passed.
     pub passed: usize,
@@ -272,7 +272,7 @@ pub struct GeneratedCheckRecord {
 /// A file's generated checks: who wrote them, what was kept, how the candidates grouped and
 /// what the arbiter was shown. In the answer (`validation.generated_checks`) and in the
 /// operation record (`detail.generated_checks`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GeneratedChecks {
     /// Each test-writing model's call.
     pub writers: Vec<TestWriterCall>,
@@ -295,7 +295,7 @@ pub struct GeneratedChecks {
 }
 
 /// One test-writing model call.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TestWriterCall {
     pub model: String,
     pub ok: bool,
@@ -307,7 +307,7 @@ pub struct TestWriterCall {
 }
 
 /// A generated test file: where it ran (and is kept) and its text.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GeneratedTestFile {
     pub path: String,
     pub model: String,
@@ -315,7 +315,7 @@ pub struct GeneratedTestFile {
 }
 
 /// Candidates that pass the same set of generated tests.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CheckGroup {
     pub models: Vec<String>,
     pub tests_passed: usize,
@@ -325,14 +325,14 @@ pub struct CheckGroup {
 
 /// An input on which two clusters of candidates disagree, with each one's output, and the
 /// arbiter's verdicts in both orders.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DistinguishingInput {
     pub input: String,
     /// Per cluster compared: its candidates' models and their output.
     pub outputs: Vec<ShownOutput>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ShownOutput {
     pub models: Vec<String>,
     pub output: String,
@@ -385,7 +385,7 @@ pub struct RecentOperation {
 }
 
 /// One file touched by one request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Operation {
     pub id: Uuid,
     pub request_id: Uuid,

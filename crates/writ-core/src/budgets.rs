@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::audit::{CallRecord, CandidateRecord};
 
 /// One key's limits. Every limit is optional; a budget with none limits nothing.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {
     /// Most cost per UTC day.
@@ -77,7 +77,7 @@ impl Spend {
 }
 
 /// A budget's window: the UTC day or the UTC calendar month.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Period {
     Day,
@@ -118,7 +118,7 @@ impl Period {
 }
 
 /// A window's spend beside its limits, as `GET /keys/{id}/spend` shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct WindowSpend {
     pub period: Period,
     pub since: DateTime<Utc>,

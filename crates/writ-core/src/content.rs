@@ -8,7 +8,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// One invalid UTF-8 sequence: where it is and a little of what surrounds it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct InvalidUtf8 {
     /// Byte offset of the first invalid byte.
     pub offset: usize,

@@ -23,7 +23,7 @@ pub struct CommandCall {
 }
 
 /// What one command did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunOutcome {
     /// `None` when it was killed at its timeout.
     pub exit_code: Option<i32>,

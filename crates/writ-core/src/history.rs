@@ -76,7 +76,7 @@ pub struct UndoOptions {
 }
 
 /// What an undo does to one file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum UndoAction {
     /// Written back to the bytes it held before the request.
@@ -88,7 +88,7 @@ pub enum UndoAction {
 }
 
 /// One file of an undo's answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UndoneFile {
     pub path: String,
     pub action: UndoAction,
@@ -104,7 +104,7 @@ pub struct UndoneFile {
 }
 
 /// The answer of an undo.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UndoResponse {
     /// The request this undo is recorded as (undo it to redo); in a dry run, nothing is recorded.
     pub request_id: Uuid,
@@ -117,7 +117,7 @@ pub struct UndoResponse {
 }
 
 /// A file changed since the request, as a refused undo names it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ChangedFile {
     pub path: String,
     /// What the request left (absent: it removed the file).
@@ -140,7 +140,7 @@ pub struct RestoreOptions {
 }
 
 /// The answer of a restore.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RestoreResponse {
     /// The request this restore is recorded as (undo it to take the restore back).
     pub request_id: Uuid,

@@ -109,7 +109,7 @@ pub struct ChatResponse {
 }
 
 /// Why a model call failed. Retryable classes may succeed on another attempt; permanent ones never.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorClass {
     // retryable

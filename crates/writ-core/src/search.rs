@@ -49,7 +49,7 @@ pub enum SearchError {
 }
 
 /// One matching line.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct SearchMatch {
     pub path: String,
     /// 1-based.
@@ -65,7 +65,7 @@ pub struct SearchMatch {
 }
 
 /// Why a search stopped before it had looked at every file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SearchStop {
     MaxMatches,
@@ -73,7 +73,7 @@ pub enum SearchStop {
     TimeLimit,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct SearchResults {
     pub matches: Vec<SearchMatch>,
     pub files_searched: usize,
@@ -89,7 +89,7 @@ pub struct SearchResults {
 }
 
 /// One file of a search's answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct FileMatches {
     pub path: String,
     /// Its lines among the answer's matches.

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::audit::{CallRecord, Operation};
 
 /// One model's figures (for one language, when grouped by language).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ModelStats {
     pub model: String,
     /// The files' language (by extension), when grouped by language.

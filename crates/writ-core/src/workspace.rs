@@ -94,7 +94,7 @@ pub trait SharedLocks: Send + Sync + std::fmt::Debug {
     async fn lock(&self, key: &str) -> Result<SharedLock, crate::audit::StoreError>;
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct DirEntry {
     pub name: String,
     pub size: u64,

@@ -14,7 +14,7 @@ use writ_core::{PathError, StoreError, WorkspaceError};
 /// The machine-readable `code` of an error body. The wire strings are the client's contract:
 /// a variant may be added, but never renamed (the three "too large" spellings stay apart because
 /// clients already match on each).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     AlreadyExists,

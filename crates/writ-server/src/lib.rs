@@ -7,6 +7,7 @@
 //! - [`error`]: the API error type and its JSON body; [`extract`]: extractors that name bad fields.
 //! - [`access`]: what each route requires and who the caller is (a leaf every layer reads);
 //!   [`auth`]: the bearer-key layer over every route; [`limits`]: rate, concurrency and size limits.
+//! - [`openapi`]: the OpenAPI document, generated from the route table and the types.
 //! - [`tools`]: the tools agents call — MCP (`/mcp`, `writ mcp`) and function calling (`/tools`).
 //! - [`edge`]: host and cross-site guard, dashboard headers, protected paths, connection limits.
 //! - [`state`]: what every handler shares ([`state::AppState`]).
@@ -24,6 +25,7 @@ pub mod extract;
 pub mod keys_cli;
 pub mod limits;
 pub mod mcp_sessions;
+pub mod openapi;
 pub mod readiness;
 pub mod routes;
 pub mod service;

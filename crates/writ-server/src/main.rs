@@ -1,5 +1,5 @@
 //! The `writ` binary: `serve` (default), `mcp`, `migrate`, `check`, `keys`, `write`, `ops`, `stats`,
-//! `workspaces`.
+//! `workspaces`, `openapi`.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -77,6 +77,9 @@ enum Command {
     Migrate,
     /// Print a pre-flight report; exit 1 when something a write needs is missing.
     Check,
+    /// Print the OpenAPI document (YAML) generated from the routes and types; openapi.yaml is
+    /// its output (scripts/openapi rewrites it).
+    Openapi,
 }
 
 /// The README's one run command must work offline on a fresh machine: when the embedded model
@@ -121,6 +124,13 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // Needs no settings: the document depends on the code alone.
+    if let Some(Command::Openapi) = cli.command {
+        std::io::stdout()
+            .write_all(writ_server::openapi::yaml().as_bytes())
+            .context("writing the document")?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut settings = Settings::from_env(cli.config.as_deref())?;
     match cli.command.unwrap_or(Command::Serve {
         addr: None,
@@ -193,6 +203,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Command::Openapi => unreachable!("answered before the settings are read"),
         Command::Check => {
             let lines = check::run_checks(&settings).await;
             let ok = check::print_report(&lines, &mut std::io::stdout())?;

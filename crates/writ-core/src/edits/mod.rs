@@ -86,7 +86,7 @@ pub struct Editor {
 }
 
 /// One file of the answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EditedFile {
     pub path: String,
     /// `created`, `updated`, `unchanged` or `deleted` (for a dry run: what would be). A move
@@ -115,7 +115,7 @@ pub struct EditedFile {
 }
 
 /// The answer to an edit request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EditsResponse {
     pub request_id: Uuid,
     pub dry_run: bool,

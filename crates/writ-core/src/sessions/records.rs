@@ -114,7 +114,7 @@ pub struct Correction {
 }
 
 /// The write a finished session made.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SessionReceipt {
     pub path: String,
     pub operation: OperationKind,
@@ -127,7 +127,7 @@ pub struct SessionReceipt {
 }
 
 /// A session as a caller sees it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct SessionView {
     pub id: Uuid,
     pub state: SessionState,

@@ -6,13 +6,13 @@ use uuid::Uuid;
 pub use crate::audit::Selection;
 use crate::audit::{CallRecord, CandidateRecord, FileKind, OperationKind, RequestStatus};
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Counts {
     pub total: usize,
     pub succeeded: usize,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FileResult {
     pub filename: String,
     /// `code` or `image`.
@@ -51,7 +51,7 @@ pub struct FileResult {
 
 /// The prompt tokens of each part of a code file's candidate prompt (estimated at four
 /// characters a token).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PromptTokensByPart {
     /// The file's description, the batch's task, the imports named, the batch's other files.
     pub task: usize,
@@ -72,7 +72,7 @@ pub struct PromptTokensByPart {
 }
 
 /// A file's outcome against the caller's tests (`options.validation`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FileValidation {
     /// The content chosen (or, with `on_fail: "refuse"`, none) passed every command.
     pub passed: bool,
@@ -90,7 +90,7 @@ pub struct FileValidation {
 }
 
 /// The generated tests kept in the workspace (`options.validation.keep_tests`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct KeptTests {
     pub path: String,
     /// The test-writing model whose file was kept: the one whose tests the written file
@@ -113,7 +113,7 @@ pub struct KeptTests {
 }
 
 /// The model calls `options.fanout` saved for a file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FanoutSaved {
     /// Models never asked: a candidate of the first round passed (`first_round`).
     pub not_asked: Vec<String>,
@@ -152,7 +152,7 @@ impl FileResult {
 }
 
 /// An image file's shape as written, and as the model returned it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ImageInfo {
     pub width: u32,
     pub height: u32,
@@ -175,7 +175,7 @@ impl From<&crate::synthesis::image::ShapedImage> for ImageInfo {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BatchResponse {
     pub status: RequestStatus,
     pub request_id: Uuid,

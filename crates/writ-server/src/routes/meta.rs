@@ -16,7 +16,9 @@ use sha2::{Digest, Sha256};
 use crate::readiness::{Check, Readiness};
 use crate::state::AppState;
 
-/// The spec, checked in at the repository root; a test keeps it in step with the routes.
+/// The spec, checked in at the repository root: the output of [`crate::openapi`] (a test
+/// fails when they differ). Served from the file so the route layer does not depend on the
+/// generator, which reads the route table.
 pub const OPENAPI_YAML: &str = include_str!("../../../../openapi.yaml");
 
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);

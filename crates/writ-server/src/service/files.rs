@@ -31,7 +31,7 @@ pub struct ListParams {
     pub dir: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Listing {
     pub dir: String,
     pub entries: Vec<DirEntry>,
@@ -190,9 +190,11 @@ pub struct WriteParams {
     pub commit: Option<bool>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct WriteAnswer {
     pub path: String,
+    /// A direct write that fails answers an error, never `failed`.
+    #[schemars(extend("enum" = ["created", "updated", "unchanged"]))]
     pub operation: String,
     pub bytes: usize,
     pub characters: usize,

@@ -50,7 +50,7 @@ pub struct OperationId {
 }
 
 /// One page of operations, newest first.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct OperationsPage {
     pub operations: Vec<Operation>,
     /// The `cursor` of the next page; `None` on the last.
@@ -59,7 +59,7 @@ pub struct OperationsPage {
 
 /// One operation with the content it wrote: text as `content`, anything else base64-encoded as
 /// `content_base64` (then `content` is null).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct RecordedOperation {
     #[serde(flatten)]
     pub operation: Operation,

@@ -9,7 +9,7 @@ use crate::error::{ApiError, store_error};
 use crate::state::AppState;
 
 /// `GET /keys/{id}/spend`: the key's budget and what it spent this UTC day and month.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct KeySpend {
     pub key_id: String,
     pub budget: Budget,

@@ -27,11 +27,12 @@ pub struct StatsParams {
     /// Up to this RFC 3339 time (default: now).
     pub until: Option<String>,
     /// `model` (default): one row per model; `language`: one per model and language of the file.
+    #[schemars(extend("enum" = ["model", "language"]))]
     pub by: Option<String>,
 }
 
 /// Each model's figures over the window.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct ModelStatsPage {
     pub since: DateTime<Utc>,
     pub until: DateTime<Utc>,

@@ -98,10 +98,11 @@ pub struct Running {
 }
 
 /// The body of a 202: where to follow the job.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
 pub struct AcceptedBatch {
     pub job_id: uuid::Uuid,
     /// Always `queued`: the job's own state is at `location`.
+    #[schemars(extend("enum" = ["queued"]))]
     pub status: &'static str,
     pub location: String,
     pub events: String,

@@ -267,19 +267,27 @@ pub enum WorkspaceSource {
 }
 
 /// A workspace as the API answers it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct WorkspaceInfo {
+    /// A slug: a-z, 0-9 and `-`, 1 to 63 characters, starting with a letter or a digit.
     pub name: String,
+    /// `configured`: `default`, REPO_DIR.
+    #[schemars(extend("enum" = ["configured", "empty", "directory", "git_worktree"]))]
     pub kind: String,
+    /// The absolute path of its root.
     pub root: String,
+    /// The directory (`directory`, as given) or the repository (`git_worktree`, absolute).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// The branch made for it (`git_worktree`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,
+    /// The ref its branch was made at (`git_worktree`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base_ref: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created_at: Option<DateTime<Utc>>,
+    /// The id of the key that made it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created_by: Option<String>,
     /// Whether its requests commit by default; absent: as the server is set.
@@ -304,7 +312,7 @@ impl From<WorkspaceRecord> for WorkspaceInfo {
 }
 
 /// What `DELETE /workspaces/{name}` did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct DeletedWorkspace {
     pub name: String,
     /// Always `false`: the files are kept (a git worktree's branch too); removing them is left
@@ -639,7 +647,7 @@ pub struct MergeWorkspace {
 }
 
 /// What a merge did.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct MergedWorkspace {
     /// The merge's own record in the audit log.
     pub request_id: uuid::Uuid,
@@ -648,6 +656,7 @@ pub struct MergedWorkspace {
     pub branch: String,
     pub into: String,
     /// `up_to_date`, `fast_forward` or `merged` (one merge commit).
+    #[schemars(extend("enum" = ["up_to_date", "fast_forward", "merged"]))]
     pub outcome: &'static str,
     /// The commit `into` now points at (absent when it was already up to date).
     pub commit: Option<String>,

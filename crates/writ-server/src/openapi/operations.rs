@@ -1,0 +1,531 @@
+//! One entry per route of the route table: what the document says of an operation that the
+//! table and the types do not (its summary, parameters and answers), and the parts of the
+//! document that belong to no route. A new route needs an entry in [`operation`]; a new field
+//! of a derived type needs nothing here.
+
+use serde_json::{Map, Value, json};
+
+use writ_core::budgets::Budget;
+use writ_core::edits::{EditsRequest, EditsResponse};
+use writ_core::execution::RunOutcome;
+use writ_core::history::{RestoreOptions, RestoreResponse, UndoOptions, UndoResponse};
+use writ_core::search::SearchResults;
+use writ_core::sessions::{BeginSession, SessionView};
+use writ_core::synthesis::BatchResponse;
+use writ_core::synthesis::batch::WriteCodebaseRequest;
+
+use super::{Op, Schemas, r};
+use crate::routes::write_sessions::Corrections;
+use crate::service::files::{Listing, WriteAnswer};
+use crate::service::operations::{OperationsPage, RecordedOperation};
+use crate::service::run::RunRequest;
+use crate::service::search::SearchParams;
+use crate::service::spend::KeySpend;
+use crate::service::stats::{ModelStatsPage, StatsParams};
+use crate::service::synthesis::AcceptedBatch;
+use crate::service::workspaces::{
+    DeletedWorkspace, MergeWorkspace, MergedWorkspace, WorkspaceInfo,
+};
+
+/// The entry of the route `method path` (axum's path syntax, as in the route table).
+pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op> {
+    Some(match (method, path) {
+        ("GET", "/") => Op::new("dashboard", "The web dashboard (one HTML page; it reads the API below with the key typed into it).")
+            .response("200", json!({"description": "The page.", "content": {"text/html": {"schema": {"type": "string"}}}})),
+        ("GET", "/healthz") => Op::new("healthz", "The process is alive.")
+            .response("200", json!({"description": "Alive.", "content": {"application/json": {"schema": {"type": "object", "required": ["status"], "properties": {"status": {"type": "string", "enum": ["ok"]}}}}}})),
+        ("GET", "/readyz") => Op::new("readyz", "Readiness, one entry per check; 503 when a check that writes need fails.")
+            .json("200", "Ready.", r("Readiness"))
+            .json("503", "Not ready.", r("Readiness")),
+        ("GET", "/metrics") => Op::new("metrics", "Prometheus text exposition.")
+            .response("200", json!({"description": "Metrics.", "content": {"text/plain": {"schema": {"type": "string"}}}})),
+        ("GET", "/openapi.yaml") => Op::new("openapi", "This document.")
+            .response("200", json!({"description": "The OpenAPI document.", "content": {"application/yaml": {"schema": {"type": "object", "description": "The OpenAPI document itself (YAML)."}}}})),
+        ("GET", "/files") => Op::new("listFiles", "List the entries of a directory of the workspace.")
+            .params(s.query::<crate::service::files::ListParams>())
+            .json("200", "The entries, sorted by name.", s.response::<Listing>())
+            .json("422", "The path holds a control or bidirectional formatting character (named by code point).", r("Error"))
+            .errors(&[400, 404, 409]),
+        ("GET", "/files/{*path}") => Op::new("readFile", "Read a file, cut at max_chars characters with a marker saying so.")
+            .param(json!({"name": "path", "in": "path", "required": true, "description": "File path relative to REPO_DIR; may contain slashes.", "schema": {"type": "string"}}))
+            .param(json!({"name": "max_chars", "in": "query", "required": false, "description": "Characters to return (default 10000, at most WRIT_READ_MAX_CHARS, 1000000 by default).", "schema": {"type": "integer", "minimum": 1}}))
+            .response("200", json!({"description": "The content. Text is returned as text/plain (with a final `[writ: … truncated …]` line when\ncut); bytes that are not UTF-8 as application/octet-stream.\n", "headers": {"ETag": {"description": "The file's SHA-256 in quotes; send it back as If-Match. Absent when the file is longer than 4 x max_chars bytes (only its head was read).", "schema": {"type": "string"}}, "x-writ-size-bytes": {"description": "Full size in bytes.", "schema": {"type": "integer"}}, "x-writ-truncated": {"description": "Whether the content was cut.", "schema": {"type": "string", "enum": ["true", "false"]}}}, "content": {"text/plain": {"schema": {"type": "string"}}, "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}))
+            .json("422", "The path holds a control or bidirectional formatting character (named by code point).", r("Error"))
+            .errors(&[400, 404, 409]),
+        ("GET", "/search") => Op::new("searchFiles", "Search the workspace's files for a literal string or a regular expression.")
+            .description(concat!(
+                "Matching lines with their path, line number and `context_lines` lines around each. Files\n",
+                "ignored by `.gitignore`/`.ignore`, `.git`, protected paths (writ's own files,\n",
+                "WRIT_PROTECTED_PATHS), binary files, files over 2 MiB and whatever a symlink leads to are not\n",
+                "searched. A search stops at `max_matches` lines, 100,000 files or 5 seconds and says which in\n",
+                "`stopped`; that is an answer, not an error. A `dir` inside a protected path is 403\n",
+                "`protected_path`. Also the `search_files` tool.\n",
+            ))
+            .params(s.query::<SearchParams>())
+            .json("200", "The matching lines, in path order.", s.response::<SearchResults>())
+            .json("422", "A pattern that does not compile, a bad glob, or a bound out of range (the field is named).", r("Error"))
+            .errors(&[400, 404, 409]),
+        ("PUT", "/files/{*path}") => Op::new("putFile", "Write a file from the raw request body, recording it in the audit log first.")
+            .param(json!({"name": "path", "in": "path", "required": true, "description": "File path relative to REPO_DIR; may contain slashes.", "schema": {"type": "string"}}))
+            .param(json!({"name": "mode", "in": "query", "required": false, "schema": {"type": "string", "enum": ["create", "overwrite", "append"], "default": "overwrite"}, "description": "create fails with 409 if the file exists."}))
+            .param(json!({"name": "on_invalid_utf8", "in": "query", "required": false, "schema": {"type": "string", "enum": ["reject", "replace"], "default": "reject"}, "description": "reject answers 422 listing each invalid byte sequence; replace substitutes U+FFFD."}))
+            .param(json!({"name": "create_dirs", "in": "query", "required": false, "schema": {"type": "boolean", "default": false}, "description": "Create missing parent directories (otherwise 409)."}))
+            .param(json!({"name": "commit", "in": "query", "required": false, "schema": {"type": "boolean"}, "description": "Commit the write, where the workspace is a git repository (docs/history.md). Absent: as the workspace is set (its git_commit, else WRIT_GIT_COMMIT)."}))
+            .param(json!({"name": "If-Match", "in": "header", "required": false, "description": "The SHA-256 the file must still have (hex, optionally quoted); 412 otherwise.", "schema": {"type": "string"}}))
+            .body(json!({"required": true, "content": {"text/plain": {"schema": {"type": "string"}}, "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}))
+            .json("200", "Updated (or unchanged).", s.response::<WriteAnswer>())
+            .json("201", "Created.", s.response::<WriteAnswer>())
+            .json("403", "A protected path (WRIT_PROTECTED_PATHS, or writ's own files inside REPO_DIR), a cross-site browser request, or an API key without the `write` scope (code `insufficient_scope`, shaped as InsufficientScope).", r("Error"))
+            .errors(&[400, 409, 412, 413, 422, 503, 507]),
+        ("POST", "/write_codebase") => Op::new("writeCodebase", "Write up to five files, each chosen among several models' candidates.")
+            .description(concat!(
+                "For each code file every candidate model (CODE_LIST or options.models) is asked at once; the\n",
+                "candidates are extracted, normalised and parsed; one distinct viable candidate is taken as is,\n",
+                "several go to the arbiter (CODE_MODEL), none to the fallback models. Refusals (4xx) happen before\n",
+                "any model is called and before anything is written. HTTP 200 whenever the batch was accepted:\n",
+                "per-file outcomes are in `results`. A file that exists is changed, never rewritten from a cut:\n",
+                "the models see its whole content and answer with SEARCH/REPLACE edits (or a whole file), and a\n",
+                "candidate that elides code, removes definitions the description does not name, or keeps less\n",
+                "than 60 % of the lines is not viable. A file larger than WRIT_MAX_SHOWN_FILE_CHARS, or not\n",
+                "UTF-8, is refused with 422 naming files[i].filename (change it with POST /edits instead).\n",
+                "Each update's result carries `change` (lines added and removed, the unified diff). A code file\n",
+                "that no longer holds its `expected_sha256` refuses the whole batch with 412 naming\n",
+                "files[i].expected_sha256, as POST /edits does; a file that changes while the batch runs fails\n",
+                "alone, in its result.\n",
+            ))
+            .param(json!({"name": "Prefer", "in": "header", "required": false, "description": "`respond-async` answers 202 with a job id at once instead of waiting.", "schema": {"type": "string"}}))
+            .param(json!({"name": "Idempotency-Key", "in": "header", "required": false, "description": "A repeat with the same key and body returns the stored response without calling any model; the same key with another body is 409.", "schema": {"type": "string", "minLength": 1, "maxLength": 255}}))
+            .json_body(s.request::<WriteCodebaseRequest>())
+            .json("402", "`budget_exceeded`: the key has spent a limit of its budget this UTC day or month (`field` names it; `details` holds period, limit_kind, limit, spent, resets_at). Nothing was called.", r("Error"))
+            .response("200", json!({"description": "The batch ran; see each file's result.", "headers": {"idempotent-replayed": {"description": "`true` when this is a stored response replayed for an Idempotency-Key.", "schema": {"type": "string"}}, "x-writ-overhead-ms": {"description": "writ's own time on this batch in milliseconds (3 decimals): its duration minus the critical path of its upstream calls (the slowest file's candidates, arbiter and fallback). Also the Prometheus histogram writ_batch_overhead_seconds.", "schema": {"type": "string", "example": "0.842"}}}, "content": {"application/json": {"schema": s.response::<BatchResponse>()}}}))
+            .response("202", json!({"description": "Accepted to run in the background (`Prefer: respond-async` or `options.async`); follow it at `Location`.", "headers": {"Location": {"description": "/jobs/{id}", "schema": {"type": "string"}}, "Preference-Applied": {"description": "`respond-async` when the request's `Prefer` header asked for it (absent when only `options.async` did).", "schema": {"type": "string"}}}, "content": {"application/json": {"schema": s.response::<AcceptedBatch>()}}}))
+            .json("403", "A cross-site browser request, or an API key without the `write` scope (code `insufficient_scope`, shaped as InsufficientScope).", r("Error"))
+            .errors(&[400, 409, 412, 413, 422, 503]),
+        ("POST", "/edits") => Op::new("postEdits", "Apply str_replace edits or an apply_patch patch to up to five files (changes, additions, deletions, moves), all or nothing.")
+            .description(concat!(
+                "Every file is read and every edit applied in memory first: an edit's old text must match its\n",
+                "file exactly once (fallbacks: ignoring trailing whitespace and indentation, then also reading\n",
+                "typographic dashes, quotes and spaces as ASCII; reported as edit_fallback). If any edit does\n",
+                "not apply, nothing is written and the 422 `edit_failed` names the file and the edit\n",
+                "(details.path, details.edit) and shows the closest lines. With validation, the configured\n",
+                "checks run on a scratch copy with the edits applied (422 `validation_failed` with the output\n",
+                "tail; nothing written; a request that deletes or moves files cannot be validated). Then the\n",
+                "files are written as one recorded group, each only over the content the edits were made from\n",
+                "(412 otherwise), and the deleted files and the sources of moves are removed, each only if it\n",
+                "still holds what was read; if anything is refused, what was done is put back. A deletion is\n",
+                "an operation `deleted` whose kept content is what the file held. A move never replaces a\n",
+                "file (422 if its destination exists). Lines the edits do not touch keep their bytes: line\n",
+                "endings, BOM and final newline stay the file's own; a replaced line keeps its own ending.\n",
+                "Each file's answer and operation record carry the unified diff.\n",
+            ))
+            .json_body(s.request::<EditsRequest>())
+            .json("200", "Every file was changed (or, with dry_run, would be).", s.response::<EditsResponse>())
+            .errors(&[400, 404, 409, 412, 413, 422, 503]),
+        ("POST", "/run") => Op::new("runCommand", "Run a configured command in the sandbox on a scratch of the workspace.")
+            .description(concat!(
+                "The command (a name from WRIT_COMMANDS) runs inside the sandbox: no network, nothing of the host\n",
+                "but system directories (read-only), limits on time, CPU, memory, processes, output and what it\n",
+                "writes (WRIT_RUN_SCRATCH_MB, WRIT_RUN_SCRATCH_FILES), on a scratch of REPO_DIR that is thrown away\n",
+                "afterwards (a copy-on-write overlay where the machine allows it, else a bounded copy) — REPO_DIR\n",
+                "itself never changes. Arguments follow the rules of paths (no control or bidirectional formatting\n",
+                "characters; 422 naming `args[i]`). Recorded in the audit log as an operation of kind `run`. A\n",
+                "failing command is a normal 200 answer with its exit code; 503 when no commands are configured,\n",
+                "the sandbox cannot start here, the run queue is full (code `run_queue_full`, WRIT_RUN_QUEUE, with\n",
+                "`Retry-After`) or REPO_DIR is over the copy bound (code `repository_too_large`, naming\n",
+                "WRIT_RUN_COPY_MAX_MB or WRIT_RUN_COPY_MAX_FILES); 429 `too_many_runs` with `Retry-After` when the\n",
+                "key has WRIT_RUN_MAX_PER_KEY runs in flight. A run whose caller hangs up is stopped and recorded\n",
+                "as failed.\n",
+            ))
+            .json_body(s.request::<RunRequest>())
+            .json("200", "The command ran (whatever its exit code).", s.response::<RunOutcome>())
+            .response("503", json!({"description": "No commands are configured, the sandbox cannot start, the run queue is full (`run_queue_full`, with `Retry-After`), or REPO_DIR is over the copy bound (`repository_too_large`).", "headers": {"Retry-After": {"schema": {"type": "integer"}}}, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}))
+            .errors(&[400, 413, 422]),
+        ("POST", "/write_sessions") => Op::new("beginWriteSession", "Begin a write session for one target file; the content follows as raw chunks.")
+            .description(concat!(
+                "For content the caller already has or that its model streams as plain text: no JSON around it.\n",
+                "The target is checked at once (sandbox path rules, protected paths, parent directory; `create` on an\n",
+                "existing file is 409). Then send the content to /write_sessions/{id}/content in raw chunks and end it\n",
+                "with a line that is exactly DONE, or POST /write_sessions/{id}/finish. Sessions belong to the key\n",
+                "that began them, survive a restart, and expire after WRITE_SESSION_TTL_SECS without activity (recorded\n",
+                "in the audit log). At most WRITE_SESSION_MAX_OPEN open sessions per caller (429 beyond).\n",
+            ))
+            .json_body(s.request::<BeginSession>())
+            .json("201", "The session, awaiting content.", s.response::<SessionView>())
+            .json("403", "A protected target (WRIT_PROTECTED_PATHS, or writ's own files inside REPO_DIR), a cross-site browser request, or an API key without the `write` scope (code `insufficient_scope`, shaped as InsufficientScope).", r("Error"))
+            .errors(&[400, 409, 413, 415, 422, 503]),
+        ("GET", "/write_sessions/{id}") => Op::new("getWriteSession", "A write session's state, counters and, once done, its write's receipt.")
+            .description(concat!(
+                "`awaiting_done_or_more_content` means no chunk came for WRITE_SESSION_IDLE_MS: `message` then holds\n",
+                "the text to relay to the model. `needs_corrections` lists the invalid UTF-8 sequences by byte offset.\n",
+            ))
+            .param(json!({"name": "id", "in": "path", "required": true, "description": "The session id.", "schema": {"type": "string", "format": "uuid"}}))
+            .json("200", "The session.", s.response::<SessionView>())
+            .errors(&[404, 503]),
+        ("POST", "/write_sessions/{id}/content") => Op::new("appendWriteSessionContent", "Append a raw chunk of content to a write session.")
+            .description(concat!(
+                "The body is the chunk itself, never JSON, in any content type; chunks may split anywhere, even inside\n",
+                "a UTF-8 character (the bytes are kept and checked only at finalisation). A chunk after which the\n",
+                "content ends with a line that is exactly DONE finalises the session; that line is not written. A\n",
+                "chunk above WRITE_SESSION_MAX_CHUNK_BYTES, or one that would take the session above\n",
+                "WRITE_SESSION_MAX_BYTES, is 413 and is not kept. Content for a session that is done is 409.\n",
+            ))
+            .param(json!({"name": "id", "in": "path", "required": true, "description": "The session id.", "schema": {"type": "string", "format": "uuid"}}))
+            .body(json!({"required": true, "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}}))
+            .json("200", "The session after the chunk (`done` with its receipt when the chunk ended it with DONE).", s.response::<SessionView>())
+            .json("403", "A protected target (WRIT_PROTECTED_PATHS, or writ's own files inside REPO_DIR), a cross-site browser request, or an API key without the `write` scope (code `insufficient_scope`, shaped as InsufficientScope).", r("Error"))
+            .errors(&[404, 409, 413, 422, 503]),
+        ("POST", "/write_sessions/{id}/finish") => Op::new("finishWriteSession", "Finalise a write session without a DONE line.")
+            .description(concat!(
+                "Checks the content as UTF-8 and writes the file through the same recorded write as PUT /files (the\n",
+                "audit record before the answer), or moves the session to `needs_corrections`. Finishing a session\n",
+                "that is done answers the same receipt again; nothing is written twice.\n",
+            ))
+            .param(json!({"name": "id", "in": "path", "required": true, "description": "The session id.", "schema": {"type": "string", "format": "uuid"}}))
+            .json("200", "The session, `done` with its receipt or `needs_corrections`.", s.response::<SessionView>())
+            .json("403", "A protected target (WRIT_PROTECTED_PATHS, or writ's own files inside REPO_DIR), a cross-site browser request, or an API key without the `write` scope (code `insufficient_scope`, shaped as InsufficientScope).", r("Error"))
+            .errors(&[404, 409, 413, 503]),
+        ("POST", "/write_sessions/{id}/corrections") => Op::new("correctWriteSession", "Correct the invalid UTF-8 sequences a finalisation found, then finalise again.")
+            .description(concat!(
+                "Each correction replaces the invalid sequence starting at `offset` (as the session listed it) with\n",
+                "`replacement`. After three rounds, whatever is still invalid becomes U+FFFD and the file is written.\n",
+            ))
+            .param(json!({"name": "id", "in": "path", "required": true, "description": "The session id.", "schema": {"type": "string", "format": "uuid"}}))
+            .json_body(s.request::<Corrections>())
+            .json("200", "The session, `done` with its receipt or `needs_corrections` again.", s.response::<SessionView>())
+            .json("403", "A protected target (WRIT_PROTECTED_PATHS, or writ's own files inside REPO_DIR), a cross-site browser request, or an API key without the `write` scope (code `insufficient_scope`, shaped as InsufficientScope).", r("Error"))
+            .errors(&[400, 404, 409, 413, 415, 422, 503]),
+        ("GET", "/jobs") => Op::new("listJobs", "Recent batches (jobs), newest first.")
+            .description(concat!(
+                "The key's own jobs; every key's with the `admin` scope (or while auth is off). Only in\n",
+                "the workspaces the key may use; under `/workspaces/{name}/jobs`, only that workspace's.\n",
+            ))
+            .param(json!({"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 20}}))
+            .param(json!({"name": "workspace", "in": "query", "required": false, "description": "Only this workspace's jobs (none for a workspace the key may not use).", "schema": {"type": "string"}}))
+            .response("200", json!({"description": "The jobs, without their response bodies.", "content": {"application/json": {"schema": {"type": "object", "required": ["jobs"], "properties": {"jobs": {"type": "array", "items": {"$ref": "#/components/schemas/Job"}}}}}}}))
+            .errors(&[400, 503]),
+        ("GET", "/jobs/{id}") => Op::new("getJob", "One batch's state and, once done, the same body the synchronous call returns.")
+            .param(json!({"name": "id", "in": "path", "required": true, "description": "The job id", "which is the batch's request id.": null, "schema": {"type": "string", "format": "uuid"}}))
+            .json("200", "The job.", r("Job"))
+            .json("404", "No such job, or another key's (visible only with the `admin` scope).", r("Error"))
+            .errors(&[400, 503]),
+        ("GET", "/jobs/{id}/events") => Op::new("jobEvents", "Server-Sent Events of one batch: queued, file_started, candidate_started, candidate_finished, arbiter_started, arbiter_chose, validation_started, validation_finished, repair_started, checks_generated, agreement_computed, arbiter_asked_inputs, stopped_early, round_started, file_written, file_failed, done.")
+            .description(concat!(
+                "Each event has an `id` (1, 2, 3, … per job) and JSON `data` with a `type` field equal to the\n",
+                "event name. `Last-Event-ID` replays what came after that id. The stream ends after `done`.\n",
+                "Works for synchronous batches too (the job id is the request id). Another key's job is 404\n",
+                "unless the key holds the `admin` scope.\n",
+            ))
+            .param(json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid"}}))
+            .param(json!({"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "integer", "minimum": 0}}))
+            .response("200", json!({"description": "The event stream.", "content": {"text/event-stream": {"schema": {"description": "One server-sent event; `data` is the event as JSON.", "type": "object", "properties": {"id": {"type": "string"}, "event": {"type": "string", "enum": ["queued", "file_started", "candidate_started", "candidate_finished", "arbiter_started", "arbiter_chose", "validation_started", "validation_finished", "repair_started", "checks_generated", "agreement_computed", "arbiter_asked_inputs", "file_written", "file_failed", "done"]}, "data": {"type": "string"}}}}}}))
+            .errors(&[400, 404, 503]),
+        ("GET", "/operations") => Op::new("listOperations", "List operations of the audit log, newest first.")
+            .description(concat!(
+                "The key's own operations; every key's with the `admin` scope (or while auth is off). Only\n",
+                "in the workspaces the key may use; under `/workspaces/{name}/operations`, only that\n",
+                "workspace's.\n",
+            ))
+            .params(s.query::<crate::service::operations::ListParams>())
+            .json("200", "One page.", s.response::<OperationsPage>())
+            .errors(&[400, 503]),
+        ("GET", "/operations/{id}") => Op::new("getOperation", "One operation with the content it wrote.")
+            .description("Another key's operation is 404 unless the key holds the `admin` scope.")
+            .param(json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid"}}))
+            .json("200", "The operation.", s.response::<RecordedOperation>())
+            .errors(&[400, 404, 503]),
+        ("POST", "/operations/{id}/restore") => Op::new("restoreOperation", "Write the content an operation wrote back to its path.")
+            .description(concat!(
+                "Recorded as a new request (its operation's `detail.restore_of` names the operation\n",
+                "restored), so a restore is undone like any request. With `expected_sha256` (the file's\n",
+                "current SHA-256, `absent` if it must not exist) a file changed meanwhile is refused with 412\n",
+                "`precondition_failed`. An operation that wrote no content (a deletion, a failure) is 422;\n",
+                "one whose content the history retention already dropped is 410 `history_expired`.\n",
+            ))
+            .param(json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid"}}))
+            .optional_json_body(s.request::<RestoreOptions>())
+            .json("200", "The content was written back.", s.response::<RestoreResponse>())
+            .errors(&[400, 404, 409, 410, 412, 413, 422, 503]),
+        ("POST", "/requests/{id}/undo") => Op::new("undoRequest", "Put every file a request wrote back as it was before it.")
+            .description(concat!(
+                "Updated files get their previous bytes back exactly (line endings, BOM, final newline),\n",
+                "created files are removed, deleted files (and the sources of moves) come back. All or\n",
+                "nothing: if one file cannot be written, what was already put back is taken back. Recorded\n",
+                "as a new request (each operation's `detail.undo_of` names the request undone) that can be\n",
+                "undone in turn (redo). A file changed since the request (its content is neither what the\n",
+                "request left nor what it found) refuses the undo with 409 `changed_since` naming each such\n",
+                "file in `details.files`, unless `force`: then the answer marks the later changes replaced\n",
+                "(`replaced_later_change`). A request that wrote nothing, or whose files are all back as\n",
+                "they were, answers 200 with an empty `files`. A content the history retention dropped is\n",
+                "410 `history_expired` naming the files. Another key's request is 404 unless the key holds\n",
+                "`admin`. See docs/history.md.\n",
+            ))
+            .param(json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid"}}))
+            .optional_json_body(s.request::<UndoOptions>())
+            .json("200", "The request was undone (or, with dry_run, would be).", s.response::<UndoResponse>())
+            .errors(&[400, 404, 409, 410, 412, 413, 422, 503]),
+        ("GET", "/stats/models") => Op::new("modelStats", "Each model's candidates, viable, chosen, passed validation, cost, tokens and latency over a window of the audit log.")
+            .description(concat!(
+                "Counted from the operations of the window (failed ones too: their candidates were paid for).\n",
+                "A key sees the figures of its own requests; an admin key (or auth off) all of them. At most\n",
+                "20,000 operations are read; a window with more is counted from its newest and says\n",
+                "`truncated`.\n",
+            ))
+            .params(s.query::<StatsParams>())
+            .json("200", "The window and each model's figures, most candidates first.", s.response::<ModelStatsPage>())
+            .errors(&[400, 503]),
+        ("GET", "/keys/{id}/spend") => Op::new("getKeySpend", "What a key spent this UTC day and month, beside its budget.")
+            .description(concat!(
+                "Spend is the cost and tokens (prompt and completion) of every candidate recorded for the\n",
+                "key's operations in the window. Another key's spend is 404 unless the key holds `admin`.\n",
+            ))
+            .param(json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}))
+            .json("200", "The key's budget and spend.", s.response::<KeySpend>())
+            .errors(&[404, 503]),
+        ("PUT", "/keys/{id}/budget") => Op::new("putKeyBudget", "Set (or, with `{}`, remove) what a key may spend per UTC day and month.")
+            .description(concat!(
+                "A batch whose key has reached any limit in the current window is refused with 402\n",
+                "`budget_exceeded` before any model is called; a running batch is never stopped.\n",
+            ))
+            .param(json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}))
+            .json_body(s.request::<Budget>())
+            .json("200", "The key's budget as set, and its spend.", s.response::<KeySpend>())
+            .errors(&[404, 415, 422, 503]),
+        ("POST", "/workspaces") => Op::new("createWorkspace", "Make a named workspace (empty, from a directory, or a git worktree on a new branch).")
+            .description(concat!(
+                "Needs `WRIT_WORKSPACES_DIR` (refused 409 naming it when unset): an empty workspace and a\n",
+                "worktree are made at `<WRIT_WORKSPACES_DIR>/<name>`; a `directory` source is a directory\n",
+                "already beneath it. A `git_worktree` source makes the branch `branch` at `from` (default\n",
+                "`HEAD`) in `repository` (a workspace's name, or a path relative to\n",
+                "`WRIT_WORKSPACES_DIR`) and checks it out there. The workspace is recorded in the store, so\n",
+                "every replica serves it. Nothing is made when a step is refused.\n",
+            ))
+            .json_body(r("WorkspaceCreate"))
+            .json("201", "The workspace made.", s.response::<WorkspaceInfo>())
+            .errors(&[409, 415, 422, 503]),
+        ("GET", "/workspaces") => Op::new("listWorkspaces", "Every workspace, `default` (REPO_DIR) first, then by name.")
+            .response("200", json!({"description": "The workspaces.", "content": {"application/json": {"schema": {"type": "object", "required": ["workspaces"], "properties": {"workspaces": {"type": "array", "items": s.response::<WorkspaceInfo>()}}}}}}))
+            .errors(&[503]),
+        ("GET", "/workspaces/{name}") => Op::new("getWorkspace", "One workspace.")
+            .param(json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}))
+            .json("200", "The workspace.", s.response::<WorkspaceInfo>())
+            .errors(&[404, 503]),
+        ("POST", "/workspaces/{name}/merge") => Op::new("mergeWorkspace", "Merge a git-worktree workspace's branch into another branch of its repository.")
+            .description(concat!(
+                "A fast-forward when `into` has not moved since the branch left it, else one merge commit with\n",
+                "both as parents. When `into` is the branch checked out in the repository, its working tree\n",
+                "follows through a safe checkout. Files both sides changed in ways that do not combine answer\n",
+                "409 `conflict` with each file and its conflicting hunks (details.files) and neither branch\n",
+                "moves. A merge that moved `into` is recorded in the audit log (its request_id). Only a\n",
+                "git_worktree workspace has a branch to merge (422 naming `name`); an unknown `into` is 422\n",
+                "naming `into`.\n",
+            ))
+            .param(json!({"name": "name", "in": "path", "required": true, "description": "A git_worktree workspace.", "schema": {"type": "string"}}))
+            .json_body(s.request::<MergeWorkspace>())
+            .json("200", "Merged (or already up to date).", s.response::<MergedWorkspace>())
+            .errors(&[400, 404, 409, 422, 503]),
+        ("DELETE", "/workspaces/{name}") => Op::new("deleteWorkspace", "Forget a workspace; its files are kept.")
+            .description(concat!(
+                "The workspace is no longer served (404 inside it from then on). Its files are never\n",
+                "removed; for a git worktree, git's record of the worktree is pruned and its branch is\n",
+                "kept. `default` cannot be deleted (409). Nor can a workspace while jobs run in it (on any\n",
+                "replica): 409, the message naming the job ids, `details.running_jobs` listing them.\n",
+            ))
+            .param(json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}))
+            .json("200", "What was done.", s.response::<DeletedWorkspace>())
+            .errors(&[404, 409, 503]),
+        ("GET", "/workspaces/{name}/{*rest}") => Op::new("getInWorkspace", "`GET /files`, `/files/{path}`, `/search`, `/jobs`, `/jobs/{id}`, `/jobs/{id}/events`, `/operations`, `/operations/{id}` or `/write_sessions/{id}`, in the workspace `name`.")
+            .description(concat!(
+                "Answers as the route `/{rest}` does, with every path relative to the workspace's root\n",
+                "and confined beneath it. The scope of the route inside is required (403 otherwise). A\n",
+                "workspace that does not exist, or that the key may not use, answers 404. The listings\n",
+                "(jobs, operations) show that workspace's records only, and a job, event stream,\n",
+                "operation or write session of another workspace answers 404. The routes not served\n",
+                "inside a workspace (`/tools`, `/mcp`, `/stats`, `/keys`, `/metrics`) answer 404.\n",
+            ))
+            .param(json!({"name": "name", "in": "path", "required": true, "description": "The workspace; `default` is REPO_DIR.", "schema": {"type": "string"}}))
+            .param(json!({"name": "rest", "in": "path", "required": true, "description": "The route inside: `files`, `files/{path}`, `search` or `edits`.", "schema": {"type": "string"}}))
+            .response("200", json!({"description": "As the route inside.", "content": {"application/json": {"schema": {}}}}))
+            .response("403", json!({"$ref": "#/components/responses/Forbidden"}))
+            .errors(&[404]),
+        ("PUT", "/workspaces/{name}/{*rest}") => Op::new("putInWorkspace", "`PUT /files/{path}` in the workspace `name`.")
+            .param(json!({"name": "name", "in": "path", "required": true, "description": "The workspace; `default` is REPO_DIR.", "schema": {"type": "string"}}))
+            .param(json!({"name": "rest", "in": "path", "required": true, "description": "The route inside: `files`, `files/{path}`, `search` or `edits`.", "schema": {"type": "string"}}))
+            .body(json!({"required": true, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}))
+            .response("200", json!({"description": "As the route inside.", "content": {"application/json": {"schema": {}}}}))
+            .response("201", json!({"description": "As the route inside.", "content": {"application/json": {"schema": {}}}}))
+            .response("403", json!({"$ref": "#/components/responses/Forbidden"}))
+            .errors(&[404]),
+        ("POST", "/workspaces/{name}/{*rest}") => Op::new("postInWorkspace", "`POST /edits`, `/write_codebase`, `/run`, `/write_sessions` (and its content, finish and corrections), `/operations/{id}/restore` or `/requests/{id}/undo`, in the workspace `name`.")
+            .description(concat!(
+                "A batch accepted here runs in the workspace: its context, repository map and search read\n",
+                "that workspace only, it writes there only, and its job (`location`:\n",
+                "`/workspaces/{name}/jobs/{id}`) is resumed there by any replica. A run's sandbox sees that\n",
+                "workspace only. A write session is found only in the workspace it was begun in; an undo or\n",
+                "restore only of a request or operation made in it.\n",
+            ))
+            .param(json!({"name": "name", "in": "path", "required": true, "description": "The workspace; `default` is REPO_DIR.", "schema": {"type": "string"}}))
+            .param(json!({"name": "rest", "in": "path", "required": true, "description": "The route inside: `files`, `files/{path}`, `search` or `edits`.", "schema": {"type": "string"}}))
+            .body(json!({"required": true, "content": {"application/json": {"schema": {"type": "object"}}}}))
+            .response("200", json!({"description": "As the route inside.", "content": {"application/json": {"schema": {}}}}))
+            .response("201", json!({"description": "As the route inside.", "content": {"application/json": {"schema": {}}}}))
+            .response("202", json!({"description": "As the route inside (an async batch).", "content": {"application/json": {"schema": {}}}}))
+            .response("403", json!({"$ref": "#/components/responses/Forbidden"}))
+            .errors(&[404]),
+        ("GET", "/tools") => Op::new("listTools", "The tools agents call, as a provider's function declarations.")
+            .description(concat!(
+                "The same tools as MCP (`/mcp`, `writ mcp`): write_codebase, list_files, read_file, search_files, write_file,\n",
+                "list_operations, get_operation. Their input schemas are generated from the request types the\n",
+                "HTTP API parses. `openai`: `[{\"type\": \"function\", \"function\": {\"name\", \"description\",\n",
+                "\"parameters\"}}]`; `anthropic`: `[{\"name\", \"description\", \"input_schema\"}]`; `gemini`:\n",
+                "`{\"functionDeclarations\": [{\"name\", \"description\", \"parameters\"}]}` in Gemini's schema subset\n",
+                "(no `$ref`, no `additionalProperties`, `nullable` for optional values).\n",
+            ))
+            .param(json!({"name": "format", "in": "query", "required": false, "schema": {"type": "string", "enum": ["openai", "anthropic", "gemini"], "default": "openai"}}))
+            .response("200", json!({"description": "The declarations (an array for openai and anthropic, an object for gemini).", "content": {"application/json": {"schema": {"oneOf": [{"type": "array", "items": {"type": "object"}}, {"type": "object", "required": ["functionDeclarations"], "properties": {"functionDeclarations": {"type": "array", "items": {"type": "object"}}}}]}}}}))
+            .errors(&[400]),
+        ("POST", "/tools/call") => Op::new("callTool", "Run one tool call as a provider returned it.")
+            .description(concat!(
+                "Runs the call through the same dispatcher as MCP. `arguments` may be an object or a string\n",
+                "holding one (as OpenAI returns it); `input` (Anthropic) and `args` (Gemini) are accepted too.\n",
+                "A string that is not complete JSON (a streamed call cut short) is refused with 422 naming where\n",
+                "it broke off and what was expected, and nothing is done. Every answer, error or not, carries\n",
+                "`content`: the text to hand back to the model as the tool's result. Errors are the HTTP API's\n",
+                "own (same code, message, field and status).\n",
+            ))
+            .json_body(r("ToolCall"))
+            .response("403", json!({"$ref": "#/components/responses/ToolError"}))
+            .response("200", json!({"description": "The tool ran.", "content": {"application/json": {"schema": {"type": "object", "required": ["content", "result"], "properties": {"content": {"type": "string", "description": "Text for the model."}, "result": {"description": "The tool's answer as the HTTP API gives it."}}}}}}))
+            .response("400", json!({"$ref": "#/components/responses/ToolError"}))
+            .response("404", json!({"$ref": "#/components/responses/ToolError"}))
+            .response("409", json!({"$ref": "#/components/responses/ToolError"}))
+            .response("412", json!({"$ref": "#/components/responses/ToolError"}))
+            .response("413", json!({"$ref": "#/components/responses/ToolError"}))
+            .response("415", json!({"$ref": "#/components/responses/ToolError"}))
+            .response("422", json!({"$ref": "#/components/responses/ToolError"}))
+            .response("503", json!({"$ref": "#/components/responses/ToolError"}))
+            .response("507", json!({"$ref": "#/components/responses/ToolError"})),
+        ("POST", "/mcp") => Op::new("mcpPost", "MCP over streamable HTTP (JSON-RPC messages from the client).")
+            .description(concat!(
+                "The Model Context Protocol's streamable HTTP transport, served by the official Rust SDK (rmcp)\n",
+                "with the same tools as `/tools`. Behind the same API keys and limits as every route. Without\n",
+                "API keys and on a loopback address only loopback `Host` headers are accepted. A session belongs\n",
+                "to the key that opened it: a request naming another key's `Mcp-Session-Id` is 404.\n",
+            ))
+            .response("202", json!({"description": "A notification or response was accepted (no body)."}))
+            .response("default", json!({"$ref": "#/components/responses/Mcp"})),
+        ("GET", "/mcp") => Op::new("mcpGet", "MCP over streamable HTTP (the server's message stream of a session).")
+            .response("202", json!({"description": "A notification or response was accepted (no body)."}))
+            .response("default", json!({"$ref": "#/components/responses/Mcp"})),
+        ("DELETE", "/mcp") => Op::new("mcpDelete", "MCP over streamable HTTP (ends a session).")
+            .response("202", json!({"description": "A notification or response was accepted (no body)."}))
+            .response("default", json!({"$ref": "#/components/responses/Mcp"})),
+
+        _ => return None,
+    })
+}
+
+pub(super) fn info() -> Value {
+    json!({
+        "title": "writ",
+        "version": "0.1.0",
+        "description": "Multi-model code synthesis service. Direct file routes read and write files under the\nsandboxed REPO_DIR (content travels as the raw body, never inside JSON); every write is\nrecorded in the audit log before it is acknowledged.\n\nEvery route may answer 421 `host_not_allowed` while no API key exists and the Host is not a\nloopback name or in WRIT_ALLOWED_HOSTS; while the audit store has not answered for\nWRIT_AUTH_FAIL_CLOSED_AFTER_SECS without keys, every route but the probes answers 503\n`auth_unavailable`.\n"
+    })
+}
+
+pub(super) fn security_schemes() -> Value {
+    json!({
+        "bearer": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API key `writ_<id>_<secret>`; required only when keys are configured. Each key holds\nscopes (see the `Scope` schema), set when it is issued (`writ keys create --scopes\nread,write`; the default is `read,write`) or in its `WRIT_API_KEYS` entry\n(`id:sha256hex:read+write`). Each operation names the scope it requires in\n`x-writ-scope`: `read` for every GET, `write` for `PUT /files/{path}` and\n`POST /write_codebase`, `run` for `POST /run`. On `/tools/call` and `/mcp` the tool called\ndecides: `read_file`, `list_files`, `search_files`, `list_operations`, `get_operation` need `read`;\n`write_file` and `write_codebase` need `write`. `admin` is required to manage workspaces\n(`/workspaces`) and budgets; it also widens what a key sees: jobs, job events and operations are the key's own unless it holds `admin`\n(keys themselves are managed with `writ keys` on the database). A key may be bound to workspaces\n(`writ keys create --workspace NAME`): any other workspace, `default`'s routes included,\nanswers it 404 as one that does not exist. A key issued\nbefore scopes existed (or an entry without scopes) holds `read,write,run`. A key without\nthe scope is answered 403 `insufficient_scope` (over MCP: a tool result with `isError`).\n"
+        }
+    })
+}
+
+pub(super) fn responses() -> Value {
+    json!({
+        "Unauthorized": {
+            "description": "No valid API key (missing, malformed, unknown, revoked); `WWW-Authenticate` says Bearer.",
+            "headers": {
+                "WWW-Authenticate": {
+                    "schema": {
+                        "type": "string"
+                    }
+                }
+            },
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "$ref": "#/components/schemas/Error"
+                    }
+                }
+            }
+        },
+        "TooManyRequests": {
+            "description": "This key's rate (WRIT_RATE_LIMIT_PER_MIN) or running batches (WRIT_MAX_BATCHES_PER_KEY) are used up; `Retry-After` says when to retry.",
+            "headers": {
+                "Retry-After": {
+                    "schema": {
+                        "type": "integer"
+                    }
+                }
+            },
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "$ref": "#/components/schemas/Error"
+                    }
+                }
+            }
+        },
+        "Forbidden": {
+            "description": "The API key lacks the scope this operation requires (code `insufficient_scope`); the message and `details` name the scope needed and the scopes the key holds, never the key.",
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "$ref": "#/components/schemas/InsufficientScope"
+                    }
+                }
+            }
+        },
+        "Error": {
+            "description": "An error; the body names the field at fault when there is one.",
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "$ref": "#/components/schemas/Error"
+                    }
+                }
+            }
+        },
+        "ToolError": {
+            "description": "The tool call was refused or failed; `content` says so for the model.",
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "$ref": "#/components/schemas/ToolCallError"
+                    }
+                }
+            }
+        },
+        "Mcp": {
+            "description": "A JSON-RPC answer or an SSE stream as the MCP specification describes, or the transport's refusal (writ's error body, code `mcp_transport`).",
+            "content": {
+                "application/json": {
+                    "schema": {}
+                },
+                "text/event-stream": {
+                    "schema": {
+                        "type": "string"
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// The schemas not derived from a type (yet): written here, by name.
+pub(super) fn written_schemas() -> Map<String, Value> {
+    let text = include_str!("written_schemas.yaml");
+    yaml_serde::from_str(text).unwrap_or_else(|e| panic!("openapi/written_schemas.yaml: {e}"))
+}
