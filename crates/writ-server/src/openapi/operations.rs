@@ -217,7 +217,7 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
             ))
             .param(json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid"}}))
             .param(json!({"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "integer", "minimum": 0}}))
-            .response("200", json!({"description": "The event stream.", "content": {"text/event-stream": {"schema": {"description": "One server-sent event; `data` is the event as JSON.", "type": "object", "properties": {"id": {"type": "string"}, "event": {"type": "string", "enum": ["queued", "file_started", "candidate_started", "candidate_finished", "arbiter_started", "arbiter_chose", "validation_started", "validation_finished", "repair_started", "checks_generated", "agreement_computed", "arbiter_asked_inputs", "file_written", "file_failed", "done"]}, "data": {"type": "string"}}}}}}))
+            .response("200", json!({"description": "The event stream.", "content": {"text/event-stream": {"schema": {"description": "One server-sent event; `data` is the event as JSON.", "type": "object", "properties": {"id": {"type": "string"}, "event": {"type": "string", "enum": ["queued", "file_started", "candidate_started", "candidate_finished", "arbiter_started", "arbiter_chose", "validation_started", "validation_finished", "repair_started", "checks_generated", "agreement_computed", "arbiter_asked_inputs", "stopped_early", "round_started", "file_written", "file_failed", "done"]}, "data": {"type": "string"}}}}}}))
             .errors(&[400, 404, 503]),
         ("GET", "/operations") => Op::new("listOperations", "List operations of the audit log, newest first.")
             .description(concat!(
