@@ -826,7 +826,7 @@ async fn two_agents_each_run_a_batch_in_their_own_workspace_and_see_only_its_rec
         (&t.b, format!("/workspaces/b/jobs/{a_job}/events")),
         (&t.b, format!("/workspaces/a/jobs/{a_job}")),
         (&t.b, format!("/workspaces/b/operations/{a_op}")),
-        (&t.b, format!("/workspaces/a/operations")),
+        (&t.b, "/workspaces/a/operations".to_string()),
         (&t.a, format!("/workspaces/a/jobs/{b_job}")),
         (&t.a, format!("/jobs/{a_job}")),
     ] {

@@ -158,6 +158,33 @@ pub trait WorkspaceStore: Send + Sync {
     async fn delete_workspace(&self, name: &str) -> Result<bool, StoreError>;
 }
 
+/// Every workspace by name, opened: what must reach a workspace it was not handed — a pending
+/// write settled after a crash, a job resumed on another replica — finds it here by the name its
+/// record carries.
+#[async_trait]
+pub trait WorkspaceOpener: Send + Sync {
+    /// The workspace named `name`, opened; `None` when there is none of that name (it was
+    /// deleted).
+    async fn open_workspace(
+        &self,
+        name: &str,
+    ) -> Result<Option<std::sync::Arc<dyn crate::Workspace>>, StoreError>;
+}
+
+/// One workspace alone (unit tests, and a process that serves only `REPO_DIR`): it answers for
+/// its own name and no other.
+pub struct OnlyWorkspace(pub std::sync::Arc<dyn crate::Workspace>);
+
+#[async_trait]
+impl WorkspaceOpener for OnlyWorkspace {
+    async fn open_workspace(
+        &self,
+        name: &str,
+    ) -> Result<Option<std::sync::Arc<dyn crate::Workspace>>, StoreError> {
+        Ok((self.0.name() == name).then(|| self.0.clone()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,32 +225,5 @@ mod tests {
                 .unwrap_err()
                 .contains("'svn'")
         );
-    }
-}
-
-/// Every workspace by name, opened: what must reach a workspace it was not handed — a pending
-/// write settled after a crash, a job resumed on another replica — finds it here by the name its
-/// record carries.
-#[async_trait]
-pub trait WorkspaceOpener: Send + Sync {
-    /// The workspace named `name`, opened; `None` when there is none of that name (it was
-    /// deleted).
-    async fn open_workspace(
-        &self,
-        name: &str,
-    ) -> Result<Option<std::sync::Arc<dyn crate::Workspace>>, StoreError>;
-}
-
-/// One workspace alone (unit tests, and a process that serves only `REPO_DIR`): it answers for
-/// its own name and no other.
-pub struct OnlyWorkspace(pub std::sync::Arc<dyn crate::Workspace>);
-
-#[async_trait]
-impl WorkspaceOpener for OnlyWorkspace {
-    async fn open_workspace(
-        &self,
-        name: &str,
-    ) -> Result<Option<std::sync::Arc<dyn crate::Workspace>>, StoreError> {
-        Ok((self.0.name() == name).then(|| self.0.clone()))
     }
 }

@@ -293,9 +293,9 @@ impl Synthesizer {
             file: fcx.file.path.to_string(),
         });
         match fcx.file.kind {
-            TargetKind::Image => {
-                Stage::Done(generate_image(self.models.as_ref(), &self.config, fcx).await)
-            }
+            TargetKind::Image => Stage::Done(Box::new(
+                generate_image(self.models.as_ref(), &self.config, fcx).await,
+            )),
             TargetKind::Code => {
                 match generate(
                     self.models.as_ref(),
@@ -307,7 +307,7 @@ impl Synthesizer {
                 .await
                 {
                     Ok(generated) => Stage::Generated(Box::new(generated)),
-                    Err(error) => Stage::Done(Produced::failed(error, Vec::new())),
+                    Err(error) => Stage::Done(Box::new(Produced::failed(error, Vec::new()))),
                 }
             }
         }

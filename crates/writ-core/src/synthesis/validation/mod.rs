@@ -127,7 +127,7 @@ impl PassCheck for CallerTests<'_> {
 /// What a code file brings to validation: its candidates, or its outcome already.
 pub(crate) enum Stage {
     Generated(Box<Generated>),
-    Done(Produced),
+    Done(Box<Produced>),
 }
 
 /// Validation and selection for every file of the batch at once; see the module docs.
@@ -144,7 +144,7 @@ pub(crate) async fn select_validated(
         return stages
             .into_iter()
             .map(|s| match s {
-                Stage::Done(p) => p,
+                Stage::Done(p) => *p,
                 Stage::Generated(g) => Produced::failed(why, records_of(&g)),
             })
             .collect();
@@ -155,7 +155,7 @@ pub(crate) async fn select_validated(
     for (position, (stage, file)) in stages.into_iter().zip(cx.batch.files()).enumerate() {
         match stage {
             Stage::Done(p) => {
-                done.push(Some(p));
+                done.push(Some(*p));
                 slot_of.push(None);
             }
             Stage::Generated(g) => {
