@@ -304,6 +304,49 @@ async fn a_workspace_set_to_commit_commits_its_requests_unless_one_says_no() {
 }
 
 #[tokio::test]
+async fn a_batch_in_a_workspace_commits_in_that_workspaces_repository_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    repository_with_the_users_work(&repo, &[]);
+    let root = dir.path().to_str().unwrap().to_owned();
+    let app =
+        spawn_app_with_models_and(Backend::Sqlite, &[("WRIT_WORKSPACES_DIR", root.as_str())]).await;
+    repository_with_the_users_work(&app.repo_dir, &[]);
+    script_models(&app);
+    let (status, made) = app
+        .post_json(
+            "/workspaces",
+            &json!({"name": "team", "source": {"kind": "directory", "path": "repo"}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+
+    let (status, batch) = app
+        .post_json(
+            "/workspaces/team/write_codebase",
+            &two_files(json!({"commit": true})),
+        )
+        .await;
+
+    assert_eq!(status, 200, "{batch}");
+    assert_eq!(batch["succeeded"], 2, "{batch}");
+    assert!(batch["commit"].is_string(), "{batch}");
+    assert_eq!(
+        commits(&repo),
+        2,
+        "one commit in the workspace's repository"
+    );
+    assert_eq!(changed_in_head(&repo), ["calc.py", "src/util.py"]);
+    assert_eq!(
+        commits(&app.repo_dir),
+        1,
+        "REPO_DIR's repository is not touched"
+    );
+    assert!(!app.repo_dir.join("calc.py").exists());
+}
+
+#[tokio::test]
 async fn a_write_session_that_asks_commits_its_file_when_it_writes_it() {
     let (settings, dirs) = test_settings_with(Backend::Sqlite, &[]).await;
     let app = spawn_with(settings, dirs, Backend::Sqlite).await;

@@ -225,10 +225,12 @@ impl Synthesizer {
     /// The same synthesizer writing in another workspace, its caller's tests run by `commands`
     /// (a runner over that workspace): every batch reads its context, map and search from the
     /// workspace it writes in, and nothing else.
+    /// `committer` commits in that workspace's repository (`None`: its batches never commit).
     pub fn in_workspace(
         &self,
         workspace: Arc<dyn Workspace>,
         commands: Option<Arc<dyn CommandRunner>>,
+        committer: Option<Arc<dyn crate::commits::Committer>>,
     ) -> Self {
         Synthesizer {
             models: self.models.clone(),
@@ -236,7 +238,7 @@ impl Synthesizer {
             workspace,
             config: self.config.clone(),
             commands,
-            committer: self.committer.clone(),
+            committer,
         }
     }
 

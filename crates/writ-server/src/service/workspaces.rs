@@ -97,6 +97,17 @@ impl Workspaces {
         Ok(Some(opened.clone()))
     }
 
+    /// What commits a request's files in `workspace`'s repository: its own setting, else the
+    /// server's (`WRIT_GIT_COMMIT`). A batch in a named workspace commits there, never in
+    /// `REPO_DIR`'s repository.
+    pub fn committer_for(&self, workspace: &dyn Workspace) -> crate::service::git::GitCommitter {
+        let root = workspace.root().to_path_buf();
+        let by_default = self
+            .git_commit_of(&root)
+            .unwrap_or(self.settings.git_commit);
+        crate::service::git::GitCommitter::new(root, by_default, self.store.clone())
+    }
+
     /// The `git_commit` setting of the opened workspace whose root is `root`; `None` for
     /// `default` and for a workspace without one (the server's setting applies).
     pub fn git_commit_of(&self, root: &Path) -> Option<bool> {
@@ -181,7 +192,12 @@ impl writ_core::synthesis::jobs::WorkspaceSynthesizers for Synthesizers {
         }
         let commands = runner_in(self.commands.as_ref(), workspace.as_ref())
             .map(|c| c as Arc<dyn writ_core::execution::CommandRunner>);
-        let built = Arc::new(self.base.in_workspace(workspace.clone(), commands));
+        let committer = self.workspaces.committer_for(workspace.as_ref());
+        let built = Arc::new(self.base.in_workspace(
+            workspace.clone(),
+            commands,
+            Some(Arc::new(committer)),
+        ));
         self.built.insert(name, workspace, built.clone());
         Ok(Some(built))
     }
