@@ -97,17 +97,6 @@ impl Workspaces {
         Ok(Some(opened.clone()))
     }
 
-    /// What commits a request's files in `workspace`'s repository: its own setting, else the
-    /// server's (`WRIT_GIT_COMMIT`). A batch in a named workspace commits there, never in
-    /// `REPO_DIR`'s repository.
-    pub fn committer_for(&self, workspace: &dyn Workspace) -> crate::service::git::GitCommitter {
-        let root = workspace.root().to_path_buf();
-        let by_default = self
-            .git_commit_of(&root)
-            .unwrap_or(self.settings.git_commit);
-        crate::service::git::GitCommitter::new(root, by_default, self.store.clone())
-    }
-
     /// The `git_commit` setting of the opened workspace whose root is `root`; `None` for
     /// `default` and for a workspace without one (the server's setting applies).
     pub fn git_commit_of(&self, root: &Path) -> Option<bool> {
@@ -163,6 +152,10 @@ impl writ_core::workspaces::WorkspaceOpener for Workspaces {
     }
 }
 
+/// Builds the committer of a workspace (made where the git support is wired: `startup`).
+pub type CommitterFor =
+    Arc<dyn Fn(&dyn Workspace) -> Arc<dyn writ_core::commits::Committer> + Send + Sync>;
+
 /// The synthesizer of each named workspace: `default`'s, writing in that workspace, its
 /// caller's tests run by a sandbox runner over its root (sharing the one run queue). Built once
 /// per workspace, at its first batch (or the first job resumed in it).
@@ -170,6 +163,9 @@ pub struct Synthesizers {
     pub workspaces: Arc<Workspaces>,
     pub base: Arc<writ_core::synthesis::Synthesizer>,
     pub commands: Option<Arc<writ_sandbox::SandboxRunner>>,
+    /// What commits a batch's files in a workspace's own repository (never in `REPO_DIR`'s),
+    /// as its `git_commit` says, else the server.
+    pub committer_for: CommitterFor,
     pub built: BuiltPer<Arc<writ_core::synthesis::Synthesizer>>,
 }
 
@@ -192,12 +188,11 @@ impl writ_core::synthesis::jobs::WorkspaceSynthesizers for Synthesizers {
         }
         let commands = runner_in(self.commands.as_ref(), workspace.as_ref())
             .map(|c| c as Arc<dyn writ_core::execution::CommandRunner>);
-        let committer = self.workspaces.committer_for(workspace.as_ref());
-        let built = Arc::new(self.base.in_workspace(
-            workspace.clone(),
-            commands,
-            Some(Arc::new(committer)),
-        ));
+        let committer = (self.committer_for)(workspace.as_ref());
+        let built = Arc::new(
+            self.base
+                .in_workspace(workspace.clone(), commands, Some(committer)),
+        );
         self.built.insert(name, workspace, built.clone());
         Ok(Some(built))
     }

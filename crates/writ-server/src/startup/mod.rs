@@ -151,10 +151,21 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         );
     }
     let jobs = synthesizer.map(|synthesizer| {
+        let (registry, audit, server_default) =
+            (workspaces.clone(), store.clone(), settings.git_commit);
         let per_workspace = crate::service::workspaces::Synthesizers {
             workspaces: workspaces.clone(),
             base: synthesizer.clone(),
             commands: commands.clone(),
+            committer_for: Arc::new(move |workspace| {
+                let root = workspace.root().to_path_buf();
+                let by_default = registry.git_commit_of(&root).unwrap_or(server_default);
+                Arc::new(crate::service::git::GitCommitter::new(
+                    root,
+                    by_default,
+                    audit.clone(),
+                ))
+            }),
             built: Default::default(),
         };
         let jobs = Jobs::new(synthesizer, hub.clone()).with_workspaces(Arc::new(per_workspace));
