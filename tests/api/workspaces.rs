@@ -41,6 +41,21 @@ async fn create(app: &TestApp, body: Value) -> (u16, Value) {
     (r.status().as_u16(), r.json().await.unwrap())
 }
 
+/// Empty workspaces named `names`, made with the admin key `admin`.
+async fn make_empty(app: &TestApp, admin: &str, names: &[&str]) {
+    for name in names {
+        let r = app
+            .client
+            .post(app.url("/workspaces"))
+            .bearer_auth(admin)
+            .json(&json!({"name": name}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201, "workspace {name}");
+    }
+}
+
 async fn put(app: &TestApp, path: &str, content: &str) -> u16 {
     let r = app
         .client
@@ -493,17 +508,7 @@ async fn a_key_bound_to_a_workspace_finds_no_other_anywhere() {
         }
         async move { rb.send().await.unwrap().status().as_u16() }
     };
-    for name in ["a", "b"] {
-        let r = app
-            .client
-            .post(app.url("/workspaces"))
-            .bearer_auth(&admin.key)
-            .json(&json!({"name": name}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201);
-    }
+    make_empty(&app, &admin.key, &["a", "b"]).await;
 
     assert_eq!(
         send(&a.key, "PUT", "/workspaces/a/files/mine.txt").await,
@@ -674,17 +679,7 @@ async fn agents(backend: Backend) -> Agents {
     drop(store);
     let mut app = writ_tests::spawn_with(settings, dirs, backend).await;
     app.fake = Some(fake);
-    for name in ["a", "b"] {
-        let r = app
-            .client
-            .post(app.url("/workspaces"))
-            .bearer_auth(&admin.key)
-            .json(&json!({"name": name}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201);
-    }
+    make_empty(&app, &admin.key, &["a", "b"]).await;
     Agents {
         app,
         dir,
