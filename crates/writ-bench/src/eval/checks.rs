@@ -721,26 +721,25 @@ pub async fn run(opts: &Options) -> anyhow::Result<(Vec<CheckTask>, Vec<Outcome>
     if !opts.only.is_empty() {
         set.retain(|t| opts.only.contains(&t.id));
     }
-    let script = json!({"models": {ARBITER: {"then": {"kind": "verdict", "choice": 1, "reason": "the first one"}}}});
-    let fake = Fake::start_with(&opts.bin_dir, &script).await?;
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(300))
-        .build()?;
+    let (fake, client) = super::fake_and_client(&opts.bin_dir).await?;
     let mut outcomes = Vec::new();
     for config in Config::ALL {
         if !opts.configs.is_empty() && !opts.configs.iter().any(|c| c == config.key()) {
             continue;
         }
-        let db_dir = tempfile::tempdir()?;
-        let db = writ_store::testing::fresh_sqlite_url(db_dir.path());
-        let code_list = MODELS[..config.models()].join(",");
-        let mut env = vec![
-            ("CODE_LIST", code_list.as_str()),
-            ("CODE_MODEL", ARBITER),
-            ("WRIT_COMMANDS", COMMANDS),
-        ];
-        env.extend(config.writers().map(|w| ("WRIT_TEST_MODELS", w)));
-        let writ = Writ::start(&opts.bin_dir, &fake, &db, &env).await?;
+        let writers: Vec<(&str, &str)> = config
+            .writers()
+            .map(|w| ("WRIT_TEST_MODELS", w))
+            .into_iter()
+            .collect();
+        let (_db_dir, writ) = super::start_writ(
+            &opts.bin_dir,
+            &fake,
+            &MODELS[..config.models()],
+            COMMANDS,
+            &writers,
+        )
+        .await?;
         std::fs::create_dir_all(writ.repo_dir().join("tests"))?;
         for task in &set {
             std::fs::write(

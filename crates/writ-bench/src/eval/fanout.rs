@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::{Value, json};
 
-use super::tasks::{self, ARBITER, MODELS, Task, normalise};
+use super::tasks::{self, MODELS, Task, normalise};
 use crate::procs::{Fake, Writ};
 
 const COMMANDS: &str = r#"{"python": ["python3", "{args}"]}"#;
@@ -83,27 +83,11 @@ pub async fn run(opts: &Options) -> anyhow::Result<Vec<Outcome>> {
     if !opts.only.is_empty() {
         set.retain(|t| opts.only.contains(&t.id));
     }
-    let script = json!({"models": {ARBITER: {"then": {"kind": "verdict", "choice": 1, "reason": "the first one"}}}});
-    let fake = Fake::start_with(&opts.bin_dir, &script).await?;
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(300))
-        .build()?;
+    let (fake, client) = super::fake_and_client(&opts.bin_dir).await?;
     let mut outcomes = Vec::new();
     for mode in Mode::ALL {
-        let db_dir = tempfile::tempdir()?;
-        let db = writ_store::testing::fresh_sqlite_url(db_dir.path());
-        let code_list = MODELS.join(",");
-        let writ = Writ::start(
-            &opts.bin_dir,
-            &fake,
-            &db,
-            &[
-                ("CODE_LIST", code_list.as_str()),
-                ("CODE_MODEL", ARBITER),
-                ("WRIT_COMMANDS", COMMANDS),
-            ],
-        )
-        .await?;
+        let (_db_dir, writ) =
+            super::start_writ(&opts.bin_dir, &fake, &MODELS, COMMANDS, &[]).await?;
         std::fs::create_dir_all(writ.repo_dir().join("tests"))?;
         for task in &set {
             std::fs::write(writ.repo_dir().join(task.test_path()), &task.test)?;

@@ -16,7 +16,7 @@ pub mod fanout;
 pub mod tasks;
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -170,26 +170,9 @@ pub async fn run(opts: &Options) -> anyhow::Result<Vec<Outcome>> {
         }
     }
 
-    let script = json!({"models": {ARBITER: {"then": {"kind": "verdict", "choice": 1, "reason": "the first one"}}}});
-    let fake = Fake::start_with(&opts.bin_dir, &script).await?;
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(300))
-        .build()?;
+    let (fake, client) = fake_and_client(&opts.bin_dir).await?;
     for config in [Config::ArbiterOnly, Config::Validated, Config::Repair] {
-        let db_dir = tempfile::tempdir()?;
-        let db = writ_store::testing::fresh_sqlite_url(db_dir.path());
-        let code_list = MODELS.join(",");
-        let writ = Writ::start(
-            &opts.bin_dir,
-            &fake,
-            &db,
-            &[
-                ("CODE_LIST", code_list.as_str()),
-                ("CODE_MODEL", ARBITER),
-                ("WRIT_COMMANDS", COMMANDS),
-            ],
-        )
-        .await?;
+        let (_db_dir, writ) = start_writ(&opts.bin_dir, &fake, &MODELS, COMMANDS, &[]).await?;
         let tests = writ.repo_dir().join("tests");
         std::fs::create_dir_all(&tests)?;
         for (_, task) in &indexed {
@@ -450,6 +433,39 @@ pub(crate) async fn post_batch(
         std::fs::write(dir.join(name), serde_json::to_vec_pretty(&answer)?)?;
     }
     Ok((answer, latency))
+}
+
+/// The fake upstream whose arbiter picks the first candidate, and a client patient enough for
+/// one eval batch: what every eval starts from.
+pub(crate) async fn fake_and_client(bin_dir: &Path) -> anyhow::Result<(Fake, reqwest::Client)> {
+    let script = json!({"models": {ARBITER: {"then": {"kind": "verdict", "choice": 1, "reason": "the first one"}}}});
+    let fake = Fake::start_with(bin_dir, &script).await?;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(300))
+        .build()?;
+    Ok((fake, client))
+}
+
+/// A fresh writ on a SQLite database of its own (kept while the returned directory lives):
+/// `models` as its candidates, the arbiter, `commands` as `WRIT_COMMANDS`, `extra` on top.
+pub(crate) async fn start_writ(
+    bin_dir: &Path,
+    fake: &Fake,
+    models: &[&str],
+    commands: &str,
+    extra: &[(&str, &str)],
+) -> anyhow::Result<(tempfile::TempDir, Writ)> {
+    let db_dir = tempfile::tempdir()?;
+    let db = writ_store::testing::fresh_sqlite_url(db_dir.path());
+    let code_list = models.join(",");
+    let mut env = vec![
+        ("CODE_LIST", code_list.as_str()),
+        ("CODE_MODEL", ARBITER),
+        ("WRIT_COMMANDS", commands),
+    ];
+    env.extend_from_slice(extra);
+    let writ = Writ::start(bin_dir, fake, &db, &env).await?;
+    Ok((db_dir, writ))
 }
 
 #[cfg(test)]
