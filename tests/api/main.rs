@@ -30,6 +30,7 @@ mod stats;
 mod tools;
 mod updates;
 mod validation;
+mod workspace_limits;
 mod workspaces;
 mod write_codebase;
 mod write_sessions;

@@ -108,10 +108,16 @@ fn every_route_requires_the_scope_its_method_implies() {
             (_, "/mcp") | ("POST", "/tools/call") => Access::PerTool,
             // Inside a workspace: the route inside decides, as a tool does.
             (_, "/workspaces/{name}/{*rest}") => Access::PerTool,
-            // Making, merging and removing workspaces is administration.
-            (_, "/workspaces" | "/workspaces/{name}" | "/workspaces/{name}/merge") => {
-                Access::Scope(Scope::Admin)
-            }
+            // A key lists the workspaces it may use (the dashboard's picker).
+            ("GET", "/workspaces") => Access::Scope(Scope::Read),
+            // Making, merging, budgeting and removing workspaces is administration.
+            (
+                _,
+                "/workspaces"
+                | "/workspaces/{name}"
+                | "/workspaces/{name}/merge"
+                | "/workspaces/{name}/budget",
+            ) => Access::Scope(Scope::Admin),
             ("POST", "/run") => Access::Scope(Scope::Run),
             // Setting what a key may spend is key management.
             ("PUT", "/keys/{id}/budget") => Access::Scope(Scope::Admin),

@@ -1,4 +1,4 @@
-//! What a key may spend: a [`Budget`] per day and per month, in cost (the provider's billing
+//! What a key or a workspace may spend: a [`Budget`] per day and per month, in cost (the provider's billing
 //! currency, USD on OpenRouter) and/or tokens, and the [`Spend`] it is checked against — summed
 //! from the audit log's candidate records, which every replica writes to the same store.
 //!
@@ -131,9 +131,19 @@ pub struct WindowSpend {
     pub tokens_limit: Option<u64>,
 }
 
+/// Whose budget a limit is: the API key's or the workspace's the batch is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetHolder {
+    Key,
+    Workspace,
+}
+
 /// Which limit a batch was refused for, with what was spent and when it resets.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct BudgetExceeded {
+    /// `key` or `workspace`: whose budget is spent.
+    pub budget: BudgetHolder,
     pub period: Period,
     /// `cost` or `tokens`.
     pub limit_kind: &'static str,
@@ -146,7 +156,11 @@ impl std::fmt::Display for BudgetExceeded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "this API key's {} budget of {} {} is spent ({} spent); it resets at {}",
+            "this {}'s {} budget of {} {} is spent ({} spent); it resets at {}",
+            match self.budget {
+                BudgetHolder::Key => "API key",
+                BudgetHolder::Workspace => "workspace",
+            },
             match self.period {
                 Period::Day => "daily",
                 Period::Month => "monthly",
@@ -178,8 +192,10 @@ impl WindowSpend {
     }
 
     /// The first limit this window has reached: a batch may start only below every limit.
-    pub fn exceeded(&self) -> Option<BudgetExceeded> {
+    /// `budget` says whose limits these are.
+    pub fn exceeded(&self, budget: BudgetHolder) -> Option<BudgetExceeded> {
         let refuse = |limit_kind, limit: f64, spent: f64| BudgetExceeded {
+            budget,
             period: self.period,
             limit_kind,
             limit,
@@ -234,7 +250,7 @@ mod tests {
             tokens: 99,
         };
         assert_eq!(
-            WindowSpend::new(Period::Day, now, below, &budget).exceeded(),
+            WindowSpend::new(Period::Day, now, below, &budget).exceeded(BudgetHolder::Key),
             None
         );
         let at_limit = Spend {
@@ -242,10 +258,23 @@ mod tests {
             tokens: 100,
         };
         let refused = WindowSpend::new(Period::Day, now, at_limit, &budget)
-            .exceeded()
+            .exceeded(BudgetHolder::Key)
             .unwrap();
         assert_eq!(refused.limit_kind, "tokens");
         assert_eq!(refused.resets_at, at("2026-11-27T00:00:00Z"));
-        assert!(refused.to_string().contains("daily budget of 100 tokens"));
+        assert!(
+            refused
+                .to_string()
+                .contains("this API key's daily budget of 100 tokens")
+        );
+        let refused = WindowSpend::new(Period::Day, now, at_limit, &budget)
+            .exceeded(BudgetHolder::Workspace)
+            .unwrap();
+        assert!(
+            refused
+                .to_string()
+                .contains("this workspace's daily budget of 100 tokens"),
+            "{refused}"
+        );
     }
 }

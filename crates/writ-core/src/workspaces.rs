@@ -154,9 +154,42 @@ pub trait WorkspaceStore: Send + Sync {
     /// Every stored workspace, by name.
     async fn list_workspaces(&self) -> Result<Vec<WorkspaceRecord>, StoreError>;
     async fn find_workspace(&self, name: &str) -> Result<Option<WorkspaceRecord>, StoreError>;
-    /// Forgets the workspace; `false` when no such workspace is stored.
-    async fn delete_workspace(&self, name: &str) -> Result<bool, StoreError>;
+    /// Forgets the workspace (and its budget), unless a job in it is queued or running: the check
+    /// and the deletion are one transaction, and a job is recorded only in a workspace that is
+    /// stored at that moment (or `default`), so a batch admitted while the workspace is deleted
+    /// either counts here or is refused when its job is recorded, before it writes anything.
+    async fn delete_workspace(&self, name: &str) -> Result<WorkspaceDeletion, StoreError>;
+    /// Sets (or, with an empty budget, removes) the budget of `name` (a stored workspace or
+    /// `default`); `false` when there is no such workspace.
+    async fn set_workspace_budget(
+        &self,
+        name: &str,
+        budget: &crate::budgets::Budget,
+    ) -> Result<bool, StoreError>;
+    /// The workspace's budget; empty when it has none.
+    async fn workspace_budget(&self, name: &str) -> Result<crate::budgets::Budget, StoreError>;
+    /// What the batches recorded in the workspace `name` spent from `since` on, whoever's key made
+    /// them: the cost and tokens of the candidates and other calls of their operations.
+    async fn workspace_spend(
+        &self,
+        name: &str,
+        since: DateTime<Utc>,
+    ) -> Result<crate::budgets::Spend, StoreError>;
 }
+
+/// What [`WorkspaceStore::delete_workspace`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkspaceDeletion {
+    Deleted,
+    /// No workspace of that name is stored.
+    NotFound,
+    /// Jobs in it are queued or running (their ids, oldest first, at most
+    /// [`RUNNING_JOBS_NAMED`]); nothing was deleted.
+    Busy(Vec<uuid::Uuid>),
+}
+
+/// How many running jobs a refused deletion names at most.
+pub const RUNNING_JOBS_NAMED: usize = 20;
 
 /// Every workspace by name, opened: what must reach a workspace it was not handed — a pending
 /// write settled after a crash, a job resumed on another replica — finds it here by the name its

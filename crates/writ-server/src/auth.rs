@@ -71,13 +71,44 @@ pub async fn require_key(State(state): State<AppState>, mut req: Request, next: 
                 }
                 req.extensions_mut().insert(bound);
             }
+            if let Some(workspace) = workspace_of(&req)
+                && req
+                    .extensions()
+                    .get::<KeyWorkspaces>()
+                    .is_none_or(|b| b.allows(&workspace))
+                && let Err(e) = state.limits.take_workspace_request(&workspace).await
+            {
+                return e.into_response();
+            }
             req.extensions_mut().insert(caller);
             req.extensions_mut().insert(Grant { scopes, scope });
             next.run(req).await
         }
-        Ok(None) => next.run(req).await,
+        Ok(None) => {
+            if let Some(workspace) = workspace_of(&req)
+                && let Err(e) = state.limits.take_workspace_request(&workspace).await
+            {
+                return e.into_response();
+            }
+            next.run(req).await
+        }
         Err(e) => challenge(e.into_response()),
     }
+}
+
+/// The workspace a request is made in, for its rate limit: the name in `/workspaces/{name}/…`,
+/// `default` for a route of [`crate::routes::WORKSPACE_ROUTES`] without one; `None` for every
+/// other route (managing workspaces and keys, metrics, the spec), and for the tool routes (`/mcp`,
+/// `/tools…`), whose workspace is each call's argument.
+fn workspace_of(req: &Request) -> Option<String> {
+    let matched = req.extensions().get::<MatchedPath>()?.as_str();
+    if matched == "/workspaces/{name}/{*rest}" {
+        let after = req.uri().path().strip_prefix("/workspaces/")?;
+        return Some(after.split('/').next()?.to_owned());
+    }
+    crate::routes::WORKSPACE_ROUTES
+        .contains(&(req.method().as_str(), matched))
+        .then(|| writ_core::workspaces::WorkspaceName::DEFAULT.to_owned())
 }
 
 /// Whether a caller may see the probes' details (paths, error text): anyone while auth is off

@@ -70,6 +70,13 @@ pub trait Dialect:
     const SKIP_LOCKED: &'static str;
     /// Opens a transaction that will write.
     const BEGIN_WRITE: &'static str;
+    /// Ends a `SELECT` of a row the transaction is about to change, so that a writer on another
+    /// replica holding [`Self::FOR_SHARE`] on it is waited for (empty where one process writes:
+    /// its transactions are serial).
+    const FOR_UPDATE: &'static str;
+    /// Ends a `SELECT` of a row another write depends on, so that the row cannot be deleted until
+    /// the write commits, and one deleted meanwhile is not seen (empty where one process writes).
+    const FOR_SHARE: &'static str;
     /// Put before a `SELECT` to get its plan instead of its rows.
     const EXPLAIN: &'static str;
     /// The column of [`Self::EXPLAIN`]'s rows that describes a step of the plan.

@@ -108,6 +108,8 @@ impl Dialect for Postgres {
     const WRITERS: usize = 4;
     const BACKEND: &'static str = "postgres";
     const BEGIN_WRITE: &'static str = "BEGIN";
+    const FOR_UPDATE: &'static str = " FOR UPDATE";
+    const FOR_SHARE: &'static str = " FOR SHARE";
     const EXPLAIN: &'static str = "EXPLAIN ";
     const PLAN_COLUMN: &'static str = "QUERY PLAN";
     const MIGRATIONS_TABLE_EXISTS: &'static str =

@@ -86,6 +86,9 @@ impl Dialect for Sqlite {
     /// Takes the write lock at `BEGIN`: a deferred transaction that reads first cannot wait for
     /// the lock later (SQLite answers `SQLITE_BUSY` at once to avoid a deadlock).
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
+    // Writes are serial (one write lock), and a write transaction takes it at BEGIN.
+    const FOR_UPDATE: &'static str = "";
+    const FOR_SHARE: &'static str = "";
     const EXPLAIN: &'static str = "EXPLAIN QUERY PLAN ";
     const PLAN_COLUMN: &'static str = "detail";
     const MIGRATIONS_TABLE_EXISTS: &'static str = "SELECT EXISTS (SELECT 1 FROM sqlite_master \

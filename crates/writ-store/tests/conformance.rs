@@ -220,6 +220,10 @@ macro_rules! conformance_suite {
                 a_chunk_appended_out_of_turn_or_after_the_session_moved_on_is_refused,
                 a_session_changes_state_once_and_can_replace_or_drop_its_content,
                 open_sessions_are_counted_per_caller_and_abandoned_ones_listed_oldest_first,
+                a_workspace_budget_round_trips_and_only_a_known_workspace_takes_one,
+                a_workspaces_spend_is_its_requests_since_the_window_began_whoever_made_them,
+                a_workspace_with_a_queued_or_running_job_is_not_deleted_and_its_budget_goes_with_it,
+                a_job_is_recorded_only_in_a_stored_workspace_or_default,
                 a_workspace_round_trips_and_workspaces_list_by_name,
                 a_taken_workspace_name_is_a_conflict_and_deleting_frees_it,
                 a_key_bound_to_workspaces_reads_back_bound_and_an_unbound_one_may_use_all,
@@ -541,6 +545,13 @@ async fn an_operation_carries_its_requests_caller_for_the_listing(store: &dyn Au
 async fn requests_operations_and_jobs_carry_their_workspace_and_list_by_it(store: &dyn AuditStore) {
     use writ_core::jobs::{JobFilter, JobStatus, NewJob};
     let mut ids = Vec::new();
+    // A job is recorded only in a workspace that is stored.
+    for name in ["task-a", "task-b"] {
+        store
+            .create_workspace(&workspace_record(name, WorkspaceKind::Empty))
+            .await
+            .unwrap();
+    }
     for workspace in ["task-a", "task-b", "default"] {
         let mut req = new_request(Some("key-a"), None);
         req.workspace = workspace.into();
@@ -2743,8 +2754,16 @@ async fn a_taken_workspace_name_is_a_conflict_and_deleting_frees_it(store: &dyn 
     let err = store.create_workspace(&second).await.unwrap_err();
     assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
     assert_eq!(store.find_workspace("w").await.unwrap(), Some(first));
-    assert!(store.delete_workspace("w").await.unwrap());
-    assert!(!store.delete_workspace("w").await.unwrap(), "already gone");
+    use writ_core::workspaces::WorkspaceDeletion;
+    assert_eq!(
+        store.delete_workspace("w").await.unwrap(),
+        WorkspaceDeletion::Deleted
+    );
+    assert_eq!(
+        store.delete_workspace("w").await.unwrap(),
+        WorkspaceDeletion::NotFound,
+        "already gone"
+    );
     store.create_workspace(&second).await.unwrap();
     assert_eq!(store.find_workspace("w").await.unwrap(), Some(second));
 }
@@ -2763,4 +2782,236 @@ async fn a_key_bound_to_workspaces_reads_back_bound_and_an_unbound_one_may_use_a
     let found = store.find_key(&free.id).await.unwrap().unwrap();
     assert_eq!(found.workspaces, None);
     assert!(found.may_use("default") && found.may_use("anything"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workspace budgets and deletion
+
+async fn a_workspace_budget_round_trips_and_only_a_known_workspace_takes_one(
+    store: &dyn AuditStore,
+) {
+    use writ_core::budgets::Budget;
+    store
+        .create_workspace(&workspace_record("team", WorkspaceKind::Empty))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.workspace_budget("team").await.unwrap(),
+        Budget::default()
+    );
+    let budget = Budget {
+        daily_cost: Some(0.000_001),
+        monthly_tokens: Some(20_000_000),
+        ..Budget::default()
+    };
+    assert!(store.set_workspace_budget("team", &budget).await.unwrap());
+    assert_eq!(store.workspace_budget("team").await.unwrap(), budget);
+    // `default` is never stored but may carry a budget; an unknown name may not.
+    let tokens = Budget {
+        daily_tokens: Some(5),
+        ..Budget::default()
+    };
+    assert!(
+        store
+            .set_workspace_budget("default", &tokens)
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.workspace_budget("default").await.unwrap(), tokens);
+    assert!(
+        !store
+            .set_workspace_budget("nowhere", &tokens)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.workspace_budget("nowhere").await.unwrap(),
+        Budget::default()
+    );
+    // Set again, it replaces; empty, it goes.
+    assert!(store.set_workspace_budget("team", &tokens).await.unwrap());
+    assert_eq!(store.workspace_budget("team").await.unwrap(), tokens);
+    assert!(
+        store
+            .set_workspace_budget("team", &Budget::default())
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.workspace_budget("team").await.unwrap(),
+        Budget::default()
+    );
+    assert_eq!(store.workspace_budget("default").await.unwrap(), tokens);
+}
+
+/// A request in `workspace` by `caller`, received at `at`, with one operation (whose candidates
+/// cost 0.0123 and 3,812 tokens).
+async fn spend_in(store: &dyn AuditStore, workspace: &str, caller: &str, at: DateTime<Utc>) {
+    let mut req = new_request(Some(caller), None);
+    req.workspace = workspace.into();
+    req.received_at = at;
+    let op = operation(req.id, "spent.py");
+    store
+        .commit(vec![
+            AuditWrite::InsertRequest(req),
+            AuditWrite::InsertOperation {
+                operation: op,
+                content: None,
+            },
+        ])
+        .await
+        .unwrap();
+}
+
+async fn a_workspaces_spend_is_its_requests_since_the_window_began_whoever_made_them(
+    store: &dyn AuditStore,
+) {
+    let since = now() - chrono::Duration::hours(1);
+    spend_in(store, "team", "key-a", now()).await;
+    spend_in(store, "team", "key-b", now()).await;
+    spend_in(store, "team", "key-a", since - chrono::Duration::seconds(1)).await;
+    spend_in(store, "other", "key-a", now()).await;
+    let spend = store.workspace_spend("team", since).await.unwrap();
+    assert_eq!(spend.tokens, 2 * 3812, "two keys' requests in the window");
+    assert!((spend.cost - 2.0 * 0.0123).abs() < 1e-9, "{spend:?}");
+    let earlier = store
+        .workspace_spend("team", since - chrono::Duration::hours(1))
+        .await
+        .unwrap();
+    assert_eq!(earlier.tokens, 3 * 3812);
+    assert_eq!(
+        store.workspace_spend("other", since).await.unwrap().tokens,
+        3812
+    );
+    assert_eq!(
+        store.workspace_spend("none", since).await.unwrap().tokens,
+        0
+    );
+    // The key's spend still counts its requests in every workspace.
+    assert_eq!(
+        store.key_spend("key-a", since).await.unwrap().tokens,
+        2 * 3812
+    );
+}
+
+async fn a_workspace_with_a_queued_or_running_job_is_not_deleted_and_its_budget_goes_with_it(
+    store: &dyn AuditStore,
+) {
+    use writ_core::budgets::Budget;
+    use writ_core::jobs::{JobStatus, NewJob};
+    use writ_core::workspaces::WorkspaceDeletion;
+    store
+        .create_workspace(&workspace_record("busy", WorkspaceKind::Empty))
+        .await
+        .unwrap();
+    let budget = Budget {
+        daily_tokens: Some(1),
+        ..Budget::default()
+    };
+    assert!(store.set_workspace_budget("busy", &budget).await.unwrap());
+    let (queued, running, done_elsewhere) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    for (id, workspace, status) in [
+        (queued, "busy", JobStatus::Queued),
+        (running, "busy", JobStatus::Running),
+        (done_elsewhere, "default", JobStatus::Running),
+    ] {
+        store
+            .commit(vec![AuditWrite::InsertJob {
+                job: NewJob {
+                    id,
+                    created_at: now(),
+                    workspace: workspace.into(),
+                    ..Default::default()
+                },
+                status,
+            }])
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        store.delete_workspace("busy").await.unwrap(),
+        WorkspaceDeletion::Busy(vec![queued, running])
+    );
+    assert!(store.find_workspace("busy").await.unwrap().is_some());
+    assert_eq!(store.workspace_budget("busy").await.unwrap(), budget);
+
+    for id in [queued, running] {
+        store
+            .commit(vec![AuditWrite::FinishJob {
+                id,
+                status: JobStatus::Done,
+                batch_status: Some("success".into()),
+                response: None,
+                error: None,
+            }])
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        store.delete_workspace("busy").await.unwrap(),
+        WorkspaceDeletion::Deleted
+    );
+    assert_eq!(store.find_workspace("busy").await.unwrap(), None);
+    assert_eq!(
+        store.delete_workspace("busy").await.unwrap(),
+        WorkspaceDeletion::NotFound
+    );
+    // Made again under the same name, it starts without the old budget.
+    store
+        .create_workspace(&workspace_record("busy", WorkspaceKind::Empty))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.workspace_budget("busy").await.unwrap(),
+        Budget::default()
+    );
+}
+
+/// The other half of an atomic delete: a batch admitted while its workspace is deleted has its
+/// opening commit refused (request and job alike), so it never runs there.
+async fn a_job_is_recorded_only_in_a_stored_workspace_or_default(store: &dyn AuditStore) {
+    use writ_core::jobs::{JobStatus, NewJob};
+    let opening = |workspace: &str| {
+        let mut req = new_request(Some("key-a"), None);
+        req.workspace = workspace.into();
+        let id = req.id;
+        (
+            id,
+            vec![
+                AuditWrite::InsertRequest(req),
+                AuditWrite::InsertJob {
+                    job: NewJob {
+                        id,
+                        created_at: now(),
+                        workspace: workspace.into(),
+                        ..Default::default()
+                    },
+                    status: JobStatus::Running,
+                },
+            ],
+        )
+    };
+    let (gone, writes) = opening("gone");
+    let err = store.commit(writes).await.unwrap_err();
+    assert!(
+        err.to_string().contains("no workspace named 'gone'"),
+        "{err}"
+    );
+    assert!(store.get_job(gone).await.unwrap().is_none());
+    assert!(
+        store.get_request(gone).await.unwrap().is_none(),
+        "the whole opening is refused"
+    );
+    store
+        .create_workspace(&workspace_record("gone", WorkspaceKind::Empty))
+        .await
+        .unwrap();
+    for workspace in ["gone", "default"] {
+        let (id, writes) = opening(workspace);
+        store.commit(writes).await.unwrap();
+        assert_eq!(
+            store.get_job(id).await.unwrap().unwrap().workspace,
+            workspace
+        );
+    }
 }

@@ -35,6 +35,15 @@ pub struct GuardSettings {
     pub max_batches_per_key: usize,
     /// `WRIT_MAX_BATCHES_IN_FLIGHT`: batches the whole process runs at once.
     pub max_batches_in_flight: usize,
+    /// `WRIT_WORKSPACE_RATE_LIMIT_PER_MIN`: requests per minute into one workspace, whatever the
+    /// key (0, the default: no limit beyond the keys').
+    pub workspace_rate_per_min: u32,
+    /// `WRIT_WORKSPACE_RATE_LIMIT_BURST`: requests into one workspace at once before its rate
+    /// applies.
+    pub workspace_rate_burst: u32,
+    /// `WRIT_MAX_BATCHES_PER_WORKSPACE`: batches one workspace may have running, whatever the
+    /// keys (0, the default: no limit beyond the keys').
+    pub max_batches_per_workspace: usize,
     /// `WRIT_MAX_FILE_BYTES`: the largest generated file writ will write.
     pub max_file_bytes: usize,
     /// `WRIT_MAX_SHOWN_FILE_CHARS`: the largest existing file a batch may change (shown whole to
@@ -60,6 +69,11 @@ impl GuardSettings {
             rate_burst: at_least_one("WRIT_RATE_LIMIT_BURST", 60)?.min(u32::MAX as usize) as u32,
             max_batches_per_key: at_least_one("WRIT_MAX_BATCHES_PER_KEY", 4)?,
             max_batches_in_flight: at_least_one("WRIT_MAX_BATCHES_IN_FLIGHT", 32)?,
+            workspace_rate_per_min: num("WRIT_WORKSPACE_RATE_LIMIT_PER_MIN", 0)?
+                .min(u32::MAX as usize) as u32,
+            workspace_rate_burst: at_least_one("WRIT_WORKSPACE_RATE_LIMIT_BURST", 60)?
+                .min(u32::MAX as usize) as u32,
+            max_batches_per_workspace: num("WRIT_MAX_BATCHES_PER_WORKSPACE", 0)?,
             max_file_bytes: at_least_one("WRIT_MAX_FILE_BYTES", 1024 * 1024)?,
             max_shown_file_chars: at_least_one(
                 "WRIT_MAX_SHOWN_FILE_CHARS",

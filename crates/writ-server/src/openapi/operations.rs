@@ -208,7 +208,7 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
             .json("200", "The job.", r("Job"))
             .json("404", "No such job, or another key's (visible only with the `admin` scope).", r("Error"))
             .errors(&[400, 503]),
-        ("GET", "/jobs/{id}/events") => Op::new("jobEvents", "Server-Sent Events of one batch: queued, file_started, candidate_started, candidate_finished, arbiter_started, arbiter_chose, validation_started, validation_finished, repair_started, checks_generated, agreement_computed, arbiter_asked_inputs, stopped_early, round_started, file_written, file_failed, done.")
+        ("GET", "/jobs/{id}/events") => Op::new("jobEvents", "Server-Sent Events of one batch: queued, file_started, candidate_started, candidate_finished, arbiter_started, arbiter_chose, validation_started, validation_finished, repair_started, checks_generated, agreement_computed, arbiter_asked_inputs, stopped_early, round_started, formatted, file_written, file_failed, done.")
             .description(concat!(
                 "Each event has an `id` (1, 2, 3, … per job) and JSON `data` with a `type` field equal to the\n",
                 "event name. `Last-Event-ID` replays what came after that id. The stream ends after `done`.\n",
@@ -217,7 +217,7 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
             ))
             .param(json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid"}}))
             .param(json!({"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "integer", "minimum": 0}}))
-            .response("200", json!({"description": "The event stream.", "content": {"text/event-stream": {"schema": {"description": "One server-sent event; `data` is the event as JSON.", "type": "object", "properties": {"id": {"type": "string"}, "event": {"type": "string", "enum": ["queued", "file_started", "candidate_started", "candidate_finished", "arbiter_started", "arbiter_chose", "validation_started", "validation_finished", "repair_started", "checks_generated", "agreement_computed", "arbiter_asked_inputs", "stopped_early", "round_started", "file_written", "file_failed", "done"]}, "data": {"type": "string"}}}}}}))
+            .response("200", json!({"description": "The event stream.", "content": {"text/event-stream": {"schema": {"description": "One server-sent event; `data` is the event as JSON.", "type": "object", "properties": {"id": {"type": "string"}, "event": {"type": "string", "enum": ["queued", "file_started", "candidate_started", "candidate_finished", "arbiter_started", "arbiter_chose", "validation_started", "validation_finished", "repair_started", "checks_generated", "agreement_computed", "arbiter_asked_inputs", "stopped_early", "round_started", "formatted", "file_written", "file_failed", "done"]}, "data": {"type": "string"}}}}}}))
             .errors(&[400, 404, 503]),
         ("GET", "/operations") => Op::new("listOperations", "List operations of the audit log, newest first.")
             .description(concat!(
@@ -302,13 +302,28 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
             .json_body(r("WorkspaceCreate"))
             .json("201", "The workspace made.", s.response::<WorkspaceInfo>())
             .errors(&[409, 415, 422, 503]),
-        ("GET", "/workspaces") => Op::new("listWorkspaces", "Every workspace, `default` (REPO_DIR) first, then by name.")
+        ("GET", "/workspaces") => Op::new("listWorkspaces", "Every workspace the key may use, `default` (REPO_DIR) first, then by name.")
             .response("200", json!({"description": "The workspaces.", "content": {"application/json": {"schema": {"type": "object", "required": ["workspaces"], "properties": {"workspaces": {"type": "array", "items": s.response::<WorkspaceInfo>()}}}}}}))
             .errors(&[503]),
-        ("GET", "/workspaces/{name}") => Op::new("getWorkspace", "One workspace.")
+        ("GET", "/workspaces/{name}") => Op::new("getWorkspace", "One workspace, with its budget and what its batches spent this UTC day and month.")
             .param(json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}))
             .json("200", "The workspace.", s.response::<WorkspaceInfo>())
             .errors(&[404, 503]),
+        ("PUT", "/workspaces/{name}/budget") => Op::new("putWorkspaceBudget", "Set (or, with `{}`, remove) what the batches in a workspace may spend per UTC day and month.")
+            .description(concat!(
+                "Whoever's key runs them: a batch in a workspace that has reached any limit in the current
+",
+                "window is refused with 402 `budget_exceeded` (`details.budget`: `workspace`) before any
+",
+                "model is called, as a key past its own budget is; a running batch is never stopped.
+",
+                "Spend is summed from the audit log's records of the workspace, so it holds across replicas.
+",
+            ))
+            .param(json!({"name": "name", "in": "path", "required": true, "description": "The workspace; `default` is REPO_DIR.", "schema": {"type": "string"}}))
+            .json_body(s.request::<Budget>())
+            .json("200", "The workspace, with its budget as set and its spend.", s.response::<WorkspaceInfo>())
+            .errors(&[404, 415, 422, 503]),
         ("POST", "/workspaces/{name}/merge") => Op::new("mergeWorkspace", "Merge a git-worktree workspace's branch into another branch of its repository.")
             .description(concat!(
                 "A fast-forward when `into` has not moved since the branch left it, else one merge commit with\n",

@@ -216,10 +216,12 @@ pub fn api_routes() -> Vec<Route> {
             access: Access::Scope(Scope::Admin),
             handler: post(workspaces::create_workspace),
         },
+        // A key lists the workspaces it may use (the dashboard's picker); making, changing and
+        // removing them is administration.
         Route {
             method: "GET",
             path: "/workspaces",
-            access: Access::Scope(Scope::Admin),
+            access: Access::Scope(Scope::Read),
             handler: get(workspaces::list_workspaces),
         },
         Route {
@@ -227,6 +229,12 @@ pub fn api_routes() -> Vec<Route> {
             path: "/workspaces/{name}",
             access: Access::Scope(Scope::Admin),
             handler: get(workspaces::get_workspace),
+        },
+        Route {
+            method: "PUT",
+            path: "/workspaces/{name}/budget",
+            access: Access::Scope(Scope::Admin),
+            handler: put(workspaces::put_workspace_budget),
         },
         Route {
             method: "POST",

@@ -1,5 +1,7 @@
-//! Named workspaces (`admin`): `POST /workspaces`, `GET /workspaces`, `GET` and `DELETE
-//! /workspaces/{name}`, over [`crate::service::workspaces`].
+//! Named workspaces: `POST /workspaces`, `GET` and `DELETE /workspaces/{name}`,
+//! `PUT /workspaces/{name}/budget` (`admin`), `GET /workspaces` (`read`: the key's own), over
+//! [`crate::service::workspaces`] and, for a workspace's budget and spend,
+//! [`crate::service::spend`].
 
 use std::sync::Arc;
 
@@ -9,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use tower::ServiceExt;
 use writ_core::Workspace;
+use writ_core::budgets::Budget;
 use writ_core::workspaces::WorkspaceName;
 
 use crate::access::{Caller, Grant, InWorkspace, KeyWorkspaces, may_use};
@@ -28,7 +31,37 @@ pub async fn create_workspace(
         Json::<CreateWorkspace>::from_bytes(&body).map_err(|e| crate::extract::json_error(&e))?;
     let caller = caller.map(|axum::Extension(Caller(id))| id);
     let made = workspaces::create(&state.workspaces, request, caller.as_deref()).await?;
-    Ok((StatusCode::CREATED, Json(made)))
+    Ok((StatusCode::CREATED, Json(with_spend(&state, made).await?)))
+}
+
+/// `info` with its budget and this day's and month's spend.
+async fn with_spend(state: &AppState, mut info: WorkspaceInfo) -> Result<WorkspaceInfo, ApiError> {
+    let budget = state
+        .store
+        .workspace_budget(&info.name)
+        .await
+        .map_err(crate::error::store_error)?;
+    info.spend = Some(crate::service::spend::workspace_windows(state, &info.name, &budget).await?);
+    info.budget = Some(budget);
+    Ok(info)
+}
+
+/// Sets what the batches in the workspace may spend (an empty object removes the budget) and
+/// answers the workspace with its budget and spend.
+pub async fn put_workspace_budget(
+    State(state): State<AppState>,
+    bound: Option<axum::Extension<KeyWorkspaces>>,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Json<WorkspaceInfo>, ApiError> {
+    if !may_use(bound.map(|axum::Extension(b)| b).as_ref(), &name) {
+        return Err(unknown_workspace(&name));
+    }
+    let Json(budget) =
+        Json::<Budget>::from_bytes(&body).map_err(|e| crate::extract::json_error(&e))?;
+    workspaces::set_budget(&state.workspaces, &name, &budget).await?;
+    let info = workspaces::find(&state.workspaces, &name).await?;
+    Ok(Json(with_spend(&state, info).await?))
 }
 
 /// Every workspace, `default` first.
@@ -50,7 +83,8 @@ pub async fn get_workspace(
     if !may_use(bound.map(|axum::Extension(b)| b).as_ref(), &name) {
         return Err(unknown_workspace(&name));
     }
-    Ok(Json(workspaces::find(&state.workspaces, &name).await?))
+    let info = workspaces::find(&state.workspaces, &name).await?;
+    Ok(Json(with_spend(&state, info).await?))
 }
 
 /// Forgets the workspace (and prunes git's record of a worktree); its files are kept.

@@ -1,5 +1,6 @@
-//! What a key spent in its budget's windows (`GET /keys/{id}/spend`, the budget check of a
-//! batch, and the `writ_key_spend_*` gauges of `/metrics`).
+//! What a key or a workspace spent in its budget's windows (`GET /keys/{id}/spend`,
+//! `GET /workspaces/{name}`, the budget checks of a batch, and the `writ_key_spend_*` and
+//! `writ_workspace_spend_*` gauges of `/metrics`).
 
 use chrono::Utc;
 use serde::Serialize;
@@ -59,7 +60,30 @@ pub async fn key_spend(state: &AppState, id: &str) -> Result<KeySpend, ApiError>
     })
 }
 
-/// Sets every issued, unrevoked key's spend gauges, for `/metrics`.
+/// The current day's and month's spend of the workspace `name` (every key's batches in it)
+/// beside `budget`'s limits.
+pub async fn workspace_windows(
+    state: &AppState,
+    name: &str,
+    budget: &Budget,
+) -> Result<Vec<WindowSpend>, ApiError> {
+    let now = Utc::now();
+    let mut out = Vec::with_capacity(2);
+    for period in [Period::Day, Period::Month] {
+        let (since, _) = period.window(now);
+        let spend = state
+            .store
+            .workspace_spend(name, since)
+            .await
+            .map_err(store_error)?;
+        let window = WindowSpend::new(period, now, spend, budget);
+        publish_workspace(name, &window);
+        out.push(window);
+    }
+    Ok(out)
+}
+
+/// Sets every issued, unrevoked key's spend gauges, and every workspace's, for `/metrics`.
 pub async fn publish_all(state: &AppState) -> Result<(), ApiError> {
     for key in state.store.list_keys().await.map_err(store_error)? {
         if key.revoked_at.is_none() {
@@ -67,7 +91,26 @@ pub async fn publish_all(state: &AppState) -> Result<(), ApiError> {
             windows(state, &key.id, &budget).await?;
         }
     }
+    let stored = state.store.list_workspaces().await.map_err(store_error)?;
+    let names = std::iter::once(writ_core::workspaces::WorkspaceName::DEFAULT.to_owned())
+        .chain(stored.into_iter().map(|w| w.name.to_string()));
+    for name in names {
+        let budget = state
+            .store
+            .workspace_budget(&name)
+            .await
+            .map_err(store_error)?;
+        workspace_windows(state, &name, &budget).await?;
+    }
     Ok(())
+}
+
+fn publish_workspace(workspace: &str, window: &WindowSpend) {
+    let (workspace, period) = (workspace.to_owned(), window.period.as_str());
+    metrics::gauge!("writ_workspace_spend_cost", "workspace" => workspace.clone(), "period" => period)
+        .set(window.cost);
+    metrics::gauge!("writ_workspace_spend_tokens", "workspace" => workspace, "period" => period)
+        .set(window.tokens as f64);
 }
 
 fn publish(key: &str, window: &WindowSpend) {

@@ -2,6 +2,7 @@
 //! validated into a [`Batch`], admitted, and started as a job ([`writ_core::synthesis::Jobs`]).
 //! Every refusal happens before any model is called or anything written.
 
+use writ_core::budgets::{Budget, BudgetExceeded, BudgetHolder};
 use writ_core::content::sha256_hex;
 use writ_core::synthesis::{
     Batch, BatchHandle, Begun, Submission, SubmitError, WriteCodebaseRequest,
@@ -49,9 +50,12 @@ pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun<Runnin
         );
     }
 
-    if let Some(caller) = call.caller.as_deref() {
-        check_budget(state, caller, call.idempotency_key.as_deref()).await?;
-    }
+    check_budgets(
+        state,
+        call.caller.as_deref(),
+        call.idempotency_key.as_deref(),
+    )
+    .await?;
 
     let submission = Submission {
         request_id: call.request_id,
@@ -66,7 +70,11 @@ pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun<Runnin
     // Refused at once rather than queued; the permit travels with the task it bounds.
     let permit = state
         .limits
-        .admit_batch(submission.caller.as_deref(), submission.request_id)
+        .admit_batch(
+            submission.caller.as_deref(),
+            &submission.workspace,
+            submission.request_id,
+        )
         .await?;
     let Some(jobs) = state.jobs.clone() else {
         return Err(unavailable(
@@ -151,48 +159,86 @@ pub fn submit_error(err: SubmitError) -> ApiError {
     }
 }
 
-/// Refuses a batch whose key has spent a limit of its budget in the current day or month,
-/// before any model is called. A repeated `Idempotency-Key` whose request is recorded is let
-/// through: it replays (or waits for) what was already paid for.
-async fn check_budget(
+/// Refuses a batch whose key, or whose workspace, has spent a limit of its budget in the current
+/// day or month, before any model is called (the key's budget is checked first). A repeated
+/// `Idempotency-Key` whose request is recorded is let through: it replays (or waits for) what was
+/// already paid for.
+async fn check_budgets(
     state: &AppState,
-    caller: &str,
+    caller: Option<&str>,
     idempotency_key: Option<&str>,
 ) -> Result<(), ApiError> {
-    let budget = state.store.key_budget(caller).await.map_err(store_error)?;
-    if budget.is_empty() {
+    let key_budget = match caller {
+        Some(caller) => state.store.key_budget(caller).await.map_err(store_error)?,
+        None => Budget::default(),
+    };
+    let workspace = state.workspace.name();
+    let workspace_budget = state
+        .store
+        .workspace_budget(workspace)
+        .await
+        .map_err(store_error)?;
+    if key_budget.is_empty() && workspace_budget.is_empty() {
         return Ok(());
     }
     if let Some(key) = idempotency_key
         && state
             .store
-            .find_request_by_idempotency_key(Some(caller), key)
+            .find_request_by_idempotency_key(caller, key)
             .await
             .map_err(store_error)?
             .is_some()
     {
         return Ok(());
     }
-    for window in crate::service::spend::windows(state, caller, &budget).await? {
-        if let Some(refused) = window.exceeded() {
-            let mut e = ApiError::new(ErrorCode::BudgetExceeded, refused.to_string())
-                .with_field(format!(
-                    "{}_{}",
-                    match refused.period {
-                        writ_core::budgets::Period::Day => "daily",
-                        writ_core::budgets::Period::Month => "monthly",
-                    },
-                    refused.limit_kind
-                ))
-                .with_details(serde_json::json!(refused));
-            e.retry_after_secs = u64::try_from(
-                (refused.resets_at - chrono::Utc::now())
-                    .num_seconds()
-                    .max(1),
-            )
-            .ok();
-            return Err(e);
+    if let Some(caller) = caller
+        && !key_budget.is_empty()
+    {
+        for window in crate::service::spend::windows(state, caller, &key_budget).await? {
+            if let Some(refused) = window.exceeded(BudgetHolder::Key) {
+                return Err(budget_exceeded(refused, None));
+            }
+        }
+    }
+    if !workspace_budget.is_empty() {
+        for window in
+            crate::service::spend::workspace_windows(state, workspace, &workspace_budget).await?
+        {
+            if let Some(refused) = window.exceeded(BudgetHolder::Workspace) {
+                return Err(budget_exceeded(refused, Some(workspace)));
+            }
         }
     }
     Ok(())
+}
+
+/// The 402 for a spent limit: `field` names the limit as the budget's body does
+/// (`daily_tokens`), `details` says whose budget it is (`budget`: `key` or `workspace`, and the
+/// workspace's name), and `Retry-After` when the window resets.
+fn budget_exceeded(refused: BudgetExceeded, workspace: Option<&str>) -> ApiError {
+    let message = match workspace {
+        Some(name) => format!("{refused} (workspace '{name}')"),
+        None => refused.to_string(),
+    };
+    let mut details = serde_json::json!(refused);
+    if let Some(name) = workspace {
+        details["workspace"] = serde_json::json!(name);
+    }
+    let mut e = ApiError::new(ErrorCode::BudgetExceeded, message)
+        .with_field(format!(
+            "{}_{}",
+            match refused.period {
+                writ_core::budgets::Period::Day => "daily",
+                writ_core::budgets::Period::Month => "monthly",
+            },
+            refused.limit_kind
+        ))
+        .with_details(details);
+    e.retry_after_secs = u64::try_from(
+        (refused.resets_at - chrono::Utc::now())
+            .num_seconds()
+            .max(1),
+    )
+    .ok();
+    e
 }

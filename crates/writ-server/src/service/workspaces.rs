@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
-use writ_core::workspaces::{WorkspaceKind, WorkspaceName, WorkspaceRecord};
+use writ_core::budgets::{Budget, WindowSpend};
+use writ_core::workspaces::{WorkspaceDeletion, WorkspaceKind, WorkspaceName, WorkspaceRecord};
 use writ_core::{AuditStore, RepoPath, StoreError, Workspace};
 
 use crate::config::Settings;
@@ -256,6 +257,10 @@ pub struct CreateWorkspace {
     /// the server is set (`WRIT_GIT_COMMIT`).
     #[serde(default)]
     pub git_commit: Option<bool>,
+    /// What the batches in it may spend per UTC day and month, whoever's key runs them; absent:
+    /// no limit beyond the keys' own.
+    #[serde(default)]
+    pub budget: Option<Budget>,
 }
 
 /// Where a new workspace's root comes from.
@@ -304,6 +309,14 @@ pub struct WorkspaceInfo {
     /// Whether its requests commit by default; absent: as the server is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub git_commit: Option<bool>,
+    /// What the batches in it may spend (`GET /workspaces/{name}`, and the answers that make or
+    /// change a workspace); absent in the listing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+    /// What the batches in it spent this UTC day and month (the day's window first), whoever's
+    /// key ran them, beside the budget's limits; absent in the listing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spend: Option<Vec<WindowSpend>>,
 }
 
 impl From<WorkspaceRecord> for WorkspaceInfo {
@@ -318,6 +331,8 @@ impl From<WorkspaceRecord> for WorkspaceInfo {
             created_at: Some(r.created_at),
             created_by: r.created_by,
             git_commit: r.git_commit,
+            budget: None,
+            spend: None,
         }
     }
 }
@@ -345,6 +360,8 @@ fn default_info(workspaces: &Workspaces) -> WorkspaceInfo {
         created_at: None,
         created_by: None,
         git_commit: None,
+        budget: None,
+        spend: None,
     }
 }
 
@@ -455,6 +472,11 @@ pub async fn create(
 ) -> Result<WorkspaceInfo, ApiError> {
     let name = WorkspaceName::parse(&request.name)
         .map_err(|why| invalid("name", format!("name {why}")))?;
+    if let Some(budget) = &request.budget {
+        budget
+            .validate()
+            .map_err(|why| invalid("budget", format!("budget: {why}")))?;
+    }
     if name.is_default()
         || workspaces
             .store
@@ -553,7 +575,40 @@ pub async fn create(
             other => store_error(other),
         });
     }
-    Ok(record.into())
+    let mut made = WorkspaceInfo::from(record);
+    if let Some(budget) = request.budget.filter(|b| !b.is_empty()) {
+        // The workspace is recorded and its directory made: a budget that cannot be stored is
+        // reported, and can be set again with PUT /workspaces/{name}/budget.
+        workspaces
+            .store
+            .set_workspace_budget(name.as_str(), &budget)
+            .await
+            .map_err(store_error)?;
+        made.budget = Some(budget);
+    }
+    Ok(made)
+}
+
+/// Sets (or, with an empty budget, removes) what the batches in the workspace `name` may spend;
+/// 404 when there is no such workspace.
+pub async fn set_budget(
+    workspaces: &Workspaces,
+    name: &str,
+    budget: &Budget,
+) -> Result<(), ApiError> {
+    budget
+        .validate()
+        .map_err(|why| ApiError::new(ErrorCode::InvalidRequest, why))?;
+    if workspaces
+        .store
+        .set_workspace_budget(name, budget)
+        .await
+        .map_err(store_error)?
+    {
+        Ok(())
+    } else {
+        Err(unknown(name))
+    }
 }
 
 fn worktree_error(err: writ_git::WorktreeError) -> ApiError {
@@ -571,9 +626,6 @@ fn worktree_error(err: writ_git::WorktreeError) -> ApiError {
         E::Git(_) => ApiError::new(ErrorCode::Conflict, err.to_string()),
     }
 }
-
-/// How many running jobs a refused deletion names at most.
-const RUNNING_JOBS_NAMED: u32 = 20;
 
 /// Forgets the workspace and, for a git worktree, git's record of it. Files are kept. Refused
 /// (409, naming them) while jobs run in it: their writes would land in a directory writ no
@@ -594,38 +646,28 @@ pub async fn delete(workspaces: &Workspaces, name: &str) -> Result<DeletedWorksp
     else {
         return Err(unknown(name));
     };
-    // Read from the store, so a job any replica runs there counts.
-    let running = workspaces
-        .store
-        .list_jobs(
-            &writ_core::jobs::JobFilter {
-                workspaces: Some(vec![name.to_owned()]),
-                unfinished: true,
-                ..Default::default()
-            },
-            RUNNING_JOBS_NAMED,
-        )
-        .await
-        .map_err(store_error)?;
-    if !running.is_empty() {
-        let ids: Vec<String> = running.iter().map(|j| j.id.to_string()).collect();
-        return Err(ApiError::new(
-            ErrorCode::Conflict,
-            format!(
-                "name: '{name}' has jobs running ({}); delete it once they have ended",
-                ids.join(", ")
-            ),
-        )
-        .with_field("name")
-        .with_details(serde_json::json!({ "running_jobs": ids })));
-    }
-    if !workspaces
+    // The store checks for jobs any replica runs there and deletes in one transaction; a batch
+    // admitted at the same moment either counts as running or has its job refused.
+    match workspaces
         .store
         .delete_workspace(name)
         .await
         .map_err(store_error)?
     {
-        return Err(unknown(name));
+        WorkspaceDeletion::Deleted => {}
+        WorkspaceDeletion::NotFound => return Err(unknown(name)),
+        WorkspaceDeletion::Busy(running) => {
+            let ids: Vec<String> = running.iter().map(ToString::to_string).collect();
+            return Err(ApiError::new(
+                ErrorCode::Conflict,
+                format!(
+                    "name: '{name}' has jobs running ({}); delete it once they have ended",
+                    ids.join(", ")
+                ),
+            )
+            .with_field("name")
+            .with_details(serde_json::json!({ "running_jobs": ids })));
+        }
     }
     workspaces.forget(name);
     let mut worktree_pruned = false;

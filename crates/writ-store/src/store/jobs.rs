@@ -76,10 +76,14 @@ pub(super) fn push_insert_events<D: Dialect>(sql: &mut Sql<D>, events: &[JobEven
     }
 }
 
+/// Inserts the job only while its workspace is stored (or is `default`, never stored): the row is
+/// read [`Dialect::FOR_SHARE`], so a deletion of the workspace either waits for this commit (and
+/// then sees the job) or has committed (and the job is not inserted: the commit fails, naming the
+/// workspace, before the batch writes anything).
 pub(super) fn push_insert_job<D: Dialect>(sql: &mut Sql<D>, job: &NewJob, status: JobStatus) {
     sql.push(
         "INSERT INTO jobs (id, status, is_async, files, created_at, heartbeat_at, owner, \
-         lease_until, request, workspace) VALUES ",
+         lease_until, request, workspace) SELECT * FROM (VALUES ",
     );
     sql.tuple(|row| {
         row.bind(job.id)
@@ -93,6 +97,12 @@ pub(super) fn push_insert_job<D: Dialect>(sql: &mut Sql<D>, job: &NewJob, status
             .bind(job.request.as_deref())
             .bind(job.workspace.as_str());
     });
+    sql.push(") AS v WHERE ")
+        .bind(job.workspace.as_str())
+        .push(" = 'default' OR EXISTS (SELECT 1 FROM workspaces WHERE name = ")
+        .bind(job.workspace.as_str())
+        .push(D::FOR_SHARE)
+        .push(")");
 }
 
 /// Ends a job that has not ended yet (changes no row otherwise).

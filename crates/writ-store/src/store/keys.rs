@@ -180,12 +180,12 @@ impl<D: Dialect> KeyStore for SqlStore<D> {
 }
 
 /// Cost limits are kept in millionths, so that a limit reads back exactly as it was set.
-const MICROS: f64 = 1_000_000.0;
+pub(super) const MICROS: f64 = 1_000_000.0;
 
-fn to_micros(cost: f64) -> i64 {
+pub(super) fn to_micros(cost: f64) -> i64 {
     (cost * MICROS).round() as i64
 }
 
-fn to_i64(tokens: u64) -> i64 {
+pub(super) fn to_i64(tokens: u64) -> i64 {
     i64::try_from(tokens).unwrap_or(i64::MAX)
 }

@@ -1,12 +1,22 @@
 //! [`WorkspaceStore`] for both backends: the `workspaces` table of postgres 0016, sqlite 0012
-//! (each workspace's `git_commit`: postgres 0019, sqlite 0015).
+//! (each workspace's `git_commit`: postgres 0019, sqlite 0015); budgets in `workspace_budgets`
+//! (postgres 0021, sqlite 0017).
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::types::Json;
+use uuid::Uuid;
 use writ_core::StoreError;
-use writ_core::workspaces::{WorkspaceName, WorkspaceRecord, WorkspaceStore};
+use writ_core::audit::{CallRecord, CandidateRecord};
+use writ_core::budgets::{Budget, Spend};
+use writ_core::workspaces::{
+    RUNNING_JOBS_NAMED, WorkspaceDeletion, WorkspaceName, WorkspaceRecord, WorkspaceStore,
+};
 
+use super::keys::{MICROS, to_i64, to_micros};
 use super::{Record, Sql, SqlStore};
 use crate::dialect::Dialect;
+use crate::error::from_sqlx;
 
 // A macro, not a const, so the statements stay static strings (never format! into SQL).
 macro_rules! workspace_columns {
@@ -77,9 +87,124 @@ impl<D: Dialect> WorkspaceStore for SqlStore<D> {
         row.as_ref().map(workspace_from_row::<D>).transpose()
     }
 
-    async fn delete_workspace(&self, name: &str) -> Result<bool, StoreError> {
-        let mut sql = Sql::new("DELETE FROM workspaces WHERE name = ");
+    async fn delete_workspace(&self, name: &str) -> Result<WorkspaceDeletion, StoreError> {
+        // One transaction: the row is locked first (PostgreSQL; SQLite's write lock is taken at
+        // BEGIN), so a commit recording a job here, which reads the row FOR SHARE, has either
+        // committed before the jobs are read below or waits and then finds no workspace.
+        let mut tx = self
+            .pool
+            .begin_with(D::BEGIN_WRITE)
+            .await
+            .map_err(|err| from_sqlx("begin delete workspace", err))?;
+        let mut lock = Sql::<D>::new("SELECT name FROM workspaces WHERE name = ");
+        lock.bind(name).push(D::FOR_UPDATE);
+        if lock
+            .run_on(&mut tx, "lock workspace", D::fetch_optional)
+            .await?
+            .is_none()
+        {
+            return Ok(WorkspaceDeletion::NotFound);
+        }
+        let mut running = Sql::<D>::new("SELECT id FROM jobs WHERE workspace = ");
+        running
+            .bind(name)
+            .push(" AND status IN ('queued', 'running') ORDER BY created_at, id LIMIT ")
+            .bind(i64::try_from(RUNNING_JOBS_NAMED).unwrap_or(i64::MAX));
+        let rows = running
+            .run_on(&mut tx, "read running jobs", D::fetch_all)
+            .await?;
+        if !rows.is_empty() {
+            let ids = rows
+                .iter()
+                .map(|row| Record::<D>(row).get::<Uuid>("id"))
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(WorkspaceDeletion::Busy(ids));
+        }
+        let mut delete = Sql::<D>::new("DELETE FROM workspaces WHERE name = ");
+        delete.bind(name);
+        delete.execute_on(&mut tx, "delete workspace").await?;
+        let mut budget = Sql::<D>::new("DELETE FROM workspace_budgets WHERE workspace = ");
+        budget.bind(name);
+        budget
+            .execute_on(&mut tx, "delete workspace budget")
+            .await?;
+        tx.commit()
+            .await
+            .map_err(|err| from_sqlx("commit delete workspace", err))?;
+        Ok(WorkspaceDeletion::Deleted)
+    }
+
+    async fn set_workspace_budget(&self, name: &str, budget: &Budget) -> Result<bool, StoreError> {
+        if name != WorkspaceName::DEFAULT && self.find_workspace(name).await?.is_none() {
+            return Ok(false);
+        }
+        if budget.is_empty() {
+            let mut sql = Sql::new("DELETE FROM workspace_budgets WHERE workspace = ");
+            sql.bind(name);
+            sql.execute(self, "remove workspace budget").await?;
+            return Ok(true);
+        }
+        let mut sql = Sql::new(
+            "INSERT INTO workspace_budgets (workspace, daily_cost_micros, daily_tokens, \
+             monthly_cost_micros, monthly_tokens, updated_at) VALUES ",
+        );
+        sql.tuple(|row| {
+            row.bind(name)
+                .bind(budget.daily_cost.map(to_micros))
+                .bind(budget.daily_tokens.map(to_i64))
+                .bind(budget.monthly_cost.map(to_micros))
+                .bind(budget.monthly_tokens.map(to_i64))
+                .bind_time(Utc::now());
+        });
+        sql.push(
+            " ON CONFLICT (workspace) DO UPDATE SET \
+             daily_cost_micros = excluded.daily_cost_micros, \
+             daily_tokens = excluded.daily_tokens, \
+             monthly_cost_micros = excluded.monthly_cost_micros, \
+             monthly_tokens = excluded.monthly_tokens, updated_at = excluded.updated_at",
+        );
+        sql.execute(self, "set workspace budget").await?;
+        Ok(true)
+    }
+
+    async fn workspace_budget(&self, name: &str) -> Result<Budget, StoreError> {
+        let mut sql = Sql::new(
+            "SELECT daily_cost_micros, daily_tokens, monthly_cost_micros, monthly_tokens \
+             FROM workspace_budgets WHERE workspace = ",
+        );
         sql.bind(name);
-        Ok(sql.execute(self, "delete workspace").await? > 0)
+        let Some(row) = sql.fetch_optional(self, "read workspace budget").await? else {
+            return Ok(Budget::default());
+        };
+        let row = Record::<D>(&row);
+        let cost = |c: Option<i64>| c.map(|m| m as f64 / MICROS);
+        let tokens = |t: Option<i64>| t.map(|t| u64::try_from(t).unwrap_or(0));
+        Ok(Budget {
+            daily_cost: cost(row.get("daily_cost_micros")?),
+            daily_tokens: tokens(row.get("daily_tokens")?),
+            monthly_cost: cost(row.get("monthly_cost_micros")?),
+            monthly_tokens: tokens(row.get("monthly_tokens")?),
+        })
+    }
+
+    async fn workspace_spend(&self, name: &str, since: DateTime<Utc>) -> Result<Spend, StoreError> {
+        // As a key's spend (store/keys.rs): by the request's workspace and time, summed here
+        // from the operations' candidates and calls.
+        let mut sql = Sql::new(
+            "SELECT o.candidates, o.detail FROM requests r JOIN operations o ON o.request_id = r.id \
+             WHERE r.workspace = ",
+        );
+        sql.bind(name)
+            .push(" AND r.received_at >= ")
+            .bind_time(since);
+        let rows = sql.fetch_all(self, "read workspace spend").await?;
+        let mut spend = Spend::default();
+        for row in &rows {
+            let candidates: Json<Vec<CandidateRecord>> = Record::<D>(row).get("candidates")?;
+            spend.add(&candidates.0);
+            let detail: Option<Json<serde_json::Value>> = Record::<D>(row).get("detail")?;
+            spend.add_calls(&CallRecord::in_detail(detail.as_ref().map(|d| &d.0)));
+        }
+        Ok(spend)
     }
 }

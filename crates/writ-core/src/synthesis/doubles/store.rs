@@ -339,7 +339,27 @@ impl WorkspaceStore for MemoryStore {
     async fn find_workspace(&self, _name: &str) -> Result<Option<WorkspaceRecord>, StoreError> {
         Err(not_kept())
     }
-    async fn delete_workspace(&self, _name: &str) -> Result<bool, StoreError> {
+    async fn delete_workspace(
+        &self,
+        _name: &str,
+    ) -> Result<crate::workspaces::WorkspaceDeletion, StoreError> {
         Err(not_kept())
+    }
+    async fn set_workspace_budget(
+        &self,
+        _name: &str,
+        _budget: &crate::budgets::Budget,
+    ) -> Result<bool, StoreError> {
+        Err(not_kept())
+    }
+    async fn workspace_budget(&self, _name: &str) -> Result<crate::budgets::Budget, StoreError> {
+        Ok(crate::budgets::Budget::default())
+    }
+    async fn workspace_spend(
+        &self,
+        _name: &str,
+        _since: DateTime<Utc>,
+    ) -> Result<crate::budgets::Spend, StoreError> {
+        Ok(crate::budgets::Spend::default())
     }
 }

@@ -261,9 +261,14 @@ impl Part<'_> {
             Part::One(AuditWrite::FinishRequest { id, .. }) => {
                 Expect::AtLeastOne(format!("no request {id}"))
             }
-            Part::One(AuditWrite::InsertRequest(_) | AuditWrite::InsertJob { .. }) => {
-                Expect::Rows(1)
-            }
+            Part::One(AuditWrite::InsertJob { job, .. }) => Expect::Every(
+                1,
+                format!(
+                    "no workspace named '{}': it was deleted as the batch was admitted",
+                    job.workspace
+                ),
+            ),
+            Part::One(AuditWrite::InsertRequest(_)) => Expect::Rows(1),
             // A job already ended changes no row, and events may be replays of ones stored.
             Part::One(_) => Expect::Any,
         }
