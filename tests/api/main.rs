@@ -20,6 +20,7 @@ mod operations;
 mod outage;
 mod policy;
 mod probes;
+mod project_checks;
 mod prompt_caching;
 mod reference;
 mod scopes;

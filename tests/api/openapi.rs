@@ -320,6 +320,7 @@ fn event_names() -> BTreeSet<String> {
             | Event::ArbiterAskedInputs { .. }
             | Event::StoppedEarly { .. }
             | Event::RoundStarted { .. }
+            | Event::Formatted { .. }
             | Event::FileWritten { .. }
             | Event::FileFailed { .. }
             | Event::Done { .. } => {}
@@ -364,6 +365,7 @@ fn event_names() -> BTreeSet<String> {
             passed: true,
             exit_code: Some(0),
             duration_ms: 5,
+            diagnostics: Some(true),
         },
         Event::RepairStarted {
             file: f(),
@@ -395,6 +397,12 @@ fn event_names() -> BTreeSet<String> {
             file: f(),
             round: 2,
             models: 2,
+        },
+        Event::Formatted {
+            file: f(),
+            command: "fmt".into(),
+            changed: true,
+            error: None,
         },
         Event::FileWritten {
             file: f(),

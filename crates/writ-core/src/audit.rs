@@ -251,6 +251,19 @@ pub struct ValidationRecord {
     pub duration_ms: u64,
     /// The end of the deciding command's output (stdout then stderr), bounded.
     pub output_tail: String,
+    /// The project's diagnostics (`WRIT_DIAGNOSTICS`), when they ran on the candidate: they run
+    /// first, so when they failed, `command` and `output_tail` are theirs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<DiagnosticsRecord>,
+}
+
+/// One candidate's run of the project's diagnostics for its language (`WRIT_DIAGNOSTICS`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DiagnosticsRecord {
+    /// The configured command that ran.
+    pub command: String,
+    /// It exited 0 in time: the candidate is clean.
+    pub passed: bool,
 }
 
 /// One candidate's results on the generated checks.

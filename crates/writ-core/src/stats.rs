@@ -180,6 +180,7 @@ mod tests {
                 timed_out: false,
                 duration_ms: 5,
                 output_tail: String::new(),
+                diagnostics: None,
             }),
             ..CandidateRecord::default()
         }

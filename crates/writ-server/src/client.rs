@@ -390,6 +390,15 @@ async fn follow(
                         terminal_safe(&model)
                     ))
                 }),
+                Event::Formatted { file, changed, .. } => {
+                    bars.get(&file).into_iter().for_each(|b| {
+                        b.set_message(if changed {
+                            "formatted"
+                        } else {
+                            "format checked"
+                        })
+                    })
+                }
                 Event::RepairStarted { file, round, .. } => bars
                     .get(&file)
                     .into_iter()

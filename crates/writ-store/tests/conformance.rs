@@ -764,6 +764,7 @@ fn candidates() -> Vec<CandidateRecord> {
                 timed_out: false,
                 duration_ms: 812,
                 output_tail: "1 passed\n".into(),
+                diagnostics: None,
             }),
             generated_checks: Some(writ_core::audit::GeneratedCheckRecord {
                 passed: 3,

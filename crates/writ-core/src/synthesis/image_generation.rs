@@ -78,6 +78,7 @@ pub(crate) async fn generate_image(
                         model: model.clone(),
                         selection: Selection::SingleCandidate,
                         reason: None,
+                        formatted: None,
                     };
                     (record, Ok(chosen))
                 }

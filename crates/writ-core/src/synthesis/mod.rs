@@ -10,8 +10,10 @@
 //! - [`update`]: for a file that exists, what its candidates are checked against (edits applied
 //!   strictly, nothing elided, removed or cut) and how the change is written in the file's shape;
 //! - [`selection`]: distinct viable candidates, the arbiter, first-viable, the fallback models;
-//! - [`validation`]: with `options.validation`, the caller's tests run on every candidate in the
-//!   sandbox and decide the selection, and failing candidates go back to their models for repair;
+//! - [`validation`]: with `options.validation`, the caller's tests (and the project's diagnostics,
+//!   `WRIT_DIAGNOSTICS`) run on every candidate in the sandbox and decide the selection, and
+//!   failing candidates go back to their models for repair;
+//! - `formatting`: the project's formatter (`WRIT_FORMATTERS`) on the chosen code, in the sandbox;
 //! - [`image_generation`]: the image branch — one image model call, shaped by [`image`];
 //! - [`writing`]: one recorded write per file, atomic batches and their rollback;
 //! - [`response`]: the answer returned to the caller and stored for idempotent replay;
@@ -27,6 +29,7 @@ pub mod context;
 #[cfg(test)]
 pub(crate) mod doubles;
 pub mod fanout;
+pub(crate) mod formatting;
 pub mod generation;
 pub mod image;
 pub mod image_generation;

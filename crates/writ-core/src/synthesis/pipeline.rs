@@ -16,17 +16,20 @@ use tracing::Instrument;
 
 use crate::audit::AuditWrite;
 use crate::commits::{self, CommitFile, RequestCommit};
-use crate::synthesis::batch::{Batch, TargetKind, Validation};
+use writ_checks::Language;
+
+use crate::synthesis::batch::{Batch, DEFAULT_VALIDATION_TIMEOUT_SECS, TargetKind, Validation};
 use crate::synthesis::fanout::{PassCheck, Upstream};
+use crate::synthesis::formatting::{Formatter, format_chosen};
 use crate::synthesis::generation::generate;
 use crate::synthesis::image_generation::generate_image;
 use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::record::Recorded;
 use crate::synthesis::response::{BatchResponse, FileResult};
 use crate::synthesis::selection::Selector;
-use crate::synthesis::stage::{BatchCx, FileCx, Prior, Produced, Synthesizer};
+use crate::synthesis::stage::{BatchCx, FileCx, Prior, Produced, Synthesizer, command_for};
 use crate::synthesis::submission::{Submission, Submitted};
-use crate::synthesis::validation::{CallerTests, Stage, select_validated};
+use crate::synthesis::validation::{CallerTests, Stage, file_checks, select_validated};
 use crate::synthesis::writing::{Writer, Written};
 
 /// How long a file ready to be written waits for the rest of its batch to join it
@@ -86,10 +89,21 @@ impl Synthesizer {
         };
         let atomic = batch.options().atomic && !batch.options().dry_run;
 
-        // The server's default of generated checks, for batches that ask for no validation
-        // and where a sandbox can run them.
-        let default_checks = (self.config.generate_checks && self.commands.is_some())
-            .then(Validation::generated_only);
+        // The server's default of generated checks, or of the project's diagnostics, for
+        // batches that ask for no validation and where a sandbox can run them.
+        let diagnosed = batch.files().iter().any(|f| {
+            matches!(f.kind, TargetKind::Code)
+                && command_for(
+                    &self.config.diagnostics,
+                    Language::from_path(f.path.as_str()),
+                )
+                .is_some()
+        });
+        let default_checks = match (self.commands.is_some(), self.config.generate_checks) {
+            (false, _) => None,
+            (true, true) => Some(Validation::generated_only()),
+            (true, false) => diagnosed.then(Validation::diagnostics_only),
+        };
         let validation = batch
             .options()
             .validation
@@ -256,7 +270,7 @@ impl Synthesizer {
                     .instrument(span)
             }))
             .await;
-            select_validated(
+            let produced = select_validated(
                 &self.selector(cx.batch),
                 self.commands.as_deref(),
                 validation,
@@ -264,6 +278,13 @@ impl Synthesizer {
                 cx,
             )
             .instrument(tracing::info_span!("validation"))
+            .await;
+            join_all(
+                produced
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, p)| self.formatted(cx.file(i), Some(validation), p)),
+            )
             .await
         };
         match tokio::time::timeout(deadline, stages).await {
@@ -288,6 +309,13 @@ impl Synthesizer {
                 runner,
                 validation,
                 path: fcx.file.path.clone(),
+                checks: file_checks(
+                    &self.config,
+                    validation,
+                    &fcx.file.path,
+                    Language::from_path(fcx.file.path.as_str()),
+                )
+                .0,
             });
         fcx.sink.emit(Event::FileStarted {
             file: fcx.file.path.to_string(),
@@ -335,7 +363,11 @@ impl Synthesizer {
                     )
                     .await
                     {
-                        Ok(generated) => self.selector(cx.batch).select(cx, generated).await,
+                        Ok(generated) => {
+                            let produced = self.selector(cx.batch).select(cx, generated).await;
+                            let validation = cx.batch.options().validation.as_ref();
+                            self.formatted(cx, validation, produced).await
+                        }
                         Err(error) => Produced::failed(error, Vec::new()),
                     }
                 }
@@ -345,6 +377,41 @@ impl Synthesizer {
             Err(_) => Produced::failed(deadline_message(deadline), Vec::new()),
             Ok(produced) => self.bounded(produced),
         }
+    }
+
+    /// The chosen code formatted by the project's formatter for its language, in the sandbox,
+    /// where one is configured (`WRIT_FORMATTERS`) and the batch did not turn it off
+    /// (`options.validation.format`).
+    async fn formatted(
+        &self,
+        cx: FileCx<'_>,
+        validation: Option<&Validation>,
+        produced: Produced,
+    ) -> Produced {
+        let language = Language::from_path(cx.file.path.as_str());
+        let wanted =
+            matches!(cx.file.kind, TargetKind::Code) && validation.is_none_or(Validation::format);
+        let (Some(runner), Some(command), true) = (
+            self.commands.as_deref(),
+            command_for(&self.config.formatters, language),
+            wanted,
+        ) else {
+            return produced;
+        };
+        let timeout = validation
+            .map_or(
+                Duration::from_secs(DEFAULT_VALIDATION_TIMEOUT_SECS),
+                Validation::timeout,
+            )
+            .min(runner.limits().max_timeout);
+        let formatter = Formatter {
+            runner,
+            command,
+            timeout,
+        };
+        format_chosen(formatter, &cx.file.path, language, cx.sink, produced)
+            .instrument(tracing::info_span!("format", file = %cx.file.path))
+            .await
     }
 
     /// An oversized winner (code or image) fails its file.

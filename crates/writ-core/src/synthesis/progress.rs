@@ -53,6 +53,9 @@ pub enum Event {
         passed: bool,
         exit_code: Option<i32>,
         duration_ms: u64,
+        /// Whether it passed the project's diagnostics (`WRIT_DIAGNOSTICS`), when they ran.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        diagnostics: Option<bool>,
     },
     /// No candidate passed: the models get their candidates back with the failure.
     RepairStarted {
@@ -96,6 +99,15 @@ pub enum Event {
         round: u32,
         models: usize,
     },
+    /// The project's formatter (`WRIT_FORMATTERS`) ran on a file's chosen candidate; `error`
+    /// says why it was left unformatted.
+    Formatted {
+        file: String,
+        command: String,
+        changed: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     FileWritten {
         file: String,
         operation: String,
@@ -132,6 +144,7 @@ impl Event {
             Event::ArbiterAskedInputs { .. } => "arbiter_asked_inputs",
             Event::StoppedEarly { .. } => "stopped_early",
             Event::RoundStarted { .. } => "round_started",
+            Event::Formatted { .. } => "formatted",
             Event::FileWritten { .. } => "file_written",
             Event::FileFailed { .. } => "file_failed",
             Event::Done { .. } => DONE,

@@ -180,12 +180,18 @@ pub fn repair_messages(
 ) -> Vec<ChatMessage> {
     let mut messages = original.to_vec();
     messages.push(ChatMessage::assistant(fence(code, language)));
+    // A failure of the project's diagnostics (a compiler, a linter) is named as such, as an
+    // editor shows its errors, so the model fixes the code rather than hunting for a test.
+    let what = match failure.and_then(|f| f.diagnostics.as_ref()) {
+        Some(d) if !d.passed => "diagnostics",
+        _ => "tests",
+    };
     let mut p = if edits {
-        String::from(
-            "That is the whole file with your edits applied. It failed the project's tests.\n\n",
+        format!(
+            "That is the whole file with your edits applied. It failed the project's {what}.\n\n"
         )
     } else {
-        String::from("Your file failed the project's tests.\n\n")
+        format!("Your file failed the project's {what}.\n\n")
     };
     match failure {
         Some(f) => {

@@ -47,6 +47,24 @@ pub struct FileResult {
     /// writers'), with what they cost.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calls: Vec<CallRecord>,
+    /// For a code file whose language has a formatter (`WRIT_FORMATTERS`): whether the chosen
+    /// candidate was formatted before it was written, by which command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub formatted: Option<Formatted>,
+}
+
+/// The project's formatter on the chosen candidate (`WRIT_FORMATTERS`), run in the sandbox on
+/// a scratch copy before the file is written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Formatted {
+    /// The configured command (`WRIT_COMMANDS`) that ran.
+    pub command: String,
+    /// What was written differs from the candidate as the model gave it.
+    pub changed: bool,
+    /// Why the candidate was written unformatted: the formatter failed, timed out, or printed
+    /// nothing usable. Absent when its output was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The prompt tokens of each part of a code file's candidate prompt (estimated at four
@@ -147,6 +165,7 @@ impl FileResult {
             change: None,
             prompt_tokens_by_part: None,
             calls: Vec::new(),
+            formatted: None,
         }
     }
 }

@@ -51,6 +51,7 @@ impl Selector<'_> {
                 model: only.model.to_string(),
                 selection: Selection::SingleCandidate,
                 reason: None,
+                formatted: None,
             }),
             several => Ok(self.arbitrate(cx, &generated, several).await),
         };
@@ -138,6 +139,7 @@ impl Selector<'_> {
                         model: picked.model.to_string(),
                         selection: Selection::Arbiter,
                         reason: Some(v.reason),
+                        formatted: None,
                     };
                 }
                 None => format!("the arbiter {arbiter} gave no usable verdict"),
@@ -157,6 +159,7 @@ impl Selector<'_> {
             model: first.model.to_string(),
             selection: Selection::ArbiterFailedFirstViable,
             reason: Some(failure),
+            formatted: None,
         }
     }
 
@@ -230,6 +233,7 @@ impl Selector<'_> {
                         model: model.clone(),
                         selection: Selection::Fallback,
                         reason: None,
+                        formatted: None,
                     }),
                     extra,
                 );

@@ -67,6 +67,12 @@ pub struct SynthesisConfig {
     /// The configured command (`WRIT_COMMANDS`) that runs generated checks, per language name
     /// (`WRIT_CHECK_COMMANDS`; `python` and `javascript`).
     pub check_commands: Vec<(String, String)>,
+    /// The project's formatter per language name (`WRIT_FORMATTERS`): a configured command
+    /// (`WRIT_COMMANDS`) given the file's path that prints the formatted file on stdout.
+    pub formatters: Vec<(String, String)>,
+    /// The project's diagnostics per language name (`WRIT_DIAGNOSTICS`): a configured command
+    /// given the file's path; exit 0 is clean, anything else fails the candidate like a test.
+    pub diagnostics: Vec<(String, String)>,
 }
 
 /// `WRIT_CHECK_COMMANDS` unset: the commands named like the interpreters.
@@ -75,6 +81,25 @@ pub fn default_check_commands() -> Vec<(String, String)> {
         ("python".into(), "python".into()),
         ("javascript".into(), "node".into()),
     ]
+}
+
+/// The command a per-language setting (`WRIT_CHECK_COMMANDS`, `WRIT_FORMATTERS`,
+/// `WRIT_DIAGNOSTICS`) names for `language`, keyed by its lower-case name (`python`, `rust`).
+pub fn command_for(setting: &[(String, String)], language: writ_checks::Language) -> Option<&str> {
+    let key = language.name().to_ascii_lowercase();
+    setting
+        .iter()
+        .find(|(l, _)| *l == key)
+        .map(|(_, c)| c.as_str())
+}
+
+/// The language names a per-language setting accepts as keys (`python`, `rust`, …).
+pub fn language_keys() -> Vec<String> {
+    writ_checks::Language::ALL
+        .iter()
+        .filter(|l| **l != writ_checks::Language::Other)
+        .map(|l| l.name().to_ascii_lowercase())
+        .collect()
 }
 
 impl SynthesisConfig {
@@ -114,6 +139,8 @@ impl Default for SynthesisConfig {
             test_models: Vec::new(),
             generate_checks: false,
             check_commands: default_check_commands(),
+            formatters: Vec::new(),
+            diagnostics: Vec::new(),
         }
     }
 }
@@ -289,6 +316,8 @@ pub(crate) struct Chosen {
     pub selection: Selection,
     /// The arbiter's reason (or why the arbiter could not decide).
     pub reason: Option<String>,
+    /// The project's formatter ran on it before it was written (`WRIT_FORMATTERS`).
+    pub formatted: Option<crate::synthesis::response::Formatted>,
 }
 
 impl SynthesisConfig {

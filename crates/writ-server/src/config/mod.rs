@@ -243,6 +243,62 @@ mod tests {
     }
 
     #[test]
+    fn formatters_and_diagnostics_must_name_configured_commands_or_start_up_fails_naming_them() {
+        let commands = (
+            "WRIT_COMMANDS",
+            r#"{"fmt": ["python3", "fmt.py", "{args}"], "compile": ["python3", "-m", "py_compile", "{args}"], "bare": ["true"]}"#,
+        );
+        let s = Settings::load(
+            None,
+            &env_of(&[
+                commands,
+                ("WRIT_FORMATTERS", r#"{"python": "fmt"}"#),
+                ("WRIT_DIAGNOSTICS", r#"{"python": "compile"}"#),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.run.formatters, [("python".into(), "fmt".into())]);
+        assert_eq!(s.run.diagnostics, [("python".into(), "compile".into())]);
+        assert!(
+            Settings::load(None, &env_of(&[commands]))
+                .unwrap()
+                .run
+                .formatters
+                .is_empty(),
+            "none by default"
+        );
+
+        for (name, raw, says) in [
+            ("WRIT_FORMATTERS", r#"{"python": "black"}"#, "\"black\""),
+            (
+                "WRIT_DIAGNOSTICS",
+                r#"{"python": "bare"}"#,
+                "takes the file's path",
+            ),
+            (
+                "WRIT_DIAGNOSTICS",
+                r#"{"cobol": "compile"}"#,
+                "unknown language",
+            ),
+            ("WRIT_FORMATTERS", "ruff format", "JSON object"),
+        ] {
+            let err = Settings::load(None, &env_of(&[commands, (name, raw)])).unwrap_err();
+            let err = err.to_string();
+            assert!(err.starts_with(name) && err.contains(says), "{err}");
+        }
+        let err = Settings::load(
+            None,
+            &env_of(&[("WRIT_FORMATTERS", r#"{"python": "fmt"}"#)]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("WRIT_FORMATTERS") && err.contains("WRIT_COMMANDS"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn history_retention_defaults_to_thirty_days_reads_units_and_names_a_bad_value() {
         let s = Settings::load(None, &env_of(&[])).unwrap();
         assert_eq!(

@@ -17,6 +17,12 @@ pub struct RunSettings {
     /// `WRIT_CHECK_COMMANDS`: the configured command that runs generated checks, per language
     /// (JSON, default `{"python": "python", "javascript": "node"}`).
     pub check_commands: Vec<(String, String)>,
+    /// `WRIT_FORMATTERS`: the project's formatter per language (JSON, language to a command of
+    /// `WRIT_COMMANDS` that prints the formatted file given as its argument; default none).
+    pub formatters: Vec<(String, String)>,
+    /// `WRIT_DIAGNOSTICS`: the project's diagnostics per language (JSON, language to a command
+    /// of `WRIT_COMMANDS` given the file; nonzero exit fails the candidate; default none).
+    pub diagnostics: Vec<(String, String)>,
     /// `WRIT_RUN_CONCURRENCY`: runs at once; more wait in a fair queue (default: the cores).
     pub concurrency: usize,
     /// `WRIT_RUN_MAX_TIMEOUT_SECS`: the longest timeout a request may ask for (default 120).
@@ -53,6 +59,49 @@ pub struct RunSettings {
     pub copy_max_files: u64,
 }
 
+/// A per-language setting of the project's own checks (`WRIT_FORMATTERS`, `WRIT_DIAGNOSTICS`):
+/// a JSON object of language name to a command of `WRIT_COMMANDS` that takes the file's path as
+/// its argument. Unset or blank: none. They only ever run in the sandbox, so each must name a
+/// configured command; anything else stops start-up naming the variable.
+fn per_language(
+    get: &Get<'_>,
+    name: &'static str,
+    commands: Option<&writ_sandbox::CommandSet>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid { name, message };
+    let Some(raw) = get(name).filter(|raw| !raw.trim().is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let map: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(&raw).map_err(|e| {
+            invalid(format!(
+                "must be a JSON object of language to command name (WRIT_COMMANDS), e.g. {{\"python\": \"py_compile\"}}: {e}"
+            ))
+        })?;
+    let Some(commands) = commands else {
+        return Err(invalid(
+            "needs WRIT_COMMANDS: these commands run only in the sandbox, as configured commands"
+                .into(),
+        ));
+    };
+    let known = writ_core::synthesis::stage::language_keys();
+    for (language, command) in &map {
+        if !known.contains(language) {
+            return Err(invalid(format!(
+                "unknown language {language:?}; known: {}",
+                known.join(", ")
+            )));
+        }
+        // The file's path is its one argument: a command without `{args}` cannot take it.
+        if let Err(e) = commands.expand(command, &["file.txt".to_string()]) {
+            return Err(invalid(format!(
+                "{language}: {command:?} is not a configured command that takes the file's path ({e})"
+            )));
+        }
+    }
+    Ok(map.into_iter().collect())
+}
+
 impl RunSettings {
     pub(super) fn load(get: &Get<'_>) -> Result<Self, ConfigError> {
         let commands =
@@ -72,7 +121,11 @@ impl RunSettings {
         let default_timeout =
             Duration::from_secs(at_least_one("WRIT_RUN_DEFAULT_TIMEOUT_SECS", 30)? as u64)
                 .min(max_timeout);
+        let formatters = per_language(get, "WRIT_FORMATTERS", commands.as_ref())?;
+        let diagnostics = per_language(get, "WRIT_DIAGNOSTICS", commands.as_ref())?;
         Ok(RunSettings {
+            formatters,
+            diagnostics,
             commands,
             concurrency: at_least_one("WRIT_RUN_CONCURRENCY", cores)?.min(1024),
             max_timeout,

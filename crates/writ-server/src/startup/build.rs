@@ -82,6 +82,8 @@ pub(super) fn build_models(
         test_models: settings.models.test_models.clone(),
         generate_checks: settings.run.generate_checks,
         check_commands: settings.run.check_commands.clone(),
+        formatters: settings.run.formatters.clone(),
+        diagnostics: settings.run.diagnostics.clone(),
         ..SynthesisConfig::default()
     };
     // Always a committer: a batch may ask for its commit (`options.commit`) where the server

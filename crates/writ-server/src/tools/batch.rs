@@ -192,6 +192,16 @@ fn progress_line(name: &str, data: &Value) -> String {
         Event::ValidationStarted { file, candidates } => {
             format!("{file}: running the checks on {candidates} candidates")
         }
+        Event::Formatted {
+            file,
+            command,
+            changed,
+            error,
+        } => match error {
+            Some(why) => format!("{file}: left unformatted: {why}"),
+            None if changed => format!("{file}: formatted by {command}"),
+            None => format!("{file}: already formatted as {command} would"),
+        },
         Event::ValidationFinished {
             file,
             model,

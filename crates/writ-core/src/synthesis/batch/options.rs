@@ -18,6 +18,12 @@ pub struct Validation {
     pub(crate) generate: bool,
     /// Where the generated tests are written (`options.validation.keep_tests`).
     pub(crate) keep_tests: Option<crate::path::RepoPath>,
+    /// The project's formatter runs on the chosen candidate (`options.validation.format`;
+    /// `None`: wherever `WRIT_FORMATTERS` names one for the file's language).
+    pub(crate) format: Option<bool>,
+    /// The project's diagnostics check every candidate (`options.validation.diagnostics`;
+    /// `None`: wherever `WRIT_DIAGNOSTICS` names one for the file's language).
+    pub(crate) diagnostics: Option<bool>,
 }
 
 /// Defaults of `options.validation`.
@@ -32,12 +38,15 @@ impl ValidationOptions {
     pub(super) fn parse(&self) -> Result<Validation, BatchError> {
         let field = "options.validation";
         let generate = self.generate.unwrap_or(false);
-        if (self.commands.is_empty() && !generate) || self.commands.len() > MAX_VALIDATION_COMMANDS
+        // Asking only about the project's own checks needs no command of the caller's.
+        let own_checks = self.diagnostics.is_some() || self.format.is_some();
+        if (self.commands.is_empty() && !generate && !own_checks)
+            || self.commands.len() > MAX_VALIDATION_COMMANDS
         {
             return Err(refuse(
                 format!("{field}.commands"),
                 format!(
-                    "between 1 and {MAX_VALIDATION_COMMANDS} commands (0 with generate: true), got {}",
+                    "between 1 and {MAX_VALIDATION_COMMANDS} commands (0 with generate, diagnostics or format), got {}",
                     self.commands.len()
                 ),
             ));
@@ -83,6 +92,8 @@ impl ValidationOptions {
             on_fail: self.on_fail.unwrap_or_default(),
             generate,
             keep_tests,
+            format: self.format,
+            diagnostics: self.diagnostics,
         })
     }
 }
@@ -98,7 +109,24 @@ impl Validation {
             on_fail: OnFail::WriteBest,
             generate: true,
             keep_tests: None,
+            format: None,
+            diagnostics: None,
         }
+    }
+
+    /// What a batch without `options.validation` gets where the project's diagnostics
+    /// (`WRIT_DIAGNOSTICS`) apply to one of its files: they rank its candidates, and a batch
+    /// that asked for nothing is never refused for them nor sent to repair.
+    pub fn diagnostics_only() -> Self {
+        Validation {
+            generate: false,
+            ..Self::generated_only()
+        }
+    }
+
+    /// Whether the project's formatter may run (`options.validation.format`, default on).
+    pub fn format(&self) -> bool {
+        self.format.unwrap_or(true)
     }
     pub fn generate(&self) -> bool {
         self.generate

@@ -145,6 +145,16 @@ pub struct ValidationOptions {
     /// language). Tests the written file fails are kept, marked as skipped.
     #[serde(default)]
     pub keep_tests: Option<String>,
+    /// Format the chosen candidate with the project's formatter for its language
+    /// (`WRIT_FORMATTERS`) before it is written. Default: on wherever one is configured.
+    #[serde(default)]
+    pub format: Option<bool>,
+    /// Check every candidate with the project's diagnostics for its language
+    /// (`WRIT_DIAGNOSTICS`, e.g. a compiler or linter), like a test: failing candidates rank
+    /// below passing ones and go to repair with the diagnostics' output. Default: on wherever
+    /// configured. With this or `format` given, `commands` may be empty.
+    #[serde(default)]
+    pub diagnostics: Option<bool>,
 }
 
 /// `options.fanout` as sent. Both need `options.validation.commands`: a candidate passes when

@@ -190,6 +190,7 @@ pub(crate) fn chosen(code: &str) -> Produced {
             model: "alpha".into(),
             selection: crate::audit::Selection::SingleCandidate,
             reason: None,
+            formatted: None,
         }),
         candidates: vec![viable("alpha", code).record],
         validation: None,

@@ -52,6 +52,11 @@ pub(super) fn written_result(op: &Operation) -> FileResult {
         validation: None,
         prompt_tokens_by_part: None,
         calls: CallRecord::in_detail(op.detail.as_ref()),
+        formatted: op
+            .detail
+            .as_ref()
+            .and_then(|d| d.get("formatted"))
+            .and_then(|d| serde_json::from_value(d.clone()).ok()),
         change: op
             .detail
             .as_ref()

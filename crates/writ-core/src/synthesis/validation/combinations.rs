@@ -4,7 +4,8 @@
 
 use super::trials::to_record;
 use super::{FileTrials, MAX_COMBINATIONS};
-use crate::execution::CommandRunner;
+use crate::audit::{DiagnosticsRecord, ValidationRecord};
+use crate::execution::{CommandCall, CommandRunner};
 use crate::path::RepoPath;
 use crate::synthesis::batch::Validation;
 use crate::synthesis::progress::{Event, ProgressSink};
@@ -53,17 +54,21 @@ pub(super) async fn search_combinations(
             candidates: combos.len(),
         });
     }
+    // Each file's diagnostics, then the caller's commands: a combination passes only when
+    // every file in it is clean too.
+    let calls: Vec<CommandCall> = failing
+        .iter()
+        .filter_map(|&i| files[i].diagnostics_call().cloned())
+        .chain(validation.commands.iter().cloned())
+        .collect();
+    let calls = &calls;
     let runs = combos.iter().map(|combo| {
         let mut staged = fixed.clone();
         for (k, &t) in combo.iter().enumerate() {
             let f = &files[failing[k]];
             staged.push(f.staged(&f.trials[t].code));
         }
-        async move {
-            runner
-                .run(&staged, &validation.commands, validation.timeout)
-                .await
-        }
+        async move { runner.run(&staged, calls, validation.timeout).await }
     });
     // In order of preference: once the first passing combination is known, the rest are
     // dropped — those still running are killed, those still queued never start.
@@ -71,7 +76,7 @@ pub(super) async fn search_combinations(
     let mut found = None;
     let mut k = 0;
     while let Some(outcome) = futures::StreamExt::next(&mut ordered).await {
-        let record = to_record(validation, outcome);
+        let record = to_record(calls, None, outcome);
         if record.passed {
             found = Some((&combos[k], record));
             break;
@@ -91,12 +96,20 @@ pub(super) async fn search_combinations(
             passed: true,
             exit_code: outcome.exit_code,
             duration_ms: outcome.duration_ms,
+            diagnostics: f.diagnostics.as_ref().map(|_| true),
         });
+        let outcome = ValidationRecord {
+            diagnostics: f.diagnostics.as_ref().map(|command| DiagnosticsRecord {
+                command: command.clone(),
+                passed: true,
+            }),
+            ..outcome.clone()
+        };
         let r = f.trials[t].record;
         if let Some(rec) = f.records.get_mut(r) {
             rec.validation = Some(outcome.clone());
         }
-        f.trials[t].outcome = Some(outcome.clone());
+        f.trials[t].outcome = Some(outcome);
         f.best = Some(t);
     }
 }

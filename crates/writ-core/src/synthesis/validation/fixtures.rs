@@ -19,6 +19,8 @@ pub(super) fn validation() -> Validation {
         on_fail: OnFail::Refuse,
         generate: false,
         keep_tests: None,
+        format: None,
+        diagnostics: None,
     }
 }
 
@@ -56,6 +58,8 @@ pub(super) fn untried(batch: &Batch) -> Vec<FileTrials<'_>> {
                 trials,
                 best: Some(0),
                 rounds: 0,
+                checks: validation().commands,
+                diagnostics: None,
             }
         })
         .collect()

@@ -1506,6 +1506,8 @@ mod tests {
                 .collect(),
             best: Some(0),
             rounds: 0,
+            checks: Vec::new(),
+            diagnostics: None,
         };
         let validation = crate::synthesis::batch::Validation::generated_only();
         let among: Vec<usize> = (0..codes.len()).collect();

@@ -18,6 +18,12 @@
 //! (`on_fail: "refuse"`) or the usual selection writes the best unvalidated candidate, marked as
 //! not passing (`"write_best"`).
 //!
+//! The project's diagnostics for a file's language (`WRIT_DIAGNOSTICS`, a compiler or linter)
+//! are a check like a test: they run first in each of its candidates' checks ([`file_checks`]),
+//! so a candidate they reject ranks below a clean one and goes to repair with their output. A
+//! file with no checks at all (no caller's commands, no diagnostics for its language) has every
+//! candidate standing.
+//!
 //! This module holds the types the stages share (`Trial`, `FileTrials`), their order
 //! (`select_validated`) and each file's choice once they are over. The stages themselves:
 //! `trials` runs the checks on candidates, `combinations` searches combinations of several
@@ -39,6 +45,7 @@ use trials::validate_trials;
 use std::time::Instant;
 
 use crate::audit::{CandidateRecord, Selection, ValidationRecord};
+use crate::execution::CommandCall;
 use crate::execution::CommandRunner;
 use crate::path::RepoPath;
 use crate::synthesis::batch::{FileSpec, OnFail, Validation};
@@ -46,7 +53,10 @@ use crate::synthesis::fanout::PassCheck;
 use crate::synthesis::generation::Generated;
 use crate::synthesis::response::{FanoutSaved, FileValidation, KeptTests};
 use crate::synthesis::selection::{Selector, Viable, distinct_viable};
-use crate::synthesis::stage::{BatchCx, Chosen, Content, FileCx, Produced};
+use crate::synthesis::stage::{
+    BatchCx, Chosen, Content, FileCx, Produced, SynthesisConfig, command_for,
+};
+use writ_checks::Language;
 
 /// Bytes of a failing command's output kept in the record and shown to a model for repair.
 pub const OUTPUT_TAIL_BYTES: usize = 4_000;
@@ -81,6 +91,11 @@ struct FileTrials<'a> {
     /// The trial other files are staged with.
     best: Option<usize>,
     rounds: u32,
+    /// What each of its candidates runs: the project's diagnostics first, when they apply,
+    /// then the caller's commands. Empty: nothing checks it, every candidate stands.
+    checks: Vec<CommandCall>,
+    /// The diagnostics command's name, when `checks` starts with it.
+    diagnostics: Option<String>,
 }
 
 impl FileTrials<'_> {
@@ -96,6 +111,9 @@ impl FileTrials<'_> {
     fn best_code(&self) -> Option<&str> {
         self.best.map(|i| self.trials[i].code.as_str())
     }
+    fn diagnostics_call(&self) -> Option<&CommandCall> {
+        self.diagnostics.as_ref().and(self.checks.first())
+    }
     fn passers(&self) -> Vec<usize> {
         (0..self.trials.len())
             .filter(|&i| self.trials[i].passed())
@@ -110,6 +128,8 @@ pub(crate) struct CallerTests<'a> {
     pub runner: &'a dyn CommandRunner,
     pub validation: &'a Validation,
     pub path: RepoPath,
+    /// The file's checks ([`file_checks`]): its diagnostics, then the caller's commands.
+    pub checks: Vec<CommandCall>,
 }
 
 #[async_trait::async_trait]
@@ -118,10 +138,36 @@ impl PassCheck for CallerTests<'_> {
         let staged = [(self.path.clone(), code.as_bytes().to_vec())];
         let outcome = self
             .runner
-            .run(&staged, &self.validation.commands, self.validation.timeout)
+            .run(&staged, &self.checks, self.validation.timeout)
             .await;
-        trials::to_record(self.validation, outcome).passed
+        trials::to_record(&self.checks, None, outcome).passed
     }
+}
+
+/// What each candidate of the file at `path` runs, and the diagnostics command's name when
+/// there is one: the project's diagnostics for `language` (`WRIT_DIAGNOSTICS`, unless the
+/// batch turned them off) first — a compile error is the cheapest failure to find and the
+/// clearest to repair from — then the caller's commands.
+pub(crate) fn file_checks(
+    config: &SynthesisConfig,
+    validation: &Validation,
+    path: &RepoPath,
+    language: Language,
+) -> (Vec<CommandCall>, Option<String>) {
+    let diagnostics = validation
+        .diagnostics
+        .unwrap_or(true)
+        .then(|| command_for(&config.diagnostics, language))
+        .flatten();
+    let mut checks: Vec<CommandCall> = diagnostics
+        .map(|name| CommandCall {
+            name: name.to_string(),
+            args: vec![path.to_string()],
+        })
+        .into_iter()
+        .collect();
+    checks.extend(validation.commands.iter().cloned());
+    (checks, diagnostics.map(str::to_string))
 }
 
 /// What a code file brings to validation: its candidates, or its outcome already.
@@ -160,6 +206,8 @@ pub(crate) async fn select_validated(
             }
             Stage::Generated(g) => {
                 let records = records_of(&g);
+                let (checks, diagnostics) =
+                    file_checks(selector.config, validation, &file.path, g.language);
                 let trials: Vec<Trial> = distinct_viable(&g.answers)
                     .iter()
                     .map(|v| Trial {
@@ -181,6 +229,8 @@ pub(crate) async fn select_validated(
                     trials,
                     best,
                     rounds: 0,
+                    checks,
+                    diagnostics,
                 });
             }
         }
@@ -188,14 +238,15 @@ pub(crate) async fn select_validated(
 
     // First answers: each file in turn against the others' best, then once more for files
     // tried before another file's best choice changed.
-    // Without commands there are no caller's tests: every candidate stands until the
-    // generated checks (in `choose`) decide.
+    // A file without checks (no caller's commands, no diagnostics for its language): every
+    // candidate stands until the generated checks (in `choose`) decide.
     let caller_checks = !validation.commands.is_empty();
+    let any_checks = files.iter().any(|f| !f.checks.is_empty());
     let mut changed_at: Vec<usize> = vec![0; files.len()];
     let mut tried_at: Vec<usize> = vec![0; files.len()];
     let mut clock = 0usize;
     for pass in 0..2 {
-        if !caller_checks {
+        if !any_checks {
             break;
         }
         for i in 0..files.len() {
@@ -205,7 +256,7 @@ pub(crate) async fn select_validated(
                 files[i].passers().is_empty()
                     && (0..files.len()).any(|j| j != i && changed_at[j] > tried_at[i])
             };
-            if !needs || files[i].trials.is_empty() {
+            if !needs || files[i].trials.is_empty() || files[i].checks.is_empty() {
                 continue;
             }
             let pending: Vec<usize> = (0..files[i].trials.len()).collect();
@@ -250,14 +301,18 @@ pub(crate) async fn select_validated(
 
     // Repair rounds: every file still without a passer gets its models' candidates back with
     // the failure, then the new candidates are tried alone and together.
-    let rounds = if caller_checks {
+    let rounds = if any_checks {
         validation.repair_rounds
     } else {
         0
     };
     for round in 1..=rounds {
         let failing: Vec<usize> = (0..files.len())
-            .filter(|&i| files[i].passers().is_empty() && !files[i].trials.is_empty())
+            .filter(|&i| {
+                files[i].passers().is_empty()
+                    && !files[i].trials.is_empty()
+                    && !files[i].checks.is_empty()
+            })
             .collect();
         if failing.is_empty() {
             break;
@@ -280,7 +335,9 @@ pub(crate) async fn select_validated(
         if !any_added {
             break;
         }
-        search_combinations(runner, validation, &mut files, round, sink).await;
+        if caller_checks {
+            search_combinations(runner, validation, &mut files, round, sink).await;
+        }
     }
 
     // Each file's generated checks run with the batch's other files at their best choice.
@@ -359,7 +416,7 @@ async fn choose_among(
     checks: Checks<'_>,
     mut f: FileTrials<'_>,
 ) -> Produced {
-    let caller_checks = !validation.commands.is_empty();
+    let caller_checks = !f.checks.is_empty();
     let passers = if caller_checks {
         f.passers()
     } else {
@@ -423,6 +480,7 @@ async fn choose_among(
                         Selection::SingleCandidate
                     },
                     reason: None,
+                    formatted: None,
                 }),
                 candidates: f.records,
                 validation: summary(true),
@@ -468,6 +526,7 @@ async fn choose_among(
                             d.selection
                         },
                         reason: d.reason,
+                        formatted: None,
                     }
                 }
                 None => {
@@ -550,6 +609,7 @@ async fn second_round(
         runner,
         validation,
         path: f.file.path.clone(),
+        checks: f.checks.clone(),
     };
     let stop = cx
         .batch
@@ -645,7 +705,7 @@ mod tests {
 
     use super::fixtures::validation;
     use super::*;
-    use crate::synthesis::doubles::{self, ScriptedChecks, ScriptedModels};
+    use crate::synthesis::doubles::{self, Answer, ScriptedChecks, ScriptedModels};
     use crate::synthesis::fanout::Upstream;
     use crate::synthesis::progress::NoProgress;
     use crate::synthesis::stage::SynthesisConfig;
@@ -724,6 +784,122 @@ mod tests {
             .map(|r| r.validation.as_ref().map(|v| v.passed))
             .collect();
         assert_eq!(passed, [Some(false), Some(true), Some(false)]);
+    }
+
+    /// The batch's own diagnostics only: no caller's commands, `py_compile` for Python.
+    async fn select_diagnosed(
+        checks: &ScriptedChecks,
+        validation: &Validation,
+        stage: Stage,
+        models: &ScriptedModels,
+    ) -> Produced {
+        let batch = doubles::batch(&["a.py"]);
+        let prior = doubles::prior(&batch);
+        let clocks = [Upstream::default()];
+        let config = SynthesisConfig {
+            arbiter: Some("judge".into()),
+            diagnostics: vec![("python".into(), "py_compile".into())],
+            ..SynthesisConfig::default()
+        };
+        let selector = Selector {
+            models,
+            config: &config,
+            batch: &batch,
+        };
+        let cx = BatchCx {
+            batch: &batch,
+            prior: &prior,
+            sink: &NoProgress,
+            upstream_of: &clocks,
+        };
+        let mut produced =
+            select_validated(&selector, Some(checks), validation, vec![stage], cx).await;
+        produced.remove(0)
+    }
+
+    #[tokio::test]
+    async fn a_candidate_failing_the_diagnostics_ranks_below_the_clean_one_without_an_arbiter_call()
+    {
+        let checks = ScriptedChecks::default().passing_with(&[("a.py", "x = 2\n")]);
+        let models = ScriptedModels::default();
+
+        let produced = select_diagnosed(
+            &checks,
+            &Validation::diagnostics_only(),
+            generated(["x = (\n", "x = 2\n", "x = [\n"]),
+            &models,
+        )
+        .await;
+
+        let chosen = produced.chosen.expect("the clean candidate is chosen");
+        assert_eq!(chosen.content, Content::Code("x = 2\n".into()));
+        assert_eq!(chosen.selection, Selection::Validated);
+        assert!(models.requests_to("judge").is_empty(), "no arbiter call");
+        let diagnostics: Vec<Option<(String, bool)>> = produced
+            .candidates
+            .iter()
+            .map(|r| {
+                r.validation
+                    .as_ref()
+                    .and_then(|v| v.diagnostics.as_ref())
+                    .map(|d| (d.command.clone(), d.passed))
+            })
+            .collect();
+        let clean = |passed| Some(("py_compile".to_string(), passed));
+        assert_eq!(diagnostics, [clean(false), clean(true), clean(false)]);
+    }
+
+    #[tokio::test]
+    async fn diagnostics_turned_off_by_the_batch_leave_every_candidate_standing() {
+        let checks = ScriptedChecks::default();
+        let models = ScriptedModels::default();
+        let mut validation = Validation::diagnostics_only();
+        validation.diagnostics = Some(false);
+
+        let produced = select_diagnosed(
+            &checks,
+            &validation,
+            generated(["x = 1\n", "x = 2\n", "x = 3\n"]),
+            &models,
+        )
+        .await;
+
+        assert!(produced.chosen.is_ok(), "the arbiter chooses among all");
+        assert!(checks.runs.lock().map(|r| r.is_empty()).unwrap_or(false));
+        assert_eq!(models.requests_to("judge").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_candidate_failing_the_diagnostics_goes_to_repair_with_their_output() {
+        let checks = ScriptedChecks::default().passing_with(&[("a.py", "x = 4\n")]);
+        let models = ScriptedModels::default()
+            .with("m1", vec![Answer::after(1, "```python\nx = 4\n```")])
+            .with("m2", vec![Answer::after(1, "```python\nx = (\n```")])
+            .with("m3", vec![Answer::after(1, "```python\nx = [\n```")]);
+        let mut validation = Validation::diagnostics_only();
+        validation.repair_rounds = 1;
+
+        let produced = select_diagnosed(
+            &checks,
+            &validation,
+            generated(["x = 1\n", "x = 2\n", "x = 3\n"]),
+            &models,
+        )
+        .await;
+
+        let chosen = produced.chosen.expect("the repaired candidate is chosen");
+        assert_eq!(chosen.content, Content::Code("x = 4\n".into()));
+        assert_eq!(chosen.selection, Selection::Repaired);
+        let repair = models.requests_to("m1");
+        let asked = repair[0]
+            .messages
+            .last()
+            .map(|m| m.content.clone())
+            .unwrap_or_default();
+        assert!(
+            asked.contains("failed the project's diagnostics") && asked.contains("`py_compile`"),
+            "{asked}"
+        );
     }
 
     #[tokio::test]

@@ -135,6 +135,7 @@ mod tests {
             timed_out: false,
             duration_ms: 5,
             output_tail: output.into(),
+            diagnostics: None,
         })
     }
 

@@ -5,8 +5,8 @@
 use futures::future::join_all;
 
 use super::{FileTrials, OUTPUT_TAIL_BYTES};
-use crate::audit::ValidationRecord;
-use crate::execution::{CommandRunner, RunOutcome, tail};
+use crate::audit::{DiagnosticsRecord, ValidationRecord};
+use crate::execution::{CommandCall, CommandRunner, RunOutcome, tail};
 use crate::path::RepoPath;
 use crate::synthesis::batch::Validation;
 use crate::synthesis::progress::{Event, ProgressSink};
@@ -37,7 +37,7 @@ pub(super) async fn validate_trials(
         staged.push(target.staged(&target.trials[t].code));
         async move {
             let outcome = runner
-                .run(&staged, &validation.commands, validation.timeout)
+                .run(&staged, &target.checks, validation.timeout)
                 .await;
             (t, outcome)
         }
@@ -45,7 +45,7 @@ pub(super) async fn validate_trials(
     let results = join_all(runs).await;
     let target = &mut files[i];
     for (t, outcome) in results {
-        let record = to_record(validation, outcome);
+        let record = to_record(&target.checks, target.diagnostics.as_deref(), outcome);
         sink.emit(Event::ValidationFinished {
             file: target.file.path.to_string(),
             model: target.trials[t].model.clone(),
@@ -53,6 +53,7 @@ pub(super) async fn validate_trials(
             passed: record.passed,
             exit_code: record.exit_code,
             duration_ms: record.duration_ms,
+            diagnostics: record.diagnostics.as_ref().map(|d| d.passed),
         });
         let r = target.trials[t].record;
         if let Some(rec) = target.records.get_mut(r) {
@@ -62,9 +63,11 @@ pub(super) async fn validate_trials(
     }
 }
 
-/// The checks' outcome as recorded: the deciding command is the first that failed, else the last.
+/// The checks' outcome as recorded: the deciding command is the first that failed, else the
+/// last. `diagnostics` names the project's diagnostics when they are the first of `calls`.
 pub(super) fn to_record(
-    validation: &Validation,
+    calls: &[CommandCall],
+    diagnostics: Option<&str>,
     outcome: Result<Vec<RunOutcome>, crate::execution::RunError>,
 ) -> ValidationRecord {
     match outcome {
@@ -74,8 +77,11 @@ pub(super) fn to_record(
                 .iter()
                 .position(|r| !r.passed())
                 .unwrap_or(runs.len().saturating_sub(1));
-            let passed =
-                runs.len() == validation.commands.len() && runs.iter().all(RunOutcome::passed);
+            let passed = runs.len() == calls.len() && runs.iter().all(RunOutcome::passed);
+            let diagnostics = diagnostics.map(|command| DiagnosticsRecord {
+                command: command.to_string(),
+                passed: runs.first().is_some_and(RunOutcome::passed),
+            });
             match runs.get(deciding) {
                 Some(run) => {
                     // The missing evidence goes last, where the tail keeps it for a repair.
@@ -87,13 +93,15 @@ pub(super) fn to_record(
                     };
                     ValidationRecord {
                         passed,
-                        command: validation.commands[deciding.min(validation.commands.len() - 1)]
-                            .name
-                            .clone(),
+                        command: calls
+                            .get(deciding.min(calls.len().saturating_sub(1)))
+                            .map(|c| c.name.clone())
+                            .unwrap_or_default(),
                         exit_code: run.exit_code,
                         timed_out: run.timed_out,
                         duration_ms,
                         output_tail: tail(&output, OUTPUT_TAIL_BYTES).to_string(),
+                        diagnostics,
                     }
                 }
                 None => ValidationRecord {
@@ -103,20 +111,18 @@ pub(super) fn to_record(
                     timed_out: false,
                     duration_ms,
                     output_tail: "no command ran".into(),
+                    diagnostics: None,
                 },
             }
         }
         Err(e) => ValidationRecord {
             passed: false,
-            command: validation
-                .commands
-                .first()
-                .map(|c| c.name.clone())
-                .unwrap_or_default(),
+            command: calls.first().map(|c| c.name.clone()).unwrap_or_default(),
             exit_code: None,
             timed_out: false,
             duration_ms: 0,
             output_tail: e.to_string(),
+            diagnostics: None,
         },
     }
 }
@@ -125,7 +131,7 @@ pub(super) fn to_record(
 mod tests {
     use super::super::fixtures::{untried, validation};
     use super::*;
-    use crate::execution::{CommandCall, RunError};
+    use crate::execution::RunError;
     use crate::synthesis::doubles::{self, ScriptedChecks};
     use crate::synthesis::progress::NoProgress;
 
@@ -158,7 +164,11 @@ mod tests {
     fn the_deciding_command_is_the_first_that_failed_and_a_pass_needs_every_command() {
         let v = two_commands();
 
-        let failed = to_record(&v, Ok(vec![run(0, "clean"), run(1, "AssertionError")]));
+        let failed = to_record(
+            &v.commands,
+            None,
+            Ok(vec![run(0, "clean"), run(1, "AssertionError")]),
+        );
         assert!(!failed.passed);
         assert_eq!(failed.command, "pytest");
         assert_eq!(failed.exit_code, Some(1));
@@ -166,12 +176,53 @@ mod tests {
         assert_eq!(failed.duration_ms, 20, "every command's time counts");
 
         // A runner that stopped after the first command did not show the second passing.
-        let cut_short = to_record(&v, Ok(vec![run(0, "clean")]));
+        let cut_short = to_record(&v.commands, None, Ok(vec![run(0, "clean")]));
         assert!(!cut_short.passed);
 
-        let passed = to_record(&v, Ok(vec![run(0, "clean"), run(0, "3 passed")]));
+        let passed = to_record(
+            &v.commands,
+            None,
+            Ok(vec![run(0, "clean"), run(0, "3 passed")]),
+        );
         assert!(passed.passed);
         assert_eq!(passed.command, "pytest");
+    }
+
+    #[test]
+    fn failing_diagnostics_decide_the_record_and_the_record_says_how_they_did() {
+        let mut calls = validation().commands;
+        calls.insert(
+            0,
+            CommandCall {
+                name: "py_compile".into(),
+                args: vec!["a.py".into()],
+            },
+        );
+        let compiled = |passed| {
+            Some(DiagnosticsRecord {
+                command: "py_compile".into(),
+                passed,
+            })
+        };
+
+        let record = to_record(
+            &calls,
+            Some("py_compile"),
+            Ok(vec![run(1, "SyntaxError: 'break' outside loop")]),
+        );
+        assert!(!record.passed);
+        assert_eq!(record.command, "py_compile");
+        assert!(record.output_tail.contains("'break' outside loop"));
+        assert_eq!(record.diagnostics, compiled(false));
+
+        let record = to_record(
+            &calls,
+            Some("py_compile"),
+            Ok(vec![run(0, ""), run(1, "AssertionError")]),
+        );
+        assert!(!record.passed);
+        assert_eq!(record.command, "pytest", "the caller's test decided");
+        assert_eq!(record.diagnostics, compiled(true));
     }
 
     #[test]
@@ -180,7 +231,7 @@ mod tests {
         let mut quiet = run(0, "collected 0 items\n");
         quiet.missing_evidence = Some("no test ran".into());
 
-        let record = to_record(&v, Ok(vec![quiet]));
+        let record = to_record(&v.commands, None, Ok(vec![quiet]));
 
         assert!(!record.passed);
         assert!(
@@ -193,7 +244,8 @@ mod tests {
     #[test]
     fn a_run_that_could_not_happen_fails_with_the_reason() {
         let record = to_record(
-            &validation(),
+            &validation().commands,
+            None,
             Err(RunError::Unavailable("bubblewrap is missing".into())),
         );
         assert!(!record.passed);

@@ -387,6 +387,7 @@ impl<'a> Writer<'a> {
             with_generated_checks(detail, validation.as_ref()),
             &self.calls_of(file),
         );
+        let detail = with_detail(detail, "formatted", chosen.formatted.as_ref());
         let provenance = Provenance {
             detail,
             chosen_model: Some(chosen.model.clone()),
@@ -445,6 +446,7 @@ impl<'a> Writer<'a> {
                     change,
                     prompt_tokens_by_part: None,
                     calls: Vec::new(),
+                    formatted: chosen.formatted,
                 };
                 Written {
                     result,
@@ -465,6 +467,7 @@ impl<'a> Writer<'a> {
                 result.selection = Some(chosen.selection);
                 result.arbiter_reason = chosen.reason;
                 result.validation = validation;
+                result.formatted = chosen.formatted;
                 result.operation_id = match operation_id {
                     // Its pending record was completed as failed where the write failed.
                     Some(id) => Some(id),
@@ -557,6 +560,7 @@ fn dry_run_result(file: &FileSpec, chosen: Chosen, candidates: Vec<CandidateReco
         validation: None,
         prompt_tokens_by_part: None,
         calls: Vec::new(),
+        formatted: chosen.formatted,
     }
 }
 
