@@ -36,7 +36,19 @@ fn repository(dir: &Path, files: usize) -> anyhow::Result<()> {
     for args in [
         &["init", "-q", "-b", "main"][..],
         &["add", "-A"],
-        &["commit", "-q", "-m", "start"],
+        // No automatic gc in the background while the batches are timed; a packed repository
+        // instead, as a user's long-lived one is.
+        &[
+            "-c",
+            "gc.auto=0",
+            "-c",
+            "maintenance.auto=false",
+            "commit",
+            "-q",
+            "-m",
+            "start",
+        ],
+        &["gc", "-q"],
     ] {
         let out = Command::new("git")
             .args(["-c", "user.name=bench", "-c", "user.email=bench@localhost"])

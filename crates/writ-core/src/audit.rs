@@ -615,4 +615,10 @@ pub trait AuditStore:
     /// Forgets kept contents (of [`AuditWrite::KeepContent`] and of operations) recorded before
     /// `before`; the records themselves stay. Returns how many contents were dropped.
     async fn prune_contents(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
+
+    /// Records that `request`'s files went into the git commit `commit` (made after the
+    /// request's own records, by whoever commits for its workspace).
+    async fn record_commit(&self, request: Uuid, commit: &str) -> Result<(), StoreError>;
+    /// The git commit `request`'s files went into, if it was committed.
+    async fn request_commit(&self, request: Uuid) -> Result<Option<String>, StoreError>;
 }

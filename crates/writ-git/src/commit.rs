@@ -1,9 +1,10 @@
 //! A commit of exactly the paths a request wrote.
 //!
-//! The tree is HEAD's tree with those paths' contents (as they are on disk now) put in, built in
-//! an index in memory: the user's index is never the source, so what they staged or changed
-//! elsewhere is not swept into writ's commit. The real index is then updated for those paths
-//! only, so `git status` shows them clean and everything else the user staged still staged.
+//! The tree is HEAD's tree with those paths' contents (as they are on disk now) put in; only the
+//! trees along those paths are rebuilt, so a commit's cost does not grow with the repository.
+//! The user's index is never the source, so what they staged or changed elsewhere is not swept
+//! into writ's commit. The real index is then updated for those paths only, so `git status`
+//! shows them clean and everything else the user staged still staged.
 //!
 //! Commits into one repository are made one at a time: within the process behind one lock, and
 //! against other processes (replicas sharing the working tree, a person's `git commit`) by
@@ -14,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use git2::{Index, IndexEntry, IndexTime, Oid, Repository, Signature};
+use git2::{IndexEntry, IndexTime, Oid, Repository, Signature};
 
 /// What a commit says: its message and who it is by.
 #[derive(Debug, Clone)]
@@ -80,18 +81,45 @@ pub fn message(subject: &str, body: &str, trailers: &[(String, String)]) -> Stri
 /// How long a commit keeps trying while another process holds the repository's locks.
 const LOCKED_FOR_AT_MOST: Duration = Duration::from_secs(2);
 
-/// Commits in this process, one at a time (see the module docs).
-static COMMITTING: Mutex<()> = Mutex::new(());
+/// Commits in this process, one at a time (see the module docs), and the repositories committed
+/// into lately, kept open: reading a large repository's index costs as much as the rest of a
+/// commit, and an open repository keeps its index in memory, read again only when another
+/// process changed the file.
+static COMMITTING: Mutex<Vec<OpenRepository>> = Mutex::new(Vec::new());
+
+/// How many repositories stay open (each holds its index: about 100 bytes per tracked file).
+const KEPT_OPEN: usize = 4;
+
+struct OpenRepository {
+    /// The workspace root it was found from.
+    root: PathBuf,
+    repo: Repository,
+}
 
 /// Commits `spec.paths` onto HEAD (see the module docs). `None` when HEAD already holds them as
 /// they are: no empty commit is made.
 pub fn commit_paths(workspace_root: &Path, spec: &CommitSpec<'_>) -> Result<Option<Oid>, GitError> {
-    // A panic while committing leaves nothing of this lock's to repair.
-    let _one_at_a_time = COMMITTING.lock().unwrap_or_else(PoisonError::into_inner);
+    // A panic while committing leaves nothing of this lock's to repair: an open repository whose
+    // commit failed is dropped below, before its in-memory index could be written by another.
+    let mut open = COMMITTING.lock().unwrap_or_else(PoisonError::into_inner);
+    let cached = open.iter().position(|o| o.root == workspace_root);
+    let kept = match cached.map(|at| open.remove(at)) {
+        // Still there (a workspace deleted and made again has a new repository).
+        Some(kept) if kept.repo.path().is_dir() => kept,
+        _ => OpenRepository {
+            root: workspace_root.to_path_buf(),
+            repo: Repository::discover(workspace_root)
+                .map_err(|_| GitError::NotARepository(workspace_root.to_path_buf()))?,
+        },
+    };
     let started = Instant::now();
     let mut pause = Duration::from_millis(2);
+    let mut first_try = true;
     loop {
-        match commit_once(workspace_root, spec) {
+        // A try that failed may have left entries in the in-memory index: read it afresh.
+        let made = commit_once(&kept.repo, workspace_root, spec, !first_try);
+        first_try = false;
+        match made {
             Err(GitError::Git(e))
                 if matches!(
                     e.code(),
@@ -101,14 +129,22 @@ pub fn commit_paths(workspace_root: &Path, spec: &CommitSpec<'_>) -> Result<Opti
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(100));
             }
-            done => return done,
+            Ok(made) => {
+                open.insert(0, kept);
+                open.truncate(KEPT_OPEN);
+                return Ok(made);
+            }
+            Err(e) => return Err(e),
         }
     }
 }
 
-fn commit_once(workspace_root: &Path, spec: &CommitSpec<'_>) -> Result<Option<Oid>, GitError> {
-    let repo = Repository::discover(workspace_root)
-        .map_err(|_| GitError::NotARepository(workspace_root.to_path_buf()))?;
+fn commit_once(
+    repo: &Repository,
+    workspace_root: &Path,
+    spec: &CommitSpec<'_>,
+    reread_index: bool,
+) -> Result<Option<Oid>, GitError> {
     let workdir = repo
         .workdir()
         .ok_or_else(|| GitError::NotARepository(workspace_root.to_path_buf()))?
@@ -134,11 +170,17 @@ fn commit_once(workspace_root: &Path, spec: &CommitSpec<'_>) -> Result<Option<Oi
         Err(e) if e.code() == git2::ErrorCode::NotFound => None,
         Err(e) => return Err(e.into()),
     };
-    let mut tree_index = Index::new()?;
-    if let Some(parent) = &parent {
-        tree_index.read_tree(&parent.tree()?)?;
-    }
+    let base_tree = match &parent {
+        Some(parent) => parent.tree()?,
+        None => repo.find_tree(repo.treebuilder(None)?.write()?)?,
+    };
+    // Only the trees on the written paths are rebuilt, so a commit costs the same on a
+    // repository of any size; the user's index is read and written once, for its entries.
+    let mut update = git2::build::TreeUpdateBuilder::new();
     let mut real_index = repo.index()?;
+    // Unchanged on disk since this process last read or wrote it: kept as it is.
+    real_index.read(reread_index)?;
+    let mut changes = 0usize;
     for path in spec.paths {
         let in_repo = prefix.join(path);
         let in_repo_str = in_repo.to_string_lossy().replace('\\', "/");
@@ -150,13 +192,26 @@ fn commit_once(workspace_root: &Path, spec: &CommitSpec<'_>) -> Result<Option<Oi
                     source,
                 })?;
                 let id = repo.blob(&bytes)?;
-                tree_index.add(&entry(&in_repo_str, id, mode_of(&meta), bytes.len()))?;
-                real_index.add_path(&in_repo)?;
+                let mode = mode_of(&meta);
+                update.upsert(
+                    in_repo_str.as_str(),
+                    id,
+                    if mode == 0o100755 {
+                        git2::FileMode::BlobExecutable
+                    } else {
+                        git2::FileMode::Blob
+                    },
+                );
+                changes += 1;
+                real_index.add(&staged(&in_repo_str, id, mode, &meta))?;
             }
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // Removed by the request: out of the tree, and out of the index if it was there.
-                let _ = tree_index.remove_path(&in_repo);
+                if base_tree.get_path(&in_repo).is_ok() {
+                    update.remove(in_repo_str.as_str());
+                    changes += 1;
+                }
                 let _ = real_index.remove_path(&in_repo);
             }
             Err(source) => {
@@ -167,11 +222,16 @@ fn commit_once(workspace_root: &Path, spec: &CommitSpec<'_>) -> Result<Option<Oi
             }
         }
     }
-    let tree_id = tree_index.write_tree_to(&repo)?;
+    let tree_id = if changes == 0 {
+        base_tree.id()
+    } else {
+        update.create_updated(repo, &base_tree)?
+    };
     // The index first, as `git commit` does: one held by another process fails this try before
     // anything moved, and the next try starts over.
     real_index.write()?;
-    if parent.as_ref().is_some_and(|p| p.tree_id() == tree_id) {
+    if parent.as_ref().is_some_and(|p| p.tree_id() == tree_id) || (parent.is_none() && changes == 0)
+    {
         return Ok(None);
     }
     let tree = repo.find_tree(tree_id)?;
@@ -202,6 +262,34 @@ fn mode_of(meta: &std::fs::Metadata) -> u32 {
 #[cfg(not(unix))]
 fn mode_of(_meta: &std::fs::Metadata) -> u32 {
     0o100644
+}
+
+/// The user's index entry for a file writ committed: its blob and the file's stat, so `git
+/// status` sees it unchanged without hashing it again.
+#[cfg(unix)]
+fn staged(path: &str, id: Oid, mode: u32, meta: &std::fs::Metadata) -> IndexEntry {
+    use std::os::unix::fs::MetadataExt;
+    let time = |secs: i64, nanos: i64| {
+        IndexTime::new(
+            i32::try_from(secs).unwrap_or(0),
+            u32::try_from(nanos).unwrap_or(0),
+        )
+    };
+    IndexEntry {
+        ctime: time(meta.ctime(), meta.ctime_nsec()),
+        mtime: time(meta.mtime(), meta.mtime_nsec()),
+        // The index keeps these 32 bits wide, as git does.
+        dev: meta.dev() as u32,
+        ino: meta.ino() as u32,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        ..entry(path, id, mode, meta.len() as usize)
+    }
+}
+
+#[cfg(not(unix))]
+fn staged(path: &str, id: Oid, mode: u32, meta: &std::fs::Metadata) -> IndexEntry {
+    entry(path, id, mode, meta.len() as usize)
 }
 
 pub(crate) fn entry(path: &str, id: Oid, mode: u32, size: usize) -> IndexEntry {

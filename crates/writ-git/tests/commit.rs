@@ -189,3 +189,57 @@ fn a_commit_waits_out_another_process_holding_the_index_lock() {
 fn d_of(dir: &tempfile::TempDir) -> std::path::PathBuf {
     dir.path().to_path_buf()
 }
+
+#[test]
+fn only_the_written_folders_change_an_emptied_folder_leaves_the_tree_and_no_file_is_left_dirty() {
+    let dir = repository();
+    let d = dir.path();
+    for (path, content) in [("lib/only.py", "only = 1\n"), ("keep/k.py", "k = 1\n")] {
+        std::fs::create_dir_all(d.join(path).parent().unwrap()).unwrap();
+        std::fs::write(d.join(path), content).unwrap();
+    }
+    git(d, &["add", "."]);
+    git(d, &["commit", "-q", "-m", "folders"]);
+    let keep_before = git(d, &["rev-parse", "HEAD:keep"]);
+
+    // writ removed lib's one file, wrote a script, and removed a file git never had.
+    std::fs::remove_file(d.join("lib/only.py")).unwrap();
+    std::fs::create_dir_all(d.join("bin")).unwrap();
+    std::fs::write(d.join("bin/run.sh"), "#!/bin/sh\necho hi\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(d.join("bin/run.sh"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+    let paths = vec![
+        "lib/only.py".to_string(),
+        "bin/run.sh".to_string(),
+        "never/was.py".to_string(),
+    ];
+    let spec = CommitSpec {
+        paths: &paths,
+        message: "tidy\n",
+        author_name: "k",
+        author_email: "k@writ",
+        committer_name: "writ",
+        committer_email: "writ@localhost",
+    };
+    commit_paths(d, &spec).unwrap().expect("a commit");
+
+    let tree = git(d, &["ls-tree", "-r", "HEAD"]);
+    assert!(!tree.contains("lib/"), "the emptied folder is gone: {tree}");
+    assert!(
+        tree.contains("100755 blob") && tree.contains("bin/run.sh"),
+        "the script keeps its executable bit: {tree}"
+    );
+    assert_eq!(
+        git(d, &["rev-parse", "HEAD:keep"]),
+        keep_before,
+        "a folder the request did not touch is the same tree"
+    );
+    assert_eq!(
+        git(d, &["status", "--porcelain"]).trim(),
+        "",
+        "every written path is clean in the index and the working tree"
+    );
+}

@@ -227,6 +227,7 @@ macro_rules! conformance_suite {
                 a_workspace_round_trips_and_workspaces_list_by_name,
                 a_taken_workspace_name_is_a_conflict_and_deleting_frees_it,
                 a_key_bound_to_workspaces_reads_back_bound_and_an_unbound_one_may_use_all,
+                a_requests_commit_reads_back_and_a_later_record_replaces_it,
             );
         }
     };
@@ -2728,6 +2729,27 @@ fn workspace_record(name: &str, kind: WorkspaceKind) -> WorkspaceRecord {
         // Set on worktrees only, so a listing shows both a setting and none read back.
         git_commit: git.then_some(true),
     }
+}
+
+async fn a_requests_commit_reads_back_and_a_later_record_replaces_it(store: &dyn AuditStore) {
+    let (committed, other) = (Uuid::now_v7(), Uuid::now_v7());
+    assert_eq!(store.request_commit(committed).await.unwrap(), None);
+    store.record_commit(committed, "1111").await.unwrap();
+    assert_eq!(
+        store.request_commit(committed).await.unwrap().as_deref(),
+        Some("1111")
+    );
+    assert_eq!(
+        store.request_commit(other).await.unwrap(),
+        None,
+        "only the request committed"
+    );
+    // A resumed batch's one commit holds every file: it replaces the first record.
+    store.record_commit(committed, "2222").await.unwrap();
+    assert_eq!(
+        store.request_commit(committed).await.unwrap().as_deref(),
+        Some("2222")
+    );
 }
 
 async fn a_workspace_round_trips_and_workspaces_list_by_name(store: &dyn AuditStore) {

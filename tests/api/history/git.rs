@@ -160,7 +160,9 @@ async fn a_batch_with_commit_is_one_commit_of_its_files_with_each_files_model_an
     );
     users_work_is_as_it_was(&d);
 
-    let (status, undone) = undo(&app, &batch["request_id"], json!({"commit": true})).await;
+    // The undo does not say `commit`, and the server does not commit by default: it reverts
+    // because the request it undoes was committed.
+    let (status, undone) = undo(&app, &batch["request_id"], json!({})).await;
     assert_eq!(status, 200, "{undone}");
     assert_eq!(commits(&d), 3, "the undo is one commit more");
     let subject = git(&d, &["log", "-1", "--format=%s"]);
@@ -181,6 +183,17 @@ async fn a_batch_with_commit_is_one_commit_of_its_files_with_each_files_model_an
         !git(&d, &["ls-tree", "-r", "--name-only", "HEAD"]).contains("src/util.py"),
         "the created file is gone from the tree"
     );
+    users_work_is_as_it_was(&d);
+
+    // A request that was not committed is undone without a commit.
+    let mut uncommitted = two_files(json!({}));
+    uncommitted["files"][0]["filename"] = json!("loose.py");
+    uncommitted["files"][1]["filename"] = json!("src/loose.py");
+    let (status, batch) = app.post_write_codebase(&uncommitted).await;
+    assert_eq!(status, 200, "{batch}");
+    let (status, undone) = undo(&app, &batch["request_id"], json!({})).await;
+    assert_eq!(status, 200, "{undone}");
+    assert_eq!(commits(&d), 3, "no commit for either");
     users_work_is_as_it_was(&d);
 }
 

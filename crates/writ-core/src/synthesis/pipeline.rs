@@ -137,7 +137,7 @@ impl Synthesizer {
             .into_iter()
             .map(|w| (w.result, w.completion))
             .unzip();
-        let commit = self.commit_batch(sub, &results).await;
+        let commit = self.commit_batch(sub, prior, &results).await;
         let results = with_prompt_tokens(results, prior);
         let write_path = self.workspace.root().display().to_string();
         let mut response = BatchResponse::assemble(
@@ -156,28 +156,41 @@ impl Synthesizer {
 
     /// One commit of the files the batch wrote, when it is to be committed
     /// ([`crate::commits`]): its message from the descriptions, each file's model and selection
-    /// as trailers. Made before the batch answers, so the answer names it.
-    async fn commit_batch(&self, sub: &Submission, results: &[FileResult]) -> Option<String> {
+    /// as trailers. Made before the batch answers, so the answer names it. A resumed batch's
+    /// commit holds the files its earlier runs wrote as well: one request, one commit.
+    pub(crate) async fn commit_batch(
+        &self,
+        sub: &Submission,
+        prior: &Prior,
+        results: &[FileResult],
+    ) -> Option<String> {
         let batch = &sub.batch;
         let committer = self.committer.as_deref()?;
         if batch.options().dry_run || !commits::wanted(Some(committer), batch.options().commit()) {
             return None;
         }
-        let files: Vec<CommitFile> = results
-            .iter()
-            .zip(batch.files())
-            .filter(|(r, _)| r.success && r.operation.is_some())
-            .map(|(r, f)| CommitFile {
-                path: f.path.clone(),
-                sha256: r.sha256.clone(),
-                model: r.chosen_model.clone(),
-                selection: r.selection.map(|s| s.as_str().to_string()),
-            })
-            .collect();
+        let mut files: Vec<CommitFile> = prior
+            .earlier
+            .as_ref()
+            .map(|e| e.files.clone())
+            .unwrap_or_default();
+        files.extend(
+            results
+                .iter()
+                .zip(batch.files())
+                .filter(|(r, _)| r.success && r.operation.is_some())
+                .map(|(r, f)| CommitFile {
+                    path: f.path.clone(),
+                    sha256: r.sha256.clone(),
+                    model: r.chosen_model.clone(),
+                    selection: r.selection.map(|s| s.as_str().to_string()),
+                }),
+        );
         if files.is_empty() {
             return None;
         }
-        let (subject, body) = batch_message(batch, &files);
+        let whole = prior.earlier.as_ref().map_or(batch, |e| &e.batch);
+        let (subject, body) = batch_message(whole, &files);
         let commit = RequestCommit {
             request_id: sub.request_id,
             caller: sub.caller.clone(),

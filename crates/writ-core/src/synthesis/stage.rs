@@ -174,6 +174,16 @@ pub(crate) struct Prior {
     /// The workspace's files as the first file's repository map walked them: every file of the
     /// batch ranks the same files, so the walk is made once a batch, not once a file.
     pub map_walk: MapWalk,
+    /// What earlier runs of a resumed batch wrote: the request's one commit holds those files
+    /// too, since the run that wrote them may have stopped before committing.
+    pub earlier: Option<EarlierRuns>,
+}
+
+/// The files earlier runs of a resumed batch wrote, and the whole batch they belong to (the
+/// commit's message describes every file it holds).
+pub(crate) struct EarlierRuns {
+    pub batch: crate::synthesis::batch::Batch,
+    pub files: Vec<crate::commits::CommitFile>,
 }
 
 /// The batch's one walk of the workspace for its repository maps (`None`: it failed).

@@ -118,6 +118,7 @@ impl Synthesizer {
             named,
             prompt_tokens,
             map_walk: Default::default(),
+            earlier: None,
         }))
     }
 
@@ -138,6 +139,7 @@ impl Synthesizer {
             named,
             prompt_tokens: std::sync::Mutex::new(vec![None; sub.batch.files().len()]),
             map_walk: Default::default(),
+            earlier: None,
         })
     }
 

@@ -81,8 +81,17 @@ impl Committer for GitCommitter {
         })
         .await
         .map_err(|e| format!("the commit stopped: {e}"))?;
-        made.map(|id| id.map(|id| id.to_string()))
-            .map_err(|e| e.to_string())
+        let made = made
+            .map(|id| id.map(|id| id.to_string()))
+            .map_err(|e| e.to_string())?;
+        if let Some(id) = &made
+            && let Err(e) = self.store.record_commit(commit.request_id, id).await
+        {
+            // The commit stands; only an undo that does not say `commit` misses it, and then
+            // commits as the workspace is set.
+            tracing::warn!(request_id = %commit.request_id, commit = %id, error = %e, "the request's commit could not be recorded");
+        }
+        Ok(made)
     }
 }
 

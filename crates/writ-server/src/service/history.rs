@@ -64,7 +64,17 @@ pub async fn undo(
         return Err(ApiError::not_found(format!("no request {undone}")).with_field(field));
     }
     let caller = who.caller.clone();
-    let asked = options.commit;
+    // The undo of a committed request is a revert commit, however that request came to be
+    // committed; otherwise the undo commits as it asks, else as the workspace is set.
+    let asked = match options.commit {
+        Some(asked) => Some(asked),
+        None => state
+            .store
+            .request_commit(undone)
+            .await
+            .map_err(store_error)?
+            .map(|_| true),
+    };
     let answer = history::undo(
         state.store.as_ref(),
         state.workspace.as_ref(),

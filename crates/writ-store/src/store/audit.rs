@@ -422,4 +422,30 @@ impl<D: Dialect> AuditStore for SqlStore<D> {
         dropped += written.execute(self, "prune operation contents").await?;
         Ok(dropped)
     }
+
+    async fn record_commit(&self, request: Uuid, commit: &str) -> Result<(), StoreError> {
+        let mut sql = Sql::<D>::new(
+            "INSERT INTO request_commits (request_id, commit_id, committed_at) VALUES ",
+        );
+        sql.tuple(|row| {
+            row.bind(request).bind(commit).bind_time(chrono::Utc::now());
+        });
+        // A request is committed once; a second record (a resumed batch's) names the later
+        // commit, which holds every file.
+        sql.push(
+            " ON CONFLICT (request_id) DO UPDATE SET commit_id = excluded.commit_id, \
+             committed_at = excluded.committed_at",
+        );
+        sql.execute(self, "record request commit").await?;
+        Ok(())
+    }
+
+    async fn request_commit(&self, request: Uuid) -> Result<Option<String>, StoreError> {
+        let mut sql = Sql::<D>::new("SELECT commit_id FROM request_commits WHERE request_id = ");
+        sql.bind(request);
+        let Some(row) = sql.fetch_optional(self, "read request commit").await? else {
+            return Ok(None);
+        };
+        Ok(Some(Record::<D>(&row).get("commit_id")?))
+    }
 }

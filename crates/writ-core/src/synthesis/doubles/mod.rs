@@ -166,6 +166,7 @@ pub fn prior(batch: &Batch) -> Prior {
         named: Default::default(),
         prompt_tokens: Mutex::new(vec![None; batch.files().len()]),
         map_walk: Default::default(),
+        earlier: None,
     }
 }
 

@@ -166,6 +166,12 @@ impl AuditStore for MemoryStore {
     async fn prune_contents(&self, _before: DateTime<Utc>) -> Result<u64, StoreError> {
         Ok(0)
     }
+    async fn record_commit(&self, _request: Uuid, _commit: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+    async fn request_commit(&self, _request: Uuid) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
 }
 
 #[async_trait]

@@ -578,15 +578,18 @@ async fn run_job(
     };
     let execute = async {
         if sub.batch.files().is_empty() {
-            // Every file was written by an earlier run.
+            // Every file was written by an earlier run; the run that wrote the last of them may
+            // have stopped before its commit.
+            let mut response = BatchResponse::assemble(
+                job_id,
+                synthesizer.workspace.root().display().to_string(),
+                Vec::new(),
+                0,
+            );
+            response.commit = synthesizer.commit_batch(sub, &prior, &[]).await;
             return (
                 Submitted {
-                    response: BatchResponse::assemble(
-                        job_id,
-                        synthesizer.workspace.root().display().to_string(),
-                        Vec::new(),
-                        0,
-                    ),
+                    response,
                     replayed: false,
                     upstream: Duration::ZERO,
                 },

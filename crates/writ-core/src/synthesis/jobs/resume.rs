@@ -3,6 +3,8 @@
 //! cannot be resumed, with an answer of its own.
 
 use super::*;
+use crate::commits::CommitFile;
+use crate::synthesis::stage::EarlierRuns;
 
 /// The one answer of a resumed batch: the files earlier runs wrote, and this run's, in the
 /// batch's order; its duration counted from when the batch was accepted.
@@ -25,6 +27,7 @@ pub(super) fn merge_resumed(resumed: &Resumed, latest: BatchResponse) -> BatchRe
         duration,
     );
     merged.upstream = latest.upstream;
+    merged.commit = latest.commit;
     merged
 }
 
@@ -130,10 +133,26 @@ pub(super) async fn plan_resume(
         batch: batch.without(|path| written.contains_key(path.as_str())),
         workspace: job.workspace.clone(),
     };
-    let prior = synthesizer
+    let mut prior = synthesizer
         .prepare_resumed(&sub)
         .await
         .map_err(|e| NotResumed::Never(format!("its files cannot be written now: {e}")))?;
+    if !kept.is_empty() {
+        prior.earlier = Some(EarlierRuns {
+            files: kept
+                .iter()
+                .filter_map(|(at, r)| {
+                    Some(CommitFile {
+                        path: batch.files().get(*at)?.path.clone(),
+                        sha256: r.sha256.clone(),
+                        model: r.chosen_model.clone(),
+                        selection: r.selection.map(|s| s.as_str().to_string()),
+                    })
+                })
+                .collect(),
+            batch: batch.clone(),
+        });
+    }
     let last_seq = store
         .job_events(job.id, 0, u32::MAX)
         .await
@@ -489,5 +508,85 @@ mod remaining {
             matches!((b, c), (Some(b), Some(c)) if b > 0 && c > 10 * b),
             "each file reports its own context's tokens: b {b:?}, c {c:?}"
         );
+    }
+
+    /// Records each commit it is asked for.
+    #[derive(Default)]
+    struct Commits(std::sync::Mutex<Vec<crate::commits::RequestCommit>>);
+
+    #[async_trait::async_trait]
+    impl crate::commits::Committer for Commits {
+        fn commits_by_default(&self) -> bool {
+            true
+        }
+        async fn commit(
+            &self,
+            commit: &crate::commits::RequestCommit,
+        ) -> Result<Option<String>, String> {
+            self.0
+                .lock()
+                .map_err(|e| e.to_string())?
+                .push(commit.clone());
+            Ok(Some("c0ffee".into()))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resumed_batch_is_one_commit_of_the_files_every_run_wrote() {
+        // a.py was written by the run that stopped; b.py and c.py are this run's.
+        let workspace = MemoryWorkspace::default()
+            .with_file("notes/a.md", "")
+            .with_file("notes/b.md", "")
+            .with_file("notes/c.md", "")
+            .with_file("a.py", "a = 1\n");
+        let models = Arc::new(
+            ScriptedModels::default()
+                .with("alpha", vec![Answer::after(5, "```python\nx = 1\n```")]),
+        );
+        let commits = Arc::new(Commits::default());
+        let synthesizer = Synthesizer::new(
+            models,
+            Arc::new(MemoryStore::default()),
+            Arc::new(workspace),
+            SynthesisConfig {
+                candidates: vec!["alpha".into()],
+                ..SynthesisConfig::default()
+            },
+        )
+        .with_committer(Some(commits.clone()));
+        let whole = batch_with_own_context();
+        let sub = doubles::submission(whole.without(|path| path.as_str() == "a.py"));
+        let mut prior = match synthesizer.prepare_resumed(&sub).await {
+            Ok(prior) => prior,
+            Err(e) => panic!("the remaining batch is admitted: {e}"),
+        };
+        prior.earlier = Some(EarlierRuns {
+            batch: whole,
+            files: vec![CommitFile {
+                path: crate::path::RepoPath::parse("a.py").unwrap(),
+                sha256: Some(crate::content::sha256_hex(b"a = 1\n")),
+                model: Some("alpha".into()),
+                selection: Some("single_candidate".into()),
+            }],
+        });
+
+        let (submitted, _) = synthesizer
+            .execute(&sub, prior, &NoProgress, &Recorded::already())
+            .await;
+
+        let made = commits.0.lock().unwrap().clone();
+        assert_eq!(made.len(), 1, "one commit for the request");
+        let paths: Vec<&str> = made[0].files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["a.py", "b.py", "c.py"],
+            "the earlier run's file too"
+        );
+        assert!(
+            made[0].body.contains("- a.py: does things"),
+            "the message describes every file: {}",
+            made[0].body
+        );
+        assert_eq!(submitted.response.commit.as_deref(), Some("c0ffee"));
     }
 }
