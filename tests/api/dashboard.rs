@@ -68,3 +68,109 @@ async fn a_person_watches_a_five_file_batch_in_the_browser() {
         "the batch started from the page wrote its five files"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_picks_one_of_the_keys_workspaces_and_sees_only_its_batches_and_records() {
+    use serde_json::json;
+    use writ_core::keys::{Scope, Scopes};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = root.join("browser/workspaces.mjs");
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        Path::new(&chromium).exists() && root.join("browser/node_modules/playwright-core").exists(),
+        "the browser test needs Debian's chromium and `npm ci` in tests/browser: scripts/test installs both"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let workspaces_dir = dir.path().to_str().unwrap().to_owned();
+    let fake = writ_fake_upstream::FakeUpstream::start().await.unwrap();
+    let base = fake.base_url();
+    let list = MODELS.join(",");
+    let (settings, dirs) = writ_tests::test_settings_with(
+        Backend::Sqlite,
+        &[
+            ("WRIT_WORKSPACES_DIR", workspaces_dir.as_str()),
+            ("OPENROUTER_BASE_URL", base.as_str()),
+            ("CODE_LIST", list.as_str()),
+            ("CODE_MODEL", ARBITER),
+            ("CODE_GEN_MODEL", writ_tests::FALLBACK),
+            ("WRIT_MODEL_BACKOFF_MS", "10"),
+        ],
+    )
+    .await;
+    let store = writ_store::connect(&settings.database_url).await.unwrap();
+    store.migrate().await.unwrap();
+    let admin = keys::generate_with_scopes(
+        "ops",
+        Scopes::of(&[Scope::Read, Scope::Write, Scope::Admin]),
+    );
+    store.create_key(&admin.record).await.unwrap();
+    let mut agent = keys::generate_with_scopes("agent", Scopes::of(&[Scope::Read, Scope::Write]));
+    agent.record.workspaces = Some(vec!["a".to_owned(), "b".to_owned()]);
+    store.create_key(&agent.record).await.unwrap();
+    drop(store);
+    let mut app = writ_tests::spawn_with(settings, dirs, Backend::Sqlite).await;
+    app.fake = Some(fake);
+    for name in ["a", "b"] {
+        let r = app
+            .client
+            .post(app.url("/workspaces"))
+            .bearer_auth(&admin.key)
+            .json(&json!({"name": name}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    // The agent's batch in b, and the admin's in default (which the agent may not use), before
+    // the page opens.
+    for (key, at, file) in [
+        (&agent.key, "/workspaces/b", "in_b.py"),
+        (&admin.key, "", "in_default.py"),
+    ] {
+        let r = app
+            .client
+            .post(app.url(&format!("{at}/write_codebase")))
+            .bearer_auth(key)
+            .json(&json!({"command": "write_codebase",
+                "files": [{"filename": file, "code_description": "a constant"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    }
+
+    let artifacts = root.join("../target/test-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join("dashboard-workspaces.png");
+    let out = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::process::Command::new("node")
+            .arg(&script)
+            .arg(&app.address)
+            .arg(&shot)
+            .arg(&agent.key)
+            .arg("in_b.py")
+            .env("CHROMIUM", &chromium)
+            .output(),
+    )
+    .await
+    .expect("the browser test finishes")
+    .expect("node runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{text}\n(screenshot: {})",
+        shot.display()
+    );
+    assert!(
+        dir.path().join("a/from_page.py").exists(),
+        "the batch started with `a` picked wrote in a"
+    );
+    assert!(
+        !dir.path().join("b/from_page.py").exists() && !app.repo_dir.join("from_page.py").exists()
+    );
+}
