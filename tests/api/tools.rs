@@ -283,7 +283,8 @@ async fn the_write_codebase_schema_accepts_what_the_http_api_accepts() {
                     "straggler": {"enough": 2, "extra_factor": 0.5},
                     "validation": {"commands": [{"name": "pytest", "args": ["tests/"]}],
                                    "timeout_secs": 30, "repair_rounds": 1, "on_fail": "refuse",
-                                   "generate": true, "keep_tests": "tests/test_b.py"},
+                                   "generate": true, "keep_tests": "tests/test_b.py",
+                                   "format": true, "diagnostics": true},
                     "fanout": {"stop_when_passing": true, "first_round": 2},
                     "allow_removals": true, "repo_map_tokens": 500, "commit": true}});
     // The alternatives `everything` cannot hold at once.
