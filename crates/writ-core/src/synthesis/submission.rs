@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use uuid::Uuid;
+use writ_checks::Language;
 
 use crate::audit::{RecentOperation, StoreError};
 use crate::content::sha256_hex;
@@ -14,7 +15,7 @@ use crate::path::RepoPath;
 use crate::synthesis::batch::{Batch, BatchError, TargetKind};
 use crate::synthesis::context::resolve_context;
 use crate::synthesis::response::BatchResponse;
-use crate::synthesis::stage::{Prior, Synthesizer};
+use crate::synthesis::stage::{Prior, Synthesizer, command_for};
 
 /// How long a repeated `Idempotency-Key` waits for the batch it repeats to end before being
 /// refused as still in progress (a resumed batch ends within its lease and one claim).
@@ -279,6 +280,36 @@ impl Synthesizer {
                 ),
             }));
         }
+        // Asking for the project's own checks where none applies would silently check nothing.
+        let covered = |setting: &[(String, String)]| {
+            batch.files().iter().any(|f| {
+                matches!(f.kind, TargetKind::Code)
+                    && command_for(setting, Language::from_path(f.path.as_str())).is_some()
+            })
+        };
+        for (field, asked, setting, variable) in [
+            (
+                "diagnostics",
+                v.diagnostics,
+                &self.config.diagnostics,
+                "WRIT_DIAGNOSTICS",
+            ),
+            (
+                "format",
+                v.format,
+                &self.config.formatters,
+                "WRIT_FORMATTERS",
+            ),
+        ] {
+            if asked == Some(true) && !covered(setting) {
+                return Err(SubmitError::Invalid(BatchError {
+                    field: format!("options.validation.{field}"),
+                    message: format!(
+                        "none is configured for the languages of this batch's code files ({variable})"
+                    ),
+                }));
+            }
+        }
         for (i, call) in v.commands().iter().enumerate() {
             runner
                 .check(call, &format!("options.validation.commands[{i}]"))
@@ -521,6 +552,48 @@ mod tests {
             Err(SubmitError::Unavailable(why)) => assert!(why.contains("WRIT_COMMANDS"), "{why}"),
             other => panic!("refused: {:?}", other.err()),
         }
+    }
+
+    #[tokio::test]
+    async fn asking_for_diagnostics_or_a_formatter_none_is_configured_for_is_refused_naming_the_field()
+     {
+        let ask = |own: &str| {
+            batch(serde_json::json!({"command": "write_codebase",
+                "files": [{"filename": "a.py", "code_description": "d"}],
+                "options": {"validation": {own: true}}}))
+        };
+        let runner = || {
+            Some(
+                std::sync::Arc::new(crate::synthesis::doubles::ScriptedChecks::default())
+                    as std::sync::Arc<dyn crate::execution::CommandRunner>,
+            )
+        };
+        // Configured for Rust only: nothing checks or formats this batch's Python file.
+        let rust_only = SynthesisConfig {
+            diagnostics: vec![("rust".into(), "cargo-check".into())],
+            formatters: vec![("rust".into(), "rustfmt".into())],
+            ..SynthesisConfig::default()
+        };
+        let s = synthesizer(MemoryWorkspace::default(), rust_only).with_commands(runner());
+        for (own, variable) in [
+            ("diagnostics", "WRIT_DIAGNOSTICS"),
+            ("format", "WRIT_FORMATTERS"),
+        ] {
+            match prepared(&s, ask(own)).await {
+                Err(SubmitError::Invalid(e)) => {
+                    assert_eq!(e.field, format!("options.validation.{own}"));
+                    assert!(e.message.contains(variable), "{e}");
+                }
+                other => panic!("refused: {:?}", other.err()),
+            }
+        }
+
+        let python = SynthesisConfig {
+            diagnostics: vec![("python".into(), "py_compile".into())],
+            ..SynthesisConfig::default()
+        };
+        let s = synthesizer(MemoryWorkspace::default(), python).with_commands(runner());
+        assert!(prepared(&s, ask("diagnostics")).await.is_ok());
     }
 
     #[tokio::test]
