@@ -320,6 +320,72 @@ async fn two_keys_in_one_workspace_share_its_batch_slots_and_another_workspace_k
     assert_eq!(admitted, 202);
 }
 
+/// A second server on the first's PostgreSQL database, workspaces directory and fake upstream.
+async fn replica_of(t: &Team, extra: &[(&str, &str)]) -> TestApp {
+    let url = t.app.database_url.clone();
+    let root = t.dir.path().to_str().unwrap().to_owned();
+    let base = t.app.fake().base_url();
+    let list = writ_tests::MODELS.join(",");
+    let mut settings = vec![
+        ("DATABASE_URL", url.as_str()),
+        ("WRIT_WORKSPACES_DIR", root.as_str()),
+        ("OPENROUTER_BASE_URL", base.as_str()),
+        ("CODE_LIST", list.as_str()),
+        ("CODE_MODEL", writ_tests::ARBITER),
+        ("CODE_GEN_MODEL", writ_tests::FALLBACK),
+    ];
+    settings.extend_from_slice(extra);
+    let (settings, dirs) = writ_tests::test_settings_with(Backend::Postgres, &settings).await;
+    writ_tests::spawn_with(settings, dirs, Backend::Postgres).await
+}
+
+#[tokio::test]
+async fn two_replicas_share_a_workspaces_budget_and_its_request_bucket() {
+    let limits = [
+        ("WRIT_WORKSPACE_RATE_LIMIT_PER_MIN", "1"),
+        ("WRIT_WORKSPACE_RATE_LIMIT_BURST", "3"),
+    ];
+    let t = team(
+        Backend::Postgres,
+        &limits,
+        json!({"budget": {"daily_tokens": 1}}),
+    )
+    .await;
+    let second = replica_of(&t, &limits).await;
+    // One request into `a` on the first replica: the batch that spends the budget.
+    let (status, done) = t.batch(&t.one, "a", "first.py", false).await;
+    assert_eq!(status, 200, "{done}");
+    // The second replica sees the spend and refuses the next batch (the bucket's second token).
+    let r = second
+        .client
+        .post(second.url("/workspaces/a/write_codebase"))
+        .bearer_auth(&t.two)
+        .json(&json!({"command": "write_codebase",
+            "files": [{"filename": "second.py", "code_description": "a constant"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 402);
+    let refused: Value = r.json().await.unwrap();
+    assert_eq!(refused["error"]["details"]["budget"], "workspace");
+    // The third token, on the first replica; then the bucket is empty on both.
+    let (status, _) = t.get(&t.one, "/workspaces/a/files").await;
+    assert_eq!(status, 200);
+    let r = second
+        .client
+        .get(second.url("/workspaces/a/files"))
+        .bearer_auth(&t.two)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        429,
+        "one bucket for the workspace on every replica"
+    );
+    second.stop().await;
+}
+
 writ_tests::on_both_backends!(backend:
     a_workspace_past_its_budget_refuses_the_next_batch_before_any_model_call_and_another_does_not,
     two_keys_in_one_workspace_share_its_request_rate_and_another_workspace_keeps_its_own,

@@ -208,3 +208,131 @@ impl<D: Dialect> WorkspaceStore for SqlStore<D> {
         Ok(spend)
     }
 }
+
+/// The two orders in which a batch's opening commit and a deletion of its workspace can meet on
+/// PostgreSQL, each forced with a transaction held open on a connection of the test's own.
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use chrono::Utc;
+    use sqlx::Connection;
+    use uuid::Uuid;
+    use writ_core::AuditStore;
+    use writ_core::audit::AuditWrite;
+    use writ_core::jobs::{JobStatus, JobStore, NewJob};
+    use writ_core::workspaces::{
+        WorkspaceDeletion, WorkspaceKind, WorkspaceName, WorkspaceRecord, WorkspaceStore,
+    };
+
+    use crate::PgStore;
+    use crate::testing::fresh_postgres_url;
+
+    async fn store_with_workspace(name: &str) -> (PgStore, String) {
+        let url = fresh_postgres_url().await;
+        let store = PgStore::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        store
+            .create_workspace(&WorkspaceRecord {
+                name: WorkspaceName::parse(name).unwrap(),
+                kind: WorkspaceKind::Empty,
+                root: format!("/srv/{name}"),
+                source: None,
+                branch: None,
+                base_ref: None,
+                created_at: Utc::now(),
+                created_by: None,
+                git_commit: None,
+            })
+            .await
+            .unwrap();
+        (store, url)
+    }
+
+    fn job_in(workspace: &str) -> (Uuid, Vec<AuditWrite>) {
+        let id = Uuid::now_v7();
+        let job = NewJob {
+            id,
+            created_at: Utc::now(),
+            workspace: workspace.into(),
+            ..Default::default()
+        };
+        (
+            id,
+            vec![AuditWrite::InsertJob {
+                job,
+                status: JobStatus::Running,
+            }],
+        )
+    }
+
+    #[tokio::test]
+    async fn a_deletion_waits_for_a_job_being_recorded_there_and_then_refuses() {
+        let (store, url) = store_with_workspace("w").await;
+        // A job being recorded: its transaction holds the workspace's row FOR SHARE.
+        let mut other = sqlx::PgConnection::connect(&url).await.unwrap();
+        let mut tx = other.begin().await.unwrap();
+        sqlx::query("SELECT 1 FROM workspaces WHERE name = 'w' FOR SHARE")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let deleting = tokio::spawn({
+            let store = store.clone();
+            async move { store.delete_workspace("w").await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!deleting.is_finished(), "the deletion waits for the row");
+        let job = Uuid::now_v7();
+        sqlx::query(
+            "INSERT INTO jobs (id, status, is_async, files, created_at, heartbeat_at, workspace) \
+             VALUES ($1, 'queued', false, '[]', now(), now(), 'w')",
+        )
+        .bind(job)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(
+            deleting.await.unwrap().unwrap(),
+            WorkspaceDeletion::Busy(vec![job])
+        );
+        assert!(store.find_workspace("w").await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_job_recorded_while_its_workspace_is_deleted_waits_and_is_refused() {
+        let (store, url) = store_with_workspace("w").await;
+        // A deletion under way: its transaction holds the row FOR UPDATE, found no job, deletes.
+        let mut other = sqlx::PgConnection::connect(&url).await.unwrap();
+        let mut tx = other.begin().await.unwrap();
+        sqlx::query("SELECT 1 FROM workspaces WHERE name = 'w' FOR UPDATE")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let (id, opening) = job_in("w");
+        let recording = tokio::spawn({
+            let store = store.clone();
+            async move { store.commit(opening).await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !recording.is_finished(),
+            "the job's insert waits for the row"
+        );
+        sqlx::query("DELETE FROM workspaces WHERE name = 'w'")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let refused = recording.await.unwrap().unwrap_err();
+        assert!(
+            refused.to_string().contains("no workspace named 'w'"),
+            "{refused}"
+        );
+        assert!(store.get_job(id).await.unwrap().is_none());
+        // `default` is never a row, and its jobs are recorded as before.
+        let (id, opening) = job_in("default");
+        store.commit(opening).await.unwrap();
+        assert!(store.get_job(id).await.unwrap().is_some());
+    }
+}
