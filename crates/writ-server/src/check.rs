@@ -201,9 +201,10 @@ async fn commands_line(settings: &Settings) -> Line {
             required: false,
             name: "commands",
             detail: format!(
-                "sandbox ready (bubblewrap); scratch: {}; commands: {}",
+                "sandbox ready (bubblewrap); scratch: {}; commands: {}{}",
                 writ_sandbox::describe(sandbox.mechanism(&settings.repo_dir)),
-                names.join(", ")
+                names.join(", "),
+                project_checks(settings)
             ),
         },
         Err(e) => Line {
@@ -216,6 +217,29 @@ async fn commands_line(settings: &Settings) -> Line {
             ),
         },
     }
+}
+
+/// The project's own formatter and diagnostics per language, when configured
+/// (`WRIT_FORMATTERS`, `WRIT_DIAGNOSTICS`), as the commands line shows them.
+fn project_checks(settings: &Settings) -> String {
+    let list = |setting: &[(String, String)]| {
+        setting
+            .iter()
+            .map(|(language, command)| format!("{language} → {command}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut out = String::new();
+    if !settings.run.formatters.is_empty() {
+        out.push_str(&format!("; formatters: {}", list(&settings.run.formatters)));
+    }
+    if !settings.run.diagnostics.is_empty() {
+        out.push_str(&format!(
+            "; diagnostics: {}",
+            list(&settings.run.diagnostics)
+        ));
+    }
+    out
 }
 
 /// Prints the report; returns whether every required check passed.
@@ -240,4 +264,26 @@ pub fn print_report(lines: &[Line], out: &mut dyn Write) -> std::io::Result<bool
         }
     )?;
     Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_commands_line_names_the_projects_formatter_and_diagnostics_per_language() {
+        let env = |name: &str| match name {
+            "WRIT_COMMANDS" => Some(r#"{"fmt": ["fmt", "{args}"], "cc": ["cc", "{args}"]}"#.into()),
+            "WRIT_FORMATTERS" => Some(r#"{"python": "fmt"}"#.into()),
+            "WRIT_DIAGNOSTICS" => Some(r#"{"rust": "cc", "python": "cc"}"#.into()),
+            _ => None,
+        };
+        let settings = Settings::load(None, &env).unwrap();
+        assert_eq!(
+            project_checks(&settings),
+            "; formatters: python → fmt; diagnostics: python → cc, rust → cc"
+        );
+        let none = Settings::load(None, &|_: &str| None).unwrap();
+        assert_eq!(project_checks(&none), "");
+    }
 }
