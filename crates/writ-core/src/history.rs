@@ -120,9 +120,9 @@ pub struct UndoResponse {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ChangedFile {
     pub path: String,
-    /// What the request left (absent: it removed the file).
+    /// What the request left (null: it removed the file).
     pub expected_sha256: Option<String>,
-    /// What the file holds now (absent: it does not exist).
+    /// What the file holds now (null: it does not exist).
     pub actual_sha256: Option<String>,
 }
 

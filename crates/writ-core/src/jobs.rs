@@ -16,14 +16,16 @@ use uuid::Uuid;
 
 use crate::audit::StoreError;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Where a job stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
     Queued,
     Running,
     /// Ran to the end; the batch's own status is in `batch_status`.
     Done,
-    /// Interrupted (crash, restart, shutdown) before it ended; `error` says why.
+    /// Interrupted (crash, restart, shutdown) before it ended, or resumed too often; `error`
+    /// says why.
     Failed,
 }
 

@@ -7,12 +7,64 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-#[derive(Debug, Clone, Serialize)]
+/// One check of `/readyz`.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Check {
     pub ok: bool,
     /// Whether a failure of this check makes the service not ready.
     pub required: bool,
     pub detail: String,
+}
+
+/// Every check `/readyz` makes.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct Checks {
+    /// The audit store answers and takes a write.
+    pub database: Check,
+    /// `REPO_DIR` exists and takes a synced write.
+    pub repo_dir: Check,
+    /// The model provider: fails writ's readiness only when models are configured but unusable.
+    pub provider: Check,
+    /// The command sandbox, where commands are configured (never required).
+    pub commands: Check,
+}
+
+impl Checks {
+    fn all(&self) -> [&Check; 4] {
+        [
+            &self.database,
+            &self.repo_dir,
+            &self.provider,
+            &self.commands,
+        ]
+    }
+
+    /// Each check passed through `f`.
+    pub fn map(&self, f: impl Fn(&Check) -> Check) -> Checks {
+        Checks {
+            database: f(&self.database),
+            repo_dir: f(&self.repo_dir),
+            provider: f(&self.provider),
+            commands: f(&self.commands),
+        }
+    }
+}
+
+/// `/readyz`'s answer.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Readiness")]
+pub struct ReadinessBody {
+    pub status: ReadyStatus,
+    pub checks: Checks,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadyStatus {
+    /// Every required check passes.
+    Ready,
+    /// A required check fails: writes would fail.
+    NotReady,
 }
 
 /// How long a "ready" answer serves every caller: the probe writes and syncs a file, and
@@ -30,7 +82,7 @@ pub struct ReadyCache {
 #[derive(Debug)]
 pub struct Readiness {
     pub ready: bool,
-    pub checks: [(&'static str, Check); 4],
+    pub checks: Checks,
 }
 
 impl ReadyCache {
@@ -52,8 +104,8 @@ impl ReadyCache {
 
 impl Readiness {
     /// Ready when every required check passes.
-    pub fn new(checks: [(&'static str, Check); 4]) -> Self {
-        let ready = checks.iter().all(|(_, c)| c.ok || !c.required);
+    pub fn new(checks: Checks) -> Self {
+        let ready = checks.all().iter().all(|c| c.ok || !c.required);
         Readiness { ready, checks }
     }
 }

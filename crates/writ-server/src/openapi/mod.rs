@@ -52,6 +52,8 @@ pub fn document() -> yaml_serde::Value {
     }
     // Named by the error bodies written in openapi/written_schemas.yaml.
     schemas.response::<crate::error::ErrorCode>();
+    // The shape of each file in a 409 `changed_since`'s `details.files`.
+    schemas.response::<writ_core::history::ChangedFile>();
     let mut doc = yaml_serde::Mapping::new();
     doc.insert("openapi".into(), "3.0.3".into());
     doc.insert("info".into(), to_yaml(&operations::info()));

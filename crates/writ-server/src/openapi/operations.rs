@@ -35,8 +35,8 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
         ("GET", "/healthz") => Op::new("healthz", "The process is alive.")
             .response("200", json!({"description": "Alive.", "content": {"application/json": {"schema": {"type": "object", "required": ["status"], "properties": {"status": {"type": "string", "enum": ["ok"]}}}}}})),
         ("GET", "/readyz") => Op::new("readyz", "Readiness, one entry per check; 503 when a check that writes need fails.")
-            .json("200", "Ready.", r("Readiness"))
-            .json("503", "Not ready.", r("Readiness")),
+            .json("200", "Ready.", s.response::<crate::readiness::ReadinessBody>())
+            .json("503", "Not ready.", s.response::<crate::readiness::ReadinessBody>()),
         ("GET", "/metrics") => Op::new("metrics", "Prometheus text exposition.")
             .response("200", json!({"description": "Metrics.", "content": {"text/plain": {"schema": {"type": "string"}}}})),
         ("GET", "/openapi.yaml") => Op::new("openapi", "This document.")
@@ -201,11 +201,11 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
             ))
             .param(json!({"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 20}}))
             .param(json!({"name": "workspace", "in": "query", "required": false, "description": "Only this workspace's jobs (none for a workspace the key may not use).", "schema": {"type": "string"}}))
-            .response("200", json!({"description": "The jobs, without their response bodies.", "content": {"application/json": {"schema": {"type": "object", "required": ["jobs"], "properties": {"jobs": {"type": "array", "items": {"$ref": "#/components/schemas/Job"}}}}}}}))
+            .response("200", json!({"description": "The jobs, without their response bodies.", "content": {"application/json": {"schema": {"type": "object", "required": ["jobs"], "properties": {"jobs": {"type": "array", "items": s.response::<crate::routes::jobs::JobView>()}}}}}}))
             .errors(&[400, 503]),
         ("GET", "/jobs/{id}") => Op::new("getJob", "One batch's state and, once done, the same body the synchronous call returns.")
-            .param(json!({"name": "id", "in": "path", "required": true, "description": "The job id", "which is the batch's request id.": null, "schema": {"type": "string", "format": "uuid"}}))
-            .json("200", "The job.", r("Job"))
+            .param(json!({"name": "id", "in": "path", "required": true, "description": "The job id, which is the batch's request id.", "schema": {"type": "string", "format": "uuid"}}))
+            .json("200", "The job.", s.response::<crate::routes::jobs::JobView>())
             .json("404", "No such job, or another key's (visible only with the `admin` scope).", r("Error"))
             .errors(&[400, 503]),
         ("GET", "/jobs/{id}/events") => Op::new("jobEvents", "Server-Sent Events of one batch: queued, file_started, candidate_started, candidate_finished, arbiter_started, arbiter_chose, validation_started, validation_finished, repair_started, checks_generated, agreement_computed, arbiter_asked_inputs, stopped_early, round_started, formatted, file_written, file_failed, done.")

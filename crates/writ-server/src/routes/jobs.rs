@@ -12,11 +12,14 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use uuid::Uuid;
-use writ_core::jobs::{Job, JobEvent, JobFilter};
+use writ_core::audit::RequestStatus;
+use writ_core::jobs::{Job, JobEvent, JobFilter, JobStatus};
+use writ_core::synthesis::BatchResponse;
 
 use crate::access::Viewer;
 use crate::error::{ApiError, ErrorCode, store_error};
@@ -60,7 +63,7 @@ pub async fn list_jobs(
         .await
         .map_err(store_error)?;
     Ok(Json(
-        json!({ "jobs": jobs.iter().map(job_json).collect::<Vec<_>>() }),
+        json!({ "jobs": jobs.iter().map(job_view).collect::<Vec<_>>() }),
     ))
 }
 
@@ -69,9 +72,9 @@ pub async fn get_job(
     State(state): State<AppState>,
     viewer: Viewer,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<JobView>, ApiError> {
     let job = find(&state, &viewer, &id).await?;
-    Ok(Json(job_json(&job)))
+    Ok(Json(job_view(&job)))
 }
 
 /// Server-Sent Events of one batch; `Last-Event-ID` resumes after that event.
@@ -135,20 +138,60 @@ pub fn workspace_prefix(workspace: &str) -> String {
     }
 }
 
-fn job_json(job: &Job) -> Value {
-    json!({
-        "id": job.id,
-        "status": job.status.as_str(),
-        "async": job.is_async,
-        "files": job.files,
-        "created_at": job.created_at,
-        "heartbeat_at": job.heartbeat_at,
-        "finished_at": job.finished_at,
-        "batch_status": job.batch_status,
-        "error": job.error,
-        "attempts": job.attempts,
-        "workspace": job.workspace,
-        "response": job.response,
-        "events": format!("{}/jobs/{}/events", workspace_prefix(&job.workspace), job.id),
-    })
+/// A batch's job, as `GET /jobs/{id}` and the job listing answer it.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Job")]
+pub struct JobView {
+    /// The job's id, which is its batch's request id.
+    pub id: Uuid,
+    pub status: JobStatus,
+    /// Accepted with `options.async` (202), not answered on the request's own connection.
+    #[serde(rename = "async")]
+    pub is_async: bool,
+    /// The batch's files, in its order.
+    pub files: Vec<String>,
+    pub created_at: DateTime<Utc>,
+    /// When the replica running it last said it was alive.
+    pub heartbeat_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The batch's own status once done.
+    pub batch_status: Option<RequestStatus>,
+    /// Why a failed job stopped (while it waits to be resumed: why its last run stopped).
+    pub error: Option<String>,
+    /// How many times another run took the job over after its replica died or stopped (0: it
+    /// ran once). Past 3 the job ends failed.
+    pub attempts: u32,
+    /// The workspace the batch writes in (`default`: REPO_DIR); a replica resuming the job
+    /// writes there too.
+    pub workspace: String,
+    /// The same body the synchronous call returns, once done.
+    #[schemars(with = "Option<BatchResponse>")]
+    pub response: Option<Value>,
+    /// The URL of the event stream.
+    pub events: String,
+}
+
+fn job_view(job: &Job) -> JobView {
+    JobView {
+        id: job.id,
+        status: job.status,
+        is_async: job.is_async,
+        files: job.files.clone(),
+        created_at: job.created_at,
+        heartbeat_at: job.heartbeat_at,
+        finished_at: job.finished_at,
+        batch_status: job
+            .batch_status
+            .as_deref()
+            .and_then(|s| serde_json::from_value(Value::String(s.to_owned())).ok()),
+        error: job.error.clone(),
+        attempts: u32::try_from(job.attempts).unwrap_or(0),
+        workspace: job.workspace.clone(),
+        response: job.response.clone(),
+        events: format!(
+            "{}/jobs/{}/events",
+            workspace_prefix(&job.workspace),
+            job.id
+        ),
+    }
 }

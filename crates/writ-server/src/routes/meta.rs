@@ -13,7 +13,7 @@ use base64::Engine;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::readiness::{Check, Readiness};
+use crate::readiness::{Check, Checks, Readiness, ReadinessBody, ReadyStatus};
 use crate::state::AppState;
 
 /// The spec, checked in at the repository root: the output of [`crate::openapi`] (a test
@@ -32,12 +32,12 @@ pub async fn healthz() -> Json<serde_json::Value> {
 async fn probe(state: &AppState) -> Readiness {
     metrics::counter!("writ_readyz_probes_total").increment(1);
     let (database, repo_dir) = tokio::join!(check_database(state), check_repo_dir(state));
-    Readiness::new([
-        ("database", database),
-        ("repo_dir", repo_dir),
-        ("provider", check_provider(state)),
-        ("commands", check_commands(state)),
-    ])
+    Readiness::new(Checks {
+        database,
+        repo_dir,
+        provider: check_provider(state),
+        commands: check_commands(state),
+    })
 }
 
 /// One entry per check; 503 when a check that writes need fails. While API keys exist, the
@@ -49,26 +49,23 @@ pub async fn readyz(State(state): State<AppState>, headers: HeaderMap) -> Respon
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     let detailed = crate::auth::may_see_details(&state, authorization).await;
-    let checks: serde_json::Map<String, serde_json::Value> = readiness
-        .checks
-        .iter()
-        .map(|(name, check)| {
-            let shown = if detailed {
-                check.clone()
-            } else {
-                Check {
-                    detail: if check.ok { "ok" } else { "failing" }.to_string()
-                        + "; details need an API key",
-                    ..check.clone()
-                }
-            };
-            ((*name).to_string(), json!(shown))
+    let checks = if detailed {
+        readiness.checks.clone()
+    } else {
+        readiness.checks.map(|check| Check {
+            detail: if check.ok { "ok" } else { "failing" }.to_string()
+                + "; details need an API key",
+            ..check.clone()
         })
-        .collect();
-    let body = json!({
-        "status": if readiness.ready { "ready" } else { "not_ready" },
-        "checks": checks,
-    });
+    };
+    let body = ReadinessBody {
+        status: if readiness.ready {
+            ReadyStatus::Ready
+        } else {
+            ReadyStatus::NotReady
+        },
+        checks,
+    };
     let status = if readiness.ready {
         StatusCode::OK
     } else {
