@@ -17,12 +17,17 @@ const UNTIDY: &str = "def add(a, b):   \n\treturn a + b\n";
 /// Both parse (tree-sitter accepts them) but do not compile: only the diagnostics catch them.
 const BREAK_OUTSIDE_LOOP: &str = "def add(a, b):\n    return a + b\n\n\nbreak\n";
 const DUPLICATE_ARGUMENT: &str = "def add(a, a):\n    return a + a\n";
+/// A project's linter: a file that prints fails, with a message an editor would show.
+const NO_PRINT_LINT: &str = "import sys\nbad = [i + 1 for i, l in enumerate(open(sys.argv[1])) if 'print(' in l]\nif bad:\n    print(f'{sys.argv[1]}:{bad[0]}: no print() in library code')\n    sys.exit(1)\n";
+const TEST_ADD: &str = "import os, sys\nsys.path.insert(0, os.getcwd())\nfrom calc import add\nassert add(2, 3) == 5\nprint('ok')\n";
 
 fn commands() -> String {
     json!({
         "fmt": ["python3", "-c", FORMATTER, "{args}"],
         "broken_fmt": ["python3", "-c", "import sys; sys.exit(3)", "{args}"],
         "py_compile": ["python3", "-m", "py_compile", "{args}"],
+        "no_print": ["python3", "-c", NO_PRINT_LINT, "{args}"],
+        "python": ["python3", "{args}"],
     })
     .to_string()
 }
@@ -220,5 +225,36 @@ async fn a_candidate_failing_the_diagnostics_goes_to_repair_with_the_compilers_o
             && last.contains("`py_compile`")
             && last.contains("'break' outside loop"),
         "{last}"
+    );
+}
+
+#[tokio::test]
+async fn with_the_callers_tests_a_candidate_that_passes_them_but_not_the_linter_ranks_below_a_clean_one()
+ {
+    let app = app_with(&[("WRIT_DIAGNOSTICS", r#"{"python": "no_print"}"#)]).await;
+    std::fs::create_dir_all(app.repo_dir.join("tests")).unwrap();
+    std::fs::write(app.repo_dir.join("tests/test_add.py"), TEST_ADD).unwrap();
+    let chatty = "def add(a, b):\n    print('adding')\n    return a + b\n";
+    script(&app, [chatty, DUPLICATE_ARGUMENT, CORRECT]);
+
+    let (status, body) = app
+        .post_write_codebase(&batch(json!({"validation": {
+            "commands": [{"name": "python", "args": ["tests/test_add.py"]}],
+            "repair_rounds": 0}})))
+        .await;
+
+    assert_eq!(status, 200, "{body}");
+    let result = &body["results"][0];
+    assert_eq!(result["chosen_model"], MODELS[2], "{body}");
+    assert_eq!(result["selection"], "validated", "{body}");
+    assert_eq!(written(&app), CORRECT);
+    let first = &result["candidates"][0]["validation"];
+    assert_eq!(first["command"], "no_print", "{body}");
+    assert!(
+        first["output_tail"]
+            .as_str()
+            .unwrap()
+            .contains("calc.py:2: no print() in library code"),
+        "{body}"
     );
 }
