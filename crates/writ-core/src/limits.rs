@@ -19,15 +19,16 @@ pub trait LimitStore: Send + Sync {
         burst: f64,
     ) -> Result<Option<f64>, StoreError>;
 
-    /// Takes one of `caller`'s `max` batch slots as `slot` (the batch's id, which its job
-    /// shares), held by `holder` until `until` unless renewed; false when all are taken. Where
-    /// jobs are leased, the slot of an unfinished job does not lapse: it passes to the replica
-    /// that claims the job, and is given back when the job ends. A `slot` already held (the same
-    /// batch again) is counted once.
+    /// Takes one of `caller`'s `max` batch slots as `slot`, for the batch whose job is `job`
+    /// (a key's slot is the job's id itself; a workspace's has its own), held by `holder` until
+    /// `until` unless renewed; false when all are taken. Where jobs are leased, the slot of an
+    /// unfinished job does not lapse: it passes to the replica that claims the job, and is given
+    /// back when the job ends. A `slot` already held (the same batch again) is counted once.
     async fn take_batch_slot(
         &self,
         caller: &str,
         slot: Uuid,
+        job: Uuid,
         holder: &str,
         max: i64,
         until: DateTime<Utc>,

@@ -63,17 +63,18 @@ pub struct BatchPermit {
     _shared: Vec<SharedSlot>,
 }
 
-/// Takes one of `caller`'s `max` shared slots as `slot`; `None` when all are taken.
+/// Takes one of `caller`'s `max` shared slots as `slot`, for the batch whose job is `job`;
+/// `None` when all are taken.
 async fn take_shared(
     store: &Arc<dyn LimitStore>,
     caller: &str,
-    slot: uuid::Uuid,
+    (slot, job): (uuid::Uuid, uuid::Uuid),
     holder: &str,
     max: usize,
 ) -> Result<Option<SharedSlot>, ApiError> {
     let max = i64::try_from(max).unwrap_or(i64::MAX);
     let taken = store
-        .take_batch_slot(caller, slot, holder, max, slot_until())
+        .take_batch_slot(caller, slot, job, holder, max, slot_until())
         .await
         .map_err(crate::error::store_error)?;
     Ok(taken.then(|| SharedSlot {
@@ -274,9 +275,8 @@ impl Limits {
     /// Admits one batch for `caller` (the key id; `None` without auth) in `workspace`, or
     /// refuses it at once: 429 when the key, or the workspace, has its share running (on every
     /// replica, where they share limits), 503 when the process is full.
-    /// `batch` names the key's shared slot: it is the batch's job's id, so that the slot follows
-    /// the job to a replica that resumes it. The workspace's slot has an id of its own (a slot is
-    /// one row), held while this replica runs the batch: it lapses with the replica.
+    /// `batch` is the batch's job's id: the key's shared slot is named by it, and the workspace's
+    /// (a row of its own) records it, so that both follow the job to a replica that resumes it.
     pub async fn admit_batch(
         &self,
         caller: Option<&str>,
@@ -293,18 +293,24 @@ impl Limits {
         if let Some((store, holder)) = &self.shared {
             if let Some(id) = caller {
                 shared.push(
-                    take_shared(store, id, batch, holder, self.settings.max_batches_per_key)
-                        .await?
-                        .ok_or_else(|| {
-                            too_many_batches(Holder::Key, self.settings.max_batches_per_key)
-                        })?,
+                    take_shared(
+                        store,
+                        id,
+                        (batch, batch),
+                        holder,
+                        self.settings.max_batches_per_key,
+                    )
+                    .await?
+                    .ok_or_else(|| {
+                        too_many_batches(Holder::Key, self.settings.max_batches_per_key)
+                    })?,
                 );
             }
             if workspace_max > 0 {
                 let name = workspace_caller(workspace);
                 let slot = uuid::Uuid::now_v7();
                 shared.push(
-                    take_shared(store, &name, slot, holder, workspace_max)
+                    take_shared(store, &name, (slot, batch), holder, workspace_max)
                         .await?
                         .ok_or_else(|| {
                             too_many_batches(Holder::Workspace(workspace), workspace_max)

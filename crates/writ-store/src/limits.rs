@@ -1,5 +1,5 @@
-//! [`LimitStore`] on PostgreSQL (schema: `migrations/postgres/0011_shared_limits.sql` and
-//! `0012_batch_slots_follow_jobs.sql`): each limit is one statement, so taking a token or a batch
+//! [`LimitStore`] on PostgreSQL (schema: `migrations/postgres/0011_shared_limits.sql`,
+//! `0012_batch_slots_follow_jobs.sql` and `0022_workspace_batch_slots.sql`): each limit is one statement, so taking a token or a batch
 //! slot costs the caller one round trip. A batch slot is named by its batch's id, which is its
 //! job's: the slot outlives a replica that dies or hands the job back, passes to the replica that
 //! claims the job, and is given back when the job ends — by the statement that ends it.
@@ -84,12 +84,14 @@ impl LimitStore for PgLimits {
         &self,
         caller: &str,
         slot: Uuid,
+        job: Uuid,
         holder: &str,
         max: i64,
         until: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        sqlx::query_scalar("SELECT writ_take_batch_slot($1, $2, $3, $4, $5)")
+        sqlx::query_scalar("SELECT writ_take_batch_slot($1, $2, $3, $4, $5, $6)")
             .bind(slot)
+            .bind(job)
             .bind(caller)
             .bind(holder)
             .bind(max)
@@ -101,10 +103,10 @@ impl LimitStore for PgLimits {
 
     async fn release_batch_slot(&self, slot: Uuid) -> Result<(), StoreError> {
         // A slot whose job is unfinished stays: the job was handed back or its lease lost, and
-        // the replica resuming it holds the slot until the job ends (migration 0012).
+        // the replica resuming it holds the slot until the job ends (migrations 0012, 0022).
         sqlx::query(
             "DELETE FROM batch_slots s WHERE id = $1 AND NOT EXISTS \
-             (SELECT 1 FROM jobs j WHERE j.id = s.id AND j.status IN ('queued', 'running'))",
+             (SELECT 1 FROM jobs j WHERE j.id = s.job AND j.status IN ('queued', 'running'))",
         )
         .bind(slot)
         .execute(&self.pool)
@@ -141,6 +143,32 @@ mod tests {
     use crate::testing::fresh_postgres_url;
     use writ_core::AuditStore;
 
+    /// A key's slot, named by its batch's job.
+    trait KeySlots {
+        async fn take_key_slot(
+            &self,
+            caller: &str,
+            slot: Uuid,
+            holder: &str,
+            max: i64,
+            until: DateTime<Utc>,
+        ) -> Result<bool, StoreError>;
+    }
+
+    impl KeySlots for PgLimits {
+        async fn take_key_slot(
+            &self,
+            caller: &str,
+            slot: Uuid,
+            holder: &str,
+            max: i64,
+            until: DateTime<Utc>,
+        ) -> Result<bool, StoreError> {
+            self.take_batch_slot(caller, slot, slot, holder, max, until)
+                .await
+        }
+    }
+
     async fn limits() -> PgLimits {
         let url = fresh_postgres_url().await;
         PgStore::connect(&url)
@@ -157,34 +185,24 @@ mod tests {
         let limits = limits().await;
         let later = Utc::now() + chrono::Duration::seconds(30);
         let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
-        assert!(
-            limits
-                .take_batch_slot("k", a, "one", 2, later)
-                .await
-                .unwrap()
-        );
-        assert!(
-            limits
-                .take_batch_slot("k", b, "two", 2, later)
-                .await
-                .unwrap()
-        );
+        assert!(limits.take_key_slot("k", a, "one", 2, later).await.unwrap());
+        assert!(limits.take_key_slot("k", b, "two", 2, later).await.unwrap());
         assert!(
             !limits
-                .take_batch_slot("k", c, "three", 2, later)
+                .take_key_slot("k", c, "three", 2, later)
                 .await
                 .unwrap()
         );
         assert!(
             limits
-                .take_batch_slot("other", c, "three", 2, later)
+                .take_key_slot("other", c, "three", 2, later)
                 .await
                 .unwrap()
         );
         limits.release_batch_slot(a).await.unwrap();
         assert!(
             limits
-                .take_batch_slot("k", Uuid::now_v7(), "three", 2, later)
+                .take_key_slot("k", Uuid::now_v7(), "three", 2, later)
                 .await
                 .unwrap()
         );
@@ -195,7 +213,7 @@ mod tests {
             .unwrap();
         assert!(
             limits
-                .take_batch_slot("k", Uuid::now_v7(), "three", 2, later)
+                .take_key_slot("k", Uuid::now_v7(), "three", 2, later)
                 .await
                 .unwrap()
         );
@@ -214,7 +232,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_resumed_job_keeps_its_keys_batch_slot_until_it_ends_and_gives_it_back_once() {
+    async fn a_resumed_job_keeps_its_keys_and_workspaces_batch_slots_until_it_ends_and_gives_them_back_once()
+     {
         use writ_core::audit::{AuditWrite, NewRequest};
         use writ_core::jobs::{JobStatus, JobStore, Lease, NewJob};
         let url = fresh_postgres_url().await;
@@ -223,11 +242,19 @@ mod tests {
         let limits = PgLimits::connect(&url).unwrap();
         let now = Utc::now();
         let later = now + chrono::Duration::seconds(30);
-        // Replica "one" admits the key's only batch (N = 1) and records its job.
+        // Replica "one" admits the key's only batch (N = 1) and records its job; the batch also
+        // takes its workspace's only slot, a row of its own that records the job.
         let job = Uuid::now_v7();
         assert!(
             limits
-                .take_batch_slot("k", job, "one", 1, later)
+                .take_key_slot("k", job, "one", 1, later)
+                .await
+                .unwrap()
+        );
+        let workspace_slot = Uuid::now_v7();
+        assert!(
+            limits
+                .take_batch_slot("workspace:w", workspace_slot, job, "one", 1, later)
                 .await
                 .unwrap()
         );
@@ -268,12 +295,20 @@ mod tests {
             .await
             .unwrap();
         limits.release_batch_slot(job).await.unwrap();
+        limits.release_batch_slot(workspace_slot).await.unwrap();
         assert!(
             !limits
-                .take_batch_slot("k", Uuid::now_v7(), "three", 1, later)
+                .take_key_slot("k", Uuid::now_v7(), "three", 1, later)
                 .await
                 .unwrap(),
             "the unfinished job still counts against the key"
+        );
+        assert!(
+            !limits
+                .take_key_slot("workspace:w", Uuid::now_v7(), "three", 1, later)
+                .await
+                .unwrap(),
+            "and against its workspace"
         );
 
         // "two" claims the job: the slot is its own now, renewed with its other slots.
@@ -283,10 +318,11 @@ mod tests {
             .unwrap();
         assert_eq!(claimed.len(), 1);
         assert_eq!(holders(&url, "k").await, vec!["two".to_string()]);
+        assert_eq!(holders(&url, "workspace:w").await, vec!["two".to_string()]);
         limits.renew_batch_slots("two", later).await.unwrap();
         assert!(
             !limits
-                .take_batch_slot("k", Uuid::now_v7(), "three", 1, later)
+                .take_key_slot("k", Uuid::now_v7(), "three", 1, later)
                 .await
                 .unwrap(),
             "the key still runs its one batch, on the replica that resumed it"
@@ -295,7 +331,7 @@ mod tests {
         // The job ends: its slot is given back by the same commit, and only that one.
         assert!(
             limits
-                .take_batch_slot("other", Uuid::now_v7(), "two", 1, later)
+                .take_key_slot("other", Uuid::now_v7(), "two", 1, later)
                 .await
                 .unwrap()
         );
@@ -310,10 +346,11 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(holders(&url, "k").await, Vec::<String>::new());
+        assert_eq!(holders(&url, "workspace:w").await, Vec::<String>::new());
         assert_eq!(holders(&url, "other").await, vec!["two".to_string()]);
         assert!(
             limits
-                .take_batch_slot("k", Uuid::now_v7(), "three", 1, later)
+                .take_key_slot("k", Uuid::now_v7(), "three", 1, later)
                 .await
                 .unwrap()
         );
