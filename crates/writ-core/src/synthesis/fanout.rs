@@ -173,11 +173,17 @@ pub async fn fan_out(
     (out.answers, out.waited)
 }
 
-/// Whether a viable candidate passes the caller's tests, asked while the fan-out still runs
+/// Whether a viable candidate passes (the caller's tests, or the generated checks in agreement
+/// with another candidate), asked while the fan-out still runs
 /// (`options.fanout.stop_when_passing`).
 #[async_trait::async_trait]
 pub trait PassCheck: Send + Sync {
     async fn passes(&self, code: &str) -> bool;
+
+    /// What a passing candidate passed, for the stopped calls' records.
+    fn passed(&self) -> &'static str {
+        "passed the caller's tests"
+    }
 }
 
 /// What a fan-out gave.
@@ -286,7 +292,8 @@ pub async fn fan_out_until(
                 let c = match passed_by {
                     Some(p) => {
                         stopped.push(model.clone());
-                        stopped_early(model, &models[p], waited)
+                        let what = stop.map_or("passed", |s| s.passed());
+                        stopped_early(model, &models[p], waited, what)
                     }
                     None => cut_off(model, waited, viable),
                 };
@@ -316,8 +323,8 @@ pub async fn fan_out_until(
     }
 }
 
-/// The record of a call cancelled because another model's candidate passed the caller's tests.
-fn stopped_early(model: &str, passed: &str, waited: Duration) -> Candidate {
+/// The record of a call cancelled because another model's candidate passed (`what`).
+fn stopped_early(model: &str, passed: &str, waited: Duration, what: &str) -> Candidate {
     Candidate {
         record: CandidateRecord {
             model: model.to_string(),
@@ -325,7 +332,7 @@ fn stopped_early(model: &str, passed: &str, waited: Duration) -> Candidate {
             latency_ms: waited.as_millis() as u64,
             error_class: Some(ErrorClass::Cancelled),
             error: Some(format!(
-                "model '{model}' was stopped after {} ms: the candidate of '{passed}' already passed the caller's tests (options.fanout.stop_when_passing)",
+                "model '{model}' was stopped after {} ms: the candidate of '{passed}' already {what} (options.fanout.stop_when_passing)",
                 waited.as_millis()
             )),
             ..CandidateRecord::default()

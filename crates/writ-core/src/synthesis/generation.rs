@@ -117,6 +117,9 @@ pub(crate) struct Rounds {
     pub later: Vec<String>,
     /// Models whose calls were cancelled once a candidate passed (`stop_when_passing`).
     pub stopped: Vec<String>,
+    /// The generated checks run as the candidates arrived (`options.fanout` with
+    /// `validation.generate` and no caller's tests), so the choice reuses their tests.
+    pub early: Option<crate::synthesis::validation::generated::Early>,
 }
 
 /// A check that sees a candidate in the shape it would be written (an update rendered over
@@ -133,6 +136,10 @@ impl PassCheck for Rendered<'_> {
             Some(e) => self.check.passes(&e.render(code)).await,
             None => self.check.passes(code).await,
         }
+    }
+
+    fn passed(&self) -> &'static str {
+        self.check.passed()
     }
 }
 
@@ -233,7 +240,7 @@ pub(crate) async fn generate(
         allow_removals: batch.options().allow_removals,
         rounds: Rounds {
             later,
-            stopped: Vec::new(),
+            ..Rounds::default()
         },
     };
     let rendered = stop.map(|check| Rendered {

@@ -26,9 +26,10 @@ use crate::synthesis::image_generation::generate_image;
 use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::record::Recorded;
 use crate::synthesis::response::{BatchResponse, FileResult};
-use crate::synthesis::selection::Selector;
+use crate::synthesis::selection::{Selector, distinct_viable};
 use crate::synthesis::stage::{BatchCx, FileCx, Prior, Produced, Synthesizer, command_for};
 use crate::synthesis::submission::{Submission, Submitted};
+use crate::synthesis::validation::generated::{Early, EarlyAgreement};
 use crate::synthesis::validation::{CallerTests, Stage, file_checks, select_validated};
 use crate::synthesis::writing::{Writer, Written};
 
@@ -312,12 +313,14 @@ impl Synthesizer {
     }
 
     /// One file's candidates, for validation to choose among; under
-    /// `options.fanout.stop_when_passing`, each checked as it arrives.
+    /// `options.fanout.stop_when_passing`, each checked as it arrives: against the caller's
+    /// tests when there are some, else by the generated checks' agreement.
     async fn generate_for_validation(&self, fcx: FileCx<'_>, validation: &Validation) -> Stage {
+        let fanout = fcx.batch.options().fanout;
         let stop = self
             .commands
             .as_deref()
-            .filter(|_| fcx.batch.options().fanout.stop_when_passing)
+            .filter(|_| fanout.stop_when_passing && !validation.commands.is_empty())
             .map(|runner| CallerTests {
                 runner,
                 validation,
@@ -330,6 +333,35 @@ impl Synthesizer {
                 )
                 .0,
             });
+        let models = fcx
+            .batch
+            .options()
+            .models
+            .clone()
+            .unwrap_or_else(|| self.config.candidates.clone());
+        let early = self
+            .commands
+            .as_deref()
+            .filter(|_| {
+                validation.generate
+                    && validation.commands.is_empty()
+                    && (fanout.stop_when_passing || fanout.first_round.is_some())
+            })
+            .and_then(|runner| {
+                EarlyAgreement::new(
+                    self.selector(fcx.batch),
+                    runner,
+                    validation,
+                    fcx,
+                    &models,
+                    Early::default(),
+                )
+            });
+        let check: Option<&dyn PassCheck> = match (&stop, &early) {
+            (Some(s), _) => Some(s),
+            (None, Some(e)) if fanout.stop_when_passing => Some(e),
+            _ => None,
+        };
         fcx.sink.emit(Event::FileStarted {
             file: fcx.file.path.to_string(),
         });
@@ -343,11 +375,25 @@ impl Synthesizer {
                     self.workspace.as_ref(),
                     &self.config,
                     fcx,
-                    stop.as_ref().map(|s| s as &dyn PassCheck),
+                    check,
                 )
                 .await
                 {
-                    Ok(generated) => Stage::Generated(Box::new(generated)),
+                    Ok(mut generated) => {
+                        if let Some(early) = early {
+                            // Rounds need the verdict on the first round's candidates even when
+                            // nothing stopped the fan-out.
+                            if !generated.rounds.later.is_empty() {
+                                let codes: Vec<&str> = distinct_viable(&generated.answers)
+                                    .iter()
+                                    .map(|v| v.code)
+                                    .collect();
+                                early.settle(&codes).await;
+                            }
+                            generated.rounds.early = Some(early.into_early());
+                        }
+                        Stage::Generated(Box::new(generated))
+                    }
                     Err(error) => Stage::Done(Box::new(Produced::failed(error, Vec::new()))),
                 }
             }

@@ -25,6 +25,7 @@ pub(crate) struct Viable<'a> {
 }
 
 /// The selection stage: the models it may ask (the arbiter, the fallback models) and how.
+#[derive(Clone, Copy)]
 pub(crate) struct Selector<'a> {
     pub models: &'a dyn ModelClient,
     pub config: &'a SynthesisConfig,
@@ -66,12 +67,17 @@ impl Selector<'_> {
     /// The arbiter of this batch: its `options.arbiter_model`, `CODE_MODEL`, or the first
     /// candidate model.
     pub(crate) fn arbiter_model(&self, generated: &Generated) -> String {
+        self.arbiter_of(&generated.models)
+    }
+
+    /// [`Self::arbiter_model`] for a file whose candidate models are `models`.
+    pub(crate) fn arbiter_of(&self, models: &[String]) -> String {
         self.batch
             .options()
             .arbiter_model
             .clone()
             .or_else(|| self.config.arbiter.clone())
-            .or_else(|| generated.models.first().cloned())
+            .or_else(|| models.first().cloned())
             .unwrap_or_default()
     }
 

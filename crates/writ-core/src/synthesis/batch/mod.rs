@@ -578,7 +578,8 @@ mod tests {
     }
 
     #[test]
-    fn fanout_settings_need_the_callers_tests_and_a_first_round_within_the_model_limit() {
+    fn fanout_settings_need_the_callers_tests_or_generated_checks_and_a_first_round_within_the_model_limit()
+     {
         let with = |options: serde_json::Value| {
             req(
                 serde_json::json!({"command": "write_codebase", "files": [file("a.py")], "options": options}),
@@ -593,13 +594,18 @@ mod tests {
                 first_round: Some(2)
             }
         );
-        let err = with(
-            serde_json::json!({"validation": {"generate": true}, "fanout": {"first_round": 1}}),
-        )
-        .unwrap_err();
+        let b = with(serde_json::json!({"validation": {"generate": true}, "fanout": {"stop_when_passing": true, "first_round": 1}})).unwrap();
+        assert_eq!(
+            b.options.fanout,
+            Fanout {
+                stop_when_passing: true,
+                first_round: Some(1)
+            }
+        );
+        let err = with(serde_json::json!({"fanout": {"first_round": 1}})).unwrap_err();
         assert_eq!(err.field, "options.fanout.first_round");
         assert!(
-            err.message.contains("options.validation.commands"),
+            err.message.contains("options.validation.generate"),
             "{}",
             err.message
         );

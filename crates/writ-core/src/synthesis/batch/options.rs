@@ -154,7 +154,7 @@ pub struct Fanout {
 
 impl FanoutOptions {
     /// The parsed settings, or a refusal naming the sub-field; both settings need the caller's
-    /// tests, since only they say that a candidate passes.
+    /// tests or generated checks, since only they say that a candidate passes.
     pub(super) fn parse(&self, validation: Option<&Validation>) -> Result<Fanout, BatchError> {
         let fanout = Fanout {
             stop_when_passing: self.stop_when_passing.unwrap_or(false),
@@ -168,7 +168,8 @@ impl FanoutOptions {
                 format!("between 1 and {}, got {n}", super::MAX_MODELS),
             ));
         }
-        let has_tests = validation.is_some_and(|v| !v.commands.is_empty());
+        // Generated checks pass a candidate too: once it and another agree on all of them.
+        let has_tests = validation.is_some_and(|v| !v.commands.is_empty() || v.generate);
         let asked = if fanout.stop_when_passing {
             Some("stop_when_passing")
         } else {
@@ -179,7 +180,7 @@ impl FanoutOptions {
         {
             return Err(refuse(
                 format!("options.fanout.{field}"),
-                "needs options.validation.commands: a candidate passes when it passes the caller's tests",
+                "needs options.validation.commands or options.validation.generate: a candidate passes when it passes the caller's tests, or every generated test in agreement with another candidate",
             ));
         }
         Ok(fanout)

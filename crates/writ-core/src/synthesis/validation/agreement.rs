@@ -4,8 +4,10 @@
 //! - [`usable_tests`]: a test that fails on every candidate for a name or import error (or
 //!   that no candidate reached) was written against names that do not exist; it is dropped, not
 //!   held against anyone.
-//! - [`rank`]: dual agreement — candidates grouped by the set of tests they pass, each group
-//!   scored (candidates in it) × (tests it passes); the candidates of the best-scoring groups.
+//! - [`rank`]: dual agreement — candidates grouped by the set of tests they pass and their
+//!   outputs on the probe inputs (two candidates that fail the same tests in different ways do
+//!   not agree), each group scored (candidates in it) × (tests it passes); the candidates of the
+//!   best-scoring groups.
 //!   Groups with equal scores are separated by consensus: on each test, how many candidates
 //!   end it as the group does (pass or fail). A subtle bug is rarely shared, so the correct
 //!   behaviour is the one other candidates share, while a wrong assertion that happens to
@@ -60,7 +62,7 @@ pub(crate) fn usable_tests(r: &CheckResults) -> Vec<usize> {
         .collect()
 }
 
-/// Candidates that pass the same set of tests, and that group's score.
+/// Candidates that pass the same set of tests with the same outputs, and that group's score.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Group {
     /// Candidate indices, in model-list order.
@@ -75,14 +77,29 @@ pub(crate) struct Group {
 
 /// The groups by score, then consensus (best first; otherwise by their first member), and the
 /// candidates of every group that shares the best score and consensus.
+///
+/// A group is the candidates that pass the same tests *and* give the same output on every
+/// probe input. CodeT counts candidates passing the same tests as agreeing, which holds for
+/// the tests they pass; but two candidates failing the same tests may fail them differently
+/// (each its own bug on the same inputs), and counting them as two votes for one behaviour
+/// lets two different wrong programs outvote a correct one that passes more tests.
 pub(crate) fn rank(
     r: &CheckResults,
     candidates: usize,
     usable: &[usize],
 ) -> (Vec<Group>, Vec<usize>) {
-    let mut by_set: BTreeMap<BTreeSet<usize>, Vec<usize>> = BTreeMap::new();
+    let answered: Vec<usize> = (0..r.probes.len())
+        .filter(|&p| (0..candidates).any(|c| output(r, c, p).is_some()))
+        .collect();
+    // (the tests passed, the outputs on the probes) → the candidates.
+    type Key<'r> = (BTreeSet<usize>, Vec<Option<&'r str>>);
+    let mut by_set: BTreeMap<Key<'_>, Vec<usize>> = BTreeMap::new();
     for c in 0..candidates {
-        by_set.entry(r.passed(c, usable)).or_default().push(c);
+        let behaviour = answered.iter().map(|&p| output(r, c, p)).collect();
+        by_set
+            .entry((r.passed(c, usable), behaviour))
+            .or_default()
+            .push(c);
     }
     let passes = |c: usize, t: usize| r.outcomes[c].get(t) == Some(&Some(TestOutcome::Passed));
     // For each test, the candidates whose outcome (passed or not) is the group's.
@@ -98,7 +115,7 @@ pub(crate) fn rank(
     };
     let mut groups: Vec<Group> = by_set
         .into_iter()
-        .map(|(set, members)| Group {
+        .map(|((set, _), members)| Group {
             score: members.len() * set.len(),
             tests_passed: set.len(),
             consensus: consensus(&set),
@@ -275,6 +292,35 @@ mod tests {
         // Nothing to separate them: still a tie.
         let r = results(vec![vec![Passed, Failed], vec![Failed, Passed]], vec![]);
         assert_eq!(rank(&r, 2, &usable_tests(&r)).1, vec![0, 1]);
+    }
+
+    #[test]
+    fn candidates_failing_the_same_tests_with_different_outputs_are_not_one_group() {
+        // 0 is correct and passes three tests; 1 and 2 each fail tests 1 and 2, with different
+        // wrong outputs on input 1: two different programs, not two votes for one.
+        let r = results(
+            vec![
+                vec![Passed, Passed, Failed, Passed],
+                vec![Passed, Failed, Failed, Passed],
+                vec![Passed, Failed, Failed, Passed],
+            ],
+            vec![vec!["1", "2"], vec!["1", "5"], vec!["1", "7"]],
+        );
+        let (groups, tied) = rank(&r, 3, &usable_tests(&r));
+        assert_eq!(groups.len(), 3);
+        assert_eq!(tied, vec![0]);
+        // The same failures with the same outputs are one behaviour, and outvote it.
+        let r = results(
+            vec![
+                vec![Passed, Passed, Failed, Passed],
+                vec![Passed, Failed, Failed, Passed],
+                vec![Passed, Failed, Failed, Passed],
+            ],
+            vec![vec!["1", "2"], vec!["1", "5"], vec!["1", "5"]],
+        );
+        let (groups, tied) = rank(&r, 3, &usable_tests(&r));
+        assert_eq!(groups[0].members, vec![1, 2]);
+        assert_eq!(tied, vec![1, 2]);
     }
 
     #[test]

@@ -170,105 +170,37 @@ pub(super) async fn check_and_decide(
             ),
         );
     };
-    let language_key = flavour.language.name().to_ascii_lowercase();
-    let Some(command) = selector
-        .config
-        .check_commands
-        .iter()
-        .find(|(l, _)| *l == language_key)
-        .map(|(_, c)| CommandCall {
-            name: c.clone(),
-            args: vec![flavour.harness_path.to_string()],
-        })
-    else {
-        return undecided(
-            summary,
-            format!("WRIT_CHECK_COMMANDS names no command for {language_key}"),
-        );
+    let command = match check_command(selector, runner, &flavour) {
+        Ok(command) => command,
+        Err(note) => return undecided(summary, note),
     };
-    if let Err(e) = runner.check(&command, "WRIT_CHECK_COMMANDS") {
-        return undecided(summary, format!("the generated checks cannot run: {e}"));
-    }
 
-    // 1. The tests, from what every candidate shares.
-    let codes: Vec<&str> = among.iter().map(|&t| f.trials[t].code.as_str()).collect();
-    let names = shared_public_names(&codes, flavour.language);
-    let writers = test_writers(selector, f);
-    let messages = test_messages(cx, &flavour, &names);
-    let asked = Instant::now();
-    let answers = join_all(writers.iter().map(|model| {
-        let req = ChatRequest {
-            model: model.clone(),
-            messages: messages.clone(),
-            temperature: Some(selector.config.temperature),
-            max_tokens: Some(selector.config.max_tokens),
-            urgent: cx.batch.resumed(),
-            ..ChatRequest::default()
-        };
-        selector.models.chat(req)
-    }))
-    .await;
-    cx.upstream.add(asked.elapsed());
-    for (model, answer) in writers.iter().zip(&answers) {
-        cx.upstream.called(CallRecord::of(
-            CallRole::TestWriter,
-            model,
-            asked.elapsed(),
-            answer,
-        ));
-    }
-    let mut files: Vec<(String, String)> = Vec::new();
-    for (k, (model, answer)) in writers.iter().zip(answers).enumerate() {
-        let mut call = TestWriterCall {
-            model: model.clone(),
-            ..TestWriterCall::default()
-        };
-        match answer {
-            Ok(resp) => {
-                call.ok = true;
-                call.latency_ms = resp.latency.as_millis() as u64;
-                call.prompt_tokens = resp.usage.prompt_tokens;
-                call.completion_tokens = resp.usage.completion_tokens;
-                let path = flavour.test_path(&cx.file.path, k);
-                match writ_checks::extract_code(&resp.content, flavour.language) {
-                    None => summary
-                        .discarded
-                        .push(format!("{model}: the answer holds no {language_key} code")),
-                    Some(code) if code.len() > MAX_TEST_BYTES => summary.discarded.push(format!(
-                        "{model}: the test file is {} bytes, above {MAX_TEST_BYTES}",
-                        code.len()
-                    )),
-                    Some(code)
-                        if writ_checks::syntax_ok(&code, flavour.language) == Some(false) =>
-                    {
-                        summary.discarded.push(format!("{path}: does not parse"));
-                        summary.files.push(GeneratedTestFile {
-                            path,
-                            model: model.clone(),
-                            content: code,
-                        });
-                    }
-                    Some(code) => {
-                        summary.files.push(GeneratedTestFile {
-                            path: path.clone(),
-                            model: model.clone(),
-                            content: code.clone(),
-                        });
-                        files.push((path, code));
-                    }
-                }
-            }
-            Err(e) => {
-                call.error = Some(e.to_string());
-                summary.discarded.push(format!("{model}: {e}"));
-            }
+    // 1. The tests, from what every candidate shares (or as written while the candidates
+    //    arrived, under `options.fanout.stop_when_passing`).
+    let written = match f
+        .generated
+        .rounds
+        .early
+        .as_ref()
+        .and_then(|e| e.written.clone())
+    {
+        Some(written) => written,
+        None => {
+            let codes: Vec<&str> = among.iter().map(|&t| f.trials[t].code.as_str()).collect();
+            let names = shared_public_names(&codes, flavour.language);
+            let writers = test_writers(selector, &f.generated.models);
+            write_tests(selector, cx, &flavour, &names, &writers).await
         }
-        summary.writers.push(call);
-    }
+    };
+    summary.writers = written.writers;
+    summary.files = written.shown;
+    summary.discarded = written.discarded;
+    let files = written.files;
+    let names = written.names;
     if files.is_empty() {
         cx.sink.emit(Event::ChecksGenerated {
             file: cx.file.path.to_string(),
-            models: writers.len(),
+            models: summary.writers.len(),
             tests: 0,
             discarded: summary.discarded.len(),
         });
@@ -276,85 +208,25 @@ pub(super) async fn check_and_decide(
     }
 
     // 2. Every candidate against every test file, with the probes.
-    let examples = docstring_examples(&cx.file.description, flavour.language);
-    let mut probes: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (i, (path, code)) in files.iter().enumerate() {
-        let mut exprs = probe_inputs(code, flavour.language);
-        if i == 0 {
-            exprs.extend(examples.iter().cloned());
-        }
-        let mut seen = BTreeSet::new();
-        exprs.retain(|e| seen.insert(e.clone()));
-        exprs.truncate(MAX_PROBES_PER_FILE);
-        probes.insert(path.clone(), exprs);
-    }
-    let marker = format!("@@writ-check-{:016x}", rand::random::<u64>());
-    let plan = serde_json::json!({
-        "marker": marker,
-        "tests": files.iter().map(|(p, _)| p).collect::<Vec<_>>(),
-        "probes": probes,
-        // Where a test file's own import fails, its probes are evaluated against these.
-        "subject": cx.file.path.as_str(),
-        "subject_module": flavour.module_name(&cx.file.path),
-        "names": names,
-    });
-    let mut fixed: Vec<(RepoPath, Vec<u8>)> = others.to_vec();
-    for (path, content) in [
-        (
-            flavour.harness_path.to_string(),
-            flavour.harness.as_bytes().to_vec(),
-        ),
-        (
-            format!("{CHECKS_DIR}/plan.json"),
-            plan.to_string().into_bytes(),
-        ),
-    ]
-    .into_iter()
-    .chain(
-        files
+    let suite = match Suite::new(&flavour, cx, command, files, names, others) {
+        Ok(suite) => suite,
+        Err(note) => return undecided(summary, note),
+    };
+    let runs = join_all(
+        among
             .iter()
-            .map(|(p, c)| (p.clone(), c.clone().into_bytes())),
-    ) {
-        match RepoPath::parse(&path) {
-            Ok(p) => fixed.push((p, content)),
-            Err(e) => return undecided(summary, format!("{path}: {e}")),
-        }
-    }
-    let runs = join_all(among.iter().map(|&t| {
-        let mut staged = fixed.clone();
-        staged.push(f.staged(&f.trials[t].code));
-        let calls = std::slice::from_ref(&command);
-        async move { runner.run(&staged, calls, validation.timeout).await }
-    }))
+            .map(|&t| suite.run(runner, validation, f.staged(&f.trials[t].code))),
+    )
     .await;
     let mut reports: Vec<Report> = Vec::new();
     let mut durations: Vec<u64> = Vec::new();
-    for run in runs {
-        match run {
-            Ok(outcomes) => {
-                durations.push(outcomes.iter().map(|o| o.duration_ms).sum());
-                let out: String = outcomes.iter().map(|o| o.stdout.as_str()).collect();
-                reports.push(parse_report(&out, &marker));
-            }
-            Err(e) => {
-                durations.push(0);
-                summary
-                    .discarded
-                    .push(format!("a candidate's run failed: {e}"));
-                reports.push(Report::default());
-            }
-        }
+    for (report, duration, error) in runs {
+        durations.push(duration);
+        summary.discarded.extend(error);
+        reports.push(report);
     }
-    let probe_list: Vec<(String, String)> = probes
-        .iter()
-        .flat_map(|(file, exprs)| {
-            exprs
-                .iter()
-                .enumerate()
-                .map(move |(i, e)| (format!("{file}#{i}"), e.clone()))
-        })
-        .collect();
-    let results = tabulate(&reports, &probe_list, &files, &mut summary.discarded);
+    let files = &suite.files;
+    let results = tabulate(&reports, &suite.probes, files, &mut summary.discarded);
 
     // 3. Agreement.
     let usable = usable_tests(&results);
@@ -369,7 +241,7 @@ pub(super) async fn check_and_decide(
     summary.probes = results.probes.len();
     cx.sink.emit(Event::ChecksGenerated {
         file: cx.file.path.to_string(),
-        models: writers.len(),
+        models: summary.writers.len(),
         tests: usable.len(),
         discarded: summary.discarded.len(),
     });
@@ -430,6 +302,12 @@ pub(super) async fn check_and_decide(
         .filter(|g| (g.score, g.consensus) == (best_score, best_consensus))
         .count();
     let agreed = top_groups == 1 && best_score > 0 && groups.len() > 1;
+    // The tests alone do not separate the best group from another one that passes the same
+    // tests with other outputs: its size — behaviour — did.
+    let by_behaviour = agreed
+        && groups[1..].iter().any(|g| {
+            results.passed(g.members[0], &usable) == results.passed(groups[0].members[0], &usable)
+        });
     let tied: Vec<usize> = if agreed {
         groups[0].members.clone()
     } else {
@@ -486,12 +364,12 @@ pub(super) async fn check_and_decide(
         return Checked {
             decision: Some(Decision {
                 trial: among[winner],
-                selection: if agreed {
+                selection: if agreed && !by_behaviour {
                     Selection::Agreement
                 } else {
                     Selection::Behaviour
                 },
-                reason: Some(if agreed {
+                reason: Some(if agreed && !by_behaviour {
                     agreement_reason()
                 } else {
                     format!(
@@ -621,6 +499,412 @@ pub(super) async fn check_and_decide(
     }
 }
 
+/// The configured command that runs the harness for `flavour`'s language, when it can run.
+fn check_command(
+    selector: &Selector<'_>,
+    runner: &dyn CommandRunner,
+    flavour: &Flavour,
+) -> Result<CommandCall, String> {
+    let language_key = flavour.language.name().to_ascii_lowercase();
+    let command = selector
+        .config
+        .check_commands
+        .iter()
+        .find(|(l, _)| *l == language_key)
+        .map(|(_, c)| CommandCall {
+            name: c.clone(),
+            args: vec![flavour.harness_path.to_string()],
+        })
+        .ok_or_else(|| format!("WRIT_CHECK_COMMANDS names no command for {language_key}"))?;
+    runner
+        .check(&command, "WRIT_CHECK_COMMANDS")
+        .map_err(|e| format!("the generated checks cannot run: {e}"))?;
+    Ok(command)
+}
+
+/// What the test-writing models gave for a file, before any candidate ran it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WrittenTests {
+    writers: Vec<TestWriterCall>,
+    /// Every test file as written (shown in the answer), usable or not.
+    shown: Vec<GeneratedTestFile>,
+    discarded: Vec<String>,
+    /// The usable ones: (path in the scratch, code).
+    files: Vec<(String, String)>,
+    /// The public names the tests were written against.
+    names: Vec<String>,
+}
+
+/// Asks every test-writing model for a test file of the file at `cx`, from its description and
+/// `names` (never from a candidate's code); a file that does not parse is kept for the record
+/// but not run.
+async fn write_tests(
+    selector: &Selector<'_>,
+    cx: FileCx<'_>,
+    flavour: &Flavour,
+    names: &[String],
+    writers: &[String],
+) -> WrittenTests {
+    let language_key = flavour.language.name().to_ascii_lowercase();
+    let messages = test_messages(cx, flavour, names);
+    let asked = Instant::now();
+    let answers = join_all(writers.iter().map(|model| {
+        let req = ChatRequest {
+            model: model.clone(),
+            messages: messages.clone(),
+            temperature: Some(selector.config.temperature),
+            max_tokens: Some(selector.config.max_tokens),
+            urgent: cx.batch.resumed(),
+            ..ChatRequest::default()
+        };
+        selector.models.chat(req)
+    }))
+    .await;
+    cx.upstream.add(asked.elapsed());
+    for (model, answer) in writers.iter().zip(&answers) {
+        cx.upstream.called(CallRecord::of(
+            CallRole::TestWriter,
+            model,
+            asked.elapsed(),
+            answer,
+        ));
+    }
+    let mut out = WrittenTests {
+        names: names.to_vec(),
+        ..WrittenTests::default()
+    };
+    for (k, (model, answer)) in writers.iter().zip(answers).enumerate() {
+        let mut call = TestWriterCall {
+            model: model.clone(),
+            ..TestWriterCall::default()
+        };
+        match answer {
+            Ok(resp) => {
+                call.ok = true;
+                call.latency_ms = resp.latency.as_millis() as u64;
+                call.prompt_tokens = resp.usage.prompt_tokens;
+                call.completion_tokens = resp.usage.completion_tokens;
+                let path = flavour.test_path(&cx.file.path, k);
+                match writ_checks::extract_code(&resp.content, flavour.language) {
+                    None => out
+                        .discarded
+                        .push(format!("{model}: the answer holds no {language_key} code")),
+                    Some(code) if code.len() > MAX_TEST_BYTES => out.discarded.push(format!(
+                        "{model}: the test file is {} bytes, above {MAX_TEST_BYTES}",
+                        code.len()
+                    )),
+                    Some(code)
+                        if writ_checks::syntax_ok(&code, flavour.language) == Some(false) =>
+                    {
+                        out.discarded.push(format!("{path}: does not parse"));
+                        out.shown.push(GeneratedTestFile {
+                            path,
+                            model: model.clone(),
+                            content: code,
+                        });
+                    }
+                    Some(code) => {
+                        out.shown.push(GeneratedTestFile {
+                            path: path.clone(),
+                            model: model.clone(),
+                            content: code.clone(),
+                        });
+                        out.files.push((path, code));
+                    }
+                }
+            }
+            Err(e) => {
+                call.error = Some(e.to_string());
+                out.discarded.push(format!("{model}: {e}"));
+            }
+        }
+        out.writers.push(call);
+    }
+    out
+}
+
+/// The usable test files staged for the sandbox with the harness, its plan and the probes: what
+/// every candidate of the file runs, once each.
+struct Suite {
+    command: CommandCall,
+    files: Vec<(String, String)>,
+    /// (`file#i`, expression), in the plan's order.
+    probes: Vec<(String, String)>,
+    marker: String,
+    /// The harness, the plan, the tests and the batch's other files.
+    fixed: Vec<(RepoPath, Vec<u8>)>,
+}
+
+impl Suite {
+    fn new(
+        flavour: &Flavour,
+        cx: FileCx<'_>,
+        command: CommandCall,
+        files: Vec<(String, String)>,
+        names: Vec<String>,
+        others: &[(RepoPath, Vec<u8>)],
+    ) -> Result<Suite, String> {
+        let examples = docstring_examples(&cx.file.description, flavour.language);
+        let mut probes: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (i, (path, code)) in files.iter().enumerate() {
+            let mut exprs = probe_inputs(code, flavour.language);
+            if i == 0 {
+                exprs.extend(examples.iter().cloned());
+            }
+            let mut seen = BTreeSet::new();
+            exprs.retain(|e| seen.insert(e.clone()));
+            exprs.truncate(MAX_PROBES_PER_FILE);
+            probes.insert(path.clone(), exprs);
+        }
+        let marker = format!("@@writ-check-{:016x}", rand::random::<u64>());
+        let plan = serde_json::json!({
+            "marker": marker,
+            "tests": files.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+            "probes": probes,
+            // Where a test file's own import fails, its probes are evaluated against these.
+            "subject": cx.file.path.as_str(),
+            "subject_module": flavour.module_name(&cx.file.path),
+            "names": names,
+        });
+        let mut fixed: Vec<(RepoPath, Vec<u8>)> = others.to_vec();
+        for (path, content) in [
+            (
+                flavour.harness_path.to_string(),
+                flavour.harness.as_bytes().to_vec(),
+            ),
+            (
+                format!("{CHECKS_DIR}/plan.json"),
+                plan.to_string().into_bytes(),
+            ),
+        ]
+        .into_iter()
+        .chain(
+            files
+                .iter()
+                .map(|(p, c)| (p.clone(), c.clone().into_bytes())),
+        ) {
+            fixed.push((
+                RepoPath::parse(&path).map_err(|e| format!("{path}: {e}"))?,
+                content,
+            ));
+        }
+        let probes = probes
+            .iter()
+            .flat_map(|(file, exprs)| {
+                exprs
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, e)| (format!("{file}#{i}"), e.clone()))
+            })
+            .collect();
+        Ok(Suite {
+            command,
+            files,
+            probes,
+            marker,
+            fixed,
+        })
+    }
+
+    /// One candidate's run: its report, the run's duration, and why it failed when it did.
+    async fn run(
+        &self,
+        runner: &dyn CommandRunner,
+        validation: &Validation,
+        candidate: (RepoPath, Vec<u8>),
+    ) -> (Report, u64, Option<String>) {
+        let mut staged = self.fixed.clone();
+        staged.push(candidate);
+        let calls = std::slice::from_ref(&self.command);
+        match runner.run(&staged, calls, validation.timeout).await {
+            Ok(outcomes) => {
+                let out: String = outcomes.iter().map(|o| o.stdout.as_str()).collect();
+                (
+                    parse_report(&out, &self.marker),
+                    outcomes.iter().map(|o| o.duration_ms).sum(),
+                    None,
+                )
+            }
+            Err(e) => (
+                Report::default(),
+                0,
+                Some(format!("a candidate's run failed: {e}")),
+            ),
+        }
+    }
+}
+
+/// Candidates needed in agreement before the generated checks stop a fan-out: one candidate
+/// passing every generated test may only share a wrong assertion's mistake, while two
+/// candidates from different models with identical behaviour rarely share a subtle bug.
+pub(crate) const EARLY_AGREEING: usize = 2;
+/// Usable generated tests needed before the generated checks stop a fan-out: passing one test
+/// says too little.
+pub(crate) const EARLY_MIN_TESTS: usize = 2;
+
+/// The generated checks as a file's candidates arrive (`options.fanout.stop_when_passing`,
+/// `first_round` with `validation.generate` and no caller's tests): kept with the file so the
+/// choice afterwards reuses the tests instead of asking the writers again.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Early {
+    /// The tests, written once the first [`EARLY_AGREEING`] distinct viable candidates are in
+    /// (from the names they share, never their code).
+    pub written: Option<WrittenTests>,
+    /// The distinct candidates seen, in arrival order, and their reports (same order; a
+    /// candidate arrived before the tests were written has none yet).
+    codes: Vec<String>,
+    reports: Vec<Report>,
+    /// Whether [`EARLY_AGREEING`] candidates passed every usable test with identical outputs.
+    pub agreed: bool,
+}
+
+/// [`Early`] as a [`crate::synthesis::fanout::PassCheck`]: a candidate "passes" once it and at
+/// least one other candidate pass every usable generated test (at least [`EARLY_MIN_TESTS`])
+/// and give the same output on every probe input.
+pub(crate) struct EarlyAgreement<'a> {
+    selector: Selector<'a>,
+    runner: &'a dyn CommandRunner,
+    validation: &'a Validation,
+    cx: FileCx<'a>,
+    flavour: Flavour,
+    command: CommandCall,
+    writers: Vec<String>,
+    state: tokio::sync::Mutex<Early>,
+}
+
+impl<'a> EarlyAgreement<'a> {
+    /// `None` where generated checks cannot run for the file (language, command).
+    pub(crate) fn new(
+        selector: Selector<'a>,
+        runner: &'a dyn CommandRunner,
+        validation: &'a Validation,
+        cx: FileCx<'a>,
+        models: &[String],
+        early: Early,
+    ) -> Option<Self> {
+        let flavour = flavour(Language::from_path(cx.file.path.as_str()))?;
+        let command = check_command(&selector, runner, &flavour).ok()?;
+        let writers = test_writers(&selector, models);
+        Some(EarlyAgreement {
+            selector,
+            runner,
+            validation,
+            cx,
+            flavour,
+            command,
+            writers,
+            state: tokio::sync::Mutex::new(early),
+        })
+    }
+
+    /// What it found, for the file's choice afterwards.
+    pub(crate) fn into_early(self) -> Early {
+        self.state.into_inner()
+    }
+
+    /// Every candidate of `codes` not seen yet, checked; whether the agreement holds.
+    pub(crate) async fn settle(&self, codes: &[&str]) -> bool {
+        let mut state = self.state.lock().await;
+        for code in codes {
+            if !state.codes.iter().any(|c| c == code) {
+                state.codes.push(code.to_string());
+            }
+        }
+        self.advance(&mut state).await
+    }
+
+    /// Writes the tests once enough candidates are in, runs those not run yet, and decides.
+    async fn advance(&self, state: &mut Early) -> bool {
+        if state.agreed {
+            return true;
+        }
+        if state.written.is_none() {
+            if state.codes.len() < EARLY_AGREEING {
+                return false;
+            }
+            let codes: Vec<&str> = state.codes.iter().map(String::as_str).collect();
+            let names = shared_public_names(&codes, self.flavour.language);
+            state.written = Some(
+                write_tests(
+                    &self.selector,
+                    self.cx,
+                    &self.flavour,
+                    &names,
+                    &self.writers,
+                )
+                .await,
+            );
+        }
+        let Some(written) = &state.written else {
+            return false;
+        };
+        if written.files.is_empty() {
+            return false;
+        }
+        // The batch's other files as they are in `REPO_DIR`, as for the caller's tests.
+        let Ok(suite) = Suite::new(
+            &self.flavour,
+            self.cx,
+            self.command.clone(),
+            written.files.clone(),
+            written.names.clone(),
+            &[],
+        ) else {
+            return false;
+        };
+        let pending: Vec<String> = state.codes[state.reports.len()..].to_vec();
+        let runs = join_all(pending.iter().map(|code| {
+            suite.run(
+                self.runner,
+                self.validation,
+                (self.cx.file.path.clone(), code.as_bytes().to_vec()),
+            )
+        }))
+        .await;
+        state.reports.extend(runs.into_iter().map(|(r, _, _)| r));
+        state.agreed = agree_early(&tabulate(
+            &state.reports,
+            &suite.probes,
+            &suite.files,
+            &mut Vec::new(),
+        ));
+        state.agreed
+    }
+}
+
+/// The early-stop rule on the results so far: at least [`EARLY_MIN_TESTS`] usable tests, and
+/// at least [`EARLY_AGREEING`] candidates that pass every one of them with identical outputs
+/// on every probe input.
+fn agree_early(results: &CheckResults) -> bool {
+    let usable = usable_tests(results);
+    if usable.len() < EARLY_MIN_TESTS {
+        return false;
+    }
+    let all_pass: Vec<usize> = (0..results.outcomes.len())
+        .filter(|&c| results.passed(c, &usable).len() == usable.len())
+        .collect();
+    clusters(results, &all_pass)
+        .first()
+        .is_some_and(|c| c.len() >= EARLY_AGREEING)
+}
+
+#[async_trait::async_trait]
+impl crate::synthesis::fanout::PassCheck for EarlyAgreement<'_> {
+    async fn passes(&self, code: &str) -> bool {
+        let mut state = self.state.lock().await;
+        // The same code from another model is no second opinion.
+        if state.codes.iter().any(|c| c == code) {
+            return state.agreed;
+        }
+        state.codes.push(code.to_string());
+        self.advance(&mut state).await
+    }
+
+    fn passed(&self) -> &'static str {
+        "passed every generated test with the same outputs as another candidate"
+    }
+}
+
 /// The arbiter asked which cluster's outputs the description calls for, in both orders; the
 /// index in the pair it chose both times, or `None` when it did not (or could not answer).
 async fn ask_both_orders(
@@ -728,11 +1012,11 @@ fn output_of(r: &CheckResults, c: usize, p: usize) -> String {
 /// the correct candidate; a second model errs at other places, so its tests outvote the slip
 /// (EVALS.md: one writer 63 %, two 85 %). Both are models the deployment already calls, so the
 /// default needs no configuration of its own.
-fn test_writers(selector: &Selector<'_>, f: &FileTrials<'_>) -> Vec<String> {
+fn test_writers(selector: &Selector<'_>, models: &[String]) -> Vec<String> {
     if !selector.config.test_models.is_empty() {
         return selector.config.test_models.clone();
     }
-    default_test_writers(&selector.arbiter_model(&f.generated), &f.generated.models)
+    default_test_writers(&selector.arbiter_of(models), models)
 }
 
 fn default_test_writers(arbiter: &str, candidates: &[String]) -> Vec<String> {
@@ -1124,7 +1408,7 @@ fn split_top_level<'a>(s: &'a str, sep: &str) -> Option<(&'a str, &'a str)> {
 }
 
 /// One candidate's run, as the harness reported it.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 struct Report {
     /// Test id → (outcome word, error message).
     tests: BTreeMap<String, (String, String)>,

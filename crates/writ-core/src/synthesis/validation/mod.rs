@@ -31,7 +31,7 @@
 
 mod agreement;
 mod combinations;
-mod generated;
+pub(crate) mod generated;
 mod repair;
 mod trials;
 
@@ -273,16 +273,27 @@ pub(crate) async fn select_validated(
     }
 
     // Rounds (`options.fanout.first_round`): a file none of whose first candidates passes asks
-    // the models it has not asked yet, and their candidates are tried the same way.
-    if caller_checks {
+    // the models it has not asked yet, and their candidates are tried the same way. Without
+    // the caller's tests, "passes" is the generated checks' early agreement.
+    if caller_checks || validation.generate {
         for i in 0..files.len() {
-            if !files[i].passers().is_empty() || files[i].generated.rounds.later.is_empty() {
+            let passed = if caller_checks {
+                !files[i].passers().is_empty()
+            } else {
+                files[i]
+                    .generated
+                    .rounds
+                    .early
+                    .as_ref()
+                    .is_some_and(|e| e.agreed)
+            };
+            if passed || files[i].generated.rounds.later.is_empty() {
                 continue;
             }
             let started = Instant::now();
             let added = second_round(selector, runner, validation, &mut files[i], cx).await;
             cx.upstream_of[files[i].position].add(started.elapsed());
-            if added.is_empty() {
+            if added.is_empty() || files[i].checks.is_empty() {
                 continue;
             }
             validate_trials(runner, validation, &mut files, i, &added, sink).await;
@@ -605,18 +616,36 @@ async fn second_round(
             round: 2,
             models: later.len(),
         });
-    let stop = CallerTests {
+    let stop_when_passing = cx.batch.options().fanout.stop_when_passing;
+    let callers = CallerTests {
         runner,
         validation,
         path: f.file.path.clone(),
         checks: f.checks.clone(),
     };
-    let stop = cx
-        .batch
-        .options()
-        .fanout
-        .stop_when_passing
-        .then_some(&stop as &dyn PassCheck);
+    // Without the caller's tests, the generated checks go on from the first round's tests and
+    // runs, so the second round's candidates agree with the first round's too.
+    let early = f
+        .generated
+        .rounds
+        .early
+        .take()
+        .filter(|_| validation.commands.is_empty())
+        .and_then(|early| {
+            generated::EarlyAgreement::new(
+                *selector,
+                runner,
+                validation,
+                cx.file(f.position),
+                &f.generated.models,
+                early,
+            )
+        });
+    let stop: Option<&dyn PassCheck> = match &early {
+        _ if !stop_when_passing => None,
+        Some(e) => Some(e),
+        None => Some(&callers),
+    };
     let out = crate::synthesis::fanout::fan_out_until(
         selector.models,
         &later,
@@ -653,6 +682,9 @@ async fn second_round(
         f.generated.answers.push(c);
     }
     f.generated.rounds.stopped.extend(out.stopped);
+    if let Some(early) = early {
+        f.generated.rounds.early = Some(early.into_early());
+    }
     if f.best.is_none() && !f.trials.is_empty() {
         f.best = Some(0);
     }
