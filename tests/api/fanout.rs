@@ -14,12 +14,9 @@ const CORRECT: &str = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n   
 const WRONG_ADD: &str = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n";
 const WRONG_MUL: &str = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a + b\n";
 
-async fn app_with_candidates(candidates: [(&str, u64); 3]) -> TestApp {
-    let app =
-        writ_tests::spawn_app_with_models_and(Backend::Sqlite, &[("WRIT_COMMANDS", COMMANDS)])
-            .await;
-    std::fs::create_dir_all(app.repo_dir.join("tests")).unwrap();
-    std::fs::write(app.repo_dir.join("tests/test_calc.py"), TEST_CALC).unwrap();
+/// Three candidate models with these answers and latencies, and a position-biased arbiter.
+async fn app_scripted(candidates: [(&str, u64); 3], vars: &[(&str, &str)]) -> TestApp {
+    let app = writ_tests::spawn_app_with_models_and(Backend::Sqlite, vars).await;
     for (m, (code, ms)) in MODELS.iter().zip(candidates) {
         app.fake().script(
             m,
@@ -29,6 +26,13 @@ async fn app_with_candidates(candidates: [(&str, u64); 3]) -> TestApp {
     }
     app.fake()
         .script(ARBITER, Script::always(Step::verdict(1, "the first one")));
+    app
+}
+
+async fn app_with_candidates(candidates: [(&str, u64); 3]) -> TestApp {
+    let app = app_scripted(candidates, &[("WRIT_COMMANDS", COMMANDS)]).await;
+    std::fs::create_dir_all(app.repo_dir.join("tests")).unwrap();
+    std::fs::write(app.repo_dir.join("tests/test_calc.py"), TEST_CALC).unwrap();
     app
 }
 
@@ -171,23 +175,13 @@ const CORRECT_TOO: &str =
     "def add(a, b):\n    # the sum\n    return b + a\n\n\ndef mul(a, b):\n    return b * a\n";
 const GENERATED_TESTS: &str = "from calc import add, mul\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\ndef test_mul():\n    assert mul(4, 5) == 20\n\n\ndef test_mul_zero():\n    assert mul(7, 0) == 0\n";
 
-/// Three candidate models with these answers and latencies, a test writer whose tests are
-/// right, and no caller's tests.
+/// [`app_scripted`] with a test writer whose tests are right, and no caller's tests.
 async fn app_generating_checks(candidates: [(&str, u64); 3]) -> TestApp {
-    let app = writ_tests::spawn_app_with_models_and(
-        Backend::Sqlite,
+    let app = app_scripted(
+        candidates,
         &[("WRIT_COMMANDS", COMMANDS), ("WRIT_TEST_MODELS", WRITER)],
     )
     .await;
-    for (m, (code, ms)) in MODELS.iter().zip(candidates) {
-        app.fake().script(
-            m,
-            Script::always(Step::code("python", code))
-                .with_latency(Latency::fixed(Duration::from_millis(ms))),
-        );
-    }
-    app.fake()
-        .script(ARBITER, Script::always(Step::verdict(1, "the first one")));
     app.fake().script(
         WRITER,
         Script::always(Step::code("python", GENERATED_TESTS)),
