@@ -3,6 +3,10 @@
 //! workspace (and the same key there) goes on; its request rate and batch slots are shared by
 //! every key using it, and another workspace's are its own.
 
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 use writ_core::keys::{self, Scope, Scopes};
@@ -269,6 +273,79 @@ async fn two_keys_in_one_workspace_share_its_request_rate_and_another_workspace_
     assert_eq!(status, 200);
 }
 
+async fn a_tool_call_naming_a_workspace_draws_on_its_request_bucket_over_tools_call_and_mcp(
+    backend: Backend,
+) {
+    let t = team(
+        backend,
+        &[
+            ("WRIT_WORKSPACE_RATE_LIMIT_PER_MIN", "1"),
+            ("WRIT_WORKSPACE_RATE_LIMIT_BURST", "3"),
+        ],
+        json!({}),
+    )
+    .await;
+    let tool_call = |key: &str, workspace: &str| {
+        t.app
+            .client
+            .post(t.app.url("/tools/call"))
+            .bearer_auth(key)
+            .json(&json!({"name": "list_files", "arguments": {"workspace": workspace}}))
+    };
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(t.app.url("/mcp")).auth_header(t.two.clone());
+    let transport = StreamableHttpClientTransport::with_client(t.app.client.clone(), config);
+    let mcp = ().serve(transport).await.unwrap();
+    let mcp_list = |workspace: &str| {
+        CallToolRequestParams::new("list_files")
+            .with_arguments(json!({"workspace": workspace}).as_object().unwrap().clone())
+    };
+
+    // The bucket's three tokens: a function call, an MCP call and an HTTP request, all in `a`
+    // (opening the MCP session is in no workspace and takes none).
+    let (status, body) = t.send(tool_call(&t.one, "a")).await;
+    assert_eq!(status, 200, "{body}");
+    let listed = mcp.call_tool(mcp_list("a")).await.unwrap();
+    assert_eq!(listed.is_error, Some(false), "{listed:?}");
+    let (status, body) = t.get(&t.one, "/workspaces/a/files").await;
+    assert_eq!(status, 200, "{body}");
+
+    // Now each way in is refused as an HTTP request to the workspace is.
+    let (status, refused) = t.get(&t.two, "/workspaces/a/files").await;
+    assert_eq!(status, 429, "{refused}");
+    let r = tool_call(&t.two, "a").send().await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], refused["error"]["code"]);
+    assert_eq!(body["error"]["details"], refused["error"]["details"]);
+    assert_eq!(body["error"]["details"]["limit"], "workspace");
+    assert_eq!(body["error"]["details"]["workspace"], "a");
+    let content = body["content"].as_str().unwrap();
+    assert!(
+        content.contains("rate_limited") && content.contains("WRIT_WORKSPACE_RATE_LIMIT_PER_MIN"),
+        "{content}"
+    );
+    let over_mcp = mcp.call_tool(mcp_list("a")).await.unwrap();
+    assert_eq!(
+        over_mcp.is_error,
+        Some(true),
+        "a tool error, not a protocol error"
+    );
+    let error = &over_mcp.structured_content.as_ref().unwrap()["error"];
+    assert_eq!(error["code"], "rate_limited");
+    assert_eq!(error["details"], refused["error"]["details"]);
+    let text = serde_json::to_string(&over_mcp.content).unwrap();
+    assert!(text.contains("workspace 'a'"), "{text}");
+
+    // Another workspace keeps its own bucket, by either way in.
+    let (status, body) = t.send(tool_call(&t.two, "b")).await;
+    assert_eq!(status, 200, "{body}");
+    let listed = mcp.call_tool(mcp_list("b")).await.unwrap();
+    assert_eq!(listed.is_error, Some(false), "{listed:?}");
+    mcp.cancel().await.unwrap();
+}
+
 async fn two_keys_in_one_workspace_share_its_batch_slots_and_another_workspace_keeps_its_own(
     backend: Backend,
 ) {
@@ -389,5 +466,6 @@ async fn two_replicas_share_a_workspaces_budget_and_its_request_bucket() {
 writ_tests::on_both_backends!(backend:
     a_workspace_past_its_budget_refuses_the_next_batch_before_any_model_call_and_another_does_not,
     two_keys_in_one_workspace_share_its_request_rate_and_another_workspace_keeps_its_own,
+    a_tool_call_naming_a_workspace_draws_on_its_request_bucket_over_tools_call_and_mcp,
     two_keys_in_one_workspace_share_its_batch_slots_and_another_workspace_keeps_its_own,
 );

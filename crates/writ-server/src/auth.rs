@@ -99,7 +99,8 @@ pub async fn require_key(State(state): State<AppState>, mut req: Request, next: 
 /// The workspace a request is made in, for its rate limit: the name in `/workspaces/{name}/…`,
 /// `default` for a route of [`crate::routes::WORKSPACE_ROUTES`] without one; `None` for every
 /// other route (managing workspaces and keys, metrics, the spec), and for the tool routes (`/mcp`,
-/// `/tools…`), whose workspace is each call's argument.
+/// `/tools…`), whose workspace is each call's argument: each call draws on its bucket there
+/// (`crate::tools::call`).
 fn workspace_of(req: &Request) -> Option<String> {
     let matched = req.extensions().get::<MatchedPath>()?.as_str();
     if matched == "/workspaces/{name}/{*rest}" {

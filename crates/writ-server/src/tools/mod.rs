@@ -458,6 +458,11 @@ fn take_workspace(args: Value) -> Result<(Value, String), ApiError> {
 
 /// The state a call in `workspace` is served with; a workspace the key may not use answers
 /// exactly as one that does not exist.
+///
+/// The call draws on the workspace's request bucket (`WRIT_WORKSPACE_RATE_LIMIT_PER_MIN`) as a
+/// request under `/workspaces/{name}/…` does in the auth layer, and at the same point (once the
+/// key may use it, before it is looked up): the tool routes carry no workspace in their path, so
+/// the auth layer cannot, and a tool would otherwise be a way around the workspace's limit.
 async fn in_workspace(
     state: &AppState,
     bound: Option<&crate::access::KeyWorkspaces>,
@@ -469,6 +474,7 @@ async fn in_workspace(
     if !crate::access::may_use(bound, workspace) {
         return Err(unknown());
     }
+    state.limits.take_workspace_request(workspace).await?;
     let opened = state
         .workspaces
         .open(workspace)
