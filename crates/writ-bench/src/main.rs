@@ -77,7 +77,9 @@ enum Command {
         /// Only these task ids.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
-        /// Only these configurations: arbiter, a, a1, examples, b, c (all by default).
+        /// Only these configurations: arbiter, a, a1, examples, b, c (all by default); c-staggered
+        /// and c-stop (five models at different latencies, without and with
+        /// options.fanout.stop_when_passing) only when named.
         #[arg(long, value_delimiter = ',')]
         configs: Vec<String>,
         /// The fake upstream's latency per model call, in milliseconds.

@@ -13,6 +13,10 @@
 //! ten gets tests on inputs where every version agrees (not discriminating), and one in ten gets
 //! no usable test file (it does not parse, or imports a module that does not exist). The arbiter
 //! always answers `{"choice": 1}`, for whole files and for distinguishing inputs alike.
+//!
+//! `c-staggered` and `c-stop`, run only when named: the five-candidate configuration with the
+//! models answering after different latencies, without and with `options.fanout.stop_when_passing`
+//! — what stopping early on generated checks saves.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -598,6 +602,10 @@ pub enum Config {
     ExamplesGenerated,
     /// (c) Five candidates (two correct, differing in text), generated checks on.
     FiveGenerated,
+    /// (c) with the five models answering after different latencies (only when named).
+    FiveStaggered,
+    /// As [`Config::FiveStaggered`], with `options.fanout.stop_when_passing` (only when named).
+    FiveStop,
 }
 
 impl Config {
@@ -609,6 +617,8 @@ impl Config {
         Config::ExamplesGenerated,
         Config::FiveGenerated,
     ];
+    /// Run only when named in `--configs`: what stopping early saves with generated checks.
+    pub const STAGGERED: [Config; 2] = [Config::FiveStaggered, Config::FiveStop];
 
     /// The configuration's name on the command line (`--configs`).
     pub fn key(self) -> &'static str {
@@ -619,6 +629,8 @@ impl Config {
             Config::ExamplesOnly => "examples",
             Config::ExamplesGenerated => "b",
             Config::FiveGenerated => "c",
+            Config::FiveStaggered => "c-staggered",
+            Config::FiveStop => "c-stop",
         }
     }
 
@@ -630,6 +642,10 @@ impl Config {
             Config::ExamplesOnly => "docstring examples as the only tests",
             Config::ExamplesGenerated => "(b) docstring examples + generated checks",
             Config::FiveGenerated => "(c) five candidates, two correct variants, generated checks",
+            Config::FiveStaggered => {
+                "(c), the models answering after 100, 300, 500, 700, 900 ms, full fan-out"
+            }
+            Config::FiveStop => "(c), the same latencies, options.fanout.stop_when_passing",
         }
     }
 
@@ -639,16 +655,26 @@ impl Config {
     }
 
     fn models(self) -> usize {
-        if self == Config::FiveGenerated { 5 } else { 3 }
+        match self {
+            Config::FiveGenerated | Config::FiveStaggered | Config::FiveStop => 5,
+            _ => 3,
+        }
+    }
+
+    /// Candidate model `k`'s latency, in milliseconds, where the configuration sets one.
+    fn latency_ms(self, k: usize) -> Option<u64> {
+        matches!(self, Config::FiveStaggered | Config::FiveStop).then_some(100 + 200 * k as u64)
     }
 
     fn validation(self, task: &CheckTask) -> Option<Value> {
         let examples = || json!([{"name": if task.lang == Lang::Python { "python" } else { "node" }, "args": [task.examples_test_path()]}]);
         match self {
             Config::ArbiterOnly => None,
-            Config::Generated | Config::GeneratedOneWriter | Config::FiveGenerated => {
-                Some(json!({"generate": true}))
-            }
+            Config::Generated
+            | Config::GeneratedOneWriter
+            | Config::FiveGenerated
+            | Config::FiveStaggered
+            | Config::FiveStop => Some(json!({"generate": true})),
             Config::ExamplesOnly => Some(
                 json!({"commands": examples(), "timeout_secs": TIMEOUT_SECS, "repair_rounds": 0, "on_fail": "write_best"}),
             ),
@@ -723,8 +749,9 @@ pub async fn run(opts: &Options) -> anyhow::Result<(Vec<CheckTask>, Vec<Outcome>
     }
     let (fake, client) = super::fake_and_client(&opts.bin_dir).await?;
     let mut outcomes = Vec::new();
-    for config in Config::ALL {
-        if !opts.configs.is_empty() && !opts.configs.iter().any(|c| c == config.key()) {
+    for config in Config::ALL.into_iter().chain(Config::STAGGERED) {
+        let named = opts.configs.iter().any(|c| c == config.key());
+        if !named && (!opts.configs.is_empty() || Config::STAGGERED.contains(&config)) {
             continue;
         }
         let writers: Vec<(&str, &str)> = config
@@ -780,12 +807,16 @@ async fn run_one(
         json!({"model": model, "prompt_contains": prompt, "script": s})
     };
     let mut routes = Vec::new();
-    for (model, code) in MODELS.iter().zip(config.candidates(task, index)) {
-        routes.push(route(
-            model,
-            format!("Write the file {}", json!(task.path)),
-            &code,
-        ));
+    for (k, (model, code)) in MODELS
+        .iter()
+        .zip(config.candidates(task, index))
+        .enumerate()
+    {
+        let mut r = route(model, format!("Write the file {}", json!(task.path)), &code);
+        if let Some(ms) = config.latency_ms(k) {
+            r["script"]["latency"] = json!({"kind": "fixed", "ms": ms});
+        }
+        routes.push(r);
     }
     // The default writers are the arbiter and the first candidate model; each errs at its own
     // places. The one-writer configuration's writer errs as the arbiter does.
@@ -814,6 +845,9 @@ async fn run_one(
     let mut body = json!({"command": "write_codebase", "files": [{"filename": task.path, "code_description": description}]});
     if let Some(v) = config.validation(task) {
         body["options"] = json!({"validation": v});
+    }
+    if config == Config::FiveStop {
+        body["options"]["fanout"] = json!({"stop_when_passing": true});
     }
     let name = format!("checks-{config:?}-{}.json", task.id).to_lowercase();
     let (answer, latency) = super::post_batch(
@@ -867,7 +901,7 @@ async fn run_one(
     };
     let correct = std::fs::read_to_string(writ.repo_dir().join(&task.path)).is_ok_and(|written| {
         normalise(&written) == normalise(&task.correct)
-            || (config == Config::FiveGenerated
+            || (config.models() == 5
                 && normalise(&written) == normalise(&variant(&task.correct, task.lang)))
     });
     Ok(Outcome {
@@ -905,7 +939,7 @@ pub fn report(set: &[CheckTask], outcomes: &[Outcome]) -> String {
     );
     out.push_str("| configuration | correct file written | Python | JavaScript | mean batch latency | model calls / batch | tokens / batch | selection methods |\n");
     out.push_str("|---|---|---|---|---|---|---|---|\n");
-    for config in Config::ALL {
+    for config in Config::ALL.into_iter().chain(Config::STAGGERED) {
         let of: Vec<&Outcome> = outcomes.iter().filter(|o| o.config == config).collect();
         if of.is_empty() {
             continue;
