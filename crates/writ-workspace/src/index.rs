@@ -954,7 +954,10 @@ impl Need {
         if text.len() < 3 {
             return Need::Anything;
         }
-        Need::All(text.windows(3).map(|w| trigram(w[0], w[1], w[2])).collect())
+        let mut grams: Vec<u32> = text.windows(3).map(|w| trigram(w[0], w[1], w[2])).collect();
+        grams.sort_unstable();
+        grams.dedup();
+        Need::All(grams)
     }
 
     fn simplified(self) -> Need {
@@ -972,7 +975,15 @@ impl Need {
                 }
             }
             Need::Or(needs) => {
-                let needs: Vec<Need> = needs.into_iter().map(Need::simplified).collect();
+                // Trigrams are kept in one case, so `apply|Apply|APPLY` are one branch: a file
+                // the first rules out is not probed twice more.
+                let mut unique: Vec<Need> = Vec::with_capacity(needs.len());
+                for need in needs.into_iter().map(Need::simplified) {
+                    if !unique.contains(&need) {
+                        unique.push(need);
+                    }
+                }
+                let needs = unique;
                 if needs.is_empty() || needs.contains(&Need::Anything) {
                     Need::Anything
                 } else {
@@ -1113,6 +1124,27 @@ mod tests {
             "def split_all()"
         ));
         assert_eq!(Need::of(&query("(abc)?", true, false)), Need::Anything);
+    }
+
+    #[test]
+    fn branches_that_differ_only_in_case_are_one_branch() {
+        let need = Need::of(&query("(?-u)tariff|Tariff|TARIFF|levy|LEVY", true, false));
+        let Need::Or(branches) = &need else {
+            panic!("an alternation: {need:?}");
+        };
+        assert_eq!(branches.len(), 2, "{need:?}");
+        assert!(may_match(
+            "(?-u)tariff|Tariff|TARIFF",
+            true,
+            false,
+            "class TariffTable:"
+        ));
+        assert!(!may_match(
+            "(?-u)tariff|Tariff|TARIFF",
+            true,
+            false,
+            "class Schedule:"
+        ));
     }
 
     #[test]
