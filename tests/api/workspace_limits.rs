@@ -463,6 +463,103 @@ async fn two_replicas_share_a_workspaces_budget_and_its_request_bucket() {
     second.stop().await;
 }
 
+#[tokio::test]
+async fn writes_through_a_replica_that_still_holds_a_deleted_workspace_are_refused_and_write_nothing()
+ {
+    let t = team(Backend::Postgres, &[], json!({})).await;
+    let second = replica_of(&t, &[]).await;
+    let on_second = |r: reqwest::RequestBuilder| r.bearer_auth(&t.one);
+    std::fs::write(t.dir.path().join("a/kept.txt"), "one\n").unwrap();
+    // The second replica opens `a` (a write there) and begins a write session in it.
+    let (status, body) = t
+        .send(on_second(
+            second
+                .client
+                .put(second.url("/workspaces/a/files/before.txt"))
+                .body("before\n"),
+        ))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, session) = t
+        .send(on_second(
+            second
+                .client
+                .post(second.url("/workspaces/a/write_sessions"))
+                .json(&json!({"target_file": "session.txt", "operation": "create", "intent": "a test file"})),
+        ))
+        .await;
+    assert_eq!(status, 201, "{session}");
+    let session = session["id"].as_str().unwrap().to_owned();
+
+    // The first replica deletes `a`; the second still has it open.
+    let (status, deleted) = t
+        .send(
+            t.app
+                .client
+                .delete(t.app.url("/workspaces/a"))
+                .bearer_auth(&t.admin),
+        )
+        .await;
+    assert_eq!(status, 200, "{deleted}");
+    let (status, _) = t.get(&t.one, "/workspaces/a/files").await;
+    assert_eq!(status, 404, "forgotten at once where it was deleted");
+
+    // Every way of writing through the second replica is refused by name, and writes nothing.
+    let refused_by_name = |status: u16, body: &Value| {
+        assert_eq!(status, 404, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("no workspace named 'a'") && message.contains("deleted"),
+            "{message}"
+        );
+    };
+    let (status, body) = t
+        .send(on_second(
+            second
+                .client
+                .put(second.url("/workspaces/a/files/after.txt"))
+                .body("after\n"),
+        ))
+        .await;
+    refused_by_name(status, &body);
+    assert_eq!(body["error"]["field"], "name");
+    let (status, body) = t
+        .send(on_second(
+            second.client.post(second.url("/workspaces/a/edits")).json(
+                &json!({"files": [{"path": "kept.txt", "edits": [{"old": "one", "new": "two"}]}]}),
+            ),
+        ))
+        .await;
+    refused_by_name(status, &body);
+    let (status, body) = t
+        .send(on_second(
+            second
+                .client
+                .post(second.url(&format!("/workspaces/a/write_sessions/{session}/content")))
+                .header("content-type", "text/plain")
+                .body("from a session\n"),
+        ))
+        .await;
+    assert!(status < 300, "{body}");
+    let (status, body) = t
+        .send(on_second(second.client.post(second.url(&format!(
+            "/workspaces/a/write_sessions/{session}/finish"
+        )))))
+        .await;
+    refused_by_name(status, &body);
+
+    let root = t.dir.path().join("a");
+    assert!(!root.join("after.txt").exists());
+    assert!(!root.join("session.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(root.join("kept.txt")).unwrap(),
+        "one\n",
+        "the files are kept, unchanged"
+    );
+    assert!(root.join("before.txt").exists());
+    second.stop().await;
+}
+
 writ_tests::on_both_backends!(backend:
     a_workspace_past_its_budget_refuses_the_next_batch_before_any_model_call_and_another_does_not,
     two_keys_in_one_workspace_share_its_request_rate_and_another_workspace_keeps_its_own,

@@ -117,6 +117,10 @@ pub enum WriteError {
         "the lock on '{path}' shared with the other replicas is not held (its database session dropped, or could not be opened), so nothing was written; retry"
     )]
     LockLost { path: String },
+    #[error(
+        "no workspace named '{name}': it was deleted as the write was made, so nothing was written"
+    )]
+    WorkspaceDeleted { name: String },
 }
 
 /// Writes `spec` through `workspace`, recording it in `store` first. See the module docs.
@@ -312,24 +316,27 @@ pub async fn write_group_deferring_completion(
         return outcomes.into_iter().flatten().collect();
     }
     // The last moment before anything becomes visible. A lock lost since it was taken no longer
-    // excludes the other replicas' writers, so nothing of the group is published.
-    let published: Vec<Result<(), WriteError>> = match first_lost(&locks).await {
+    // excludes the other replicas' writers, so nothing of the group is published; nor is it
+    // into a workspace deleted since the write found it.
+    let refusal = match first_lost(&locks).await {
+        Some(path) => {
+            tracing::warn!(path = %path, "a shared path lock was lost before its write was published; the group's writes are failed");
+            Some(Refusal::LockLost(path.to_string()))
+        }
+        None => workspace_refusal(store, workspace).await,
+    };
+    let published: Vec<Result<(), WriteError>> = match refusal {
         None => staged
             .publish()
             .await
             .into_iter()
             .map(|r| r.map_err(WriteError::from))
             .collect(),
-        Some(path) => {
+        Some(refusal) => {
             drop(staged);
-            tracing::warn!(path = %path, "a shared path lock was lost before its write was published; the group's writes are failed");
-            std::iter::repeat_with(|| {
-                Err(WriteError::LockLost {
-                    path: path.to_string(),
-                })
-            })
-            .take(to_stage_count)
-            .collect()
+            std::iter::repeat_with(|| refusal.error())
+                .take(to_stage_count)
+                .collect()
         }
     };
     let mut published = published.into_iter();
@@ -389,6 +396,47 @@ pub async fn write_group_deferring_completion(
     }
     drop(locks);
     outcomes.into_iter().flatten().collect()
+}
+
+/// Why a staged group is not published.
+enum Refusal {
+    /// The path whose shared lock was lost.
+    LockLost(String),
+    /// The workspace is no longer stored.
+    WorkspaceDeleted(String),
+    /// The store could not say whether the workspace is.
+    StoreUnavailable(StoreError),
+}
+
+impl Refusal {
+    fn error(&self) -> Result<(), WriteError> {
+        Err(match self {
+            Refusal::LockLost(path) => WriteError::LockLost { path: path.clone() },
+            Refusal::WorkspaceDeleted(name) => WriteError::WorkspaceDeleted { name: name.clone() },
+            Refusal::StoreUnavailable(e) => WriteError::AuditUnavailable(e.clone()),
+        })
+    }
+}
+
+/// `Some` when `workspace` may no longer be written: a named workspace that is not stored any
+/// more (deleted after the request found it, on this replica or another, whose opened handle
+/// can outlive the deletion), or whose row the store cannot read. Asked under the group's path
+/// locks, after its records are committed: a deletion that lands later still finds those
+/// records, and the files are kept, so a deleted workspace never has a write refused silently.
+/// `default` is never stored, and cannot be deleted: it costs no query.
+async fn workspace_refusal(store: &dyn AuditStore, workspace: &dyn Workspace) -> Option<Refusal> {
+    let name = workspace.name();
+    if name == crate::workspaces::WorkspaceName::DEFAULT {
+        return None;
+    }
+    match store.find_workspace(name).await {
+        Ok(Some(_)) => None,
+        Ok(None) => {
+            tracing::info!(workspace = %name, "a write into a deleted workspace was refused before it was published");
+            Some(Refusal::WorkspaceDeleted(name.to_owned()))
+        }
+        Err(e) => Some(Refusal::StoreUnavailable(e)),
+    }
 }
 
 /// The path of the first of `locks` no longer held, if any; their checks run together.
@@ -650,12 +698,14 @@ pub async fn recorded_delete(
         .insert_operation(&op, Some(&content))
         .await
         .map_err(WriteError::AuditUnavailable)?;
-    let removed = if lock.still_held().await {
-        workspace.remove(path).await.map_err(WriteError::from)
-    } else {
+    let removed = if !lock.still_held().await {
         Err(WriteError::LockLost {
             path: path.to_string(),
         })
+    } else if let Some(refusal) = workspace_refusal(store, workspace).await {
+        refusal.error()
+    } else {
+        workspace.remove(path).await.map_err(WriteError::from)
     };
     let outcome = match &removed {
         Ok(()) => OperationOutcome {

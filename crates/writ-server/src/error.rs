@@ -326,6 +326,10 @@ pub fn write_error(err: WriteError, field: &str) -> ApiError {
             e.retry_after_secs = Some(1);
             e
         }
+        // As a workspace that does not exist answers on its routes.
+        WriteError::WorkspaceDeleted { .. } => {
+            ApiError::not_found(err.to_string()).with_field("name")
+        }
     }
 }
 

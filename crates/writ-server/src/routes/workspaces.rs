@@ -97,7 +97,6 @@ pub async fn delete_workspace(
         return Err(unknown_workspace(&name));
     }
     let deleted = workspaces::delete(&state.workspaces, &name).await?;
-    state.within.forget(&name);
     Ok(Json(deleted))
 }
 

@@ -35,6 +35,10 @@ pub struct Workspaces {
     /// Each opened workspace's `git_commit` setting, by its root: a request finds its
     /// workspace's setting without a query (the setting is fixed when the workspace is made).
     git_commit: Mutex<HashMap<PathBuf, Option<bool>>>,
+    /// What else is built over each opened workspace (its routes, its synthesizer): emptied of a
+    /// workspace together with `opened` when it is deleted, so no cache goes on handing out a
+    /// handle of it (a write through one is refused anyway, by the store, as on other replicas).
+    caches: Mutex<Vec<Arc<dyn PerWorkspaceCache>>>,
 }
 
 /// A workspace being opened or opened: every first use of it waits on the same cell.
@@ -54,7 +58,16 @@ impl Workspaces {
             shared_locks,
             opened: Mutex::new(HashMap::new()),
             git_commit: Mutex::new(HashMap::new()),
+            caches: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Has `cache` forget a workspace whenever this process deletes it.
+    pub fn forget_along(&self, cache: Arc<dyn PerWorkspaceCache>) {
+        self.caches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(cache);
     }
 
     /// `REPO_DIR`.
@@ -135,12 +148,28 @@ impl Workspaces {
             .collect()
     }
 
-    /// Forgets the opened workspace, so that a later one of the same name is opened afresh.
+    /// Forgets the opened workspace, and everything built over it, so that a later one of the
+    /// same name is opened afresh.
     fn forget(&self, name: &str) {
-        self.opened
+        let opened = self
+            .opened
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(name);
+        if let Some(workspace) = opened.as_ref().and_then(|cell| cell.get()) {
+            self.git_commit
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(workspace.root());
+        }
+        let caches = self
+            .caches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for cache in caches {
+            cache.forget(name);
+        }
     }
 }
 
@@ -167,7 +196,8 @@ pub struct Synthesizers {
     /// What commits a batch's files in a workspace's own repository (never in `REPO_DIR`'s),
     /// as its `git_commit` says, else the server.
     pub committer_for: CommitterFor,
-    pub built: BuiltPer<Arc<writ_core::synthesis::Synthesizer>>,
+    /// Registered with [`Workspaces::forget_along`].
+    pub built: Arc<BuiltPer<Arc<writ_core::synthesis::Synthesizer>>>,
 }
 
 #[async_trait::async_trait]
@@ -242,6 +272,17 @@ impl<T: Clone> BuiltPer<T> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(name);
+    }
+}
+
+/// A cache by workspace name that [`Workspaces`] empties of a workspace it deletes.
+pub trait PerWorkspaceCache: Send + Sync {
+    fn forget(&self, name: &str);
+}
+
+impl<T: Clone + Send> PerWorkspaceCache for BuiltPer<T> {
+    fn forget(&self, name: &str) {
+        BuiltPer::forget(self, name);
     }
 }
 

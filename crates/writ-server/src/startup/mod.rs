@@ -168,6 +168,7 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
             }),
             built: Default::default(),
         };
+        workspaces.forget_along(per_workspace.built.clone());
         let jobs = Jobs::new(synthesizer, hub.clone()).with_workspaces(Arc::new(per_workspace));
         Arc::new(if shared {
             jobs.with_leases(replica.clone())
@@ -194,12 +195,14 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         keys_configured,
         settings.max_body_bytes,
     );
+    let within: Arc<crate::service::workspaces::BuiltPer<axum::Router>> = Arc::default();
+    workspaces.forget_along(within.clone());
     let state = AppState {
         settings,
         store,
         workspace,
         workspaces,
-        within: Arc::default(),
+        within,
         models,
         jobs,
         commands,
