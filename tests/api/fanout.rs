@@ -225,7 +225,7 @@ async fn with_generated_checks_the_slow_calls_are_stopped_once_two_candidates_ag
         cancelled["error"]
             .as_str()
             .unwrap()
-            .contains("passed every generated test with the same outputs as another candidate"),
+            .contains("agreed with another candidate on the generated tests"),
         "{body}"
     );
     assert!(

@@ -168,7 +168,7 @@ impl FanoutOptions {
                 format!("between 1 and {}, got {n}", super::MAX_MODELS),
             ));
         }
-        // Generated checks pass a candidate too: once it and another agree on all of them.
+        // Generated checks pass a candidate too: once it and another agree on them.
         let has_tests = validation.is_some_and(|v| !v.commands.is_empty() || v.generate);
         let asked = if fanout.stop_when_passing {
             Some("stop_when_passing")
@@ -180,7 +180,7 @@ impl FanoutOptions {
         {
             return Err(refuse(
                 format!("options.fanout.{field}"),
-                "needs options.validation.commands or options.validation.generate: a candidate passes when it passes the caller's tests, or every generated test in agreement with another candidate",
+                "needs options.validation.commands or options.validation.generate: a candidate passes when it passes the caller's tests, or agrees with another candidate on the generated tests",
             ));
         }
         Ok(fanout)

@@ -159,19 +159,19 @@ pub struct ValidationOptions {
 
 /// `options.fanout` as sent. Both need `options.validation.commands` or
 /// `options.validation.generate`: a candidate passes when it passes the caller's tests, or,
-/// without them, when it and at least one other candidate pass every generated test (at least
-/// two) with the same outputs.
+/// without them, when it and at least one other candidate agree on the generated tests (the
+/// same tests passed, at least half of them, and the same outputs) better than any other.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FanoutOptions {
     /// Once a file has a candidate that passes the caller's tests (or, without them, two
-    /// candidates that agree on every generated test), cancel that file's model calls still
+    /// candidates that agree on the generated tests), cancel that file's model calls still
     /// running.
     #[serde(default)]
     pub stop_when_passing: Option<bool>,
     /// Ask only the first N models of the list first; ask the rest only if none of their
-    /// candidates passes the caller's tests, or, without them, no two of them agree on every
-    /// generated test (1 to 8).
+    /// candidates passes the caller's tests, or, without them, no two of them agree on the
+    /// generated tests (1 to 8).
     #[serde(default)]
     #[schemars(range(min = 1, max = 8))]
     pub first_round: Option<usize>,
