@@ -46,11 +46,6 @@ pub enum GitError {
     },
 }
 
-/// Whether `workspace_root` is inside a git repository with a working tree.
-pub fn is_repository(workspace_root: &Path) -> bool {
-    Repository::discover(workspace_root).is_ok_and(|r| r.workdir().is_some())
-}
-
 /// The message of a request's commit: a subject, a body, and `Key: value` trailers.
 pub fn message(subject: &str, body: &str, trailers: &[(String, String)]) -> String {
     let subject: String = subject

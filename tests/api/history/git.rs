@@ -537,3 +537,22 @@ async fn with_git_commits_on_an_edit_is_one_commit_of_its_paths_and_its_undo_a_r
     assert_eq!(git(&d, &["show", "HEAD:a.py"]), "a = 1\r\n");
     assert_eq!(git(&d, &["status", "--porcelain"]).trim(), "M  mine.txt");
 }
+
+#[tokio::test]
+async fn commit_asked_where_the_workspace_is_no_repository_writes_the_files_and_makes_none() {
+    let app = spawn_app_with_models(Backend::Sqlite).await;
+    script_models(&app);
+    let (status, batch) = app
+        .post_write_codebase(&two_files(json!({"commit": true})))
+        .await;
+    assert_eq!(status, 200, "{batch}");
+    assert_eq!(batch["succeeded"], 2, "{batch}");
+    assert!(batch.get("commit").is_none(), "no commit named: {batch}");
+    assert!(bytes(&app, "calc.py").is_some());
+    assert!(
+        !app.repo_dir.join(".git").exists(),
+        "no repository is made for the commit"
+    );
+    let (status, undone) = undo(&app, &batch["request_id"], json!({"commit": true})).await;
+    assert_eq!(status, 200, "the undo works without git too: {undone}");
+}

@@ -64,10 +64,10 @@ impl Committer for GitCommitter {
             writ_git::commit::message(&commit.subject, &commit.body, &commits::trailers(commit));
         let paths: Vec<String> = commit.files.iter().map(|f| f.path.to_string()).collect();
         let made = tokio::task::spawn_blocking(move || {
-            if !writ_git::commit::is_repository(&root) {
-                return Ok(None);
-            }
-            writ_git::commit::commit_paths(
+            // A workspace that is not a repository has nothing to commit into. Asked of the
+            // commit itself, which keeps the repositories it committed into open, rather than
+            // found again before every commit.
+            match writ_git::commit::commit_paths(
                 &root,
                 &writ_git::commit::CommitSpec {
                     paths: &paths,
@@ -77,7 +77,10 @@ impl Committer for GitCommitter {
                     committer_name: COMMITTER_NAME,
                     committer_email: COMMITTER_EMAIL,
                 },
-            )
+            ) {
+                Err(writ_git::commit::GitError::NotARepository(_)) => Ok(None),
+                made => made,
+            }
         })
         .await
         .map_err(|e| format!("the commit stopped: {e}"))?;
