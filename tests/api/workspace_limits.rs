@@ -1,7 +1,9 @@
 //! What a workspace may spend and how hard it may be used, whoever's key uses it: a workspace's
 //! budget refuses the next batch in it before any model is called once spent, while another
 //! workspace (and the same key there) goes on; its request rate and batch slots are shared by
-//! every key using it, and another workspace's are its own.
+//! every key using it, and another workspace's are its own (a tool call naming it included). A
+//! write through a replica that still holds a deleted workspace is refused; the CLI sets and
+//! shows a workspace's budget.
 
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
@@ -346,6 +348,93 @@ async fn a_tool_call_naming_a_workspace_draws_on_its_request_bucket_over_tools_c
     mcp.cancel().await.unwrap();
 }
 
+async fn the_cli_sets_shows_and_clears_a_workspaces_budget(backend: Backend) {
+    use writ_server::client::{Remote, WorkspaceBudget, WorkspacesCommand, workspaces};
+    let t = team(backend, &[], json!({})).await;
+    let remote = Remote {
+        url: t.app.address.clone(),
+        api_key: Some(t.admin.clone()),
+    };
+    let budget = |name: &str, budget: WorkspaceBudget, clear: bool| WorkspacesCommand::Budget {
+        name: name.into(),
+        budget,
+        clear,
+    };
+    let create = WorkspacesCommand::Create {
+        name: "c".into(),
+        directory: None,
+        worktree_of: None,
+        branch: None,
+        from: None,
+        budget: WorkspaceBudget {
+            daily_tokens: Some(1),
+            monthly_cost: Some(2.5),
+            ..Default::default()
+        },
+    };
+    workspaces(&remote, &create, &mut Vec::new()).await.unwrap();
+    let (_, c) = t.get(&t.admin, "/workspaces/c").await;
+    assert_eq!(c["budget"], json!({"daily_tokens": 1, "monthly_cost": 2.5}));
+
+    // Set, then shown with the spend; only the limits given are set.
+    let mut out = Vec::new();
+    let half = WorkspaceBudget {
+        daily_cost: Some(0.5),
+        ..Default::default()
+    };
+    workspaces(&remote, &budget("a", half, false), &mut out)
+        .await
+        .unwrap();
+    let shown = String::from_utf8(out).unwrap();
+    assert!(
+        shown.contains("day\tcost 0.000000 of 0.5\ttokens 0 of no limit"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("month\tcost 0.000000 of no limit"),
+        "{shown}"
+    );
+    let (_, a) = t.get(&t.admin, "/workspaces/a").await;
+    assert_eq!(a["budget"], json!({"daily_cost": 0.5}));
+    let mut out = Vec::new();
+    workspaces(
+        &remote,
+        &budget("a", WorkspaceBudget::default(), false),
+        &mut out,
+    )
+    .await
+    .unwrap();
+    assert!(String::from_utf8(out).unwrap().contains("of 0.5"));
+
+    // Refused by name, and for a workspace that is not one; cleared.
+    let negative = WorkspaceBudget {
+        monthly_tokens: Some(0),
+        daily_cost: Some(-1.0),
+        ..Default::default()
+    };
+    let err = workspaces(&remote, &budget("a", negative, false), &mut Vec::new())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("daily_cost"), "{err}");
+    let err = workspaces(
+        &remote,
+        &budget("nowhere", WorkspaceBudget::default(), true),
+        &mut Vec::new(),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("nowhere"), "{err}");
+    workspaces(
+        &remote,
+        &budget("a", WorkspaceBudget::default(), true),
+        &mut Vec::new(),
+    )
+    .await
+    .unwrap();
+    let (_, a) = t.get(&t.admin, "/workspaces/a").await;
+    assert_eq!(a["budget"], json!({}));
+}
+
 async fn two_keys_in_one_workspace_share_its_batch_slots_and_another_workspace_keeps_its_own(
     backend: Backend,
 ) {
@@ -564,5 +653,6 @@ writ_tests::on_both_backends!(backend:
     a_workspace_past_its_budget_refuses_the_next_batch_before_any_model_call_and_another_does_not,
     two_keys_in_one_workspace_share_its_request_rate_and_another_workspace_keeps_its_own,
     a_tool_call_naming_a_workspace_draws_on_its_request_bucket_over_tools_call_and_mcp,
+    the_cli_sets_shows_and_clears_a_workspaces_budget,
     two_keys_in_one_workspace_share_its_batch_slots_and_another_workspace_keeps_its_own,
 );

@@ -608,6 +608,7 @@ async fn the_cli_makes_lists_and_deletes_workspaces() {
         worktree_of: Some("repo".into()),
         branch: Some("from-cli".into()),
         from: None,
+        budget: Default::default(),
     };
     workspaces(&remote, &create, &mut out).await.unwrap();
     workspaces(&remote, &WorkspacesCommand::List, &mut out)

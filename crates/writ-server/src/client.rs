@@ -524,11 +524,56 @@ pub enum WorkspacesCommand {
         /// The ref the branch is made at (default HEAD).
         #[arg(long, requires = "worktree_of")]
         from: Option<String>,
+        /// What the workspace's batches may spend, whoever's key runs them.
+        #[command(flatten)]
+        budget: WorkspaceBudget,
     },
     /// List the workspaces the key may use.
     List,
     /// Forget a workspace (its files are kept; a worktree is pruned, its branch kept).
     Delete { name: String },
+    /// Set what a workspace's batches may spend per UTC day and month, whoever's key runs them
+    /// (in the provider's currency, USD on OpenRouter, and in tokens); with no limit given, show
+    /// the budget and this day's and month's spend. `--clear` removes the budget.
+    Budget {
+        name: String,
+        #[command(flatten)]
+        budget: WorkspaceBudget,
+        #[arg(long, conflicts_with_all = ["daily_cost", "daily_tokens", "monthly_cost", "monthly_tokens"])]
+        clear: bool,
+    },
+}
+
+/// A workspace's budget as `writ keys budget` takes a key's: each limit its own flag, any left
+/// out unlimited. The server validates it (a negative or zero limit is refused by name).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct WorkspaceBudget {
+    #[arg(long)]
+    pub daily_cost: Option<f64>,
+    #[arg(long)]
+    pub daily_tokens: Option<u64>,
+    #[arg(long)]
+    pub monthly_cost: Option<f64>,
+    #[arg(long)]
+    pub monthly_tokens: Option<u64>,
+}
+
+impl WorkspaceBudget {
+    /// The budget as `POST /workspaces` and `PUT /workspaces/{name}/budget` take it; `None`
+    /// when no limit is given.
+    fn body(&self) -> Option<Value> {
+        let mut body = serde_json::Map::new();
+        let mut put = |field: &str, value: Option<Value>| {
+            if let Some(value) = value {
+                body.insert(field.to_owned(), value);
+            }
+        };
+        put("daily_cost", self.daily_cost.map(|v| json!(v)));
+        put("daily_tokens", self.daily_tokens.map(|v| json!(v)));
+        put("monthly_cost", self.monthly_cost.map(|v| json!(v)));
+        put("monthly_tokens", self.monthly_tokens.map(|v| json!(v)));
+        (!body.is_empty()).then_some(Value::Object(body))
+    }
 }
 
 /// Runs a `writ workspaces` command against the server at `remote`.
@@ -546,6 +591,7 @@ pub async fn workspaces(
             worktree_of,
             branch,
             from,
+            budget,
         } => {
             let source = match (directory, worktree_of) {
                 (Some(path), _) => json!({"kind": "directory", "path": path}),
@@ -559,12 +605,27 @@ pub async fn workspaces(
                 }
                 (None, None) => json!({"kind": "empty"}),
             };
-            client
-                .post(format!("{base}/workspaces"))
-                .json(&json!({"name": name, "source": source}))
+            let mut body = json!({"name": name, "source": source});
+            if let Some(budget) = budget.body() {
+                body["budget"] = budget;
+            }
+            client.post(format!("{base}/workspaces")).json(&body)
         }
         WorkspacesCommand::List => client.get(format!("{base}/workspaces")),
         WorkspacesCommand::Delete { name } => client.delete(format!("{base}/workspaces/{name}")),
+        WorkspacesCommand::Budget {
+            name,
+            budget,
+            clear,
+        } => match (budget.body(), clear) {
+            (Some(budget), _) => client
+                .put(format!("{base}/workspaces/{name}/budget"))
+                .json(&budget),
+            (None, true) => client
+                .put(format!("{base}/workspaces/{name}/budget"))
+                .json(&json!({})),
+            (None, false) => client.get(format!("{base}/workspaces/{name}")),
+        },
     };
     let resp = authed(request, remote)
         .send()
@@ -603,6 +664,31 @@ pub async fn workspaces(
                 ""
             }
         )?,
+        WorkspacesCommand::Budget { .. } => write_spend(&body, out)?,
+    }
+    Ok(())
+}
+
+/// A workspace's budget and spend, one line per period, as `writ keys budget` shows a key's.
+fn write_spend(workspace: &Value, out: &mut dyn Write) -> anyhow::Result<()> {
+    let limit = |v: &Value| {
+        if v.is_null() {
+            "no limit".to_owned()
+        } else {
+            v.to_string()
+        }
+    };
+    for w in workspace["spend"].as_array().into_iter().flatten() {
+        writeln!(
+            out,
+            "{}\tcost {:.6} of {}\ttokens {} of {}\tresets {}",
+            terminal_safe(w["period"].as_str().unwrap_or("-")),
+            w["cost"].as_f64().unwrap_or(0.0),
+            limit(&w["cost_limit"]),
+            w["tokens"].as_u64().unwrap_or(0),
+            limit(&w["tokens_limit"]),
+            terminal_safe(w["resets_at"].as_str().unwrap_or("-")),
+        )?;
     }
     Ok(())
 }
