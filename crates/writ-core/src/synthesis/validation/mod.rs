@@ -644,6 +644,9 @@ async fn second_round(
     let stop: Option<&dyn PassCheck> = match &early {
         _ if !stop_when_passing => None,
         Some(e) => Some(e),
+        // No caller's tests and no generated checks for the file's language: nothing can
+        // pass, so every model of the round is waited for.
+        None if validation.commands.is_empty() => None,
         None => Some(&callers),
     };
     let out = crate::synthesis::fanout::fan_out_until(
