@@ -9,6 +9,7 @@ use writ_core::audit::{CallRecord, CandidateRecord};
 use writ_core::budgets::{Budget, Spend};
 use writ_core::keys::{ApiKeyRecord, KeyStore, Scopes};
 
+use super::sql::Tuple;
 use super::{Record, Sql, SqlStore};
 use crate::dialect::Dialect;
 
@@ -117,14 +118,7 @@ impl<D: Dialect> KeyStore for SqlStore<D> {
             "INSERT INTO key_budgets (key_id, daily_cost_micros, daily_tokens, \
              monthly_cost_micros, monthly_tokens, updated_at) VALUES ",
         );
-        sql.tuple(|row| {
-            row.bind(id)
-                .bind(budget.daily_cost.map(to_micros))
-                .bind(budget.daily_tokens.map(to_i64))
-                .bind(budget.monthly_cost.map(to_micros))
-                .bind(budget.monthly_tokens.map(to_i64))
-                .bind_time(Utc::now());
-        });
+        sql.tuple(|row| bind_budget(row.bind(id), budget));
         sql.push(
             " ON CONFLICT (key_id) DO UPDATE SET daily_cost_micros = excluded.daily_cost_micros, \
              daily_tokens = excluded.daily_tokens, \
@@ -141,18 +135,9 @@ impl<D: Dialect> KeyStore for SqlStore<D> {
              FROM key_budgets WHERE key_id = ",
         );
         sql.bind(id);
-        let Some(row) = sql.fetch_optional(self, "read key budget").await? else {
-            return Ok(Budget::default());
-        };
-        let row = Record::<D>(&row);
-        let cost = |c: Option<i64>| c.map(|m| m as f64 / MICROS);
-        let tokens = |t: Option<i64>| t.map(|t| u64::try_from(t).unwrap_or(0));
-        Ok(Budget {
-            daily_cost: cost(row.get("daily_cost_micros")?),
-            daily_tokens: tokens(row.get("daily_tokens")?),
-            monthly_cost: cost(row.get("monthly_cost_micros")?),
-            monthly_tokens: tokens(row.get("monthly_tokens")?),
-        })
+        let row = sql.fetch_optional(self, "read key budget").await?;
+        row.as_ref()
+            .map_or(Ok(Budget::default()), budget_from_row::<D>)
     }
 
     async fn key_spend(&self, caller: &str, since: DateTime<Utc>) -> Result<Spend, StoreError> {
@@ -168,15 +153,43 @@ impl<D: Dialect> KeyStore for SqlStore<D> {
             .push(" AND r.received_at >= ")
             .bind_time(since);
         let rows = sql.fetch_all(self, "read key spend").await?;
-        let mut spend = Spend::default();
-        for row in &rows {
-            let candidates: Json<Vec<CandidateRecord>> = Record::<D>(row).get("candidates")?;
-            spend.add(&candidates.0);
-            let detail: Option<Json<serde_json::Value>> = Record::<D>(row).get("detail")?;
-            spend.add_calls(&CallRecord::in_detail(detail.as_ref().map(|d| &d.0)));
-        }
-        Ok(spend)
+        spend_of_rows::<D>(&rows)
     }
+}
+
+/// A budget's limits as a row's values after its owner's (`key_budgets`, `workspace_budgets`),
+/// stamped now.
+pub(super) fn bind_budget<D: Dialect>(row: &mut Tuple<'_, D>, budget: &Budget) {
+    row.bind(budget.daily_cost.map(to_micros))
+        .bind(budget.daily_tokens.map(to_i64))
+        .bind(budget.monthly_cost.map(to_micros))
+        .bind(budget.monthly_tokens.map(to_i64))
+        .bind_time(Utc::now());
+}
+
+/// A budget read back from a row of `key_budgets` or `workspace_budgets`.
+pub(super) fn budget_from_row<D: Dialect>(row: &D::Row) -> Result<Budget, StoreError> {
+    let row = Record::<D>(row);
+    let cost = |c: Option<i64>| c.map(|m| m as f64 / MICROS);
+    let tokens = |t: Option<i64>| t.map(|t| u64::try_from(t).unwrap_or(0));
+    Ok(Budget {
+        daily_cost: cost(row.get("daily_cost_micros")?),
+        daily_tokens: tokens(row.get("daily_tokens")?),
+        monthly_cost: cost(row.get("monthly_cost_micros")?),
+        monthly_tokens: tokens(row.get("monthly_tokens")?),
+    })
+}
+
+/// What the operations of `rows` (their `candidates` and `detail`) spent.
+pub(super) fn spend_of_rows<D: Dialect>(rows: &[D::Row]) -> Result<Spend, StoreError> {
+    let mut spend = Spend::default();
+    for row in rows {
+        let candidates: Json<Vec<CandidateRecord>> = Record::<D>(row).get("candidates")?;
+        spend.add(&candidates.0);
+        let detail: Option<Json<serde_json::Value>> = Record::<D>(row).get("detail")?;
+        spend.add_calls(&CallRecord::in_detail(detail.as_ref().map(|d| &d.0)));
+    }
+    Ok(spend)
 }
 
 /// Cost limits are kept in millionths, so that a limit reads back exactly as it was set.

@@ -4,16 +4,14 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::types::Json;
 use uuid::Uuid;
 use writ_core::StoreError;
-use writ_core::audit::{CallRecord, CandidateRecord};
 use writ_core::budgets::{Budget, Spend};
 use writ_core::workspaces::{
     RUNNING_JOBS_NAMED, WorkspaceDeletion, WorkspaceName, WorkspaceRecord, WorkspaceStore,
 };
 
-use super::keys::{MICROS, to_i64, to_micros};
+use super::keys::{bind_budget, budget_from_row, spend_of_rows};
 use super::{Record, Sql, SqlStore};
 use crate::dialect::Dialect;
 use crate::error::from_sqlx;
@@ -148,14 +146,7 @@ impl<D: Dialect> WorkspaceStore for SqlStore<D> {
             "INSERT INTO workspace_budgets (workspace, daily_cost_micros, daily_tokens, \
              monthly_cost_micros, monthly_tokens, updated_at) VALUES ",
         );
-        sql.tuple(|row| {
-            row.bind(name)
-                .bind(budget.daily_cost.map(to_micros))
-                .bind(budget.daily_tokens.map(to_i64))
-                .bind(budget.monthly_cost.map(to_micros))
-                .bind(budget.monthly_tokens.map(to_i64))
-                .bind_time(Utc::now());
-        });
+        sql.tuple(|row| bind_budget(row.bind(name), budget));
         sql.push(
             " ON CONFLICT (workspace) DO UPDATE SET \
              daily_cost_micros = excluded.daily_cost_micros, \
@@ -173,18 +164,9 @@ impl<D: Dialect> WorkspaceStore for SqlStore<D> {
              FROM workspace_budgets WHERE workspace = ",
         );
         sql.bind(name);
-        let Some(row) = sql.fetch_optional(self, "read workspace budget").await? else {
-            return Ok(Budget::default());
-        };
-        let row = Record::<D>(&row);
-        let cost = |c: Option<i64>| c.map(|m| m as f64 / MICROS);
-        let tokens = |t: Option<i64>| t.map(|t| u64::try_from(t).unwrap_or(0));
-        Ok(Budget {
-            daily_cost: cost(row.get("daily_cost_micros")?),
-            daily_tokens: tokens(row.get("daily_tokens")?),
-            monthly_cost: cost(row.get("monthly_cost_micros")?),
-            monthly_tokens: tokens(row.get("monthly_tokens")?),
-        })
+        let row = sql.fetch_optional(self, "read workspace budget").await?;
+        row.as_ref()
+            .map_or(Ok(Budget::default()), budget_from_row::<D>)
     }
 
     async fn workspace_spend(&self, name: &str, since: DateTime<Utc>) -> Result<Spend, StoreError> {
@@ -198,14 +180,7 @@ impl<D: Dialect> WorkspaceStore for SqlStore<D> {
             .push(" AND r.received_at >= ")
             .bind_time(since);
         let rows = sql.fetch_all(self, "read workspace spend").await?;
-        let mut spend = Spend::default();
-        for row in &rows {
-            let candidates: Json<Vec<CandidateRecord>> = Record::<D>(row).get("candidates")?;
-            spend.add(&candidates.0);
-            let detail: Option<Json<serde_json::Value>> = Record::<D>(row).get("detail")?;
-            spend.add_calls(&CallRecord::in_detail(detail.as_ref().map(|d| &d.0)));
-        }
-        Ok(spend)
+        spend_of_rows::<D>(&rows)
     }
 }
 
