@@ -24,17 +24,33 @@ pub async fn windows(
     caller: &str,
     budget: &Budget,
 ) -> Result<Vec<WindowSpend>, ApiError> {
+    let store = &state.store;
+    windows_of(
+        budget,
+        |since| store.key_spend(caller, since),
+        |w| publish(caller, w),
+    )
+    .await
+}
+
+/// The day's and the month's window of `budget`, with what `spent_since` says was spent in each,
+/// each published to `/metrics` by `publish`.
+async fn windows_of<F, Fut>(
+    budget: &Budget,
+    spent_since: F,
+    publish: impl Fn(&WindowSpend),
+) -> Result<Vec<WindowSpend>, ApiError>
+where
+    F: Fn(chrono::DateTime<Utc>) -> Fut,
+    Fut: Future<Output = Result<writ_core::budgets::Spend, writ_core::StoreError>>,
+{
     let now = Utc::now();
     let mut out = Vec::with_capacity(2);
     for period in [Period::Day, Period::Month] {
         let (since, _) = period.window(now);
-        let spend = state
-            .store
-            .key_spend(caller, since)
-            .await
-            .map_err(store_error)?;
+        let spend = spent_since(since).await.map_err(store_error)?;
         let window = WindowSpend::new(period, now, spend, budget);
-        publish(caller, &window);
+        publish(&window);
         out.push(window);
     }
     Ok(out)
@@ -67,20 +83,13 @@ pub async fn workspace_windows(
     name: &str,
     budget: &Budget,
 ) -> Result<Vec<WindowSpend>, ApiError> {
-    let now = Utc::now();
-    let mut out = Vec::with_capacity(2);
-    for period in [Period::Day, Period::Month] {
-        let (since, _) = period.window(now);
-        let spend = state
-            .store
-            .workspace_spend(name, since)
-            .await
-            .map_err(store_error)?;
-        let window = WindowSpend::new(period, now, spend, budget);
-        publish_workspace(name, &window);
-        out.push(window);
-    }
-    Ok(out)
+    let store = &state.store;
+    windows_of(
+        budget,
+        |since| store.workspace_spend(name, since),
+        |w| publish_workspace(name, w),
+    )
+    .await
 }
 
 /// Sets every issued, unrevoked key's spend gauges, and every workspace's, for `/metrics`.
