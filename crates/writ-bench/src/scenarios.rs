@@ -205,47 +205,76 @@ async fn measure_overhead(
     files: usize,
     env: &[(&str, &str)],
 ) -> anyhow::Result<Vec<Overhead>> {
+    let mut both = measure_side_by_side(plan, fake, backend, files, &[env]).await?;
+    Ok(both.pop().unwrap_or_default())
+}
+
+/// The overhead rows of one writ per `envs` (each on a fresh database), all sent the same batches
+/// at the same rates at the same time: what tells them apart is their settings, not when they
+/// ran or what else the machine was doing then.
+async fn measure_side_by_side(
+    plan: &Plan,
+    fake: &Fake,
+    backend: Backend,
+    files: usize,
+    envs: &[&[(&str, &str)]],
+) -> anyhow::Result<Vec<Vec<Overhead>>> {
     let critical = 2 * plan.latency_ms;
-    let data = tempfile::tempdir()?;
-    let url = backend.fresh_url(data.path()).await;
-    let writ = Writ::start(&plan.bin_dir, fake, &url, env).await?;
-    let target = Target::new(&writ.base_url)?;
+    let mut servers = Vec::new();
+    for env in envs {
+        let data = tempfile::tempdir()?;
+        let url = backend.fresh_url(data.path()).await;
+        let writ = Writ::start(&plan.bin_dir, fake, &url, env).await?;
+        let target = Target::new(&writ.base_url)?;
+        servers.push((data, writ, target));
+    }
     // Warm the connection pools and the page cache before measuring.
-    let _ = open_loop(
-        &target,
-        20.0,
-        Duration::from_secs(1),
-        body_with(files, json!({})),
-    )
-    .await;
-    let ticks = procfs::ticks_per_sec();
-    let mut rows = Vec::new();
-    for &rate in &plan.overhead_rates {
-        let cpu_before = procfs::cpu_time(writ.pid, ticks)?;
-        let (samples, _) = open_loop(
-            &target,
-            rate,
-            Duration::from_secs_f64(plan.overhead_secs),
+    futures::future::join_all(servers.iter().map(|(_, _, target)| {
+        open_loop(
+            target,
+            20.0,
+            Duration::from_secs(1),
             body_with(files, json!({})),
         )
+    }))
+    .await;
+    let ticks = procfs::ticks_per_sec();
+    let mut rows: Vec<Vec<Overhead>> = servers.iter().map(|_| Vec::new()).collect();
+    for &rate in &plan.overhead_rates {
+        let mut cpu_before = Vec::new();
+        for (_, writ, _) in &servers {
+            cpu_before.push(procfs::cpu_time(writ.pid, ticks)?);
+        }
+        let runs = futures::future::join_all(servers.iter().map(|(_, _, target)| {
+            open_loop(
+                target,
+                rate,
+                Duration::from_secs_f64(plan.overhead_secs),
+                body_with(files, json!({})),
+            )
+        }))
         .await;
-        let oh: Vec<f64> = samples.iter().filter_map(|s| s.overhead_ms).collect();
-        let added: Vec<f64> = samples
-            .iter()
-            .map(|s| millis(s.latency) - critical as f64)
-            .collect();
-        let cpu = procfs::cpu_time(writ.pid, ticks)?.saturating_sub(cpu_before);
-        rows.push(Overhead {
-            cpu_ms_per_batch: millis(cpu) / samples.len().max(1) as f64,
-            rate,
-            batches: samples.len(),
-            errors: errors(&samples),
-            overhead: Summary::of(&oh),
-            added: Summary::of(&added),
-        });
+        for (i, (samples, _)) in runs.into_iter().enumerate() {
+            let oh: Vec<f64> = samples.iter().filter_map(|s| s.overhead_ms).collect();
+            let added: Vec<f64> = samples
+                .iter()
+                .map(|s| millis(s.latency) - critical as f64)
+                .collect();
+            let cpu = procfs::cpu_time(servers[i].1.pid, ticks)?.saturating_sub(cpu_before[i]);
+            rows[i].push(Overhead {
+                cpu_ms_per_batch: millis(cpu) / samples.len().max(1) as f64,
+                rate,
+                batches: samples.len(),
+                errors: errors(&samples),
+                overhead: Summary::of(&oh),
+                added: Summary::of(&added),
+            });
+        }
         fake.forget_calls(&reqwest::Client::new()).await;
     }
-    writ.stop().await;
+    for (_, writ, _) in servers {
+        writ.stop().await;
+    }
     Ok(rows)
 }
 
@@ -333,8 +362,10 @@ pub async fn workspaces(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// The cost of traces: the overhead table's batches with traces off, then exported over OTLP
-/// to the fake's receiver (`OTEL_EXPORTER_OTLP_ENDPOINT`), on the plan's first backend.
+/// The cost of traces: the overhead table's batches sent at once to two writs, one with traces
+/// off and one exporting them over OTLP to the fake's receiver (`OTEL_EXPORTER_OTLP_ENDPOINT`),
+/// on the plan's first backend. Run side by side, the two see the same machine: run one after
+/// the other, the machine's drift between the runs was larger than what exporting costs.
 pub async fn tracing(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
     let mut out = String::new();
     writeln!(
@@ -346,16 +377,12 @@ pub async fn tracing(plan: &Plan, fake: &Fake) -> anyhow::Result<String> {
     let endpoint = fake.otlp_endpoint();
     let http = reqwest::Client::new();
     for files in [1usize, 5] {
-        for (traces, env) in [
-            ("off", vec![]),
-            (
-                "OTLP",
-                vec![("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())],
-            ),
-        ] {
-            let rows = measure_overhead(plan, fake, backend, files, &env).await?;
-            // The exporter sends what it holds when writ stops.
-            let spans = fake.take_spans(&http).await;
+        let exported = [("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())];
+        let rows = measure_side_by_side(plan, fake, backend, files, &[&[], &exported]).await?;
+        // The exporter sends what it holds when writ stops.
+        let spans = fake.take_spans(&http).await;
+        for (traces, rows) in ["off", "OTLP"].into_iter().zip(rows) {
+            let spans = if traces == "off" { 0 } else { spans };
             for m in rows {
                 writeln!(
                     out,
