@@ -239,17 +239,39 @@ impl ApiError {
     }
 }
 
+/// writ's error body, the same on every route: `{"error": {"code", "message", "field"?,
+/// "details"?}}`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Error")]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong: the `error` of the error body.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ErrorDetail {
+    pub code: ErrorCode,
+    pub message: String,
+    /// The request field at fault, when one is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// More about the error, shaped by its code (the limit and what was used, the files changed
+    /// since, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub details: Option<serde_json::Value>,
+}
+
 impl ApiError {
     /// The JSON body: `{"error": {"code", "message", "field"?, "details"?}}`.
     pub fn body(&self) -> serde_json::Value {
-        let mut body = json!({"code": self.code, "message": self.message});
-        if let Some(field) = &self.field {
-            body["field"] = json!(field);
-        }
-        if let Some(details) = &self.details {
-            body["details"] = details.clone();
-        }
-        json!({ "error": body })
+        json!(ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message.clone(),
+                field: self.field.clone(),
+                details: self.details.clone(),
+            },
+        })
     }
 }
 

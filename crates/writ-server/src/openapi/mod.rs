@@ -50,8 +50,10 @@ pub fn document() -> yaml_serde::Value {
             .or_default()
             .insert(route.method.to_lowercase().into(), value);
     }
-    // Named by the error bodies written in openapi/written_schemas.yaml.
+    // Named by the error bodies.
     schemas.response::<crate::error::ErrorCode>();
+    // writ's error body, which the shared responses and the answers of every route name.
+    schemas.response::<crate::error::ErrorBody>();
     // The shape of each file in a 409 `changed_since`'s `details.files`.
     schemas.response::<writ_core::history::ChangedFile>();
     let mut doc = yaml_serde::Mapping::new();
