@@ -768,11 +768,23 @@ mod tests {
         stage: Stage,
         models: &ScriptedModels,
     ) -> Produced {
+        select_with(checks, validation, stage, models, Vec::new()).await
+    }
+
+    /// One file's selection with the arbiter `judge` and `diagnostics` per language.
+    async fn select_with(
+        checks: Option<&ScriptedChecks>,
+        validation: &Validation,
+        stage: Stage,
+        models: &ScriptedModels,
+        diagnostics: Vec<(String, String)>,
+    ) -> Produced {
         let batch = doubles::batch(&["a.py"]);
         let prior = doubles::prior(&batch);
         let clocks = [Upstream::default()];
         let config = SynthesisConfig {
             arbiter: Some("judge".into()),
+            diagnostics,
             ..SynthesisConfig::default()
         };
         let selector = Selector {
@@ -828,28 +840,8 @@ mod tests {
         stage: Stage,
         models: &ScriptedModels,
     ) -> Produced {
-        let batch = doubles::batch(&["a.py"]);
-        let prior = doubles::prior(&batch);
-        let clocks = [Upstream::default()];
-        let config = SynthesisConfig {
-            arbiter: Some("judge".into()),
-            diagnostics: vec![("python".into(), "py_compile".into())],
-            ..SynthesisConfig::default()
-        };
-        let selector = Selector {
-            models,
-            config: &config,
-            batch: &batch,
-        };
-        let cx = BatchCx {
-            batch: &batch,
-            prior: &prior,
-            sink: &NoProgress,
-            upstream_of: &clocks,
-        };
-        let mut produced =
-            select_validated(&selector, Some(checks), validation, vec![stage], cx).await;
-        produced.remove(0)
+        let diagnostics = vec![("python".into(), "py_compile".into())];
+        select_with(Some(checks), validation, stage, models, diagnostics).await
     }
 
     #[tokio::test]
