@@ -18,7 +18,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use writ_core::search::SearchQuery;
+use writ_core::search::{Freshness, SearchQuery};
 use writ_core::synthesis::batch::{Batch, WriteCodebaseRequest};
 use writ_core::synthesis::context::{self, tokens};
 use writ_core::synthesis::prompt::{self, MoreContext};
@@ -181,7 +181,7 @@ async fn prompt_of(
     let file = &batch.files()[0];
     let mut more = MoreContext::default();
     if with_context && map_tokens > 0 {
-        more.map =
+        (more.map, more.map_pending) =
             context::repo_map(ws, &Default::default(), &batch, file, &[], None, map_tokens).await;
     }
     let messages = prompt::candidate_messages(
@@ -258,6 +258,7 @@ pub async fn run(sizes: &[usize], map_tokens: usize) -> anyhow::Result<String> {
                         max_files: 1_000_000,
                         max_file_bytes: 2 << 20,
                         time_limit: Duration::from_secs(5),
+                        freshness: Freshness::Current,
                     })
                     .await
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -286,6 +287,7 @@ pub async fn run(sizes: &[usize], map_tokens: usize) -> anyhow::Result<String> {
                         max_files: 1_000_000,
                         max_file_bytes: 2 << 20,
                         time_limit: Duration::from_secs(5),
+                        freshness: Freshness::Current,
                     })
                     .await
                     .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -33,6 +33,21 @@ pub struct SearchQuery {
     pub max_file_bytes: u64,
     /// The search stops when this much time has passed.
     pub time_limit: Duration,
+    /// Whether an indexed answer waits for the changes the index is still applying.
+    pub freshness: Freshness,
+}
+
+/// How current an answer from the workspace's index must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Freshness {
+    /// Every change reported before the question is applied first (within a bound; past it the
+    /// tree is read instead): a caller's search is never answered from a stale view.
+    #[default]
+    Current,
+    /// The index as it stands, without waiting: the repository map's look-ups, a prompt aid
+    /// built while other batches write, which says how many changes were still pending
+    /// ([`MapFiles::pending`]) instead of waiting for them.
+    AsIndexed,
 }
 
 /// Why a search could not start.
@@ -313,6 +328,9 @@ pub struct MapFiles {
     /// How many files of the workspace (the batch's left out) have each extension (lowercased;
     /// `""` for none): whether there is anything to outline at all.
     pub extensions: Vec<(String, usize)>,
+    /// Changes reported to the index but not yet applied when it answered (the map does not
+    /// wait for them: [`Freshness::AsIndexed`]).
+    pub pending: u64,
 }
 
 #[cfg(test)]

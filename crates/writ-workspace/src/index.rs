@@ -33,8 +33,8 @@ use std::time::{Duration, Instant, SystemTime};
 use ignore::overrides::Override;
 use regex_syntax::hir::{Class, Hir, HirKind};
 use writ_core::search::{
-    SearchQuery, SearchResults, Walk, content_key, import_names, import_stem, imports_in,
-    module_keys, module_names,
+    Freshness, SearchQuery, SearchResults, Walk, content_key, import_names, import_stem,
+    imports_in, module_keys, module_names,
 };
 
 use crate::search::{Candidate, FileStat, PathFilter, Prepared, Tree, within};
@@ -263,6 +263,25 @@ impl Index {
         (state.state == IndexState::Ready && state.applied >= wanted).then_some(state)
     }
 
+    /// The index as it stands, without waiting for queued changes, and how many are queued; `None`
+    /// before the first build ends or once the index is off.
+    fn as_indexed(&self) -> Option<(MutexGuard<'_, State>, u64)> {
+        let state = self.lock();
+        if state.state != IndexState::Ready {
+            return None;
+        }
+        let pending = state.queued - state.applied;
+        Some((state, pending))
+    }
+
+    /// The index as `freshness` asks for it (see [`Index::current`], [`Index::as_indexed`]).
+    fn fresh(&self, freshness: Freshness) -> Option<MutexGuard<'_, State>> {
+        match freshness {
+            Freshness::Current => self.current(CATCH_UP),
+            Freshness::AsIndexed => self.as_indexed().map(|(state, _)| state),
+        }
+    }
+
     /// Waits until the index has applied every change queued before now, within `bound`.
     pub fn caught_up(&self, bound: Duration) -> bool {
         let deadline = Instant::now() + bound;
@@ -302,7 +321,7 @@ impl Index {
     ) -> Option<SearchResults> {
         let need = Need::of(query);
         let candidates: Vec<Candidate> = {
-            let state = self.current(CATCH_UP)?;
+            let state = self.fresh(query.freshness)?;
             let dir = query.dir.as_str();
             let paths = PathFilter::of(query.glob.as_deref(), prepared.glob.as_ref());
             let mut candidates = Vec::new();
@@ -385,12 +404,6 @@ impl Index {
                     directories.push(rel);
                 }
             }
-            if !directories.is_empty() {
-                std::thread::sleep(SETTLE);
-                for rel in directories {
-                    self.refresh(&rel);
-                }
-            }
             let mut state = self.lock();
             state.applied += taken;
             if state.state == IndexState::Building {
@@ -403,11 +416,23 @@ impl Index {
             }
             drop(state);
             self.changed.notify_all();
+            // What was reported is applied, so nobody waits through the settling: the second
+            // walk only finds files made in a new directory before its watch began, which the
+            // watcher will never report.
+            if !directories.is_empty() {
+                std::thread::sleep(SETTLE);
+                for rel in directories {
+                    self.refresh(&rel);
+                }
+            }
         }
     }
 
     /// Brings the index's view of `rel` (a file or a directory) in line with the tree.
     fn refresh(&self, rel: &str) {
+        if self.refresh_in_place(rel) {
+            return;
+        }
         let walked: Vec<FileStat> = self.tree.stats(rel).collect();
         let now = SystemTime::now();
         let to_read: Vec<&FileStat> = {
@@ -433,6 +458,46 @@ impl Index {
         }
         self.insert(read);
         let present: HashSet<&str> = walked.iter().map(|f| f.rel.as_str()).collect();
+        self.remove_beneath(rel, &present);
+    }
+
+    /// Refreshes `rel` without a walk where the answer cannot depend on the ignore files: a path
+    /// the walk never shows (protected, or gone) leaves the index with what was beneath it, and a
+    /// file the index already holds that is still a file is read again in place (its ignore files
+    /// have not changed since it was walked, or their change would have queued its directory).
+    /// `false`: only a walk can tell (a new file, a directory, a link).
+    fn refresh_in_place(&self, rel: &str) -> bool {
+        if rel.is_empty() {
+            return false;
+        }
+        let meta = if self.tree.protected.covers(rel) {
+            None
+        } else {
+            match self.tree.root.symlink_metadata(rel) {
+                Ok(meta) => Some(meta),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(_) => return false,
+            }
+        };
+        let Some(meta) = meta else {
+            self.remove_beneath(rel, &HashSet::new());
+            return true;
+        };
+        if !meta.is_file() || !self.lock().files.contains_key(&Key(rel.to_owned())) {
+            return false;
+        }
+        let stat = FileStat {
+            rel: rel.to_owned(),
+            size: meta.len(),
+            modified: meta.modified().ok().map(|t| t.into_std()),
+        };
+        let entry = self.entry(&stat, SystemTime::now());
+        self.insert(vec![(Key(stat.rel), entry)]);
+        true
+    }
+
+    /// Drops every file at or beneath `rel` that `present` does not hold.
+    fn remove_beneath(&self, rel: &str, present: &HashSet<&str>) {
         let mut state = self.lock();
         let gone: Vec<Key> = state
             .files
@@ -496,7 +561,9 @@ impl Index {
     /// each found by a look-up: the files `modules` name (by their name), `rel`'s tests (among
     /// the files named for tests), the files of its folder (a range of the ordered files, each
     /// subfolder skipped in one step), its importers, and up to `fill` more files of its
-    /// extension beneath its top folder, in walk order. `None` when the index is not current.
+    /// extension beneath its top folder, in walk order. From the index as it stands (the map
+    /// does not wait for changes still queued: it says how many there were); `None` before the
+    /// first build ends.
     pub fn map_files(
         &self,
         rel: &str,
@@ -504,7 +571,7 @@ impl Index {
         exclude: &[String],
         fill: usize,
     ) -> Option<MapAnswer> {
-        let guard = self.current(CATCH_UP)?;
+        let (guard, pending) = self.as_indexed()?;
         let state: &State = &guard;
         let mut seen: HashSet<&str> = HashSet::new();
         let mut files: Vec<(String, u64, Option<u64>)> = Vec::new();
@@ -572,6 +639,7 @@ impl Index {
             files,
             importers,
             extensions: extensions.into_iter().collect(),
+            pending,
         })
     }
 
@@ -613,6 +681,8 @@ pub(crate) struct MapAnswer {
     pub files: Vec<(String, u64, Option<u64>)>,
     pub importers: Vec<(String, usize)>,
     pub extensions: Vec<(String, usize)>,
+    /// Changes queued but not applied when the answer was made.
+    pub pending: u64,
 }
 
 /// Files of the top folder looked at at most for the map's fill: a folder of other languages
@@ -1071,6 +1141,7 @@ mod tests {
             max_files: 100,
             max_file_bytes: 1 << 20,
             time_limit: Duration::from_secs(5),
+            freshness: Freshness::Current,
         }
     }
 

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use writ_core::search::{SearchQuery, SearchResults, import_names, imports_in};
+use writ_core::search::{Freshness, SearchQuery, SearchResults, import_names, imports_in};
 use writ_core::{RepoPath, Workspace};
 
 use crate::RepoWorkspace;
@@ -65,6 +65,7 @@ fn queries() -> Vec<SearchQuery> {
         max_files: 1_000,
         max_file_bytes: 1 << 20,
         time_limit: Duration::from_secs(30),
+        freshness: Freshness::Current,
     };
     let mut all = vec![
         q("needle", false, false),

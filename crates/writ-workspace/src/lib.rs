@@ -431,6 +431,7 @@ impl Workspace for RepoWorkspace {
                 .filter_map(|(p, n)| RepoPath::parse(&p).ok().map(|p| (p, n)))
                 .collect(),
             extensions: found.extensions,
+            pending: found.pending,
         })
     }
 

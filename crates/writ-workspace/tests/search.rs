@@ -7,7 +7,7 @@ use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::time::Duration;
 
-use writ_core::search::{SearchError, SearchQuery, SearchStop};
+use writ_core::search::{Freshness, SearchError, SearchQuery, SearchStop};
 use writ_core::{RepoPath, Workspace};
 use writ_workspace::{ProtectedPaths, RepoWorkspace};
 
@@ -29,6 +29,7 @@ fn query(pattern: &str) -> SearchQuery {
         max_files: 10_000,
         max_file_bytes: 1 << 20,
         time_limit: Duration::from_secs(10),
+        freshness: Freshness::Current,
     }
 }
 

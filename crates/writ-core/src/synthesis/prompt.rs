@@ -264,6 +264,9 @@ pub struct MoreContext {
     pub trees: Vec<(String, String)>,
     /// The repository map: outlines of the files most related to this one, best first.
     pub map: Vec<ContextFile>,
+    /// Changes to the workspace its index had not applied when the map was made: the map says
+    /// so rather than wait for other batches' writes.
+    pub map_pending: u64,
     /// What the caller named for this file alone, as `named` and `trees` (after the batch's).
     pub own: Vec<ContextFile>,
     pub own_trees: Vec<(String, String)>,
@@ -299,6 +302,12 @@ impl MoreContext {
         for c in &self.map {
             p.push_str(&format!("### {}\n", quote(&c.path)));
             p.push_str(&fence(&c.text, Language::from_path(&c.path)));
+        }
+        if self.map_pending > 0 {
+            p.push_str(&format!(
+                "(Made while {} change(s) to the repository were still being indexed: a file they touched may be missing above or shown as it was.)\n",
+                self.map_pending
+            ));
         }
         p.push('\n');
         p
@@ -461,6 +470,29 @@ fn one_line(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_map_made_while_changes_were_being_indexed_says_so_and_a_current_one_does_not() {
+        let mut more = MoreContext {
+            map: vec![ContextFile {
+                path: "app/util.py".into(),
+                text: "def helper(x): ...".into(),
+                outline: true,
+            }],
+            ..MoreContext::default()
+        };
+        let current = more.map_section();
+        assert!(current.contains("def helper"), "{current}");
+        assert!(!current.contains("still being indexed"), "{current}");
+        more.map_pending = 3;
+        let behind = more.map_section();
+        assert!(
+            behind.contains("3 change(s) to the repository were still being indexed"),
+            "{behind}"
+        );
+        more.map.clear();
+        assert_eq!(more.map_section(), "", "no map, no note");
+    }
 
     #[test]
     fn a_quoted_filename_cannot_open_a_line_of_its_own() {

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use serde::Deserialize;
-use writ_core::search::{SearchError, SearchQuery, SearchResults};
+use writ_core::search::{Freshness, SearchError, SearchQuery, SearchResults};
 use writ_core::{RepoPath, WorkspaceError};
 
 use crate::error::{ApiError, ErrorCode, path_error, workspace_error};
@@ -135,6 +135,7 @@ fn parse(params: SearchParams) -> Result<SearchQuery, ApiError> {
         max_files: MAX_FILES,
         max_file_bytes: MAX_FILE_BYTES,
         time_limit: TIME_LIMIT,
+        freshness: Freshness::Current,
     })
 }
 

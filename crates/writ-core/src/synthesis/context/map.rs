@@ -4,10 +4,11 @@
 //! and fitted to a token budget.
 
 use super::*;
-use crate::search::{MapQuery, module_names};
+use crate::search::{Freshness, MapQuery, module_names};
 
 /// The repository map of `file`: the outlines of the workspace's files most related to it, best
-/// first, within `max_tokens`. `seen`: paths the prompt shows anyway, left out.
+/// first, within `max_tokens`, and how many changes the workspace's index was still applying when
+/// it answered (the map does not wait for them). `seen`: paths the prompt shows anyway, left out.
 pub async fn repo_map(
     workspace: &dyn Workspace,
     map_walk: &MapWalk,
@@ -16,7 +17,7 @@ pub async fn repo_map(
     seen: &[String],
     current: Option<&str>,
     max_tokens: usize,
-) -> Vec<ContextFile> {
+) -> (Vec<ContextFile>, u64) {
     let imported = imported_modules(batch, file, current);
     let query = MapQuery {
         path: file.path.clone(),
@@ -26,13 +27,15 @@ pub async fn repo_map(
     };
     // From the index: the files that may rank, found by look-ups; without one (or before it is
     // current), the walk, once a batch.
+    let mut pending = 0;
     let (files, importers, contents) = match workspace.map_files(&query).await {
         Some(found) => {
             if !found.extensions.iter().any(|(ext, n)| {
                 *n > 0 && Language::from_path(&format!("f.{ext}")) != Language::Other
             }) {
-                return Vec::new();
+                return (Vec::new(), 0);
             }
+            pending = found.pending;
             (found.files, found.importers, found.contents)
         }
         None => {
@@ -45,7 +48,7 @@ pub async fn repo_map(
                 })
                 .await;
             let Some(walk) = walked else {
-                return Vec::new();
+                return (Vec::new(), 0);
             };
             // A workspace with nothing to outline (a new project, or only the batch's own
             // files) costs one walk: no search, no read.
@@ -54,7 +57,7 @@ pub async fn repo_map(
                     && !batch.files().iter().any(|b| b.path == f.path)
             });
             if !outlinable {
-                return Vec::new();
+                return (Vec::new(), 0);
             }
             let importers = workspace.importers(&file.path).await.unwrap_or_default();
             (walk.files.clone(), importers, HashMap::new())
@@ -95,7 +98,9 @@ pub async fn repo_map(
         ));
     }
     scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.path.cmp(&b.1.path)));
-    fit(scored.into_iter().map(|(_, f)| f), max_tokens)
+    let map = fit(scored.into_iter().map(|(_, f)| f), max_tokens);
+    let pending = if map.is_empty() { 0 } else { pending };
+    (map, pending)
 }
 
 /// A search of the workspace's files of `file`'s language, as (path → matching lines).
@@ -135,6 +140,7 @@ async fn search_lines(
         max_files: MAP_SEARCH_FILES,
         max_file_bytes: MAP_MAX_FILE_BYTES,
         time_limit: Duration::from_secs(2),
+        freshness: Freshness::AsIndexed,
     };
     workspace
         .search(query)

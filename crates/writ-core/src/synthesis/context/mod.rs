@@ -210,7 +210,7 @@ pub(crate) async fn more_context(
         .repo_map_tokens
         .unwrap_or(default_map_tokens);
     if map_tokens > 0 {
-        more.map = repo_map(
+        (more.map, more.map_pending) = repo_map(
             workspace,
             &prior.map_walk,
             batch,
