@@ -53,7 +53,20 @@ impl ApiKeyRecord {
 }
 
 /// One thing a key may do. Every route and every tool requires exactly one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// Look: list and read files, the audit log, jobs, metrics, the tool list.
     Read,
@@ -61,8 +74,9 @@ pub enum Scope {
     Write,
     /// Run commands in the sandbox (`POST /run`).
     Run,
-    /// See every key's jobs, job events and operations (without it, a key sees its own). Keys
-    /// themselves are managed by `writ keys` on the database.
+    /// Manage workspaces and budgets, and see every key's jobs, job events and operations
+    /// (without it, a key sees its own). Keys themselves are managed by `writ keys` on the
+    /// database.
     Admin,
 }
 
@@ -277,6 +291,17 @@ pub trait KeyStore: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The JSON name (an error's `details`, the OpenAPI `Scope` schema) and the name in key
+    /// entries and messages are one name.
+    #[test]
+    fn each_scope_is_written_in_json_as_it_is_named_everywhere_else() {
+        for scope in Scope::ALL {
+            assert_eq!(serde_json::to_value(scope).unwrap(), scope.as_str());
+            let back: Scope = serde_json::from_value(scope.as_str().into()).unwrap();
+            assert_eq!(back, scope);
+        }
+    }
 
     #[test]
     fn a_generated_key_parses_and_matches_only_its_own_hash() {

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
 use writ_core::keys::{KeyStore, Scope, Scopes};
 
 use crate::error::{ApiError, ErrorCode};
@@ -202,10 +203,47 @@ pub fn insufficient_scope(needed: Scope, held: Scopes) -> ApiError {
             "this call needs the `{needed}` scope; the API key has: {held_text} (scopes are set when a key is issued: `writ keys create --scopes`)"
         ),
     )
-    .with_details(serde_json::json!({
-        "required_scope": needed.as_str(),
-        "key_scopes": held.iter().map(Scope::as_str).collect::<Vec<_>>(),
+    .with_details(serde_json::json!(ScopeDetails {
+        required_scope: needed,
+        key_scopes: held.iter().collect(),
     }))
+}
+
+/// The `details` of a 403 `insufficient_scope`.
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScopeDetails {
+    /// The scope the call needs.
+    pub required_scope: Scope,
+    /// Every scope the key holds.
+    pub key_scopes: Vec<Scope>,
+}
+
+/// writ's error body as a key without the scope a call needs is answered it.
+// The OpenAPI document's description of what `insufficient_scope` makes (through `ErrorBody`):
+// a test reads that body back into this type, so the two cannot drift apart.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "InsufficientScope")]
+pub struct InsufficientScopeBody {
+    pub error: InsufficientScopeError,
+}
+
+/// The error: always `insufficient_scope`, and its `details`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InsufficientScopeError {
+    pub code: InsufficientScopeCode,
+    pub message: String,
+    pub details: ScopeDetails,
+}
+
+// `ErrorCode::InsufficientScope` alone, so that reading a body with another code fails.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[schemars(inline)]
+pub enum InsufficientScopeCode {
+    InsufficientScope,
 }
 
 /// Whether auth is on. "On" is remembered for good (keys are never deleted, only revoked);
@@ -287,5 +325,35 @@ impl AuthSwitch {
             }
             Err(e) => Err(ApiError::audit_unavailable(&e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_insufficient_scope_body_is_the_one_the_openapi_document_describes() {
+        let err = insufficient_scope(Scope::Run, Scopes::of(&[Scope::Write, Scope::Read]));
+
+        let body: InsufficientScopeBody =
+            serde_json::from_value(err.body()).unwrap_or_else(|e| panic!("{e}: {}", err.body()));
+
+        assert_eq!(body.error.details.required_scope, Scope::Run);
+        assert_eq!(body.error.details.key_scopes, [Scope::Read, Scope::Write]);
+    }
+
+    #[test]
+    fn a_key_without_scopes_is_answered_an_empty_list() {
+        let err = insufficient_scope(Scope::Read, Scopes::EMPTY);
+
+        let body: InsufficientScopeBody = serde_json::from_value(err.body()).unwrap();
+
+        assert!(body.error.details.key_scopes.is_empty());
+        assert!(
+            body.error.message.contains("has: none"),
+            "{}",
+            body.error.message
+        );
     }
 }

@@ -265,13 +265,18 @@ impl ApiError {
     /// The JSON body: `{"error": {"code", "message", "field"?, "details"?}}`.
     pub fn body(&self) -> serde_json::Value {
         json!(ErrorBody {
-            error: ErrorDetail {
-                code: self.code,
-                message: self.message.clone(),
-                field: self.field.clone(),
-                details: self.details.clone(),
-            },
+            error: self.detail(),
         })
+    }
+
+    /// The body's `error`, for an answer that carries it beside more (a tool call's `content`).
+    pub fn detail(&self) -> ErrorDetail {
+        ErrorDetail {
+            code: self.code,
+            message: self.message.clone(),
+            field: self.field.clone(),
+            details: self.details.clone(),
+        }
     }
 }
 

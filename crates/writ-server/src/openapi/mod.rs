@@ -56,6 +56,10 @@ pub fn document() -> yaml_serde::Value {
     schemas.response::<crate::error::ErrorBody>();
     // The shape of each file in a 409 `changed_since`'s `details.files`.
     schemas.response::<writ_core::history::ChangedFile>();
+    // The shared responses' bodies: a key without the scope (`Forbidden`), a refused tool call
+    // (`ToolError`).
+    schemas.response::<crate::access::InsufficientScopeBody>();
+    schemas.response::<crate::routes::tools::ToolCallError>();
     let mut doc = yaml_serde::Mapping::new();
     doc.insert("openapi".into(), "3.0.3".into());
     doc.insert("info".into(), to_yaml(&operations::info()));
@@ -90,8 +94,6 @@ fn to_yaml(v: &Value) -> yaml_serde::Value {
 pub struct Schemas {
     requests: SchemaGenerator,
     responses: SchemaGenerator,
-    /// Schemas written out here rather than derived, by name.
-    written: Map<String, Value>,
 }
 
 impl Schemas {
@@ -101,7 +103,6 @@ impl Schemas {
                 .for_deserialize()
                 .into_generator(),
             responses: SchemaSettings::openapi3().for_serialize().into_generator(),
-            written: operations::written_schemas(),
         }
     }
 
@@ -158,14 +159,13 @@ impl Schemas {
             .collect()
     }
 
-    /// Every schema referred to, derived or written, by name. A type both read and written is
-    /// described once, as a request reads it: serde refuses unknown fields only when reading,
-    /// and an answer never holds one.
+    /// Every schema referred to, by name. A type both read and written is described once, as a
+    /// request reads it: serde refuses unknown fields only when reading, and an answer never
+    /// holds one.
     fn finish(mut self) -> Map<String, Value> {
-        let mut all = self.written;
-        let requests = self.requests.take_definitions(true);
+        let mut all = self.requests.take_definitions(true);
         for (name, schema) in self.responses.take_definitions(true) {
-            if let Some(read) = requests.get(&name) {
+            if let Some(read) = all.get(&name) {
                 let loose = |s: &Value| {
                     let mut s = s.clone();
                     if let Some(o) = s.as_object_mut() {
@@ -181,22 +181,13 @@ impl Schemas {
                 );
                 continue;
             }
-            assert!(
-                all.insert(name.clone(), schema).is_none(),
-                "{name} is both derived and written in openapi/written_schemas.yaml"
-            );
-        }
-        for (name, schema) in requests {
-            assert!(
-                all.insert(name.clone(), schema).is_none(),
-                "{name} is both derived and written in openapi/written_schemas.yaml"
-            );
+            all.insert(name, schema);
         }
         all
     }
 }
 
-/// `$ref` to a component schema by name (the schemas written in [`operations::written_schemas`]).
+/// `$ref` to a component schema by name, for one that [`document`] registers (`Error`).
 pub(crate) fn r(name: &str) -> Value {
     json!({"$ref": format!("#/components/schemas/{name}")})
 }

@@ -3,7 +3,7 @@
 //! document that belong to no route. A new route needs an entry in [`operation`]; a new field
 //! of a derived type needs nothing here.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use writ_core::budgets::Budget;
 use writ_core::edits::{EditsRequest, EditsResponse};
@@ -15,6 +15,7 @@ use writ_core::synthesis::BatchResponse;
 use writ_core::synthesis::batch::WriteCodebaseRequest;
 
 use super::{Op, Schemas, r};
+use crate::routes::tools::ToolCall;
 use crate::routes::write_sessions::Corrections;
 use crate::service::files::{Listing, WriteAnswer};
 use crate::service::operations::{OperationsPage, RecordedOperation};
@@ -24,7 +25,7 @@ use crate::service::spend::KeySpend;
 use crate::service::stats::{ModelStatsPage, StatsParams};
 use crate::service::synthesis::AcceptedBatch;
 use crate::service::workspaces::{
-    DeletedWorkspace, MergeWorkspace, MergedWorkspace, WorkspaceInfo,
+    CreateWorkspace, DeletedWorkspace, MergeWorkspace, MergedWorkspace, WorkspaceInfo,
 };
 
 /// The entry of the route `method path` (axum's path syntax, as in the route table).
@@ -299,7 +300,7 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "`WRIT_WORKSPACES_DIR`) and checks it out there. The workspace is recorded in the store, so\n",
                 "every replica serves it. Nothing is made when a step is refused.\n",
             ))
-            .json_body(r("WorkspaceCreate"))
+            .json_body(s.request::<CreateWorkspace>())
             .json("201", "The workspace made.", s.response::<WorkspaceInfo>())
             .errors(&[409, 415, 422, 503]),
         ("GET", "/workspaces") => Op::new("listWorkspaces", "Every workspace the key may use, `default` (REPO_DIR) first, then by name.")
@@ -407,7 +408,7 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "`content`: the text to hand back to the model as the tool's result. Errors are the HTTP API's\n",
                 "own (same code, message, field and status).\n",
             ))
-            .json_body(r("ToolCall"))
+            .json_body(s.request::<ToolCall>())
             .response("403", json!({"$ref": "#/components/responses/ToolError"}))
             .response("200", json!({"description": "The tool ran.", "content": {"application/json": {"schema": {"type": "object", "required": ["content", "result"], "properties": {"content": {"type": "string", "description": "Text for the model."}, "result": {"description": "The tool's answer as the HTTP API gives it."}}}}}}))
             .response("400", json!({"$ref": "#/components/responses/ToolError"}))
@@ -537,10 +538,4 @@ pub(super) fn responses() -> Value {
             }
         }
     })
-}
-
-/// The schemas not derived from a type (yet): written here, by name.
-pub(super) fn written_schemas() -> Map<String, Value> {
-    let text = include_str!("written_schemas.yaml");
-    yaml_serde::from_str(text).unwrap_or_else(|e| panic!("openapi/written_schemas.yaml: {e}"))
 }

@@ -8,12 +8,12 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::hang_ups::HungUp;
 use crate::access::Caller;
-use crate::error::{ApiError, ErrorCode};
+use crate::error::{ApiError, ErrorCode, ErrorDetail};
 use crate::extract::{ApiQuery, body_error, json_error};
 use crate::state::AppState;
 use crate::telemetry::RequestId;
@@ -47,24 +47,57 @@ pub async fn list_tools(
 
 /// A tool call as providers return it. `input` (Anthropic) and `args` (Gemini) are accepted for
 /// `arguments`; a call id and type are accepted and ignored.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = list_argument_aliases)]
 pub struct ToolCall {
+    /// The tool's name.
     name: String,
+    /// The arguments, as an object or a string holding one (as OpenAI returns them); absent or
+    /// `null`: no arguments.
     #[serde(default, alias = "input", alias = "args")]
+    #[schemars(extend("oneOf" = [{"type": "object"}, {"type": "string"}], "nullable" = true))]
     arguments: Option<Value>,
+    /// The provider's call id; ignored.
     #[serde(default)]
     #[expect(
         dead_code,
         reason = "accepted so a provider's tool call can be posted as is"
     )]
     id: Option<Value>,
+    /// The provider's call type; ignored.
     #[serde(default, rename = "type")]
     #[expect(
         dead_code,
         reason = "accepted so a provider's tool call can be posted as is"
     )]
     kind: Option<Value>,
+}
+
+/// Lists `input` and `args` as properties: serde accepts them for `arguments`, but schemars
+/// leaves aliases out, and `additionalProperties: false` would then refuse them.
+fn list_argument_aliases(schema: &mut schemars::Schema) {
+    let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let Some(arguments) = props.get("arguments").cloned() else {
+        return;
+    };
+    for (alias, whose) in [("input", "Anthropic"), ("args", "Gemini")] {
+        let mut same = arguments.clone();
+        same["description"] = json!(format!(
+            "{whose}'s name for `arguments`; a call sends one of the three."
+        ));
+        props.insert(alias.to_owned(), same);
+    }
+}
+
+/// A refused or failed tool call: writ's error body with the text to hand back to the model.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ToolCallError {
+    pub error: ErrorDetail,
+    /// The error as text for the model.
+    pub content: String,
 }
 
 /// Run one tool call. Every answer, error or not, carries `content`: the text to hand back to
@@ -88,8 +121,10 @@ pub async fn call_tool(
     match run(&state, ctx, body).await {
         Ok(out) => Json(json!({"content": out.content, "result": out.result})).into_response(),
         Err(e) => {
-            let mut body = e.body();
-            body["content"] = json!(tools::error_text(&e));
+            let body = ToolCallError {
+                error: e.detail(),
+                content: tools::error_text(&e),
+            };
             let mut resp = (e.status, Json(body)).into_response();
             if let Some(secs) = e.retry_after_secs {
                 resp.headers_mut()

@@ -286,10 +286,23 @@ impl<T: Clone + Send> PerWorkspaceCache for BuiltPer<T> {
     }
 }
 
+/// The characters [`WorkspaceName::parse`] allows, as a regular expression; its length bounds
+/// are [`writ_core::workspaces::NAME_MAX`].
+const NAME_PATTERN: &str = "^[a-z0-9][a-z0-9-]*$";
+
 /// `POST /workspaces`: the new workspace's name and where it comes from.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "WorkspaceCreate")]
 pub struct CreateWorkspace {
+    /// A slug: a-z, 0-9 and `-`, starting with a letter or a digit (422 otherwise); `default`
+    /// and the names of other workspaces are taken (409).
+    // `WorkspaceName::parse` checks the name in `create`; the bounds restate its rules for the
+    // document, and a test holds the two to the same names.
+    #[schemars(
+        length(min = 1, max = writ_core::workspaces::NAME_MAX),
+        regex(pattern = NAME_PATTERN)
+    )]
     pub name: String,
     /// Absent: an empty workspace.
     #[serde(default)]
@@ -305,22 +318,35 @@ pub struct CreateWorkspace {
 }
 
 /// Where a new workspace's root comes from.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum WorkspaceSource {
     /// A new, empty directory `<WRIT_WORKSPACES_DIR>/<name>`.
+    // serde's `deny_unknown_fields` does not reach a unit variant of an internally tagged enum:
+    // fields beside `kind` are ignored here, so the document must not say they are refused.
+    #[schemars(transform = fields_beside_the_tag_are_ignored)]
     Empty,
-    /// A directory already beneath `WRIT_WORKSPACES_DIR` (`path` is relative to it).
-    Directory { path: String },
-    /// A git worktree `<WRIT_WORKSPACES_DIR>/<name>` of `repository` (a workspace's name, or a
-    /// path relative to `WRIT_WORKSPACES_DIR`) on the new branch `branch`, made at `from`
-    /// (`HEAD` when absent).
+    /// A directory already beneath `WRIT_WORKSPACES_DIR`.
+    Directory {
+        /// Relative to `WRIT_WORKSPACES_DIR`; must stay beneath it.
+        path: String,
+    },
+    /// A git worktree `<WRIT_WORKSPACES_DIR>/<name>` of `repository` on the new branch
+    /// `branch`, made at `from`.
     GitWorktree {
+        /// A workspace's name, or a path relative to `WRIT_WORKSPACES_DIR`.
         repository: String,
+        /// The new branch; refused 409 when it exists.
         branch: String,
+        /// The ref the branch is made at.
         #[serde(default)]
+        #[schemars(extend("default" = "HEAD"))]
         from: Option<String>,
     },
+}
+
+fn fields_beside_the_tag_are_ignored(schema: &mut schemars::Schema) {
+    schema.remove("additionalProperties");
 }
 
 /// A workspace as the API answers it.
@@ -886,5 +912,48 @@ async fn record_merge(store: &dyn AuditStore, merged: &MergedWorkspace, caller: 
     .await;
     if let Err(e) = recorded {
         tracing::warn!(error = %e, workspace = %merged.workspace, "a merge moved its branch but could not be recorded");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `fields_beside_the_tag_are_ignored` tells the document; should serde start refusing
+    /// them, this fails and the transform goes.
+    #[test]
+    fn an_empty_source_ignores_fields_beside_its_kind_and_the_others_refuse_them() {
+        let with_extra = |source: &str| {
+            serde_json::from_str::<CreateWorkspace>(&format!(
+                r#"{{"name": "a", "source": {source}}}"#
+            ))
+        };
+
+        assert!(with_extra(r#"{"kind": "empty", "x": 1}"#).is_ok());
+        assert!(with_extra(r#"{"kind": "directory", "path": "p", "x": 1}"#).is_err());
+        assert!(
+            with_extra(r#"{"kind": "git_worktree", "repository": "r", "branch": "b", "x": 1}"#)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn the_documented_name_bounds_accept_exactly_the_names_the_code_accepts() {
+        let pattern = regex::Regex::new(NAME_PATTERN).unwrap();
+        let documented = |name: &str| {
+            (1..=writ_core::workspaces::NAME_MAX).contains(&name.len()) && pattern.is_match(name)
+        };
+        let longest = "a".repeat(writ_core::workspaces::NAME_MAX);
+        let too_long = "a".repeat(writ_core::workspaces::NAME_MAX + 1);
+        for name in [
+            "a", "0", "web-2", "a-", "default", &longest, "", "-a", "A", "a_b", "a.b", "a/b", "é",
+            "a\n", &too_long,
+        ] {
+            assert_eq!(
+                documented(name),
+                WorkspaceName::parse(name).is_ok(),
+                "{name:?}"
+            );
+        }
     }
 }
