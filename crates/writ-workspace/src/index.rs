@@ -15,14 +15,17 @@
 //!   ([`Index::map_files`]) instead of listing the tree.
 //! - **Kept current.** One thread applies changes in order: the first build (a walk of the root,
 //!   reported as progress), then every path writ writes or removes, and every path the watcher
-//!   reports changed outside writ. A change is a refresh of its path: walked again from the root
-//!   (so the ignore files on the way apply), files gone dropped, files new or changed read. A
-//!   watcher that overflowed or failed, and a changed ignore file, refresh the directory they
-//!   cover — the bounded rescan, which reads only files whose size or time changed.
-//! - **Never stale.** Each change is queued before it is applied; a walk or search waits (within
-//!   [`CATCH_UP`]) until the index has applied every change queued before it started. Before
-//!   the first build ends, after the watcher failed for good, or when the wait runs out, the
-//!   workspace walks the tree as it would without an index.
+//!   reports changed outside writ. A change is a refresh of its path: a path gone (or protected)
+//!   is dropped and a file already indexed read again in place; anything else is walked again
+//!   from the root (so the ignore files on the way apply), files gone dropped, files new or
+//!   changed read. A watcher that overflowed or failed, and a changed ignore file, refresh the
+//!   directory they cover — the bounded rescan, which reads only files whose size or time
+//!   changed.
+//! - **Never stale.** Each change is queued before it is applied; a caller's walk or search waits
+//!   (within [`CATCH_UP`]) until the index has applied every change queued before it started.
+//!   Before the first build ends, after the watcher failed for good, or when the wait runs out,
+//!   the workspace walks the tree as it would without an index. The repository map alone reads
+//!   the index as it stands ([`Freshness::AsIndexed`]) and says how many changes were pending.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
