@@ -40,6 +40,7 @@ use writ_core::search::{
     imports_in, module_keys, module_names,
 };
 
+use crate::rules::Rules;
 use crate::search::{Candidate, FileStat, PathFilter, Prepared, Tree, within};
 
 /// How long a walk or search waits for the index to apply the changes queued before it; past
@@ -158,6 +159,8 @@ pub(crate) struct Index {
     state: Mutex<State>,
     /// Signalled when changes are queued (for the updater) and applied (for the waiting).
     changed: Condvar,
+    /// The ignore rules of the folders new files were judged in (the updater's alone).
+    rules: Mutex<Rules>,
 }
 
 /// The index with its updater thread and watcher; dropping it stops both.
@@ -196,6 +199,7 @@ impl Index {
                 stopping: false,
             }),
             changed: Condvar::new(),
+            rules: Mutex::new(Rules::default()),
         });
         let watcher = match watch(&index) {
             Ok(w) => Some(w),
@@ -436,7 +440,12 @@ impl Index {
         if self.refresh_in_place(rel) {
             return;
         }
-        let walked: Vec<FileStat> = self.tree.stats(rel).collect();
+        // What is walked may hold changed ignore files, or folders that are something else now.
+        self.rules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .forget(rel);
+        let walked: Vec<FileStat> = self.tree.stats(rel, false).collect();
         let now = SystemTime::now();
         let to_read: Vec<&FileStat> = {
             let state = self.lock();
@@ -464,13 +473,18 @@ impl Index {
         self.remove_beneath(rel, &present);
     }
 
-    /// Refreshes `rel` without a walk where the answer cannot depend on the ignore files: a path
-    /// the walk never shows (protected, or gone) leaves the index with what was beneath it, and a
-    /// file the index already holds that is still a file is read again in place (its ignore files
-    /// have not changed since it was walked, or their change would have queued its directory).
-    /// `false`: only a walk can tell (a new file, a directory, a link).
+    /// Refreshes `rel` without a walk where it can: a path the walk never shows (protected, or
+    /// gone) leaves the index with what was beneath it; a file the index already holds that is
+    /// still a file is read again (its ignore files have not changed since it was walked, or
+    /// their change would have queued its folder); a new file is judged by the ignore rules of
+    /// the folders on its way ([`Rules`]) and read, or left out. `false`: only a walk can tell
+    /// (a folder, a link, an ignore file, a folder on the way that is not one).
     fn refresh_in_place(&self, rel: &str) -> bool {
         if rel.is_empty() {
+            return false;
+        }
+        let name = file_name(rel);
+        if name == ".gitignore" || name == ".ignore" {
             return false;
         }
         let meta = if self.tree.protected.covers(rel) {
@@ -486,8 +500,22 @@ impl Index {
             self.remove_beneath(rel, &HashSet::new());
             return true;
         };
-        if !meta.is_file() || !self.lock().files.contains_key(&Key(rel.to_owned())) {
+        if !meta.is_file() {
             return false;
+        }
+        if !self.lock().files.contains_key(&Key(rel.to_owned())) {
+            let shown = self
+                .rules
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .shows(&self.tree, rel);
+            // A folder the index knew at this path is gone: a file is there now.
+            self.remove_beneath(rel, &HashSet::from([rel]));
+            match shown {
+                None => return false,
+                Some(false) => return true,
+                Some(true) => {}
+            }
         }
         let stat = FileStat {
             rel: rel.to_owned(),

@@ -26,7 +26,17 @@ const TEXTS: &[&str] = &[
     "import a.b\nclass Hay:\n    pass\n",
     "from a.d import e\nfrom b import f\nimport e\n",
 ];
-const IGNORES: &[&str] = &["", "*.log\n", "d/\n", "*.txt\n!h.txt\n"];
+const IGNORES: &[&str] = &[
+    "",
+    "*.log\n",
+    "d/\n",
+    "*.txt\n!h.txt\n",
+    "!*.log\n",
+    "/b.py\n",
+    "*.py\n!e.py\n",
+];
+/// The ignore files a folder may hold: the walker reads both, `.ignore` first.
+const IGNORE_FILES: &[&str] = &[".gitignore", ".ignore"];
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -36,7 +46,7 @@ enum Op {
     RemoveBehind(usize),
     RenameBehind(usize, usize),
     RenameDirBehind(usize, usize),
-    IgnoreBehind(usize, usize),
+    IgnoreBehind(usize, usize, usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -49,7 +59,8 @@ fn op() -> impl Strategy<Value = Op> {
         path.clone().prop_map(Op::RemoveBehind),
         (path.clone(), path).prop_map(|(a, b)| Op::RenameBehind(a, b)),
         (0..DIRS.len(), 0..DIRS.len()).prop_map(|(a, b)| Op::RenameDirBehind(a, b)),
-        (0..3_usize, 0..IGNORES.len()).prop_map(|(d, i)| Op::IgnoreBehind(d, i)),
+        (0..3_usize, 0..IGNORES.len(), 0..IGNORE_FILES.len())
+            .prop_map(|(d, i, f)| Op::IgnoreBehind(d, i, f)),
     ]
 }
 
@@ -117,9 +128,13 @@ async fn apply(ws: &RepoWorkspace, root: &Path, op: &Op) {
         Op::RenameDirBehind(a, b) => {
             let _ = std::fs::rename(root.join(DIRS[*a]), root.join(DIRS[*b]));
         }
-        Op::IgnoreBehind(d, i) => {
-            let dir = ["", "a", "b"][*d];
-            put(root, &format!("{dir}/.gitignore"), IGNORES[*i]);
+        Op::IgnoreBehind(d, i, f) => {
+            let file = IGNORE_FILES[*f];
+            let path = match ["", "a", "b"][*d] {
+                "" => file.to_owned(),
+                dir => format!("{dir}/{file}"),
+            };
+            put(root, &path, IGNORES[*i]);
         }
     }
 }

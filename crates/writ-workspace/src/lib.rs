@@ -33,6 +33,7 @@ mod index_tests;
 mod locks;
 mod ops;
 mod protect;
+mod rules;
 mod search;
 mod staged;
 mod writer;

@@ -22,11 +22,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
-use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+};
 use opentelemetry::{InstrumentationScope, KeyValue, Value};
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{BatchSpanProcessor, SpanData, SpanEvents, SpanLinks, SpanProcessor};
+use opentelemetry_sdk::trace::{
+    BatchSpanProcessor, SpanData, SpanEvents, SpanLinks, SpanProcessor,
+};
 use tracing::Subscriber;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -212,9 +216,11 @@ where
         let Some(span) = ctx.span(id) else {
             return;
         };
-        let parent = span
-            .parent()
-            .and_then(|p| p.extensions().get::<Open>().map(|o| (o.trace, o.id, o.sampled)));
+        let parent = span.parent().and_then(|p| {
+            p.extensions()
+                .get::<Open>()
+                .map(|o| (o.trace, o.id, o.sampled))
+        });
         let (trace, parent, sampled) = match parent {
             Some(p) => p,
             None => {
@@ -311,7 +317,11 @@ impl Open {
             }
             name => {
                 // A field recorded twice keeps its last value, as the SDK's span does.
-                if let Some(kv) = self.attributes.iter_mut().find(|kv| kv.key.as_str() == name) {
+                if let Some(kv) = self
+                    .attributes
+                    .iter_mut()
+                    .find(|kv| kv.key.as_str() == name)
+                {
                     kv.value = value;
                 } else {
                     self.attributes.push(KeyValue::new(name, value));
@@ -376,7 +386,10 @@ mod tests {
         let ids = Ids::default();
         let half = Sampler::parse("traceidratio", Some("0.25")).unwrap();
         let kept = (0..10_000).filter(|_| half.keeps(ids.trace())).count();
-        assert!((2_200..2_800).contains(&kept), "{kept} of 10,000 kept at 0.25");
+        assert!(
+            (2_200..2_800).contains(&kept),
+            "{kept} of 10,000 kept at 0.25"
+        );
         assert!((0..1_000).all(|_| Sampler::Ratio(u64::MAX).keeps(ids.trace())));
         assert!((0..1_000).all(|_| !Sampler::Ratio(0).keeps(ids.trace())));
     }
