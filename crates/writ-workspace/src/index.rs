@@ -441,11 +441,17 @@ impl Index {
             return;
         }
         // What is walked may hold changed ignore files, or folders that are something else now.
-        self.rules
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .forget(rel);
-        let walked: Vec<FileStat> = self.tree.stats(rel, false).collect();
+        let beneath = {
+            let mut rules = self.rules.lock().unwrap_or_else(|e| e.into_inner());
+            rules.forget(rel);
+            // A folder is read by itself with its ancestors' rules, rather than walked from the
+            // root past every sibling folder on the way.
+            (!rel.is_empty())
+                .then(|| rules.files_beneath(&self.tree, rel))
+                .flatten()
+        };
+        let walked: Vec<FileStat> =
+            beneath.unwrap_or_else(|| self.tree.stats(rel, false).collect());
         let now = SystemTime::now();
         let to_read: Vec<&FileStat> = {
             let state = self.lock();

@@ -23,7 +23,17 @@ use std::sync::Arc;
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
-use crate::search::{Tree, within};
+use crate::search::{FileStat, Tree, within};
+
+/// How the walk meets a path.
+enum Way {
+    /// Shown, with the rules of the folders down to it.
+    Shown(Vec<Arc<FolderRules>>),
+    /// Pruned: ignored, protected, or in `.git`.
+    Hidden,
+    /// A folder on the way is not a folder: only the walker can tell.
+    Unknown,
+}
 
 /// The rules one folder adds.
 struct FolderRules {
@@ -52,6 +62,31 @@ impl Rules {
     /// Whether the walk shows `rel`, a regular file; `None` when only a walk can tell (a folder
     /// on its way is not a folder: a link, or gone).
     pub fn shows(&mut self, tree: &Tree, rel: &str) -> Option<bool> {
+        match self.way(tree, rel, false) {
+            Way::Shown(_) => Some(true),
+            Way::Hidden => Some(false),
+            Way::Unknown => None,
+        }
+    }
+
+    /// The regular files the walk shows at and beneath the folder `dir` (from the root, not the
+    /// root itself), with their sizes and times, in no order; `None` when only the walker can
+    /// tell (`dir` or a folder on its way is not a folder, or a folder could not be read).
+    pub fn files_beneath(&mut self, tree: &Tree, dir: &str) -> Option<Vec<FileStat>> {
+        match self.way(tree, dir, true) {
+            Way::Unknown => None,
+            Way::Hidden => Some(Vec::new()),
+            Way::Shown(chain) => {
+                let mut found = Vec::new();
+                self.collect(tree, dir, chain, &mut found)?;
+                Some(found)
+            }
+        }
+    }
+
+    /// How the walk meets `rel`: the rules of the folders down to it (its own last when
+    /// `is_dir`), or that it is pruned, or that a folder on the way is not one.
+    fn way(&mut self, tree: &Tree, rel: &str, is_dir: bool) -> Way {
         let mut chain = vec![self.of(tree, "")];
         let mut parts = rel.split('/').peekable();
         let mut prefix = String::with_capacity(rel.len());
@@ -60,26 +95,70 @@ impl Rules {
                 prefix.push('/');
             }
             prefix.push_str(part);
-            let is_dir = parts.peek().is_some();
+            let folder = is_dir || parts.peek().is_some();
             if part == ".git" || tree.protected.covers(&prefix) {
-                return Some(false);
+                return Way::Hidden;
             }
-            if is_dir
+            if folder
                 && !tree
                     .root
                     .symlink_metadata(&prefix)
                     .is_ok_and(|m| m.is_dir())
             {
-                return None;
+                return Way::Unknown;
             }
-            if judged(&chain, &tree.root_path.join(&prefix), is_dir).is_ignore() {
-                return Some(false);
+            if judged(&chain, &tree.root_path.join(&prefix), folder).is_ignore() {
+                return Way::Hidden;
             }
-            if is_dir {
+            if folder {
                 chain.push(self.of(tree, &prefix));
             }
         }
-        Some(true)
+        Way::Shown(chain)
+    }
+
+    /// Adds the files the walk shows beneath the shown folder `dir`, whose rules (and its
+    /// ancestors') are `chain`.
+    fn collect(
+        &mut self,
+        tree: &Tree,
+        dir: &str,
+        chain: Vec<Arc<FolderRules>>,
+        found: &mut Vec<FileStat>,
+    ) -> Option<()> {
+        for entry in tree.root.read_dir(dir).ok()? {
+            let entry = entry.ok()?;
+            let name = entry.file_name();
+            // The walker leaves out what it cannot name as text.
+            let Some(name) = name.to_str() else {
+                continue;
+            };
+            let rel = format!("{dir}/{name}");
+            if name == ".git" || tree.protected.covers(&rel) {
+                continue;
+            }
+            let kind = entry.file_type().ok()?;
+            let abs = tree.root_path.join(&rel);
+            if kind.is_dir() {
+                if judged(&chain, &abs, true).is_ignore() {
+                    continue;
+                }
+                let mut deeper = chain.clone();
+                deeper.push(self.of(tree, &rel));
+                self.collect(tree, &rel, deeper, found)?;
+            } else if kind.is_file() {
+                if judged(&chain, &abs, false).is_ignore() {
+                    continue;
+                }
+                let meta = entry.metadata().ok()?;
+                found.push(FileStat {
+                    rel,
+                    size: meta.len(),
+                    modified: meta.modified().ok().map(|t| t.into_std()),
+                });
+            }
+        }
+        Some(())
     }
 
     fn of(&mut self, tree: &Tree, dir: &str) -> Arc<FolderRules> {
@@ -163,4 +242,130 @@ fn judged(chain: &[Arc<FolderRules>], path: &Path, is_dir: bool) -> Match<()> {
     first(|f| &f.ignore)
         .or(first(|f| &f.gitignore))
         .or(first(|f| &f.exclude))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::collections::BTreeSet;
+
+    use cap_std::fs::Dir;
+
+    use super::*;
+    use crate::protect::ProtectedPaths;
+
+    const FILES: &[&str] = &[
+        "a.py",
+        "a.log",
+        "h.txt",
+        "x.txt",
+        "a/b.py",
+        "a/c.log",
+        "a/h.txt",
+        "a/d/e.py",
+        "a/d/f.log",
+        "a/d/e.txt",
+        "b/f.py",
+        "b/g.txt",
+        "b/d/e.py",
+    ];
+    const FOLDERS: &[&str] = &["", "a", "a/d", "b"];
+    const RULES: &[&str] = &[
+        "",
+        "*.log\n",
+        "d/\n",
+        "*.txt\n!h.txt\n",
+        "!*.log\n",
+        "/b.py\n",
+        "*.py\n!e.py\n",
+        "!d/\n",
+        "e.*\n",
+        "a/\n",
+    ];
+
+    /// Every combination is a different tree; a small generator picks them reproducibly.
+    fn next(seed: &mut u64) -> usize {
+        *seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (*seed >> 33) as usize
+    }
+
+    #[test]
+    fn the_rules_show_exactly_the_files_the_walker_shows() {
+        let mut seed = 7_u64;
+        for round in 0..200 {
+            let base = tempfile::tempdir().unwrap();
+            let root_path = base.path().join("root");
+            for f in FILES {
+                let path = root_path.join(f);
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(path, "x").unwrap();
+            }
+            let mut written = Vec::new();
+            for folder in FOLDERS {
+                for name in [".gitignore", ".ignore"] {
+                    let rules = RULES[next(&mut seed) % RULES.len()];
+                    if rules.is_empty() || next(&mut seed) % 3 == 0 {
+                        continue;
+                    }
+                    let rel = if folder.is_empty() {
+                        name.to_owned()
+                    } else {
+                        format!("{folder}/{name}")
+                    };
+                    std::fs::write(root_path.join(&rel), rules).unwrap();
+                    written.push((rel, rules));
+                }
+            }
+            if round % 3 == 0 {
+                // A repository's own excludes, read where the folder holds `.git`.
+                let rules = RULES[next(&mut seed) % RULES.len()];
+                std::fs::create_dir_all(root_path.join(".git/info")).unwrap();
+                std::fs::write(root_path.join(".git/info/exclude"), rules).unwrap();
+                written.push((".git/info/exclude".into(), rules));
+            }
+            let tree = Tree {
+                root: Arc::new(
+                    Dir::open_ambient_dir(&root_path, cap_std::ambient_authority()).unwrap(),
+                ),
+                root_path,
+                protected: Arc::new(ProtectedPaths::default()),
+            };
+            let walked: BTreeSet<String> = tree.stats("", true).map(|f| f.rel).collect();
+            let mut rules = Rules::default();
+            let mut candidates: Vec<String> = FILES.iter().map(|f| (*f).to_owned()).collect();
+            candidates.extend(
+                written
+                    .iter()
+                    .filter(|(rel, _)| !rel.starts_with(".git/"))
+                    .map(|(rel, _)| rel.clone()),
+            );
+            for file in &candidates {
+                assert_eq!(
+                    rules.shows(&tree, file),
+                    Some(walked.contains(file)),
+                    "round {round}: {file} with {written:?}"
+                );
+            }
+            for folder in ["a", "a/d", "b", "b/d"] {
+                let beneath: BTreeSet<String> = rules
+                    .files_beneath(&tree, folder)
+                    .expect("a folder")
+                    .into_iter()
+                    .map(|f| f.rel)
+                    .collect();
+                let expected: BTreeSet<String> = walked
+                    .iter()
+                    .filter(|f| within(f, folder))
+                    .cloned()
+                    .collect();
+                assert_eq!(
+                    beneath, expected,
+                    "round {round}: beneath {folder} with {written:?}"
+                );
+            }
+        }
+    }
 }
