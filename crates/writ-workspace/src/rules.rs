@@ -307,7 +307,7 @@ mod tests {
             for folder in FOLDERS {
                 for name in [".gitignore", ".ignore"] {
                     let rules = RULES[next(&mut seed) % RULES.len()];
-                    if rules.is_empty() || next(&mut seed) % 3 == 0 {
+                    if rules.is_empty() || next(&mut seed).is_multiple_of(3) {
                         continue;
                     }
                     let rel = if folder.is_empty() {
@@ -319,7 +319,7 @@ mod tests {
                     written.push((rel, rules));
                 }
             }
-            if round % 3 == 0 {
+            if round.is_multiple_of(3) {
                 // A repository's own excludes, read where the folder holds `.git`.
                 let rules = RULES[next(&mut seed) % RULES.len()];
                 std::fs::create_dir_all(root_path.join(".git/info")).unwrap();
