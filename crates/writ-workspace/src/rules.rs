@@ -295,7 +295,7 @@ mod tests {
     #[test]
     fn the_rules_show_exactly_the_files_the_walker_shows() {
         let mut seed = 7_u64;
-        for round in 0..200 {
+        for round in 0..200_u32 {
             let base = tempfile::tempdir().unwrap();
             let root_path = base.path().join("root");
             for f in FILES {
