@@ -30,7 +30,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use ignore::overrides::Override;
@@ -166,7 +166,7 @@ pub(crate) struct Index {
 /// The index with its updater thread and watcher; dropping it stops both.
 pub(crate) struct Running {
     pub index: Arc<Index>,
-    _watcher: Option<notify::RecommendedWatcher>,
+    _watcher: Option<SharedWatcher>,
 }
 
 impl std::fmt::Debug for Running {
@@ -908,12 +908,24 @@ fn racy(entry: &Entry, modified: Option<SystemTime>) -> bool {
     }
 }
 
+/// The watcher, shared with the threads that add a watch for a new top folder.
+type SharedWatcher = Arc<Mutex<notify::RecommendedWatcher>>;
+
 /// Starts the watcher on the root: every reported path is queued for a refresh; an overflow or
 /// an error queues the root.
-fn watch(index: &Arc<Index>) -> notify::Result<notify::RecommendedWatcher> {
+///
+/// The root is watched by itself and each top folder but `.git` recursively, rather than the
+/// root recursively: a commit writes the repository's index in 8 KiB pieces, and every piece was
+/// an event the watcher's thread woke for — hundreds a commit, competing with it for the cores.
+/// A top folder made later is watched as it is reported (from a thread of its own: the
+/// watcher's thread, which reports it, cannot also add a watch), and refreshed whole, so what
+/// was made in it before its watch began is found.
+fn watch(index: &Arc<Index>) -> notify::Result<SharedWatcher> {
     use notify::Watcher as _;
     let weak = Arc::downgrade(index);
     let root = index.tree.root_path.clone();
+    let shared: Arc<OnceLock<Weak<Mutex<notify::RecommendedWatcher>>>> = Arc::default();
+    let slot = Arc::clone(&shared);
     let handler = move |event: notify::Result<notify::Event>| {
         let Some(index) = weak.upgrade() else {
             return;
@@ -923,7 +935,20 @@ fn watch(index: &Arc<Index>) -> notify::Result<notify::RecommendedWatcher> {
             // report themselves, round and round).
             Ok(event) if event.kind.is_access() && !event.need_rescan() => {}
             Ok(event) if !event.need_rescan() => {
+                let named = matches!(
+                    event.kind,
+                    notify::EventKind::Create(_)
+                        | notify::EventKind::Modify(notify::event::ModifyKind::Name(_))
+                );
                 for path in &event.paths {
+                    if named
+                        && path.parent() == Some(root.as_path())
+                        && path.file_name().is_some_and(|n| n != ".git")
+                        && std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
+                        && let Some(watcher) = slot.get().and_then(Weak::upgrade)
+                    {
+                        watch_later(watcher, path.clone(), Arc::downgrade(&index));
+                    }
                     if let Some(rel) = watched(&root, path) {
                         index.changed(&rel);
                     }
@@ -940,8 +965,58 @@ fn watch(index: &Arc<Index>) -> notify::Result<notify::RecommendedWatcher> {
     // put a watch on every directory beneath it.
     let config = notify::Config::default().with_follow_symlinks(false);
     let mut watcher = notify::RecommendedWatcher::new(handler, config)?;
-    watcher.watch(&index.tree.root_path, notify::RecursiveMode::Recursive)?;
-    Ok(watcher)
+    let root = &index.tree.root_path;
+    watcher.watch(root, notify::RecursiveMode::NonRecursive)?;
+    let shared_watcher = Arc::new(Mutex::new(watcher));
+    let _ = shared.set(Arc::downgrade(&shared_watcher));
+    for entry in std::fs::read_dir(root).map_err(notify::Error::io)? {
+        let entry = entry.map_err(notify::Error::io)?;
+        if entry.file_name() == ".git" || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let watched = shared_watcher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .watch(&entry.path(), notify::RecursiveMode::Recursive);
+        match watched {
+            Ok(()) => {}
+            // Gone since it was listed: nothing to watch.
+            Err(e)
+                if matches!(&e.kind, notify::ErrorKind::PathNotFound)
+                    || matches!(&e.kind, notify::ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::NotFound) =>
+                {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(shared_watcher)
+}
+
+/// Watches the new top folder `path`, then refreshes it; a watch that cannot be added leaves the
+/// index to rescans of the root (a warning says so).
+fn watch_later(watcher: SharedWatcher, path: std::path::PathBuf, index: Weak<Index>) {
+    let spawned = std::thread::Builder::new()
+        .name("writ-index-watch".into())
+        .spawn(move || {
+            use notify::Watcher as _;
+            let added = watcher
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .watch(&path, notify::RecursiveMode::Recursive);
+            let Some(index) = index.upgrade() else {
+                return;
+            };
+            if let Err(e) = added {
+                tracing::warn!(error = %e, path = %path.display(), "a new folder could not be watched: rescanning");
+                index.changed("");
+                return;
+            }
+            if let Some(rel) = watched(&index.tree.root_path, &path) {
+                index.changed(&rel);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "a new folder could not be watched (no thread)");
+    }
 }
 
 /// The path to refresh for a reported change of `path`: `None` inside `.git`; an ignore file
