@@ -16,11 +16,11 @@
 //! - **Kept current.** One thread applies changes in order: the first build (a walk of the root,
 //!   reported as progress), then every path writ writes or removes, and every path the watcher
 //!   reports changed outside writ. A change is a refresh of its path: a path gone (or protected)
-//!   is dropped and a file already indexed read again in place; anything else is walked again
-//!   from the root (so the ignore files on the way apply), files gone dropped, files new or
-//!   changed read. A watcher that overflowed or failed, and a changed ignore file, refresh the
-//!   directory they cover — the bounded rescan, which reads only files whose size or time
-//!   changed.
+//!   is dropped, a file already indexed read again in place, a new file judged by the ignore
+//!   rules of the folders on its way ([`Rules`]), a folder read by itself with those rules; the
+//!   root, links and ignore files are walked again from the root by the walker. A watcher that
+//!   overflowed or failed, and a changed ignore file, refresh the directory they cover — the
+//!   bounded rescan, which reads only files whose size or time changed.
 //! - **Never stale.** Each change is queued before it is applied; a caller's walk or search waits
 //!   (within [`CATCH_UP`]) until the index has applied every change queued before it started.
 //!   Before the first build ends, after the watcher failed for good, or when the wait runs out,
