@@ -26,15 +26,7 @@ const TEXTS: &[&str] = &[
     "import a.b\nclass Hay:\n    pass\n",
     "from a.d import e\nfrom b import f\nimport e\n",
 ];
-const IGNORES: &[&str] = &[
-    "",
-    "*.log\n",
-    "d/\n",
-    "*.txt\n!h.txt\n",
-    "!*.log\n",
-    "/b.py\n",
-    "*.py\n!e.py\n",
-];
+const IGNORES: &[&str] = crate::rules::IGNORE_SAMPLES;
 /// The ignore files a folder may hold: the walker reads both, `.ignore` first.
 const IGNORE_FILES: &[&str] = &[".gitignore", ".ignore"];
 

@@ -244,6 +244,21 @@ fn judged(chain: &[Arc<FolderRules>], path: &Path, is_dir: bool) -> Match<()> {
         .or(first(|f| &f.exclude))
 }
 
+/// Ignore files' contents the tests try: plain, folder-only, anchored and negated rules.
+#[cfg(test)]
+pub(crate) const IGNORE_SAMPLES: &[&str] = &[
+    "",
+    "*.log\n",
+    "d/\n",
+    "*.txt\n!h.txt\n",
+    "!*.log\n",
+    "/b.py\n",
+    "*.py\n!e.py\n",
+    "!d/\n",
+    "e.*\n",
+    "a/\n",
+];
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -271,18 +286,7 @@ mod tests {
         "b/d/e.py",
     ];
     const FOLDERS: &[&str] = &["", "a", "a/d", "b"];
-    const RULES: &[&str] = &[
-        "",
-        "*.log\n",
-        "d/\n",
-        "*.txt\n!h.txt\n",
-        "!*.log\n",
-        "/b.py\n",
-        "*.py\n!e.py\n",
-        "!d/\n",
-        "e.*\n",
-        "a/\n",
-    ];
+    const RULES: &[&str] = IGNORE_SAMPLES;
 
     /// Every combination is a different tree; a small generator picks them reproducibly.
     fn next(seed: &mut u64) -> usize {
