@@ -634,17 +634,17 @@ impl Index {
                 }
             }
         }
-        for key in state.direct_files(dir) {
-            take(state, key, &mut seen, &mut files);
+        for (key, entry) in state.direct_files(dir) {
+            take_entry(key, entry, &mut seen, &mut files);
         }
         let importers = state.importers_of(rel);
         for (path, _) in &importers {
             take(state, &Key(path.clone()), &mut seen, &mut files);
         }
         if let Some((top, _)) = rel.split_once('/') {
-            let ext = extension(name);
+            let ext = extension_of(name);
             let mut added = 0;
-            for (key, _) in state
+            for (key, entry) in state
                 .files
                 .range((Bound::Excluded(Key(top.to_owned())), Bound::Unbounded))
                 .take_while(|(k, _)| within(&k.0, top))
@@ -653,8 +653,10 @@ impl Index {
                 if added == fill {
                     break;
                 }
-                if extension(file_name(&key.0)) == ext && !seen.contains(key.0.as_str()) {
-                    take(state, key, &mut seen, &mut files);
+                // Compared in place: the fill looks at up to MAX_FILL_LOOKS names a map.
+                if extension_of(file_name(&key.0)).eq_ignore_ascii_case(ext)
+                    && take_entry(key, entry, &mut seen, &mut files)
+                {
                     added += 1;
                 }
             }
@@ -791,8 +793,12 @@ fn file_name(rel: &str) -> &str {
 
 /// A file name's extension, lowercased (`""`: none).
 fn extension(name: &str) -> String {
-    name.rsplit_once('.')
-        .map_or(String::new(), |(_, e)| e.to_ascii_lowercase())
+    extension_of(name).to_ascii_lowercase()
+}
+
+/// The extension of a file name as written (`""`: none).
+fn extension_of(name: &str) -> &str {
+    name.rsplit_once('.').map_or("", |(_, e)| e)
 }
 
 /// Adds the file at `key` to the map's files, once.
@@ -802,11 +808,23 @@ fn take<'a>(
     seen: &mut HashSet<&'a str>,
     files: &mut Vec<(String, u64, Option<u64>)>,
 ) {
-    if let Some((key, entry)) = state.files.get_key_value(key)
-        && seen.insert(key.0.as_str())
-    {
+    if let Some((key, entry)) = state.files.get_key_value(key) {
+        take_entry(key, entry, seen, files);
+    }
+}
+
+/// Adds an indexed file to the map's files unless it is there already; whether it was added.
+fn take_entry<'a>(
+    key: &'a Key,
+    entry: &Entry,
+    seen: &mut HashSet<&'a str>,
+    files: &mut Vec<(String, u64, Option<u64>)>,
+) -> bool {
+    let new = seen.insert(key.0.as_str());
+    if new {
         files.push((key.0.clone(), entry.size, entry.content));
     }
+    new
 }
 
 impl State {
@@ -835,7 +853,7 @@ impl State {
     /// The files directly in `dir` (`""`: the root), in walk order: a range of the ordered
     /// files, each subfolder's files skipped in one step, so it costs the folder's own files
     /// and subfolders, not everything beneath it.
-    fn direct_files(&self, dir: &str) -> Vec<&Key> {
+    fn direct_files(&self, dir: &str) -> Vec<(&Key, &Entry)> {
         let mut out = Vec::new();
         let mut from = if dir.is_empty() {
             Bound::Unbounded
@@ -844,7 +862,7 @@ impl State {
         };
         loop {
             let mut skip_to = None;
-            for (key, _) in self.files.range((from.clone(), Bound::Unbounded)) {
+            for (key, entry) in self.files.range((from.clone(), Bound::Unbounded)) {
                 if !within(&key.0, dir) {
                     return out;
                 }
@@ -854,7 +872,7 @@ impl State {
                     &key.0[dir.len() + 1..]
                 };
                 match rest.split_once('/') {
-                    None => out.push(key),
+                    None => out.push((key, entry)),
                     Some((sub, _)) => {
                         // Past every path of the subfolder: its name, then a part no real
                         // name sorts after.

@@ -411,6 +411,18 @@ mod tests {
     }
 
     #[test]
+    fn a_line_holding_several_description_words_outweighs_lines_holding_one_each() {
+        let words = description_words("Normalize the invoice totals, then round them");
+        let together = shared_words("def normalizeInvoice(x): ...\n", &words);
+        let apart = shared_words("def normalize(x): ...\ndef INVOICE_ID = 3\n", &words);
+        assert_eq!(together, 4, "two words on one line count as four");
+        assert_eq!(apart, 2, "one word on each of two lines counts as two");
+        // Repeats count once a line; short and absent words not at all.
+        assert_eq!(shared_words("def invoice_invoice(the, a): ...\n", &words), 1);
+        assert_eq!(shared_words("class Ledger: ...\n", &words), 0);
+    }
+
+    #[test]
     fn import_lines_name_module_paths() {
         let code = "from shop.pricing import total\nimport os\nimport { a } from './util/money'\nmod db;\n";
         assert_eq!(imports_in(code), ["shop/pricing", "os", "util/money", "db"]);
