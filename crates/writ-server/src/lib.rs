@@ -10,7 +10,8 @@
 //! - [`openapi`]: the OpenAPI document, generated from the route table and the types.
 //! - [`tools`]: the tools agents call — MCP (`/mcp`, `writ mcp`) and function calling (`/tools`).
 //! - [`edge`]: host and cross-site guard, dashboard headers, protected paths, connection limits.
-//! - [`state`]: what every handler shares ([`state::AppState`]).
+//! - [`state`]: what the handlers share ([`state::AppState`]; a router that needs a handle or two
+//!   takes just those).
 //! - [`telemetry`]: logging, request ids, metrics. [`check`]: `writ check`; [`keys_cli`]: `writ keys`;
 //!   [`client`]: the client commands `writ write` and `writ ops`.
 

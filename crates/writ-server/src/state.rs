@@ -1,13 +1,18 @@
-//! What every handler shares. Cheap to clone.
+//! What the handlers share. Cheap to clone.
+//!
+//! A router that needs only some of it takes just those handles (`State<Arc<dyn Workspace>>`),
+//! each drawn from [`AppState`] by the derived `FromRef`, so that it cannot reach the rest — the
+//! other routers' caches, the tools' sessions — through the state.
 
 use std::sync::Arc;
 
+use axum::extract::FromRef;
 use metrics_exporter_prometheus::PrometheusHandle;
 use writ_core::{AuditStore, ModelClient, Workspace};
 
 use crate::config::Settings;
 
-#[derive(Clone)]
+#[derive(Clone, FromRef)]
 pub struct AppState {
     pub settings: Arc<Settings>,
     /// The audit log; every write is recorded here before it is acknowledged.

@@ -1,7 +1,7 @@
 //! What writ says about itself: liveness, readiness, metrics, the OpenAPI document and the
 //! dashboard page. (The service layer the other routes share is [`crate::service`].)
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use axum::Json;
@@ -10,8 +10,10 @@ use axum::http::HeaderValue;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
+use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use writ_core::AuditStore;
 
 use crate::readiness::{Check, Checks, Readiness, ReadinessBody, ReadyStatus};
 use crate::state::AppState;
@@ -194,9 +196,12 @@ pub fn check_provider(state: &AppState) -> Check {
 }
 
 /// Prometheus text exposition.
-pub async fn metrics(State(state): State<AppState>) -> Response {
+pub async fn metrics(
+    State(handle): State<PrometheusHandle>,
+    State(store): State<Arc<dyn AuditStore>>,
+) -> Response {
     // Spend is read from the store at each scrape, so every replica reports every key's.
-    if let Err(e) = crate::service::spend::publish_all(&state).await {
+    if let Err(e) = crate::service::spend::publish_all(store.as_ref()).await {
         tracing::warn!(error = %e.message, "key spend left out of /metrics");
     }
     (
@@ -204,7 +209,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(),
+        handle.render(),
     )
         .into_response()
 }

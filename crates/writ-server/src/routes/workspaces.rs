@@ -41,7 +41,9 @@ async fn with_spend(state: &AppState, mut info: WorkspaceInfo) -> Result<Workspa
         .workspace_budget(&info.name)
         .await
         .map_err(crate::error::store_error)?;
-    info.spend = Some(crate::service::spend::workspace_windows(state, &info.name, &budget).await?);
+    info.spend = Some(
+        crate::service::spend::workspace_windows(state.store.as_ref(), &info.name, &budget).await?,
+    );
     info.budget = Some(budget);
     Ok(info)
 }

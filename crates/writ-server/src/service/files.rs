@@ -6,14 +6,15 @@
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
-use writ_core::RepoPath;
 use writ_core::audit::OperationKind;
 use writ_core::content::{invalid_utf8_sequences, numbered_preview, sha256_hex, truncate_chars};
 use writ_core::direct;
 use writ_core::files::{WriteMode, WriteSpec};
 use writ_core::keys::Scope;
 use writ_core::workspace::DirEntry;
+use writ_core::{RepoPath, Workspace};
 
+use crate::config::Settings;
 use crate::error::{ApiError, ErrorCode, path_error, workspace_error, write_error};
 use crate::state::AppState;
 
@@ -38,11 +39,10 @@ pub struct Listing {
 }
 
 /// The listing behind `GET /files` and the `list_files` tool.
-pub async fn list_dir(state: &AppState, params: ListParams) -> Result<Listing, ApiError> {
+pub async fn list_dir(workspace: &dyn Workspace, params: ListParams) -> Result<Listing, ApiError> {
     let raw = params.dir.unwrap_or_default();
     let dir = RepoPath::parse_dir(&raw).map_err(|e| path_error(&e, "dir"))?;
-    let entries = state
-        .workspace
+    let entries = workspace
         .list(&dir)
         .await
         .map_err(|e| workspace_error(e, "dir"))?;
@@ -78,31 +78,31 @@ pub enum FileContent {
 
 /// Reads a file, cutting text at `max_chars` (default `WRIT_READ_DEFAULT_CHARS`).
 pub async fn read(
-    state: &AppState,
+    workspace: &dyn Workspace,
+    settings: &Settings,
     raw: &str,
     max_chars: Option<usize>,
 ) -> Result<FileRead, ApiError> {
     let path = RepoPath::parse_nonempty(raw).map_err(|e| path_error(&e, "path"))?;
-    let limit = max_chars.unwrap_or(state.settings.read_default_chars);
-    if limit == 0 || limit > state.settings.read_max_chars {
+    let limit = max_chars.unwrap_or(settings.read_default_chars);
+    if limit == 0 || limit > settings.read_max_chars {
         return Err(ApiError::new(
             ErrorCode::InvalidParameter,
             format!(
                 "max_chars must be between 1 and {}, got {limit}",
-                state.settings.read_max_chars
+                settings.read_max_chars
             ),
         )
         .with_field("max_chars"));
     }
     // A character is at most four bytes, so this many hold `limit` characters whatever they are;
     // a file longer than that is read no further than what can be returned.
-    let (bytes, size) = state
-        .workspace
+    let (bytes, size) = workspace
         .read_head(&path, limit.saturating_mul(4))
         .await
         .map_err(|e| workspace_error(e, "path"))?
         .ok_or_else(|| ApiError::not_found(format!("'{path}' does not exist")))?;
-    let max = state.settings.read_max_chars;
+    let max = settings.read_max_chars;
     if (bytes.len() as u64) < size {
         return Ok(head_only(&path, bytes, size, limit, max));
     }

@@ -57,7 +57,7 @@ pub async fn undo(
     options: UndoOptions,
 ) -> Result<UndoResponse, ApiError> {
     let undone = parse_uuid(request_id, field)?;
-    if !super::jobs::sees_request(state, viewer, undone)
+    if !super::jobs::sees_request(state.store.as_ref(), viewer, undone)
         .await
         .map_err(store_error)?
     {
@@ -124,7 +124,7 @@ pub async fn restore(
         .await
         .map_err(store_error)?
         .ok_or_else(not_found)?;
-    if !super::jobs::sees_request(state, viewer, op.request_id)
+    if !super::jobs::sees_request(state.store.as_ref(), viewer, op.request_id)
         .await
         .map_err(store_error)?
     {

@@ -10,9 +10,9 @@ use std::time::Duration;
 use futures::stream::{self, Stream, StreamExt};
 use tokio::sync::broadcast;
 use uuid::Uuid;
-use writ_core::StoreError;
 use writ_core::jobs::{Job, JobEvent};
 use writ_core::synthesis::jobs::EventHub;
+use writ_core::{AuditStore, StoreError};
 
 use crate::access::Viewer;
 use crate::state::AppState;
@@ -20,14 +20,14 @@ use crate::state::AppState;
 /// Whether `viewer` may see what request `request_id` made (its job, its operations): a key sees
 /// its own, an admin or a server without keys everything.
 pub async fn sees_request(
-    state: &AppState,
+    store: &dyn AuditStore,
     viewer: &Viewer,
     request_id: Uuid,
 ) -> Result<bool, StoreError> {
     if viewer.only().is_none() && viewer.workspaces().is_none() {
         return Ok(true);
     }
-    let Some(request) = state.store.get_request(request_id).await? else {
+    let Some(request) = store.get_request(request_id).await? else {
         return Ok(false);
     };
     Ok(viewer.sees(request.caller.as_deref()) && viewer.sees_workspace(&request.workspace))
@@ -43,7 +43,9 @@ pub async fn find(state: &AppState, viewer: &Viewer, id: Uuid) -> Result<Option<
         return Ok(None);
     }
     // A job's id is its request's id.
-    Ok(sees_request(state, viewer, id).await?.then_some(job))
+    Ok(sees_request(state.store.as_ref(), viewer, id)
+        .await?
+        .then_some(job))
 }
 
 /// A stream not woken by this process (the batch runs elsewhere) looks again this often.

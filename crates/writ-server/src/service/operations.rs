@@ -5,11 +5,11 @@ use base64::Engine;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+use writ_core::AuditStore;
 use writ_core::audit::{Cursor, Operation, OperationFilter, OperationStatus};
 
 use crate::access::Viewer;
 use crate::error::{ApiError, ErrorCode, store_error};
-use crate::state::AppState;
 
 pub const DEFAULT_LIMIT: u32 = 50;
 pub const MAX_LIMIT: u32 = 500;
@@ -71,7 +71,7 @@ pub struct RecordedOperation {
 /// The page behind `GET /operations` and the `list_operations` tool: the viewer's own operations
 /// unless it may see all.
 pub async fn list(
-    state: &AppState,
+    store: &dyn AuditStore,
     viewer: &Viewer,
     p: ListParams,
 ) -> Result<OperationsPage, ApiError> {
@@ -118,8 +118,7 @@ pub async fn list(
         workspaces: visible_workspaces(viewer, p.workspace.as_deref()),
     };
     let cursor = p.cursor.map(Cursor);
-    let page = state
-        .store
+    let page = store
         .list_operations(&filter, cursor.as_ref(), limit)
         .await
         .map_err(store_error)?;
@@ -132,20 +131,19 @@ pub async fn list(
 /// The operation behind `GET /operations/{id}` and the `get_operation` tool; another key's
 /// operation is answered as absent.
 pub async fn get(
-    state: &AppState,
+    store: &dyn AuditStore,
     viewer: &Viewer,
     OperationId { id }: OperationId,
 ) -> Result<RecordedOperation, ApiError> {
     let id = parse_uuid(&id, "id")?;
     let not_found = || ApiError::not_found(format!("no operation {id}"));
-    let (op, content) = state
-        .store
+    let (op, content) = store
         .get_operation(id)
         .await
         .map_err(store_error)?
         .ok_or_else(not_found)?;
     if !viewer.sees_workspace(&op.workspace)
-        || !super::jobs::sees_request(state, viewer, op.request_id)
+        || !super::jobs::sees_request(store, viewer, op.request_id)
             .await
             .map_err(store_error)?
     {

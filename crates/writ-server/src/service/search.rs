@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use writ_core::search::{Freshness, SearchError, SearchQuery, SearchResults};
-use writ_core::{RepoPath, WorkspaceError};
+use writ_core::{RepoPath, Workspace, WorkspaceError};
 
 use crate::error::{ApiError, ErrorCode, path_error, workspace_error};
-use crate::state::AppState;
 
 /// Matching lines answered when the caller does not say.
 pub const DEFAULT_MATCHES: usize = 50;
@@ -63,16 +62,19 @@ pub struct SearchParams {
 }
 
 /// The search behind `GET /search` and the `search_files` tool.
-pub async fn search(state: &AppState, params: SearchParams) -> Result<SearchResults, ApiError> {
+pub async fn search(
+    workspace: &dyn Workspace,
+    params: SearchParams,
+) -> Result<SearchResults, ApiError> {
     let query = parse(params)?;
     // The walk would answer a protected folder with nothing; say why instead.
     if !query.dir.is_root()
         && let Err(e @ WorkspaceError::Protected { .. }) =
-            state.workspace.check_target(&query.dir, false).await
+            workspace.check_target(&query.dir, false).await
     {
         return Err(workspace_error(e, "dir"));
     }
-    state.workspace.search(query).await.map_err(|e| match e {
+    workspace.search(query).await.map_err(|e| match e {
         SearchError::Pattern(message) => invalid(
             "pattern",
             format!("the pattern does not compile: {message}"),

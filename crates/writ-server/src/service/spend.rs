@@ -4,10 +4,10 @@
 
 use chrono::Utc;
 use serde::Serialize;
+use writ_core::AuditStore;
 use writ_core::budgets::{Budget, Period, WindowSpend};
 
 use crate::error::{ApiError, store_error};
-use crate::state::AppState;
 
 /// `GET /keys/{id}/spend`: the key's budget and what it spent this UTC day and month.
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -20,11 +20,10 @@ pub struct KeySpend {
 
 /// The current day's and month's spend of `caller` beside `budget`'s limits.
 pub async fn windows(
-    state: &AppState,
+    store: &dyn AuditStore,
     caller: &str,
     budget: &Budget,
 ) -> Result<Vec<WindowSpend>, ApiError> {
-    let store = &state.store;
     windows_of(
         budget,
         |since| store.key_spend(caller, since),
@@ -57,18 +56,12 @@ where
 }
 
 /// `id`'s spend; 404 when writ issued no such key.
-pub async fn key_spend(state: &AppState, id: &str) -> Result<KeySpend, ApiError> {
-    if state
-        .store
-        .find_key(id)
-        .await
-        .map_err(store_error)?
-        .is_none()
-    {
+pub async fn key_spend(store: &dyn AuditStore, id: &str) -> Result<KeySpend, ApiError> {
+    if store.find_key(id).await.map_err(store_error)?.is_none() {
         return Err(ApiError::not_found(format!("no API key with id {id}")));
     }
-    let budget = state.store.key_budget(id).await.map_err(store_error)?;
-    let windows = windows(state, id, &budget).await?;
+    let budget = store.key_budget(id).await.map_err(store_error)?;
+    let windows = windows(store, id, &budget).await?;
     Ok(KeySpend {
         key_id: id.to_owned(),
         budget,
@@ -79,11 +72,10 @@ pub async fn key_spend(state: &AppState, id: &str) -> Result<KeySpend, ApiError>
 /// The current day's and month's spend of the workspace `name` (every key's batches in it)
 /// beside `budget`'s limits.
 pub async fn workspace_windows(
-    state: &AppState,
+    store: &dyn AuditStore,
     name: &str,
     budget: &Budget,
 ) -> Result<Vec<WindowSpend>, ApiError> {
-    let store = &state.store;
     windows_of(
         budget,
         |since| store.workspace_spend(name, since),
@@ -93,23 +85,19 @@ pub async fn workspace_windows(
 }
 
 /// Sets every issued, unrevoked key's spend gauges, and every workspace's, for `/metrics`.
-pub async fn publish_all(state: &AppState) -> Result<(), ApiError> {
-    for key in state.store.list_keys().await.map_err(store_error)? {
+pub async fn publish_all(store: &dyn AuditStore) -> Result<(), ApiError> {
+    for key in store.list_keys().await.map_err(store_error)? {
         if key.revoked_at.is_none() {
-            let budget = state.store.key_budget(&key.id).await.map_err(store_error)?;
-            windows(state, &key.id, &budget).await?;
+            let budget = store.key_budget(&key.id).await.map_err(store_error)?;
+            windows(store, &key.id, &budget).await?;
         }
     }
-    let stored = state.store.list_workspaces().await.map_err(store_error)?;
+    let stored = store.list_workspaces().await.map_err(store_error)?;
     let names = std::iter::once(writ_core::workspaces::WorkspaceName::DEFAULT.to_owned())
         .chain(stored.into_iter().map(|w| w.name.to_string()));
     for name in names {
-        let budget = state
-            .store
-            .workspace_budget(&name)
-            .await
-            .map_err(store_error)?;
-        workspace_windows(state, &name, &budget).await?;
+        let budget = store.workspace_budget(&name).await.map_err(store_error)?;
+        workspace_windows(store, &name, &budget).await?;
     }
     Ok(())
 }

@@ -3,13 +3,13 @@
 
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
+use writ_core::AuditStore;
 use writ_core::audit::OperationFilter;
 use writ_core::stats::{ModelStats, model_stats};
 
 use crate::access::Viewer;
 use crate::error::{ApiError, ErrorCode, store_error};
 use crate::service::operations::parse_time;
-use crate::state::AppState;
 
 /// The window when `since` is not given.
 pub const DEFAULT_WINDOW_HOURS: i64 = 24;
@@ -44,7 +44,7 @@ pub struct ModelStatsPage {
 }
 
 pub async fn models(
-    state: &AppState,
+    store: &dyn AuditStore,
     viewer: &Viewer,
     p: StatsParams,
 ) -> Result<ModelStatsPage, ApiError> {
@@ -85,8 +85,7 @@ pub async fn models(
     let mut cursor = None;
     let mut truncated = false;
     loop {
-        let page = state
-            .store
+        let page = store
             .list_operations(&filter, cursor.as_ref(), PAGE)
             .await
             .map_err(store_error)?;

@@ -194,15 +194,21 @@ async fn check_budgets(
     if let Some(caller) = caller
         && !key_budget.is_empty()
     {
-        for window in crate::service::spend::windows(state, caller, &key_budget).await? {
+        for window in
+            crate::service::spend::windows(state.store.as_ref(), caller, &key_budget).await?
+        {
             if let Some(refused) = window.exceeded(BudgetHolder::Key) {
                 return Err(budget_exceeded(refused, None));
             }
         }
     }
     if !workspace_budget.is_empty() {
-        for window in
-            crate::service::spend::workspace_windows(state, workspace, &workspace_budget).await?
+        for window in crate::service::spend::workspace_windows(
+            state.store.as_ref(),
+            workspace,
+            &workspace_budget,
+        )
+        .await?
         {
             if let Some(refused) = window.exceeded(BudgetHolder::Workspace) {
                 return Err(budget_exceeded(refused, Some(workspace)));

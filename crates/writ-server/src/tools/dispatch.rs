@@ -26,7 +26,7 @@ pub async fn search_files(
     state: &AppState,
     params: search::SearchParams,
 ) -> Result<ToolOutput, ApiError> {
-    let found = search::search(state, params).await?;
+    let found = search::search(state.workspace.as_ref(), params).await?;
     let mut lines = vec![format!(
         "{} matching lines in {} files ({} files searched{}){}",
         found.matches.len(),
@@ -87,7 +87,7 @@ pub async fn list_files(
     state: &AppState,
     params: files::ListParams,
 ) -> Result<ToolOutput, ApiError> {
-    let listing = files::list_dir(state, params).await?;
+    let listing = files::list_dir(state.workspace.as_ref(), params).await?;
     let mut lines = vec![format!(
         "{} ({} entries):",
         if listing.dir.is_empty() {
@@ -126,7 +126,13 @@ struct ReadFileResult {
 }
 
 pub async fn read_file(state: &AppState, args: ReadFileArgs) -> Result<ToolOutput, ApiError> {
-    let read = files::read(state, &args.path, args.max_chars).await?;
+    let read = files::read(
+        state.workspace.as_ref(),
+        &state.settings,
+        &args.path,
+        args.max_chars,
+    )
+    .await?;
     let mut result = ReadFileResult {
         path: read.path,
         sha256: read.sha256,
@@ -228,7 +234,7 @@ pub async fn list_operations(
     viewer: &crate::access::Viewer,
     params: operations::ListParams,
 ) -> Result<ToolOutput, ApiError> {
-    let page = operations::list(state, viewer, params).await?;
+    let page = operations::list(state.store.as_ref(), viewer, params).await?;
     let mut lines = vec![format!(
         "{} operations, newest first:",
         page.operations.len()
@@ -259,7 +265,7 @@ pub async fn get_operation(
     viewer: &crate::access::Viewer,
     id: operations::OperationId,
 ) -> Result<ToolOutput, ApiError> {
-    let recorded = operations::get(state, viewer, id).await?;
+    let recorded = operations::get(state.store.as_ref(), viewer, id).await?;
     let op = &recorded.operation;
     let mut content = format!(
         "{} {} {} at {} ({} bytes, sha256 {})",

@@ -2,24 +2,27 @@
 //! limit, or the raw bytes), with its size and SHA-256 in the headers; read by
 //! [`crate::service::files`].
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use writ_core::Workspace;
 
 use super::header_value;
+use crate::config::Settings;
 use crate::error::ApiError;
 use crate::extract::ApiQuery;
 use crate::service::files::{FileContent, ListParams, list_dir, read};
-use crate::state::AppState;
 
 /// List the entries of a directory of the workspace.
 pub async fn list_files(
-    State(state): State<AppState>,
+    State(workspace): State<Arc<dyn Workspace>>,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(list_dir(&state, params).await?).into_response())
+    Ok(Json(list_dir(workspace.as_ref(), params).await?).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -31,11 +34,12 @@ pub struct ReadParams {
 /// Read a file. Text is cut at `max_chars` characters with a marker saying so; the headers give
 /// the full size and the SHA-256 to send back as `If-Match`.
 pub async fn read_file(
-    State(state): State<AppState>,
+    State(workspace): State<Arc<dyn Workspace>>,
+    State(settings): State<Arc<Settings>>,
     Path(raw): Path<String>,
     ApiQuery(params): ApiQuery<ReadParams>,
 ) -> Result<Response, ApiError> {
-    let read = read(&state, &raw, params.max_chars).await?;
+    let read = read(workspace.as_ref(), &settings, &raw, params.max_chars).await?;
     let mut headers = HeaderMap::new();
     if let Some(sha256) = &read.sha256 {
         headers.insert(header::ETAG, header_value(&format!("\"{sha256}\"")));
