@@ -5,6 +5,7 @@
 //! followed by its `X-Request-Id` too.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
@@ -17,15 +18,16 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use uuid::Uuid;
+use writ_core::AuditStore;
 use writ_core::audit::RequestStatus;
 use writ_core::jobs::{Job, JobEvent, JobFilter, JobStatus};
 use writ_core::synthesis::BatchResponse;
+use writ_core::synthesis::jobs::Jobs;
 
 use crate::access::Viewer;
 use crate::error::{ApiError, ErrorCode, store_error};
 use crate::extract::ApiQuery;
 use crate::service::jobs::follow;
-use crate::state::AppState;
 
 const DEFAULT_LIMIT: u32 = 20;
 const MAX_LIMIT: u32 = 200;
@@ -40,7 +42,7 @@ pub struct ListParams {
 
 /// Recent batches, newest first.
 pub async fn list_jobs(
-    State(state): State<AppState>,
+    State(store): State<Arc<dyn AuditStore>>,
     viewer: Viewer,
     ApiQuery(p): ApiQuery<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
@@ -57,11 +59,7 @@ pub async fn list_jobs(
         workspaces: crate::service::operations::visible_workspaces(&viewer, p.workspace.as_deref()),
         unfinished: false,
     };
-    let jobs = state
-        .store
-        .list_jobs(&filter, limit)
-        .await
-        .map_err(store_error)?;
+    let jobs = store.list_jobs(&filter, limit).await.map_err(store_error)?;
     Ok(Json(
         json!({ "jobs": jobs.iter().map(job_view).collect::<Vec<_>>() }),
     ))
@@ -69,22 +67,23 @@ pub async fn list_jobs(
 
 /// One batch: its state and, once done, the same body the synchronous call returns.
 pub async fn get_job(
-    State(state): State<AppState>,
+    State(store): State<Arc<dyn AuditStore>>,
     viewer: Viewer,
     Path(id): Path<String>,
 ) -> Result<Json<JobView>, ApiError> {
-    let job = find(&state, &viewer, &id).await?;
+    let job = find(store.as_ref(), &viewer, &id).await?;
     Ok(Json(job_view(&job)))
 }
 
 /// Server-Sent Events of one batch; `Last-Event-ID` resumes after that event.
 pub async fn job_events(
-    State(state): State<AppState>,
+    State(store): State<Arc<dyn AuditStore>>,
+    State(jobs): State<Option<Arc<Jobs>>>,
     viewer: Viewer,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let job = find(&state, &viewer, &id).await?;
+    let job = find(store.as_ref(), &viewer, &id).await?;
     let after = match headers.get("last-event-id") {
         None => 0,
         Some(v) => v
@@ -100,7 +99,8 @@ pub async fn job_events(
                 .with_field("Last-Event-ID")
             })?,
     };
-    let stream = follow(state, job.id, after).map(|e| Ok::<_, Infallible>(sse(&e)));
+    let stream = follow(store, jobs.as_deref().map(Jobs::hub), job.id, after)
+        .map(|e| Ok::<_, Infallible>(sse(&e)));
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response())
@@ -114,7 +114,7 @@ fn sse(e: &JobEvent) -> SseEvent {
 }
 
 /// The job, when `viewer` may see it: another key's job is answered as absent.
-async fn find(state: &AppState, viewer: &Viewer, raw: &str) -> Result<Job, ApiError> {
+async fn find(store: &dyn AuditStore, viewer: &Viewer, raw: &str) -> Result<Job, ApiError> {
     let id = Uuid::parse_str(raw).map_err(|_| {
         ApiError::new(
             ErrorCode::InvalidParameter,
@@ -122,7 +122,7 @@ async fn find(state: &AppState, viewer: &Viewer, raw: &str) -> Result<Job, ApiEr
         )
         .with_field("id")
     })?;
-    crate::service::jobs::find(state, viewer, id)
+    crate::service::jobs::find(store, viewer, id)
         .await
         .map_err(store_error)?
         .ok_or_else(|| ApiError::not_found(format!("no job {id}")))

@@ -5,6 +5,7 @@
 //! by this process's hub, or by polling when the batch runs on another replica. It ends after
 //! `done`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{self, Stream, StreamExt};
@@ -15,7 +16,6 @@ use writ_core::synthesis::jobs::EventHub;
 use writ_core::{AuditStore, StoreError};
 
 use crate::access::Viewer;
-use crate::state::AppState;
 
 /// Whether `viewer` may see what request `request_id` made (its job, its operations): a key sees
 /// its own, an admin or a server without keys everything.
@@ -35,17 +35,19 @@ pub async fn sees_request(
 
 /// Job `id` as `viewer` may see it: `None` when there is none or it is another key's, so that
 /// another key's job reads as absent (`GET /jobs/{id}`, MCP `tasks/get`).
-pub async fn find(state: &AppState, viewer: &Viewer, id: Uuid) -> Result<Option<Job>, StoreError> {
-    let Some(job) = state.store.get_job(id).await? else {
+pub async fn find(
+    store: &dyn AuditStore,
+    viewer: &Viewer,
+    id: Uuid,
+) -> Result<Option<Job>, StoreError> {
+    let Some(job) = store.get_job(id).await? else {
         return Ok(None);
     };
     if !viewer.sees_workspace(&job.workspace) {
         return Ok(None);
     }
     // A job's id is its request's id.
-    Ok(sees_request(state.store.as_ref(), viewer, id)
-        .await?
-        .then_some(job))
+    Ok(sees_request(store, viewer, id).await?.then_some(job))
 }
 
 /// A stream not woken by this process (the batch runs elsewhere) looks again this often.
@@ -56,7 +58,7 @@ const EVENTS_PER_READ: u32 = 200;
 const FINAL_GRACE_POLLS: u32 = 3;
 
 struct Cursor {
-    state: AppState,
+    store: Arc<dyn AuditStore>,
     job: Uuid,
     after: i64,
     wake: broadcast::Receiver<Uuid>,
@@ -67,15 +69,18 @@ struct Cursor {
 
 /// A job's events after `after`, in order, replayed from the store and then followed until
 /// `done`. The SSE stream and the `write_codebase` tool's progress notifications read this.
-pub fn follow(state: AppState, job: Uuid, after: i64) -> impl Stream<Item = JobEvent> {
+/// `hub` is this process's, when it runs jobs; the stream subscribes to it at once and keeps no
+/// borrow of it, so it may outlive the handler that made it.
+pub fn follow(
+    store: Arc<dyn AuditStore>,
+    hub: Option<&EventHub>,
+    job: Uuid,
+    after: i64,
+) -> impl Stream<Item = JobEvent> + use<> {
     // Without `Jobs` this process runs no job, so nothing here wakes the stream: it polls.
-    let wake = state
-        .jobs
-        .as_ref()
-        .map(|jobs| jobs.hub().subscribe())
-        .unwrap_or_else(|| EventHub::default().subscribe());
+    let wake = hub.map_or_else(|| EventHub::default().subscribe(), EventHub::subscribe);
     let cursor = Cursor {
-        state,
+        store,
         job,
         after,
         wake,
@@ -87,7 +92,7 @@ pub fn follow(state: AppState, job: Uuid, after: i64) -> impl Stream<Item = JobE
             return None;
         }
         loop {
-            let events = match c.state.store.job_events(c.job, c.after, EVENTS_PER_READ).await {
+            let events = match c.store.job_events(c.job, c.after, EVENTS_PER_READ).await {
                 Ok(events) => events,
                 Err(e) => {
                     tracing::warn!(job = %c.job, error = %e, "event stream: store unavailable, retrying");
@@ -102,7 +107,7 @@ pub fn follow(state: AppState, job: Uuid, after: i64) -> impl Stream<Item = JobE
             // Nothing new. A job that is over announces `done` just after it is marked so; give
             // that event a few polls to land, then end the stream anyway (the store may have
             // lost it), so no subscriber waits forever.
-            if let Ok(Some(job)) = c.state.store.get_job(c.job).await
+            if let Ok(Some(job)) = c.store.get_job(c.job).await
                 && job.status.is_final()
             {
                 c.grace_polls += 1;

@@ -3,6 +3,7 @@
 
 use futures::StreamExt;
 use serde_json::Value;
+use writ_core::synthesis::jobs::Jobs;
 use writ_core::synthesis::{BatchResponse, Begun, Event};
 
 use super::{CallContext, ToolOutput};
@@ -65,7 +66,8 @@ pub async fn write_codebase(
     });
     // Fused: the stream ends at `done`, and an ended `follow` must not be polled again (it
     // panics, which took the tool call's answer with it) — both loops below may ask once more.
-    let mut events = std::pin::pin!(jobs::follow(state.clone(), job_id, 0).fuse());
+    let hub = state.jobs.as_deref().map(Jobs::hub);
+    let mut events = std::pin::pin!(jobs::follow(state.store.clone(), hub, job_id, 0).fuse());
     let mut answer = std::pin::pin!(handle.answer());
     let mut reported = 0_i64;
     let done = loop {

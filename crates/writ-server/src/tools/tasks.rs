@@ -76,7 +76,7 @@ pub async fn cancel(state: &AppState, viewer: &Viewer, task_id: &str) -> Result<
 async fn find(state: &AppState, viewer: &Viewer, task_id: &str) -> Result<Job, ErrorData> {
     let unknown = || ErrorData::invalid_params(format!("no task {task_id}"), None);
     let id = Uuid::parse_str(task_id).map_err(|_| unknown())?;
-    crate::service::jobs::find(state, viewer, id)
+    crate::service::jobs::find(state.store.as_ref(), viewer, id)
         .await
         .map_err(|e| ErrorData::internal_error(format!("reading task {task_id}: {e}"), None))?
         .ok_or_else(unknown)
