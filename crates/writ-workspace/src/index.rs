@@ -46,6 +46,9 @@ use crate::search::{Candidate, FileStat, PathFilter, Prepared, Tree, within};
 /// How long a walk or search waits for the index to apply the changes queued before it; past
 /// it, the tree is walked instead.
 pub const CATCH_UP: Duration = Duration::from_millis(500);
+/// How long the repository map waits for the index to apply the changes queued before it; past
+/// it, the map reads the index as it stands and says how many changes were pending.
+pub const MAP_CATCH_UP: Duration = Duration::from_millis(100);
 /// Files larger than this are not filtered: every search reads them.
 const MAX_FILTERED_BYTES: u64 = 1 << 20;
 /// Changes waiting past this many are applied as one rescan of the root.
@@ -150,6 +153,11 @@ struct State {
     /// Changes queued since the start, and applied.
     queued: u64,
     applied: u64,
+    /// New top folders whose watch is being added: what was made in them so far is reported
+    /// only by the refresh queued once the watch is on.
+    watching: usize,
+    /// `queued` when the last of those refreshes was queued.
+    watched_through: u64,
     stopping: bool,
 }
 
@@ -196,6 +204,8 @@ impl Index {
                 queue: vec![String::new()],
                 queued: 1,
                 applied: 0,
+                watching: 0,
+                watched_through: 0,
                 stopping: false,
             }),
             changed: Condvar::new(),
@@ -253,6 +263,15 @@ impl Index {
         self.changed.notify_all();
     }
 
+    /// A new top folder's watch is on and its refresh queued (see [`watch_later`]).
+    fn watched(&self) {
+        let mut state = self.lock();
+        state.watching = state.watching.saturating_sub(1);
+        state.watched_through = state.queued;
+        drop(state);
+        self.changed.notify_all();
+    }
+
     /// The index once it has applied every change queued before now; `None` if it is not ready
     /// or does not catch up within `bound`.
     fn current(&self, bound: Duration) -> Option<MutexGuard<'_, State>> {
@@ -260,14 +279,20 @@ impl Index {
         if state.state != IndexState::Ready {
             return None;
         }
-        let wanted = state.queued;
+        let queued = state.queued;
+        // A new top folder being watched holds changes not reported yet: its refresh counts as
+        // queued before now.
+        let wanted = |s: &State| queued.max(s.watched_through);
         let (state, _) = self
             .changed
             .wait_timeout_while(state, bound, |s| {
-                s.applied < wanted && s.state == IndexState::Ready
+                (s.watching > 0 || s.applied < wanted(s)) && s.state == IndexState::Ready
             })
             .unwrap_or_else(|e| e.into_inner());
-        (state.state == IndexState::Ready && state.applied >= wanted).then_some(state)
+        let current = state.state == IndexState::Ready
+            && state.watching == 0
+            && state.applied >= wanted(&state);
+        current.then_some(state)
     }
 
     /// The index as it stands, without waiting for queued changes, and how many are queued; `None`
@@ -598,9 +623,10 @@ impl Index {
     /// each found by a look-up: the files `modules` name (by their name), `rel`'s tests (among
     /// the files named for tests), the files of its folder (a range of the ordered files, each
     /// subfolder skipped in one step), its importers, and up to `fill` more files of its
-    /// extension beneath its top folder, in walk order. From the index as it stands (the map
-    /// does not wait for changes still queued: it says how many there were); `None` before the
-    /// first build ends.
+    /// extension beneath its top folder, in walk order. From the index once it has applied the
+    /// changes queued before the call, or as it stands when that takes longer than
+    /// [`MAP_CATCH_UP`] (the answer says how many were pending); `None` before the first build
+    /// ends.
     pub fn map_files(
         &self,
         rel: &str,
@@ -608,7 +634,13 @@ impl Index {
         exclude: &[String],
         fill: usize,
     ) -> Option<MapAnswer> {
-        let (guard, pending) = self.as_indexed()?;
+        // Changes reported before the map began are usually applied within milliseconds: the
+        // map waits that long (a batch right after a write sees the write), and no longer, so
+        // that with many batches writing it does not queue behind them.
+        let (guard, pending) = match self.current(MAP_CATCH_UP) {
+            Some(state) => (state, 0),
+            None => self.as_indexed()?,
+        };
         let state: &State = &guard;
         let mut seen: HashSet<&str> = HashSet::new();
         let mut files: Vec<(String, u64, Option<u64>)> = Vec::new();
@@ -965,6 +997,7 @@ fn watch(index: &Arc<Index>) -> notify::Result<SharedWatcher> {
                         && std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
                         && let Some(watcher) = slot.get().and_then(Weak::upgrade)
                     {
+                        index.lock().watching += 1;
                         watch_later(watcher, path.clone(), Arc::downgrade(&index));
                     }
                     if let Some(rel) = watched(&root, path) {
@@ -1012,6 +1045,7 @@ fn watch(index: &Arc<Index>) -> notify::Result<SharedWatcher> {
 /// Watches the new top folder `path`, then refreshes it; a watch that cannot be added leaves the
 /// index to rescans of the root (a warning says so).
 fn watch_later(watcher: SharedWatcher, path: std::path::PathBuf, index: Weak<Index>) {
+    let weak = index.clone();
     let spawned = std::thread::Builder::new()
         .name("writ-index-watch".into())
         .spawn(move || {
@@ -1023,17 +1057,25 @@ fn watch_later(watcher: SharedWatcher, path: std::path::PathBuf, index: Weak<Ind
             let Some(index) = index.upgrade() else {
                 return;
             };
-            if let Err(e) = added {
-                tracing::warn!(error = %e, path = %path.display(), "a new folder could not be watched: rescanning");
-                index.changed("");
-                return;
+            match added {
+                Ok(()) => {
+                    if let Some(rel) = watched(&index.tree.root_path, &path) {
+                        index.changed(&rel);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, path = %path.display(), "a new folder could not be watched: rescanning");
+                    index.changed("");
+                }
             }
-            if let Some(rel) = watched(&index.tree.root_path, &path) {
-                index.changed(&rel);
-            }
+            index.watched();
         });
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "a new folder could not be watched (no thread)");
+        if let Some(index) = weak.upgrade() {
+            index.changed("");
+            index.watched();
+        }
     }
 }
 
