@@ -44,9 +44,9 @@ pub enum Freshness {
     /// tree is read instead): a caller's search is never answered from a stale view.
     #[default]
     Current,
-    /// The index as it stands, without waiting: the repository map's look-ups, a prompt aid
-    /// built while other batches write, which says how many changes were still pending
-    /// ([`MapFiles::pending`]) instead of waiting for them.
+    /// The index as it stands, without waiting: the repository map's searches, made right after
+    /// its look-ups waited (briefly) for the index; the map says how many changes were still
+    /// pending ([`MapFiles::pending`]).
     AsIndexed,
 }
 
