@@ -418,7 +418,10 @@ mod tests {
         assert_eq!(together, 4, "two words on one line count as four");
         assert_eq!(apart, 2, "one word on each of two lines counts as two");
         // Repeats count once a line; short and absent words not at all.
-        assert_eq!(shared_words("def invoice_invoice(the, a): ...\n", &words), 1);
+        assert_eq!(
+            shared_words("def invoice_invoice(the, a): ...\n", &words),
+            1
+        );
         assert_eq!(shared_words("class Ledger: ...\n", &words), 0);
     }
 
