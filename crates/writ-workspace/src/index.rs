@@ -165,8 +165,12 @@ struct State {
 pub(crate) struct Index {
     tree: Tree,
     state: Mutex<State>,
-    /// Signalled when changes are queued (for the updater) and applied (for the waiting).
+    /// Signalled when changes are queued: the updater waits on it.
     changed: Condvar,
+    /// Signalled when changes are applied: walks, searches and maps wait on it. Apart from
+    /// `changed` so that each write queued does not wake every waiting map (a hundred and
+    /// more with many batches in flight).
+    applied: Condvar,
     /// The ignore rules of the folders new files were judged in (the updater's alone).
     rules: Mutex<Rules>,
 }
@@ -187,6 +191,7 @@ impl Drop for Running {
     fn drop(&mut self) {
         self.index.lock().stopping = true;
         self.index.changed.notify_all();
+        self.index.applied.notify_all();
     }
 }
 
@@ -209,6 +214,7 @@ impl Index {
                 stopping: false,
             }),
             changed: Condvar::new(),
+            applied: Condvar::new(),
             rules: Mutex::new(Rules::default()),
         });
         let watcher = match watch(&index) {
@@ -269,7 +275,7 @@ impl Index {
         state.watching = state.watching.saturating_sub(1);
         state.watched_through = state.queued;
         drop(state);
-        self.changed.notify_all();
+        self.applied.notify_all();
     }
 
     /// The index once it has applied every change queued before now; `None` if it is not ready
@@ -284,7 +290,7 @@ impl Index {
         // queued before now.
         let wanted = |s: &State| queued.max(s.watched_through);
         let (state, _) = self
-            .changed
+            .applied
             .wait_timeout_while(state, bound, |s| {
                 (s.watching > 0 || s.applied < wanted(s)) && s.state == IndexState::Ready
             })
@@ -447,7 +453,7 @@ impl Index {
                 );
             }
             drop(state);
-            self.changed.notify_all();
+            self.applied.notify_all();
             // What was reported is applied, so nobody waits through the settling: the second
             // walk only finds files made in a new directory before its watch began, which the
             // watcher will never report.
