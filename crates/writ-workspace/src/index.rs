@@ -263,14 +263,16 @@ impl Index {
         if state.state == IndexState::Off {
             return;
         }
-        state.queue.push(rel.to_owned());
+        // Whoever reports it (writ's own write or the watcher), an ignore file's change is a
+        // change of everything it rules.
+        state.queue.push(ruled_by(rel).to_owned());
         state.queued += 1;
         drop(state);
         self.changed.notify_all();
     }
 
     /// A new top folder's watch is on and its refresh queued (see [`watch_later`]).
-    fn watched(&self) {
+    fn watch_added(&self) {
         let mut state = self.lock();
         state.watching = state.watching.saturating_sub(1);
         state.watched_through = state.queued;
@@ -515,13 +517,9 @@ impl Index {
     /// still a file is read again (its ignore files have not changed since it was walked, or
     /// their change would have queued its folder); a new file is judged by the ignore rules of
     /// the folders on its way ([`Rules`]) and read, or left out. `false`: only a walk can tell
-    /// (a folder, a link, an ignore file, a folder on the way that is not one).
+    /// (a folder, a link, a folder on the way that is not one).
     fn refresh_in_place(&self, rel: &str) -> bool {
         if rel.is_empty() {
-            return false;
-        }
-        let name = file_name(rel);
-        if name == ".gitignore" || name == ".ignore" {
             return false;
         }
         let meta = if self.tree.protected.covers(rel) {
@@ -1074,13 +1072,13 @@ fn watch_later(watcher: SharedWatcher, path: std::path::PathBuf, index: Weak<Ind
                     index.changed("");
                 }
             }
-            index.watched();
+            index.watch_added();
         });
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "a new folder could not be watched (no thread)");
         if let Some(index) = weak.upgrade() {
             index.changed("");
-            index.watched();
+            index.watch_added();
         }
     }
 }
@@ -1092,10 +1090,15 @@ fn watched(root: &Path, path: &Path) -> Option<String> {
     if rel.split('/').any(|c| c == ".git") {
         return None;
     }
+    Some(ruled_by(&rel).to_owned())
+}
+
+/// The path a change of `rel` refreshes: an ignore file stands for the folder it rules.
+fn ruled_by(rel: &str) -> &str {
     match rel.rsplit_once('/') {
-        Some((dir, ".gitignore" | ".ignore")) => Some(dir.to_owned()),
-        None if rel == ".gitignore" || rel == ".ignore" => Some(String::new()),
-        _ => Some(rel),
+        Some((dir, ".gitignore" | ".ignore")) => dir,
+        None if rel == ".gitignore" || rel == ".ignore" => "",
+        _ => rel,
     }
 }
 
