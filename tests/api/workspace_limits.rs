@@ -26,6 +26,12 @@ struct Team {
     two: String,
 }
 
+/// A workspace's request bucket: three requests, then one a minute.
+const THREE_THEN_ONE_A_MINUTE: [(&str, &str); 2] = [
+    ("WRIT_WORKSPACE_RATE_LIMIT_PER_MIN", "1"),
+    ("WRIT_WORKSPACE_RATE_LIMIT_BURST", "3"),
+];
+
 async fn team(backend: Backend, extra: &[(&str, &str)], a_body: Value) -> Team {
     let fake = writ_fake_upstream::FakeUpstream::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -245,15 +251,7 @@ async fn two_keys_in_one_workspace_share_its_request_rate_and_another_workspace_
     backend: Backend,
 ) {
     // Three requests into a workspace, then one a minute.
-    let t = team(
-        backend,
-        &[
-            ("WRIT_WORKSPACE_RATE_LIMIT_PER_MIN", "1"),
-            ("WRIT_WORKSPACE_RATE_LIMIT_BURST", "3"),
-        ],
-        json!({}),
-    )
-    .await;
+    let t = team(backend, &THREE_THEN_ONE_A_MINUTE, json!({})).await;
     for key in [&t.one, &t.one, &t.two] {
         let (status, body) = t.get(key, "/workspaces/a/files").await;
         assert_eq!(status, 200, "{body}");
@@ -278,15 +276,7 @@ async fn two_keys_in_one_workspace_share_its_request_rate_and_another_workspace_
 async fn a_tool_call_naming_a_workspace_draws_on_its_request_bucket_over_tools_call_and_mcp(
     backend: Backend,
 ) {
-    let t = team(
-        backend,
-        &[
-            ("WRIT_WORKSPACE_RATE_LIMIT_PER_MIN", "1"),
-            ("WRIT_WORKSPACE_RATE_LIMIT_BURST", "3"),
-        ],
-        json!({}),
-    )
-    .await;
+    let t = team(backend, &THREE_THEN_ONE_A_MINUTE, json!({})).await;
     let tool_call = |key: &str, workspace: &str| {
         t.app
             .client
@@ -507,10 +497,7 @@ async fn replica_of(t: &Team, extra: &[(&str, &str)]) -> TestApp {
 
 #[tokio::test]
 async fn two_replicas_share_a_workspaces_budget_and_its_request_bucket() {
-    let limits = [
-        ("WRIT_WORKSPACE_RATE_LIMIT_PER_MIN", "1"),
-        ("WRIT_WORKSPACE_RATE_LIMIT_BURST", "3"),
-    ];
+    let limits = THREE_THEN_ONE_A_MINUTE;
     let t = team(
         Backend::Postgres,
         &limits,

@@ -93,6 +93,16 @@ fn two_files(options: Value) -> Value {
         "options": options})
 }
 
+/// The two-file batch with `commit: true`, both files written.
+async fn two_files_asking_for_a_commit(app: &TestApp) -> Value {
+    let (status, batch) = app
+        .post_write_codebase(&two_files(json!({"commit": true})))
+        .await;
+    assert_eq!(status, 200, "{batch}");
+    assert_eq!(batch["succeeded"], 2, "{batch}");
+    batch
+}
+
 #[tokio::test]
 async fn a_batch_with_commit_is_one_commit_of_its_files_with_each_files_model_and_its_undo_a_revert()
  {
@@ -102,11 +112,7 @@ async fn a_batch_with_commit_is_one_commit_of_its_files_with_each_files_model_an
     repository_with_the_users_work(&d, &[("calc.py", b"def add(a, b):\r\n    return 0\r\n")]);
     script_models(&app);
 
-    let (status, batch) = app
-        .post_write_codebase(&two_files(json!({"commit": true})))
-        .await;
-    assert_eq!(status, 200, "{batch}");
-    assert_eq!(batch["succeeded"], 2, "{batch}");
+    let batch = two_files_asking_for_a_commit(&app).await;
 
     assert_eq!(commits(&d), 2, "one commit for the batch");
     let head = git(&d, &["rev-parse", "HEAD"]);
@@ -542,11 +548,7 @@ async fn with_git_commits_on_an_edit_is_one_commit_of_its_paths_and_its_undo_a_r
 async fn commit_asked_where_the_workspace_is_no_repository_writes_the_files_and_makes_none() {
     let app = spawn_app_with_models(Backend::Sqlite).await;
     script_models(&app);
-    let (status, batch) = app
-        .post_write_codebase(&two_files(json!({"commit": true})))
-        .await;
-    assert_eq!(status, 200, "{batch}");
-    assert_eq!(batch["succeeded"], 2, "{batch}");
+    let batch = two_files_asking_for_a_commit(&app).await;
     assert!(batch.get("commit").is_none(), "no commit named: {batch}");
     assert!(bytes(&app, "calc.py").is_some());
     assert!(
