@@ -1,7 +1,11 @@
 //! What `commit_paths` costs on a repository of many files: a generated repository (the `git`
 //! CLI makes and packs it), then five-file commits, timed one by one.
 //!
-//!   cargo run --release -p writ-git --example commit_cost -- [FILES] [COMMITS]
+//!   cargo run --release -p writ-git --example commit_cost -- [FILES] [COMMITS] [durable]
+//!
+//! With `durable`, each batch's files are written as writ writes them (temp file, fsync, rename,
+//! fsync of the folder) right before the commit: on ext4 a commit that follows fresh syncs pays
+//! more for each file it creates than one made alone.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)]
 
@@ -20,10 +24,25 @@ fn git(dir: &Path, args: &[&str]) {
     assert!(status.success(), "git {args:?}");
 }
 
+/// As writ's workspace writes: a temp file synced, renamed into place, its folder synced.
+fn write_durably(path: &Path, content: &[u8]) {
+    use std::io::Write;
+    let temp = path.with_extension("writ-tmp");
+    let mut file = std::fs::File::create(&temp).expect("a temp file");
+    file.write_all(content).expect("write");
+    file.sync_all().expect("sync");
+    std::fs::rename(&temp, path).expect("rename");
+    let folder = path.parent().expect("a folder");
+    std::fs::File::open(folder)
+        .and_then(|d| d.sync_all())
+        .expect("folder sync");
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let files: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(20_000);
     let commits: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(100);
+    let durable = args.next().is_some_and(|a| a == "durable");
     let dir = tempfile::tempdir().expect("a temp dir");
     let root = dir.path();
     git(root, &["init", "-q", "-b", "main"]);
@@ -48,7 +67,12 @@ fn main() {
             .map(|i| format!("pkg{}/new_{n}_{i}.py", (n * 5 + i) % 200))
             .collect();
         for p in &paths {
-            std::fs::write(root.join(p), format!("def g{n}():\n    return {n}\n")).expect("write");
+            let content = format!("def g{n}():\n    return {n}\n");
+            if durable {
+                write_durably(&root.join(p), content.as_bytes());
+            } else {
+                std::fs::write(root.join(p), content).expect("write");
+            }
         }
         let spec = CommitSpec {
             paths: &paths,

@@ -4,7 +4,8 @@
 //! trees along those paths are rebuilt, so a commit's cost does not grow with the repository.
 //! The user's index is never the source, so what they staged or changed elsewhere is not swept
 //! into writ's commit. The real index is then updated for those paths only, so `git status`
-//! shows them clean and everything else the user staged still staged.
+//! shows them clean and everything else the user staged still staged. The commit's new objects
+//! are written as one pack (`packs.rs`) before the index and the branch name them.
 //!
 //! Commits into one repository are made one at a time: within the process behind one lock, and
 //! against other processes (replicas sharing the working tree, a person's `git commit`) by
@@ -16,6 +17,8 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use git2::{IndexEntry, IndexTime, Oid, Repository, Signature};
+
+use crate::packs;
 
 /// What a commit says: its message and who it is by.
 #[derive(Debug, Clone)]
@@ -38,6 +41,8 @@ pub enum GitError {
     OutsideWorkTree { path: String },
     #[error("git: {0}")]
     Git(#[from] git2::Error),
+    #[error("writing the commit's objects: {0}")]
+    Pack(#[source] std::io::Error),
     #[error("reading '{path}': {source}")]
     Io {
         path: String,
@@ -118,15 +123,20 @@ pub fn commit_paths(workspace_root: &Path, spec: &CommitSpec<'_>) -> Result<Opti
             Err(GitError::Git(e))
                 if matches!(
                     e.code(),
-                    git2::ErrorCode::Locked | git2::ErrorCode::Modified
+                    git2::ErrorCode::Locked | git2::ErrorCode::Modified | git2::ErrorCode::Exists
                 ) && started.elapsed() < LOCKED_FOR_AT_MOST =>
             {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(100));
             }
             Ok(made) => {
-                open.insert(0, kept);
-                open.truncate(KEPT_OPEN);
+                // Merging packs removes ones this repository's object database still lists:
+                // it is opened afresh next time. A merge that failed leaves the packs as they
+                // were, one more to merge next time.
+                if !matches!(packs::merge_small_packs(&kept.repo), Ok(true)) {
+                    open.insert(0, kept);
+                    open.truncate(KEPT_OPEN);
+                }
                 return Ok(made);
             }
             Err(e) => return Err(e),
@@ -165,6 +175,8 @@ fn commit_once(
         Err(e) if e.code() == git2::ErrorCode::NotFound => None,
         Err(e) => return Err(e.into()),
     };
+    // Every object made from here on stays in memory until it is written as one pack.
+    let in_memory = packs::Staged::begin(repo)?;
     let base_tree = match &parent {
         Some(parent) => parent.tree()?,
         None => repo.find_tree(repo.treebuilder(None)?.write()?)?,
@@ -176,6 +188,7 @@ fn commit_once(
     // Unchanged on disk since this process last read or wrote it: kept as it is.
     real_index.read(reread_index)?;
     let mut changes = 0usize;
+    let mut new_objects = Vec::with_capacity(spec.paths.len() * 3 + 2);
     for path in spec.paths {
         let in_repo = prefix.join(path);
         let in_repo_str = in_repo.to_string_lossy().replace('\\', "/");
@@ -187,6 +200,7 @@ fn commit_once(
                     source,
                 })?;
                 let id = repo.blob(&bytes)?;
+                new_objects.push(id);
                 let mode = mode_of(&meta);
                 update.upsert(
                     in_repo_str.as_str(),
@@ -222,26 +236,82 @@ fn commit_once(
     } else {
         update.create_updated(repo, &base_tree)?
     };
-    // The index first, as `git commit` does: one held by another process fails this try before
-    // anything moved, and the next try starts over.
+    let unchanged = parent.as_ref().is_some_and(|p| p.tree_id() == tree_id)
+        || (parent.is_none() && changes == 0);
+    let made = if unchanged {
+        // Every blob the index now names is in HEAD's tree already.
+        drop(in_memory);
+        None
+    } else {
+        let tree = repo.find_tree(tree_id)?;
+        new_objects.extend(trees_along(&tree, &prefix, spec.paths));
+        let author = Signature::now(spec.author_name, spec.author_email)?;
+        let committer = Signature::now(spec.committer_name, spec.committer_email)?;
+        let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+        // No branch moves yet: the objects are still in memory only.
+        let id = repo.commit(None, &author, &committer, spec.message, &tree, &parents)?;
+        let summary =
+            String::from_utf8_lossy(repo.find_commit(id)?.summary_bytes().unwrap_or_default())
+                .into_owned();
+        new_objects.push(id);
+        in_memory.write(&new_objects).map_err(GitError::Pack)?;
+        Some((id, summary))
+    };
+    // The index before the branch, as `git commit` does: one held by another process fails this
+    // try before the branch moved, and the next try starts over (the pack written stays, unused,
+    // until a `git gc` prunes it).
     real_index.write()?;
-    if parent.as_ref().is_some_and(|p| p.tree_id() == tree_id) || (parent.is_none() && changes == 0)
-    {
+    let Some((id, summary)) = made else {
         return Ok(None);
-    }
-    let tree = repo.find_tree(tree_id)?;
-    let author = Signature::now(spec.author_name, spec.author_email)?;
-    let committer = Signature::now(spec.committer_name, spec.committer_email)?;
-    let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
-    let id = repo.commit(
-        Some("HEAD"),
-        &author,
-        &committer,
-        spec.message,
-        &tree,
-        &parents,
-    )?;
+    };
+    move_branch(repo, id, parent.as_ref(), &summary)?;
     Ok(Some(id))
+}
+
+/// The trees of `tree` along `paths` (relative to `prefix`): the root and each folder above a
+/// path, the trees a commit of those paths made or kept.
+fn trees_along(tree: &git2::Tree<'_>, prefix: &Path, paths: &[String]) -> Vec<Oid> {
+    let mut ids = vec![tree.id()];
+    let mut seen = std::collections::HashSet::new();
+    for path in paths {
+        let in_repo = prefix.join(path);
+        for folder in in_repo.ancestors().skip(1) {
+            if folder.as_os_str().is_empty() || !seen.insert(folder.to_path_buf()) {
+                continue;
+            }
+            // A folder the commit emptied is gone from the tree.
+            if let Ok(entry) = tree.get_path(folder) {
+                ids.push(entry.id());
+            }
+        }
+    }
+    ids
+}
+
+/// Moves HEAD's branch (HEAD itself when detached) from `parent` to `id`, as `git commit` would,
+/// with the same reflog line; another process's move in between fails it as `Modified`.
+fn move_branch(
+    repo: &Repository,
+    id: Oid,
+    parent: Option<&git2::Commit<'_>>,
+    summary: &str,
+) -> Result<(), git2::Error> {
+    let head = repo.find_reference("HEAD")?;
+    let name = match head.kind() {
+        Some(git2::ReferenceType::Symbolic) => head
+            .symbolic_target_bytes()
+            .and_then(|name| std::str::from_utf8(name).ok())
+            .ok_or_else(|| git2::Error::from_str("HEAD names a branch that is not UTF-8"))?
+            .to_string(),
+        _ => "HEAD".to_string(),
+    };
+    match parent {
+        Some(parent) => {
+            repo.reference_matching(&name, id, true, parent.id(), &format!("commit: {summary}"))?
+        }
+        None => repo.reference(&name, id, false, &format!("commit (initial): {summary}"))?,
+    };
+    Ok(())
 }
 
 #[cfg(unix)]

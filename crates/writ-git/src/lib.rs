@@ -6,6 +6,7 @@
 
 pub mod commit;
 pub mod merge;
+mod packs;
 pub mod worktree;
 
 pub use worktree::{NewWorktree, WorktreeError, add_worktree, prune_worktree};

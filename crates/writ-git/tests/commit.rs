@@ -243,3 +243,95 @@ fn only_the_written_folders_change_an_emptied_folder_leaves_the_tree_and_no_file
         "every written path is clean in the index and the working tree"
     );
 }
+
+/// The packs in `d`'s object store, by name.
+fn packs(d: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(d.join(".git/objects/pack"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".pack"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_commits_objects_are_one_pack_that_git_reads_and_checks() {
+    let dir = repository();
+    let d = dir.path();
+    git(d, &["gc", "-q"]);
+    let before = packs(d);
+    std::fs::create_dir_all(d.join("deep/er")).unwrap();
+    std::fs::write(d.join("deep/er/one.py"), "one = 1\n").unwrap();
+    std::fs::write(d.join("deep/two.py"), "two = 2\n").unwrap();
+    std::fs::write(d.join("a.py"), "a = 9\n").unwrap();
+    // The same content twice is one object.
+    std::fs::write(d.join("copy.py"), "one = 1\n").unwrap();
+    let paths = vec![
+        "deep/er/one.py".to_string(),
+        "deep/two.py".to_string(),
+        "a.py".to_string(),
+        "copy.py".to_string(),
+    ];
+    let spec = CommitSpec {
+        paths: &paths,
+        message: "pack it\n\nbody\n",
+        author_name: "k",
+        author_email: "k@writ",
+        committer_name: "writ",
+        committer_email: "writ@localhost",
+    };
+    let id = commit_paths(d, &spec).unwrap().expect("a commit");
+
+    let count = git(d, &["count-objects", "-v"]);
+    assert!(
+        count.lines().any(|l| l == "count: 0"),
+        "no loose object: {count}"
+    );
+    let after = packs(d);
+    assert_eq!(after.len(), before.len() + 1, "{before:?} {after:?}");
+    let new = after.iter().find(|p| !before.contains(p)).unwrap();
+    let idx = format!(".git/objects/pack/{}", new.replace(".pack", ".idx"));
+    let listed = git(d, &["verify-pack", "-v", &idx]);
+    // Four blobs, less the copy; the root, deep and deep/er; the commit.
+    assert!(listed.contains("non delta: 7 objects"), "{listed}");
+    git(d, &["fsck", "--strict", "--no-dangling"]);
+    assert_eq!(git(d, &["rev-parse", "HEAD"]).trim(), id.to_string());
+    assert_eq!(git(d, &["show", "HEAD:deep/er/one.py"]), "one = 1\n");
+    assert_eq!(git(d, &["status", "--porcelain"]).trim(), "");
+    let reflog = git(d, &["reflog", "-1", "--format=%gs"]);
+    assert_eq!(reflog.trim(), "commit: pack it");
+}
+
+#[test]
+fn packs_are_merged_once_many_pile_up_and_every_commit_stays_readable() {
+    let dir = repository();
+    let d = dir.path();
+    for n in 0..40 {
+        let paths = vec![format!("f{}/n{n}.py", n % 3)];
+        std::fs::create_dir_all(d.join(format!("f{}", n % 3))).unwrap();
+        std::fs::write(d.join(&paths[0]), format!("n = {n}\n")).unwrap();
+        let spec = CommitSpec {
+            paths: &paths,
+            message: "one more\n",
+            author_name: "k",
+            author_email: "k@writ",
+            committer_name: "writ",
+            committer_email: "writ@localhost",
+        };
+        commit_paths(d, &spec).unwrap().expect("a commit");
+    }
+    // The user's own first commit is loose; writ's 40 were packs, merged past 32.
+    let left = packs(d);
+    assert!(left.len() < 12, "{left:?}");
+    assert_eq!(git(d, &["rev-list", "--count", "HEAD"]).trim(), "41");
+    git(d, &["fsck", "--strict", "--no-dangling"]);
+    for n in 0..40 {
+        let shown = git(d, &["show", &format!("HEAD:f{}/n{n}.py", n % 3)]);
+        assert_eq!(shown, format!("n = {n}\n"));
+    }
+    assert_eq!(git(d, &["status", "--porcelain"]).trim(), "");
+    // git can repack what writ merged.
+    git(d, &["gc", "-q"]);
+    git(d, &["fsck", "--strict", "--no-dangling"]);
+}
