@@ -76,7 +76,10 @@ pub(crate) struct Group {
 }
 
 /// The groups by score, then consensus (best first; otherwise by their first member), and the
-/// candidates of every group that shares the best score and consensus.
+/// candidates of every group that shares the best score and consensus. The first `candidates`
+/// of `r` may be chosen and are grouped; the rest (candidates that failed the caller's own
+/// tests) only count in the consensus: with two candidates left, each end of a test is shared by
+/// one of them, so only a third candidate's results can say which behaviour is the common one.
 ///
 /// A group is the candidates that pass the same tests *and* give the same output on every
 /// probe input. CodeT counts candidates passing the same tests as agreeing, which holds for
@@ -102,12 +105,13 @@ pub(crate) fn rank(
             .push(c);
     }
     let passes = |c: usize, t: usize| r.outcomes[c].get(t) == Some(&Some(TestOutcome::Passed));
-    // For each test, the candidates whose outcome (passed or not) is the group's.
+    // For each test, the candidates (voters too) whose outcome (passed or not) is the group's.
+    let voters = r.outcomes.len().max(candidates);
     let consensus = |set: &BTreeSet<usize>| -> usize {
         usable
             .iter()
             .map(|&t| {
-                (0..candidates)
+                (0..voters)
                     .filter(|&c| passes(c, t) == set.contains(&t))
                     .count()
             })
@@ -292,6 +296,35 @@ mod tests {
         // Nothing to separate them: still a tie.
         let r = results(vec![vec![Passed, Failed], vec![Failed, Passed]], vec![]);
         assert_eq!(rank(&r, 2, &usable_tests(&r)).1, vec![0, 1]);
+    }
+
+    #[test]
+    fn a_candidate_that_failed_the_callers_tests_votes_but_is_never_chosen() {
+        // 0 and 1 passed the caller's tests and pass one generated test each; 2 failed the
+        // caller's tests (it is not grouped) but ends tests 0 and 1 as 0 does.
+        let r = results(
+            vec![
+                vec![Passed, Failed],
+                vec![Failed, Passed],
+                vec![Passed, Failed],
+            ],
+            vec![],
+        );
+        let (groups, tied) = rank(&r, 2, &usable_tests(&r));
+        assert_eq!(groups.len(), 2, "the voter forms no group");
+        assert_eq!(tied, vec![0]);
+        // A voter that passes every test is chosen by nobody, however it scores.
+        let r = results(
+            vec![
+                vec![Passed, Failed],
+                vec![Failed, Passed],
+                vec![Passed, Passed],
+            ],
+            vec![],
+        );
+        let (groups, tied) = rank(&r, 2, &usable_tests(&r));
+        assert!(groups.iter().all(|g| !g.members.contains(&2)));
+        assert_eq!(tied, vec![0, 1]);
     }
 
     #[test]

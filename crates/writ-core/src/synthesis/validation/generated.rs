@@ -142,16 +142,30 @@ impl Flavour {
     }
 }
 
-/// Runs the generated checks on `among` (trial indices of `f`) and decides; see the module docs.
+/// The candidates of a file's generated checks, by trial index.
+pub(super) struct Candidates<'a> {
+    /// Those that may be chosen: every candidate, or those that passed the caller's tests.
+    pub eligible: &'a [usize],
+    /// Candidates that failed the caller's own tests: they run the checks too and count in the
+    /// agreement and behaviour scores, but are never chosen.
+    pub voters: &'a [usize],
+}
+
+/// Runs the generated checks on `candidates` and decides among the eligible; see the module
+/// docs.
 pub(super) async fn check_and_decide(
     selector: &Selector<'_>,
     runner: &dyn CommandRunner,
     validation: &Validation,
     cx: FileCx<'_>,
     f: &FileTrials<'_>,
-    among: &[usize],
+    candidates: Candidates<'_>,
     others: &[(RepoPath, Vec<u8>)],
 ) -> Checked {
+    let Candidates {
+        eligible: among,
+        voters,
+    } = candidates;
     let mut summary = GeneratedChecks::default();
     let undecided = |summary: GeneratedChecks, note: String| Checked {
         decision: None,
@@ -212,9 +226,10 @@ pub(super) async fn check_and_decide(
         Ok(suite) => suite,
         Err(note) => return undecided(summary, note),
     };
+    // The candidates that may be chosen come first: result `c < among.len()` is `among[c]`.
+    let pool: Vec<usize> = among.iter().chain(voters).copied().collect();
     let runs = join_all(
-        among
-            .iter()
+        pool.iter()
             .map(|&t| suite.run(runner, validation, f.staged(&f.trials[t].code))),
     )
     .await;
@@ -386,7 +401,7 @@ pub(super) async fn check_and_decide(
     }
 
     // 4'. Clusters of equal size: the one whose outputs most other candidates share.
-    let everyone: Vec<usize> = (0..among.len()).collect();
+    let everyone: Vec<usize> = (0..pool.len()).collect();
     let tied_clusters: Vec<&Vec<usize>> = if tied_clusters.len() > 1 && any_output(&results, &tied)
     {
         let supported = best_supported(&results, &tied_clusters, &everyone);
@@ -1733,6 +1748,17 @@ mod tests {
         tests: &str,
         verdicts: Vec<crate::synthesis::doubles::Answer>,
     ) -> (Checked, Vec<String>, usize) {
+        decide_among(codes, codes.len(), tests, verdicts).await
+    }
+
+    /// As [`decide_with`], the candidates after the first `eligible` having failed the
+    /// caller's tests (voters).
+    async fn decide_among(
+        codes: &[&str],
+        eligible: usize,
+        tests: &str,
+        verdicts: Vec<crate::synthesis::doubles::Answer>,
+    ) -> (Checked, Vec<String>, usize) {
         use crate::synthesis::doubles::{self, Answer, ScriptedModels};
         use crate::synthesis::fanout::Upstream;
         use crate::synthesis::generation::Generated;
@@ -1796,15 +1822,55 @@ mod tests {
             diagnostics: None,
         };
         let validation = crate::synthesis::batch::Validation::generated_only();
-        let among: Vec<usize> = (0..codes.len()).collect();
-        let checked =
-            check_and_decide(&selector, &LocalPython, &validation, cx, &f, &among, &[]).await;
+        let among: Vec<usize> = (0..eligible).collect();
+        let voters: Vec<usize> = (eligible..codes.len()).collect();
+        let candidates = Candidates {
+            eligible: &among,
+            voters: &voters,
+        };
+        let checked = check_and_decide(
+            &selector,
+            &LocalPython,
+            &validation,
+            cx,
+            &f,
+            candidates,
+            &[],
+        )
+        .await;
         let writer_prompt: Vec<String> = models
             .requests_to("writer")
             .iter()
             .flat_map(|r| r.messages.iter().map(|m| m.content.clone()))
             .collect();
         (checked, writer_prompt, models.requests_to("judge").len())
+    }
+
+    #[tokio::test]
+    async fn a_candidate_that_failed_the_callers_tests_breaks_a_tie_between_two_passers() {
+        // CORRECT and SWAPPED each pass two of three tests (the third expects SWAPPED's answer
+        // below the range); LAX, ruled out by the caller's tests, ends every test as CORRECT.
+        let tests = "from clamp import clamp\n\ndef test_inside():\n    assert clamp(5, 0, 10) == 5\n\ndef test_above():\n    assert clamp(11, 0, 10) == 10\n\ndef test_below():\n    assert clamp(-1, 0, 10) == 10\n";
+        let (checked, _, judged) =
+            decide_among(&[SWAPPED, CORRECT, LAX], 2, tests, Vec::new()).await;
+        let decision = checked.decision.expect("the checks decide");
+        assert_eq!(decision.trial, 1, "{:?}", checked.summary);
+        assert_eq!(decision.selection, Selection::Agreement);
+        assert_eq!(judged, 0, "no arbiter call");
+        assert_eq!(checked.records.len(), 2, "only the passers are grouped");
+        // Without the voter the two are tied, and only the arbiter can part them.
+        let (checked, _, judged) = decide_among(
+            &[SWAPPED, CORRECT],
+            2,
+            tests,
+            vec![crate::synthesis::doubles::Answer::after(1, "{\"choice\": 1}"); 4],
+        )
+        .await;
+        assert!(judged > 0);
+        assert_ne!(
+            checked.decision.map(|d| d.selection),
+            Some(Selection::Agreement)
+        );
     }
 
     #[tokio::test]

@@ -499,13 +499,22 @@ async fn choose_among(
             }
         }
         several if validation.generate => {
+            // The first-round candidates the caller's tests ruled out are never chosen, but
+            // their behaviour still says which of the passers' behaviours is the common one
+            // (repairs are left out: a model's second try is not a second opinion).
+            let voters: Vec<usize> = (0..f.trials.len())
+                .filter(|t| !several.contains(t) && f.trials[*t].round == 0)
+                .collect();
             let checked = generated::check_and_decide(
                 selector,
                 checks.runner,
                 validation,
                 cx,
                 &f,
-                several,
+                generated::Candidates {
+                    eligible: several,
+                    voters: &voters,
+                },
                 checks.others,
             )
             .await;
