@@ -260,12 +260,30 @@ fn commit_once(
     // The index before the branch, as `git commit` does: one held by another process fails this
     // try before the branch moved, and the next try starts over (the pack written stays, unused,
     // until a `git gc` prunes it).
+    // Elsewhere an open file may stop its replacement.
+    let replaced = cfg!(unix)
+        .then(|| real_index.path().and_then(|p| std::fs::File::open(p).ok()))
+        .flatten();
     real_index.write()?;
+    close_elsewhere(replaced);
     let Some((id, summary)) = made else {
         return Ok(None);
     };
     move_branch(repo, id, parent.as_ref(), &summary)?;
     Ok(Some(id))
+}
+
+/// Closes `replaced`, the index file a commit replaced, on a thread of its own. Replacing a file
+/// frees its blocks, and the rename that replaced the index (1.6 MB for 20,000 files) waited for
+/// that, 1.2 ms on ext4 mounted with `discard`; while it is held open the rename only unlinks it,
+/// and the blocks are freed when it closes, after the commit.
+fn close_elsewhere(replaced: Option<std::fs::File>) {
+    if let Some(file) = replaced {
+        // Unable to start a thread, it is closed here, as it would have been.
+        let _ = std::thread::Builder::new()
+            .name("writ-git-close".into())
+            .spawn(move || drop(file));
+    }
 }
 
 /// The trees of `tree` along `paths` (relative to `prefix`): the root and each folder above a
