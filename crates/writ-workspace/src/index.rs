@@ -670,15 +670,31 @@ impl Index {
                 }
             }
         }
+        // The folder's own files rank by being there (and by language) unless a look-up found
+        // them: ties the map breaks by path, so the first `fill` of the file's extension and
+        // the first `fill` of the rest are all it could show of them, and a folder of thousands
+        // costs a map what a folder of a hundred does.
+        let own_ext = extension_of(name);
+        let (mut same, mut other) = (0, 0);
         for (key, entry) in state.direct_files(dir) {
-            take_entry(key, entry, &mut seen, &mut files);
+            if same >= fill && other >= fill {
+                break;
+            }
+            let taken = if extension_of(file_name(&key.0)).eq_ignore_ascii_case(own_ext) {
+                &mut same
+            } else {
+                &mut other
+            };
+            if *taken < fill && take_entry(key, entry, &mut seen, &mut files) {
+                *taken += 1;
+            }
         }
         let importers = state.importers_of(rel);
         for (path, _) in &importers {
             take(state, &Key(path.clone()), &mut seen, &mut files);
         }
         if let Some((top, _)) = rel.split_once('/') {
-            let ext = extension_of(name);
+            let ext = own_ext;
             let mut added = 0;
             for (key, entry) in state
                 .files

@@ -290,6 +290,41 @@ async fn the_import_graph_follows_writes_made_through_writ_and_behind_its_back()
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_large_folder_gives_the_map_its_first_files_of_each_kind_and_every_file_a_look_up_found()
+{
+    let base = tempfile::tempdir().unwrap();
+    let root = base.path().join("root");
+    for i in 0..40 {
+        put(&root, &format!("big/m{i:02}.py"), "x = 1\n");
+        put(&root, &format!("big/w{i:02}.js"), "let x = 1;\n");
+    }
+    // Imported by the file being written, and last of the folder by path.
+    put(&root, "big/zz_helpers.py", "def help():\n    pass\n");
+    let ws = RepoWorkspace::open(&root).await.unwrap().with_index();
+    assert!(ws.index_caught_up(Duration::from_secs(10)).await);
+    let index = ws.index().unwrap();
+    let found = index
+        .map_files(
+            "big/new.py",
+            &["big/zz_helpers".to_owned()],
+            &["big/new.py".to_owned()],
+            5,
+        )
+        .unwrap();
+    let mut files: Vec<String> = found.files.iter().map(|f| f.0.clone()).collect();
+    files.sort();
+    // Five of each kind from the folder, five more of its extension beneath `big/` (the fill
+    // for ties, here the same folder), and its import however late it sorts.
+    let mut expected: Vec<String> = (0..10)
+        .map(|i| format!("big/m{i:02}.py"))
+        .chain((0..5).map(|i| format!("big/w{i:02}.js")))
+        .collect();
+    expected.push("big/zz_helpers.py".into());
+    expected.sort();
+    assert_eq!(files, expected);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_map_finds_the_files_that_may_rank_by_look_ups() {
     let base = tempfile::tempdir().unwrap();
     let root = base.path().join("root");
