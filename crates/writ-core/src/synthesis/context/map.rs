@@ -76,7 +76,7 @@ pub async fn repo_map(
         .collect();
     let files = with_found(files, [&mentions, &definitions, &importers]);
     let ranked = rank(file, &files, &imported, &mentions, &definitions, &importers);
-    let mut scored: Vec<(i64, ContextFile)> = Vec::new();
+    let mut scored: Vec<(i64, RepoPath, std::sync::Arc<super::Outline>)> = Vec::new();
     for (score, path) in ranked.into_iter().take(MAP_CANDIDATES) {
         if seen.iter().any(|s| s == path.as_str()) {
             continue;
@@ -84,21 +84,22 @@ pub async fn repo_map(
         let Some(outline) = outline_of(workspace, &path, contents.get(path.as_str())).await else {
             continue;
         };
-        if outline.trim().is_empty() {
+        if outline.text.trim().is_empty() {
             continue;
         }
-        let shared = shared_words(&outline, &words);
-        scored.push((
-            score + 2 * shared.min(10) as i64,
-            ContextFile {
-                path: path.to_string(),
-                text: outline,
-                outline: true,
-            },
-        ));
+        let shared = outline.parts.shared_words(&words);
+        scored.push((score + 2 * shared.min(10) as i64, path, outline));
     }
-    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.path.cmp(&b.1.path)));
-    let map = fit(scored.into_iter().map(|(_, f)| f), max_tokens);
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.as_str().cmp(b.1.as_str())));
+    // Only the outlines that fit are copied out of the cache.
+    let map = fit(
+        scored.into_iter().map(|(_, path, outline)| ContextFile {
+            path: path.to_string(),
+            text: outline.text.clone(),
+            outline: true,
+        }),
+        max_tokens,
+    );
     let pending = if map.is_empty() { 0 } else { pending };
     (map, pending)
 }
@@ -434,28 +435,54 @@ pub(super) fn description_words(description: &str) -> Vec<String> {
 /// How much the outline's definitions share words with the description: per line, the square of
 /// the distinct description words it holds, so `normalize_invoice` outranks two lines holding
 /// `normalize` and `invoice` apart when the description says "normalize the invoice".
+#[cfg(test)]
 pub(super) fn shared_words(outline: &str, words: &[String]) -> usize {
-    // One buffer and one list for the whole outline: a map scores 150 outlines for each file,
-    // and a string per identifier part was most of the map's own time.
+    line_parts(outline).shared_words(words)
+}
+
+/// Each line's identifier parts of four characters or more, lowercased, sorted and distinct: what
+/// [`shared_words`] compares with a description's words. Kept with the outline in the cache, so
+/// a map scoring 150 outlines for each file of each batch splits each outline once.
+#[derive(Debug, Default)]
+pub(super) struct LineParts(Vec<Box<[Box<str>]>>);
+
+pub(super) fn line_parts(outline: &str) -> LineParts {
     let mut part = String::new();
-    let mut hits: Vec<usize> = Vec::new();
-    let mut total = 0;
-    for line in outline.lines() {
-        hits.clear();
-        for ident in line.split(|c: char| !c.is_alphanumeric() && c != '_') {
-            each_part(ident, &mut part, |p| {
-                if p.len() >= 4
-                    && let Ok(at) = words.binary_search_by(|w| w.as_str().cmp(p))
-                {
-                    hits.push(at);
+    LineParts(
+        outline
+            .lines()
+            .map(|line| {
+                let mut parts: Vec<Box<str>> = Vec::new();
+                for ident in line.split(|c: char| !c.is_alphanumeric() && c != '_') {
+                    each_part(ident, &mut part, |p| {
+                        if p.len() >= 4 {
+                            parts.push(p.into());
+                        }
+                    });
                 }
-            });
-        }
-        hits.sort_unstable();
-        hits.dedup();
-        total += hits.len() * hits.len();
+                parts.sort_unstable();
+                parts.dedup();
+                parts.into_boxed_slice()
+            })
+            .filter(|parts| !parts.is_empty())
+            .collect(),
+    )
+}
+
+impl LineParts {
+    /// Σ over the lines of (distinct description words on the line)²; `words` sorted.
+    pub(super) fn shared_words(&self, words: &[String]) -> usize {
+        self.0
+            .iter()
+            .map(|parts| {
+                let hits = parts
+                    .iter()
+                    .filter(|p| words.binary_search_by(|w| w.as_str().cmp(p)).is_ok())
+                    .count();
+                hits * hits
+            })
+            .sum()
     }
-    total
 }
 
 /// `apply_discount` / `applyDiscount` → `apply`, `discount`.

@@ -10,7 +10,7 @@
 //! parsed once per process.
 
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use writ_checks::Language;
@@ -292,7 +292,7 @@ async fn show_named(
         (text.into_owned(), false)
     } else {
         let outline = cached_outline(&bytes, path.as_str());
-        (truncate_chars(&outline, limit).0.to_owned(), true)
+        (truncate_chars(&outline.text, limit).0.to_owned(), true)
     };
     *budget = budget.saturating_sub(text.chars().count());
     seen.push(path.to_string());
@@ -350,8 +350,14 @@ fn search_error(e: SearchError) -> String {
     }
 }
 
-static OUTLINES: LazyLock<Mutex<HashMap<String, String>>> =
+static OUTLINES: LazyLock<Mutex<HashMap<String, Arc<Outline>>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// A file's outline as the cache keeps it: its text and its lines' words for the map's scoring.
+pub(crate) struct Outline {
+    pub text: String,
+    parts: map::LineParts,
+}
 
 /// The outline of the file at `path`: from the cache without reading it when the workspace's
 /// index gave its content key (`indexed`) and that content was outlined before; else read and
@@ -360,7 +366,7 @@ async fn outline_of(
     workspace: &dyn Workspace,
     path: &RepoPath,
     indexed: Option<&u64>,
-) -> Option<String> {
+) -> Option<Arc<Outline>> {
     let language = Language::from_path(path.as_str());
     let by_index = |key: u64| format!("{}#{key:016x}", language.name());
     if let Some(key) = indexed
@@ -379,7 +385,7 @@ async fn outline_of(
 }
 
 /// The file's outline, from the cache when the same content (and extension) was outlined before.
-fn cached_outline(bytes: &[u8], path: &str) -> String {
+fn cached_outline(bytes: &[u8], path: &str) -> Arc<Outline> {
     let language = Language::from_path(path);
     let key = format!("{}:{}", language.name(), sha256_hex(bytes));
     if let Ok(cache) = OUTLINES.lock()
@@ -387,7 +393,11 @@ fn cached_outline(bytes: &[u8], path: &str) -> String {
     {
         return hit.clone();
     }
-    let outline = writ_checks::outline(&String::from_utf8_lossy(bytes), language);
+    let text = writ_checks::outline(&String::from_utf8_lossy(bytes), language);
+    let outline = Arc::new(Outline {
+        parts: map::line_parts(&text),
+        text,
+    });
     if let Ok(mut cache) = OUTLINES.lock() {
         if cache.len() >= OUTLINE_CACHE_ENTRIES {
             cache.clear();
