@@ -273,6 +273,23 @@ pub trait Workspace: Send + Sync + 'static {
         None
     }
 
+    /// [`Workspace::map_files`] and `searches` (their results in order), asked together: the
+    /// repository map asks both for every file it maps, and a workspace with an index answers
+    /// them on one blocking thread rather than one each. `None` as for `map_files`, and then
+    /// nothing was searched.
+    async fn map_lookups(
+        &self,
+        query: &MapQuery,
+        searches: Vec<SearchQuery>,
+    ) -> Option<(MapFiles, Vec<Result<SearchResults, SearchError>>)> {
+        let files = self.map_files(query).await?;
+        let mut results = Vec::with_capacity(searches.len());
+        for search in searches {
+            results.push(self.search(search).await);
+        }
+        Some((files, results))
+    }
+
     /// The files beneath `dir` (recursively, in path order) whose path from the root matches
     /// `glob` (gitignore-style) when one is given, at most `max_files` of them, `.gitignore` and
     /// protected paths honoured, symlinks not followed.

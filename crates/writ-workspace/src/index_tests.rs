@@ -380,3 +380,69 @@ async fn the_map_finds_the_files_that_may_rank_by_look_ups() {
     // Every file it gives has its content key: its outline is kept without a read.
     assert!(found.files.iter().all(|f| f.2.is_some()));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_maps_look_ups_and_searches_asked_together_answer_as_asked_apart() {
+    let base = tempfile::tempdir().unwrap();
+    let root = base.path().join("root");
+    put(
+        &root,
+        "shop/ledger.py",
+        "from shop import tax\n\ndef post_entry():\n    pass\n",
+    );
+    put(
+        &root,
+        "shop/tax.py",
+        "RATE = 3\n\ndef tax_of(x):\n    return x\n",
+    );
+    put(
+        &root,
+        "app/report.py",
+        "from shop.ledger import post_entry\n",
+    );
+    let ws = RepoWorkspace::open(&root).await.unwrap().with_index();
+    assert!(ws.index_caught_up(Duration::from_secs(10)).await);
+    let search = |pattern: &str| SearchQuery {
+        pattern: pattern.into(),
+        regex: true,
+        ignore_case: false,
+        dir: RepoPath::root(),
+        glob: Some("*.py".into()),
+        context_lines: 0,
+        max_matches: 100,
+        max_files: 1_000,
+        max_file_bytes: 1 << 20,
+        time_limit: Duration::from_secs(30),
+        freshness: Freshness::AsIndexed,
+    };
+    let query = writ_core::search::MapQuery {
+        path: RepoPath::parse("shop/new.py").unwrap(),
+        modules: vec!["shop/tax".into()],
+        exclude: vec![RepoPath::parse("shop/new.py").unwrap()],
+        fill: 10,
+    };
+    let (files, results) = ws
+        .map_lookups(&query, vec![search(r"\bledger\b"), search("tax|RATE")])
+        .await
+        .expect("the index answers");
+    let alone = ws.map_files(&query).await.unwrap();
+    let paths = |f: &writ_core::search::MapFiles| {
+        let mut p: Vec<String> = f.files.iter().map(|w| w.path.to_string()).collect();
+        p.sort();
+        p
+    };
+    assert_eq!(paths(&files), paths(&alone));
+    assert_eq!(results.len(), 2, "one answer per search, in order");
+    for (got, pattern) in results.into_iter().zip([r"\bledger\b", "tax|RATE"]) {
+        let apart = ws.search(search(pattern)).await.unwrap();
+        let lines = |r: &SearchResults| {
+            r.matches
+                .iter()
+                .map(|m| format!("{}:{}", m.path, m.line))
+                .collect::<Vec<_>>()
+        };
+        let got = got.unwrap();
+        assert!(!got.matches.is_empty(), "{pattern} finds something");
+        assert_eq!(lines(&got), lines(&apart), "{pattern}");
+    }
+}

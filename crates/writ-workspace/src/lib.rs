@@ -397,7 +397,16 @@ impl Workspace for RepoWorkspace {
     }
 
     async fn map_files(&self, query: &MapQuery) -> Option<MapFiles> {
+        Some(self.map_lookups(query, Vec::new()).await?.0)
+    }
+
+    async fn map_lookups(
+        &self,
+        query: &MapQuery,
+        searches: Vec<SearchQuery>,
+    ) -> Option<(MapFiles, Vec<Result<SearchResults, SearchError>>)> {
         let index = self.index()?;
+        let tree = self.tree();
         let rel = query.path.as_str().to_owned();
         let modules = query.modules.clone();
         let exclude: Vec<String> = query
@@ -406,16 +415,31 @@ impl Workspace for RepoWorkspace {
             .map(|p| p.as_str().to_owned())
             .collect();
         let fill = query.fill;
-        let found =
-            tokio::task::spawn_blocking(move || index.map_files(&rel, &modules, &exclude, fill))
-                .await
-                .ok()??;
+        // One blocking thread for the look-ups and the searches: each hop to the pool and back
+        // costs two context switches, more than an indexed search itself.
+        let (found, results) = tokio::task::spawn_blocking(move || {
+            let found = index.map_files(&rel, &modules, &exclude, fill)?;
+            let results = searches
+                .iter()
+                .map(|query| {
+                    let started = std::time::Instant::now();
+                    let prepared = tree.prepare(query)?;
+                    match index.search(query, prepared, started) {
+                        Some(results) => Ok(results),
+                        None => tree.search(query),
+                    }
+                })
+                .collect::<Vec<_>>();
+            Some((found, results))
+        })
+        .await
+        .ok()??;
         let contents = found
             .files
             .iter()
             .filter_map(|(p, _, c)| Some((p.clone(), (*c)?)))
             .collect();
-        Some(MapFiles {
+        let files = MapFiles {
             files: found
                 .files
                 .into_iter()
@@ -433,7 +457,8 @@ impl Workspace for RepoWorkspace {
                 .collect(),
             extensions: found.extensions,
             pending: found.pending,
-        })
+        };
+        Some((files, results))
     }
 
     async fn walk(

@@ -4,7 +4,7 @@
 //! and fitted to a token budget.
 
 use super::*;
-use crate::search::{Freshness, MapQuery, module_names};
+use crate::search::{Freshness, MapQuery, SearchError, SearchMatch, SearchQuery, module_names};
 
 /// The repository map of `file`: the outlines of the workspace's files most related to it, best
 /// first, within `max_tokens`, and how many changes the workspace's index was still applying when
@@ -25,51 +25,101 @@ pub async fn repo_map(
         exclude: batch.files().iter().map(|f| f.path.clone()).collect(),
         fill: MAP_CANDIDATES,
     };
-    // From the index: the files that may rank, found by look-ups; without one (or before it is
-    // current), the walk, once a batch.
-    let mut pending = 0;
-    let (files, importers, contents) = match workspace.map_files(&query).await {
-        Some(found) => {
-            if !found.extensions.iter().any(|(ext, n)| {
-                *n > 0 && Language::from_path(&format!("f.{ext}")) != Language::Other
-            }) {
-                return (Vec::new(), 0);
-            }
-            pending = found.pending;
-            (found.files, found.importers, found.contents)
-        }
-        None => {
-            let walked = map_walk
-                .get_or_init(|| async {
-                    workspace
-                        .walk(&RepoPath::root(), None, MAP_WALK_FILES)
-                        .await
-                        .ok()
-                })
-                .await;
-            let Some(walk) = walked else {
-                return (Vec::new(), 0);
-            };
-            // A workspace with nothing to outline (a new project, or only the batch's own
-            // files) costs one walk: no search, no read.
-            let outlinable = walk.files.iter().any(|f| {
-                Language::from_path(f.path.as_str()) != Language::Other
-                    && !batch.files().iter().any(|b| b.path == f.path)
-            });
-            if !outlinable {
-                return (Vec::new(), 0);
-            }
-            let importers = workspace.importers(&file.path).await.unwrap_or_default();
-            (walk.files.clone(), importers, HashMap::new())
-        }
-    };
     let words = description_words(&file.description);
-    // The two searches each take a blocking thread: they run side by side.
-    let (mentions, definitions) = futures::future::join(
-        mentions(workspace, file),
-        definitions(workspace, file, &words),
-    )
-    .await;
+    let mention = mentions_pattern(file).and_then(|p| line_search(file, p, MENTION_MATCHES));
+    let defining = definitions_pattern(&words);
+    let definition = defining
+        .as_ref()
+        .and_then(|(p, _)| line_search(file, p.clone(), DEFINITION_SEARCH_MATCHES));
+    let (has_mention, has_definition) = (mention.is_some(), definition.is_some());
+    let searches: Vec<SearchQuery> = mention.into_iter().chain(definition).collect();
+    // From the index: the files that may rank, found by look-ups, and the two searches, in one
+    // go; without one (or before it is current), the walk, once a batch, and the searches.
+    let mut pending = 0;
+    let (files, importers, contents, mentions, definitions) =
+        match workspace.map_lookups(&query, searches.clone()).await {
+            Some((found, results)) => {
+                if !found.extensions.iter().any(|(ext, n)| {
+                    *n > 0 && Language::from_path(&format!("f.{ext}")) != Language::Other
+                }) {
+                    return (Vec::new(), 0);
+                }
+                pending = found.pending;
+                let mut results = results.into_iter().map(|r| r.map(|r| r.matches));
+                let mentions = if has_mention {
+                    counts(results.next())
+                } else {
+                    HashMap::new()
+                };
+                let definitions = match &defining {
+                    Some((_, lowered)) if has_definition => defined_in(results.next(), lowered),
+                    _ => HashMap::new(),
+                };
+                (
+                    found.files,
+                    found.importers,
+                    found.contents,
+                    mentions,
+                    definitions,
+                )
+            }
+            None => {
+                let walked = map_walk
+                    .get_or_init(|| async {
+                        workspace
+                            .walk(&RepoPath::root(), None, MAP_WALK_FILES)
+                            .await
+                            .ok()
+                    })
+                    .await;
+                let Some(walk) = walked else {
+                    return (Vec::new(), 0);
+                };
+                // A workspace with nothing to outline (a new project, or only the batch's own
+                // files) costs one walk: no search, no read.
+                let outlinable = walk.files.iter().any(|f| {
+                    Language::from_path(f.path.as_str()) != Language::Other
+                        && !batch.files().iter().any(|b| b.path == f.path)
+                });
+                if !outlinable {
+                    return (Vec::new(), 0);
+                }
+                let importers = workspace.importers(&file.path).await.unwrap_or_default();
+                // The two searches each take a blocking thread: they run side by side.
+                let mut searches = searches.into_iter();
+                let mention = if has_mention { searches.next() } else { None };
+                let definition = if has_definition {
+                    searches.next()
+                } else {
+                    None
+                };
+                let (mentions, definitions) = futures::future::join(
+                    async {
+                        match mention {
+                            Some(q) => counts(Some(workspace.search(q).await.map(|r| r.matches))),
+                            None => HashMap::new(),
+                        }
+                    },
+                    async {
+                        match (definition, &defining) {
+                            (Some(q), Some((_, lowered))) => defined_in(
+                                Some(workspace.search(q).await.map(|r| r.matches)),
+                                lowered,
+                            ),
+                            _ => HashMap::new(),
+                        }
+                    },
+                )
+                .await;
+                (
+                    walk.files.clone(),
+                    importers,
+                    HashMap::new(),
+                    mentions,
+                    definitions,
+                )
+            }
+        };
     let importers: HashMap<String, usize> = importers
         .into_iter()
         .map(|(p, n)| (p.as_str().to_owned(), n))
@@ -104,31 +154,23 @@ pub async fn repo_map(
     (map, pending)
 }
 
-/// A search of the workspace's files of `file`'s language, as (path → matching lines).
-pub(super) async fn search_counts(
-    workspace: &dyn Workspace,
-    file: &FileSpec,
-    pattern: String,
-) -> HashMap<String, usize> {
-    let mut found = HashMap::new();
-    for m in search_lines(workspace, file, pattern, 500).await {
-        *found.entry(m.path).or_insert(0) += 1;
+/// Lines the mentions search may read.
+const MENTION_MATCHES: usize = 500;
+
+/// How many lines of each file a search found, as (path → matching lines).
+fn counts(found: Option<Result<Vec<SearchMatch>, SearchError>>) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for m in found.and_then(Result::ok).unwrap_or_default() {
+        *counts.entry(m.path).or_insert(0) += 1;
     }
-    found
+    counts
 }
 
-/// The lines of the workspace's files of `file`'s language that match `pattern`, at most
-/// `max_matches`.
-async fn search_lines(
-    workspace: &dyn Workspace,
-    file: &FileSpec,
-    pattern: String,
-    max_matches: usize,
-) -> Vec<crate::search::SearchMatch> {
-    let Some(ext) = file.path.extension() else {
-        return Vec::new();
-    };
-    let query = SearchQuery {
+/// A search of the workspace's files of `file`'s language for `pattern`, at most `max_matches`
+/// lines; `None` for a file without an extension.
+fn line_search(file: &FileSpec, pattern: String, max_matches: usize) -> Option<SearchQuery> {
+    let ext = file.path.extension()?;
+    Some(SearchQuery {
         pattern,
         regex: true,
         ignore_case: false,
@@ -142,38 +184,30 @@ async fn search_lines(
         max_file_bytes: MAP_MAX_FILE_BYTES,
         time_limit: Duration::from_secs(2),
         freshness: Freshness::AsIndexed,
-    };
-    workspace
-        .search(query)
-        .await
-        .map(|results| results.matches)
-        .unwrap_or_default()
+    })
 }
 
-/// Files of the same language that mention the file's module name, with how many lines do.
-pub(super) async fn mentions(workspace: &dyn Workspace, file: &FileSpec) -> HashMap<String, usize> {
+/// The pattern of the lines that mention the file's module name (the map counts them, per
+/// file); `None` for a name too short or not a plain identifier.
+fn mentions_pattern(file: &FileSpec) -> Option<String> {
     let stem = stem(&file.path);
     if stem.len() < 3 || !stem.chars().all(|c| c.is_alphanumeric() || c == '_') {
-        return HashMap::new();
+        return None;
     }
     // ASCII word boundaries where the name is ASCII: a pattern without Unicode classes compiles
     // and runs in a fraction of the time, and identifiers are ASCII almost everywhere.
-    let pattern = if stem.is_ascii() {
+    Some(if stem.is_ascii() {
         format!(r"(?-u:\b){stem}(?-u:\b)")
     } else {
         format!(r"\b{stem}\b")
-    };
-    search_counts(workspace, file, pattern).await
+    })
 }
 
-/// Files of the same language that define something named with a word of the description
-/// (`def apply_discount`, `MAX_RETRIES =`, `fn parse_order`), with how many definitions: the
-/// helpers and constants a description uses without naming their module.
-pub(super) async fn definitions(
-    workspace: &dyn Workspace,
-    file: &FileSpec,
-    words: &[String],
-) -> HashMap<String, usize> {
+/// The pattern of the lines that may define something named with a word of the description
+/// (`def apply_discount`, `MAX_RETRIES =`, `fn parse_order`), and those words, lowercased: the
+/// helpers and constants a description uses without naming their module. Which of the lines
+/// found define something is told line by line ([`defined_in`]).
+fn definitions_pattern(words: &[String]) -> Option<(String, Vec<String>)> {
     let mut words: Vec<&str> = words
         .iter()
         .map(String::as_str)
@@ -183,13 +217,12 @@ pub(super) async fn definitions(
     words.sort_by_key(|w| std::cmp::Reverse(w.len()));
     words.truncate(16);
     if words.is_empty() {
-        return HashMap::new();
+        return None;
     }
     // The search finds the words as plain literals, in the cases identifiers write them
-    // (`apply_discount`, `ApplyDiscount`, `MAX_DISCOUNT`); which of those lines define something
-    // is told line by line below. One regex for the whole shape, case-insensitive, costs the
-    // regex engine 5–15 ms to compile (it builds a full DFA) for every file of every batch;
-    // literals compile in microseconds.
+    // (`apply_discount`, `ApplyDiscount`, `MAX_DISCOUNT`). One regex for the whole shape,
+    // case-insensitive, costs the regex engine 5–15 ms to compile (it builds a full DFA) for
+    // every file of every batch; literals compile in microseconds.
     let mut variants: Vec<String> = words
         .iter()
         .flat_map(|w| {
@@ -202,18 +235,26 @@ pub(super) async fn definitions(
         .collect();
     variants.sort();
     variants.dedup();
-    let pattern = format!("(?-u){}", variants.join("|"));
-    let lowered: Vec<String> = words.iter().map(|w| w.to_ascii_lowercase()).collect();
-    let mut found = HashMap::new();
-    for m in search_lines(workspace, file, pattern, DEFINITION_SEARCH_MATCHES).await {
+    let lowered = words.iter().map(|w| w.to_ascii_lowercase()).collect();
+    Some((format!("(?-u){}", variants.join("|")), lowered))
+}
+
+/// The files whose found lines define a name holding one of `lowered`, with how many such
+/// definitions.
+fn defined_in(
+    found: Option<Result<Vec<SearchMatch>, SearchError>>,
+    lowered: &[String],
+) -> HashMap<String, usize> {
+    let mut defined = HashMap::new();
+    for m in found.and_then(Result::ok).unwrap_or_default() {
         if defined_name(&m.line).is_some_and(|name| {
             let name = name.to_ascii_lowercase();
             lowered.iter().any(|w| name.contains(w.as_str()))
         }) {
-            *found.entry(m.path).or_insert(0) += 1;
+            *defined.entry(m.path).or_insert(0) += 1;
         }
     }
-    found
+    defined
 }
 
 /// Lines the definitions search may read: uses of the words count against it too.

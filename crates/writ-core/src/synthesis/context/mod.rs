@@ -17,7 +17,7 @@ use writ_checks::Language;
 
 use crate::content::{sha256_hex, truncate_chars};
 use crate::path::RepoPath;
-use crate::search::{SearchError, SearchQuery, WalkedFile, content_key};
+use crate::search::{SearchError, WalkedFile, content_key};
 use crate::synthesis::batch::{Batch, BatchError, ContextEntry, ContextTarget, FileSpec};
 use crate::synthesis::prompt::{ContextFile, MoreContext};
 use crate::synthesis::stage::{MapWalk, Prior};
