@@ -4,7 +4,9 @@
 //! and fitted to a token budget.
 
 use super::*;
-use crate::search::{Freshness, MapQuery, SearchError, SearchMatch, SearchQuery, module_names};
+use futures::future::join_all;
+
+use crate::search::{Freshness, MapQuery, SearchError, SearchQuery, SearchResults, module_names};
 
 /// The repository map of `file`: the outlines of the workspace's files most related to it, best
 /// first, within `max_tokens`, and how many changes the workspace's index was still applying when
@@ -26,18 +28,12 @@ pub async fn repo_map(
         fill: MAP_CANDIDATES,
     };
     let words = description_words(&file.description);
-    let mention = mentions_pattern(file).and_then(|p| line_search(file, p, MENTION_MATCHES));
-    let defining = definitions_pattern(&words);
-    let definition = defining
-        .as_ref()
-        .and_then(|(p, _)| line_search(file, p.clone(), DEFINITION_SEARCH_MATCHES));
-    let (has_mention, has_definition) = (mention.is_some(), definition.is_some());
-    let searches: Vec<SearchQuery> = mention.into_iter().chain(definition).collect();
+    let searches = MapSearches::new(file, &words);
     // From the index: the files that may rank, found by look-ups, and the two searches, in one
     // go; without one (or before it is current), the walk, once a batch, and the searches.
     let mut pending = 0;
-    let (files, importers, contents, mentions, definitions) =
-        match workspace.map_lookups(&query, searches.clone()).await {
+    let (files, importers, contents, found) =
+        match workspace.map_lookups(&query, searches.queries()).await {
             Some((found, results)) => {
                 if !found.extensions.iter().any(|(ext, n)| {
                     *n > 0 && Language::from_path(&format!("f.{ext}")) != Language::Other
@@ -45,23 +41,7 @@ pub async fn repo_map(
                     return (Vec::new(), 0);
                 }
                 pending = found.pending;
-                let mut results = results.into_iter().map(|r| r.map(|r| r.matches));
-                let mentions = if has_mention {
-                    counts(results.next())
-                } else {
-                    HashMap::new()
-                };
-                let definitions = match &defining {
-                    Some((_, lowered)) if has_definition => defined_in(results.next(), lowered),
-                    _ => HashMap::new(),
-                };
-                (
-                    found.files,
-                    found.importers,
-                    found.contents,
-                    mentions,
-                    definitions,
-                )
+                (found.files, found.importers, found.contents, results)
             }
             None => {
                 let walked = map_walk
@@ -85,41 +65,13 @@ pub async fn repo_map(
                     return (Vec::new(), 0);
                 }
                 let importers = workspace.importers(&file.path).await.unwrap_or_default();
-                // The two searches each take a blocking thread: they run side by side.
-                let mut searches = searches.into_iter();
-                let mention = if has_mention { searches.next() } else { None };
-                let definition = if has_definition {
-                    searches.next()
-                } else {
-                    None
-                };
-                let (mentions, definitions) = futures::future::join(
-                    async {
-                        match mention {
-                            Some(q) => counts(Some(workspace.search(q).await.map(|r| r.matches))),
-                            None => HashMap::new(),
-                        }
-                    },
-                    async {
-                        match (definition, &defining) {
-                            (Some(q), Some((_, lowered))) => defined_in(
-                                Some(workspace.search(q).await.map(|r| r.matches)),
-                                lowered,
-                            ),
-                            _ => HashMap::new(),
-                        }
-                    },
-                )
-                .await;
-                (
-                    walk.files.clone(),
-                    importers,
-                    HashMap::new(),
-                    mentions,
-                    definitions,
-                )
+                // The searches each take a blocking thread: they run side by side.
+                let results =
+                    join_all(searches.queries().into_iter().map(|q| workspace.search(q))).await;
+                (walk.files.clone(), importers, HashMap::new(), results)
             }
         };
+    let (mentions, definitions) = searches.read(found);
     let importers: HashMap<String, usize> = importers
         .into_iter()
         .map(|(p, n)| (p.as_str().to_owned(), n))
@@ -157,13 +109,67 @@ pub async fn repo_map(
 /// Lines the mentions search may read.
 const MENTION_MATCHES: usize = 500;
 
-/// How many lines of each file a search found, as (path → matching lines).
-fn counts(found: Option<Result<Vec<SearchMatch>, SearchError>>) -> HashMap<String, usize> {
-    let mut counts = HashMap::new();
-    for m in found.and_then(Result::ok).unwrap_or_default() {
-        *counts.entry(m.path).or_insert(0) += 1;
+/// The map's two searches of a file's language: the lines that mention the file's module name,
+/// and the lines that may define something named with a word of the description (with those
+/// words, lowercased, to tell which do).
+struct MapSearches<'f> {
+    file: &'f FileSpec,
+    mention: Option<String>,
+    definition: Option<(String, Vec<String>)>,
+}
+
+impl<'f> MapSearches<'f> {
+    fn new(file: &'f FileSpec, words: &[String]) -> Self {
+        let searchable = file.path.extension().is_some();
+        MapSearches {
+            file,
+            mention: mentions_pattern(file).filter(|_| searchable),
+            definition: definitions_pattern(words).filter(|_| searchable),
+        }
     }
-    counts
+
+    /// The queries, mentions first; [`MapSearches::read`] takes their results in this order.
+    fn queries(&self) -> Vec<SearchQuery> {
+        let mention = self
+            .mention
+            .as_ref()
+            .and_then(|p| line_search(self.file, p.clone(), MENTION_MATCHES));
+        let definition = self
+            .definition
+            .as_ref()
+            .and_then(|(p, _)| line_search(self.file, p.clone(), DEFINITION_SEARCH_MATCHES));
+        mention.into_iter().chain(definition).collect()
+    }
+
+    /// The files mentioning the module (with how many lines do) and the files defining the
+    /// description's names (with how many definitions), from the results of
+    /// [`MapSearches::queries`]; a search that failed finds nothing.
+    fn read(
+        &self,
+        results: Vec<Result<SearchResults, SearchError>>,
+    ) -> (HashMap<String, usize>, HashMap<String, usize>) {
+        let mut results = results
+            .into_iter()
+            .map(|r| r.map(|r| r.matches).unwrap_or_default());
+        let mut mentions = HashMap::new();
+        if self.mention.is_some() {
+            for m in results.next().unwrap_or_default() {
+                *mentions.entry(m.path).or_insert(0) += 1;
+            }
+        }
+        let mut defined = HashMap::new();
+        if let Some((_, lowered)) = &self.definition {
+            for m in results.next().unwrap_or_default() {
+                if defined_name(&m.line).is_some_and(|name| {
+                    let name = name.to_ascii_lowercase();
+                    lowered.iter().any(|w| name.contains(w.as_str()))
+                }) {
+                    *defined.entry(m.path).or_insert(0) += 1;
+                }
+            }
+        }
+        (mentions, defined)
+    }
 }
 
 /// A search of the workspace's files of `file`'s language for `pattern`, at most `max_matches`
@@ -206,7 +212,7 @@ fn mentions_pattern(file: &FileSpec) -> Option<String> {
 /// The pattern of the lines that may define something named with a word of the description
 /// (`def apply_discount`, `MAX_RETRIES =`, `fn parse_order`), and those words, lowercased: the
 /// helpers and constants a description uses without naming their module. Which of the lines
-/// found define something is told line by line ([`defined_in`]).
+/// found define something is told line by line ([`MapSearches::read`]).
 fn definitions_pattern(words: &[String]) -> Option<(String, Vec<String>)> {
     let mut words: Vec<&str> = words
         .iter()
@@ -237,24 +243,6 @@ fn definitions_pattern(words: &[String]) -> Option<(String, Vec<String>)> {
     variants.dedup();
     let lowered = words.iter().map(|w| w.to_ascii_lowercase()).collect();
     Some((format!("(?-u){}", variants.join("|")), lowered))
-}
-
-/// The files whose found lines define a name holding one of `lowered`, with how many such
-/// definitions.
-fn defined_in(
-    found: Option<Result<Vec<SearchMatch>, SearchError>>,
-    lowered: &[String],
-) -> HashMap<String, usize> {
-    let mut defined = HashMap::new();
-    for m in found.and_then(Result::ok).unwrap_or_default() {
-        if defined_name(&m.line).is_some_and(|name| {
-            let name = name.to_ascii_lowercase();
-            lowered.iter().any(|w| name.contains(w.as_str()))
-        }) {
-            *defined.entry(m.path).or_insert(0) += 1;
-        }
-    }
-    defined
 }
 
 /// Lines the definitions search may read: uses of the words count against it too.
