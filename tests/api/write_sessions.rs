@@ -308,6 +308,18 @@ async fn expiry_record(app: &TestApp, filename: &str) -> Option<Value> {
     ops["operations"].as_array()?.first().cloned()
 }
 
+/// [`expiry_record`], asked again until it is there or `within` has passed.
+async fn expiry_record_within(app: &TestApp, filename: &str, within: Duration) -> Option<Value> {
+    let until = std::time::Instant::now() + within;
+    loop {
+        let found = expiry_record(app, filename).await;
+        if found.is_some() || std::time::Instant::now() >= until {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn an_abandoned_session_expires_on_access_and_in_the_sweep_and_the_audit_log_says_so() {
     let app = spawn(
@@ -341,28 +353,16 @@ async fn an_abandoned_session_expires_on_access_and_in_the_sweep_and_the_audit_l
     assert_eq!(status, 409, "{err}");
     // The periodic sweep may have been the one to expire it: its record follows its claim on
     // the session by a statement or two, so the state can read `expired` a moment before.
-    let mut op = None;
-    for _ in 0..50 {
-        op = expiry_record(&app, "looked.txt").await;
-        if op.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let op = op.expect("the expiry is in the audit log");
+    let op = expiry_record_within(&app, "looked.txt", Duration::from_secs(1))
+        .await
+        .expect("the expiry is in the audit log");
     assert_eq!(op["status"], "failed");
     assert_eq!(op["detail"]["write_session"]["id"], looked_at.as_str());
     assert_eq!(op["detail"]["write_session"]["bytes_received"], 11);
 
-    let mut swept = None;
-    for _ in 0..100 {
-        swept = expiry_record(&app, "forgotten.txt").await;
-        if swept.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let swept = swept.expect("the sweep expires a session nobody looks at");
+    let swept = expiry_record_within(&app, "forgotten.txt", Duration::from_secs(10))
+        .await
+        .expect("the sweep expires a session nobody looks at");
     assert_eq!(swept["detail"]["write_session"]["id"], forgotten.as_str());
     assert!(
         swept["error"]
