@@ -257,3 +257,45 @@ async fn the_files_importing_the_file_being_written_come_before_files_that_only_
     let mention = map.find("shop/notes.py").unwrap_or_else(|| panic!("{map}"));
     assert!(importer < mention, "the importer is ranked first: {map}");
 }
+
+#[tokio::test]
+async fn files_related_only_by_their_top_folder_fill_at_most_a_quarter_of_the_map() {
+    let app = spawn_app_with_models(Backend::Sqlite).await;
+    // Sixty modules beneath the same top folder, in other folders, sharing no word with the
+    // description: the project's layout, not code the file needs (about 6,000 tokens of
+    // outlines in all).
+    for i in 0..60 {
+        let defs: String = (0..12)
+            .map(|j| format!("def zq_{i}_{j}(x, y):\n    return x\n\n"))
+            .collect();
+        put(&app, &format!("app/area_{i}/mod_{i}.py"), &defs);
+    }
+    // A user of the file being written: related by a look-up, shown whatever the filler.
+    put(
+        &app,
+        "app/billing/billing.py",
+        "from app.ledger.entries import record\n\n\ndef bill(total):\n    return record(total)\n",
+    );
+    script_models(&app);
+    let (status, body) = app
+        .post_write_codebase(&json!({
+            "command": "write_codebase",
+            "files": [{"filename": "app/ledger/entries.py",
+                       "code_description": "a function record(entry) that appends it to a list"}]
+        }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let p = prompt(&app);
+    let map = &p[p
+        .find("## Repository map")
+        .unwrap_or_else(|| panic!("no map: {p}"))..];
+    assert!(map.contains("app/billing/billing.py"), "{map}");
+    let fillers = map.matches("app/area_").count();
+    assert!(fillers >= 1, "some of the layout is shown: {map}");
+    let used = body["results"][0]["prompt_tokens_by_part"]["repo_map"]
+        .as_u64()
+        .unwrap();
+    // The default budget is 2,000 tokens: a quarter for fillers, the importer and the heading
+    // beside them.
+    assert!(used <= 700, "{used} tokens: {map}");
+}

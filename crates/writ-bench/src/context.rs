@@ -182,7 +182,7 @@ async fn prompt_of(
     let mut more = MoreContext::default();
     if with_context && map_tokens > 0 {
         (more.map, more.map_pending) =
-            context::repo_map(ws, &Default::default(), &batch, file, &[], None, map_tokens).await;
+            context::repo_map(ws, &Default::default(), &[], &batch, file, &[], map_tokens).await;
     }
     let messages = prompt::candidate_messages(
         &batch,

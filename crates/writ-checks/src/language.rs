@@ -52,8 +52,24 @@ impl Language {
     /// Both `/` and `\` separate directories, so a Windows-style path works too.
     pub fn from_path(path: &str) -> Language {
         let file_name = path.rsplit(['/', '\\']).next().unwrap_or(path);
-        let lower = file_name.to_ascii_lowercase();
-        match lower.as_str() {
+        // Lowercased on the stack: the repository map asks this of thousands of paths a batch.
+        let mut short = [0_u8; 64];
+        let owned;
+        let lower: &str = match short.get_mut(..file_name.len()) {
+            Some(buf) => {
+                buf.copy_from_slice(file_name.as_bytes());
+                buf.make_ascii_lowercase();
+                match std::str::from_utf8(buf) {
+                    Ok(lower) => lower,
+                    Err(_) => return Language::Other,
+                }
+            }
+            None => {
+                owned = file_name.to_ascii_lowercase();
+                &owned
+            }
+        };
+        match lower {
             // Lock and manifest files that are TOML without saying so.
             "cargo.lock" | "pipfile" | "poetry.lock" | "uv.lock" => return Language::Toml,
             "dockerfile" | "containerfile" | "makefile" | "gnumakefile" => return Language::Other,

@@ -273,21 +273,24 @@ pub trait Workspace: Send + Sync + 'static {
         None
     }
 
-    /// [`Workspace::map_files`] and `searches` (their results in order), asked together: the
-    /// repository map asks both for every file it maps, and a workspace with an index answers
-    /// them on one blocking thread rather than one each. `None` as for `map_files`, and then
-    /// nothing was searched.
+    /// [`Workspace::map_files`] and its `searches` (their results in order) for each of `asks`,
+    /// answered in order: the repository map asks them for every file of a batch, and a
+    /// workspace with an index answers them all on one blocking thread rather than one each.
+    /// `None` as for `map_files`, and then nothing was searched.
     async fn map_lookups(
         &self,
-        query: &MapQuery,
-        searches: Vec<SearchQuery>,
-    ) -> Option<(MapFiles, Vec<Result<SearchResults, SearchError>>)> {
-        let files = self.map_files(query).await?;
-        let mut results = Vec::with_capacity(searches.len());
-        for search in searches {
-            results.push(self.search(search).await);
+        asks: Vec<(MapQuery, Vec<SearchQuery>)>,
+    ) -> Option<Vec<(MapFiles, Vec<Result<SearchResults, SearchError>>)>> {
+        let mut answers = Vec::with_capacity(asks.len());
+        for (query, searches) in asks {
+            let files = self.map_files(&query).await?;
+            let mut results = Vec::with_capacity(searches.len());
+            for search in searches {
+                results.push(self.search(search).await);
+            }
+            answers.push((files, results));
         }
-        Some((files, results))
+        Some(answers)
     }
 
     /// The files beneath `dir` (recursively, in path order) whose path from the root matches

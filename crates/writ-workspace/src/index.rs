@@ -359,7 +359,7 @@ impl Index {
         prepared: Prepared,
         started: Instant,
     ) -> Option<SearchResults> {
-        let need = Need::of(query);
+        let need = &*prepared.need;
         let candidates: Vec<Candidate> = {
             let state = self.fresh(query.freshness)?;
             let dir = query.dir.as_str();
@@ -380,7 +380,7 @@ impl Index {
                 if !paths.matches(&k.0) {
                     continue;
                 }
-                if e.size > query.max_file_bytes || e.may_match(&need) {
+                if e.size > query.max_file_bytes || e.may_match(need) {
                     if ruled_out > 0 {
                         candidates.push(Candidate::RuledOut(std::mem::take(&mut ruled_out)));
                     }

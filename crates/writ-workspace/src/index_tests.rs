@@ -421,10 +421,26 @@ async fn the_maps_look_ups_and_searches_asked_together_answer_as_asked_apart() {
         exclude: vec![RepoPath::parse("shop/new.py").unwrap()],
         fill: 10,
     };
-    let (files, results) = ws
-        .map_lookups(&query, vec![search(r"\bledger\b"), search("tax|RATE")])
+    let other = writ_core::search::MapQuery {
+        path: RepoPath::parse("app/summary.py").unwrap(),
+        modules: vec![],
+        exclude: query.exclude.clone(),
+        fill: 10,
+    };
+    // A batch's files asked at once: each answer as if asked alone.
+    let mut answers = ws
+        .map_lookups(vec![
+            (
+                query.clone(),
+                vec![search(r"\bledger\b"), search("tax|RATE")],
+            ),
+            (other.clone(), vec![search("post_entry")]),
+        ])
         .await
         .expect("the index answers");
+    assert_eq!(answers.len(), 2, "one answer per file, in order");
+    let (other_files, other_results) = answers.pop().unwrap();
+    let (files, results) = answers.pop().unwrap();
     let alone = ws.map_files(&query).await.unwrap();
     let paths = |f: &writ_core::search::MapFiles| {
         let mut p: Vec<String> = f.files.iter().map(|w| w.path.to_string()).collect();
@@ -432,6 +448,16 @@ async fn the_maps_look_ups_and_searches_asked_together_answer_as_asked_apart() {
         p
     };
     assert_eq!(paths(&files), paths(&alone));
+    assert_eq!(
+        paths(&other_files),
+        paths(&ws.map_files(&other).await.unwrap())
+    );
+    assert!(paths(&other_files).contains(&"app/report.py".to_owned()));
+    assert_eq!(other_results.len(), 1);
+    assert_eq!(
+        other_results[0].as_ref().unwrap().matches.len(),
+        ws.search(search("post_entry")).await.unwrap().matches.len()
+    );
     assert_eq!(results.len(), 2, "one answer per search, in order");
     for (got, pattern) in results.into_iter().zip([r"\bledger\b", "tax|RATE"]) {
         let apart = ws.search(search(pattern)).await.unwrap();

@@ -397,68 +397,50 @@ impl Workspace for RepoWorkspace {
     }
 
     async fn map_files(&self, query: &MapQuery) -> Option<MapFiles> {
-        Some(self.map_lookups(query, Vec::new()).await?.0)
+        let mut answers = self.map_lookups(vec![(query.clone(), Vec::new())]).await?;
+        Some(answers.pop()?.0)
     }
 
     async fn map_lookups(
         &self,
-        query: &MapQuery,
-        searches: Vec<SearchQuery>,
-    ) -> Option<(MapFiles, Vec<Result<SearchResults, SearchError>>)> {
+        asks: Vec<(MapQuery, Vec<SearchQuery>)>,
+    ) -> Option<Vec<(MapFiles, Vec<Result<SearchResults, SearchError>>)>> {
         let index = self.index()?;
         let tree = self.tree();
-        let rel = query.path.as_str().to_owned();
-        let modules = query.modules.clone();
-        let exclude: Vec<String> = query
-            .exclude
-            .iter()
-            .map(|p| p.as_str().to_owned())
-            .collect();
-        let fill = query.fill;
-        // One blocking thread for the look-ups and the searches: each hop to the pool and back
-        // costs two context switches, more than an indexed search itself.
-        let (found, results) = tokio::task::spawn_blocking(move || {
-            let found = index.map_files(&rel, &modules, &exclude, fill)?;
-            let results = searches
-                .iter()
-                .map(|query| {
-                    let started = std::time::Instant::now();
-                    let prepared = tree.prepare(query)?;
-                    match index.search(query, prepared, started) {
-                        Some(results) => Ok(results),
-                        None => tree.search(query),
-                    }
+        // One blocking thread for every file's look-ups and searches: each hop to the pool and
+        // back costs two context switches, more than an indexed search itself.
+        let answers = tokio::task::spawn_blocking(move || {
+            asks.iter()
+                .map(|(query, searches)| {
+                    let exclude: Vec<String> = query
+                        .exclude
+                        .iter()
+                        .map(|p| p.as_str().to_owned())
+                        .collect();
+                    let found = index.map_files(
+                        query.path.as_str(),
+                        &query.modules,
+                        &exclude,
+                        query.fill,
+                    )?;
+                    let results = searches
+                        .iter()
+                        .map(|search| {
+                            let started = std::time::Instant::now();
+                            let prepared = tree.prepare(search)?;
+                            match index.search(search, prepared, started) {
+                                Some(results) => Ok(results),
+                                None => tree.search(search),
+                            }
+                        })
+                        .collect::<Vec<_>>();
+                    Some((map_answer(found), results))
                 })
-                .collect::<Vec<_>>();
-            Some((found, results))
+                .collect::<Option<Vec<_>>>()
         })
         .await
         .ok()??;
-        let contents = found
-            .files
-            .iter()
-            .filter_map(|(p, _, c)| Some((p.clone(), (*c)?)))
-            .collect();
-        let files = MapFiles {
-            files: found
-                .files
-                .into_iter()
-                .filter_map(|(p, size, _)| {
-                    RepoPath::parse_nonempty(&p)
-                        .ok()
-                        .map(|path| WalkedFile { path, size })
-                })
-                .collect(),
-            contents,
-            importers: found
-                .importers
-                .into_iter()
-                .filter_map(|(p, n)| RepoPath::parse(&p).ok().map(|p| (p, n)))
-                .collect(),
-            extensions: found.extensions,
-            pending: found.pending,
-        };
-        Some((files, results))
+        Some(answers)
     }
 
     async fn walk(
@@ -676,4 +658,32 @@ fn random_suffix() -> String {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u32(std::process::id());
     format!("{:016x}", hasher.finish())
+}
+
+/// The index's answer to the map as the core takes it: paths checked, content keys by path.
+fn map_answer(found: index::MapAnswer) -> MapFiles {
+    let contents = found
+        .files
+        .iter()
+        .filter_map(|(p, _, c)| Some((p.clone(), (*c)?)))
+        .collect();
+    MapFiles {
+        files: found
+            .files
+            .into_iter()
+            .filter_map(|(p, size, _)| {
+                RepoPath::parse_nonempty(&p)
+                    .ok()
+                    .map(|path| WalkedFile { path, size })
+            })
+            .collect(),
+        contents,
+        importers: found
+            .importers
+            .into_iter()
+            .filter_map(|(p, n)| RepoPath::parse(&p).ok().map(|p| (p, n)))
+            .collect(),
+        extensions: found.extensions,
+        pending: found.pending,
+    }
 }

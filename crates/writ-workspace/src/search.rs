@@ -8,13 +8,14 @@
 //! every file is opened through the root's capability (`RESOLVE_BENEATH`), so nothing outside
 //! `REPO_DIR` is read even if the tree changes during the walk.
 
+use std::collections::HashMap;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use cap_std::fs::Dir;
-use grep_regex::RegexMatcherBuilder;
+use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{
     BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkContextKind, SinkMatch,
 };
@@ -24,6 +25,7 @@ use writ_core::search::{
 };
 use writ_core::{RepoPath, WorkspaceError};
 
+use crate::index::Need;
 use crate::protect::ProtectedPaths;
 
 /// A matching or context line longer than this many characters is cut (minified files would
@@ -153,7 +155,7 @@ impl Tree {
 
     pub fn search(&self, query: &SearchQuery) -> Result<SearchResults, SearchError> {
         let started = Instant::now();
-        let Prepared { matcher, glob } = self.prepare(query)?;
+        let Prepared { matcher, glob, .. } = self.prepare(query)?;
         let files = self
             .files(&query.dir)
             .filter(|(rel, _)| glob.as_ref().is_none_or(|g| glob_matches(g, rel)))
@@ -163,17 +165,14 @@ impl Tree {
 
     /// The search's matcher and glob, checked, and its directory found.
     pub fn prepare(&self, query: &SearchQuery) -> Result<Prepared, SearchError> {
-        let matcher = RegexMatcherBuilder::new()
-            .fixed_strings(!query.regex)
-            .case_insensitive(query.ignore_case)
-            .line_terminator(Some(b'\n'))
-            .size_limit(REGEX_SIZE_LIMIT)
-            .dfa_size_limit(REGEX_SIZE_LIMIT)
-            .build(&query.pattern)
-            .map_err(|e| SearchError::Pattern(e.to_string()))?;
+        let Compiled { matcher, need } = compiled(query)?;
         let glob = query.glob.as_deref().map(|g| self.glob(g)).transpose()?;
         self.existing_dir(&query.dir)?;
-        Ok(Prepared { matcher, glob })
+        Ok(Prepared {
+            matcher,
+            glob,
+            need,
+        })
     }
 
     /// Searches `files` (in walk order, within the directory and glob asked for), each read
@@ -185,12 +184,9 @@ impl Tree {
         files: impl Iterator<Item = Candidate>,
         started: Instant,
     ) -> SearchResults {
-        let mut searcher = SearcherBuilder::new()
-            .line_number(true)
-            .before_context(query.context_lines)
-            .after_context(query.context_lines)
-            .binary_detection(BinaryDetection::quit(0))
-            .build();
+        // Built at the first file read: it allocates a zeroed 64 KiB buffer, and with the index
+        // a search often rules every file out.
+        let mut searcher: Option<Searcher> = None;
 
         let mut results = SearchResults {
             matches: Vec::new(),
@@ -239,6 +235,14 @@ impl Tree {
                 before: Vec::new(),
                 binary: false,
             };
+            let searcher = searcher.get_or_insert_with(|| {
+                SearcherBuilder::new()
+                    .line_number(true)
+                    .before_context(query.context_lines)
+                    .after_context(query.context_lines)
+                    .binary_detection(BinaryDetection::quit(0))
+                    .build()
+            });
             if searcher.search_slice(&matcher, &bytes, &mut sink).is_err() {
                 continue;
             }
@@ -263,13 +267,26 @@ impl Tree {
     /// `glob` as a matcher of paths from the root, gitignore-style (`*.py` anywhere, `src/*.py`
     /// anchored).
     pub fn glob(&self, glob: &str) -> Result<Override, SearchError> {
+        let key = (self.root_path.clone(), glob.to_owned());
+        if let Ok(kept) = GLOBS.lock()
+            && let Some(glob) = kept.get(&key)
+        {
+            return Ok(glob.clone());
+        }
         let mut builder = OverrideBuilder::new(&self.root_path);
         builder
             .add(glob)
             .map_err(|e| SearchError::Glob(e.to_string()))?;
-        builder
+        let built = builder
             .build()
-            .map_err(|e| SearchError::Glob(e.to_string()))
+            .map_err(|e| SearchError::Glob(e.to_string()))?;
+        if let Ok(mut kept) = GLOBS.lock() {
+            if kept.len() >= MATCHERS_KEPT {
+                kept.clear();
+            }
+            kept.insert(key, built.clone());
+        }
+        Ok(built)
     }
 
     /// The file's bytes through the root's capability, if it is still a regular file no larger
@@ -296,10 +313,61 @@ pub(crate) struct FileStat {
     pub modified: Option<std::time::SystemTime>,
 }
 
+/// Compiled patterns kept for reuse, and how many at most: the repository map searches for the
+/// same few patterns (a module's name, a description's words) file after file, and compiling one
+/// costs more than an indexed search.
+static MATCHERS: std::sync::LazyLock<Mutex<HashMap<PatternKey, Compiled>>> =
+    std::sync::LazyLock::new(Mutex::default);
+
+/// A pattern as compiled: its text, whether it is a regex, whether case is ignored.
+type PatternKey = (String, bool, bool);
+
+/// A pattern compiled for the searcher, and what the index reads from it.
+#[derive(Clone)]
+struct Compiled {
+    matcher: RegexMatcher,
+    need: Arc<Need>,
+}
+const MATCHERS_KEPT: usize = 256;
+/// Compiled globs kept for reuse, by workspace root (the map asks `*.<ext>` for every file).
+static GLOBS: std::sync::LazyLock<Mutex<HashMap<(PathBuf, String), Override>>> =
+    std::sync::LazyLock::new(Mutex::default);
+
+/// The query's pattern compiled (from [`MATCHERS`] when it was compiled before).
+fn compiled(query: &SearchQuery) -> Result<Compiled, SearchError> {
+    let key = (query.pattern.clone(), query.regex, query.ignore_case);
+    if let Ok(kept) = MATCHERS.lock()
+        && let Some(compiled) = kept.get(&key)
+    {
+        return Ok(compiled.clone());
+    }
+    let matcher = RegexMatcherBuilder::new()
+        .fixed_strings(!query.regex)
+        .case_insensitive(query.ignore_case)
+        .line_terminator(Some(b'\n'))
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_SIZE_LIMIT)
+        .build(&query.pattern)
+        .map_err(|e| SearchError::Pattern(e.to_string()))?;
+    let compiled = Compiled {
+        matcher,
+        need: Arc::new(Need::of(query)),
+    };
+    if let Ok(mut kept) = MATCHERS.lock() {
+        if kept.len() >= MATCHERS_KEPT {
+            kept.clear();
+        }
+        kept.insert(key, compiled.clone());
+    }
+    Ok(compiled)
+}
+
 /// A search's compiled pattern and glob.
 pub(crate) struct Prepared {
     pub matcher: grep_regex::RegexMatcher,
     pub glob: Option<Override>,
+    /// What any match holds, for the index to rule files out.
+    pub need: Arc<Need>,
 }
 
 /// A file in a search's scope: to be read, or a run of files known by the index to hold no

@@ -203,7 +203,6 @@ pub(crate) async fn generate(
         file,
         prior,
         &shown,
-        current_view,
     )
     .await;
     // A file the batch's named context shows already (in the shared part) is not shown twice.

@@ -296,12 +296,16 @@ impl MoreContext {
         if self.map.is_empty() {
             return String::new();
         }
-        let mut p = String::from(
-            "## Repository map: definitions in related files (use these names and signatures; do not redefine them)\n",
-        );
+        const HEADING: &str = "## Repository map: definitions in related files (use these names and signatures; do not redefine them)\n";
+        // Sized once: the map is most of a prompt's bytes, and it is rendered for every file.
+        let size = self.map.iter().map(|c| c.path.len() + c.text.len() + 32);
+        let mut p = String::with_capacity(HEADING.len() + size.sum::<usize>() + 200);
+        p.push_str(HEADING);
         for c in &self.map {
-            p.push_str(&format!("### {}\n", quote(&c.path)));
-            p.push_str(&fence(&c.text, Language::from_path(&c.path)));
+            p.push_str("### ");
+            p.push_str(&quote(&c.path));
+            p.push('\n');
+            fence_into(&mut p, &c.text, Language::from_path(&c.path));
         }
         if self.map_pending > 0 {
             p.push_str(&format!(
@@ -444,16 +448,30 @@ pub fn verdict_schema(n: usize) -> serde_json::Value {
 
 /// A fence longer than any backtick run inside the code, so the code cannot close it early.
 fn fence(code: &str, language: Language) -> String {
+    let mut out = String::with_capacity(code.len() + 24);
+    fence_into(&mut out, code, language);
+    out
+}
+
+/// [`fence`], written at the end of `out`.
+fn fence_into(out: &mut String, code: &str, language: Language) {
     // Most code has no backtick: one memchr pass instead of a split at every other character.
     let longest = if code.contains('`') {
         code.split(|c| c != '`').map(str::len).max().unwrap_or(0)
     } else {
         0
     };
-    let ticks = "`".repeat(longest.max(2) + 1);
+    let ticks = longest.max(2) + 1;
     let tag = language.fence_tags().first().copied().unwrap_or("");
-    let nl = if code.ends_with('\n') { "" } else { "\n" };
-    format!("{ticks}{tag}\n{code}{nl}{ticks}\n")
+    out.extend(std::iter::repeat_n('`', ticks));
+    out.push_str(tag);
+    out.push('\n');
+    out.push_str(code);
+    if !code.ends_with('\n') {
+        out.push('\n');
+    }
+    out.extend(std::iter::repeat_n('`', ticks));
+    out.push('\n');
 }
 
 /// A path as a quoted string literal (JSON escapes), so that a filename can never break out of

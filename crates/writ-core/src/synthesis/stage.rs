@@ -171,9 +171,8 @@ pub(crate) struct Prior {
     /// The prompt tokens each code file's parts used, by file index, filled as prompts are
     /// built, for the answer.
     pub prompt_tokens: std::sync::Mutex<Vec<Option<PromptTokensByPart>>>,
-    /// The workspace's files as the first file's repository map walked them: every file of the
-    /// batch ranks the same files, so the walk is made once a batch, not once a file.
-    pub map_walk: MapWalk,
+    /// What the batch's repository maps look up, once for all its files.
+    pub map: crate::synthesis::context::MapShared,
     /// What earlier runs of a resumed batch wrote: the request's one commit holds those files
     /// too, since the run that wrote them may have stopped before committing.
     pub earlier: Option<EarlierRuns>,
@@ -185,9 +184,6 @@ pub(crate) struct EarlierRuns {
     pub batch: crate::synthesis::batch::Batch,
     pub files: Vec<crate::commits::CommitFile>,
 }
-
-/// The batch's one walk of the workspace for its repository maps (`None`: it failed).
-pub type MapWalk = tokio::sync::OnceCell<Option<crate::search::Walk>>;
 
 impl Prior {
     /// Keeps what file `index`'s prompt spent on each part, for the answer.

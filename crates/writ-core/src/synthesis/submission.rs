@@ -118,7 +118,7 @@ impl Synthesizer {
             current,
             named,
             prompt_tokens,
-            map_walk: Default::default(),
+            map: Default::default(),
             earlier: None,
         }))
     }
@@ -139,7 +139,7 @@ impl Synthesizer {
             current,
             named,
             prompt_tokens: std::sync::Mutex::new(vec![None; sub.batch.files().len()]),
-            map_walk: Default::default(),
+            map: Default::default(),
             earlier: None,
         })
     }

@@ -6,71 +6,124 @@
 use super::*;
 use futures::future::join_all;
 
-use crate::search::{Freshness, MapQuery, SearchError, SearchQuery, SearchResults, module_names};
+use std::sync::Mutex;
+
+use crate::search::{
+    Freshness, MapFiles, MapQuery, SearchError, SearchQuery, SearchResults, module_names,
+};
+
+/// What a batch's repository maps look up once for all its files: the walk (without a current
+/// index) and the index's answers with each file's searches, asked in one go (one blocking hop a
+/// batch, not one a file); each file takes its own answer.
+#[derive(Default)]
+pub struct MapShared {
+    walk: tokio::sync::OnceCell<Option<crate::search::Walk>>,
+    lookups: tokio::sync::OnceCell<Option<Mutex<HashMap<RepoPath, Lookup>>>>,
+}
+
+/// One file's answer from the index: the files that may rank and its searches' results.
+type Lookup = (MapFiles, Vec<Result<SearchResults, SearchError>>);
+
+/// Each of the batch's files with its content before the batch (`None`: no such file yet).
+pub type Before = [(RepoPath, Option<Vec<u8>>)];
+
+/// The modules `file` and its batch import (its own import lines as they are before the batch).
+fn imported_by(batch: &Batch, file: &FileSpec, before: &Before) -> Vec<String> {
+    let current = before
+        .iter()
+        .find(|(p, _)| *p == file.path)
+        .and_then(|(_, content)| content.as_deref())
+        .map(String::from_utf8_lossy);
+    imported_modules(batch, file, current.as_deref())
+}
+
+/// What the map of `file` asks of the index and of the search, given what it imports.
+fn ask_for(batch: &Batch, file: &FileSpec, imported: Vec<String>) -> (MapQuery, Vec<SearchQuery>) {
+    let query = MapQuery {
+        path: file.path.clone(),
+        modules: imported,
+        exclude: batch.files().iter().map(|f| f.path.clone()).collect(),
+        fill: MAP_FILL,
+    };
+    let words = description_words(&file.description);
+    (query, MapSearches::new(file, &words).queries())
+}
 
 /// The repository map of `file`: the outlines of the workspace's files most related to it, best
 /// first, within `max_tokens`, and how many changes the workspace's index was still applying when
-/// it answered (the map does not wait for them). `seen`: paths the prompt shows anyway, left out.
+/// it answered (the map does not wait for them). `seen`: paths the prompt shows anyway, left out;
+/// `shared`: the batch's look-ups, made by its first file's map for all of them.
 pub async fn repo_map(
     workspace: &dyn Workspace,
-    map_walk: &MapWalk,
+    shared: &MapShared,
+    before: &Before,
     batch: &Batch,
     file: &FileSpec,
     seen: &[String],
-    current: Option<&str>,
     max_tokens: usize,
 ) -> (Vec<ContextFile>, u64) {
-    let imported = imported_modules(batch, file, current);
-    let query = MapQuery {
-        path: file.path.clone(),
-        modules: imported.clone(),
-        exclude: batch.files().iter().map(|f| f.path.clone()).collect(),
-        fill: MAP_CANDIDATES,
-    };
+    let imported = imported_by(batch, file, before);
     let words = description_words(&file.description);
     let searches = MapSearches::new(file, &words);
-    // From the index: the files that may rank, found by look-ups, and the two searches, in one
-    // go; without one (or before it is current), the walk, once a batch, and the searches.
+    // From the index: the files that may rank, found by look-ups, and the two searches, for every
+    // file of the batch at once; without one (or before it is current), the walk, once a batch,
+    // and the searches.
+    let looked = shared
+        .lookups
+        .get_or_init(|| async {
+            let asks: Vec<(MapQuery, Vec<SearchQuery>)> = batch
+                .files()
+                .iter()
+                .map(|f| ask_for(batch, f, imported_by(batch, f, before)))
+                .collect();
+            let answers = workspace.map_lookups(asks).await?;
+            let by_path = batch.files().iter().map(|f| f.path.clone()).zip(answers);
+            Some(Mutex::new(by_path.collect()))
+        })
+        .await;
+    let mine = looked
+        .as_ref()
+        .and_then(|by_path| by_path.lock().ok()?.remove(&file.path));
     let mut pending = 0;
-    let (files, importers, contents, found) =
-        match workspace.map_lookups(&query, searches.queries()).await {
-            Some((found, results)) => {
-                if !found.extensions.iter().any(|(ext, n)| {
-                    *n > 0 && Language::from_path(&format!("f.{ext}")) != Language::Other
-                }) {
-                    return (Vec::new(), 0);
-                }
-                pending = found.pending;
-                (found.files, found.importers, found.contents, results)
+    let (files, importers, contents, found) = match mine {
+        Some((found, results)) => {
+            if !found.extensions.iter().any(|(ext, n)| {
+                *n > 0 && Language::from_path(&format!("f.{ext}")) != Language::Other
+            }) {
+                return (Vec::new(), 0);
             }
-            None => {
-                let walked = map_walk
-                    .get_or_init(|| async {
-                        workspace
-                            .walk(&RepoPath::root(), None, MAP_WALK_FILES)
-                            .await
-                            .ok()
-                    })
-                    .await;
-                let Some(walk) = walked else {
-                    return (Vec::new(), 0);
-                };
-                // A workspace with nothing to outline (a new project, or only the batch's own
-                // files) costs one walk: no search, no read.
-                let outlinable = walk.files.iter().any(|f| {
-                    Language::from_path(f.path.as_str()) != Language::Other
-                        && !batch.files().iter().any(|b| b.path == f.path)
-                });
-                if !outlinable {
-                    return (Vec::new(), 0);
-                }
-                let importers = workspace.importers(&file.path).await.unwrap_or_default();
-                // The searches each take a blocking thread: they run side by side.
-                let results =
-                    join_all(searches.queries().into_iter().map(|q| workspace.search(q))).await;
-                (walk.files.clone(), importers, HashMap::new(), results)
+            pending = found.pending;
+            (found.files, found.importers, found.contents, results)
+        }
+        None => {
+            let walked = shared
+                .walk
+                .get_or_init(|| async {
+                    workspace
+                        .walk(&RepoPath::root(), None, MAP_WALK_FILES)
+                        .await
+                        .ok()
+                })
+                .await;
+            let Some(walk) = walked else {
+                return (Vec::new(), 0);
+            };
+            // A workspace with nothing to outline (a new project, or only the batch's own
+            // files) costs one walk: no search, no read.
+            let outlinable = walk.files.iter().any(|f| {
+                Language::from_path(f.path.as_str()) != Language::Other
+                    && !batch.files().iter().any(|b| b.path == f.path)
+            });
+            if !outlinable {
+                return (Vec::new(), 0);
             }
-        };
+            let importers = workspace.importers(&file.path).await.unwrap_or_default();
+            // The searches each take a blocking thread: they run side by side.
+            let results =
+                join_all(searches.queries().into_iter().map(|q| workspace.search(q))).await;
+            (walk.files.clone(), importers, HashMap::new(), results)
+        }
+    };
     let (mentions, definitions) = searches.read(found);
     let importers: HashMap<String, usize> = importers
         .into_iter()
@@ -78,13 +131,20 @@ pub async fn repo_map(
         .collect();
     let files = with_found(files, [&mentions, &definitions, &importers]);
     let ranked = rank(file, &files, &imported, &mentions, &definitions, &importers);
+    let ranked: Vec<(i64, RepoPath)> = ranked
+        .into_iter()
+        .filter(|(_, path)| !seen.iter().any(|s| s == path.as_str()))
+        .take(MAP_CANDIDATES)
+        .collect();
+    let cached = super::indexed_outlines(ranked.iter().map(|(_, path)| path), &contents);
     let mut scored: Vec<(i64, RepoPath, std::sync::Arc<super::Outline>)> = Vec::new();
-    for (score, path) in ranked.into_iter().take(MAP_CANDIDATES) {
-        if seen.iter().any(|s| s == path.as_str()) {
-            continue;
-        }
-        let Some(outline) = outline_of(workspace, &path, contents.get(path.as_str())).await else {
-            continue;
+    for ((score, path), cached) in ranked.into_iter().zip(cached) {
+        let outline = match cached {
+            Some(outline) => outline,
+            None => match super::outline_of(workspace, &path).await {
+                Some(outline) => outline,
+                None => continue,
+            },
         };
         if outline.text.trim().is_empty() {
             continue;
@@ -95,7 +155,7 @@ pub async fn repo_map(
     scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.as_str().cmp(b.1.as_str())));
     // Only the outlines that fit are copied out of the cache.
     let map = fit(
-        scored.into_iter().map(|(_, path, outline)| ContextFile {
+        without_excess_filler(scored, max_tokens).map(|(_, path, outline)| ContextFile {
             path: path.to_string(),
             text: outline.text.clone(),
             outline: true,
@@ -104,6 +164,37 @@ pub async fn repo_map(
     );
     let pending = if map.is_empty() { 0 } else { pending };
     (map, pending)
+}
+
+/// A file the map ranks only by where it lives (beneath the file's top folder, in its language)
+/// and whose definitions share no word with the description: it shows the project's layout and
+/// conventions, not code the file needs, so such files take at most this share of the budget.
+const FILLER_SHARE: usize = 4;
+/// The highest score a filler file can have ([`rank`]: top folder 1, language 1).
+const FILLER_SCORE: i64 = 2;
+
+/// The scored outlines, best first, with the filler past [`FILLER_SHARE`] of `max_tokens` left
+/// out (fillers rank last, so what is left is a prefix).
+fn without_excess_filler(
+    scored: Vec<(i64, RepoPath, std::sync::Arc<super::Outline>)>,
+    max_tokens: usize,
+) -> impl Iterator<Item = (i64, RepoPath, std::sync::Arc<super::Outline>)> {
+    let mut filler_left = max_tokens / FILLER_SHARE;
+    scored
+        .into_iter()
+        .take_while(move |(score, path, outline)| {
+            if *score > FILLER_SCORE {
+                return true;
+            }
+            let cost = tokens(&outline.text) + tokens(path.as_str()) + 12;
+            match filler_left.checked_sub(cost) {
+                Some(left) => {
+                    filler_left = left;
+                    true
+                }
+                None => false,
+            }
+        })
 }
 
 /// Lines the mentions search may read.
@@ -349,15 +440,20 @@ pub(super) fn imported_modules(
 /// searches read only files within the map's size bound, and what they found is ranked whether
 /// or not the index's look-ups had it.
 fn with_found(mut files: Vec<WalkedFile>, found: [&HashMap<String, usize>; 3]) -> Vec<WalkedFile> {
-    let mut known: std::collections::HashSet<String> =
-        files.iter().map(|f| f.path.as_str().to_owned()).collect();
+    if found.iter().all(|m| m.is_empty()) {
+        return files;
+    }
+    let mut added = Vec::new();
+    let mut known: std::collections::HashSet<&str> =
+        files.iter().map(|f| f.path.as_str()).collect();
     for path in found.iter().flat_map(|m| m.keys()) {
-        if known.insert(path.clone())
+        if known.insert(path.as_str())
             && let Ok(path) = RepoPath::parse_nonempty(path)
         {
-            files.push(WalkedFile { path, size: 0 });
+            added.push(WalkedFile { path, size: 0 });
         }
     }
+    files.extend(added);
     files
 }
 
@@ -373,21 +469,25 @@ pub(super) fn rank(
     let language = Language::from_path(file.path.as_str());
     let own_stem = stem(&file.path);
     let folder = file.path.parent();
+    let own_stem = own_stem.to_ascii_lowercase();
     let top = file.path.components().next().unwrap_or_default().to_owned();
     let mut ranked: Vec<(i64, RepoPath)> = files
         .iter()
         .filter(|f| f.path != file.path && f.size <= MAP_MAX_FILE_BYTES)
-        .filter(|f| Language::from_path(f.path.as_str()) != Language::Other)
         .filter_map(|f| {
             let path = f.path.as_str();
+            let its_language = Language::from_path(path);
+            if its_language == Language::Other {
+                return None;
+            }
             let mut score = 0_i64;
             if imported.iter().any(|i| module_names(i, path)) {
                 score += 8;
             }
-            let name = f.path.file_name().to_ascii_lowercase();
+            let name = f.path.file_name();
             if own_stem.len() >= 2
-                && name.contains("test")
-                && name.contains(&own_stem.to_ascii_lowercase())
+                && contains_ignoring_case(name, "test")
+                && contains_ignoring_case(name, &own_stem)
             {
                 score += 6;
             }
@@ -407,7 +507,7 @@ pub(super) fn rank(
             } else if !top.is_empty() && f.path.components().next() == Some(top.as_str()) {
                 score += 1;
             }
-            if Language::from_path(path) == language {
+            if its_language == language {
                 score += 1;
             }
             (score > 1).then(|| (score, f.path.clone()))
@@ -415,6 +515,15 @@ pub(super) fn rank(
         .collect();
     ranked.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     ranked
+}
+
+/// Whether `haystack` holds `needle` (lowercase ASCII), whatever the case of its ASCII letters.
+fn contains_ignoring_case(haystack: &str, needle: &str) -> bool {
+    needle.is_empty()
+        || haystack
+            .as_bytes()
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
 }
 
 /// The outlines, in order, that fit in `max_tokens` (the last one cut to fit, at a line).

@@ -20,12 +20,12 @@ use crate::path::RepoPath;
 use crate::search::{SearchError, WalkedFile, content_key};
 use crate::synthesis::batch::{Batch, BatchError, ContextEntry, ContextTarget, FileSpec};
 use crate::synthesis::prompt::{ContextFile, MoreContext};
-use crate::synthesis::stage::{MapWalk, Prior};
+use crate::synthesis::stage::Prior;
 use crate::workspace::{Workspace, WorkspaceError};
 
 mod map;
 
-pub use map::repo_map;
+pub use map::{Before, MapShared, repo_map};
 
 /// The map's budget when neither the deployment nor the batch sets one, in prompt tokens.
 pub const DEFAULT_REPO_MAP_TOKENS: usize = 2_000;
@@ -43,6 +43,10 @@ const MAP_WALK_FILES: usize = 50_000;
 const MAP_SEARCH_FILES: usize = 1_000_000;
 /// Files whose outline the map computes at most (the best by path alone).
 const MAP_CANDIDATES: usize = 150;
+/// Files of the file's folder (per kind: its extension, the rest) and beneath its top folder the
+/// index's look-ups add for the map: more than a budget can show as fillers
+/// (`map::FILLER_SHARE`), so the description's words still choose among them.
+const MAP_FILL: usize = 60;
 /// Files larger than this never enter the map.
 const MAP_MAX_FILE_BYTES: u64 = 512 * 1024;
 /// Outlines kept in the process-wide cache before it starts over.
@@ -169,7 +173,6 @@ pub(crate) async fn more_context(
     file: &FileSpec,
     prior: &Prior,
     shown: &[String],
-    current: Option<&str>,
 ) -> MoreContext {
     let named = &prior.named;
     let mut more = MoreContext::default();
@@ -212,11 +215,11 @@ pub(crate) async fn more_context(
     if map_tokens > 0 {
         (more.map, more.map_pending) = repo_map(
             workspace,
-            &prior.map_walk,
+            &prior.map,
+            &prior.current,
             batch,
             file,
             &seen,
-            current,
             map_tokens,
         )
         .await;
@@ -350,8 +353,16 @@ fn search_error(e: SearchError) -> String {
     }
 }
 
-static OUTLINES: LazyLock<Mutex<HashMap<String, Arc<Outline>>>> =
+static OUTLINES: LazyLock<Mutex<HashMap<OutlineKey, Arc<Outline>>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// What the outline cache keeps an outline under: its language and the index's
+/// [`content_key`] of the bytes, or their SHA-256 when no index gave a key.
+#[derive(PartialEq, Eq, Hash)]
+enum OutlineKey {
+    Indexed(Language, u64),
+    Sha256(Language, String),
+}
 
 /// A file's outline as the cache keeps it: its text and its lines' words for the map's scoring.
 pub(crate) struct Outline {
@@ -359,27 +370,35 @@ pub(crate) struct Outline {
     parts: map::LineParts,
 }
 
-/// The outline of the file at `path`: from the cache without reading it when the workspace's
-/// index gave its content key (`indexed`) and that content was outlined before; else read and
-/// outlined (and kept under both keys). `None` when it cannot be read.
-async fn outline_of(
-    workspace: &dyn Workspace,
-    path: &RepoPath,
-    indexed: Option<&u64>,
-) -> Option<Arc<Outline>> {
+/// The cached outline of each file whose content key the workspace's index gave, looked up
+/// under one lock; `None` where the file must be read ([`outline_of`]).
+fn indexed_outlines<'p>(
+    paths: impl Iterator<Item = &'p RepoPath>,
+    contents: &HashMap<String, u64>,
+) -> Vec<Option<Arc<Outline>>> {
+    let Ok(cache) = OUTLINES.lock() else {
+        return paths.map(|_| None).collect();
+    };
+    paths
+        .map(|path| {
+            let key = contents.get(path.as_str())?;
+            let language = Language::from_path(path.as_str());
+            cache.get(&OutlineKey::Indexed(language, *key)).cloned()
+        })
+        .collect()
+}
+
+/// The outline of the file at `path`, read and outlined (and kept under both keys, so the
+/// index's key finds it without a read next time). `None` when it cannot be read.
+async fn outline_of(workspace: &dyn Workspace, path: &RepoPath) -> Option<Arc<Outline>> {
     let language = Language::from_path(path.as_str());
-    let by_index = |key: u64| format!("{}#{key:016x}", language.name());
-    if let Some(key) = indexed
-        && let Ok(cache) = OUTLINES.lock()
-        && let Some(hit) = cache.get(&by_index(*key))
-    {
-        return Some(hit.clone());
-    }
     let bytes = workspace.read(path).await.ok()??;
     let outline = cached_outline(&bytes, path.as_str());
-    // Under the key of what was read, which the index gives once it has read the same bytes.
     if let Ok(mut cache) = OUTLINES.lock() {
-        cache.insert(by_index(content_key(&bytes)), outline.clone());
+        cache.insert(
+            OutlineKey::Indexed(language, content_key(&bytes)),
+            outline.clone(),
+        );
     }
     Some(outline)
 }
@@ -387,7 +406,7 @@ async fn outline_of(
 /// The file's outline, from the cache when the same content (and extension) was outlined before.
 fn cached_outline(bytes: &[u8], path: &str) -> Arc<Outline> {
     let language = Language::from_path(path);
-    let key = format!("{}:{}", language.name(), sha256_hex(bytes));
+    let key = OutlineKey::Sha256(language, sha256_hex(bytes));
     if let Ok(cache) = OUTLINES.lock()
         && let Some(hit) = cache.get(&key)
     {
