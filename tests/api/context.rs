@@ -13,6 +13,13 @@ fn put(app: &TestApp, rel: &str, content: &str) {
     std::fs::write(path, content).unwrap();
 }
 
+/// A module at `rel` importing `name` from `module` and calling it in `bill`.
+fn put_user(app: &TestApp, rel: &str, module: &str, name: &str) {
+    let text =
+        format!("from {module} import {name}\n\n\ndef bill(total):\n    return {name}(total)\n");
+    put(app, rel, &text);
+}
+
 fn script_models(app: &TestApp) {
     for m in MODELS {
         app.fake().script(
@@ -27,6 +34,46 @@ fn prompt(app: &TestApp) -> String {
         .as_str()
         .unwrap()
         .to_string()
+}
+
+const RECORD: &str = "a function record(entry) that appends it to a list";
+
+/// Waits until a search finds each of `words` (identifiers written by `put`): the workspace's
+/// index learns of files written behind writ's back from its watcher, a few milliseconds later.
+async fn until_searchable(app: &TestApp, words: &[&str]) {
+    for word in words {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let (status, body) = app.json(&format!("/search?pattern={word}")).await;
+            assert_eq!(status, 200, "{body}");
+            if body["matches"].as_array().is_some_and(|m| !m.is_empty()) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{word} never became searchable"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Writes the one file `path` with the scripted models: its answer, and the repository map of
+/// the first model's prompt.
+async fn map_for(app: &TestApp, path: &str, description: &str) -> (Value, String) {
+    script_models(app);
+    let (status, body) = app
+        .post_write_codebase(&json!({
+            "command": "write_codebase",
+            "files": [{"filename": path, "code_description": description}]
+        }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let p = prompt(app);
+    let at = p
+        .find("## Repository map")
+        .unwrap_or_else(|| panic!("no map: {p}"));
+    (body, p[at..].to_owned())
 }
 
 /// A small project: a pricing module with a helper, a constants module, docs, an ignored
@@ -172,6 +219,7 @@ async fn unknown_protected_and_empty_context_is_refused_naming_the_field_before_
 async fn the_repository_map_shows_the_helpers_and_constants_the_description_does_not_name() {
     let app = spawn_app_with_models(Backend::Sqlite).await;
     project(&app);
+    until_searchable(&app, &["apply_discount", "VAT_RATE"]).await;
     script_models(&app);
     let (status, body) = app.post_write_codebase(&batch(json!({}))).await;
     assert_eq!(status, 200, "{body}");
@@ -213,6 +261,7 @@ async fn the_map_budget_is_configurable_and_bounds_the_map() {
             .collect();
         put(&app, &format!("shop/module_{i}.py"), &defs);
     }
+    until_searchable(&app, &["helper_59_19"]).await;
     app.fake().clear_calls();
     let (_, body) = app
         .post_write_codebase(&batch(json!({"options": {"repo_map_tokens": 500}})))
@@ -233,24 +282,9 @@ async fn the_files_importing_the_file_being_written_come_before_files_that_only_
         "# the ledger is kept elsewhere\n\n\ndef notes_helper():\n    pass\n",
     );
     // Another folder, but it imports the file: a user of what the batch writes.
-    put(
-        &app,
-        "app/billing.py",
-        "from shop.ledger import post\n\n\ndef bill(total):\n    return post(total)\n",
-    );
-    script_models(&app);
-    let (status, body) = app
-        .post_write_codebase(&json!({
-            "command": "write_codebase",
-            "files": [{"filename": "shop/ledger.py",
-                       "code_description": "a function record(entry) that appends it to a list"}]
-        }))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    let p = prompt(&app);
-    let map = &p[p
-        .find("## Repository map")
-        .unwrap_or_else(|| panic!("no map: {p}"))..];
+    put_user(&app, "app/billing.py", "shop.ledger", "post");
+    until_searchable(&app, &["notes_helper", "bill"]).await;
+    let (_, map) = map_for(&app, "shop/ledger.py", RECORD).await;
     let importer = map
         .find("app/billing.py")
         .unwrap_or_else(|| panic!("{map}"));
@@ -271,24 +305,14 @@ async fn files_related_only_by_their_top_folder_fill_at_most_a_quarter_of_the_ma
         put(&app, &format!("app/area_{i}/mod_{i}.py"), &defs);
     }
     // A user of the file being written: related by a look-up, shown whatever the filler.
-    put(
+    put_user(
         &app,
         "app/billing/billing.py",
-        "from app.ledger.entries import record\n\n\ndef bill(total):\n    return record(total)\n",
+        "app.ledger.entries",
+        "record",
     );
-    script_models(&app);
-    let (status, body) = app
-        .post_write_codebase(&json!({
-            "command": "write_codebase",
-            "files": [{"filename": "app/ledger/entries.py",
-                       "code_description": "a function record(entry) that appends it to a list"}]
-        }))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    let p = prompt(&app);
-    let map = &p[p
-        .find("## Repository map")
-        .unwrap_or_else(|| panic!("no map: {p}"))..];
+    until_searchable(&app, &["zq_59_11", "bill"]).await;
+    let (body, map) = map_for(&app, "app/ledger/entries.py", RECORD).await;
     assert!(map.contains("app/billing/billing.py"), "{map}");
     let fillers = map.matches("app/area_").count();
     assert!(fillers >= 1, "some of the layout is shown: {map}");
