@@ -215,7 +215,12 @@ fn index_of(mut entries: Vec<Entry>, pack_checksum: &[u8]) -> io::Result<Vec<u8>
 
 /// Writes `bytes` as `folder/name`, read-only as git's packs are, through a temp file.
 fn put(folder: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
-    let temp = folder.join(format!("tmp_{name}_{}", std::process::id()));
+    // The process id alone repeats: in a container writ is often pid 1 after every restart, and
+    // a temp file a crash left behind under the same pack's name would refuse every later try.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let temp = folder.join(format!("tmp_{name}_{}_{nanos}", std::process::id()));
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
@@ -362,4 +367,24 @@ fn read_pack(pack: &Path) -> io::Result<(Vec<Entry>, Vec<u8>)> {
         });
     }
     Ok((entries, bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_temp_file_left_by_a_crashed_writer_of_the_same_pid_does_not_stop_the_pack() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = "pack-0123456789abcdef0123456789abcdef01234567.pack";
+        std::fs::write(
+            dir.path()
+                .join(format!("tmp_{name}_{}", std::process::id())),
+            b"torn",
+        )
+        .unwrap();
+        put(dir.path(), name, b"PACK whole").unwrap();
+        assert_eq!(std::fs::read(dir.path().join(name)).unwrap(), b"PACK whole");
+    }
 }
