@@ -609,14 +609,11 @@ async fn a_finalisation_the_server_never_completed_is_failed_with_where_to_look(
         .transition_write_session(
             id.parse().unwrap(),
             &writ_core::sessions::SessionTransition {
-                from: &[writ_core::sessions::SessionState::AwaitingContent],
-                to: writ_core::sessions::SessionState::Finalizing,
                 at: chrono::Utc::now() - chrono::TimeDelta::seconds(5),
-                receipt: None,
-                error: None,
-                count_correction: false,
-                content: None,
-                drop_content: false,
+                ..writ_core::sessions::SessionTransition::new(
+                    &[writ_core::sessions::SessionState::AwaitingContent],
+                    writ_core::sessions::SessionState::Finalizing,
+                )
             },
         )
         .await

@@ -738,8 +738,21 @@ pub async fn record_failure(
     error: &str,
     provenance: Provenance,
 ) -> Result<Uuid, StoreError> {
+    let op = failed_operation(request_id, kind, filename, error, provenance);
+    store.insert_operation(&op, None).await?;
+    Ok(op.id)
+}
+
+/// The failed operation [`record_failure`] records, for a caller that commits it with more.
+pub(crate) fn failed_operation(
+    request_id: Uuid,
+    kind: FileKind,
+    filename: &str,
+    error: &str,
+    provenance: Provenance,
+) -> Operation {
     let now = Utc::now();
-    let op = Operation {
+    Operation {
         id: Uuid::now_v7(),
         request_id,
         created_at: now,
@@ -760,7 +773,5 @@ pub async fn record_failure(
         detail: provenance.detail,
         // Not known here: the store records the request's workspace.
         workspace: crate::workspaces::WorkspaceName::DEFAULT.to_owned(),
-    };
-    store.insert_operation(&op, None).await?;
-    Ok(op.id)
+    }
 }

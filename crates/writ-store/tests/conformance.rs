@@ -219,6 +219,7 @@ macro_rules! conformance_suite {
                 a_write_session_round_trips_and_its_chunks_read_back_in_order,
                 a_chunk_appended_out_of_turn_or_after_the_session_moved_on_is_refused,
                 a_session_changes_state_once_and_can_replace_or_drop_its_content,
+                a_session_change_and_its_audit_records_land_together_or_not_at_all,
                 open_sessions_are_counted_per_caller_and_abandoned_ones_listed_oldest_first,
                 a_workspace_budget_round_trips_and_only_a_known_workspace_takes_one,
                 a_workspaces_spend_is_its_requests_since_the_window_began_whoever_made_them,
@@ -2487,6 +2488,7 @@ fn transition<'a>(from: &'a [SessionState], to: SessionState) -> SessionTransiti
         count_correction: false,
         content: None,
         drop_content: false,
+        records: &[],
     }
 }
 
@@ -2644,6 +2646,70 @@ async fn a_session_changes_state_once_and_can_replace_or_drop_its_content(store:
             .unwrap()
             .is_empty()
     );
+}
+
+async fn a_session_change_and_its_audit_records_land_together_or_not_at_all(
+    store: &dyn AuditStore,
+) {
+    let session = write_session(Some("k1"), now());
+    store.insert_write_session(&session).await.unwrap();
+    let records = |request: &NewRequest, finished: Uuid| {
+        vec![
+            AuditWrite::InsertRequest(request.clone()),
+            AuditWrite::FinishRequest {
+                id: finished,
+                status: RequestStatus::Error,
+                duration_ms: 0,
+                response: None,
+            },
+        ]
+    };
+    let expire = |records| SessionTransition {
+        drop_content: true,
+        records,
+        ..transition(&SessionState::OPEN_STORED, SessionState::Expired)
+    };
+
+    // Records that cannot be written (a request finished that was never recorded): the change
+    // does not happen either.
+    let refused = new_request(Some("k1"), None);
+    let broken = records(&refused, Uuid::now_v7());
+    assert!(
+        store
+            .transition_write_session(session.id, &expire(&broken))
+            .await
+            .is_err()
+    );
+    assert!(store.get_request(refused.id).await.unwrap().is_none());
+    let stored = store.get_write_session(session.id).await.unwrap().unwrap();
+    assert_eq!(stored.state, SessionState::AwaitingContent);
+
+    // Together: the change and its records.
+    let request = new_request(Some("k1"), None);
+    let whole = records(&request, request.id);
+    assert!(
+        store
+            .transition_write_session(session.id, &expire(&whole))
+            .await
+            .unwrap()
+    );
+    let stored = store.get_write_session(session.id).await.unwrap().unwrap();
+    assert_eq!(stored.state, SessionState::Expired);
+    assert_eq!(
+        store.get_request(request.id).await.unwrap().unwrap().status,
+        RequestStatus::Error
+    );
+
+    // A change that does not apply (the session moved on) writes none of its records.
+    let late = new_request(Some("k1"), None);
+    let again = records(&late, late.id);
+    assert!(
+        !store
+            .transition_write_session(session.id, &expire(&again))
+            .await
+            .unwrap()
+    );
+    assert!(store.get_request(late.id).await.unwrap().is_none());
 }
 
 async fn open_sessions_are_counted_per_caller_and_abandoned_ones_listed_oldest_first(

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::{
     SessionSettings, SessionState, SessionTransition, Sessions, WriteSession, finalising_route,
 };
-use crate::audit::{AuditStore, FileKind, NewRequest, RequestStatus, StoreError};
+use crate::audit::{AuditStore, AuditWrite, FileKind, NewRequest, RequestStatus, StoreError};
 
 impl Sessions<'_> {
     /// Expires `session` if it was abandoned, or fails it if its finalisation was interrupted
@@ -68,8 +68,9 @@ impl Sessions<'_> {
 }
 
 /// Expires one abandoned session and records it in the audit log: a request and a failed
-/// operation on the target, so the log shows content that was begun and never written. Only
-/// the caller that moves the session records it (replicas may sweep at once).
+/// operation on the target, so the log shows content that was begun and never written. The
+/// records are written in the expiry's own transaction, so only the caller that moves the session
+/// records it (replicas may sweep at once), and a crash never leaves one without the other.
 async fn expire(
     store: &dyn AuditStore,
     session: &WriteSession,
@@ -83,36 +84,8 @@ async fn expire(
         session.bytes_received,
         session.chunks
     );
-    let moved = store
-        .transition_write_session(
-            session.id,
-            &SessionTransition {
-                at: now,
-                error: Some(&message),
-                drop_content: true,
-                ..SessionTransition::new(&SessionState::OPEN_STORED, SessionState::Expired)
-            },
-        )
-        .await?;
-    if !moved {
-        return Ok(false);
-    }
     let request_id = Uuid::now_v7();
-    store
-        .insert_request(&NewRequest {
-            id: request_id,
-            received_at: now,
-            route: "write session expiry".to_string(),
-            caller: session.caller.clone(),
-            // Nobody's key did this: writ expired the session.
-            scope: None,
-            idempotency_key: None,
-            body_sha256: None,
-            workspace: session.workspace.clone(),
-        })
-        .await?;
-    crate::files::record_failure(
-        store,
+    let operation = crate::files::failed_operation(
         request_id,
         FileKind::Direct,
         &session.target_file,
@@ -129,12 +102,42 @@ async fn expire(
             }})),
             ..crate::files::Provenance::default()
         },
-    )
-    .await?;
+    );
+    let records = [
+        AuditWrite::InsertRequest(NewRequest {
+            id: request_id,
+            received_at: now,
+            route: "write session expiry".to_string(),
+            caller: session.caller.clone(),
+            // Nobody's key did this: writ expired the session.
+            scope: None,
+            idempotency_key: None,
+            body_sha256: None,
+            workspace: session.workspace.clone(),
+        }),
+        AuditWrite::InsertOperation {
+            operation,
+            content: None,
+        },
+        AuditWrite::FinishRequest {
+            id: request_id,
+            status: RequestStatus::Error,
+            duration_ms: 0,
+            response: None,
+        },
+    ];
     store
-        .finish_request(request_id, RequestStatus::Error, 0, None)
-        .await?;
-    Ok(true)
+        .transition_write_session(
+            session.id,
+            &SessionTransition {
+                at: now,
+                error: Some(&message),
+                drop_content: true,
+                records: &records,
+                ..SessionTransition::new(&SessionState::OPEN_STORED, SessionState::Expired)
+            },
+        )
+        .await
 }
 
 /// Expires every session abandoned for longer than the TTL (the periodic sweep); returns how

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::SessionState;
-use crate::audit::OperationKind;
+use crate::audit::{AuditWrite, OperationKind};
 use crate::content::InvalidUtf8;
 use crate::files::WriteMode;
 
@@ -52,7 +52,7 @@ pub struct ChunkAppend<'a> {
 }
 
 /// A state change: from one of `from` to `to`, with what the new state needs to say.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct SessionTransition<'a> {
     pub from: &'a [SessionState],
     pub to: SessionState,
@@ -65,6 +65,9 @@ pub struct SessionTransition<'a> {
     pub content: Option<&'a [u8]>,
     /// Drops the stored content (it is in the audit log, or it was abandoned).
     pub drop_content: bool,
+    /// Audit records written in the change's transaction, only if the change applies: the
+    /// change and its record land together or not at all.
+    pub records: &'a [AuditWrite],
 }
 
 impl<'a> SessionTransition<'a> {
@@ -79,6 +82,7 @@ impl<'a> SessionTransition<'a> {
             count_correction: false,
             content: None,
             drop_content: false,
+            records: &[],
         }
     }
 }

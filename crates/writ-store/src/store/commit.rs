@@ -31,6 +31,7 @@ use writ_core::audit::AuditWrite;
 use crate::dialect::Dialect;
 
 pub(crate) use self::kept::{Kept, Work};
+pub(crate) use self::statements::within;
 
 /// Most units one transaction takes: bounds a transaction's size (each may hold a file's
 /// content) and how long a unit queued behind it waits.

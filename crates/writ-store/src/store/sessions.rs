@@ -229,6 +229,7 @@ impl<D: Dialect> SessionStore for SqlStore<D> {
                 .execute_on(&mut tx, "replace write session content")
                 .await?;
         }
+        super::commit::within::<D>(&mut tx, change.records).await?;
         tx.commit()
             .await
             .map_err(|err| from_sqlx("commit write session change", err))?;

@@ -44,6 +44,19 @@ pub(super) async fn transaction<D: Dialect>(
         .map_err(|err| from_sqlx("commit audit records", err))
 }
 
+/// `writes` in order on `conn`, inside a transaction the caller holds (a change that must land
+/// with its audit records, or not at all).
+pub(crate) async fn within<D: Dialect>(
+    conn: &mut D::Connection,
+    writes: &[AuditWrite],
+) -> Result<(), StoreError> {
+    let writes: Vec<&AuditWrite> = writes.iter().collect();
+    for statement in statements::<D>(&writes) {
+        statement.run::<D>(conn).await?;
+    }
+    Ok(())
+}
+
 /// One statement of a commit: one or more parts, each changing one table; several parts are
 /// joined as a `WITH` query of data-modifying statements (PostgreSQL).
 struct Statement<'w> {
