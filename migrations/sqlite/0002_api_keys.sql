@@ -1,4 +1,4 @@
--- API keys (issue 6). Only the SHA-256 of a key's secret is kept, never the key; `id` is the
+-- API keys. Only the SHA-256 of a key's secret is kept, never the key; `id` is the
 -- public part that the audit log's requests.caller records. Timestamps as in 0001: INTEGER
 -- microseconds since the Unix epoch.
 CREATE TABLE api_keys (

@@ -87,11 +87,12 @@ pub trait Dialect:
     /// The schema for this backend (`migrations/<backend>` at the workspace root).
     fn migrator() -> &'static Migrator;
 
-    /// Texts of a migration that some builds applied although they were not the released text,
-    /// as (version, SHA-384 hex). Builds of 2026-11-23 to 2026-11-27 carried migration 0002 with a
-    /// comment reworded in place; the file has its released text again, since migrations are
-    /// append-only (`migrations_are_append_only` pins them). The SQL is the same, so such a
-    /// database is stamped with the released text's checksum instead of being refused at start-up.
+    /// Texts of a migration that some builds applied before it took its present text, as
+    /// (version, SHA-384 hex). The builds of 2026-11-22 carried migration 0002 with a comment
+    /// that spoke of the project's history rather than the product; it was reworded in place the
+    /// next day, the SQL unchanged. Migrations are append-only since (`migrations/SHA384SUMS`
+    /// pins them), and such a database is stamped with the present text's checksum instead of
+    /// being refused at start-up.
     const REWORDED_MIGRATIONS: &'static [(i64, &'static str)];
 
     /// How many rows a write statement changed.

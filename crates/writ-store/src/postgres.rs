@@ -117,7 +117,7 @@ impl Dialect for Postgres {
 
     const REWORDED_MIGRATIONS: &'static [(i64, &'static str)] = &[(
         2,
-        "4a0bbc166536925f36718b2df1938299374bccf1e5847cc2010638c410cc51792302b3858c6cae85b9a5a151027dbc0a",
+        "0c0f9f7f485bb7c064852d4a774d980e00e0232b41b4efa4459cb53829b30cb0631f0f786834151e5a85918532fd39f8",
     )];
 
     fn migrator() -> &'static Migrator {

@@ -96,7 +96,7 @@ impl Dialect for Sqlite {
 
     const REWORDED_MIGRATIONS: &'static [(i64, &'static str)] = &[(
         2,
-        "bdd666784402e90ab0b2c23fc06044ec17e11a2be36a4c7c08dd6977023734c975d82f79cfcfc76d76ac11c784f95c64",
+        "5fdce9c296aef719a1cb9eefb165881c0a075d11eba869248fe43a1247e92d59686306e76fc19ee32c5fe1ebfc8d0355",
     )];
 
     fn migrator() -> &'static Migrator {

@@ -58,24 +58,24 @@ async fn fresh_sqlite() -> Fresh {
     }
 }
 
-/// SHA-384 of migration 0002 with the reworded comment that builds of 2026-11-23 to 2026-11-27
-/// applied (the file has its released text again), per backend.
-const REWORDED_0002_POSTGRES: &str = "4a0bbc166536925f36718b2df1938299374bccf1e5847cc2010638c410cc51792302b3858c6cae85b9a5a151027dbc0a";
-const REWORDED_0002_SQLITE: &str = "bdd666784402e90ab0b2c23fc06044ec17e11a2be36a4c7c08dd6977023734c975d82f79cfcfc76d76ac11c784f95c64";
+/// SHA-384 of migration 0002 as the builds of 2026-11-22 applied it, before its comment was
+/// reworded to speak of the product alone, per backend.
+const FIRST_0002_POSTGRES: &str = "0c0f9f7f485bb7c064852d4a774d980e00e0232b41b4efa4459cb53829b30cb0631f0f786834151e5a85918532fd39f8";
+const FIRST_0002_SQLITE: &str = "5fdce9c296aef719a1cb9eefb165881c0a075d11eba869248fe43a1247e92d59686306e76fc19ee32c5fe1ebfc8d0355";
 
 /// Makes the database look as if one of those builds had applied migration 0002.
-async fn stamp_with_the_reworded_text(fresh: &Fresh) {
+async fn stamp_with_the_first_text(fresh: &Fresh) {
     if fresh.url.starts_with("sqlite") {
         let pool = sqlx::SqlitePool::connect(&fresh.url).await.unwrap();
         sqlx::query("UPDATE _sqlx_migrations SET checksum = ? WHERE version = 2")
-            .bind(hex::decode(REWORDED_0002_SQLITE).unwrap())
+            .bind(hex::decode(FIRST_0002_SQLITE).unwrap())
             .execute(&pool)
             .await
             .unwrap();
     } else {
         let pool = sqlx::PgPool::connect(&fresh.url).await.unwrap();
         sqlx::query("UPDATE _sqlx_migrations SET checksum = $1 WHERE version = 2")
-            .bind(hex::decode(REWORDED_0002_POSTGRES).unwrap())
+            .bind(hex::decode(FIRST_0002_POSTGRES).unwrap())
             .execute(&pool)
             .await
             .unwrap();
@@ -145,7 +145,7 @@ macro_rules! conformance_suite {
             async fn a_database_migrated_with_a_reworded_migration_still_starts() {
                 let fresh = $open().await;
                 fresh.store.migrate().await.unwrap();
-                super::stamp_with_the_reworded_text(&fresh).await;
+                super::stamp_with_the_first_text(&fresh).await;
                 assert!(fresh.store.is_migrated().await.unwrap());
                 fresh.store.migrate().await.unwrap();
                 assert!(fresh.store.is_migrated().await.unwrap());
