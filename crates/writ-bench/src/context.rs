@@ -259,6 +259,7 @@ pub async fn run(sizes: &[usize], map_tokens: usize) -> anyhow::Result<String> {
                         max_file_bytes: 2 << 20,
                         time_limit: Duration::from_secs(5),
                         freshness: Freshness::Current,
+                        keep_compiled: false,
                     })
                     .await
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -288,6 +289,7 @@ pub async fn run(sizes: &[usize], map_tokens: usize) -> anyhow::Result<String> {
                         max_file_bytes: 2 << 20,
                         time_limit: Duration::from_secs(5),
                         freshness: Freshness::Current,
+                        keep_compiled: false,
                     })
                     .await
                     .map_err(|e| anyhow::anyhow!("{e}"))?;

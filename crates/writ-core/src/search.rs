@@ -35,6 +35,10 @@ pub struct SearchQuery {
     pub time_limit: Duration,
     /// Whether an indexed answer waits for the changes the index is still applying.
     pub freshness: Freshness,
+    /// Whether the compiled pattern and glob are kept for the next search that asks the same:
+    /// for writ's own searches that repeat (the repository map's), never for a caller's pattern,
+    /// so that no caller can fill memory with compiled patterns.
+    pub keep_compiled: bool,
 }
 
 /// How current an answer from the workspace's index must be.

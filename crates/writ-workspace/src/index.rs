@@ -1339,6 +1339,7 @@ mod tests {
             max_file_bytes: 1 << 20,
             time_limit: Duration::from_secs(5),
             freshness: Freshness::Current,
+            keep_compiled: false,
         }
     }
 

@@ -69,6 +69,7 @@ fn queries() -> Vec<SearchQuery> {
         max_file_bytes: 1 << 20,
         time_limit: Duration::from_secs(30),
         freshness: Freshness::Current,
+        keep_compiled: false,
     };
     let mut all = vec![
         q("needle", false, false),
@@ -414,6 +415,7 @@ async fn the_maps_look_ups_and_searches_asked_together_answer_as_asked_apart() {
         max_file_bytes: 1 << 20,
         time_limit: Duration::from_secs(30),
         freshness: Freshness::AsIndexed,
+        keep_compiled: false,
     };
     let query = writ_core::search::MapQuery {
         path: RepoPath::parse("shop/new.py").unwrap(),

@@ -165,8 +165,17 @@ impl Tree {
 
     /// The search's matcher and glob, checked, and its directory found.
     pub fn prepare(&self, query: &SearchQuery) -> Result<Prepared, SearchError> {
-        let Compiled { matcher, need } = compiled(query)?;
-        let glob = query.glob.as_deref().map(|g| self.glob(g)).transpose()?;
+        let pattern = (query.pattern.clone(), query.regex, query.ignore_case);
+        let Compiled { matcher, need } =
+            kept(&PATTERNS, query.keep_compiled, pattern, || compile(query))?;
+        let glob = query
+            .glob
+            .as_deref()
+            .map(|g| {
+                let key = (self.root_path.clone(), g.to_owned());
+                kept(&GLOBS, query.keep_compiled, key, || self.glob(g))
+            })
+            .transpose()?;
         self.existing_dir(&query.dir)?;
         Ok(Prepared {
             matcher,
@@ -267,26 +276,13 @@ impl Tree {
     /// `glob` as a matcher of paths from the root, gitignore-style (`*.py` anywhere, `src/*.py`
     /// anchored).
     pub fn glob(&self, glob: &str) -> Result<Override, SearchError> {
-        let key = (self.root_path.clone(), glob.to_owned());
-        if let Ok(kept) = GLOBS.lock()
-            && let Some(glob) = kept.get(&key)
-        {
-            return Ok(glob.clone());
-        }
         let mut builder = OverrideBuilder::new(&self.root_path);
         builder
             .add(glob)
             .map_err(|e| SearchError::Glob(e.to_string()))?;
-        let built = builder
+        builder
             .build()
-            .map_err(|e| SearchError::Glob(e.to_string()))?;
-        if let Ok(mut kept) = GLOBS.lock() {
-            if kept.len() >= MATCHERS_KEPT {
-                kept.clear();
-            }
-            kept.insert(key, built.clone());
-        }
-        Ok(built)
+            .map_err(|e| SearchError::Glob(e.to_string()))
     }
 
     /// The file's bytes through the root's capability, if it is still a regular file no larger
@@ -313,11 +309,14 @@ pub(crate) struct FileStat {
     pub modified: Option<std::time::SystemTime>,
 }
 
-/// Compiled patterns kept for reuse, and how many at most: the repository map searches for the
-/// same few patterns (a module's name, a description's words) file after file, and compiling one
-/// costs more than an indexed search.
-static MATCHERS: std::sync::LazyLock<Mutex<HashMap<PatternKey, Compiled>>> =
-    std::sync::LazyLock::new(Mutex::default);
+/// Compiled patterns and globs kept for searches that ask for it ([`SearchQuery::keep_compiled`]):
+/// the repository map searches for the same few patterns (a module's name, a description's
+/// words, `*.<ext>`) file after file, and compiling one costs more than an indexed search.
+type Kept<K, V> = std::sync::LazyLock<Mutex<HashMap<K, V>>>;
+static PATTERNS: Kept<PatternKey, Compiled> = std::sync::LazyLock::new(Mutex::default);
+static GLOBS: Kept<(PathBuf, String), Override> = std::sync::LazyLock::new(Mutex::default);
+/// How many of each are kept before the set starts over.
+const KEPT: usize = 256;
 
 /// A pattern as compiled: its text, whether it is a regex, whether case is ignored.
 type PatternKey = (String, bool, bool);
@@ -328,19 +327,34 @@ struct Compiled {
     matcher: RegexMatcher,
     need: Arc<Need>,
 }
-const MATCHERS_KEPT: usize = 256;
-/// Compiled globs kept for reuse, by workspace root (the map asks `*.<ext>` for every file).
-static GLOBS: std::sync::LazyLock<Mutex<HashMap<(PathBuf, String), Override>>> =
-    std::sync::LazyLock::new(Mutex::default);
 
-/// The query's pattern compiled (from [`MATCHERS`] when it was compiled before).
-fn compiled(query: &SearchQuery) -> Result<Compiled, SearchError> {
-    let key = (query.pattern.clone(), query.regex, query.ignore_case);
-    if let Ok(kept) = MATCHERS.lock()
-        && let Some(compiled) = kept.get(&key)
-    {
-        return Ok(compiled.clone());
+/// `make()`, or what it made before for `key` when `keep` (kept in `cache` then).
+fn kept<K: std::hash::Hash + Eq, V: Clone>(
+    cache: &Kept<K, V>,
+    keep: bool,
+    key: K,
+    make: impl FnOnce() -> Result<V, SearchError>,
+) -> Result<V, SearchError> {
+    if !keep {
+        return make();
     }
+    if let Ok(kept) = cache.lock()
+        && let Some(value) = kept.get(&key)
+    {
+        return Ok(value.clone());
+    }
+    let value = make()?;
+    if let Ok(mut kept) = cache.lock() {
+        if kept.len() >= KEPT {
+            kept.clear();
+        }
+        kept.insert(key, value.clone());
+    }
+    Ok(value)
+}
+
+/// The query's pattern compiled, with what the index reads from it.
+fn compile(query: &SearchQuery) -> Result<Compiled, SearchError> {
     let matcher = RegexMatcherBuilder::new()
         .fixed_strings(!query.regex)
         .case_insensitive(query.ignore_case)
@@ -349,17 +363,10 @@ fn compiled(query: &SearchQuery) -> Result<Compiled, SearchError> {
         .dfa_size_limit(REGEX_SIZE_LIMIT)
         .build(&query.pattern)
         .map_err(|e| SearchError::Pattern(e.to_string()))?;
-    let compiled = Compiled {
+    Ok(Compiled {
         matcher,
         need: Arc::new(Need::of(query)),
-    };
-    if let Ok(mut kept) = MATCHERS.lock() {
-        if kept.len() >= MATCHERS_KEPT {
-            kept.clear();
-        }
-        kept.insert(key, compiled.clone());
-    }
-    Ok(compiled)
+    })
 }
 
 /// A search's compiled pattern and glob.
@@ -514,6 +521,48 @@ mod tests {
         assert!(within("src", "src"));
         assert!(!within("srcx/a.rs", "src"));
         assert!(within("anything", ""));
+    }
+
+    #[test]
+    fn only_searches_that_ask_keep_their_compiled_pattern_and_glob() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = Tree {
+            root_path: dir.path().to_owned(),
+            root: Arc::new(
+                Dir::open_ambient_dir(dir.path(), cap_std::ambient_authority()).unwrap(),
+            ),
+            protected: Arc::new(ProtectedPaths::default()),
+        };
+        let query = |pattern: &str, keep_compiled| SearchQuery {
+            pattern: pattern.to_owned(),
+            regex: true,
+            ignore_case: false,
+            dir: RepoPath::root(),
+            glob: Some(format!("*.{pattern}")),
+            context_lines: 0,
+            max_matches: 1,
+            max_files: 1,
+            max_file_bytes: 1,
+            time_limit: std::time::Duration::from_secs(1),
+            freshness: writ_core::search::Freshness::Current,
+            keep_compiled,
+        };
+        let kept_pattern = |p: &str| {
+            PATTERNS
+                .lock()
+                .unwrap()
+                .contains_key(&(p.to_owned(), true, false))
+        };
+        let kept_glob = |p: &str| {
+            let key = (dir.path().to_owned(), format!("*.{p}"));
+            GLOBS.lock().unwrap().contains_key(&key)
+        };
+        // A caller's pattern: compiled for its search alone.
+        tree.prepare(&query("callers", false)).unwrap();
+        assert!(!kept_pattern("callers") && !kept_glob("callers"));
+        // The map's: kept, and the next search takes the same.
+        tree.prepare(&query("maps", true)).unwrap();
+        assert!(kept_pattern("maps") && kept_glob("maps"));
     }
 
     #[test]

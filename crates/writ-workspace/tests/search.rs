@@ -30,6 +30,7 @@ fn query(pattern: &str) -> SearchQuery {
         max_file_bytes: 1 << 20,
         time_limit: Duration::from_secs(10),
         freshness: Freshness::Current,
+        keep_compiled: false,
     }
 }
 

@@ -138,6 +138,7 @@ fn parse(params: SearchParams) -> Result<SearchQuery, ApiError> {
         max_file_bytes: MAX_FILE_BYTES,
         time_limit: TIME_LIMIT,
         freshness: Freshness::Current,
+        keep_compiled: false,
     })
 }
 

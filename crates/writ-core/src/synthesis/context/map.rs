@@ -281,6 +281,7 @@ fn line_search(file: &FileSpec, pattern: String, max_matches: usize) -> Option<S
         max_file_bytes: MAP_MAX_FILE_BYTES,
         time_limit: Duration::from_secs(2),
         freshness: Freshness::AsIndexed,
+        keep_compiled: true,
     })
 }
 
