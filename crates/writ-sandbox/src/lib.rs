@@ -160,7 +160,7 @@ impl Default for Limits {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxConfig {
-    /// Where scratch copies are made; default `$TMPDIR/writ-scratch`.
+    /// Where scratch copies are made; default `$TMPDIR/writ-scratch-<uid>`.
     pub scratch_base: PathBuf,
     /// Runs at once; the others wait in FIFO order. Default: the number of cores.
     pub max_concurrent: usize,
@@ -188,7 +188,12 @@ pub struct SandboxConfig {
 impl Default for SandboxConfig {
     fn default() -> Self {
         Self {
-            scratch_base: std::env::temp_dir().join("writ-scratch"),
+            // One per user: a scratch base must be writ's own (see `scratch::own_base`), and
+            // several users of one machine may each run writ.
+            scratch_base: std::env::temp_dir().join(format!(
+                "writ-scratch-{}",
+                rustix::process::geteuid().as_raw()
+            )),
             max_concurrent: std::thread::available_parallelism().map_or(1, usize::from),
             limits: Limits::default(),
             max_copy_bytes: 512 << 20,

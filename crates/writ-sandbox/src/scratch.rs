@@ -190,10 +190,7 @@ impl Scratch {
         if !repo.is_dir() {
             return Err(SandboxError::NotADirectory(repo_dir.to_path_buf()));
         }
-        std::fs::create_dir_all(base).map_err(|e| SandboxError::io("scratch base", base, e))?;
-        if owner.is_some() {
-            set_mode(base, 0o711)?;
-        }
+        own_base(base, owner)?;
         let dir = tempfile::Builder::new()
             .prefix("overlay-")
             .tempdir_in(base)
@@ -524,6 +521,41 @@ fn checked_relative(rel_path: &str) -> Result<&Path, SandboxError> {
     Ok(path)
 }
 
+/// Makes the scratch base if it is missing and checks it is writ's own: a directory (not a
+/// symlink) owned by writ's user that no one else may write. Whoever owns the folder a scratch
+/// lives in can swap the scratch for their own, reading the copy of REPO_DIR or the results of
+/// its checks; in a shared `/tmp` anyone can make a folder first.
+fn own_base(base: &Path, owner: Option<u32>) -> Result<(), SandboxError> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::create_dir_all(base).map_err(|e| SandboxError::io("scratch base", base, e))?;
+    let meta =
+        std::fs::symlink_metadata(base).map_err(|e| SandboxError::io("scratch base", base, e))?;
+    let me = rustix::process::geteuid().as_raw();
+    let refused = if !meta.is_dir() {
+        Some("it is not a directory (a symlink?)".to_owned())
+    } else if meta.uid() != me {
+        Some(format!(
+            "it belongs to uid {}, not to writ's uid {me}: another user made it (set TMPDIR to a folder of writ's own)",
+            meta.uid()
+        ))
+    } else if meta.mode() & 0o022 != 0 {
+        Some("others may write in it (chmod go-w it)".to_owned())
+    } else {
+        None
+    };
+    if let Some(why) = refused {
+        return Err(SandboxError::io(
+            "scratch base",
+            base,
+            std::io::Error::new(std::io::ErrorKind::PermissionDenied, why),
+        ));
+    }
+    if owner.is_some() {
+        set_mode(base, 0o711)?;
+    }
+    Ok(())
+}
+
 fn set_mode(path: &Path, mode: u32) -> Result<(), SandboxError> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
@@ -642,10 +674,7 @@ fn copy_target(
     if !source.is_dir() {
         return Err(SandboxError::NotADirectory(repo_dir.to_path_buf()));
     }
-    std::fs::create_dir_all(base).map_err(|e| SandboxError::io("scratch base", base, e))?;
-    if owner.is_some() {
-        set_mode(base, 0o711)?;
-    }
+    own_base(base, owner)?;
     let dir = tempfile::Builder::new()
         .prefix("scratch-")
         .tempdir_in(base)
@@ -656,6 +685,34 @@ fn copy_target(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scratch_base_someone_else_could_write_in_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = dir.path().join("made");
+        own_base(&fresh, None).unwrap();
+        assert!(fresh.is_dir(), "a missing base is made");
+
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = own_base(&open, None).unwrap_err().to_string();
+        assert!(err.contains("others may write"), "{err}");
+
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&fresh, &link).unwrap();
+        let err = own_base(&link, None).unwrap_err().to_string();
+        assert!(err.contains("not a directory"), "{err}");
+
+        if rustix::process::geteuid().is_root() {
+            let theirs = dir.path().join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+            let err = own_base(&theirs, None).unwrap_err().to_string();
+            assert!(err.contains("belongs to uid 65534"), "{err}");
+        }
+    }
 
     #[test]
     fn symlink_targets_are_judged_from_the_link_depth() {
