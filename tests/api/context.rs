@@ -13,6 +13,12 @@ fn put(app: &TestApp, rel: &str, content: &str) {
     std::fs::write(path, content).unwrap();
 }
 
+/// `count` one-line functions named `<prefix>_<i>`.
+fn functions(prefix: &str, count: usize) -> String {
+    let one = |i| format!("def {prefix}_{i}(amount):\n    return amount + {i}\n\n");
+    (0..count).map(one).collect()
+}
+
 /// A module at `rel` importing `name` from `module` and calling it in `bill`.
 fn put_user(app: &TestApp, rel: &str, module: &str, name: &str) {
     let text =
@@ -322,4 +328,33 @@ async fn files_related_only_by_their_top_folder_fill_at_most_a_quarter_of_the_ma
     // The default budget is 2,000 tokens: a quarter for fillers, the importer and the heading
     // beside them.
     assert!(used <= 700, "{used} tokens: {map}");
+}
+
+#[tokio::test]
+async fn a_file_of_thousands_of_definitions_leaves_room_in_the_map_for_its_neighbours() {
+    let app = spawn_app_with_models(Backend::Sqlite).await;
+    // Sorted first by path, and alone far over the budget.
+    put(&app, "app/big.py", &functions("helper", 1_250));
+    for name in ["ledger", "money", "totals"] {
+        put(
+            &app,
+            &format!("app/{name}.py"),
+            &format!("def {name}_of(x):\n    return x\n"),
+        );
+    }
+    until_searchable(&app, &["helper_1249", "ledger_of", "money_of", "totals_of"]).await;
+    let (body, map) = map_for(&app, "app/report.py", RECORD).await;
+    for shown in [
+        "app/big.py",
+        "app/ledger.py",
+        "app/money.py",
+        "app/totals.py",
+    ] {
+        assert!(map.contains(shown), "{shown} is in the map: {map}");
+    }
+    assert!(map.contains("more lines of definitions"), "{map}");
+    let used = body["results"][0]["prompt_tokens_by_part"]["repo_map"]
+        .as_u64()
+        .unwrap();
+    assert!(used <= 2_100, "{used}");
 }

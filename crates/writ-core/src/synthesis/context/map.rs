@@ -157,7 +157,7 @@ pub async fn repo_map(
     let map = fit(
         without_excess_filler(scored, max_tokens).map(|(_, path, outline)| ContextFile {
             path: path.to_string(),
-            text: outline.text.clone(),
+            text: at_most(&outline.text, max_tokens / ONE_FILE_SHARE),
             outline: true,
         }),
         max_tokens,
@@ -186,7 +186,8 @@ fn without_excess_filler(
             if *score > FILLER_SCORE {
                 return true;
             }
-            let cost = tokens(&outline.text) + tokens(path.as_str()) + 12;
+            let shown = tokens(&outline.text).min(max_tokens / ONE_FILE_SHARE);
+            let cost = shown + tokens(path.as_str()) + 12;
             match filler_left.checked_sub(cost) {
                 Some(left) => {
                     filler_left = left;
@@ -195,6 +196,21 @@ fn without_excess_filler(
                 None => false,
             }
         })
+}
+
+/// No one file's outline takes more than this share of the map: a file of thousands of
+/// definitions would otherwise be the whole map, and the files after it would not be shown.
+const ONE_FILE_SHARE: usize = 4;
+
+/// `outline`, or its first lines within `max_tokens` and a line saying how many more there are.
+fn at_most(outline: &str, max_tokens: usize) -> String {
+    if tokens(outline) <= max_tokens {
+        return outline.to_owned();
+    }
+    let cut = truncate_chars(outline, max_tokens.saturating_sub(8) * 4).0;
+    let kept = cut.rfind('\n').map_or("", |i| &cut[..=i]);
+    let more = outline[kept.len()..].lines().count();
+    format!("{kept}… {more} more lines of definitions\n")
 }
 
 /// Lines the mentions search may read.
