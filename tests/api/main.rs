@@ -12,6 +12,7 @@ mod files;
 mod generated_checks;
 mod hardening;
 mod history;
+mod hostile;
 mod images;
 mod jobs;
 mod local_model;

@@ -5,7 +5,15 @@
 //! `link -> .git` inside the root does not lead around the rule). Names are compared the way
 //! case-insensitive and normalising filesystems would see them: case folded, default-ignorable
 //! characters dropped (HFS+ ignores them, so `.g\u{200c}it` is `.git` there), trailing dots and
-//! spaces dropped (Windows and Samba strip them). NTFS short names (`GIT~1`) are not recognised.
+//! spaces dropped (Windows and Samba strip them), an NTFS stream suffix (`.git::$INDEX_ALLOCATION`)
+//! dropped, and `.git`'s NTFS short name `GIT~1` taken for `.git`, as git itself refuses them.
+//!
+//! A workspace's root is judged too ([`ProtectedPaths::check_root`]): none of its own components
+//! may be a protected name, and while `.git` is protected, neither the root nor a folder above it
+//! may be a git directory, whatever it is called (a bare repository, a worktree's or a
+//! submodule's git directory, where a gitfile points) — writes there would be git's own files.
+
+use std::path::{Component, Path};
 
 use writ_core::{RepoPath, WorkspaceError};
 
@@ -75,6 +83,54 @@ impl ProtectedPaths {
         self.entries.is_empty()
     }
 
+    /// Refuses `root` (canonical: symlinks resolved) as a workspace's root when one of its own
+    /// components is a protected name, or, while `.git` is protected, when it or a folder above
+    /// it is a git directory. Rules anchored at a root (paths with `/`) say nothing of a root.
+    pub fn check_root(&self, root: &Path) -> Result<(), WorkspaceError> {
+        let refused = |protected: &str, reason: String| WorkspaceError::Protected {
+            path: root.display().to_string(),
+            protected: protected.to_owned(),
+            reason,
+        };
+        for component in root.components() {
+            let Component::Normal(name) = component else {
+                continue;
+            };
+            let folded = fold(&name.to_string_lossy());
+            for p in &self.entries {
+                if let Rule::Name(protected) = &p.rule
+                    && names_match(&folded, protected)
+                {
+                    return Err(refused(
+                        &p.shown,
+                        format!(
+                            "the workspace root lies inside '{}' ({})",
+                            name.to_string_lossy(),
+                            p.reason
+                        ),
+                    ));
+                }
+            }
+        }
+        let guards_git = self
+            .entries
+            .iter()
+            .any(|p| matches!(&p.rule, Rule::Name(name) if name == DOT_GIT));
+        if guards_git
+            && let Some(git_dir) = root.ancestors().find(|dir| is_git_directory(dir))
+        {
+            return Err(refused(
+                DOT_GIT,
+                format!(
+                    "'{}' is a git directory, and the workspace root {} it",
+                    git_dir.display(),
+                    if git_dir == root { "is" } else { "lies inside" }
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether a rule covers `target` (a path from the root): reads skip what writes may not touch.
     pub(crate) fn covers(&self, target: &str) -> bool {
         let Ok(path) = RepoPath::parse(target) else {
@@ -95,7 +151,7 @@ impl ProtectedPaths {
             .collect();
         for p in &self.entries {
             let hit = match &p.rule {
-                Rule::Name(name) => folded.iter().any(|c| c == name),
+                Rule::Name(name) => folded.iter().any(|c| names_match(c, name)),
                 Rule::Path(parts) => folded.starts_with(parts),
             };
             if hit {
@@ -110,14 +166,34 @@ impl ProtectedPaths {
     }
 }
 
-/// A component as a case-insensitive, normalising filesystem would compare it.
+/// The name whose look-alikes git refuses, and whose directories run code on git's next command.
+const DOT_GIT: &str = ".git";
+
+/// A component as a case-insensitive, normalising filesystem would compare it: what follows a
+/// `:` is an NTFS stream of the name before it.
 fn fold(component: &str) -> String {
     let kept: String = component
         .chars()
         .filter(|c| !is_default_ignorable(*c))
         .flat_map(char::to_lowercase)
         .collect();
-    kept.trim_end_matches(['.', ' ']).to_owned()
+    let named = kept.split(':').next().unwrap_or_default();
+    named.trim_end_matches(['.', ' ']).to_owned()
+}
+
+/// Whether the folded component `folded` is the protected name `protected`; `.git` is also
+/// reached on NTFS by its short name, which git refuses as `.git` (`is_ntfs_dotgit`).
+fn names_match(folded: &str, protected: &str) -> bool {
+    folded == protected || (protected == DOT_GIT && folded == "git~1")
+}
+
+/// Whether git takes `dir` for a git directory (as `is_git_directory` in git's setup does): a
+/// `HEAD`, with `objects` and `refs` beside it, or a `commondir` file leading to them (a linked
+/// worktree's git directory).
+fn is_git_directory(dir: &Path) -> bool {
+    dir.join("HEAD").is_file()
+        && ((dir.join("objects").is_dir() && dir.join("refs").is_dir())
+            || dir.join("commondir").is_file())
 }
 
 /// The default-ignorable code points HFS+ and APFS skip when comparing names (the set git itself
@@ -156,12 +232,56 @@ mod tests {
             ".g\u{200c}it/config",
             "\u{feff}.git/config",
             ".git",
+            "GIT~1/config",
+            "git~1./hooks/pre-commit",
+            ".git::$INDEX_ALLOCATION/config",
+            ".git:stream",
         ] {
             assert!(refused(&p, raw), "{raw:?}");
         }
-        for raw in [".github/ci.yml", "git/config", ".gitignore", "a.git.py"] {
+        for raw in [
+            ".github/ci.yml",
+            "git/config",
+            ".gitignore",
+            "a.git.py",
+            "git~2/config",
+            "agit~1",
+        ] {
             assert!(!refused(&p, raw), "{raw:?}");
         }
+    }
+
+    #[test]
+    fn a_root_is_refused_inside_any_spelling_of_git_and_inside_any_git_directory() {
+        let p = git();
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        for inside in [".git", ".GIT/hooks", "app/.git./worktrees/x", "GIT~1", "x/.git:y"] {
+            assert!(p.check_root(&base.join(inside)).is_err(), "{inside}");
+        }
+        // A git directory of any name: bare, a linked worktree's, and one a gitfile points to.
+        let bare = base.join("bare.git");
+        for sub in ["objects", "refs", "hooks"] {
+            std::fs::create_dir_all(bare.join(sub)).unwrap();
+        }
+        std::fs::write(bare.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        let linked = base.join("gits/wt");
+        std::fs::create_dir_all(&linked).unwrap();
+        std::fs::write(linked.join("HEAD"), "ref: refs/heads/x\n").unwrap();
+        std::fs::write(linked.join("commondir"), "../../bare.git\n").unwrap();
+        for root in [bare.clone(), bare.join("hooks"), linked.clone()] {
+            let err = p.check_root(&root).unwrap_err().to_string();
+            assert!(err.contains("git directory"), "{root:?}: {err}");
+        }
+
+        for fine in ["app", "app/.github", "git", "gits"] {
+            std::fs::create_dir_all(base.join(fine)).unwrap();
+            assert!(p.check_root(&base.join(fine)).is_ok(), "{fine}");
+        }
+        assert!(
+            ProtectedPaths::default().check_root(&bare).is_ok(),
+            "with .git unprotected, the operator allowed it"
+        );
     }
 
     #[test]

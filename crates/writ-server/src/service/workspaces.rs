@@ -128,6 +128,10 @@ impl Workspaces {
             .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?
             .with_name(name);
         let protected = crate::config::edge::protected_paths(&self.settings, workspace.root());
+        // Made before its root was judged at creation, or its root changed on disk since.
+        protected
+            .check_root(workspace.root())
+            .map_err(|e| crate::error::workspace_error(e, "name"))?;
         let mut workspace = workspace
             .with_protected(protected)
             .with_max_file_bytes(self.settings.guard.max_file_bytes)
@@ -499,6 +503,16 @@ async fn workspaces_dir(settings: &Settings) -> Result<PathBuf, ApiError> {
     })
 }
 
+/// Refuses `root` as a workspace's root when it is, or lies inside, a protected name or a git
+/// directory: every write there would be git's own files (its config and hooks run code).
+fn refuse_protected_root(workspaces: &Workspaces, root: &Path, field: &str) -> Result<(), ApiError> {
+    crate::config::edge::protected_paths(&workspaces.settings, root)
+        .check_root(root)
+        .map_err(|e| {
+            ApiError::new(ErrorCode::ProtectedPath, format!("{field}: {e}")).with_field(field)
+        })
+}
+
 /// `relative` beneath `base`, checked lexically (no `..`, not absolute) and then on the disk
 /// (its canonical path, symlinks followed, must still be beneath `base`).
 async fn beneath(base: &Path, relative: &str, field: &str) -> Result<PathBuf, ApiError> {
@@ -556,6 +570,7 @@ pub async fn create(
     }
     let base = workspaces_dir(&workspaces.settings).await?;
     let target = base.join(name.as_str());
+    refuse_protected_root(workspaces, &target, "name")?;
     let mut record = WorkspaceRecord {
         name: name.clone(),
         kind: WorkspaceKind::Empty,
@@ -588,6 +603,7 @@ pub async fn create(
         }
         WorkspaceSource::Directory { path } => {
             let dir = beneath(&base, &path, "source.path").await?;
+            refuse_protected_root(workspaces, &dir, "source.path")?;
             record.kind = WorkspaceKind::Directory;
             record.root = dir.display().to_string();
             record.source = Some(path);

@@ -71,6 +71,9 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         .with_context(|| format!("opening REPO_DIR {}", settings.repo_dir.display()))?;
     let protected =
         crate::config::edge::protected_paths(&settings, writ_core::Workspace::root(&workspace));
+    protected
+        .check_root(writ_core::Workspace::root(&workspace))
+        .context("REPO_DIR may not be, or lie inside, a git directory or a protected name")?;
     let mut workspace = workspace
         .with_protected(protected)
         .with_max_file_bytes(settings.guard.max_file_bytes)

@@ -1,0 +1,5 @@
+//! writ tried as a hostile caller would: each fault found by such a caller, and the class of
+//! fault it stands for, tried on every surface that could have it (docs/access-limits-faults.md
+//! lists what was reviewed).
+
+mod git_roots;
