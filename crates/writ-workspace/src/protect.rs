@@ -116,9 +116,7 @@ impl ProtectedPaths {
             .entries
             .iter()
             .any(|p| matches!(&p.rule, Rule::Name(name) if name == DOT_GIT));
-        if guards_git
-            && let Some(git_dir) = root.ancestors().find(|dir| is_git_directory(dir))
-        {
+        if guards_git && let Some(git_dir) = root.ancestors().find(|dir| is_git_directory(dir)) {
             return Err(refused(
                 DOT_GIT,
                 format!(
@@ -256,7 +254,13 @@ mod tests {
         let p = git();
         let dir = tempfile::tempdir().unwrap();
         let base = std::fs::canonicalize(dir.path()).unwrap();
-        for inside in [".git", ".GIT/hooks", "app/.git./worktrees/x", "GIT~1", "x/.git:y"] {
+        for inside in [
+            ".git",
+            ".GIT/hooks",
+            "app/.git./worktrees/x",
+            "GIT~1",
+            "x/.git:y",
+        ] {
             assert!(p.check_root(&base.join(inside)).is_err(), "{inside}");
         }
         // A git directory of any name: bare, a linked worktree's, and one a gitfile points to.

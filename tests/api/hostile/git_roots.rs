@@ -36,12 +36,18 @@ async fn a_workspace_rooted_in_a_git_directory_by_any_name_or_route_is_refused_a
     std::fs::write(app_repo.join("README"), "hello\n").unwrap();
     git(&app_repo, &["add", "README"]);
     git(&app_repo, &["commit", "-q", "-m", "first"]);
-    git(&app_repo, &["worktree", "add", "-q", "../linked", "-b", "x"]);
+    git(
+        &app_repo,
+        &["worktree", "add", "-q", "../linked", "-b", "x"],
+    );
     // A bare repository, a submodule-style gitfile pointing at a git directory named otherwise,
     // a symlink to `.git`, and folders spelled as git or NTFS would read `.git`.
     git(dir.path(), &["init", "-q", "--bare", "bare.git"]);
     std::fs::create_dir_all(dir.path().join("gits")).unwrap();
-    git(dir.path(), &["init", "-q", "--separate-git-dir", "gits/sub", "sub"]);
+    git(
+        dir.path(),
+        &["init", "-q", "--separate-git-dir", "gits/sub", "sub"],
+    );
     std::os::unix::fs::symlink(app_repo.join(".git"), dir.path().join("link")).unwrap();
     for odd in ["odd/.GIT", "odd/GIT~1", "odd/.git. "] {
         std::fs::create_dir_all(dir.path().join(odd).join("hooks")).unwrap();
@@ -67,7 +73,11 @@ async fn a_workspace_rooted_in_a_git_directory_by_any_name_or_route_is_refused_a
     {
         let (status, body) = create_directory(&app, &format!("w{i}"), path).await;
         assert_eq!(
-            (status, body["error"]["code"].as_str(), body["error"]["field"].as_str()),
+            (
+                status,
+                body["error"]["code"].as_str(),
+                body["error"]["field"].as_str()
+            ),
             (403, Some("protected_path"), Some("source.path")),
             "{path}: {body}"
         );

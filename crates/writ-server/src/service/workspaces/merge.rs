@@ -1,0 +1,149 @@
+//! Merging a git-worktree workspace's branch into another branch of its repository, and the
+//! merge's record in the audit log.
+
+use std::path::Path;
+
+use chrono::Utc;
+use writ_core::AuditStore;
+use writ_core::workspaces::{WorkspaceKind, WorkspaceName};
+
+use super::api::{MergeWorkspace, MergedWorkspace};
+use super::opened::Workspaces;
+use super::{invalid, unknown};
+use crate::error::{ApiError, ErrorCode, store_error};
+
+/// Merges the branch of the git-worktree workspace `name` into `into`: a fast-forward when
+/// possible, else one merge commit; conflicts answer 409 with each file and its hunks, and
+/// neither branch moves. A merge that moved `into` is recorded as a request (route `POST
+/// /workspaces/{name}/merge`, its answer stored with it).
+pub async fn merge(
+    workspaces: &Workspaces,
+    name: &str,
+    request: MergeWorkspace,
+    caller: Option<&str>,
+    request_id: uuid::Uuid,
+) -> Result<MergedWorkspace, ApiError> {
+    let record = match workspaces
+        .store
+        .find_workspace(name)
+        .await
+        .map_err(store_error)?
+    {
+        Some(record) => record,
+        None if name == WorkspaceName::DEFAULT => {
+            return Err(invalid(
+                "name",
+                "the default workspace has no branch of its own to merge; merge a git_worktree workspace",
+            ));
+        }
+        None => return Err(unknown(name)),
+    };
+    let (Some(repository), Some(branch), WorkspaceKind::GitWorktree) =
+        (record.source.clone(), record.branch.clone(), record.kind)
+    else {
+        return Err(invalid(
+            "name",
+            format!(
+                "'{name}' is a {} workspace; only a git_worktree workspace has a branch to merge",
+                record.kind
+            ),
+        ));
+    };
+    let into = request.into.trim().to_owned();
+    if into.is_empty() || into == branch {
+        return Err(invalid(
+            "into",
+            format!("into must name another branch of the repository than '{branch}'"),
+        ));
+    }
+    let author = caller.unwrap_or("writ").to_owned();
+    let outcome = {
+        let (repository, branch, into) = (repository.clone(), branch.clone(), into.clone());
+        tokio::task::spawn_blocking(move || {
+            writ_git::merge::merge_branches(
+                Path::new(&repository),
+                &branch,
+                &into,
+                &author,
+                "writ@localhost",
+            )
+        })
+        .await
+        .map_err(ApiError::internal)?
+    };
+    use writ_git::merge::MergeOutcome;
+    let (outcome, commit) = match outcome {
+        Ok(MergeOutcome::UpToDate) => ("up_to_date", None),
+        Ok(MergeOutcome::FastForward { commit }) => ("fast_forward", Some(commit)),
+        Ok(MergeOutcome::Merged { commit }) => ("merged", Some(commit)),
+        Ok(MergeOutcome::Conflicts(conflicts)) => {
+            let files: Vec<serde_json::Value> = conflicts
+                .iter()
+                .map(|c| serde_json::json!({"path": c.path, "hunks": c.hunks}))
+                .collect();
+            return Err(ApiError::new(
+                ErrorCode::Conflict,
+                format!(
+                    "'{branch}' does not merge into '{into}' cleanly: {} conflict; nothing was changed",
+                    conflicts
+                        .iter()
+                        .map(|c| c.path.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+            .with_field("into")
+            .with_details(serde_json::json!({ "files": files })));
+        }
+        Err(e) => return Err(invalid("into", format!("the merge could not be made: {e}"))),
+    };
+    let merged = MergedWorkspace {
+        request_id,
+        workspace: name.to_owned(),
+        branch,
+        into,
+        outcome,
+        commit,
+    };
+    if merged.commit.is_some() {
+        record_merge(&*workspaces.store, &merged, caller).await;
+    }
+    Ok(merged)
+}
+
+/// The merge in the audit log: a request with its answer, so readers of the log see which branch
+/// moved where and when. A record that cannot be written is logged: the branch has moved
+/// already, and git has the commit.
+async fn record_merge(store: &dyn AuditStore, merged: &MergedWorkspace, caller: Option<&str>) {
+    let answer = serde_json::to_value(merged).ok();
+    let recorded = async {
+        store.insert_request(&merge_request(merged, caller)).await?;
+        store
+            .finish_request(
+                merged.request_id,
+                writ_core::audit::RequestStatus::Success,
+                0,
+                answer.as_ref(),
+            )
+            .await
+    }
+    .await;
+    if let Err(e) = recorded {
+        tracing::warn!(error = %e, workspace = %merged.workspace, "a merge moved its branch but could not be recorded");
+    }
+}
+
+/// The merge's request row: made with the `admin` scope that every merge needs, in the workspace
+/// merged, with no idempotency key (a merge is not replayed).
+fn merge_request(merged: &MergedWorkspace, caller: Option<&str>) -> writ_core::audit::NewRequest {
+    writ_core::audit::NewRequest {
+        id: merged.request_id,
+        received_at: Utc::now(),
+        route: format!("POST /workspaces/{}/merge", merged.workspace),
+        caller: caller.map(str::to_owned),
+        scope: Some(writ_core::keys::Scope::Admin),
+        idempotency_key: None,
+        body_sha256: None,
+        workspace: merged.workspace.clone(),
+    }
+}
