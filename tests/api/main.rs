@@ -5,6 +5,7 @@
 mod budgets;
 mod context;
 mod dashboard;
+mod docs;
 mod edges;
 mod edits;
 mod fanout;

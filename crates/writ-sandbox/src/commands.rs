@@ -101,14 +101,6 @@ impl CommandSet {
         self.evidence.get(name)
     }
 
-    /// Reads `WRIT_COMMANDS`; unset or blank gives an empty set, whose `expand` names the variable.
-    pub fn from_env() -> Result<Self, CommandError> {
-        match std::env::var(COMMANDS_ENV) {
-            Ok(json) if !json.trim().is_empty() => Self::parse(&json),
-            _ => Ok(Self::default()),
-        }
-    }
-
     pub fn is_empty(&self) -> bool {
         self.templates.is_empty()
     }

@@ -40,8 +40,8 @@
 //! ```no_run
 //! # async fn example(repo_dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
 //! use writ_sandbox::{CommandSet, Sandbox, SandboxConfig};
-//! let sandbox = Sandbox::probe(SandboxConfig::default().with_env()?).await?; // at start-up
-//! let commands = CommandSet::from_env()?;
+//! let sandbox = Sandbox::probe(SandboxConfig::default()).await?; // at start-up
+//! let commands = CommandSet::parse(r#"{"pytest": ["python3", "-m", "pytest", "{args}"]}"#)?;
 //! let scratch = sandbox.scratch(repo_dir).await?;
 //! scratch.put("src/new.py", b"print('candidate')\n")?;
 //! let argv = commands.expand("pytest", &["tests/test_new.py".to_owned()])?;
@@ -78,9 +78,6 @@ pub use overlay::ScratchLimits;
 pub use run::{REPO_MOUNT, SAFE_ENV, SHM_BYTES};
 pub use runner::{Admission, PER_KEY_ENV, SandboxRunner, describe};
 pub use scratch::{CopyLimits, Mechanism, Scratch};
-
-/// The environment variable the server reads for [`SandboxConfig::max_concurrent`].
-pub const CONCURRENCY_ENV: &str = "WRIT_RUN_CONCURRENCY";
 
 /// Limits of one run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,16 +205,6 @@ impl Default for SandboxConfig {
     }
 }
 
-impl SandboxConfig {
-    /// Applies `WRIT_RUN_CONCURRENCY` when set; an invalid value is an error naming it.
-    pub fn with_env(mut self) -> Result<Self, String> {
-        if let Ok(raw) = std::env::var(CONCURRENCY_ENV) {
-            self.max_concurrent = parse_concurrency(&raw)?;
-        }
-        Ok(self)
-    }
-}
-
 /// bubblewrap opens the scratch directory as the sandbox uid: every existing ancestor of the
 /// scratch base must let others through.
 fn check_searchable(base: &Path, uid: u32) -> Result<(), SandboxUnavailable> {
@@ -238,15 +225,6 @@ fn check_searchable(base: &Path, uid: u32) -> Result<(), SandboxUnavailable> {
         }
     }
     Ok(())
-}
-
-fn parse_concurrency(raw: &str) -> Result<usize, String> {
-    match raw.trim().parse::<usize>() {
-        Ok(n) if (1..=1024).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "{CONCURRENCY_ENV} must be a whole number from 1 to 1024, got {raw:?}"
-        )),
-    }
 }
 
 /// What a finished (or killed) command left.
@@ -591,17 +569,5 @@ mod tests {
             tiny.check(),
             Err("limits.memory_bytes must be at least 64 MiB".to_owned())
         );
-    }
-
-    #[test]
-    fn concurrency_must_be_a_positive_whole_number() {
-        assert_eq!(parse_concurrency(" 4 "), Ok(4));
-        for bad in ["0", "-1", "four", "", "100000"] {
-            let err = parse_concurrency(bad).unwrap_err();
-            assert!(
-                err.starts_with("WRIT_RUN_CONCURRENCY must be"),
-                "{bad}: {err}"
-            );
-        }
     }
 }

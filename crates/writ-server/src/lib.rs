@@ -1,6 +1,7 @@
 //! The HTTP surface of writ and the `writ` binary's commands.
 //!
-//! - [`config`]: settings from the environment and `writ.toml`.
+//! - [`config`]: settings from the environment and `writ.toml`, each declared once
+//!   ([`config::declared`]); [`docs`]: the parts of the docs generated from the code.
 //! - [`startup`]: [`startup::Application`] — build (store, migrations, workspace, listener) and run.
 //! - [`routes`]: the route table and one module per resource; handlers translate HTTP to [`service`].
 //! - [`service`]: what routes and tools share, one typed function per thing writ does.
@@ -20,6 +21,7 @@ pub mod auth;
 pub mod check;
 pub mod client;
 pub mod config;
+pub mod docs;
 pub mod edge;
 pub mod error;
 pub mod extract;

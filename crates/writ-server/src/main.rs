@@ -103,9 +103,20 @@ async fn fetch_local_model(settings: &Settings) {
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
-    // Kept to the end of `main`: dropping it sends the traces still held.
-    let _telemetry = telemetry::init_logging();
     let cli = Cli::parse();
+    // Needs no settings: the document depends on the code alone.
+    if let Some(Command::Openapi) = cli.command {
+        return match std::io::stdout().write_all(writ_server::openapi::yaml().as_bytes()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&anyhow::Error::from(e).context("writing the document")),
+        };
+    }
+    let settings = match Settings::from_env(cli.config.as_deref()) {
+        Ok(settings) => settings,
+        Err(e) => return fail(&e.into()),
+    };
+    // Kept to the end of `main`: dropping it sends the traces still held.
+    let _telemetry = telemetry::init_logging(&settings.log);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -113,25 +124,19 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(cli, settings)) {
         Ok(code) => code,
-        Err(e) => {
-            // The whole cause chain, once.
-            let _ = writeln!(std::io::stderr(), "writ: error: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => fail(&e),
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    // Needs no settings: the document depends on the code alone.
-    if let Some(Command::Openapi) = cli.command {
-        std::io::stdout()
-            .write_all(writ_server::openapi::yaml().as_bytes())
-            .context("writing the document")?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let mut settings = Settings::from_env(cli.config.as_deref())?;
+/// The whole cause chain, once.
+fn fail(e: &anyhow::Error) -> ExitCode {
+    let _ = writeln!(std::io::stderr(), "writ: error: {e:#}");
+    ExitCode::FAILURE
+}
+
+async fn run(cli: Cli, mut settings: Settings) -> anyhow::Result<ExitCode> {
     match cli.command.unwrap_or(Command::Serve {
         addr: None,
         insecure: false,

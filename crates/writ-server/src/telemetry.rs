@@ -3,6 +3,7 @@
 //! Every request gets an id (the caller's `X-Request-Id` when it is a UUID, else a new UUIDv7)
 //! that is in its span, in its response headers and in its audit rows.
 
+use std::io::Write;
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -13,6 +14,8 @@ use axum::response::Response;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing::Instrument;
 use uuid::Uuid;
+
+use crate::config::LogSettings;
 
 /// writ's own time on a batch (its duration minus the critical path of its upstream calls), as a
 /// Prometheus histogram; replays are not counted (they make no upstream calls).
@@ -33,17 +36,24 @@ pub struct TelemetryGuard {
     _traces: Option<otel::Traces>,
 }
 
-/// JSON logs when `WRIT_LOG_FORMAT=json`, readable text otherwise; level from `RUST_LOG`. Traces
-/// over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (the `otel` feature), at `info` whatever
-/// `RUST_LOG` says, so quiet logs still give whole traces.
-pub fn init_logging() -> TelemetryGuard {
+/// JSON logs when `WRIT_LOG_FORMAT=json`, readable text otherwise; level from `RUST_LOG` (both
+/// from the environment or `writ.toml`, [`LogSettings`]). Traces over OTLP when
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` is set (the `otel` feature), at `info` whatever `RUST_LOG` says,
+/// so quiet logs still give whole traces.
+pub fn init_logging(log: &LogSettings) -> TelemetryGuard {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::{EnvFilter, Layer, fmt};
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
-    let json = std::env::var("WRIT_LOG_FORMAT").as_deref() == Ok("json");
-    let logs = if json {
+    let filter = EnvFilter::try_new(&log.filter).unwrap_or_else(|e| {
+        // Logging is not up yet: stderr is where the operator looks.
+        let _ = writeln!(
+            std::io::stderr(),
+            "writ: RUST_LOG {:?} is not a filter ({e}); logging at info",
+            log.filter
+        );
+        EnvFilter::new("info,sqlx=warn")
+    });
+    let logs = if log.json {
         fmt::layer().json().with_writer(std::io::stderr).boxed()
     } else {
         fmt::layer().with_writer(std::io::stderr).boxed()

@@ -1,5 +1,7 @@
 //! Configuration, one module per concern, all read at start-up into [`Settings`]:
-//! - [`source`]: the environment over an optional `writ.toml` (same names in lower case; the
+//! - [`declared`]: every setting writ reads — name, type, default, meaning, where it may be given;
+//!   nothing else is read, and the settings docs are generated from it;
+//! - [`source`]: the environment over an optional `writ.toml` (the declared keys; the
 //!   environment wins);
 //! - [`models`]: candidate, arbiter, fallback and image models, the provider and its key, call
 //!   limits, the straggler policy, and the provider policy (the embedded default, what is missing);
@@ -7,8 +9,10 @@
 //! - [`guard`]: API keys and limits;
 //! - [`run`]: the commands a request may run in the sandbox, and the bounds of a run.
 //!
-//! The server's own settings (address, database, `REPO_DIR`, body and read bounds) stay here.
+//! The server's own settings (address, database, `REPO_DIR`, body and read bounds, logs) stay
+//! here.
 
+pub mod declared;
 pub mod edge;
 pub mod guard;
 pub mod local;
@@ -24,7 +28,7 @@ pub use guard::{ConfiguredKey, GuardSettings, parse_api_keys};
 pub use local::LocalSettings;
 pub use models::ModelSettings;
 pub use run::RunSettings;
-use source::parse_num;
+use source::{parse_num, parse_switch};
 
 pub const DEFAULT_ADDR: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://./writ.db";
@@ -34,8 +38,38 @@ pub const DEFAULT_REPO_DIR: &str = "./workspace";
 pub enum ConfigError {
     #[error("{name}: {message}")]
     Invalid { name: &'static str, message: String },
-    #[error("cannot read config file {path}: {message}")]
+    #[error("config file {path}: {message}")]
     File { path: String, message: String },
+    /// A mistake in writ itself, caught by every test that loads settings.
+    #[error("{name} is read by writ but not declared in crates/writ-server/src/config/declared.rs")]
+    Undeclared { name: String },
+}
+
+/// What is logged and how (read before the rest, to set logging up).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSettings {
+    /// `RUST_LOG`: `EnvFilter` directives.
+    pub filter: String,
+    /// `WRIT_LOG_FORMAT=json`: one JSON object a line.
+    pub json: bool,
+}
+
+impl LogSettings {
+    fn load(get: &source::Get<'_>) -> Result<Self, ConfigError> {
+        Ok(Self {
+            filter: get("RUST_LOG").unwrap_or_else(|| "info,sqlx=warn".to_string()),
+            json: match get("WRIT_LOG_FORMAT").as_deref().map(str::trim) {
+                None | Some("text") => false,
+                Some("json") => true,
+                Some(other) => {
+                    return Err(ConfigError::Invalid {
+                        name: "WRIT_LOG_FORMAT",
+                        message: format!("'{other}' is not text or json"),
+                    });
+                }
+            },
+        })
+    }
 }
 
 /// Everything writ reads at start-up. `Debug` shows neither the provider key nor a password in
@@ -75,6 +109,8 @@ pub struct Settings {
     pub history_retention: Option<Duration>,
     /// Commit what each request wrote when the workspace is a git repository (`WRIT_GIT_COMMIT`).
     pub git_commit: bool,
+    /// What is logged and how.
+    pub log: LogSettings,
 }
 
 impl std::fmt::Debug for Settings {
@@ -96,6 +132,7 @@ impl std::fmt::Debug for Settings {
             .field("sessions", &self.sessions)
             .field("history_retention", &self.history_retention)
             .field("git_commit", &self.git_commit)
+            .field("log", &self.log)
             .finish()
     }
 }
@@ -107,17 +144,41 @@ impl Settings {
     }
 
     /// Reads `env` and the config file; separated from the process environment for tests.
+    /// Every name asked for must be declared ([`declared`]); the first that is not fails the load.
     pub fn load(
         config_file: Option<&Path>,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        let (file_values, file_used) = source::read_layers(config_file, env)?;
+        let undeclared = std::cell::RefCell::new(None::<String>);
+        let declared_only = |name: &str| {
+            if declared::find(name).is_none() {
+                undeclared
+                    .borrow_mut()
+                    .get_or_insert_with(|| name.to_string());
+            }
+        };
+        let env = |name: &str| {
+            declared_only(name);
+            env(name)
+        };
+        let file = source::FileLayer::read(config_file, &env)?;
         let get = |name: &str| -> Option<String> {
             env(name)
                 .filter(|v| !v.trim().is_empty())
-                .or_else(|| file_values.get(&name.to_ascii_lowercase()).cloned())
+                .or_else(|| file.get(name).map(str::to_string))
         };
+        let settings = Self::from_layers(&get, &env, file.path.clone());
+        match undeclared.into_inner() {
+            Some(name) => Err(ConfigError::Undeclared { name }),
+            None => settings,
+        }
+    }
 
+    fn from_layers(
+        get: &source::Get<'_>,
+        env: &source::Get<'_>,
+        config_file: Option<PathBuf>,
+    ) -> Result<Self, ConfigError> {
         let addr_raw = get("WRIT_ADDR").unwrap_or_else(|| DEFAULT_ADDR.to_string());
         let addr = addr_raw.parse().map_err(|_| ConfigError::Invalid {
             name: "WRIT_ADDR",
@@ -134,9 +195,9 @@ impl Settings {
             });
         }
 
-        let max_body_bytes = parse_num(&get, "WRIT_MAX_BODY_BYTES", 10 * 1024 * 1024)?;
-        let guard = GuardSettings::load(&get)?;
-        let sessions = session_settings(&get, guard.max_file_bytes, max_body_bytes)?;
+        let max_body_bytes = parse_num(get, "WRIT_MAX_BODY_BYTES", 10 * 1024 * 1024)?;
+        let guard = GuardSettings::load(get)?;
+        let sessions = session_settings(get, guard.max_file_bytes, max_body_bytes)?;
         Ok(Settings {
             repo_dir: PathBuf::from(
                 get("REPO_DIR").unwrap_or_else(|| DEFAULT_REPO_DIR.to_string()),
@@ -147,28 +208,20 @@ impl Settings {
             database_url,
             addr,
             max_body_bytes,
-            read_default_chars: parse_num(&get, "WRIT_READ_DEFAULT_CHARS", 10_000)?,
-            read_max_chars: parse_num(&get, "WRIT_READ_MAX_CHARS", 1_000_000)?,
+            read_default_chars: parse_num(get, "WRIT_READ_DEFAULT_CHARS", 10_000)?,
+            read_max_chars: parse_num(get, "WRIT_READ_MAX_CHARS", 1_000_000)?,
             reconcile_after: Duration::from_secs(
-                parse_num(&get, "WRIT_RECONCILE_AFTER_SECS", 30)? as u64
+                parse_num(get, "WRIT_RECONCILE_AFTER_SECS", 30)? as u64
             ),
-            config_file: file_used,
-            models: ModelSettings::load(&get, env)?,
+            config_file,
+            models: ModelSettings::load(get, env)?,
             guard,
-            run: RunSettings::load(&get)?,
-            edge: edge::EdgeSettings::load(&get)?,
+            run: RunSettings::load(get)?,
+            edge: edge::EdgeSettings::load(get)?,
             sessions,
             history_retention: history_retention(get("WRIT_HISTORY_RETENTION").as_deref())?,
-            git_commit: match get("WRIT_GIT_COMMIT").as_deref().map(str::trim) {
-                None | Some("false" | "0" | "off") => false,
-                Some("true" | "1" | "on") => true,
-                Some(other) => {
-                    return Err(ConfigError::Invalid {
-                        name: "WRIT_GIT_COMMIT",
-                        message: format!("'{other}' is not true or false"),
-                    });
-                }
-            },
+            git_commit: parse_switch(get, "WRIT_GIT_COMMIT", false)?,
+            log: LogSettings::load(get)?,
         })
     }
 }
@@ -240,6 +293,151 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k| map.get(k).cloned()
+    }
+
+    /// Every name `load` asks the environment for, under a few configurations that take
+    /// different paths through it.
+    fn names_read() -> Vec<String> {
+        let asked = std::cell::RefCell::new(Vec::<String>::new());
+        for configured in [
+            &[][..],
+            &[("OPENROUTER_API_KEY", "sk-or-x"), ("CODE_LIST", "a/b")][..],
+            &[("WRIT_LOCAL_MODEL", "off")][..],
+            &[("WRIT_COMMANDS", r#"{"python": ["python3", "{args}"]}"#)][..],
+        ] {
+            let env = env_of(configured);
+            Settings::load(None, &|name| {
+                asked.borrow_mut().push(name.to_string());
+                env(name)
+            })
+            .unwrap();
+        }
+        let mut names = asked.into_inner();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    #[test]
+    fn every_setting_load_reads_is_declared() {
+        let names = names_read();
+        assert!(names.len() > 80, "{names:?}");
+        for name in names {
+            assert!(declared::find(&name).is_some(), "{name} is not declared");
+        }
+    }
+
+    #[test]
+    fn a_declared_default_is_what_the_code_uses_when_the_setting_is_unset() {
+        let unset = format!("{:?}", Settings::load(None, &env_of(&[])).unwrap());
+        let mut checked = 0;
+        for name in names_read() {
+            let Some(setting) = declared::find(&name) else {
+                continue;
+            };
+            let declared::DefaultValue::Literal(value) = setting.default else {
+                continue;
+            };
+            let set = Settings::load(None, &env_of(&[(setting.name, value)]))
+                .unwrap_or_else(|e| panic!("{name}={value}: {e}"));
+            assert_eq!(
+                format!("{set:?}"),
+                unset,
+                "{name}: its declared default {value:?} is not the code's"
+            );
+            checked += 1;
+        }
+        assert!(checked >= 50, "only {checked} defaults checked");
+    }
+
+    fn toml_file(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("writ.toml");
+        std::fs::write(&file, text).unwrap();
+        (dir, file)
+    }
+
+    #[test]
+    fn writ_toml_takes_every_setting_that_may_be_given_there_under_its_key() {
+        let mut text = String::new();
+        let mut expected = Vec::new();
+        for setting in declared::SETTINGS {
+            let Some(key) = setting.file_key() else {
+                continue;
+            };
+            let (toml_value, as_variable) = match setting.kind {
+                declared::Kind::Whole => ("7".to_string(), "7".to_string()),
+                declared::Kind::Switch => ("true".to_string(), "true".to_string()),
+                declared::Kind::List => (r#"["a", "b"]"#.to_string(), "a,b".to_string()),
+                declared::Kind::Json => {
+                    (r#"{ x = ["y"] }"#.to_string(), r#"{"x":["y"]}"#.to_string())
+                }
+                _ => (r#""v""#.to_string(), "v".to_string()),
+            };
+            text.push_str(&format!("{key} = {toml_value}\n"));
+            expected.push((setting.name, as_variable));
+        }
+        let (_dir, file) = toml_file(&text);
+        let layer = source::FileLayer::read(Some(&file), &|_: &str| None).unwrap();
+        for (name, value) in expected {
+            assert_eq!(layer.get(name), Some(value.as_str()), "{name}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_key_in_writ_toml_is_refused_by_name_with_what_to_write_instead() {
+        for (line, says) in [
+            ("colour = \"red\"", "`colour` is not a setting writ knows"),
+            (
+                "otel_exporter_otlp_endpoint = \"http://c:4318\"",
+                "set OTEL_EXPORTER_OTLP_ENDPOINT in the environment",
+            ),
+            (
+                "writ_commands = { pytest = [\"pytest\"] }",
+                "`writ_commands` is written `commands`",
+            ),
+            ("WRIT_ADDR = \"0.0.0.0:1\"", "is written `writ_addr`"),
+            (
+                "writ_max_body_bytes = true",
+                "`writ_max_body_bytes` must be a whole number",
+            ),
+            (
+                "code_list = [1, 2]",
+                "`code_list` must be an array of strings",
+            ),
+        ] {
+            let (_dir, file) = toml_file(line);
+            let err = Settings::load(Some(&file), &env_of(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(says), "{line}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_commands_table_of_writ_toml_configures_the_commands() {
+        let (_dir, file) = toml_file(
+            "[commands]\npytest = [\"python3\", \"-m\", \"pytest\", \"{args}\"]\n\n[commands.checked]\nargv = [\"python3\", \"{args}\"]\nevidence = \"ok\"\n",
+        );
+        let s = Settings::load(Some(&file), &env_of(&[])).unwrap();
+        let commands = s.run.commands.expect("commands from writ.toml");
+        assert_eq!(commands.names().collect::<Vec<_>>(), ["checked", "pytest"]);
+        assert!(commands.evidence("checked").is_some());
+    }
+
+    #[test]
+    fn logging_may_be_set_in_writ_toml_and_the_environment_wins() {
+        let (_dir, file) = toml_file("rust_log = \"debug\"\nwrit_log_format = \"json\"\n");
+        let s = Settings::load(Some(&file), &env_of(&[("RUST_LOG", "warn")])).unwrap();
+        assert_eq!(
+            s.log,
+            LogSettings {
+                filter: "warn".into(),
+                json: true
+            }
+        );
+        let err = Settings::load(None, &env_of(&[("WRIT_LOG_FORMAT", "yaml")])).unwrap_err();
+        assert!(err.to_string().starts_with("WRIT_LOG_FORMAT:"), "{err}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::ConfigError;
-use super::source::{Get, parse_num, parse_positive};
+use super::source::{Get, parse_num, parse_positive, parse_switch};
 
 #[derive(Debug, Clone)]
 pub struct RunSettings {
@@ -142,18 +142,14 @@ impl RunSettings {
             max_per_key: at_least_one("WRIT_RUN_MAX_PER_KEY", 4)?,
             scratch_mb: at_least_one("WRIT_RUN_SCRATCH_MB", 256)? as u64,
             scratch_files: at_least_one("WRIT_RUN_SCRATCH_FILES", 20_000)? as u64,
-            generate_checks: match get("WRIT_GENERATE_CHECKS").as_deref().map(str::trim) {
-                None | Some("0" | "false" | "off") => false,
-                Some("1" | "true" | "on") => true,
-                Some(other) => {
-                    return Err(ConfigError::Invalid {
-                        name: "WRIT_GENERATE_CHECKS",
-                        message: format!("must be 1 or 0, got {other:?}"),
-                    });
-                }
-            },
+            generate_checks: parse_switch(get, "WRIT_GENERATE_CHECKS", false)?,
             check_commands: match get("WRIT_CHECK_COMMANDS") {
-                None => writ_core::synthesis::stage::default_check_commands(),
+                // By language, as a configured object is read.
+                None => {
+                    let mut default = writ_core::synthesis::stage::default_check_commands();
+                    default.sort();
+                    default
+                }
                 Some(raw) => serde_json::from_str::<std::collections::BTreeMap<String, String>>(&raw)
                     .map_err(|e| ConfigError::Invalid {
                         name: "WRIT_CHECK_COMMANDS",
@@ -164,16 +160,7 @@ impl RunSettings {
                     .into_iter()
                     .collect(),
             },
-            overlay: match get("WRIT_RUN_OVERLAY").as_deref().map(str::trim) {
-                None | Some("1" | "true" | "on") => true,
-                Some("0" | "false" | "off") => false,
-                Some(other) => {
-                    return Err(ConfigError::Invalid {
-                        name: "WRIT_RUN_OVERLAY",
-                        message: format!("must be 1 or 0, got {other:?}"),
-                    });
-                }
-            },
+            overlay: parse_switch(get, "WRIT_RUN_OVERLAY", true)?,
             copy_max_mb: at_least_one("WRIT_RUN_COPY_MAX_MB", 512)? as u64,
             copy_max_files: at_least_one("WRIT_RUN_COPY_MAX_FILES", 50_000)? as u64,
         })
