@@ -1,5 +1,7 @@
-# Builds the writ binary and runs it on a slim Debian. (No Docker engine runs on the project's
-# CI machines, so this file is exercised by users, not by CI.)
+# Builds the writ binary and runs it on a slim Debian. No Docker engine runs on the project's CI
+# machines: scripts/check-docker checks this file (hadolint) and docker-compose.yml, and
+# crates/writ-server/tests/compose.rs runs the binary with this image's ENV and command and the
+# compose file's environment.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .

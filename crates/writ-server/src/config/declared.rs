@@ -300,6 +300,8 @@ pub static SETTINGS: &[Setting] = &[
     // Access and limits.
     Setting::new("WRIT_API_KEYS", Access, List, Unset,
         "keys admitted by configuration besides the database's: `id:sha256hex` or `id:sha256hex:read+write` entries (`writ keys hash`; scopes joined by `+`; without, `read,write,run`)"),
+    Setting::new("WRIT_ADMIN_KEY_FILE", Access, Path, Unset,
+        "when writ starts with no API key at all (none in the database or `WRIT_API_KEYS`), it makes one with every scope and writes it to this file (mode 0600), naming only the file and the key's id in its log; Docker Compose sets it (`docker compose exec writ cat /data/keys/admin.key`)"),
     Setting::new("WRIT_RATE_LIMIT_PER_MIN", Access, Whole, Literal("600"),
         "requests per minute per key (0: off); beyond it 429 `rate_limited` + `Retry-After`"),
     Setting::new("WRIT_RATE_LIMIT_BURST", Access, Whole, Literal("60"),

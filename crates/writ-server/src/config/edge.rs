@@ -113,6 +113,9 @@ pub fn protected_paths(settings: &super::Settings, root: &Path) -> writ_workspac
     if let Some(config) = &settings.config_file {
         own(config, "writ's config file");
     }
+    if let Some(key) = &settings.guard.admin_key_file {
+        own(key, "the first key's file (WRIT_ADMIN_KEY_FILE)");
+    }
     if settings.models.local.enabled {
         let model = &settings.models.local.model_path;
         // The fetch writes temp files beside the model, so its whole directory is the cache;

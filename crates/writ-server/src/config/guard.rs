@@ -27,6 +27,8 @@ pub struct GuardSettings {
     pub api_keys: Vec<ConfiguredKey>,
     /// `writ serve --insecure`: serve on a non-loopback address without keys.
     pub insecure: bool,
+    /// `WRIT_ADMIN_KEY_FILE`: where a writ that starts with no key at all writes the one it makes.
+    pub admin_key_file: Option<std::path::PathBuf>,
     /// `WRIT_RATE_LIMIT_PER_MIN`: requests per minute per key (0: no limit).
     pub rate_per_min: u32,
     /// `WRIT_RATE_LIMIT_BURST`: requests a key may make at once before the rate applies.
@@ -65,6 +67,7 @@ impl GuardSettings {
         Ok(Self {
             api_keys: parse_api_keys(get("WRIT_API_KEYS").as_deref().unwrap_or(""))?,
             insecure: false,
+            admin_key_file: get("WRIT_ADMIN_KEY_FILE").map(std::path::PathBuf::from),
             rate_per_min: num("WRIT_RATE_LIMIT_PER_MIN", 600)?.min(u32::MAX as usize) as u32,
             rate_burst: at_least_one("WRIT_RATE_LIMIT_BURST", 60)?.min(u32::MAX as usize) as u32,
             max_batches_per_key: at_least_one("WRIT_MAX_BATCHES_PER_KEY", 4)?,

@@ -15,6 +15,7 @@ use writ_core::files::reconcile_pending;
 use writ_core::synthesis::jobs::{EventHub, Jobs, fail_stale_jobs};
 
 mod build;
+mod first_key;
 
 use build::{build_command_runner, build_models};
 
@@ -180,6 +181,7 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
         })
     });
 
+    first_key::make_if_none(&settings, store.as_ref()).await?;
     let keys_configured = !settings.guard.api_keys.is_empty()
         || store
             .any_keys()
