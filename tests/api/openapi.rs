@@ -99,6 +99,40 @@ async fn the_server_serves_the_checked_in_spec() {
     assert_eq!(served, on_disk);
 }
 
+/// Every header of writ's own that `answer` carries is one the document lists for its operation
+/// and status: headers are written from the same types the document reads them from.
+fn assert_headers_documented(
+    spec: &yaml_serde::Value,
+    path: &str,
+    method: &str,
+    answer: &reqwest::Response,
+) {
+    let status = answer.status().as_u16().to_string();
+    let listed = &spec["paths"][path][method]["responses"][status.as_str()]["headers"];
+    let own = |name: &str| {
+        name.starts_with("x-writ-")
+            || [
+                "etag",
+                "location",
+                "retry-after",
+                "preference-applied",
+                "idempotent-replayed",
+            ]
+            .contains(&name)
+    };
+    for name in answer
+        .headers()
+        .keys()
+        .map(|n| n.as_str())
+        .filter(|n| own(n))
+    {
+        assert!(
+            !listed[name].is_null(),
+            "{method} {path} {status} answers the header {name}, which openapi.yaml does not list"
+        );
+    }
+}
+
 /// Every `required` property of the named schema (and of the schemas it references for nested
 /// objects and arrays) is present in `value`, and no property is there that the schema lacks.
 fn assert_matches_schema(
@@ -175,13 +209,12 @@ async fn real_answers_have_the_shapes_the_spec_describes() {
     let (_, jobs) = app.json("/jobs").await;
     assert_matches_schema(&spec, "Job", &jobs["jobs"][0], "jobs[0]");
 
-    let put: serde_json::Value = app
-        .put_file("a.py", "", "v = 9\n")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let put = app.put_file("a.py", "", "v = 9\n").await;
+    assert_headers_documented(&spec, "/files/{path}", "put", &put);
+    let put: serde_json::Value = put.json().await.unwrap();
     assert_matches_schema(&spec, "WriteAnswer", &put, "put");
+    let read = app.get("/files/a.py").await;
+    assert_headers_documented(&spec, "/files/{path}", "get", &read);
     let (_, ops) = app.json("/operations").await;
     for (i, op) in ops["operations"].as_array().unwrap().iter().enumerate() {
         assert_matches_schema(&spec, "Operation", op, &format!("operations[{i}]"));
@@ -190,10 +223,18 @@ async fn real_answers_have_the_shapes_the_spec_describes() {
     for (i, e) in listing["entries"].as_array().unwrap().iter().enumerate() {
         assert_matches_schema(&spec, "DirEntry", e, &format!("files.entries[{i}]"));
     }
-    let (status, accepted) = app
-        .post_write_codebase(&serde_json::json!({"command": "write_codebase",
-            "files": [{"filename": "c.py", "code_description": "d"}], "options": {"async": true}}))
-        .await;
+    let answered = app
+        .client
+        .post(app.url("/write_codebase"))
+        .header("prefer", "respond-async")
+        .json(&serde_json::json!({"command": "write_codebase",
+            "files": [{"filename": "c.py", "code_description": "d"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_headers_documented(&spec, "/write_codebase", "post", &answered);
+    let status = answered.status();
+    let accepted: serde_json::Value = answered.json().await.unwrap();
     assert_eq!(status, 202, "{accepted}");
     assert_matches_schema(&spec, "AcceptedBatch", &accepted, "accepted");
     let (_, ready) = app.json("/readyz").await;

@@ -4,7 +4,7 @@
 //! Every code a client can see is a variant of [`ErrorCode`]; openapi.yaml lists the same set
 //! (pinned by the API tests), so a code cannot appear on the wire without being documented.
 
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -14,7 +14,19 @@ use writ_core::{PathError, StoreError, WorkspaceError};
 /// The machine-readable `code` of an error body. The wire strings are the client's contract:
 /// a variant may be added, but never renamed (the three "too large" spellings stay apart because
 /// clients already match on each).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     AlreadyExists,
@@ -280,14 +292,27 @@ impl ApiError {
     }
 }
 
+/// The headers of an error answer.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ErrorHeaders {
+    /// Seconds to wait before trying again, where waiting can help (a store that does not
+    /// answer, a full queue or disk, a rate used up).
+    #[serde(rename = "retry-after", skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn headers(&self) -> ErrorHeaders {
+        ErrorHeaders {
+            retry_after: self.retry_after_secs,
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut resp = (self.status, axum::Json(self.body())).into_response();
-        if let Some(secs) = self.retry_after_secs {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        resp
+        let headers = crate::headers::header_map(&self.headers());
+        (self.status, headers, axum::Json(self.body())).into_response()
     }
 }
 

@@ -5,7 +5,8 @@
 //! - [`startup`]: [`startup::Application`] — build (store, migrations, workspace, listener) and run.
 //! - [`routes`]: the route table and one module per resource; handlers translate HTTP to [`service`].
 //! - [`service`]: what routes and tools share, one typed function per thing writ does.
-//! - [`error`]: the API error type and its JSON body; [`extract`]: extractors that name bad fields.
+//! - [`error`]: the API error type and its JSON body; [`extract`]: extractors that name bad fields;
+//!   [`headers`]: headers read into and written from structs.
 //! - [`access`]: what each route requires and who the caller is (a leaf every layer reads);
 //!   [`auth`]: the bearer-key layer over every route; [`limits`]: rate, concurrency and size limits.
 //! - [`openapi`]: the OpenAPI document, generated from the route table and the types.
@@ -25,6 +26,7 @@ pub mod docs;
 pub mod edge;
 pub mod error;
 pub mod extract;
+pub mod headers;
 pub mod keys_cli;
 pub mod limits;
 pub mod mcp_sessions;

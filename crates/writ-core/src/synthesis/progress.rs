@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 /// One step of a batch. `file` is the workspace-relative path.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     Queued {

@@ -1,9 +1,14 @@
 //! The OpenAPI document, generated from the code: the route table ([`crate::routes::api_routes`])
-//! gives the paths, methods and what a key needs; one entry per route in [`operations`] gives
-//! what the table cannot (summary, parameters, answers); the bodies' schemas are derived from
-//! the Rust types with schemars ([`Schemas`]), the same derive the tools' input schemas come from.
+//! gives the paths, methods and what a key needs; each route's handler gives its parameters (its
+//! arguments' types, [`inputs`]); one entry per route in [`operations`] gives what neither can
+//! (summary, body, answers, the error codes it answers). The schemas are derived from the Rust
+//! types with schemars ([`Schemas`]), the same derive the tools' input schemas come from, and the
+//! document is built from typed objects ([`model`]), never written as JSON.
 //! `writ openapi` prints it; the checked-in openapi.yaml is its output, pinned by a test.
 
+pub mod inputs;
+mod model;
+mod op;
 mod operations;
 
 use std::collections::BTreeMap;
@@ -11,10 +16,13 @@ use std::sync::LazyLock;
 
 use schemars::generate::{SchemaGenerator, SchemaSettings};
 use schemars::{JsonSchema, Schema};
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
 
-use crate::access::Access;
 use crate::routes::api_routes;
+use inputs::Inputs;
+use model::{Header, Location, Parameter};
+pub use op::Op;
 
 /// The document as YAML, made once per process.
 pub fn yaml() -> &'static str {
@@ -36,30 +44,28 @@ pub fn document() -> yaml_serde::Value {
     let mut schemas = Schemas::new();
     let mut paths: BTreeMap<String, yaml_serde::Mapping> = BTreeMap::new();
     for route in api_routes() {
+        let name = format!("{} {}", route.method, route.path);
         let op =
             operations::operation(route.method, route.path, &mut schemas).unwrap_or_else(|| {
-                panic!(
-                    "{} {} has no entry in openapi/operations.rs: every route is documented",
-                    route.method, route.path
-                )
+                panic!("{name} has no entry in openapi/operations.rs: every route is documented")
             });
         let path = route.openapi_path();
-        let value = op.into_value(&path, route.access);
+        let mut inputs = Inputs {
+            schemas: &mut schemas,
+            path_names: path_names(&path),
+            parameters: Vec::new(),
+            faults: Vec::new(),
+            key_optional: false,
+            route: name,
+        };
+        (route.inputs)(&mut inputs);
+        let operation = op.into_operation(route.method, route.access, inputs);
         paths
             .entry(path)
             .or_default()
-            .insert(route.method.to_lowercase().into(), value);
+            .insert(route.method.to_lowercase().into(), to_yaml(&operation));
     }
-    // Named by the error bodies.
-    schemas.response::<crate::error::ErrorCode>();
-    // writ's error body, which the shared responses and the answers of every route name.
-    schemas.response::<crate::error::ErrorBody>();
-    // The shape of each file in a 409 `changed_since`'s `details.files`.
-    schemas.response::<writ_core::history::ChangedFile>();
-    // The shared responses' bodies: a key without the scope (`Forbidden`), a refused tool call
-    // (`ToolError`).
-    schemas.response::<crate::access::InsufficientScopeBody>();
-    schemas.response::<crate::routes::tools::ToolCallError>();
+    operations::shared_schemas(&mut schemas);
     let mut doc = yaml_serde::Mapping::new();
     doc.insert("openapi".into(), "3.0.3".into());
     doc.insert("info".into(), to_yaml(&operations::info()));
@@ -72,20 +78,23 @@ pub fn document() -> yaml_serde::Value {
                 .collect(),
         ),
     );
-    doc.insert("security".into(), to_yaml(&json!([{"bearer": []}])));
+    doc.insert("security".into(), to_yaml(&op::KEY_REQUIRED));
     let mut components = yaml_serde::Mapping::new();
     components.insert(
         "securitySchemes".into(),
-        to_yaml(&operations::security_schemes()),
+        to_yaml(&BTreeMap::from([("bearer", operations::bearer())])),
     );
-    components.insert("responses".into(), to_yaml(&operations::responses()));
-    components.insert("schemas".into(), to_yaml(&Value::Object(schemas.finish())));
+    components.insert(
+        "responses".into(),
+        to_yaml(&operations::shared_responses(&mut schemas)),
+    );
+    components.insert("schemas".into(), to_yaml(&schemas.finish()));
     doc.insert("components".into(), yaml_serde::Value::Mapping(components));
     yaml_serde::Value::Mapping(doc)
 }
 
-fn to_yaml(v: &Value) -> yaml_serde::Value {
-    yaml_serde::to_value(v).unwrap_or_else(|e| panic!("JSON converts to YAML: {e}"))
+fn to_yaml<T: Serialize + ?Sized>(v: &T) -> yaml_serde::Value {
+    yaml_serde::to_value(v).unwrap_or_else(|e| panic!("the document converts to YAML: {e}"))
 }
 
 /// The component schemas the operations refer to, derived from the Rust types. Requests are
@@ -94,6 +103,8 @@ fn to_yaml(v: &Value) -> yaml_serde::Value {
 pub struct Schemas {
     requests: SchemaGenerator,
     responses: SchemaGenerator,
+    /// Parameters and headers: every subschema written out where it is used.
+    inline: SchemaGenerator,
 }
 
 impl Schemas {
@@ -103,6 +114,13 @@ impl Schemas {
                 .for_deserialize()
                 .into_generator(),
             responses: SchemaSettings::openapi3().for_serialize().into_generator(),
+            inline: SchemaSettings::openapi3()
+                .for_deserialize()
+                .with(|s| {
+                    s.inline_subschemas = true;
+                    s.meta_schema = None;
+                })
+                .into_generator(),
         }
     }
 
@@ -116,47 +134,86 @@ impl Schemas {
         self.responses.subschema_for::<T>().to_value()
     }
 
-    /// The query parameters `T` reads, one per field, with the field's doc comment as their
-    /// description.
-    pub fn query<T: JsonSchema>(&mut self) -> Vec<Value> {
-        let mut inline = SchemaSettings::openapi3()
-            .for_deserialize()
-            .with(|s| s.inline_subschemas = true)
-            .into_generator();
-        let schema: Schema = inline.root_schema_for::<T>();
+    /// `T`'s schema written out whole (a parameter's, a header's, a plain body's).
+    pub fn inline<T: JsonSchema>(&mut self) -> Value {
+        let mut schema = self.inline.root_schema_for::<T>().to_value();
+        if let Some(o) = schema.as_object_mut() {
+            o.remove("title");
+        }
+        schema
+    }
+
+    /// One parameter per field of the struct `T`, with the field's doc comment as its
+    /// description; `None` when `T` is not a struct.
+    fn parameters<T: JsonSchema>(&mut self, location: Location) -> Option<Vec<Parameter>> {
+        let fields = self.fields::<T>()?;
+        Some(
+            fields
+                .into_iter()
+                .map(|f| Parameter {
+                    name: f.name,
+                    location,
+                    // A path's parameters are always sent.
+                    required: f.required || location == Location::Path,
+                    description: f.description,
+                    schema: f.schema,
+                })
+                .collect(),
+        )
+    }
+
+    /// The headers an answer carries: one per field of the struct `T`, as
+    /// [`crate::headers::header_map`] writes them.
+    pub fn headers<T: JsonSchema>(&mut self) -> BTreeMap<String, Header> {
+        let Some(fields) = self.fields::<T>() else {
+            panic!("{}: headers come from a struct", T::schema_name());
+        };
+        fields
+            .into_iter()
+            .map(|f| {
+                (
+                    f.name,
+                    Header {
+                        description: f.description,
+                        required: f.required,
+                        schema: f.schema,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn fields<T: JsonSchema>(&mut self) -> Option<Vec<Field>> {
+        let schema: Schema = self.inline.root_schema_for::<T>();
         let required: Vec<Value> = schema
             .get("required")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
-        let Some(props) = schema.get("properties").and_then(Value::as_object) else {
-            panic!("{}: query parameters come from a struct", T::schema_name());
-        };
-        props
-            .iter()
-            .map(|(name, prop)| {
-                let mut prop = prop.clone();
-                let description = prop.as_object_mut().and_then(|p| {
-                    // An absent parameter is not `null`: `required: false` already says it may be
-                    // left out.
-                    if p.get("default").is_some_and(Value::is_null) {
-                        p.remove("default");
+        let props = schema.get("properties").and_then(Value::as_object)?;
+        Some(
+            props
+                .iter()
+                .map(|(name, prop)| {
+                    let mut prop = prop.clone();
+                    let description = prop.as_object_mut().and_then(|p| {
+                        // An absent parameter is not `null`: `required: false` already says it
+                        // may be left out.
+                        if p.get("default").is_some_and(Value::is_null) {
+                            p.remove("default");
+                        }
+                        p.remove("nullable");
+                        p.remove("description")
+                    });
+                    Field {
+                        name: name.clone(),
+                        required: required.contains(&Value::String(name.clone())),
+                        description: description.and_then(|d| d.as_str().map(str::to_owned)),
+                        schema: prop,
                     }
-                    p.remove("nullable");
-                    p.remove("description")
-                });
-                let mut param = json!({
-                    "name": name,
-                    "in": "query",
-                    "required": required.contains(&Value::String(name.clone())),
-                    "schema": prop,
-                });
-                if let Some(d) = description {
-                    param["description"] = d;
-                }
-                param
-            })
-            .collect()
+                })
+                .collect(),
+        )
     }
 
     /// Every schema referred to, by name. A type both read and written is described once, as a
@@ -187,142 +244,12 @@ impl Schemas {
     }
 }
 
-/// `$ref` to a component schema by name, for one that [`document`] registers (`Error`).
-pub(crate) fn r(name: &str) -> Value {
-    json!({"$ref": format!("#/components/schemas/{name}")})
-}
-
-/// What the document says of one operation beyond the route table.
-pub struct Op {
-    id: &'static str,
-    summary: &'static str,
-    description: Option<&'static str>,
-    parameters: Vec<Value>,
-    body: Option<Value>,
-    responses: BTreeMap<String, Value>,
-}
-
-impl Op {
-    pub fn new(id: &'static str, summary: &'static str) -> Self {
-        Self {
-            id,
-            summary,
-            description: None,
-            parameters: Vec::new(),
-            body: None,
-            responses: BTreeMap::new(),
-        }
-    }
-
-    pub fn description(mut self, text: &'static str) -> Self {
-        self.description = Some(text);
-        self
-    }
-
-    pub fn param(mut self, p: Value) -> Self {
-        self.parameters.push(p);
-        self
-    }
-
-    pub fn params(mut self, ps: Vec<Value>) -> Self {
-        self.parameters.extend(ps);
-        self
-    }
-
-    /// A required JSON body of this schema.
-    pub fn json_body(self, schema: Value) -> Self {
-        self.body(json!({"required": true, "content": {"application/json": {"schema": schema}}}))
-    }
-
-    /// A JSON body of this schema that may be left out.
-    pub fn optional_json_body(self, schema: Value) -> Self {
-        self.body(json!({"required": false, "content": {"application/json": {"schema": schema}}}))
-    }
-
-    pub fn body(mut self, body: Value) -> Self {
-        self.body = Some(body);
-        self
-    }
-
-    /// An answer with a JSON body of this schema.
-    pub fn json(self, status: &str, description: &str, schema: Value) -> Self {
-        self.response(
-            status,
-            json!({"description": description, "content": {"application/json": {"schema": schema}}}),
-        )
-    }
-
-    pub fn response(mut self, status: &str, response: Value) -> Self {
-        self.responses.insert(status.to_string(), response);
-        self
-    }
-
-    /// Answers with writ's error body and nothing more to say.
-    pub fn errors(mut self, statuses: &[u16]) -> Self {
-        for s in statuses {
-            self.responses.insert(
-                s.to_string(),
-                json!({"$ref": "#/components/responses/Error"}),
-            );
-        }
-        self
-    }
-
-    /// The operation object, with what the route's access implies: the scope named in
-    /// `x-writ-scope`, no security on open routes, and the answers of the auth and rate layers.
-    fn into_value(mut self, path: &str, access: Access) -> yaml_serde::Value {
-        let standard = |name: &str| json!({"$ref": format!("#/components/responses/{name}")});
-        let scope = match access {
-            Access::Open => None,
-            Access::Scope(s) => Some(s.as_str()),
-            Access::PerTool => Some("tool"),
-        };
-        if scope.is_some() {
-            self.responses
-                .entry("401".into())
-                .or_insert_with(|| standard("Unauthorized"));
-            self.responses
-                .entry("429".into())
-                .or_insert_with(|| standard("TooManyRequests"));
-        }
-        if matches!(access, Access::Scope(_)) {
-            self.responses
-                .entry("403".into())
-                .or_insert_with(|| standard("Forbidden"));
-        }
-        // Every `{name}` of the path is a parameter, a plain string unless the entry says more.
-        for name in path_names(path) {
-            let declared = self
-                .parameters
-                .iter()
-                .any(|p| p["in"] == "path" && p["name"] == name);
-            if !declared {
-                self.parameters.insert(
-                    0,
-                    json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}),
-                );
-            }
-        }
-        let mut op = yaml_serde::Mapping::new();
-        op.insert("operationId".into(), self.id.into());
-        op.insert("summary".into(), self.summary.into());
-        if let Some(d) = self.description {
-            op.insert("description".into(), d.into());
-        }
-        match scope {
-            Some(s) => op.insert("x-writ-scope".into(), s.into()),
-            None => op.insert("security".into(), to_yaml(&json!([]))),
-        };
-        if !self.parameters.is_empty() {
-            op.insert("parameters".into(), to_yaml(&Value::Array(self.parameters)));
-        }
-        if let Some(b) = self.body {
-            op.insert("requestBody".into(), to_yaml(&b));
-        }
-        let responses: Map<String, Value> = self.responses.into_iter().collect();
-        op.insert("responses".into(), to_yaml(&Value::Object(responses)));
-        yaml_serde::Value::Mapping(op)
-    }
+/// One field of a struct read as parameters or headers.
+struct Field {
+    name: String,
+    required: bool,
+    description: Option<String>,
+    schema: Value,
 }
 
 /// The `{name}`s of an OpenAPI path.

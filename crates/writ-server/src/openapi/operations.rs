@@ -1,9 +1,12 @@
 //! One entry per route of the route table: what the document says of an operation that the
-//! table and the types do not (its summary, parameters and answers), and the parts of the
-//! document that belong to no route. A new route needs an entry in [`operation`]; a new field
-//! of a derived type needs nothing here.
+//! table, the handler's arguments and the types do not (its summary, body, answers and the error
+//! codes it answers), and the parts of the document that belong to no route. A new route needs
+//! an entry in [`operation`]; a new field of a derived type, or a new parameter its handler
+//! reads, needs nothing here.
 
-use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
 
 use writ_core::budgets::Budget;
 use writ_core::edits::{EditsRequest, EditsResponse};
@@ -14,45 +17,61 @@ use writ_core::sessions::{BeginSession, SessionView};
 use writ_core::synthesis::BatchResponse;
 use writ_core::synthesis::batch::WriteCodebaseRequest;
 
-use super::{Op, Schemas, r};
-use crate::routes::tools::ToolCall;
+use super::model::{Info, Response, SecurityScheme};
+use super::{Op, Schemas};
+use crate::error::ErrorCode::*;
+use crate::error::{ErrorBody, ErrorHeaders};
+use crate::routes::files::{ReadHeaders, WrittenHeaders};
+use crate::routes::jobs::{EventFrame, JobList, JobView};
+use crate::routes::synthesis::{AcceptedHeaders, BatchAnswerHeaders};
+use crate::routes::tools::{ToolCall, ToolCallAnswer, ToolCallError};
+use crate::routes::workspaces::WorkspaceList;
 use crate::routes::write_sessions::Corrections;
 use crate::service::files::{Listing, WriteAnswer};
 use crate::service::operations::{OperationsPage, RecordedOperation};
 use crate::service::run::RunRequest;
-use crate::service::search::SearchParams;
 use crate::service::spend::KeySpend;
-use crate::service::stats::{ModelStatsPage, StatsParams};
+use crate::service::stats::ModelStatsPage;
 use crate::service::synthesis::AcceptedBatch;
 use crate::service::workspaces::{
     CreateWorkspace, DeletedWorkspace, MergeWorkspace, MergedWorkspace, WorkspaceInfo,
 };
+use crate::tools::formats::Declarations;
+
+/// Bytes sent or answered as they are.
+#[derive(schemars::JsonSchema)]
+#[schemars(inline, extend("format" = "binary"))]
+#[expect(dead_code, reason = "described, never made")]
+struct Binary(String);
 
 /// The entry of the route `method path` (axum's path syntax, as in the route table).
 pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op> {
     Some(match (method, path) {
         ("GET", "/") => Op::new("dashboard", "The web dashboard (one HTML page; it reads the API below with the key typed into it).")
-            .response("200", json!({"description": "The page.", "content": {"text/html": {"schema": {"type": "string"}}}})),
+            .answer(200, Response::new("The page.").content("text/html", s.inline::<String>())),
         ("GET", "/healthz") => Op::new("healthz", "The process is alive.")
-            .response("200", json!({"description": "Alive.", "content": {"application/json": {"schema": {"type": "object", "required": ["status"], "properties": {"status": {"type": "string", "enum": ["ok"]}}}}}})),
+            .json(200, "Alive.", s.response::<crate::routes::meta::Health>()),
         ("GET", "/readyz") => Op::new("readyz", "Readiness, one entry per check; 503 when a check that writes need fails.")
-            .json("200", "Ready.", s.response::<crate::readiness::ReadinessBody>())
-            .json("503", "Not ready.", s.response::<crate::readiness::ReadinessBody>()),
+            .json(200, "Ready.", s.response::<crate::readiness::ReadinessBody>())
+            .json(503, "Not ready.", s.response::<crate::readiness::ReadinessBody>()),
         ("GET", "/metrics") => Op::new("metrics", "Prometheus text exposition.")
-            .response("200", json!({"description": "Metrics.", "content": {"text/plain": {"schema": {"type": "string"}}}})),
+            .answer(200, Response::new("Metrics.").content("text/plain", s.inline::<String>())),
         ("GET", "/openapi.yaml") => Op::new("openapi", "This document.")
-            .response("200", json!({"description": "The OpenAPI document.", "content": {"application/yaml": {"schema": {"type": "object", "description": "The OpenAPI document itself (YAML)."}}}})),
+            .answer(200, Response::new("The OpenAPI document (YAML).").content("application/yaml", s.inline::<Map<String, Value>>())),
         ("GET", "/files") => Op::new("listFiles", "List the entries of a directory of the workspace.")
-            .params(s.query::<crate::service::files::ListParams>())
-            .json("200", "The entries, sorted by name.", s.response::<Listing>())
-            .json("422", "The path holds a control or bidirectional formatting character (named by code point).", r("Error"))
-            .errors(&[400, 404, 409]),
+            .json(200, "The entries, sorted by name.", s.response::<Listing>())
+            .errors(&[InvalidPath, NotFound, NotADirectory, ProtectedPath])
+            .errors_at(422, &[InvalidPath]),
         ("GET", "/files/{*path}") => Op::new("readFile", "Read a file, cut at max_chars characters with a marker saying so.")
-            .param(json!({"name": "path", "in": "path", "required": true, "description": "File path relative to REPO_DIR; may contain slashes.", "schema": {"type": "string"}}))
-            .param(json!({"name": "max_chars", "in": "query", "required": false, "description": "Characters to return (default 10000, at most WRIT_READ_MAX_CHARS, 1000000 by default).", "schema": {"type": "integer", "minimum": 1}}))
-            .response("200", json!({"description": "The content. Text is returned as text/plain (with a final `[writ: … truncated …]` line when\ncut); bytes that are not UTF-8 as application/octet-stream.\n", "headers": {"ETag": {"description": "The file's SHA-256 in quotes; send it back as If-Match. Absent when the file is longer than 4 x max_chars bytes (only its head was read).", "schema": {"type": "string"}}, "x-writ-size-bytes": {"description": "Full size in bytes.", "schema": {"type": "integer"}}, "x-writ-truncated": {"description": "Whether the content was cut.", "schema": {"type": "string", "enum": ["true", "false"]}}}, "content": {"text/plain": {"schema": {"type": "string"}}, "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}))
-            .json("422", "The path holds a control or bidirectional formatting character (named by code point).", r("Error"))
-            .errors(&[400, 404, 409]),
+            .answer(200, Response::new(concat!(
+                "The content. Text is returned as text/plain (with a final `[writ: … truncated …]` line when\n",
+                "cut); bytes that are not UTF-8 as application/octet-stream.\n",
+            ))
+            .content("text/plain", s.inline::<String>())
+            .content("application/octet-stream", s.inline::<Binary>())
+            .headers(s.headers::<ReadHeaders>()))
+            .errors(&[InvalidPath, NotFound, NotAFile, ProtectedPath])
+            .errors_at(422, &[InvalidPath]),
         ("GET", "/search") => Op::new("searchFiles", "Search the workspace's files for a literal string or a regular expression.")
             .description(concat!(
                 "Matching lines with their path, line number and `context_lines` lines around each. Files\n",
@@ -62,22 +81,15 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "`stopped`; that is an answer, not an error. A `dir` inside a protected path is 403\n",
                 "`protected_path`. Also the `search_files` tool.\n",
             ))
-            .params(s.query::<SearchParams>())
-            .json("200", "The matching lines, in path order.", s.response::<SearchResults>())
-            .json("422", "A pattern that does not compile, a bad glob, or a bound out of range (the field is named).", r("Error"))
-            .errors(&[400, 404, 409]),
+            .json(200, "The matching lines, in path order.", s.response::<SearchResults>())
+            .errors(&[InvalidPath, NotFound, NotADirectory, ProtectedPath])
+            .errors_at(422, &[InvalidPath, InvalidParameter]),
         ("PUT", "/files/{*path}") => Op::new("putFile", "Write a file from the raw request body, recording it in the audit log first.")
-            .param(json!({"name": "path", "in": "path", "required": true, "description": "File path relative to REPO_DIR; may contain slashes.", "schema": {"type": "string"}}))
-            .param(json!({"name": "mode", "in": "query", "required": false, "schema": {"type": "string", "enum": ["create", "overwrite", "append"], "default": "overwrite"}, "description": "create fails with 409 if the file exists."}))
-            .param(json!({"name": "on_invalid_utf8", "in": "query", "required": false, "schema": {"type": "string", "enum": ["reject", "replace"], "default": "reject"}, "description": "reject answers 422 listing each invalid byte sequence; replace substitutes U+FFFD."}))
-            .param(json!({"name": "create_dirs", "in": "query", "required": false, "schema": {"type": "boolean", "default": false}, "description": "Create missing parent directories (otherwise 409)."}))
-            .param(json!({"name": "commit", "in": "query", "required": false, "schema": {"type": "boolean"}, "description": "Commit the write, where the workspace is a git repository (docs/history.md). Absent: as the workspace is set (its git_commit, else WRIT_GIT_COMMIT)."}))
-            .param(json!({"name": "If-Match", "in": "header", "required": false, "description": "The SHA-256 the file must still have (hex, optionally quoted); 412 otherwise.", "schema": {"type": "string"}}))
-            .body(json!({"required": true, "content": {"text/plain": {"schema": {"type": "string"}}, "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}))
-            .json("200", "Updated (or unchanged).", s.response::<WriteAnswer>())
-            .json("201", "Created.", s.response::<WriteAnswer>())
-            .json("403", "A protected path (WRIT_PROTECTED_PATHS, or writ's own files inside REPO_DIR), a cross-site browser request, or an API key without the `write` scope (code `insufficient_scope`, shaped as InsufficientScope).", r("Error"))
-            .errors(&[400, 409, 412, 413, 422, 503, 507]),
+            .raw_body(&[("text/plain", s.inline::<String>()), ("application/octet-stream", s.inline::<Binary>())])
+            .answer(200, Response::new("Updated (or unchanged).").json(s.response::<WriteAnswer>()).headers(s.headers::<WrittenHeaders>()))
+            .answer(201, Response::new("Created.").json(s.response::<WriteAnswer>()).headers(s.headers::<WrittenHeaders>()))
+            .errors(&[InvalidPath, ProtectedPath, NotFound, AlreadyExists, ParentMissing, NotAFile, NotADirectory, PreconditionFailed, FileTooLarge, InvalidUtf8, AuditUnavailable, NoSpace])
+            .errors_at(422, &[InvalidPath]),
         ("POST", "/write_codebase") => Op::new("writeCodebase", "Write up to five files, each chosen among several models' candidates.")
             .description(concat!(
                 "For each code file every candidate model (CODE_LIST or options.models) is asked at once; the\n",
@@ -92,16 +104,15 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "Each update's result carries `change` (lines added and removed, the unified diff). A code file\n",
                 "that no longer holds its `expected_sha256` refuses the whole batch with 412 naming\n",
                 "files[i].expected_sha256, as POST /edits does; a file that changes while the batch runs fails\n",
-                "alone, in its result.\n",
+                "alone, in its result. A key, or the workspace the batch is in, that has spent a limit of\n",
+                "its budget this UTC day or month is answered 402 `budget_exceeded` and nothing is called\n",
+                "(`field` names the limit; `details` holds budget (`key` or `workspace`), workspace, period,\n",
+                "limit_kind, limit, spent, resets_at).\n",
             ))
-            .param(json!({"name": "Prefer", "in": "header", "required": false, "description": "`respond-async` answers 202 with a job id at once instead of waiting.", "schema": {"type": "string"}}))
-            .param(json!({"name": "Idempotency-Key", "in": "header", "required": false, "description": "A repeat with the same key and body returns the stored response without calling any model; the same key with another body is 409.", "schema": {"type": "string", "minLength": 1, "maxLength": 255}}))
             .json_body(s.request::<WriteCodebaseRequest>())
-            .json("402", "`budget_exceeded`: the key, or the workspace the batch is in, has spent a limit of its budget this UTC day or month (`field` names it; `details` holds budget (`key` or `workspace`), workspace, period, limit_kind, limit, spent, resets_at). Nothing was called.", r("Error"))
-            .response("200", json!({"description": "The batch ran; see each file's result.", "headers": {"idempotent-replayed": {"description": "`true` when this is a stored response replayed for an Idempotency-Key.", "schema": {"type": "string"}}, "x-writ-overhead-ms": {"description": "writ's own time on this batch in milliseconds (3 decimals): its duration minus the critical path of its upstream calls (the slowest file's candidates, arbiter and fallback). Also the Prometheus histogram writ_batch_overhead_seconds.", "schema": {"type": "string", "example": "0.842"}}}, "content": {"application/json": {"schema": s.response::<BatchResponse>()}}}))
-            .response("202", json!({"description": "Accepted to run in the background (`Prefer: respond-async` or `options.async`); follow it at `Location`.", "headers": {"Location": {"description": "/jobs/{id}", "schema": {"type": "string"}}, "Preference-Applied": {"description": "`respond-async` when the request's `Prefer` header asked for it (absent when only `options.async` did).", "schema": {"type": "string"}}}, "content": {"application/json": {"schema": s.response::<AcceptedBatch>()}}}))
-            .json("403", "A cross-site browser request, or an API key without the `write` scope (code `insufficient_scope`, shaped as InsufficientScope).", r("Error"))
-            .errors(&[400, 409, 412, 413, 422, 503]),
+            .answer(200, Response::new("The batch ran; see each file's result.").json(s.response::<BatchResponse>()).headers(s.headers::<BatchAnswerHeaders>()))
+            .answer(202, Response::new("Accepted to run in the background (`Prefer: respond-async` or `options.async`); follow it at `Location`.").json(s.response::<AcceptedBatch>()).headers(s.headers::<AcceptedHeaders>()))
+            .errors(&[InvalidRequest, BudgetExceeded, IdempotencyConflict, IdempotencyInProgress, PreconditionFailed, TooManyBatches, ModelsUnavailable, CommandsUnavailable, AuditUnavailable]),
         ("POST", "/edits") => Op::new("postEdits", "Apply str_replace edits or an apply_patch patch to up to five files (changes, additions, deletions, moves), all or nothing.")
             .description(concat!(
                 "Every file is read and every edit applied in memory first: an edit's old text must match its\n",
@@ -120,8 +131,9 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "Each file's answer and operation record carry the unified diff.\n",
             ))
             .json_body(s.request::<EditsRequest>())
-            .json("200", "Every file was changed (or, with dry_run, would be).", s.response::<EditsResponse>())
-            .errors(&[400, 404, 409, 412, 413, 422, 503]),
+            .json(200, "Every file was changed (or, with dry_run, would be).", s.response::<EditsResponse>())
+            .errors(&[InvalidRequest, InvalidPath, ProtectedPath, NotFound, AlreadyExists, NotAFile, EditFailed, ValidationFailed, PreconditionFailed, FileTooLarge, CommandsUnavailable, AuditUnavailable, NoSpace])
+            .errors_at(422, &[InvalidPath]),
         ("POST", "/run") => Op::new("runCommand", "Run a configured command in the sandbox on a scratch of the workspace.")
             .description(concat!(
                 "The command (a name from WRIT_COMMANDS) runs inside the sandbox: no network, nothing of the host\n",
@@ -138,9 +150,8 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "as failed.\n",
             ))
             .json_body(s.request::<RunRequest>())
-            .json("200", "The command ran (whatever its exit code).", s.response::<RunOutcome>())
-            .response("503", json!({"description": "No commands are configured, the sandbox cannot start, the run queue is full (`run_queue_full`, with `Retry-After`), or REPO_DIR is over the copy bound (`repository_too_large`).", "headers": {"Retry-After": {"schema": {"type": "integer"}}}, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}))
-            .errors(&[400, 413, 422]),
+            .json(200, "The command ran (whatever its exit code).", s.response::<RunOutcome>())
+            .errors(&[InvalidRequest, TooManyRuns, CommandsUnavailable, RunQueueFull, RepositoryTooLarge, AuditUnavailable]),
         ("POST", "/write_sessions") => Op::new("beginWriteSession", "Begin a write session for one target file; the content follows as raw chunks.")
             .description(concat!(
                 "For content the caller already has or that its model streams as plain text: no JSON around it.\n",
@@ -151,17 +162,16 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "in the audit log). At most WRITE_SESSION_MAX_OPEN open sessions per caller (429 beyond).\n",
             ))
             .json_body(s.request::<BeginSession>())
-            .json("201", "The session, awaiting content.", s.response::<SessionView>())
-            .json("403", "A protected target (WRIT_PROTECTED_PATHS, or writ's own files inside REPO_DIR), a cross-site browser request, or an API key without the `write` scope (code `insufficient_scope`, shaped as InsufficientScope).", r("Error"))
-            .errors(&[400, 409, 413, 415, 422, 503]),
+            .json(201, "The session, awaiting content.", s.response::<SessionView>())
+            .errors(&[InvalidRequest, InvalidPath, ProtectedPath, AlreadyExists, ParentMissing, NotAFile, TooManyWriteSessions, AuditUnavailable])
+            .errors_at(422, &[InvalidPath]),
         ("GET", "/write_sessions/{id}") => Op::new("getWriteSession", "A write session's state, counters and, once done, its write's receipt.")
             .description(concat!(
                 "`awaiting_done_or_more_content` means no chunk came for WRITE_SESSION_IDLE_MS: `message` then holds\n",
                 "the text to relay to the model. `needs_corrections` lists the invalid UTF-8 sequences by byte offset.\n",
             ))
-            .param(json!({"name": "id", "in": "path", "required": true, "description": "The session id.", "schema": {"type": "string", "format": "uuid"}}))
-            .json("200", "The session.", s.response::<SessionView>())
-            .errors(&[404, 503]),
+            .json(200, "The session.", s.response::<SessionView>())
+            .errors(&[NotFound, AuditUnavailable]),
         ("POST", "/write_sessions/{id}/content") => Op::new("appendWriteSessionContent", "Append a raw chunk of content to a write session.")
             .description(concat!(
                 "The body is the chunk itself, never JSON, in any content type; chunks may split anywhere, even inside\n",
@@ -170,70 +180,56 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "chunk above WRITE_SESSION_MAX_CHUNK_BYTES, or one that would take the session above\n",
                 "WRITE_SESSION_MAX_BYTES, is 413 and is not kept. Content for a session that is done is 409.\n",
             ))
-            .param(json!({"name": "id", "in": "path", "required": true, "description": "The session id.", "schema": {"type": "string", "format": "uuid"}}))
-            .body(json!({"required": true, "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}}))
-            .json("200", "The session after the chunk (`done` with its receipt when the chunk ended it with DONE).", s.response::<SessionView>())
-            .json("403", "A protected target (WRIT_PROTECTED_PATHS, or writ's own files inside REPO_DIR), a cross-site browser request, or an API key without the `write` scope (code `insufficient_scope`, shaped as InsufficientScope).", r("Error"))
-            .errors(&[404, 409, 413, 422, 503]),
+            .raw_body(&[("*/*", s.inline::<Binary>())])
+            .json(200, "The session after the chunk (`done` with its receipt when the chunk ended it with DONE).", s.response::<SessionView>())
+            .errors(&[NotFound, SessionState, TooLarge, ProtectedPath, PreconditionFailed, AlreadyExists, ParentMissing, FileTooLarge, InvalidUtf8, AuditUnavailable, NoSpace]),
         ("POST", "/write_sessions/{id}/finish") => Op::new("finishWriteSession", "Finalise a write session without a DONE line.")
             .description(concat!(
                 "Checks the content as UTF-8 and writes the file through the same recorded write as PUT /files (the\n",
                 "audit record before the answer), or moves the session to `needs_corrections`. Finishing a session\n",
                 "that is done answers the same receipt again; nothing is written twice.\n",
             ))
-            .param(json!({"name": "id", "in": "path", "required": true, "description": "The session id.", "schema": {"type": "string", "format": "uuid"}}))
-            .json("200", "The session, `done` with its receipt or `needs_corrections`.", s.response::<SessionView>())
-            .json("403", "A protected target (WRIT_PROTECTED_PATHS, or writ's own files inside REPO_DIR), a cross-site browser request, or an API key without the `write` scope (code `insufficient_scope`, shaped as InsufficientScope).", r("Error"))
-            .errors(&[404, 409, 413, 503]),
+            .json(200, "The session, `done` with its receipt or `needs_corrections`.", s.response::<SessionView>())
+            .errors(&[NotFound, SessionState, ProtectedPath, PreconditionFailed, AlreadyExists, ParentMissing, FileTooLarge, AuditUnavailable, NoSpace]),
         ("POST", "/write_sessions/{id}/corrections") => Op::new("correctWriteSession", "Correct the invalid UTF-8 sequences a finalisation found, then finalise again.")
             .description(concat!(
                 "Each correction replaces the invalid sequence starting at `offset` (as the session listed it) with\n",
                 "`replacement`. After three rounds, whatever is still invalid becomes U+FFFD and the file is written.\n",
             ))
-            .param(json!({"name": "id", "in": "path", "required": true, "description": "The session id.", "schema": {"type": "string", "format": "uuid"}}))
             .json_body(s.request::<Corrections>())
-            .json("200", "The session, `done` with its receipt or `needs_corrections` again.", s.response::<SessionView>())
-            .json("403", "A protected target (WRIT_PROTECTED_PATHS, or writ's own files inside REPO_DIR), a cross-site browser request, or an API key without the `write` scope (code `insufficient_scope`, shaped as InsufficientScope).", r("Error"))
-            .errors(&[400, 404, 409, 413, 415, 422, 503]),
+            .json(200, "The session, `done` with its receipt or `needs_corrections` again.", s.response::<SessionView>())
+            .errors(&[InvalidRequest, NotFound, SessionState, ProtectedPath, PreconditionFailed, AlreadyExists, ParentMissing, FileTooLarge, AuditUnavailable, NoSpace]),
         ("GET", "/jobs") => Op::new("listJobs", "Recent batches (jobs), newest first.")
             .description(concat!(
                 "The key's own jobs; every key's with the `admin` scope (or while auth is off). Only in\n",
                 "the workspaces the key may use; under `/workspaces/{name}/jobs`, only that workspace's.\n",
             ))
-            .param(json!({"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 20}}))
-            .param(json!({"name": "workspace", "in": "query", "required": false, "description": "Only this workspace's jobs (none for a workspace the key may not use).", "schema": {"type": "string"}}))
-            .response("200", json!({"description": "The jobs, without their response bodies.", "content": {"application/json": {"schema": {"type": "object", "required": ["jobs"], "properties": {"jobs": {"type": "array", "items": s.response::<crate::routes::jobs::JobView>()}}}}}}))
-            .errors(&[400, 503]),
+            .json(200, "The jobs, without their response bodies.", s.response::<JobList>())
+            .errors(&[AuditUnavailable]),
         ("GET", "/jobs/{id}") => Op::new("getJob", "One batch's state and, once done, the same body the synchronous call returns.")
-            .param(json!({"name": "id", "in": "path", "required": true, "description": "The job id, which is the batch's request id.", "schema": {"type": "string", "format": "uuid"}}))
-            .json("200", "The job.", s.response::<crate::routes::jobs::JobView>())
-            .json("404", "No such job, or another key's (visible only with the `admin` scope).", r("Error"))
-            .errors(&[400, 503]),
-        ("GET", "/jobs/{id}/events") => Op::new("jobEvents", "Server-Sent Events of one batch: queued, file_started, candidate_started, candidate_finished, arbiter_started, arbiter_chose, validation_started, validation_finished, repair_started, checks_generated, agreement_computed, arbiter_asked_inputs, stopped_early, round_started, formatted, file_written, file_failed, done.")
+            .json(200, "The job.", s.response::<JobView>())
+            .errors(&[InvalidParameter, NotFound, AuditUnavailable]),
+        ("GET", "/jobs/{id}/events") => Op::new("jobEvents", "Server-Sent Events of one batch, one per progress event.")
             .description(concat!(
                 "Each event has an `id` (1, 2, 3, … per job) and JSON `data` with a `type` field equal to the\n",
                 "event name. `Last-Event-ID` replays what came after that id. The stream ends after `done`.\n",
                 "Works for synchronous batches too (the job id is the request id). Another key's job is 404\n",
                 "unless the key holds the `admin` scope.\n",
             ))
-            .param(json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid"}}))
-            .param(json!({"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "integer", "minimum": 0}}))
-            .response("200", json!({"description": "The event stream.", "content": {"text/event-stream": {"schema": {"description": "One server-sent event; `data` is the event as JSON.", "type": "object", "properties": {"id": {"type": "string"}, "event": {"type": "string", "enum": ["queued", "file_started", "candidate_started", "candidate_finished", "arbiter_started", "arbiter_chose", "validation_started", "validation_finished", "repair_started", "checks_generated", "agreement_computed", "arbiter_asked_inputs", "stopped_early", "round_started", "formatted", "file_written", "file_failed", "done"]}, "data": {"type": "string"}}}}}}))
-            .errors(&[400, 404, 503]),
+            .answer(200, Response::new("The event stream.").content("text/event-stream", s.inline::<EventFrame>()))
+            .errors(&[InvalidParameter, NotFound, AuditUnavailable]),
         ("GET", "/operations") => Op::new("listOperations", "List operations of the audit log, newest first.")
             .description(concat!(
                 "The key's own operations; every key's with the `admin` scope (or while auth is off). Only\n",
                 "in the workspaces the key may use; under `/workspaces/{name}/operations`, only that\n",
                 "workspace's.\n",
             ))
-            .params(s.query::<crate::service::operations::ListParams>())
-            .json("200", "One page.", s.response::<OperationsPage>())
-            .errors(&[400, 503]),
+            .json(200, "One page.", s.response::<OperationsPage>())
+            .errors(&[InvalidCursor, AuditUnavailable]),
         ("GET", "/operations/{id}") => Op::new("getOperation", "One operation with the content it wrote.")
             .description("Another key's operation is 404 unless the key holds the `admin` scope.")
-            .param(json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid"}}))
-            .json("200", "The operation.", s.response::<RecordedOperation>())
-            .errors(&[400, 404, 503]),
+            .json(200, "The operation.", s.response::<RecordedOperation>())
+            .errors(&[InvalidParameter, NotFound, AuditUnavailable]),
         ("POST", "/operations/{id}/restore") => Op::new("restoreOperation", "Write the content an operation wrote back to its path.")
             .description(concat!(
                 "Recorded as a new request (its operation's `detail.restore_of` names the operation\n",
@@ -242,10 +238,9 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "`precondition_failed`. An operation that wrote no content (a deletion, a failure) is 422;\n",
                 "one whose content the history retention already dropped is 410 `history_expired`.\n",
             ))
-            .param(json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid"}}))
             .optional_json_body(s.request::<RestoreOptions>())
-            .json("200", "The content was written back.", s.response::<RestoreResponse>())
-            .errors(&[400, 404, 409, 410, 412, 413, 422, 503]),
+            .json(200, "The content was written back.", s.response::<RestoreResponse>())
+            .errors(&[InvalidParameter, InvalidRequest, NotFound, Conflict, HistoryExpired, PreconditionFailed, ProtectedPath, AuditUnavailable, NoSpace]),
         ("POST", "/requests/{id}/undo") => Op::new("undoRequest", "Put every file a request wrote back as it was before it.")
             .description(concat!(
                 "Updated files get their previous bytes back exactly (line endings, BOM, final newline),\n",
@@ -260,10 +255,9 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "410 `history_expired` naming the files. Another key's request is 404 unless the key holds\n",
                 "`admin`. See docs/history.md.\n",
             ))
-            .param(json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid"}}))
             .optional_json_body(s.request::<UndoOptions>())
-            .json("200", "The request was undone (or, with dry_run, would be).", s.response::<UndoResponse>())
-            .errors(&[400, 404, 409, 410, 412, 413, 422, 503]),
+            .json(200, "The request was undone (or, with dry_run, would be).", s.response::<UndoResponse>())
+            .errors(&[InvalidParameter, InvalidRequest, NotFound, ChangedSince, Conflict, HistoryExpired, PreconditionFailed, ProtectedPath, AuditUnavailable, NoSpace]),
         ("GET", "/stats/models") => Op::new("modelStats", "Each model's candidates, viable, chosen, passed validation, cost, tokens and latency over a window of the audit log.")
             .description(concat!(
                 "Counted from the operations of the window (failed ones too: their candidates were paid for).\n",
@@ -271,26 +265,23 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "20,000 operations are read; a window with more is counted from its newest and says\n",
                 "`truncated`.\n",
             ))
-            .params(s.query::<StatsParams>())
-            .json("200", "The window and each model's figures, most candidates first.", s.response::<ModelStatsPage>())
-            .errors(&[400, 503]),
+            .json(200, "The window and each model's figures, most candidates first.", s.response::<ModelStatsPage>())
+            .errors(&[AuditUnavailable]),
         ("GET", "/keys/{id}/spend") => Op::new("getKeySpend", "What a key spent this UTC day and month, beside its budget.")
             .description(concat!(
                 "Spend is the cost and tokens (prompt and completion) of every candidate recorded for the\n",
                 "key's operations in the window. Another key's spend is 404 unless the key holds `admin`.\n",
             ))
-            .param(json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}))
-            .json("200", "The key's budget and spend.", s.response::<KeySpend>())
-            .errors(&[404, 503]),
+            .json(200, "The key's budget and spend.", s.response::<KeySpend>())
+            .errors(&[NotFound, AuditUnavailable]),
         ("PUT", "/keys/{id}/budget") => Op::new("putKeyBudget", "Set (or, with `{}`, remove) what a key may spend per UTC day and month.")
             .description(concat!(
                 "A batch whose key has reached any limit in the current window is refused with 402\n",
                 "`budget_exceeded` before any model is called; a running batch is never stopped.\n",
             ))
-            .param(json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}))
             .json_body(s.request::<Budget>())
-            .json("200", "The key's budget as set, and its spend.", s.response::<KeySpend>())
-            .errors(&[404, 415, 422, 503]),
+            .json(200, "The key's budget as set, and its spend.", s.response::<KeySpend>())
+            .errors(&[InvalidRequest, NotFound, AuditUnavailable]),
         ("POST", "/workspaces") => Op::new("createWorkspace", "Make a named workspace (empty, from a directory, or a git worktree on a new branch).")
             .description(concat!(
                 "Needs `WRIT_WORKSPACES_DIR` (refused 409 naming it when unset): an empty workspace and a\n",
@@ -301,15 +292,14 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "every replica serves it. Nothing is made when a step is refused.\n",
             ))
             .json_body(s.request::<CreateWorkspace>())
-            .json("201", "The workspace made.", s.response::<WorkspaceInfo>())
-            .errors(&[409, 415, 422, 503]),
+            .json(201, "The workspace made.", s.response::<WorkspaceInfo>())
+            .errors(&[InvalidRequest, AlreadyExists, Conflict, AuditUnavailable]),
         ("GET", "/workspaces") => Op::new("listWorkspaces", "Every workspace the key may use, `default` (REPO_DIR) first, then by name.")
-            .response("200", json!({"description": "The workspaces.", "content": {"application/json": {"schema": {"type": "object", "required": ["workspaces"], "properties": {"workspaces": {"type": "array", "items": s.response::<WorkspaceInfo>()}}}}}}))
-            .errors(&[503]),
+            .json(200, "The workspaces.", s.response::<WorkspaceList>())
+            .errors(&[AuditUnavailable]),
         ("GET", "/workspaces/{name}") => Op::new("getWorkspace", "One workspace, with its budget and what its batches spent this UTC day and month.")
-            .param(json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}))
-            .json("200", "The workspace.", s.response::<WorkspaceInfo>())
-            .errors(&[404, 503]),
+            .json(200, "The workspace.", s.response::<WorkspaceInfo>())
+            .errors(&[NotFound, AuditUnavailable]),
         ("PUT", "/workspaces/{name}/budget") => Op::new("putWorkspaceBudget", "Set (or, with `{}`, remove) what the batches in a workspace may spend per UTC day and month.")
             .description(concat!(
                 "Whoever's key runs them: a batch in a workspace that has reached any limit in the current
@@ -321,10 +311,9 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "Spend is summed from the audit log's records of the workspace, so it holds across replicas.
 ",
             ))
-            .param(json!({"name": "name", "in": "path", "required": true, "description": "The workspace; `default` is REPO_DIR.", "schema": {"type": "string"}}))
             .json_body(s.request::<Budget>())
-            .json("200", "The workspace, with its budget as set and its spend.", s.response::<WorkspaceInfo>())
-            .errors(&[404, 415, 422, 503]),
+            .json(200, "The workspace, with its budget as set and its spend.", s.response::<WorkspaceInfo>())
+            .errors(&[InvalidRequest, NotFound, AuditUnavailable]),
         ("POST", "/workspaces/{name}/merge") => Op::new("mergeWorkspace", "Merge a git-worktree workspace's branch into another branch of its repository.")
             .description(concat!(
                 "A fast-forward when `into` has not moved since the branch left it, else one merge commit with\n",
@@ -335,10 +324,9 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "git_worktree workspace has a branch to merge (422 naming `name`); an unknown `into` is 422\n",
                 "naming `into`.\n",
             ))
-            .param(json!({"name": "name", "in": "path", "required": true, "description": "A git_worktree workspace.", "schema": {"type": "string"}}))
             .json_body(s.request::<MergeWorkspace>())
-            .json("200", "Merged (or already up to date).", s.response::<MergedWorkspace>())
-            .errors(&[400, 404, 409, 422, 503]),
+            .json(200, "Merged (or already up to date).", s.response::<MergedWorkspace>())
+            .errors(&[InvalidRequest, NotFound, Conflict, AuditUnavailable]),
         ("DELETE", "/workspaces/{name}") => Op::new("deleteWorkspace", "Forget a workspace; its files are kept.")
             .description(concat!(
                 "The workspace is no longer served (404 inside it from then on). Its files are never\n",
@@ -346,9 +334,8 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "kept. `default` cannot be deleted (409). Nor can a workspace while jobs run in it (on any\n",
                 "replica): 409, the message naming the job ids, `details.running_jobs` listing them.\n",
             ))
-            .param(json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}))
-            .json("200", "What was done.", s.response::<DeletedWorkspace>())
-            .errors(&[404, 409, 503]),
+            .json(200, "What was done.", s.response::<DeletedWorkspace>())
+            .errors(&[NotFound, Conflict, AuditUnavailable]),
         ("GET", "/workspaces/{name}/{*rest}") => Op::new("getInWorkspace", "`GET /files`, `/files/{path}`, `/search`, `/jobs`, `/jobs/{id}`, `/jobs/{id}/events`, `/operations`, `/operations/{id}` or `/write_sessions/{id}`, in the workspace `name`.")
             .description(concat!(
                 "Answers as the route `/{rest}` does, with every path relative to the workspace's root\n",
@@ -358,19 +345,13 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "operation or write session of another workspace answers 404. The routes not served\n",
                 "inside a workspace (`/tools`, `/mcp`, `/stats`, `/keys`, `/metrics`) answer 404.\n",
             ))
-            .param(json!({"name": "name", "in": "path", "required": true, "description": "The workspace; `default` is REPO_DIR.", "schema": {"type": "string"}}))
-            .param(json!({"name": "rest", "in": "path", "required": true, "description": "The route inside: `files`, `files/{path}`, `search` or `edits`.", "schema": {"type": "string"}}))
-            .response("200", json!({"description": "As the route inside.", "content": {"application/json": {"schema": {}}}}))
-            .response("403", json!({"$ref": "#/components/responses/Forbidden"}))
-            .errors(&[404]),
+            .answer(200, Response::new("As the route inside.").json(s.inline::<Value>()))
+            .errors(&[NotFound, InsufficientScope]),
         ("PUT", "/workspaces/{name}/{*rest}") => Op::new("putInWorkspace", "`PUT /files/{path}` in the workspace `name`.")
-            .param(json!({"name": "name", "in": "path", "required": true, "description": "The workspace; `default` is REPO_DIR.", "schema": {"type": "string"}}))
-            .param(json!({"name": "rest", "in": "path", "required": true, "description": "The route inside: `files`, `files/{path}`, `search` or `edits`.", "schema": {"type": "string"}}))
-            .body(json!({"required": true, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}))
-            .response("200", json!({"description": "As the route inside.", "content": {"application/json": {"schema": {}}}}))
-            .response("201", json!({"description": "As the route inside.", "content": {"application/json": {"schema": {}}}}))
-            .response("403", json!({"$ref": "#/components/responses/Forbidden"}))
-            .errors(&[404]),
+            .raw_body(&[("application/octet-stream", s.inline::<Binary>())])
+            .answer(200, Response::new("As the route inside.").json(s.inline::<Value>()))
+            .answer(201, Response::new("As the route inside.").json(s.inline::<Value>()))
+            .errors(&[NotFound, InsufficientScope]),
         ("POST", "/workspaces/{name}/{*rest}") => Op::new("postInWorkspace", "`POST /edits`, `/write_codebase`, `/run`, `/write_sessions` (and its content, finish and corrections), `/operations/{id}/restore` or `/requests/{id}/undo`, in the workspace `name`.")
             .description(concat!(
                 "A batch accepted here runs in the workspace: its context, repository map and search read\n",
@@ -379,14 +360,11 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "workspace only. A write session is found only in the workspace it was begun in; an undo or\n",
                 "restore only of a request or operation made in it.\n",
             ))
-            .param(json!({"name": "name", "in": "path", "required": true, "description": "The workspace; `default` is REPO_DIR.", "schema": {"type": "string"}}))
-            .param(json!({"name": "rest", "in": "path", "required": true, "description": "The route inside: `files`, `files/{path}`, `search` or `edits`.", "schema": {"type": "string"}}))
-            .body(json!({"required": true, "content": {"application/json": {"schema": {"type": "object"}}}}))
-            .response("200", json!({"description": "As the route inside.", "content": {"application/json": {"schema": {}}}}))
-            .response("201", json!({"description": "As the route inside.", "content": {"application/json": {"schema": {}}}}))
-            .response("202", json!({"description": "As the route inside (an async batch).", "content": {"application/json": {"schema": {}}}}))
-            .response("403", json!({"$ref": "#/components/responses/Forbidden"}))
-            .errors(&[404]),
+            .raw_body(&[("application/json", s.inline::<Map<String, Value>>())])
+            .answer(200, Response::new("As the route inside.").json(s.inline::<Value>()))
+            .answer(201, Response::new("As the route inside.").json(s.inline::<Value>()))
+            .answer(202, Response::new("As the route inside (an async batch).").json(s.inline::<Value>()))
+            .errors(&[NotFound, InsufficientScope]),
         ("GET", "/tools") => Op::new("listTools", "The tools agents call, as a provider's function declarations.")
             .description(concat!(
                 "The same tools as MCP (`/mcp`, `writ mcp`): write_codebase, list_files, read_file, search_files, write_file,\n",
@@ -396,9 +374,7 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "`{\"functionDeclarations\": [{\"name\", \"description\", \"parameters\"}]}` in Gemini's schema subset\n",
                 "(no `$ref`, no `additionalProperties`, `nullable` for optional values).\n",
             ))
-            .param(json!({"name": "format", "in": "query", "required": false, "schema": {"type": "string", "enum": ["openai", "anthropic", "gemini"], "default": "openai"}}))
-            .response("200", json!({"description": "The declarations (an array for openai and anthropic, an object for gemini).", "content": {"application/json": {"schema": {"oneOf": [{"type": "array", "items": {"type": "object"}}, {"type": "object", "required": ["functionDeclarations"], "properties": {"functionDeclarations": {"type": "array", "items": {"type": "object"}}}}]}}}}))
-            .errors(&[400]),
+            .json(200, "The declarations (an array for openai and anthropic, an object for gemini).", s.response::<Declarations>()),
         ("POST", "/tools/call") => Op::new("callTool", "Run one tool call as a provider returned it.")
             .description(concat!(
                 "Runs the call through the same dispatcher as MCP. `arguments` may be an object or a string\n",
@@ -409,17 +385,10 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "own (same code, message, field and status).\n",
             ))
             .json_body(s.request::<ToolCall>())
-            .response("403", json!({"$ref": "#/components/responses/ToolError"}))
-            .response("200", json!({"description": "The tool ran.", "content": {"application/json": {"schema": {"type": "object", "required": ["content", "result"], "properties": {"content": {"type": "string", "description": "Text for the model."}, "result": {"description": "The tool's answer as the HTTP API gives it."}}}}}}))
-            .response("400", json!({"$ref": "#/components/responses/ToolError"}))
-            .response("404", json!({"$ref": "#/components/responses/ToolError"}))
-            .response("409", json!({"$ref": "#/components/responses/ToolError"}))
-            .response("412", json!({"$ref": "#/components/responses/ToolError"}))
-            .response("413", json!({"$ref": "#/components/responses/ToolError"}))
-            .response("415", json!({"$ref": "#/components/responses/ToolError"}))
-            .response("422", json!({"$ref": "#/components/responses/ToolError"}))
-            .response("503", json!({"$ref": "#/components/responses/ToolError"}))
-            .response("507", json!({"$ref": "#/components/responses/ToolError"})),
+            .json(200, "The tool ran.", s.response::<ToolCallAnswer>())
+            .error_body(s.response::<ToolCallError>())
+            .errors(&[InvalidArguments, InvalidRequest, InvalidParameter, InvalidPath, InsufficientScope, NotFound, AlreadyExists, ParentMissing, NotAFile, NotADirectory, Cancelled, IdempotencyConflict, PreconditionFailed, FileTooLarge, InvalidUtf8, ProtectedPath, BudgetExceeded, TooManyBatches, ModelsUnavailable, AuditUnavailable, NoSpace])
+            .errors_at(422, &[InvalidPath]),
         ("POST", "/mcp") => Op::new("mcpPost", "MCP over streamable HTTP (JSON-RPC messages from the client).")
             .description(concat!(
                 "The Model Context Protocol's streamable HTTP transport, served by the official Rust SDK (rmcp)\n",
@@ -427,115 +396,79 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "API keys and on a loopback address only loopback `Host` headers are accepted. A session belongs\n",
                 "to the key that opened it: a request naming another key's `Mcp-Session-Id` is 404.\n",
             ))
-            .response("202", json!({"description": "A notification or response was accepted (no body)."}))
-            .response("default", json!({"$ref": "#/components/responses/Mcp"})),
+            .answer(202, Response::new("A notification or response was accepted (no body)."))
+            .shared("default", "Mcp"),
         ("GET", "/mcp") => Op::new("mcpGet", "MCP over streamable HTTP (the server's message stream of a session).")
-            .response("202", json!({"description": "A notification or response was accepted (no body)."}))
-            .response("default", json!({"$ref": "#/components/responses/Mcp"})),
+            .answer(202, Response::new("A notification or response was accepted (no body)."))
+            .shared("default", "Mcp"),
         ("DELETE", "/mcp") => Op::new("mcpDelete", "MCP over streamable HTTP (ends a session).")
-            .response("202", json!({"description": "A notification or response was accepted (no body)."}))
-            .response("default", json!({"$ref": "#/components/responses/Mcp"})),
-
+            .answer(202, Response::new("A notification or response was accepted (no body)."))
+            .shared("default", "Mcp"),
         _ => return None,
     })
 }
 
-pub(super) fn info() -> Value {
-    json!({
-        "title": "writ",
-        "version": "0.1.0",
-        "description": "Multi-model code synthesis service. Direct file routes read and write files under the\nsandboxed REPO_DIR (content travels as the raw body, never inside JSON); every write is\nrecorded in the audit log before it is acknowledged.\n\nEvery route may answer 421 `host_not_allowed` while no API key exists and the Host is not a\nloopback name or in WRIT_ALLOWED_HOSTS; while the audit store has not answered for\nWRIT_AUTH_FAIL_CLOSED_AFTER_SECS without keys, every route but the probes answers 503\n`auth_unavailable`.\n"
-    })
+pub(super) fn info() -> Info {
+    Info {
+        title: "writ",
+        version: env!("CARGO_PKG_VERSION"),
+        description: "Multi-model code synthesis service. Direct file routes read and write files under the\nsandboxed REPO_DIR (content travels as the raw body, never inside JSON); every write is\nrecorded in the audit log before it is acknowledged.\n\nEvery route may answer 421 `host_not_allowed` while no API key exists and the Host is not a\nloopback name or in WRIT_ALLOWED_HOSTS; while the audit store has not answered for\nWRIT_AUTH_FAIL_CLOSED_AFTER_SECS without keys, every route but the probes answers 503\n`auth_unavailable`.\n",
+    }
 }
 
-pub(super) fn security_schemes() -> Value {
-    json!({
-        "bearer": {
-            "type": "http",
-            "scheme": "bearer",
-            "description": "An API key `writ_<id>_<secret>`; required only when keys are configured. Each key holds\nscopes (see the `Scope` schema), set when it is issued (`writ keys create --scopes\nread,write`; the default is `read,write`) or in its `WRIT_API_KEYS` entry\n(`id:sha256hex:read+write`). Each operation names the scope it requires in\n`x-writ-scope`: `read` for every GET, `write` for `PUT /files/{path}` and\n`POST /write_codebase`, `run` for `POST /run`. On `/tools/call` and `/mcp` the tool called\ndecides: `read_file`, `list_files`, `search_files`, `list_operations`, `get_operation` need `read`;\n`write_file` and `write_codebase` need `write`. `admin` is required to manage workspaces\n(`/workspaces`) and budgets; it also widens what a key sees: jobs, job events and operations are the key's own unless it holds `admin`\n(keys themselves are managed with `writ keys` on the database). A key may be bound to workspaces\n(`writ keys create --workspace NAME`): any other workspace, `default`'s routes included,\nanswers it 404 as one that does not exist. A key issued\nbefore scopes existed (or an entry without scopes) holds `read,write,run`. A key without\nthe scope is answered 403 `insufficient_scope` (over MCP: a tool result with `isError`).\n"
-        }
-    })
+pub(super) fn bearer() -> SecurityScheme {
+    SecurityScheme {
+        kind: "http",
+        scheme: "bearer",
+        description: "An API key `writ_<id>_<secret>`; required only when keys are configured. Each key holds\nscopes (see the `Scope` schema), set when it is issued (`writ keys create --scopes\nread,write`; the default is `read,write`) or in its `WRIT_API_KEYS` entry\n(`id:sha256hex:read+write`). Each operation names the scope it requires in\n`x-writ-scope`: `read` for every GET, `write` for `PUT /files/{path}` and\n`POST /write_codebase`, `run` for `POST /run`. On `/tools/call` and `/mcp` the tool called\ndecides: `read_file`, `list_files`, `search_files`, `list_operations`, `get_operation` need `read`;\n`write_file` and `write_codebase` need `write`. `admin` is required to manage workspaces\n(`/workspaces`) and budgets; it also widens what a key sees: jobs, job events and operations are the key's own unless it holds `admin`\n(keys themselves are managed with `writ keys` on the database). A key may be bound to workspaces\n(`writ keys create --workspace NAME`): any other workspace, `default`'s routes included,\nanswers it 404 as one that does not exist. A key issued\nbefore scopes existed (or an entry without scopes) holds `read,write,run`. A key without\nthe scope is answered 403 `insufficient_scope` (over MCP: a tool result with `isError`).\n",
+    }
 }
 
-pub(super) fn responses() -> Value {
-    json!({
-        "Unauthorized": {
-            "description": "No valid API key (missing, malformed, unknown, revoked); `WWW-Authenticate` says Bearer.",
-            "headers": {
-                "WWW-Authenticate": {
-                    "schema": {
-                        "type": "string"
-                    }
-                }
-            },
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "$ref": "#/components/schemas/Error"
-                    }
-                }
-            }
-        },
-        "TooManyRequests": {
-            "description": "This key's rate (WRIT_RATE_LIMIT_PER_MIN) or running batches (WRIT_MAX_BATCHES_PER_KEY) are used up; `Retry-After` says when to retry.",
-            "headers": {
-                "Retry-After": {
-                    "schema": {
-                        "type": "integer"
-                    }
-                }
-            },
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "$ref": "#/components/schemas/Error"
-                    }
-                }
-            }
-        },
-        "Forbidden": {
-            "description": "The API key lacks the scope this operation requires (code `insufficient_scope`); the message and `details` name the scope needed and the scopes the key holds, never the key.",
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "$ref": "#/components/schemas/InsufficientScope"
-                    }
-                }
-            }
-        },
-        "Error": {
-            "description": "An error; the body names the field at fault when there is one.",
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "$ref": "#/components/schemas/Error"
-                    }
-                }
-            }
-        },
-        "ToolError": {
-            "description": "The tool call was refused or failed; `content` says so for the model.",
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "$ref": "#/components/schemas/ToolCallError"
-                    }
-                }
-            }
-        },
-        "Mcp": {
-            "description": "A JSON-RPC answer or an SSE stream as the MCP specification describes, or the transport's refusal (writ's error body, code `mcp_transport`).",
-            "content": {
-                "application/json": {
-                    "schema": {}
-                },
-                "text/event-stream": {
-                    "schema": {
-                        "type": "string"
-                    }
-                }
-            }
-        }
-    })
+/// The answers of the auth and rate layers, which many operations share, and MCP's.
+pub(super) fn shared_responses(s: &mut Schemas) -> BTreeMap<&'static str, Response> {
+    BTreeMap::from([
+        (
+            "Unauthorized",
+            Response::new("`unauthorized`: no valid API key (missing, malformed, unknown, revoked); `WWW-Authenticate` says Bearer.")
+                .json(s.response::<ErrorBody>())
+                .headers(s.headers::<Challenge>()),
+        ),
+        (
+            "TooManyRequests",
+            Response::new("`rate_limited`: this key's rate (WRIT_RATE_LIMIT_PER_MIN) is used up; `Retry-After` says when to retry.")
+                .json(s.response::<ErrorBody>())
+                .headers(s.headers::<ErrorHeaders>()),
+        ),
+        (
+            "Forbidden",
+            Response::new("`insufficient_scope`: the API key lacks the scope this operation requires; the message and `details` name the scope needed and the scopes the key holds, never the key.")
+                .json(s.response::<crate::access::InsufficientScopeBody>()),
+        ),
+        (
+            "Mcp",
+            Response::new("A JSON-RPC answer or an SSE stream as the MCP specification describes, or the transport's refusal (writ's error body, code `mcp_transport`).")
+                .json(s.inline::<Value>())
+                .content("text/event-stream", s.inline::<String>()),
+        ),
+    ])
+}
+
+/// The headers of a 401.
+#[derive(schemars::JsonSchema)]
+#[expect(
+    dead_code,
+    reason = "described, never made: the auth layer writes the header"
+)]
+struct Challenge {
+    /// `Bearer realm="writ"` (RFC 6750).
+    #[schemars(rename = "www-authenticate")]
+    www_authenticate: String,
+}
+
+/// Schemas no operation names but that the answers' bodies hold.
+pub(super) fn shared_schemas(s: &mut Schemas) {
+    // Named by the error bodies.
+    s.response::<crate::error::ErrorCode>();
+    // The shape of each file in a 409 `changed_since`'s `details.files`.
+    s.response::<writ_core::history::ChangedFile>();
 }

@@ -12,6 +12,7 @@ use crate::access::{AuditedCaller, Viewer};
 use crate::error::ApiError;
 use crate::extract::{body_error, json_error};
 use crate::service::history::{history_caller, restore, undo};
+use crate::service::operations::OperationId;
 use crate::state::AppState;
 use crate::telemetry::RequestId;
 
@@ -27,13 +28,21 @@ fn options<T: DeserializeOwned + Default>(
     Ok(options)
 }
 
+/// The path of `/requests/{id}/undo`.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct RequestRef {
+    /// The request's id: its `request_id` (the `X-Request-Id` of its answer).
+    #[schemars(extend("format" = "uuid"))]
+    pub id: String,
+}
+
 /// Put every file a request wrote back as it was before it.
 pub async fn post_undo(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     who: AuditedCaller,
     viewer: Viewer,
-    Path(id): Path<String>,
+    Path(RequestRef { id }): Path<RequestRef>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<UndoResponse>, ApiError> {
     let opts: UndoOptions = options(&state, body)?;
@@ -52,7 +61,7 @@ pub async fn post_restore(
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     who: AuditedCaller,
     viewer: Viewer,
-    Path(id): Path<String>,
+    Path(OperationId { id }): Path<OperationId>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<RestoreResponse>, ApiError> {
     let opts: RestoreOptions = options(&state, body)?;

@@ -10,34 +10,66 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use uuid::Uuid;
 use writ_core::AuditStore;
 use writ_core::audit::RequestStatus;
 use writ_core::jobs::{Job, JobEvent, JobFilter, JobStatus};
 use writ_core::synthesis::BatchResponse;
 use writ_core::synthesis::jobs::Jobs;
+use writ_core::synthesis::progress::Event;
 
 use crate::access::Viewer;
 use crate::error::{ApiError, ErrorCode, store_error};
 use crate::extract::ApiQuery;
+use crate::headers::ApiHeaders;
 use crate::service::jobs::follow;
 
 const DEFAULT_LIMIT: u32 = 20;
 const MAX_LIMIT: u32 = 200;
 
-#[derive(Debug, Deserialize)]
+/// The query of `GET /jobs`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
+    /// How many jobs, newest first.
+    #[schemars(range(min = 1, max = 200), extend("default" = 20))]
     limit: Option<u32>,
-    /// Only jobs in this workspace.
+    /// Only this workspace's jobs (none for a workspace the key may not use).
     workspace: Option<String>,
+}
+
+/// `GET /jobs`'s answer.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct JobList {
+    /// The jobs, without their response bodies.
+    pub jobs: Vec<JobView>,
+}
+
+/// The path of `/jobs/{id}` and its event stream.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct JobId {
+    /// The job id, which is the batch's request id.
+    #[schemars(extend("format" = "uuid"))]
+    pub id: String,
+}
+
+/// The headers `GET /jobs/{id}/events` reads.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct EventsHeaders {
+    /// Replay only the events after this one (the `id` of an event of this stream).
+    #[serde(
+        rename = "last-event-id",
+        default,
+        deserialize_with = "crate::headers::parsed"
+    )]
+    pub last_event_id: Option<u64>,
 }
 
 /// Recent batches, newest first.
@@ -45,7 +77,7 @@ pub async fn list_jobs(
     State(store): State<Arc<dyn AuditStore>>,
     viewer: Viewer,
     ApiQuery(p): ApiQuery<ListParams>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<JobList>, ApiError> {
     let limit = p.limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 || limit > MAX_LIMIT {
         return Err(ApiError::new(
@@ -60,16 +92,16 @@ pub async fn list_jobs(
         unfinished: false,
     };
     let jobs = store.list_jobs(&filter, limit).await.map_err(store_error)?;
-    Ok(Json(
-        json!({ "jobs": jobs.iter().map(job_view).collect::<Vec<_>>() }),
-    ))
+    Ok(Json(JobList {
+        jobs: jobs.iter().map(job_view).collect(),
+    }))
 }
 
 /// One batch: its state and, once done, the same body the synchronous call returns.
 pub async fn get_job(
     State(store): State<Arc<dyn AuditStore>>,
     viewer: Viewer,
-    Path(id): Path<String>,
+    Path(JobId { id }): Path<JobId>,
 ) -> Result<Json<JobView>, ApiError> {
     let job = find(store.as_ref(), &viewer, &id).await?;
     Ok(Json(job_view(&job)))
@@ -80,24 +112,20 @@ pub async fn job_events(
     State(store): State<Arc<dyn AuditStore>>,
     State(jobs): State<Option<Arc<Jobs>>>,
     viewer: Viewer,
-    Path(id): Path<String>,
-    headers: HeaderMap,
+    Path(JobId { id }): Path<JobId>,
+    ApiHeaders(headers): ApiHeaders<EventsHeaders>,
 ) -> Result<Response, ApiError> {
     let job = find(store.as_ref(), &viewer, &id).await?;
-    let after = match headers.get("last-event-id") {
+    let after = match headers.last_event_id.map(i64::try_from) {
         None => 0,
-        Some(v) => v
-            .to_str()
-            .ok()
-            .and_then(|s| s.trim().parse::<i64>().ok())
-            .filter(|n| *n >= 0)
-            .ok_or_else(|| {
-                ApiError::new(
-                    ErrorCode::InvalidHeader,
-                    "Last-Event-ID must be the id of an event of this stream",
-                )
-                .with_field("Last-Event-ID")
-            })?,
+        Some(Ok(after)) => after,
+        Some(Err(_)) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidHeader,
+                "last-event-id must be the id of an event of this stream",
+            )
+            .with_field("last-event-id"));
+        }
     };
     let stream = follow(store, jobs.as_deref().map(Jobs::hub), job.id, after)
         .map(|e| Ok::<_, Infallible>(sse(&e)));
@@ -106,11 +134,42 @@ pub async fn job_events(
         .into_response())
 }
 
+/// One server-sent event of a job's stream.
+#[derive(Debug, schemars::JsonSchema)]
+#[schemars(inline)]
+pub struct EventFrame {
+    /// 1, 2, 3, … per job: the `Last-Event-ID` to resume after it.
+    pub id: String,
+    /// The event's name, the same as its `data`'s `type`.
+    #[schemars(schema_with = "event_names")]
+    pub event: String,
+    /// The event as JSON.
+    pub data: String,
+}
+
+/// Every name an [`Event`] goes by on the stream: the `type` of each of its shapes.
+fn event_names(generator: &mut SchemaGenerator) -> Schema {
+    let events = Event::json_schema(generator);
+    let names: Vec<Value> = events
+        .get("oneOf")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|shape| shape.pointer("/properties/type/const").cloned())
+        .collect();
+    schemars::json_schema!({"type": "string", "enum": names})
+}
+
 fn sse(e: &JobEvent) -> SseEvent {
+    let frame = EventFrame {
+        id: e.seq.to_string(),
+        event: e.name.clone(),
+        data: e.data.to_string(),
+    };
     SseEvent::default()
-        .id(e.seq.to_string())
-        .event(e.name.clone())
-        .data(e.data.to_string())
+        .id(frame.id)
+        .event(frame.event)
+        .data(frame.data)
 }
 
 /// The job, when `viewer` may see it: another key's job is answered as absent.

@@ -12,12 +12,19 @@ use crate::access::Viewer;
 use crate::error::{ApiError, ErrorCode, store_error};
 use crate::service::spend::{KeySpend, key_spend};
 
+/// The path of `/keys/{id}/…`.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct KeyId {
+    /// The key's id: the part of `writ_<id>_<secret>` before its secret.
+    pub id: String,
+}
+
 /// What the key spent this UTC day and month, beside its budget. Another key's spend is
 /// answered as absent (404) unless the caller holds `admin`.
 pub async fn get_spend(
     State(store): State<Arc<dyn AuditStore>>,
     viewer: Viewer,
-    Path(id): Path<String>,
+    Path(KeyId { id }): Path<KeyId>,
 ) -> Result<Json<KeySpend>, ApiError> {
     if !viewer.sees(Some(id.as_str())) {
         return Err(ApiError::not_found(format!("no API key with id {id}")));
@@ -28,7 +35,7 @@ pub async fn get_spend(
 /// Sets the key's budget (an empty object removes it) and answers its spend.
 pub async fn put_budget(
     State(store): State<Arc<dyn AuditStore>>,
-    Path(id): Path<String>,
+    Path(KeyId { id }): Path<KeyId>,
     body: axum::body::Bytes,
 ) -> Result<Json<KeySpend>, ApiError> {
     let Json(budget) =

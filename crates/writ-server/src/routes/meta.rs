@@ -7,14 +7,14 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderValue;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use metrics_exporter_prometheus::PrometheusHandle;
-use serde_json::json;
 use sha2::{Digest, Sha256};
 use writ_core::AuditStore;
 
+use crate::headers::PresentedKey;
 use crate::readiness::{Check, Checks, Readiness, ReadinessBody, ReadyStatus};
 use crate::state::AppState;
 
@@ -25,9 +25,21 @@ pub const OPENAPI_YAML: &str = include_str!("../../../../openapi.yaml");
 
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// `/healthz`'s answer: the process is alive.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct Health {
+    pub status: Alive,
+}
+
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Alive {
+    Ok,
+}
+
 /// The process is alive.
-pub async fn healthz() -> Json<serde_json::Value> {
-    Json(json!({"status": "ok"}))
+pub async fn healthz() -> Json<Health> {
+    Json(Health { status: Alive::Ok })
 }
 
 /// Every check, run now.
@@ -45,12 +57,12 @@ async fn probe(state: &AppState) -> Readiness {
 /// One entry per check; 503 when a check that writes need fails. While API keys exist, the
 /// details (REPO_DIR's absolute path, database errors) are shown only to a caller with a valid
 /// key; everyone else sees which checks pass.
-pub async fn readyz(State(state): State<AppState>, headers: HeaderMap) -> Response {
+pub async fn readyz(
+    State(state): State<AppState>,
+    PresentedKey(authorization): PresentedKey,
+) -> Response {
     let readiness = state.readiness.get(probe(&state)).await;
-    let authorization = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    let detailed = crate::auth::may_see_details(&state, authorization).await;
+    let detailed = crate::auth::may_see_details(&state, authorization.as_deref()).await;
     let checks = if detailed {
         readiness.checks.clone()
     } else {

@@ -24,21 +24,77 @@ pub mod workspaces;
 pub mod write_sessions;
 
 use axum::Router;
-use axum::routing::{MethodRouter, get};
+use axum::handler::Handler;
+use axum::routing::{MethodFilter, MethodRouter, on};
 use writ_core::keys::Scope;
 
 use crate::access::{Access, AccessTable};
+use crate::openapi::inputs::{Documented, Inputs};
 use crate::state::AppState;
 
-/// One route: method, axum path, what a key needs to call it, handler.
+/// One route: method, axum path, what a key needs to call it, handler, and what the handler's
+/// arguments say of it in the OpenAPI document.
 pub struct Route {
     pub method: &'static str,
     pub path: &'static str,
     pub access: Access,
     pub handler: MethodRouter<AppState>,
+    pub inputs: fn(&mut Inputs<'_>),
 }
 
 impl Route {
+    fn new<H, T, A>(
+        method: &'static str,
+        filter: MethodFilter,
+        path: &'static str,
+        access: Access,
+        handler: H,
+    ) -> Self
+    where
+        H: Handler<T, AppState> + Documented<A>,
+        T: 'static,
+    {
+        Route {
+            method,
+            path,
+            access,
+            handler: on(filter, handler),
+            inputs: <H as Documented<A>>::inputs,
+        }
+    }
+
+    pub fn get<H, T, A>(path: &'static str, access: Access, handler: H) -> Self
+    where
+        H: Handler<T, AppState> + Documented<A>,
+        T: 'static,
+    {
+        Self::new("GET", MethodFilter::GET, path, access, handler)
+    }
+
+    pub fn put<H, T, A>(path: &'static str, access: Access, handler: H) -> Self
+    where
+        H: Handler<T, AppState> + Documented<A>,
+        T: 'static,
+    {
+        Self::new("PUT", MethodFilter::PUT, path, access, handler)
+    }
+
+    pub fn post<H, T, A>(path: &'static str, access: Access, handler: H) -> Self
+    where
+        H: Handler<T, AppState> + Documented<A>,
+        T: 'static,
+    {
+        Self::new("POST", MethodFilter::POST, path, access, handler)
+    }
+
+    pub fn delete<H, T, A>(path: &'static str, access: Access, handler: H) -> Self
+    where
+        H: Handler<T, AppState> + Documented<A>,
+        T: 'static,
+    {
+        Self::new("DELETE", MethodFilter::DELETE, path, access, handler)
+    }
+
     /// The path as OpenAPI writes it (`{*path}` → `{path}`).
     pub fn openapi_path(&self) -> String {
         self.path.replace("{*", "{")
@@ -46,260 +102,154 @@ impl Route {
 }
 
 pub fn api_routes() -> Vec<Route> {
-    use axum::routing::{delete, post, put};
     vec![
-        Route {
-            method: "GET",
-            path: "/",
-            access: Access::Open,
-            handler: get(meta::dashboard),
-        },
-        Route {
-            method: "GET",
-            path: "/healthz",
-            access: Access::Open,
-            handler: get(meta::healthz),
-        },
-        Route {
-            method: "GET",
-            path: "/readyz",
-            access: Access::Open,
-            handler: get(meta::readyz),
-        },
-        Route {
-            method: "GET",
-            path: "/metrics",
-            access: Access::Scope(Scope::Read),
-            handler: get(meta::metrics),
-        },
-        Route {
-            method: "GET",
-            path: "/openapi.yaml",
-            access: Access::Scope(Scope::Read),
-            handler: get(meta::openapi),
-        },
-        Route {
-            method: "GET",
-            path: "/files",
-            access: Access::Scope(Scope::Read),
-            handler: get(files::list_files),
-        },
-        Route {
-            method: "GET",
-            path: "/files/{*path}",
-            access: Access::Scope(Scope::Read),
-            handler: get(files::read_file),
-        },
-        Route {
-            method: "GET",
-            path: "/search",
-            access: Access::Scope(Scope::Read),
-            handler: get(search::search_files),
-        },
-        Route {
-            method: "PUT",
-            path: "/files/{*path}",
-            access: Access::Scope(Scope::Write),
-            handler: put(files::put_file),
-        },
-        Route {
-            method: "POST",
-            path: "/write_codebase",
-            access: Access::Scope(Scope::Write),
-            handler: post(synthesis::write_codebase),
-        },
-        Route {
-            method: "POST",
-            path: "/edits",
-            access: Access::Scope(Scope::Write),
-            handler: post(edits::post_edits),
-        },
-        Route {
-            method: "POST",
-            path: "/run",
-            access: Access::Scope(Scope::Run),
-            handler: post(run::run_command),
-        },
-        Route {
-            method: "POST",
-            path: "/write_sessions",
-            access: Access::Scope(Scope::Write),
-            handler: post(write_sessions::begin_session),
-        },
-        Route {
-            method: "GET",
-            path: "/write_sessions/{id}",
-            access: Access::Scope(Scope::Read),
-            handler: get(write_sessions::get_session),
-        },
-        Route {
-            method: "POST",
-            path: "/write_sessions/{id}/content",
-            access: Access::Scope(Scope::Write),
-            handler: post(write_sessions::append_content),
-        },
-        Route {
-            method: "POST",
-            path: "/write_sessions/{id}/finish",
-            access: Access::Scope(Scope::Write),
-            handler: post(write_sessions::finish_session),
-        },
-        Route {
-            method: "POST",
-            path: "/write_sessions/{id}/corrections",
-            access: Access::Scope(Scope::Write),
-            handler: post(write_sessions::correct_session),
-        },
-        Route {
-            method: "GET",
-            path: "/jobs",
-            access: Access::Scope(Scope::Read),
-            handler: get(jobs::list_jobs),
-        },
-        Route {
-            method: "GET",
-            path: "/jobs/{id}",
-            access: Access::Scope(Scope::Read),
-            handler: get(jobs::get_job),
-        },
-        Route {
-            method: "GET",
-            path: "/jobs/{id}/events",
-            access: Access::Scope(Scope::Read),
-            handler: get(jobs::job_events),
-        },
-        Route {
-            method: "GET",
-            path: "/operations",
-            access: Access::Scope(Scope::Read),
-            handler: get(operations::list_operations),
-        },
-        Route {
-            method: "GET",
-            path: "/operations/{id}",
-            access: Access::Scope(Scope::Read),
-            handler: get(operations::get_operation),
-        },
-        Route {
-            method: "POST",
-            path: "/operations/{id}/restore",
-            access: Access::Scope(Scope::Write),
-            handler: post(history::post_restore),
-        },
-        Route {
-            method: "POST",
-            path: "/requests/{id}/undo",
-            access: Access::Scope(Scope::Write),
-            handler: post(history::post_undo),
-        },
-        Route {
-            method: "GET",
-            path: "/stats/models",
-            access: Access::Scope(Scope::Read),
-            handler: get(stats::model_stats),
-        },
-        Route {
-            method: "GET",
-            path: "/keys/{id}/spend",
-            access: Access::Scope(Scope::Read),
-            handler: get(keys::get_spend),
-        },
-        Route {
-            method: "PUT",
-            path: "/keys/{id}/budget",
-            access: Access::Scope(Scope::Admin),
-            handler: put(keys::put_budget),
-        },
-        Route {
-            method: "POST",
-            path: "/workspaces",
-            access: Access::Scope(Scope::Admin),
-            handler: post(workspaces::create_workspace),
-        },
+        Route::get("/", Access::Open, meta::dashboard),
+        Route::get("/healthz", Access::Open, meta::healthz),
+        Route::get("/readyz", Access::Open, meta::readyz),
+        Route::get("/metrics", Access::Scope(Scope::Read), meta::metrics),
+        Route::get("/openapi.yaml", Access::Scope(Scope::Read), meta::openapi),
+        Route::get("/files", Access::Scope(Scope::Read), files::list_files),
+        Route::get(
+            "/files/{*path}",
+            Access::Scope(Scope::Read),
+            files::read_file,
+        ),
+        Route::get("/search", Access::Scope(Scope::Read), search::search_files),
+        Route::put(
+            "/files/{*path}",
+            Access::Scope(Scope::Write),
+            files::put_file,
+        ),
+        Route::post(
+            "/write_codebase",
+            Access::Scope(Scope::Write),
+            synthesis::write_codebase,
+        ),
+        Route::post("/edits", Access::Scope(Scope::Write), edits::post_edits),
+        Route::post("/run", Access::Scope(Scope::Run), run::run_command),
+        Route::post(
+            "/write_sessions",
+            Access::Scope(Scope::Write),
+            write_sessions::begin_session,
+        ),
+        Route::get(
+            "/write_sessions/{id}",
+            Access::Scope(Scope::Read),
+            write_sessions::get_session,
+        ),
+        Route::post(
+            "/write_sessions/{id}/content",
+            Access::Scope(Scope::Write),
+            write_sessions::append_content,
+        ),
+        Route::post(
+            "/write_sessions/{id}/finish",
+            Access::Scope(Scope::Write),
+            write_sessions::finish_session,
+        ),
+        Route::post(
+            "/write_sessions/{id}/corrections",
+            Access::Scope(Scope::Write),
+            write_sessions::correct_session,
+        ),
+        Route::get("/jobs", Access::Scope(Scope::Read), jobs::list_jobs),
+        Route::get("/jobs/{id}", Access::Scope(Scope::Read), jobs::get_job),
+        Route::get(
+            "/jobs/{id}/events",
+            Access::Scope(Scope::Read),
+            jobs::job_events,
+        ),
+        Route::get(
+            "/operations",
+            Access::Scope(Scope::Read),
+            operations::list_operations,
+        ),
+        Route::get(
+            "/operations/{id}",
+            Access::Scope(Scope::Read),
+            operations::get_operation,
+        ),
+        Route::post(
+            "/operations/{id}/restore",
+            Access::Scope(Scope::Write),
+            history::post_restore,
+        ),
+        Route::post(
+            "/requests/{id}/undo",
+            Access::Scope(Scope::Write),
+            history::post_undo,
+        ),
+        Route::get(
+            "/stats/models",
+            Access::Scope(Scope::Read),
+            stats::model_stats,
+        ),
+        Route::get(
+            "/keys/{id}/spend",
+            Access::Scope(Scope::Read),
+            keys::get_spend,
+        ),
+        Route::put(
+            "/keys/{id}/budget",
+            Access::Scope(Scope::Admin),
+            keys::put_budget,
+        ),
+        Route::post(
+            "/workspaces",
+            Access::Scope(Scope::Admin),
+            workspaces::create_workspace,
+        ),
         // A key lists the workspaces it may use (the dashboard's picker); making, changing and
         // removing them is administration.
-        Route {
-            method: "GET",
-            path: "/workspaces",
-            access: Access::Scope(Scope::Read),
-            handler: get(workspaces::list_workspaces),
-        },
-        Route {
-            method: "GET",
-            path: "/workspaces/{name}",
-            access: Access::Scope(Scope::Admin),
-            handler: get(workspaces::get_workspace),
-        },
-        Route {
-            method: "PUT",
-            path: "/workspaces/{name}/budget",
-            access: Access::Scope(Scope::Admin),
-            handler: put(workspaces::put_workspace_budget),
-        },
-        Route {
-            method: "POST",
-            path: "/workspaces/{name}/merge",
-            access: Access::Scope(Scope::Admin),
-            handler: post(workspaces::merge_workspace),
-        },
-        Route {
-            method: "DELETE",
-            path: "/workspaces/{name}",
-            access: Access::Scope(Scope::Admin),
-            handler: delete(workspaces::delete_workspace),
-        },
+        Route::get(
+            "/workspaces",
+            Access::Scope(Scope::Read),
+            workspaces::list_workspaces,
+        ),
+        Route::get(
+            "/workspaces/{name}",
+            Access::Scope(Scope::Admin),
+            workspaces::get_workspace,
+        ),
+        Route::put(
+            "/workspaces/{name}/budget",
+            Access::Scope(Scope::Admin),
+            workspaces::put_workspace_budget,
+        ),
+        Route::post(
+            "/workspaces/{name}/merge",
+            Access::Scope(Scope::Admin),
+            workspaces::merge_workspace,
+        ),
+        Route::delete(
+            "/workspaces/{name}",
+            Access::Scope(Scope::Admin),
+            workspaces::delete_workspace,
+        ),
         // The routes of `workspace_routes`, in the named workspace: a valid key here, its scope
         // for the route inside checked there (`auth::require_scope_within`).
-        Route {
-            method: "GET",
-            path: "/workspaces/{name}/{*rest}",
-            access: Access::PerTool,
-            handler: get(workspaces::serve_within),
-        },
-        Route {
-            method: "PUT",
-            path: "/workspaces/{name}/{*rest}",
-            access: Access::PerTool,
-            handler: put(workspaces::serve_within),
-        },
-        Route {
-            method: "POST",
-            path: "/workspaces/{name}/{*rest}",
-            access: Access::PerTool,
-            handler: post(workspaces::serve_within),
-        },
-        Route {
-            method: "GET",
-            path: "/tools",
-            access: Access::Scope(Scope::Read),
-            handler: get(tools::list_tools),
-        },
-        Route {
-            method: "POST",
-            path: "/tools/call",
-            access: Access::PerTool,
-            handler: post(tools::call_tool),
-        },
+        Route::get(
+            "/workspaces/{name}/{*rest}",
+            Access::PerTool,
+            workspaces::serve_within,
+        ),
+        Route::put(
+            "/workspaces/{name}/{*rest}",
+            Access::PerTool,
+            workspaces::serve_within,
+        ),
+        Route::post(
+            "/workspaces/{name}/{*rest}",
+            Access::PerTool,
+            workspaces::serve_within,
+        ),
+        Route::get("/tools", Access::Scope(Scope::Read), tools::list_tools),
+        Route::post("/tools/call", Access::PerTool, tools::call_tool),
         // MCP's streamable HTTP transport: POST carries messages, GET opens the server's
         // stream, DELETE ends a session. rmcp answers all three.
-        Route {
-            method: "POST",
-            path: "/mcp",
-            access: Access::PerTool,
-            handler: post(crate::tools::mcp::serve_http),
-        },
-        Route {
-            method: "GET",
-            path: "/mcp",
-            access: Access::PerTool,
-            handler: get(crate::tools::mcp::serve_http),
-        },
-        Route {
-            method: "DELETE",
-            path: "/mcp",
-            access: Access::PerTool,
-            handler: delete(crate::tools::mcp::serve_http),
-        },
+        Route::post("/mcp", Access::PerTool, crate::tools::mcp::serve_http),
+        Route::get("/mcp", Access::PerTool, crate::tools::mcp::serve_http),
+        Route::delete("/mcp", Access::PerTool, crate::tools::mcp::serve_http),
     ]
 }
 

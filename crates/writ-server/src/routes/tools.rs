@@ -6,7 +6,6 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -15,14 +14,18 @@ use super::hang_ups::HungUp;
 use crate::access::Caller;
 use crate::error::{ApiError, ErrorCode, ErrorDetail};
 use crate::extract::{ApiQuery, body_error, json_error};
+use crate::headers::header_map;
 use crate::state::AppState;
 use crate::telemetry::RequestId;
-use crate::tools::formats::{Format, declarations};
+use crate::tools::formats::{Declarations, Format, declarations};
 use crate::tools::{self, CallContext};
 
-#[derive(Debug, Deserialize)]
+/// The query of `GET /tools`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolsParams {
+    /// Whose declarations.
+    #[schemars(with = "Option<Format>", extend("default" = "openai"))]
     format: Option<String>,
 }
 
@@ -30,7 +33,7 @@ pub struct ToolsParams {
 pub async fn list_tools(
     State(state): State<AppState>,
     ApiQuery(p): ApiQuery<ToolsParams>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Declarations>, ApiError> {
     let raw = p.format.as_deref().unwrap_or("openai");
     let format = Format::parse(raw).ok_or_else(|| {
         ApiError::new(
@@ -92,6 +95,15 @@ fn list_argument_aliases(schema: &mut schemars::Schema) {
     }
 }
 
+/// A tool call's answer.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ToolCallAnswer {
+    /// Text for the model.
+    pub content: String,
+    /// The tool's answer as the HTTP API gives it.
+    pub result: Value,
+}
+
 /// A refused or failed tool call: writ's error body with the text to hand back to the model.
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct ToolCallError {
@@ -119,18 +131,17 @@ pub async fn call_tool(
     );
     ctx.hung_up = hung_up;
     match run(&state, ctx, body).await {
-        Ok(out) => Json(json!({"content": out.content, "result": out.result})).into_response(),
+        Ok(out) => Json(ToolCallAnswer {
+            content: out.content,
+            result: out.result,
+        })
+        .into_response(),
         Err(e) => {
             let body = ToolCallError {
                 error: e.detail(),
                 content: tools::error_text(&e),
             };
-            let mut resp = (e.status, Json(body)).into_response();
-            if let Some(secs) = e.retry_after_secs {
-                resp.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-            }
-            resp
+            (e.status, header_map(&e.headers()), Json(body)).into_response()
         }
     }
 }

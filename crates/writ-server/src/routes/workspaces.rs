@@ -21,6 +21,29 @@ use crate::service::workspaces::{self, CreateWorkspace, DeletedWorkspace, Worksp
 use crate::state::AppState;
 use crate::telemetry::RequestId;
 
+/// The path of `/workspaces/{name}` and the routes beneath it.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct WorkspaceRef {
+    /// The workspace; `default` is REPO_DIR.
+    pub name: String,
+}
+
+/// The path of a route inside a workspace.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct WithinWorkspace {
+    /// The workspace; `default` is REPO_DIR.
+    pub name: String,
+    /// The route inside, as the routes without a prefix are written (`files/{path}`, `jobs`,
+    /// `edits`, …).
+    pub rest: String,
+}
+
+/// `GET /workspaces`'s answer.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct WorkspaceList {
+    pub workspaces: Vec<WorkspaceInfo>,
+}
+
 /// Makes a workspace (empty, from a directory, or a git worktree on a new branch): 201.
 pub async fn create_workspace(
     State(state): State<AppState>,
@@ -53,7 +76,7 @@ async fn with_spend(state: &AppState, mut info: WorkspaceInfo) -> Result<Workspa
 pub async fn put_workspace_budget(
     State(state): State<AppState>,
     bound: Option<axum::Extension<KeyWorkspaces>>,
-    Path(name): Path<String>,
+    Path(WorkspaceRef { name }): Path<WorkspaceRef>,
     body: axum::body::Bytes,
 ) -> Result<Json<WorkspaceInfo>, ApiError> {
     if !may_use(bound.map(|axum::Extension(b)| b).as_ref(), &name) {
@@ -70,17 +93,17 @@ pub async fn put_workspace_budget(
 pub async fn list_workspaces(
     State(state): State<AppState>,
     bound: Option<axum::Extension<KeyWorkspaces>>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<WorkspaceList>, ApiError> {
     let bound = bound.map(|axum::Extension(b)| b);
     let mut all = workspaces::list(&state.workspaces).await?;
     all.retain(|w| may_use(bound.as_ref(), &w.name));
-    Ok(Json(serde_json::json!({ "workspaces": all })))
+    Ok(Json(WorkspaceList { workspaces: all }))
 }
 
 pub async fn get_workspace(
     State(state): State<AppState>,
     bound: Option<axum::Extension<KeyWorkspaces>>,
-    Path(name): Path<String>,
+    Path(WorkspaceRef { name }): Path<WorkspaceRef>,
 ) -> Result<Json<WorkspaceInfo>, ApiError> {
     if !may_use(bound.map(|axum::Extension(b)| b).as_ref(), &name) {
         return Err(unknown_workspace(&name));
@@ -93,7 +116,7 @@ pub async fn get_workspace(
 pub async fn delete_workspace(
     State(state): State<AppState>,
     bound: Option<axum::Extension<KeyWorkspaces>>,
-    Path(name): Path<String>,
+    Path(WorkspaceRef { name }): Path<WorkspaceRef>,
 ) -> Result<Json<DeletedWorkspace>, ApiError> {
     if !may_use(bound.map(|axum::Extension(b)| b).as_ref(), &name) {
         return Err(unknown_workspace(&name));
@@ -108,7 +131,7 @@ pub async fn merge_workspace(
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     caller: Option<axum::Extension<Caller>>,
     bound: Option<axum::Extension<KeyWorkspaces>>,
-    Path(name): Path<String>,
+    Path(WorkspaceRef { name }): Path<WorkspaceRef>,
     body: axum::body::Bytes,
 ) -> Result<Json<workspaces::MergedWorkspace>, ApiError> {
     if !may_use(bound.map(|axum::Extension(b)| b).as_ref(), &name) {
@@ -170,7 +193,7 @@ pub fn state_within(state: &AppState, name: &str, workspace: Arc<dyn Workspace>)
 /// workspace that does not exist answers 404 before anything else.
 pub async fn serve_within(
     State(state): State<AppState>,
-    Path((name, _rest)): Path<(String, String)>,
+    Path(WithinWorkspace { name, .. }): Path<WithinWorkspace>,
     bound: Option<axum::Extension<KeyWorkspaces>>,
     req: Request,
 ) -> Response {

@@ -26,6 +26,14 @@ pub struct Corrections {
     pub corrections: Vec<Correction>,
 }
 
+/// The path of `/write_sessions/{id}` and the routes beneath it.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct SessionId {
+    /// The session id.
+    #[schemars(extend("format" = "uuid"))]
+    pub id: String,
+}
+
 fn who(request_id: Uuid, audited: crate::access::AuditedCaller) -> SessionCaller {
     SessionCaller {
         request_id,
@@ -58,7 +66,7 @@ pub async fn get_session(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     caller: crate::access::AuditedCaller,
-    Path(id): Path<String>,
+    Path(SessionId { id }): Path<SessionId>,
 ) -> Result<Response, ApiError> {
     let view = run(&state, who(request_id, caller), Some(id), SessionCall::Get).await?;
     Ok(Json(view).into_response())
@@ -69,7 +77,7 @@ pub async fn append_content(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     caller: crate::access::AuditedCaller,
-    Path(id): Path<String>,
+    Path(SessionId { id }): Path<SessionId>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;
@@ -88,7 +96,7 @@ pub async fn finish_session(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     caller: crate::access::AuditedCaller,
-    Path(id): Path<String>,
+    Path(SessionId { id }): Path<SessionId>,
 ) -> Result<Response, ApiError> {
     let view = run(
         &state,
@@ -105,7 +113,7 @@ pub async fn correct_session(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     caller: crate::access::AuditedCaller,
-    Path(id): Path<String>,
+    Path(SessionId { id }): Path<SessionId>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;

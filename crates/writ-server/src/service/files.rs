@@ -167,25 +167,34 @@ fn head_only(path: &RepoPath, head: Vec<u8>, size: u64, limit: usize, max: usize
         content,
     }
 }
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+/// What a raw body that is not UTF-8 gets.
+#[derive(
+    Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum InvalidUtf8Policy {
+    /// Answered 422, listing each invalid byte sequence.
     #[default]
     Reject,
+    /// Each invalid sequence becomes U+FFFD.
     Replace,
 }
 
-#[derive(Debug, Deserialize)]
+/// The query of `PUT /files/{path}`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WriteParams {
+    /// `create` fails with 409 if the file exists.
     #[serde(default)]
     pub mode: WriteMode,
+    /// `reject` answers 422 listing each invalid byte sequence; `replace` substitutes U+FFFD.
     #[serde(default)]
     pub on_invalid_utf8: InvalidUtf8Policy,
+    /// Create missing parent directories (otherwise 409).
     #[serde(default)]
     pub create_dirs: bool,
-    /// Commit the write, where the workspace is a git repository; absent: as the workspace is
-    /// set.
+    /// Commit the write, where the workspace is a git repository (docs/history.md). Absent: as
+    /// the workspace is set (its git_commit, else WRIT_GIT_COMMIT).
     #[serde(default)]
     pub commit: Option<bool>,
 }

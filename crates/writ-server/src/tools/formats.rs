@@ -9,7 +9,9 @@ use serde_json::{Map, Value, json};
 
 use super::ToolSpec;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Whose function declarations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum Format {
     OpenAi,
     Anthropic,
@@ -30,28 +32,50 @@ impl Format {
 }
 
 /// `tools` (the ones the server offers), declared for `format`.
-pub fn declarations(format: Format, tools: impl Iterator<Item = &'static ToolSpec>) -> Value {
+pub fn declarations(
+    format: Format,
+    tools: impl Iterator<Item = &'static ToolSpec>,
+) -> Declarations {
+    let object = |v: Value| match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
     match format {
-        Format::OpenAi => Value::Array(
+        Format::OpenAi => Declarations::List(
             tools
                 .map(|t| {
-                    json!({"type": "function", "function": {
-                        "name": t.name, "description": t.description, "parameters": t.input_schema()}})
+                    object(json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.input_schema()}}))
                 })
                 .collect(),
         ),
-        Format::Anthropic => Value::Array(
+        Format::Anthropic => Declarations::List(
             tools
                 .map(|t| {
-                    json!({"name": t.name, "description": t.description, "input_schema": t.input_schema()})
+                    object(json!({"name": t.name, "description": t.description, "input_schema": t.input_schema()}))
                 })
                 .collect(),
         ),
-        Format::Gemini => json!({"functionDeclarations": tools
-            .map(|t| json!({"name": t.name, "description": t.description,
-                "parameters": gemini_schema(&t.input_schema())}))
-            .collect::<Vec<_>>()}),
+        Format::Gemini => Declarations::Gemini {
+            function_declarations: tools
+                .map(|t| {
+                    object(json!({"name": t.name, "description": t.description,
+                        "parameters": gemini_schema(&t.input_schema())}))
+                })
+                .collect(),
+        },
     }
+}
+
+/// `GET /tools`'s answer: a list for OpenAI and Anthropic, an object for Gemini.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum Declarations {
+    List(Vec<Map<String, Value>>),
+    Gemini {
+        #[serde(rename = "functionDeclarations")]
+        function_declarations: Vec<Map<String, Value>>,
+    },
 }
 
 /// Keys Gemini's schema object accepts and that mean the same as in JSON Schema.

@@ -9,11 +9,17 @@
 mod reads;
 mod writes;
 
-pub use reads::{ReadParams, list_files, read_file};
-pub use writes::put_file;
+pub use reads::{ReadHeaders, ReadParams, list_files, read_file};
+pub use writes::{WriteHeaders, WrittenHeaders, put_file};
 
-use axum::http::HeaderValue;
+/// The path of `/files/{path}`.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct FilePath {
+    /// File path relative to REPO_DIR; may contain slashes.
+    pub path: String,
+}
 
-fn header_value(s: &str) -> HeaderValue {
-    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
+/// An `ETag` of a file: its SHA-256 in quotes.
+fn etag(sha256: &str) -> String {
+    format!("\"{sha256}\"")
 }

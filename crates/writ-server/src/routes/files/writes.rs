@@ -5,28 +5,49 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
 
-use super::header_value;
-use crate::error::{ApiError, ErrorCode};
+use super::FilePath;
+use crate::error::ApiError;
 use crate::extract::{ApiQuery, body_error};
+use crate::headers::{ApiHeaders, header_map};
 use crate::service::files::{FileWrite, WriteParams, parse_expected_sha256, write};
 use crate::state::AppState;
 use crate::telemetry::RequestId;
+
+/// The headers `PUT /files/{path}` reads.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct WriteHeaders {
+    /// The SHA-256 the file must still have (hex, optionally quoted); 412 otherwise.
+    #[serde(rename = "if-match")]
+    pub if_match: Option<String>,
+}
+
+/// The headers of a written file's answer.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct WrittenHeaders {
+    /// The SHA-256 the file now holds, in quotes: the `If-Match` of the next write.
+    pub etag: String,
+}
 
 /// Write a file from the raw request body, recording it in the audit log first.
 pub async fn put_file(
     State(state): State<AppState>,
     axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
     who: crate::access::AuditedCaller,
-    Path(raw): Path<String>,
+    Path(FilePath { path }): Path<FilePath>,
     ApiQuery(params): ApiQuery<WriteParams>,
-    headers: HeaderMap,
+    ApiHeaders(headers): ApiHeaders<WriteHeaders>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|e| body_error(&e, state.settings.max_body_bytes))?;
-    let expected_sha256 = parse_if_match(&headers)?;
+    let expected_sha256 = headers
+        .if_match
+        .as_deref()
+        .map(parse_expected_sha256)
+        .transpose()?;
     let written = write(
         &state,
         FileWrite {
@@ -34,7 +55,7 @@ pub async fn put_file(
             request_id,
             caller: who.caller,
             scope: who.scope,
-            path: raw,
+            path,
             params,
             expected_sha256,
             body: body.to_vec(),
@@ -46,23 +67,8 @@ pub async fn put_file(
     } else {
         StatusCode::OK
     };
-    Ok((
-        status,
-        [(
-            header::ETAG,
-            header_value(&format!("\"{}\"", written.answer.sha256)),
-        )],
-        Json(written.answer),
-    )
-        .into_response())
-}
-
-fn parse_if_match(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(value) = headers.get(header::IF_MATCH) else {
-        return Ok(None);
+    let headers = WrittenHeaders {
+        etag: super::etag(&written.answer.sha256),
     };
-    let raw = value.to_str().map_err(|_| {
-        ApiError::new(ErrorCode::InvalidHeader, "If-Match must be ASCII").with_field("If-Match")
-    })?;
-    parse_expected_sha256(raw).map(Some)
+    Ok((status, header_map(&headers), Json(written.answer)).into_response())
 }
