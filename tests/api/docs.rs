@@ -176,3 +176,61 @@ fn every_setting_a_doc_names_exists() {
         "named in the docs but neither a setting (config/declared.rs) nor a test variable (docs/testing.md): {unknown:#?}"
     );
 }
+
+/// The fenced blocks of `text`: (line of the opening fence, its info string, its body).
+/// The second part is the first line where a fence with an info string (```` ```sh ````) shows
+/// inside an open block, or where a block never closes: a block left open above it.
+fn fenced_blocks(text: &str) -> (Vec<(usize, String, String)>, Option<usize>) {
+    let mut blocks = Vec::new();
+    let mut open: Option<(usize, String, String)> = None;
+    let mut left_open = None;
+    for (n, line) in text.lines().enumerate() {
+        let trimmed = line.trim();
+        // An opening fence may carry an info string; a closing one is the backticks alone, so
+        // "```sh" inside an open block is content, as a Markdown reader takes it.
+        let opens = trimmed.starts_with("```");
+        let closes = opens && trimmed.trim_start_matches('`').is_empty();
+        match (&mut open, opens, closes) {
+            (None, true, _) => open = Some((n + 1, trimmed[3..].trim().to_string(), String::new())),
+            (Some(_), _, true) => blocks.extend(open.take()),
+            (Some((_, _, body)), opens, false) => {
+                if opens {
+                    left_open.get_or_insert(n + 1);
+                }
+                body.push_str(line);
+                body.push('\n');
+            }
+            (None, false, _) => {}
+        }
+    }
+    (blocks, left_open.or(open.map(|(line, _, _)| line)))
+}
+
+#[test]
+fn every_fenced_block_of_the_docs_closes() {
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let (_, unclosed) = fenced_blocks(&text);
+        assert_eq!(
+            unclosed,
+            None,
+            "{}: a block above this line never closes, so what follows shows as code",
+            file.display()
+        );
+    }
+}
+
+#[test]
+fn every_json_answer_the_readme_shows_is_json() {
+    let text = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let (blocks, _) = fenced_blocks(&text);
+    let json: Vec<_> = blocks
+        .iter()
+        .filter(|(_, info, _)| info == "json")
+        .collect();
+    assert!(!json.is_empty());
+    for (line, _, body) in json {
+        serde_json::from_str::<serde_json::Value>(body)
+            .unwrap_or_else(|e| panic!("README.md, the block at line {line}: {e}"));
+    }
+}

@@ -105,6 +105,21 @@ impl CommandSet {
         self.templates.is_empty()
     }
 
+    /// The program each command runs, by name: its template's first element, or, when that is
+    /// `env`, the first element after `env`'s options and `NAME=value` assignments.
+    pub fn programs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.templates.iter().filter_map(|(name, argv)| {
+            let mut words = argv.iter().map(String::as_str);
+            let first = words.next()?;
+            let program = if first == "env" || first.ends_with("/env") {
+                words.find(|w| !w.starts_with('-') && !w.contains('='))?
+            } else {
+                first
+            };
+            Some((name.as_str(), program))
+        })
+    }
+
     /// The configured names, sorted.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.templates.keys().map(String::as_str)

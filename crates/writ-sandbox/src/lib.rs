@@ -75,7 +75,7 @@ pub use commands::{COMMANDS_ENV, CommandError, CommandSet, MAX_ARG_BYTES, MAX_AR
 pub use error::{SandboxError, SandboxUnavailable};
 pub use evidence::Evidence;
 pub use overlay::ScratchLimits;
-pub use run::{REPO_MOUNT, SAFE_ENV, SHM_BYTES};
+pub use run::{REPO_MOUNT, SAFE_ENV, SHM_BYTES, find_program};
 pub use runner::{Admission, PER_KEY_ENV, SandboxRunner, describe};
 pub use scratch::{CopyLimits, Mechanism, Scratch};
 

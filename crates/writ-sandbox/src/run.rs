@@ -121,6 +121,33 @@ impl Tools {
     }
 }
 
+/// Where a command run in the sandbox finds `program`: a path it names, when the sandbox shows it
+/// (under the system directories or `extra_ro_paths`), else the first match on the sandbox's
+/// `PATH`; `None`: a run of it would fail to start.
+pub fn find_program(program: &str, extra_ro_paths: &[PathBuf]) -> Option<PathBuf> {
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| {
+            m.is_file() && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
+        })
+    };
+    if program.contains('/') {
+        let path = PathBuf::from(program);
+        let shown = SYSTEM_DIRS
+            .iter()
+            .map(PathBuf::from)
+            .chain(extra_ro_paths.iter().cloned())
+            .any(|dir| path.starts_with(dir));
+        return (shown && executable(&path)).then_some(path);
+    }
+    let sandbox_path = SAFE_ENV
+        .iter()
+        .find(|(k, _)| *k == "PATH")
+        .map_or("/usr/bin:/bin", |(_, v)| v);
+    std::env::split_paths(sandbox_path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| executable(candidate))
+}
+
 fn which(program: &str) -> Option<PathBuf> {
     let path =
         std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));

@@ -58,6 +58,7 @@ pub async fn run_checks(settings: &Settings) -> Vec<Line> {
             },
         },
     };
+    let database_ok = database.ok;
     lines.push(database);
 
     let repo = settings.repo_dir.display().to_string();
@@ -149,7 +150,172 @@ pub async fn run_checks(settings: &Settings) -> Vec<Line> {
         lines.push(key_line);
     }
     lines.push(commands_line(settings).await);
+    lines.extend(configuration_lines(settings));
+    if database_ok {
+        lines.push(keys_line(settings).await);
+    }
     lines
+}
+
+/// What the settings say will not work, each with its fix, found without the network or the
+/// database: commands whose program the sandbox cannot find, and generated checks without a
+/// command to run them. `writ check` prints them; `writ serve` logs them at start-up.
+pub fn configuration_lines(settings: &Settings) -> Vec<Line> {
+    let warn = |name, detail| Line {
+        ok: false,
+        required: false,
+        name,
+        detail,
+    };
+    let mut lines = Vec::new();
+    let run = &settings.run;
+    let Some(commands) = &run.commands else {
+        if run.generate_checks {
+            lines.push(warn(
+                "generated",
+                "WRIT_GENERATE_CHECKS is on but no commands are configured, so batches go to the arbiter without generated checks: set WRIT_COMMANDS to {\"python\": [\"python3\", \"{args}\"], \"node\": [\"node\", \"{args}\"]} (or a [commands] table in writ.toml)".to_string(),
+            ));
+        }
+        return lines;
+    };
+    let unfound: Vec<String> = commands
+        .programs()
+        .filter(|(_, program)| writ_sandbox::find_program(program, &run.extra_ro_paths).is_none())
+        .map(|(name, program)| format!("{name} ({program})"))
+        .collect();
+    if !unfound.is_empty() {
+        lines.push(warn(
+            "programs",
+            format!(
+                "not found where the sandbox looks (/usr/local/bin, /usr/bin, /bin, or a path under /usr or WRIT_SANDBOX_RO_PATHS), so these commands cannot run: {}; install them, or give a path the sandbox shows",
+                unfound.join(", ")
+            ),
+        ));
+    }
+    let mut usable = Vec::new();
+    let mut unusable = Vec::new();
+    for (language, command) in &run.check_commands {
+        let program = commands
+            .programs()
+            .find(|(name, _)| name == command)
+            .map(|(_, program)| program);
+        match program {
+            None => unusable.push(format!(
+                "{language}: no command {command:?} in WRIT_COMMANDS (add \"{command}\": [\"{}\", \"{{args}}\"])",
+                if language == "javascript" { "node" } else { "python3" }
+            )),
+            Some(program) if writ_sandbox::find_program(program, &run.extra_ro_paths).is_none() => {
+                unusable.push(format!("{language}: {command} runs {program}, which the sandbox cannot find"))
+            }
+            Some(_) => usable.push(format!("{language} → {command}")),
+        }
+    }
+    let switch = if run.generate_checks {
+        "on for every batch (WRIT_GENERATE_CHECKS)"
+    } else {
+        "per batch (options.validation.generate)"
+    };
+    lines.push(Line {
+        ok: !usable.is_empty(),
+        required: false,
+        name: "generated",
+        detail: match (usable.is_empty(), unusable.is_empty()) {
+            (false, true) => format!("generated checks {switch}: {}", usable.join(", ")),
+            (false, false) => format!(
+                "generated checks {switch}: {}; not for {}",
+                usable.join(", "),
+                unusable.join("; ")
+            ),
+            (true, _) => format!(
+                "generated checks {switch} cannot run for any language, so those batches go to the arbiter without them: {}",
+                unusable.join("; ")
+            ),
+        },
+    });
+    lines
+}
+
+/// Whether a key exists, and whether the keys hold the scopes the configured features need.
+async fn keys_line(settings: &Settings) -> Line {
+    use writ_core::keys::Scope;
+    let stored = match writ_store::connect(&settings.database_url).await {
+        Ok(store) => store.list_keys().await,
+        Err(e) => Err(e),
+    };
+    let stored = match stored {
+        Ok(keys) => keys,
+        Err(e) => {
+            return Line {
+                ok: false,
+                required: false,
+                name: "keys",
+                detail: format!("cannot list the keys: {e}"),
+            };
+        }
+    };
+    let held: Vec<writ_core::keys::Scopes> = stored
+        .iter()
+        .filter(|k| k.revoked_at.is_none())
+        .map(|k| k.scopes)
+        .chain(settings.guard.api_keys.iter().map(|k| k.scopes))
+        .collect();
+    if held.is_empty() {
+        let loopback = settings.addr.ip().is_loopback();
+        return match (&settings.guard.admin_key_file, loopback) {
+            (Some(file), _) => Line {
+                ok: true,
+                required: true,
+                name: "keys",
+                detail: format!(
+                    "none yet: writ serve makes one with every scope and writes it to {} (WRIT_ADMIN_KEY_FILE)",
+                    file.display()
+                ),
+            },
+            (None, true) => Line {
+                ok: true,
+                required: true,
+                name: "keys",
+                detail: "none: every route is open on this loopback address; once a key exists (writ keys create), every call but /healthz, /readyz and / must send it (Authorization: Bearer)".into(),
+            },
+            (None, false) => Line {
+                ok: false,
+                required: true,
+                name: "keys",
+                detail: format!(
+                    "WRIT_ADDR {} is not a loopback address and no key exists, so writ serve will refuse to start: set WRIT_ADMIN_KEY_FILE, run `writ keys create NAME --scopes read,write,run,admin`, or set WRIT_API_KEYS",
+                    settings.addr
+                ),
+            },
+        };
+    }
+    let mut needed = Vec::new();
+    if settings.run.commands.is_some() {
+        needed.push((Scope::Run, "options.validation and POST /run"));
+    }
+    if settings.workspaces_dir.is_some() {
+        needed.push((Scope::Admin, "creating workspaces"));
+    }
+    let missing: Vec<String> = needed
+        .into_iter()
+        .filter(|(scope, _)| !held.iter().any(|s| s.contains(*scope)))
+        .map(|(scope, what)| {
+            format!(
+                "no key holds the {} scope, which {what} need: writ keys create NAME --scopes read,write,{}",
+                scope.as_str(),
+                scope.as_str()
+            )
+        })
+        .collect();
+    Line {
+        ok: missing.is_empty(),
+        required: false,
+        name: "keys",
+        detail: if missing.is_empty() {
+            format!("{} active; every call must send one", held.len())
+        } else {
+            missing.join("; ")
+        },
+    }
 }
 
 /// The embedded model: which, why, and whether its file is here or will be fetched on first use.
@@ -187,10 +353,10 @@ fn local_provider_line(settings: &Settings) -> Line {
 async fn commands_line(settings: &Settings) -> Line {
     let Some(commands) = settings.run.commands.clone() else {
         return Line {
-            ok: true,
+            ok: false,
             required: false,
             name: "commands",
-            detail: "none configured (WRIT_COMMANDS): POST /run and options.validation are off"
+            detail: "none configured, so POST /run and options.validation answer 503: set WRIT_COMMANDS (or a [commands] table in writ.toml), e.g. {\"pytest\": [\"python3\", \"-m\", \"pytest\", \"{args}\"]}"
                 .into(),
         };
     };
@@ -269,6 +435,75 @@ pub fn print_report(lines: &[Line], out: &mut dyn Write) -> std::io::Result<bool
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lines_for(env: &[(&str, &str)]) -> Vec<Line> {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let settings = Settings::load(None, &|name: &str| {
+            env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        })
+        .unwrap();
+        configuration_lines(&settings)
+    }
+
+    #[test]
+    fn generated_checks_switched_on_without_commands_are_said_with_the_fix() {
+        let lines = lines_for(&[("WRIT_GENERATE_CHECKS", "1")]);
+        let line = lines.iter().find(|l| l.name == "generated").unwrap();
+        assert!(!line.ok);
+        assert!(line.detail.contains("set WRIT_COMMANDS"), "{}", line.detail);
+        assert!(
+            lines_for(&[]).is_empty(),
+            "nothing to say when nothing is asked for"
+        );
+    }
+
+    #[test]
+    fn generated_checks_name_the_languages_they_can_run_and_how_to_add_the_others() {
+        let lines = lines_for(&[("WRIT_COMMANDS", r#"{"python": ["python3", "{args}"]}"#)]);
+        let line = lines.iter().find(|l| l.name == "generated").unwrap();
+        assert!(line.ok, "{}", line.detail);
+        assert!(line.detail.contains("python → python"), "{}", line.detail);
+        assert!(
+            line.detail.contains(
+                r#"javascript: no command "node" in WRIT_COMMANDS (add "node": ["node", "{args}"])"#
+            ),
+            "{}",
+            line.detail
+        );
+        let lines = lines_for(&[
+            ("WRIT_GENERATE_CHECKS", "true"),
+            (
+                "WRIT_COMMANDS",
+                r#"{"pytest": ["python3", "-m", "pytest", "{args}"]}"#,
+            ),
+        ]);
+        let line = lines.iter().find(|l| l.name == "generated").unwrap();
+        assert!(!line.ok, "no command runs them: {}", line.detail);
+        assert!(
+            line.detail.contains("cannot run for any language"),
+            "{}",
+            line.detail
+        );
+    }
+
+    #[test]
+    fn a_command_whose_program_the_sandbox_cannot_find_is_named() {
+        let lines = lines_for(&[(
+            "WRIT_COMMANDS",
+            r#"{"ok": ["python3", "{args}"], "gone": ["/usr/bin/env", "A=1", "no-such-program-here"], "opt": ["/opt/tool/bin/run"]}"#,
+        )]);
+        let line = lines.iter().find(|l| l.name == "programs").unwrap();
+        assert!(
+            line.detail.contains("gone (no-such-program-here)")
+                && line.detail.contains("opt (/opt/tool/bin/run)")
+                && !line.detail.contains("ok (python3)"),
+            "{}",
+            line.detail
+        );
+    }
 
     #[test]
     fn the_commands_line_names_the_projects_formatter_and_diagnostics_per_language() {

@@ -116,3 +116,44 @@ fn a_bad_setting_is_refused_naming_the_variable() {
     assert!(!out.status.success());
     assert!(text(&out).contains("WRIT_ADDR"), "{}", text(&out));
 }
+
+#[test]
+fn check_says_which_scope_no_key_holds_and_that_an_open_address_needs_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/writ.db", dir.path().display());
+    let repo = dir.path().join("workspace");
+    let base = [
+        ("DATABASE_URL", db.as_str()),
+        ("REPO_DIR", repo.to_str().unwrap()),
+        ("WRIT_LOCAL_MODEL", "off"),
+    ];
+    assert!(writ(&["migrate"], &base).status.success());
+
+    let open = writ(
+        &["check"],
+        &[base[0], base[1], base[2], ("WRIT_ADDR", "0.0.0.0:8080")],
+    );
+    assert!(!open.status.success(), "{}", text(&open));
+    assert!(
+        text(&open).contains("[FAIL] keys")
+            && text(&open).contains("writ serve will refuse to start"),
+        "{}",
+        text(&open)
+    );
+
+    let made = writ(
+        &["keys", "create", "agent", "--scopes", "read,write"],
+        &base,
+    );
+    assert!(made.status.success(), "{}", text(&made));
+    let commands = ("WRIT_COMMANDS", r#"{"python": ["python3", "{args}"]}"#);
+    let out = writ(&["check"], &[base[0], base[1], base[2], commands]);
+    assert!(
+        text(&out).contains("[warn] keys")
+            && text(&out).contains(
+                "no key holds the run scope, which options.validation and POST /run need"
+            ),
+        "{}",
+        text(&out)
+    );
+}

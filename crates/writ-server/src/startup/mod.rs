@@ -38,6 +38,13 @@ impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         let (state, keys_configured) = assemble(settings).await?;
         refuse_open_exposure(&state.settings, keys_configured)?;
+        // What `writ check` would warn of, said once where the operator looks at start-up.
+        for line in crate::check::configuration_lines(&state.settings)
+            .iter()
+            .filter(|l| !l.ok)
+        {
+            tracing::warn!(check = line.name, "{}", line.detail);
+        }
         let addr = state.settings.addr;
         let listener = TcpListener::bind(addr)
             .await
