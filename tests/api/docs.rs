@@ -234,3 +234,21 @@ fn every_json_answer_the_readme_shows_is_json() {
             .unwrap_or_else(|e| panic!("README.md, the block at line {line}: {e}"));
     }
 }
+
+#[test]
+fn api_md_lists_every_route_under_what_a_key_needs() {
+    let text = std::fs::read_to_string(repo().join("docs/api.md")).unwrap();
+    for access in ["open", "read", "write", "run", "admin", "per-tool"] {
+        assert!(
+            text.contains(&format!("<!-- routes: {access} -->")),
+            "docs/api.md has no table of the {access} routes"
+        );
+    }
+    for route in writ_server::routes::api_routes() {
+        let row = format!("| `{} {}` |", route.method, route.openapi_path());
+        assert!(
+            text.contains(&row),
+            "docs/api.md lacks {row}: run scripts/docs"
+        );
+    }
+}

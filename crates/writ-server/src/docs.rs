@@ -1,8 +1,11 @@
 //! The parts of the docs made from the code, so they cannot drift from it: each settings table
-//! (`<!-- settings: GROUP -->`, from [`crate::config::declared`]). A doc keeps its prose; what
+//! (`<!-- settings: GROUP -->`, from [`crate::config::declared`]) and each scope's routes
+//! (`<!-- routes: SCOPE -->`, from the route table and the OpenAPI document's summaries). A doc
+//! keeps its prose; what
 //! lies between a marker and `<!-- /generated -->` is replaced by [`splice`]. `scripts/docs`
 //! rewrites the checked-in docs, and a test fails while one differs from what [`splice`] makes.
 
+use crate::access::Access;
 use crate::config::declared::{self, DefaultValue, Group, InFile};
 
 const END: &str = "<!-- /generated -->";
@@ -55,8 +58,49 @@ fn generated(marker: &str) -> Result<Option<String>, String> {
                 .ok_or_else(|| format!("{marker}: no settings group {key:?}"))?;
             Ok(Some(settings_table(group)))
         }
+        "routes" => {
+            let scope = argument.trim();
+            let known = ["open", "read", "write", "run", "admin", "per-tool"];
+            if !known.contains(&scope) {
+                return Err(format!("{marker}: no access {scope:?}; one of {known:?}"));
+            }
+            Ok(Some(routes_table(scope)))
+        }
         _ => Ok(None),
     }
+}
+
+/// What a route's access is called in a marker.
+fn access_key(access: Access) -> &'static str {
+    match access {
+        Access::Open => "open",
+        Access::Scope(scope) => scope.as_str(),
+        Access::PerTool => "per-tool",
+    }
+}
+
+/// Every route whose access is `scope`, in the route table's order, with its OpenAPI summary.
+pub fn routes_table(scope: &str) -> String {
+    let document = crate::openapi::document();
+    let mut table = String::from("| route | what it does |\n|---|---|\n");
+    for route in crate::routes::api_routes() {
+        if access_key(route.access) != scope {
+            continue;
+        }
+        let path = route.openapi_path();
+        let summary =
+            document["paths"][path.as_str()][route.method.to_lowercase().as_str()]["summary"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+        table.push_str(&format!(
+            "| `{} {}` | {} |\n",
+            route.method,
+            cell(&path),
+            cell(&summary)
+        ));
+    }
+    table
 }
 
 /// The table of one group's settings, in declaration order.
@@ -101,6 +145,18 @@ mod tests {
         assert!(!out.contains("stale rows"));
         assert!(out.ends_with("<!-- /generated -->\nafter\n<!-- a comment -->\n"));
         assert_eq!(splice(&out).unwrap(), out, "splicing twice changes nothing");
+    }
+
+    #[test]
+    fn every_route_is_in_the_table_of_its_access() {
+        let all: String = ["open", "read", "write", "run", "admin", "per-tool"]
+            .iter()
+            .map(|scope| routes_table(scope))
+            .collect();
+        for route in crate::routes::api_routes() {
+            let row = format!("| `{} {}` |", route.method, route.openapi_path());
+            assert_eq!(all.matches(&row).count(), 1, "{row}");
+        }
     }
 
     #[test]
