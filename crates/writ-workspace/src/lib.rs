@@ -36,6 +36,7 @@ mod protect;
 mod rules;
 mod search;
 mod staged;
+mod trigrams;
 mod writer;
 
 use std::hash::{BuildHasher, Hasher};

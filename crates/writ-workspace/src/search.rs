@@ -25,8 +25,8 @@ use writ_core::search::{
 };
 use writ_core::{RepoPath, WorkspaceError};
 
-use crate::index::Need;
 use crate::protect::ProtectedPaths;
+use crate::trigrams::Need;
 
 /// A matching or context line longer than this many characters is cut (minified files would
 /// otherwise fill an answer with one line).
