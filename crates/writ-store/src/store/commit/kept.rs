@@ -14,7 +14,7 @@ use crate::CHECK_IDLE_AFTER;
 use crate::dialect::Dialect;
 use crate::error::from_sqlx;
 use crate::store::Sql;
-use crate::store::jobs::push_insert_events;
+use crate::store::jobs::statements::push_insert_events;
 
 /// Whether a commit's connection is checked with a round trip before use.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -430,7 +430,7 @@ fn push_one<D: Dialect>(sql: &mut Sql<D>, write: &AuditWrite) {
             push_complete_operations(sql, &[(*id, outcome)]);
         }
         AuditWrite::InsertJob { job, status } => {
-            crate::store::jobs::push_insert_job(sql, job, *status)
+            crate::store::jobs::statements::push_insert_job(sql, job, *status)
         }
         AuditWrite::FinishJob {
             id,
@@ -438,7 +438,7 @@ fn push_one<D: Dialect>(sql: &mut Sql<D>, write: &AuditWrite) {
             batch_status,
             response,
             error,
-        } => crate::store::jobs::push_finish_job(
+        } => crate::store::jobs::statements::push_finish_job(
             sql,
             *id,
             *status,
@@ -446,7 +446,9 @@ fn push_one<D: Dialect>(sql: &mut Sql<D>, write: &AuditWrite) {
             response.as_ref(),
             error.as_deref(),
         ),
-        AuditWrite::AppendEvents(events) => crate::store::jobs::push_insert_events(sql, events),
+        AuditWrite::AppendEvents(events) => {
+            crate::store::jobs::statements::push_insert_events(sql, events)
+        }
         AuditWrite::KeepContent { sha256, content } => {
             sql.push("INSERT INTO kept_contents (sha256, kept_at, content) VALUES ");
             sql.tuple(|row| {

@@ -9,6 +9,10 @@ use writ_core::StoreError;
 use writ_core::audit::{AuditStore, AuditWrite};
 use writ_core::jobs::{ClaimedJob, Job, JobEvent, JobFilter, JobStatus, JobStore, NewJob};
 
+pub(super) mod statements;
+
+use statements::push_finish_job;
+
 use super::commit::Work;
 use super::{Record, Sql, SqlStore};
 use crate::dialect::Dialect;
@@ -20,9 +24,6 @@ macro_rules! job_columns {
          attempts, workspace"
     };
 }
-
-/// Only these may still change: a heartbeat or a finish never touches a job that has ended.
-const UNFINISHED: &str = " AND status IN ('queued', 'running')";
 
 fn job_from_row<D: Dialect>(row: &D::Row, with_response: bool) -> Result<Job, StoreError> {
     let row = Record::<D>(row);
@@ -60,78 +61,6 @@ fn event_from_row<D: Dialect>(row: &D::Row) -> Result<JobEvent, StoreError> {
     })
 }
 
-pub(super) fn push_insert_events<D: Dialect>(sql: &mut Sql<D>, events: &[JobEvent]) {
-    sql.push("INSERT INTO job_events (job_id, seq, created_at, name, data) VALUES ");
-    for (i, event) in events.iter().enumerate() {
-        if i > 0 {
-            sql.push(", ");
-        }
-        sql.tuple(|row| {
-            row.bind(event.job_id)
-                .bind(event.seq)
-                .bind_time(event.created_at)
-                .bind(event.name.as_str())
-                .bind(Json(&event.data));
-        });
-    }
-}
-
-/// Inserts the job only while its workspace is stored (or is `default`, never stored): the row is
-/// read [`Dialect::FOR_SHARE`], so a deletion of the workspace either waits for this commit (and
-/// then sees the job) or has committed (and the job is not inserted: the commit fails, naming the
-/// workspace, before the batch writes anything).
-pub(super) fn push_insert_job<D: Dialect>(sql: &mut Sql<D>, job: &NewJob, status: JobStatus) {
-    sql.push(
-        "INSERT INTO jobs (id, status, is_async, files, created_at, heartbeat_at, owner, \
-         lease_until, request, workspace) SELECT * FROM (VALUES ",
-    );
-    sql.tuple(|row| {
-        row.bind(job.id)
-            .bind(status.as_str())
-            .bind(job.is_async)
-            .bind(Json(job.files.as_slice()))
-            .bind_time(job.created_at)
-            .bind_time(job.created_at)
-            .bind(job.lease.as_ref().map(|l| l.owner.as_str()))
-            .bind_time(job.lease.as_ref().map(|l| l.until))
-            .bind(job.request.as_deref())
-            .bind(job.workspace.as_str());
-    });
-    sql.push(") AS v WHERE ")
-        .bind(job.workspace.as_str())
-        .push(" = 'default' OR EXISTS (SELECT 1 FROM workspaces WHERE name = ")
-        .bind(job.workspace.as_str())
-        .push(D::FOR_SHARE)
-        .push(")");
-}
-
-/// Ends a job that has not ended yet (changes no row otherwise).
-pub(super) fn push_finish_job<D: Dialect>(
-    sql: &mut Sql<D>,
-    id: Uuid,
-    status: JobStatus,
-    batch_status: Option<&str>,
-    response: Option<&serde_json::Value>,
-    error: Option<&str>,
-) {
-    let now = Utc::now();
-    sql.push("UPDATE jobs SET status = ")
-        .bind(status.as_str())
-        .push(", batch_status = ")
-        .bind(batch_status)
-        .push(", response = ")
-        .bind(response.map(Json))
-        .push(", error = ")
-        .bind(error)
-        .push(", finished_at = ")
-        .bind_time(now)
-        .push(", heartbeat_at = ")
-        .bind_time(now)
-        .push(" WHERE id = ")
-        .bind(id)
-        .push(UNFINISHED);
-}
-
 #[async_trait]
 impl<D: Dialect> JobStore for SqlStore<D> {
     async fn insert_job(&self, job: &NewJob) -> Result<(), StoreError> {
@@ -149,7 +78,7 @@ impl<D: Dialect> JobStore for SqlStore<D> {
             .bind_time(Utc::now())
             .push(" WHERE id = ")
             .bind(id)
-            .push(UNFINISHED);
+            .push(statements::UNFINISHED);
         sql.execute(self, "heartbeat job").await?;
         Ok(())
     }
@@ -193,7 +122,7 @@ impl<D: Dialect> JobStore for SqlStore<D> {
             super::audit::push_in(&mut sql, "workspace", workspaces);
         }
         if filter.unfinished {
-            sql.push(UNFINISHED);
+            sql.push(statements::UNFINISHED);
         }
         sql.push(" ORDER BY created_at DESC LIMIT ")
             .bind(i64::from(limit));
@@ -210,7 +139,7 @@ impl<D: Dialect> JobStore for SqlStore<D> {
             " FROM jobs WHERE lease_until IS NULL AND heartbeat_at < "
         ));
         sql.bind_time(before)
-            .push(UNFINISHED)
+            .push(statements::UNFINISHED)
             .push(" ORDER BY created_at");
         let rows = sql.fetch_all(self, "list stale jobs").await?;
         rows.iter()
@@ -232,7 +161,7 @@ impl<D: Dialect> JobStore for SqlStore<D> {
             .bind(id)
             .push(" AND owner = ")
             .bind(owner)
-            .push(UNFINISHED);
+            .push(statements::UNFINISHED);
         Ok(sql.execute(self, "renew job lease").await? == 1)
     }
 
@@ -251,7 +180,7 @@ impl<D: Dialect> JobStore for SqlStore<D> {
             .bind(id)
             .push(" AND owner = ")
             .bind(owner)
-            .push(UNFINISHED);
+            .push(statements::UNFINISHED);
         Ok(sql.execute(self, "release job lease").await? == 1)
     }
 
@@ -270,7 +199,7 @@ impl<D: Dialect> JobStore for SqlStore<D> {
             .bind_time(now)
             .push(", attempts = attempts + 1 WHERE id IN (SELECT id FROM jobs WHERE lease_until < ")
             .bind_time(now)
-            .push(UNFINISHED)
+            .push(statements::UNFINISHED)
             .push(" ORDER BY lease_until LIMIT ")
             .bind(i64::from(limit))
             .push(D::SKIP_LOCKED)
