@@ -10,6 +10,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::store::StoreError;
+
 /// What a file is and so what produced its content: a batch's file is `code` (candidate models)
 /// or `image` (the image model); a direct write's content is the caller's (`direct`). The same
 /// type is a batch target's kind, a result's `kind` and an operation's `kind`.
@@ -514,21 +516,6 @@ pub enum AuditWrite {
         sha256: String,
         content: Vec<u8>,
     },
-}
-
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    /// The database cannot be reached or refused the statement for reasons outside the caller.
-    #[error("audit store unavailable: {0}")]
-    Unavailable(String),
-    /// A unique key (idempotency key, id) already exists.
-    #[error("conflict: {0}")]
-    Conflict(String),
-    /// A cursor the store did not issue.
-    #[error("invalid cursor")]
-    InvalidCursor,
-    #[error("audit store error: {0}")]
-    Other(String),
 }
 
 /// The audit store. PostgreSQL and SQLite implement it in `writ-store`; one conformance suite

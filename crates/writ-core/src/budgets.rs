@@ -10,8 +10,6 @@
 use chrono::{DateTime, Datelike, Duration, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::audit::{CallRecord, CandidateRecord};
-
 /// One key's limits. Every limit is optional; a budget with none limits nothing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -59,20 +57,16 @@ pub struct Spend {
 }
 
 impl Spend {
-    /// Adds what `candidates` report; a candidate without usage adds nothing.
-    pub fn add(&mut self, candidates: &[CandidateRecord]) {
-        for c in candidates {
-            self.cost += c.cost.filter(|c| c.is_finite() && *c > 0.0).unwrap_or(0.0);
-            self.tokens += c.prompt_tokens.unwrap_or(0) + c.completion_tokens.unwrap_or(0);
-        }
-    }
-
-    /// Adds what the calls that were not candidates (arbiter, test writers) report.
-    pub fn add_calls(&mut self, calls: &[CallRecord]) {
-        for c in calls {
-            self.cost += c.cost.filter(|c| c.is_finite() && *c > 0.0).unwrap_or(0.0);
-            self.tokens += c.prompt_tokens.unwrap_or(0) + c.completion_tokens.unwrap_or(0);
-        }
+    /// Adds one model call's reported usage (a candidate's, or a call that was not one: the
+    /// arbiter's, a test writer's); what it did not report adds nothing.
+    pub fn add(
+        &mut self,
+        cost: Option<f64>,
+        prompt_tokens: Option<u64>,
+        completion_tokens: Option<u64>,
+    ) {
+        self.cost += cost.filter(|c| c.is_finite() && *c > 0.0).unwrap_or(0.0);
+        self.tokens += prompt_tokens.unwrap_or(0) + completion_tokens.unwrap_or(0);
     }
 }
 

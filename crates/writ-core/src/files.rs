@@ -24,10 +24,11 @@ use uuid::Uuid;
 
 use crate::audit::{
     AuditStore, AuditWrite, CandidateRecord, FileKind, Operation, OperationKind, OperationOutcome,
-    OperationStatus, Selection, StoreError,
+    OperationStatus, Selection,
 };
 use crate::content::sha256_hex;
 use crate::path::RepoPath;
+use crate::store::StoreError;
 use crate::workspace::{PathLock, ToStage, Workspace, WorkspaceError};
 
 mod reconcile;

@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use crate::audit::{
     AuditStore, AuditWrite, FileKind, NewRequest, Operation, OperationFilter, OperationKind,
-    OperationStatus, RequestStatus, Selection, StoreError,
+    OperationStatus, RequestStatus, Selection,
 };
 use crate::content::sha256_hex;
 use crate::files::{
@@ -28,6 +28,7 @@ use crate::files::{
     write_group_deferring_completion,
 };
 use crate::path::RepoPath;
+use crate::store::StoreError;
 use crate::workspace::Workspace;
 
 /// Who asks to undo or restore, and through which surface (as recorded on the new request).

@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::audit::StoreError;
+use crate::store::StoreError;
 
 const PREFIX: &str = "writ_";
 const ID_HEX: usize = 12;

@@ -3,6 +3,7 @@
 //! It owns the words of the domain and the rules that do not depend on how a request arrived:
 //! - [`path`]: a workspace-relative path that has already been checked lexically ([`RepoPath`]).
 //! - [`audit`]: the audit log's records and the [`AuditStore`] trait (PostgreSQL and SQLite live in `writ-store`).
+//! - [`store`]: what every store port shares ([`StoreError`]).
 //! - [`workspace`]: the [`Workspace`] trait for `REPO_DIR`, every path confined beneath it (implemented in `writ-workspace`).
 //! - [`model`]: the [`ModelClient`] trait and the typed chat request/response (implemented in `writ-models`).
 //! - [`files`]: recorded writes — every write is in the audit log before it is acknowledged —
@@ -39,11 +40,13 @@ pub mod path;
 pub mod search;
 pub mod sessions;
 pub mod stats;
+pub mod store;
 pub mod workspace;
 pub mod workspaces;
 
-pub use audit::{AuditStore, StoreError};
+pub use audit::AuditStore;
 pub use model::ModelClient;
 pub use path::{PathError, RepoPath};
+pub use store::StoreError;
 pub use workspace::{Workspace, WorkspaceError};
 pub mod synthesis;

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::audit::StoreError;
+use crate::store::StoreError;
 
 #[async_trait]
 pub trait LimitStore: Send + Sync {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::path::RepoPath;
-use crate::workspace::WorkspaceError;
+use crate::workspace::error::WorkspaceError;
 
 /// One search, validated: the pattern is non-empty and the bounds are within their limits.
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::audit::StoreError;
+use crate::store::StoreError;
 
 /// The longest workspace name: short enough for a path segment, a branch suffix and a log line.
 pub const NAME_MAX: usize = 63;

@@ -3,11 +3,10 @@
 
 use chrono::Utc;
 
-use crate::audit::{
-    AuditStore, Operation, OperationKind, OperationOutcome, OperationStatus, StoreError,
-};
+use crate::audit::{AuditStore, Operation, OperationKind, OperationOutcome, OperationStatus};
 use crate::content::sha256_hex;
 use crate::path::RepoPath;
+use crate::store::StoreError;
 use crate::workspace::Workspace;
 use crate::workspaces::WorkspaceOpener;
 

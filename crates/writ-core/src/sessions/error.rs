@@ -1,9 +1,9 @@
 //! What a session operation answers when it cannot do what was asked.
 
 use super::{SessionState, WriteSession};
-use crate::audit::StoreError;
 use crate::files::WriteError;
 use crate::path::PathError;
+use crate::store::StoreError;
 use crate::workspace::WorkspaceError;
 
 #[derive(Debug, thiserror::Error)]

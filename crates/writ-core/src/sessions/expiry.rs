@@ -9,7 +9,8 @@ use uuid::Uuid;
 use super::{
     SessionSettings, SessionState, SessionTransition, Sessions, WriteSession, finalising_route,
 };
-use crate::audit::{AuditStore, AuditWrite, FileKind, NewRequest, RequestStatus, StoreError};
+use crate::audit::{AuditStore, AuditWrite, FileKind, NewRequest, RequestStatus};
+use crate::store::StoreError;
 
 impl Sessions<'_> {
     /// Expires `session` if it was abandoned, or fails it if its finalisation was interrupted

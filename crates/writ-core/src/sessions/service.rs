@@ -13,11 +13,12 @@ use super::{
     SessionError, SessionReceipt, SessionState, SessionTransition, SessionView, WriteSession,
     strip_done,
 };
-use crate::audit::{AuditStore, StoreError};
+use crate::audit::AuditStore;
 use crate::content::invalid_utf8_sequences;
 use crate::direct::{self, DirectWrite};
 use crate::files::{WriteError, WriteMode, WriteSpec};
 use crate::path::RepoPath;
+use crate::store::StoreError;
 use crate::workspace::Workspace;
 
 /// How long a finish waits for another request's finalisation of the same session.

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{ChunkAppend, SessionTransition, WriteSession};
-use crate::audit::StoreError;
+use crate::store::StoreError;
 
 #[async_trait]
 pub trait SessionStore: Send + Sync {

@@ -7,118 +7,16 @@
 
 use std::time::{Duration, Instant};
 
-use crate::audit::{CallRecord, CandidateRecord};
+use crate::audit::CandidateRecord;
 use crate::model::{ChatMessage, ChatRequest, ChatResponse, ErrorClass, ModelClient, ModelError};
+use crate::synthesis::batch::{Enough, Extra, StragglerPolicy};
 use crate::synthesis::progress::{Event, ProgressSink};
+use crate::synthesis::stage::CallSettings;
 use crate::synthesis::update::{Expect, judge};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 
-/// Longest extra wait a policy may ask for; beyond it the model deadline bounds the call anyway.
-pub const MAX_STRAGGLER_EXTRA_MS: u64 = 600_000;
-/// Largest multiple of the first viable candidate's latency a policy may wait.
-pub const MAX_STRAGGLER_EXTRA_FACTOR: f64 = 100.0;
-
-/// When a fan-out stops waiting for its slowest candidates.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub enum StragglerPolicy {
-    /// Wait for every candidate (the default).
-    #[default]
-    WaitAll,
-    /// Once `enough` viable candidates are in, wait at most `extra` for the rest.
-    CutOff { enough: Enough, extra: Extra },
-}
-
-/// How many viable candidates are enough to start the extra wait.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Enough {
-    Count(usize),
-    /// Every model but one (at least one).
-    AllButSlowest,
-}
-
-/// How long the rest may still take once enough viable candidates are in.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Extra {
-    Fixed(Duration),
-    /// This multiple of the first viable candidate's latency.
-    Relative(f64),
-}
-
-/// A refusal of a straggler setting, naming the sub-field (`enough`, `extra_ms`, `extra_factor`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PolicyError {
-    pub field: &'static str,
-    pub message: String,
-}
-
 impl StragglerPolicy {
-    /// Builds a policy from its three settings as sent (`options.straggler`) or configured
-    /// (`WRIT_STRAGGLER_*`). `enough`: `all` (wait for every model), a count of 1–8, or
-    /// `all_but_slowest`; then exactly one of `extra_ms` and `extra_factor`.
-    pub fn from_parts(
-        enough: Option<&str>,
-        extra_ms: Option<u64>,
-        extra_factor: Option<f64>,
-    ) -> Result<Self, PolicyError> {
-        let refuse = |field, message: String| PolicyError { field, message };
-        let enough = match enough.map(str::trim) {
-            None | Some("all") => {
-                if extra_ms.is_some() || extra_factor.is_some() {
-                    return Err(refuse(
-                        "enough",
-                        "is required (a count of viable candidates, or \"all_but_slowest\") when an extra wait is given".into(),
-                    ));
-                }
-                return Ok(StragglerPolicy::WaitAll);
-            }
-            Some("all_but_slowest") => Enough::AllButSlowest,
-            Some(other) => match other.parse::<usize>() {
-                Ok(n) if (1..=crate::synthesis::batch::MAX_MODELS).contains(&n) => Enough::Count(n),
-                _ => {
-                    return Err(refuse(
-                        "enough",
-                        format!(
-                            "must be \"all\", \"all_but_slowest\" or a count from 1 to {}, got \"{other}\"",
-                            crate::synthesis::batch::MAX_MODELS
-                        ),
-                    ));
-                }
-            },
-        };
-        let extra = match (extra_ms, extra_factor) {
-            (Some(_), Some(_)) => {
-                return Err(refuse(
-                    "extra_factor",
-                    "give either extra_ms or extra_factor, not both".into(),
-                ));
-            }
-            (None, None) => {
-                return Err(refuse(
-                    "extra_ms",
-                    "an extra wait is required: extra_ms (absolute) or extra_factor (relative to the first viable candidate)".into(),
-                ));
-            }
-            (Some(ms), None) if ms > MAX_STRAGGLER_EXTRA_MS => {
-                return Err(refuse(
-                    "extra_ms",
-                    format!("at most {MAX_STRAGGLER_EXTRA_MS}, got {ms}"),
-                ));
-            }
-            (Some(ms), None) => Extra::Fixed(Duration::from_millis(ms)),
-            (None, Some(f))
-                if !(f.is_finite() && (0.0..=MAX_STRAGGLER_EXTRA_FACTOR).contains(&f)) =>
-            {
-                return Err(refuse(
-                    "extra_factor",
-                    format!("between 0 and {MAX_STRAGGLER_EXTRA_FACTOR}, got {f}"),
-                ));
-            }
-            (None, Some(f)) => Extra::Relative(f),
-        };
-        Ok(StragglerPolicy::CutOff { enough, extra })
-    }
-
     /// Viable candidates needed before the extra wait starts, for a fan-out over `models`
     /// models; `None` waits for all.
     fn threshold(&self, models: usize) -> Option<usize> {
@@ -138,15 +36,6 @@ pub struct Candidate {
     pub record: CandidateRecord,
     /// The normalised code when the candidate is viable.
     pub code: Option<String>,
-}
-
-/// How a candidate call is made.
-#[derive(Debug, Clone, Copy)]
-pub struct CallSettings {
-    pub temperature: f32,
-    pub max_tokens: u32,
-    /// [`ChatRequest::urgent`].
-    pub urgent: bool,
 }
 
 /// Asks every model in `models` at once; returns their candidates in model-list order and the
@@ -423,47 +312,6 @@ async fn ask_once(
             record: failed(model, started, &err),
             code: None,
         },
-    }
-}
-
-/// What one file's upstream calls took: the time it waited on them (candidates, arbiter,
-/// fallback), so a batch's own overhead is its duration minus the slowest file's upstream
-/// time; and the calls that were not candidates (arbiter, test writers), so what they cost is
-/// recorded with the file and counted like its candidates.
-#[derive(Debug, Default)]
-pub struct Upstream {
-    waited_micros: std::sync::atomic::AtomicU64,
-    calls: std::sync::Mutex<Vec<CallRecord>>,
-}
-
-impl Upstream {
-    pub fn add(&self, waited: Duration) {
-        let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
-        self.waited_micros
-            .fetch_add(micros, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    pub fn total(&self) -> Duration {
-        Duration::from_micros(
-            self.waited_micros
-                .load(std::sync::atomic::Ordering::Relaxed),
-        )
-    }
-
-    /// Records a call that was not a candidate.
-    pub fn called(&self, call: CallRecord) {
-        self.calls
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(call);
-    }
-
-    /// The calls recorded so far, in the order they ended.
-    pub fn calls(&self) -> Vec<CallRecord> {
-        self.calls
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
     }
 }
 

@@ -117,9 +117,6 @@ pub(crate) struct Rounds {
     pub later: Vec<String>,
     /// Models whose calls were cancelled once a candidate passed (`stop_when_passing`).
     pub stopped: Vec<String>,
-    /// The generated checks run as the candidates arrived (`options.fanout` with
-    /// `validation.generate` and no caller's tests), so the choice reuses their tests.
-    pub early: Option<crate::synthesis::validation::generated::Early>,
 }
 
 /// A check that sees a candidate in the shape it would be written (an update rendered over
@@ -332,8 +329,8 @@ mod tests {
     use crate::synthesis::doubles::{
         self, Answer, MemoryWorkspace, ScriptedModels, parse as batch,
     };
-    use crate::synthesis::fanout::Upstream;
     use crate::synthesis::progress::NoProgress;
+    use crate::synthesis::stage::Upstream;
 
     fn config() -> SynthesisConfig {
         SynthesisConfig {

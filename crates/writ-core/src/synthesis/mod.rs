@@ -34,6 +34,7 @@ pub mod generation;
 pub mod image;
 pub mod image_generation;
 pub mod jobs;
+pub(crate) mod lease;
 pub mod outage;
 pub mod pipeline;
 pub mod progress;
@@ -47,8 +48,8 @@ pub mod update;
 pub mod validation;
 pub mod writing;
 
+pub use batch::StragglerPolicy;
 pub use batch::{Batch, BatchError, BatchOptions, FileSpec, Options, WriteCodebaseRequest};
-pub use fanout::StragglerPolicy;
 pub use jobs::{BatchHandle, EventHub, Jobs};
 pub use progress::{Event, NoProgress, ProgressSink};
 pub use response::{BatchResponse, Counts, FileResult};

@@ -19,7 +19,7 @@ use crate::commits::{self, CommitFile, RequestCommit};
 use writ_checks::Language;
 
 use crate::synthesis::batch::{Batch, DEFAULT_VALIDATION_TIMEOUT_SECS, TargetKind, Validation};
-use crate::synthesis::fanout::{PassCheck, Upstream};
+use crate::synthesis::fanout::PassCheck;
 use crate::synthesis::formatting::{Formatter, format_chosen};
 use crate::synthesis::generation::generate;
 use crate::synthesis::image_generation::generate_image;
@@ -27,7 +27,9 @@ use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::record::Recorded;
 use crate::synthesis::response::{BatchResponse, FileResult};
 use crate::synthesis::selection::{Selector, distinct_viable};
-use crate::synthesis::stage::{BatchCx, FileCx, Prior, Produced, Synthesizer, command_for};
+use crate::synthesis::stage::{
+    BatchCx, FileCx, Prior, Produced, Synthesizer, Upstream, command_for,
+};
 use crate::synthesis::submission::{Submission, Submitted};
 use crate::synthesis::validation::generated::{Early, EarlyAgreement};
 use crate::synthesis::validation::{CallerTests, Stage, file_checks, select_validated};
@@ -379,20 +381,23 @@ impl Synthesizer {
                 )
                 .await
                 {
-                    Ok(mut generated) => {
-                        if let Some(early) = early {
-                            // Rounds need the verdict on the first round's candidates even when
-                            // nothing stopped the fan-out.
-                            if !generated.rounds.later.is_empty() {
-                                let codes: Vec<&str> = distinct_viable(&generated.answers)
-                                    .iter()
-                                    .map(|v| v.code)
-                                    .collect();
-                                early.settle(&codes).await;
+                    Ok(generated) => {
+                        let early = match early {
+                            None => None,
+                            Some(early) => {
+                                // Rounds need the verdict on the first round's candidates even when
+                                // nothing stopped the fan-out.
+                                if !generated.rounds.later.is_empty() {
+                                    let codes: Vec<&str> = distinct_viable(&generated.answers)
+                                        .iter()
+                                        .map(|v| v.code)
+                                        .collect();
+                                    early.settle(&codes).await;
+                                }
+                                Some(early.into_early())
                             }
-                            generated.rounds.early = Some(early.into_early());
-                        }
-                        Stage::Generated(Box::new(generated))
+                        };
+                        Stage::Generated(Box::new(generated), early)
                     }
                     Err(error) => Stage::Done(Box::new(Produced::failed(error, Vec::new()))),
                 }

@@ -20,9 +20,10 @@ use chrono::Utc;
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::audit::{AuditStore, AuditWrite, NewRequest, StoreError};
+use crate::audit::{AuditStore, AuditWrite, NewRequest};
 use crate::jobs::{JobStatus, Lease, NewJob};
-use crate::synthesis::jobs::LeaseHold;
+use crate::store::StoreError;
+use crate::synthesis::lease::{LeaseHold, lease_until};
 use crate::synthesis::outage::OutageWait;
 use crate::synthesis::response::BatchResponse;
 use crate::synthesis::submission::Submission;
@@ -62,7 +63,7 @@ pub(crate) fn opening(sub: &Submission, is_async: bool, owner: Option<&str>) -> 
                     .collect(),
                 lease: owner.map(|owner| Lease {
                     owner: owner.to_string(),
-                    until: super::jobs::lease_until(Utc::now()),
+                    until: lease_until(Utc::now()),
                 }),
                 request: sub.body.clone(),
                 workspace: sub.workspace.clone(),
@@ -88,7 +89,7 @@ pub(crate) async fn commit_opening(
             if let AuditWrite::InsertJob { job, .. } = write
                 && let Some(lease) = &mut job.lease
             {
-                lease.until = super::jobs::lease_until(Utc::now());
+                lease.until = lease_until(Utc::now());
             }
         }
         match store.commit(opening.clone()).await {

@@ -11,8 +11,8 @@ use rand::seq::SliceRandom;
 
 use crate::audit::{CallRecord, CallRole, CandidateRecord, Selection};
 use crate::model::{ChatRequest, ErrorClass, ModelClient};
-use crate::synthesis::batch::Batch;
-use crate::synthesis::fanout::{self, Candidate, StragglerPolicy};
+use crate::synthesis::batch::{Batch, StragglerPolicy};
+use crate::synthesis::fanout::{self, Candidate};
 use crate::synthesis::generation::Generated;
 use crate::synthesis::progress::Event;
 use crate::synthesis::prompt;
@@ -290,8 +290,8 @@ mod tests {
     use super::*;
     use crate::model::ChatMessage;
     use crate::synthesis::doubles::{self, Answer, ScriptedModels, failed, viable};
-    use crate::synthesis::fanout::Upstream;
     use crate::synthesis::progress::NoProgress;
+    use crate::synthesis::stage::Upstream;
 
     fn generated(models: &[&str], answers: Vec<Candidate>) -> Generated {
         Generated {

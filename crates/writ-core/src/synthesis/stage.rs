@@ -5,16 +5,17 @@
 //! ([`FileCx`]). The gate a write waits at until the batch's request is recorded is the
 //! batch record's (`record::Recorded`).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::audit::{AuditStore, CandidateRecord, RecentOperation, Selection};
+use crate::audit::{AuditStore, CallRecord, CandidateRecord, RecentOperation, Selection};
 use crate::execution::CommandRunner;
 use crate::model::ModelClient;
 use crate::path::RepoPath;
+use crate::search::{MapFiles, SearchError, SearchResults, WalkedFile};
+use crate::synthesis::batch::StragglerPolicy;
 use crate::synthesis::batch::{Batch, FileSpec};
-use crate::synthesis::context::NamedContext;
-use crate::synthesis::fanout::{CallSettings, StragglerPolicy, Upstream};
 use crate::synthesis::image::ShapedImage;
 use crate::synthesis::progress::ProgressSink;
 use crate::synthesis::response::{FileValidation, PromptTokensByPart};
@@ -25,6 +26,8 @@ use crate::workspace::Workspace;
 /// long-context model takes with room for the rest of the prompt and the answer.
 pub const DEFAULT_MAX_SHOWN_FILE_CHARS: usize = 200_000;
 
+/// The map's budget when neither the deployment nor the batch sets one, in prompt tokens.
+pub const DEFAULT_REPO_MAP_TOKENS: usize = 2_000;
 /// Which models to ask and how; from `CODE_LIST`, `CODE_MODEL`, `CODE_GEN_MODEL`.
 #[derive(Debug, Clone)]
 pub struct SynthesisConfig {
@@ -134,7 +137,7 @@ impl Default for SynthesisConfig {
             batch_deadline: Duration::from_secs(600),
             straggler: StragglerPolicy::WaitAll,
             allowed_models: Vec::new(),
-            repo_map_tokens: crate::synthesis::context::DEFAULT_REPO_MAP_TOKENS,
+            repo_map_tokens: DEFAULT_REPO_MAP_TOKENS,
             store_outage_wait: crate::synthesis::outage::DEFAULT_STORE_OUTAGE_WAIT,
             test_models: Vec::new(),
             generate_checks: false,
@@ -172,7 +175,7 @@ pub(crate) struct Prior {
     /// built, for the answer.
     pub prompt_tokens: std::sync::Mutex<Vec<Option<PromptTokensByPart>>>,
     /// What the batch's repository maps look up, once for all its files.
-    pub map: crate::synthesis::context::MapShared,
+    pub map: MapShared,
     /// What earlier runs of a resumed batch wrote: the request's one commit holds those files
     /// too, since the run that wrote them may have stopped before committing.
     pub earlier: Option<EarlierRuns>,
@@ -370,3 +373,89 @@ impl<'a> BatchCx<'a> {
         }
     }
 }
+
+/// How a candidate call is made.
+#[derive(Debug, Clone, Copy)]
+pub struct CallSettings {
+    pub temperature: f32,
+    pub max_tokens: u32,
+    /// [`crate::model::ChatRequest::urgent`].
+    pub urgent: bool,
+}
+
+/// What one file's upstream calls took: the time it waited on them (candidates, arbiter,
+/// fallback), so a batch's own overhead is its duration minus the slowest file's upstream
+/// time; and the calls that were not candidates (arbiter, test writers), so what they cost is
+/// recorded with the file and counted like its candidates.
+#[derive(Debug, Default)]
+pub struct Upstream {
+    waited_micros: std::sync::atomic::AtomicU64,
+    calls: std::sync::Mutex<Vec<CallRecord>>,
+}
+
+impl Upstream {
+    pub fn add(&self, waited: Duration) {
+        let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        self.waited_micros
+            .fetch_add(micros, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn total(&self) -> Duration {
+        Duration::from_micros(
+            self.waited_micros
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    /// Records a call that was not a candidate.
+    pub fn called(&self, call: CallRecord) {
+        self.calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(call);
+    }
+
+    /// The calls recorded so far, in the order they ended.
+    pub fn calls(&self) -> Vec<CallRecord> {
+        self.calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// One `context` entry as found on disk.
+#[derive(Debug, Clone)]
+pub(crate) enum Named {
+    File(RepoPath),
+    Folder {
+        path: RepoPath,
+        files: Vec<WalkedFile>,
+        truncated: bool,
+    },
+    Glob {
+        pattern: String,
+        files: Vec<WalkedFile>,
+        truncated: bool,
+    },
+}
+
+/// Every `context` entry of a batch, found on disk: the batch's, then each file's.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NamedContext {
+    pub batch: Vec<Named>,
+    /// One list per file, in the batch's order.
+    pub files: Vec<Vec<Named>>,
+}
+
+/// What a batch's repository maps look up once for all its files: the walk (without a current
+/// index) and the index's answers with each file's searches, asked in one go (one blocking hop a
+/// batch, not one a file); each file takes its own answer.
+#[derive(Default)]
+pub struct MapShared {
+    pub(crate) walk: tokio::sync::OnceCell<Option<crate::search::Walk>>,
+    pub(crate) lookups: tokio::sync::OnceCell<Option<Mutex<HashMap<RepoPath, Lookup>>>>,
+}
+
+/// One file's answer from the index: the files that may rank and its searches' results.
+pub(crate) type Lookup = (MapFiles, Vec<Result<SearchResults, SearchError>>);

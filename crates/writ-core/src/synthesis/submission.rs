@@ -8,10 +8,11 @@ use std::time::Duration;
 use uuid::Uuid;
 use writ_checks::Language;
 
-use crate::audit::{RecentOperation, StoreError};
+use crate::audit::RecentOperation;
 use crate::content::sha256_hex;
 use crate::execution::RunError;
 use crate::path::RepoPath;
+use crate::store::StoreError;
 use crate::synthesis::batch::{Batch, BatchError, TargetKind};
 use crate::synthesis::context::resolve_context;
 use crate::synthesis::response::BatchResponse;

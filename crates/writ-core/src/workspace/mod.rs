@@ -15,8 +15,12 @@ use std::path::Path;
 use async_trait::async_trait;
 use serde::Serialize;
 
-use crate::path::{PathError, RepoPath};
+use crate::path::RepoPath;
 use crate::search::{MapFiles, MapQuery, SearchError, SearchQuery, SearchResults, Walk};
+
+pub(crate) mod error;
+
+pub use error::WorkspaceError;
 
 /// Held while one path is being written; writers of one path queue on it: within this process,
 /// and, where replicas share `REPO_DIR`, across them ([`SharedLocks`]). Dropping it releases both.
@@ -91,7 +95,7 @@ pub trait HeldLock: Send + Sync {
 pub trait SharedLocks: Send + Sync + std::fmt::Debug {
     /// Waits until `key` is held by no other process, then holds it until the guard is dropped.
     /// An error means the lock could not be taken (the database is away).
-    async fn lock(&self, key: &str) -> Result<SharedLock, crate::audit::StoreError>;
+    async fn lock(&self, key: &str) -> Result<SharedLock, crate::store::StoreError>;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -99,40 +103,6 @@ pub struct DirEntry {
     pub name: String,
     pub size: u64,
     pub is_dir: bool,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum WorkspaceError {
-    #[error("{0}")]
-    Path(#[from] PathError),
-    #[error("'{path}' resolves outside REPO_DIR (through a symlink)")]
-    Escapes { path: String },
-    #[error("'{path}' does not exist")]
-    NotFound { path: String },
-    #[error(
-        "parent directory '{parent}' of '{path}' does not exist (set create_dirs=true to create it)"
-    )]
-    ParentMissing { path: String, parent: String },
-    #[error("'{path}' is a directory, not a file")]
-    IsDirectory { path: String },
-    #[error("'{path}' is not a directory")]
-    NotADirectory { path: String },
-    #[error("'{path}' is not a regular file")]
-    SpecialFile { path: String },
-    #[error("'{path}' is protected ({protected}: {reason}); writ never writes there")]
-    Protected {
-        path: String,
-        protected: String,
-        reason: String,
-    },
-    #[error("no space left on the device while writing '{path}'")]
-    NoSpace { path: String },
-    #[error("I/O error on '{path}': {source}")]
-    Io {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
 }
 
 /// A write whose content is durable but not yet visible ([`Workspace::stage`]). Dropped without

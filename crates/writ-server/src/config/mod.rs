@@ -520,7 +520,7 @@ mod tests {
 
     #[test]
     fn the_straggler_policy_waits_for_all_unless_configured_and_names_a_bad_variable() {
-        use writ_core::synthesis::fanout::{Enough, Extra};
+        use writ_core::synthesis::batch::{Enough, Extra};
         let s = Settings::load(None, &env_of(&[])).unwrap();
         assert_eq!(
             s.models.straggler,

@@ -61,7 +61,7 @@ fn repo_map_tokens(get: &Get<'_>) -> Result<usize, ConfigError> {
     let n = parse_num(
         get,
         name,
-        writ_core::synthesis::context::DEFAULT_REPO_MAP_TOKENS,
+        writ_core::synthesis::stage::DEFAULT_REPO_MAP_TOKENS,
     )?;
     let max = writ_core::synthesis::batch::MAX_REPO_MAP_TOKENS;
     if n > max {

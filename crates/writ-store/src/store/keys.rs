@@ -185,9 +185,13 @@ pub(super) fn spend_of_rows<D: Dialect>(rows: &[D::Row]) -> Result<Spend, StoreE
     let mut spend = Spend::default();
     for row in rows {
         let candidates: Json<Vec<CandidateRecord>> = Record::<D>(row).get("candidates")?;
-        spend.add(&candidates.0);
+        for c in &candidates.0 {
+            spend.add(c.cost, c.prompt_tokens, c.completion_tokens);
+        }
         let detail: Option<Json<serde_json::Value>> = Record::<D>(row).get("detail")?;
-        spend.add_calls(&CallRecord::in_detail(detail.as_ref().map(|d| &d.0)));
+        for c in CallRecord::in_detail(detail.as_ref().map(|d| &d.0)) {
+            spend.add(c.cost, c.prompt_tokens, c.completion_tokens);
+        }
     }
     Ok(spend)
 }

@@ -12,6 +12,7 @@
 mod context;
 mod options;
 mod request;
+mod straggler;
 
 pub use options::{
     DEFAULT_REPAIR_ROUNDS, DEFAULT_VALIDATION_TIMEOUT_SECS, Fanout, MAX_COMMAND_ARGS,
@@ -27,6 +28,9 @@ use crate::path::RepoPath;
 use crate::synthesis::image::{ImageFormat, ImageOptions, ImageTarget, MAX_SIDE, MIN_SIDE};
 pub use context::{ContextEntry, ContextTarget};
 use context::{constraints_text, context_entries};
+pub use straggler::{
+    Enough, Extra, MAX_STRAGGLER_EXTRA_FACTOR, MAX_STRAGGLER_EXTRA_MS, PolicyError, StragglerPolicy,
+};
 
 pub const MAX_FILES: usize = 5;
 pub const MAX_DESCRIPTION_CHARS: usize = 20_000;
@@ -475,7 +479,7 @@ impl Batch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::synthesis::fanout::StragglerPolicy;
+    use crate::synthesis::batch::StragglerPolicy;
 
     fn req(json: serde_json::Value) -> Result<Batch, BatchError> {
         Batch::parse(serde_json::from_value(json).unwrap())
@@ -628,8 +632,8 @@ mod tests {
         assert_eq!(
             b.options.straggler.unwrap(),
             StragglerPolicy::CutOff {
-                enough: crate::synthesis::fanout::Enough::Count(2),
-                extra: crate::synthesis::fanout::Extra::Relative(0.5)
+                enough: Enough::Count(2),
+                extra: Extra::Relative(0.5)
             }
         );
         let b = req(serde_json::json!({"command": "write_codebase", "files": [file("a.py")], "options": {"straggler": {"enough": "all"}}})).unwrap();

@@ -2,10 +2,10 @@
 //! with the limits and defaults of `options.validation` and the parsing of `options.validation`
 //! and `options.straggler` from their wire shape.
 
+use super::StragglerPolicy;
 use super::request::{FanoutOptions, OnFail, StragglerOptions, ValidationOptions};
 use super::{BatchError, refuse};
 use crate::execution::CommandCall;
-use crate::synthesis::fanout::StragglerPolicy;
 
 /// `options.validation`, parsed.
 #[derive(Debug, Clone, PartialEq)]

@@ -8,21 +8,8 @@ use futures::future::join_all;
 
 use std::sync::Mutex;
 
-use crate::search::{
-    Freshness, MapFiles, MapQuery, SearchError, SearchQuery, SearchResults, module_names,
-};
-
-/// What a batch's repository maps look up once for all its files: the walk (without a current
-/// index) and the index's answers with each file's searches, asked in one go (one blocking hop a
-/// batch, not one a file); each file takes its own answer.
-#[derive(Default)]
-pub struct MapShared {
-    walk: tokio::sync::OnceCell<Option<crate::search::Walk>>,
-    lookups: tokio::sync::OnceCell<Option<Mutex<HashMap<RepoPath, Lookup>>>>,
-}
-
-/// One file's answer from the index: the files that may rank and its searches' results.
-type Lookup = (MapFiles, Vec<Result<SearchResults, SearchError>>);
+use crate::search::{Freshness, MapQuery, SearchError, SearchQuery, SearchResults, module_names};
+use crate::synthesis::stage::MapShared;
 
 /// Each of the batch's files with its content before the batch (`None`: no such file yet).
 pub type Before = [(RepoPath, Option<Vec<u8>>)];

@@ -20,15 +20,13 @@ use crate::path::RepoPath;
 use crate::search::{SearchError, WalkedFile, content_key};
 use crate::synthesis::batch::{Batch, BatchError, ContextEntry, ContextTarget, FileSpec};
 use crate::synthesis::prompt::{ContextFile, MoreContext};
-use crate::synthesis::stage::Prior;
+use crate::synthesis::stage::{Named, NamedContext, Prior};
 use crate::workspace::{Workspace, WorkspaceError};
 
 mod map;
 
-pub use map::{Before, MapShared, repo_map};
+pub use map::{Before, repo_map};
 
-/// The map's budget when neither the deployment nor the batch sets one, in prompt tokens.
-pub const DEFAULT_REPO_MAP_TOKENS: usize = 2_000;
 /// Characters of named context in one prompt (≈ 15,000 tokens).
 const MAX_NAMED_CHARS: usize = 60_000;
 /// Characters of one named file shown whole; past it, its outline.
@@ -56,30 +54,6 @@ const OUTLINE_CACHE_ENTRIES: usize = 20_000;
 /// English with the common tokenizers; no tokenizer is shipped).
 pub fn tokens(text: &str) -> usize {
     text.chars().count().div_ceil(4)
-}
-
-/// One `context` entry as found on disk.
-#[derive(Debug, Clone)]
-pub(crate) enum Named {
-    File(RepoPath),
-    Folder {
-        path: RepoPath,
-        files: Vec<WalkedFile>,
-        truncated: bool,
-    },
-    Glob {
-        pattern: String,
-        files: Vec<WalkedFile>,
-        truncated: bool,
-    },
-}
-
-/// Every `context` entry of a batch, found on disk: the batch's, then each file's.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct NamedContext {
-    pub batch: Vec<Named>,
-    /// One list per file, in the batch's order.
-    pub files: Vec<Vec<Named>>,
 }
 
 /// Finds every `context` entry on disk. A path that does not exist, is protected or leads

@@ -9,11 +9,12 @@ use uuid::Uuid;
 
 use crate::audit::{
     AuditStore, AuditWrite, Cursor, NewRequest, Operation, OperationFilter, OperationOutcome,
-    OperationPage, RecentOperation, RequestRecord, RequestStatus, StoreError,
+    OperationPage, RecentOperation, RequestRecord, RequestStatus,
 };
 use crate::jobs::{ClaimedJob, Job, JobEvent, JobStatus, JobStore, NewJob};
 use crate::keys::{ApiKeyRecord, KeyStore};
 use crate::sessions::{ChunkAppend, SessionStore, SessionTransition, WriteSession};
+use crate::store::StoreError;
 use crate::workspaces::{WorkspaceRecord, WorkspaceStore};
 
 #[derive(Default)]

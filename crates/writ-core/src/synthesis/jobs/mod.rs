@@ -30,9 +30,9 @@ use uuid::Uuid;
 
 use crate::audit::{
     AuditStore, AuditWrite, CallRecord, FileKind, Operation, OperationFilter, OperationStatus,
-    StoreError,
 };
 use crate::jobs::{ClaimedJob, JobEvent, JobStatus};
+use crate::store::StoreError;
 use crate::synthesis::batch::{Batch, WriteCodebaseRequest};
 use crate::synthesis::progress::{DONE, Event, ProgressSink};
 use crate::synthesis::record::{self, JobEnd, Recorded};
@@ -44,23 +44,15 @@ mod events;
 mod liveness;
 mod resume;
 
+pub use crate::synthesis::lease::{LEASE, RENEW_EVERY};
+use crate::synthesis::lease::{LeaseHold, lease_until};
 use events::{ChannelSink, write_events};
-pub(crate) use liveness::LeaseHold;
 pub use liveness::fail_stale_jobs;
-pub(crate) use liveness::lease_until;
 use liveness::{keep_alive, raised};
 use resume::{announce_failed, failed_answer, merge_resumed, resume};
 
 /// How often a running job refreshes its heartbeat.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
-
-/// How long a replica's hold on a job lasts unless renewed. Short enough that a killed
-/// replica's jobs are resumed within seconds, long enough that a few slow renewals in a row
-/// (a busy database) do not hand a live job to another replica.
-pub const LEASE: Duration = Duration::from_secs(10);
-
-/// How often the owner renews its leases: three tries before one lapses.
-pub const RENEW_EVERY: Duration = Duration::from_secs(3);
 
 /// Claims of one job after its first run; the next lapse ends it `failed`.
 pub const MAX_RESUMES: i64 = 3;

@@ -54,6 +54,7 @@ pub(super) fn untried(batch: &Batch) -> Vec<FileTrials<'_>> {
                     allow_removals: false,
                     rounds: Default::default(),
                 },
+                early: None,
                 records: vec![Default::default(), Default::default()],
                 trials,
                 best: Some(0),

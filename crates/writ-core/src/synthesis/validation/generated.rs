@@ -191,13 +191,7 @@ pub(super) async fn check_and_decide(
 
     // 1. The tests, from what every candidate shares (or as written while the candidates
     //    arrived, under `options.fanout.stop_when_passing`).
-    let written = match f
-        .generated
-        .rounds
-        .early
-        .as_ref()
-        .and_then(|e| e.written.clone())
-    {
+    let written = match f.early.as_ref().and_then(|e| e.written.clone()) {
         Some(written) => written,
         None => {
             let codes: Vec<&str> = among.iter().map(|&t| f.trials[t].code.as_str()).collect();
@@ -1760,10 +1754,10 @@ mod tests {
         verdicts: Vec<crate::synthesis::doubles::Answer>,
     ) -> (Checked, Vec<String>, usize) {
         use crate::synthesis::doubles::{self, Answer, ScriptedModels};
-        use crate::synthesis::fanout::Upstream;
         use crate::synthesis::generation::Generated;
         use crate::synthesis::progress::NoProgress;
         use crate::synthesis::stage::SynthesisConfig;
+        use crate::synthesis::stage::Upstream;
 
         let batch = doubles::batch(&["clamp.py"]);
         let prior = doubles::prior(&batch);
@@ -1804,6 +1798,7 @@ mod tests {
                 allow_removals: false,
                 rounds: Default::default(),
             },
+            early: None,
             records: vec![Default::default(); codes.len()],
             trials: codes
                 .iter()

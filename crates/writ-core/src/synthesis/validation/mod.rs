@@ -39,6 +39,7 @@ mod trials;
 mod fixtures;
 
 use combinations::search_combinations;
+use generated::Early;
 use repair::repair_round;
 use trials::validate_trials;
 
@@ -86,6 +87,8 @@ struct FileTrials<'a> {
     /// The file's place in the batch.
     position: usize,
     generated: Generated,
+    /// The generated checks run as its candidates arrived, when they were.
+    early: Option<Early>,
     records: Vec<CandidateRecord>,
     trials: Vec<Trial>,
     /// The trial other files are staged with.
@@ -172,7 +175,10 @@ pub(crate) fn file_checks(
 
 /// What a code file brings to validation: its candidates, or its outcome already.
 pub(crate) enum Stage {
-    Generated(Box<Generated>),
+    /// Its candidates, and the generated checks already run on them as they arrived
+    /// (`options.fanout` with `validation.generate` and no caller's tests), which the choice
+    /// reuses.
+    Generated(Box<Generated>, Option<Early>),
     Done(Box<Produced>),
 }
 
@@ -191,7 +197,7 @@ pub(crate) async fn select_validated(
             .into_iter()
             .map(|s| match s {
                 Stage::Done(p) => *p,
-                Stage::Generated(g) => Produced::failed(why, records_of(&g)),
+                Stage::Generated(g, _) => Produced::failed(why, records_of(&g)),
             })
             .collect();
     };
@@ -204,7 +210,7 @@ pub(crate) async fn select_validated(
                 done.push(Some(*p));
                 slot_of.push(None);
             }
-            Stage::Generated(g) => {
+            Stage::Generated(g, early) => {
                 let records = records_of(&g);
                 let (checks, diagnostics) =
                     file_checks(selector.config, validation, &file.path, g.language);
@@ -225,6 +231,7 @@ pub(crate) async fn select_validated(
                     file,
                     position,
                     generated: *g,
+                    early,
                     records,
                     trials,
                     best,
@@ -280,12 +287,7 @@ pub(crate) async fn select_validated(
             let passed = if caller_checks {
                 !files[i].passers().is_empty()
             } else {
-                files[i]
-                    .generated
-                    .rounds
-                    .early
-                    .as_ref()
-                    .is_some_and(|e| e.agreed)
+                files[i].early.as_ref().is_some_and(|e| e.agreed)
             };
             if passed || files[i].generated.rounds.later.is_empty() {
                 continue;
@@ -635,8 +637,6 @@ async fn second_round(
     // Without the caller's tests, the generated checks go on from the first round's tests and
     // runs, so the second round's candidates agree with the first round's too.
     let early = f
-        .generated
-        .rounds
         .early
         .take()
         .filter(|_| validation.commands.is_empty())
@@ -695,7 +695,7 @@ async fn second_round(
     }
     f.generated.rounds.stopped.extend(out.stopped);
     if let Some(early) = early {
-        f.generated.rounds.early = Some(early.into_early());
+        f.early = Some(early.into_early());
     }
     if f.best.is_none() && !f.trials.is_empty() {
         f.best = Some(0);
@@ -750,25 +750,28 @@ mod tests {
     use super::fixtures::validation;
     use super::*;
     use crate::synthesis::doubles::{self, Answer, ScriptedChecks, ScriptedModels};
-    use crate::synthesis::fanout::Upstream;
     use crate::synthesis::progress::NoProgress;
     use crate::synthesis::stage::SynthesisConfig;
+    use crate::synthesis::stage::Upstream;
 
     /// One file's three distinct candidates, from `m1`, `m2` and `m3`.
     fn generated(codes: [&str; 3]) -> Stage {
-        Stage::Generated(Box::new(Generated {
-            language: Language::Python,
-            models: vec!["m1".into(), "m2".into(), "m3".into()],
-            messages: Vec::new(),
-            answers: codes
-                .iter()
-                .enumerate()
-                .map(|(i, code)| doubles::viable(&format!("m{}", i + 1), code))
-                .collect(),
-            existing: None,
-            allow_removals: false,
-            rounds: Default::default(),
-        }))
+        Stage::Generated(
+            Box::new(Generated {
+                language: Language::Python,
+                models: vec!["m1".into(), "m2".into(), "m3".into()],
+                messages: Vec::new(),
+                answers: codes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, code)| doubles::viable(&format!("m{}", i + 1), code))
+                    .collect(),
+                existing: None,
+                allow_removals: false,
+                rounds: Default::default(),
+            }),
+            None,
+        )
     }
 
     async fn select(

@@ -12,18 +12,19 @@ use uuid::Uuid;
 
 use std::time::Duration;
 
-use crate::audit::{AuditStore, AuditWrite, CallRecord, CandidateRecord, FileKind, StoreError};
+use crate::audit::{AuditStore, AuditWrite, CallRecord, CandidateRecord, FileKind};
 use crate::content::sha256_hex;
 use crate::files::{
     DeferredWrite, FailedWrite, GroupedWrite, Provenance, WriteError, WriteMode, WriteSpec,
     record_failure, write_group_deferring_completion,
 };
+use crate::store::StoreError;
 use crate::synthesis::batch::{Batch, FileSpec};
-use crate::synthesis::fanout::Upstream;
 use crate::synthesis::outage::OutageWait;
 use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::record::{NotRecorded, Recorded};
 use crate::synthesis::response::{FileResult, FileValidation, ImageInfo};
+use crate::synthesis::stage::Upstream;
 use crate::synthesis::stage::{Chosen, Content, Produced};
 use crate::workspace::Workspace;
 use writ_checks::shape::Change;
