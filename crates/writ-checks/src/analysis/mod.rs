@@ -261,6 +261,29 @@ impl<'c> Source<'c> {
         out
     }
 
+    /// Python: the statements at module level that only evaluate an expression (a call, a
+    /// stray shell line such as `pytest -v tests.py` that happens to parse), which run when the
+    /// file is imported; assignments and the module's docstring are not among them.
+    pub fn bare_expressions(&self) -> Vec<Range<usize>> {
+        if self.language != Language::Python {
+            return Vec::new();
+        }
+        let root = self.root();
+        let mut cursor = root.walk();
+        root.named_children(&mut cursor)
+            .filter(|s| s.kind() == "expression_statement")
+            .filter(|s| {
+                s.named_child(0).is_some_and(|e| {
+                    !matches!(
+                        e.kind(),
+                        "assignment" | "augmented_assignment" | "string" | "concatenated_string"
+                    )
+                })
+            })
+            .map(|s| s.byte_range())
+            .collect()
+    }
+
     /// The names the file reads, anywhere (identifiers), for telling which names it uses.
     pub fn names_used(&self) -> BTreeSet<&'c str> {
         let mut out = BTreeSet::new();

@@ -301,3 +301,15 @@ fn rust_impl_methods_and_go_functions_are_definitions_too() {
     assert_eq!(definition_names(go, Language::Go).unwrap(), ["A", "M", "T"]);
     assert_eq!(definition_names("x", Language::Markdown), None);
 }
+
+#[test]
+fn bare_expressions_are_the_statements_run_at_import_that_bind_nothing() {
+    let code = "\"\"\"Tests.\"\"\"\nimport pytest\nLIMIT = 3\n\ndef test_a():\n    assert True\n\ntest_a()\npytest -v .writ-checks/test_a.py\nif __name__ == '__main__':\n    pytest.main()\n";
+    let source = parse(code, Language::Python);
+    let found: Vec<&str> = source
+        .bare_expressions()
+        .into_iter()
+        .map(|r| &code[r])
+        .collect();
+    assert_eq!(found, ["test_a()", "pytest -v .writ-checks/test_a.py"]);
+}

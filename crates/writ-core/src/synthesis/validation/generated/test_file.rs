@@ -10,6 +10,9 @@
 //! - **Another module name**: `from solution import f`, `import main`, a module named after the
 //!   function. The import is pointed at the file under test.
 //! - **No import at all** of the names it calls: one is added.
+//! - **Code run at import**: a call of its own tests, or a shell line (`pytest -v tests.py`)
+//!   that happens to parse as Python, runs when the file is imported and fails it whole. Such
+//!   statements are removed.
 //! - **Replacing a name under test** inside a test (`monkeypatch.setattr(m, "f", …)`,
 //!   `patch("m.f")`, `m.f = …`): such a test checks its replacement, not the candidate, and is
 //!   removed.
@@ -58,9 +61,21 @@ pub(super) fn prepare(
         }
     };
 
-    // Stubs and replacements of the names under test.
+    // Code run at import, stubs and replacements of the names under test.
     let source = Source::parse(&code, language).ok_or("it could not be parsed")?;
-    let mut removals: Vec<Range<usize>> = Vec::new();
+    let mut removals: Vec<Range<usize>> = source.bare_expressions();
+    if !removals.is_empty() {
+        let first = removals
+            .iter()
+            .map(|r| &code[r.clone()])
+            .next()
+            .unwrap_or_default();
+        adjusted.push(format!(
+            "it ran {} statement(s) at import (`{}`): removed",
+            removals.len(),
+            first.lines().next().unwrap_or_default()
+        ));
+    }
     let mut stubbed = Vec::new();
     for definition in source.definitions() {
         let stub = definition.top_level
@@ -370,6 +385,88 @@ mod tests {
         assert_eq!(
             try_prepare("def test_a(:\n    pass\n", Language::Python, "calc.py", &[]),
             Err("it does not parse".into())
+        );
+    }
+
+    /// A real answer kept under `tests/data/generated-checks/` (a header saying where it came
+    /// from, the prompt, then the answer): the test file extracted from the answer.
+    fn real_answer(fixture: &str) -> String {
+        let answer = fixture
+            .split_once("\n=== answer\n")
+            .map_or("", |(_, answer)| answer);
+        writ_checks::extract_code(answer, Language::Python).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_real_test_file_that_defines_the_function_and_runs_pytest_at_import_tests_the_file() {
+        let code = real_answer(include_str!(
+            "../../../../tests/data/generated-checks/defines-the-function-and-runs-pytest-at-import.txt"
+        ));
+        let file = prepared(
+            &code,
+            Language::Python,
+            "he000_has_close_elements.py",
+            &["has_close_elements"],
+        );
+        let source = Source::parse(&file.code, Language::Python).unwrap();
+        assert!(
+            source
+                .definitions()
+                .iter()
+                .all(|d| d.name != "has_close_elements")
+        );
+        assert!(source.bare_expressions().is_empty(), "{}", file.code);
+        assert!(
+            file.code
+                .contains("from he000_has_close_elements import has_close_elements\n"),
+            "{}",
+            file.code
+        );
+        let ids: Vec<String> = source.test_cases().into_iter().map(|c| c.id).collect();
+        assert_eq!(ids, ["test_has_close_elements"]);
+        assert_eq!(file.adjusted.len(), 3, "{:?}", file.adjusted);
+    }
+
+    #[test]
+    fn a_real_answer_holding_the_implementation_and_its_tests_keeps_only_the_tests() {
+        let code = real_answer(include_str!(
+            "../../../../tests/data/generated-checks/implementation-and-tests-in-one-file.txt"
+        ));
+        let file = prepared(
+            &code,
+            Language::Python,
+            "he162_string_to_md5.py",
+            &["string_to_md5"],
+        );
+        assert!(!file.code.contains("hexdigest"), "{}", file.code);
+        assert!(!file.code.contains("pytest -v"), "{}", file.code);
+        assert!(
+            file.code
+                .contains("from he162_string_to_md5 import string_to_md5\n"),
+            "{}",
+            file.code
+        );
+        assert!(
+            file.code.contains("def test_string_to_md5():"),
+            "{}",
+            file.code
+        );
+    }
+
+    #[test]
+    fn a_real_test_file_that_imports_the_file_by_its_name_is_left_as_written() {
+        let code = real_answer(include_str!(
+            "../../../../tests/data/generated-checks/pytest-raises-and-one-test-of-many-asserts.txt"
+        ));
+        let file = prepared(
+            &code,
+            Language::Python,
+            "he101_words_string.py",
+            &["words_string"],
+        );
+        assert_eq!(
+            (file.code.as_str(), file.adjusted.len()),
+            (code.as_str(), 0)
         );
     }
 }
