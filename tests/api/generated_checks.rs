@@ -182,3 +182,116 @@ async fn keeping_tests_is_refused_naming_the_field_when_it_cannot_be_done() {
     }
     assert!(app.fake().calls_for(MODELS[0]).is_empty());
 }
+
+/// The job of an async batch, once done: its answer, and its events by name with their data.
+async fn run_async(app: &TestApp, options: Value) -> (Value, Vec<(String, Value)>) {
+    let mut body = batch(options);
+    body["options"]["async"] = json!(true);
+    let r = app
+        .client
+        .post(app.url("/write_codebase"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let answer: Value = r.json().await.unwrap();
+    let job = answer["job_id"].as_str().unwrap().to_string();
+    let mut done = Value::Null;
+    for _ in 0..600 {
+        let (_, body) = app.json(&format!("/jobs/{job}")).await;
+        if body["status"] == "done" || body["status"] == "failed" {
+            done = body;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(done["status"], "done", "{done}");
+    let text = app
+        .client
+        .get(app.url(&format!("/jobs/{job}/events")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events = text
+        .split("\n\n")
+        .filter_map(|block| {
+            let name = block.lines().find_map(|l| l.strip_prefix("event:"))?;
+            let data = block.lines().find_map(|l| l.strip_prefix("data:"))?;
+            Some((
+                name.trim().to_string(),
+                serde_json::from_str(data.trim()).ok()?,
+            ))
+        })
+        .collect();
+    (done["response"].clone(), events)
+}
+
+#[tokio::test]
+async fn generated_checks_that_get_no_test_say_so_in_the_answer_and_on_the_stream() {
+    let app = app_with(&[]).await;
+    app.fake().script(
+        WRITER,
+        Script::always(Step::text(
+            "I need to see the implementation before I can write tests for it.",
+        )),
+    );
+    let (answer, events) = run_async(&app, json!({"validation": {"generate": true}})).await;
+    let result = &answer["results"][0];
+    assert_eq!(result["selection"], "arbiter", "{answer}");
+    let checks = &result["validation"]["generated_checks"];
+    assert_eq!(checks["status"], "no_tests", "{checks}");
+    assert!(
+        checks["note"]
+            .as_str()
+            .unwrap()
+            .contains("the answer holds no python code"),
+        "{checks}"
+    );
+    let unavailable: Vec<&Value> = events
+        .iter()
+        .filter(|(name, _)| name == "checks_unavailable")
+        .map(|(_, data)| data)
+        .collect();
+    assert_eq!(unavailable.len(), 1, "{events:?}");
+    assert_eq!(unavailable[0]["file"], "calc.py");
+    assert_eq!(unavailable[0]["status"], "no_tests");
+}
+
+#[tokio::test]
+async fn a_test_file_that_defines_the_functions_it_tests_is_made_to_test_the_candidates() {
+    // As a real 1.5B writer answered: the module under test written out whole (here with the
+    // wrong `add`), then its tests, then a shell line that parses as Python.
+    const STUBBED: &str = "def add(a, b):\n    \"\"\"Adds.\"\"\"\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\ndef test_mul():\n    assert mul(4, 5) == 20\n\n\npytest -v .writ-checks/test_calc.py\n";
+    let app = app_with(&[]).await;
+    app.fake()
+        .script(WRITER, Script::always(Step::code("python", STUBBED)));
+    let (answer, events) = run_async(&app, json!({"validation": {"generate": true}})).await;
+    let result = &answer["results"][0];
+    assert_eq!(result["chosen_model"], MODELS[2], "{answer}");
+    let checks = &result["validation"]["generated_checks"];
+    assert_eq!(checks["status"], "decided", "{checks}");
+    assert_eq!(checks["tests"].as_array().unwrap().len(), 2, "{checks}");
+    let adjusted: Vec<&str> = checks["adjusted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(adjusted.len(), 3, "{checks}");
+    assert!(
+        adjusted[1].contains("it defined `add`, `mul` itself"),
+        "{checks}"
+    );
+    assert!(
+        checks["files"][0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("from calc import add, mul\n"),
+        "{checks}"
+    );
+    assert!(!events.iter().any(|(name, _)| name == "checks_unavailable"));
+}

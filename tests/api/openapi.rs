@@ -324,6 +324,7 @@ fn event_names() -> BTreeSet<String> {
             | Event::ValidationFinished { .. }
             | Event::RepairStarted { .. }
             | Event::ChecksGenerated { .. }
+            | Event::ChecksUnavailable { .. }
             | Event::AgreementComputed { .. }
             | Event::ArbiterAskedInputs { .. }
             | Event::StoppedEarly { .. }
@@ -385,6 +386,11 @@ fn event_names() -> BTreeSet<String> {
             models: 1,
             tests: 4,
             discarded: 1,
+        },
+        Event::ChecksUnavailable {
+            file: f(),
+            status: writ_core::audit::GeneratedChecksStatus::NoTests,
+            reason: "no test file could be used".into(),
         },
         Event::AgreementComputed {
             file: f(),

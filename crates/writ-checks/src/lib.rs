@@ -2,6 +2,8 @@
 //! candidate and fuzzed as hostile input: no IO, no async, no panics.
 //!
 //! - [`language`]: which language a file path is in, its name and fence tags.
+//! - [`analysis`]: source read once with tree-sitter — definitions, public names, imports,
+//!   test cases, the calls a test checks.
 //! - [`extract`]: getting the file's code out of a plain-text answer.
 //! - [`mojibake`]: repairing UTF-8 text that was decoded as Windows-1252.
 //! - [`normalise`](mod@normalise): one shape for code (line endings, BOM, final newline).
@@ -14,6 +16,7 @@
 //! - [`patch`]: the `apply_patch` format agents speak, parsed into per-file edits.
 //! - [`loss`]: what an update must not lose (placeholders, removed definitions, cut-off files).
 
+pub mod analysis;
 pub mod candidate;
 pub mod edit;
 pub mod extract;

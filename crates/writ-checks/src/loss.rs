@@ -5,16 +5,17 @@
 //!   `# ... rest of the code unchanged ...` or `// existing methods here`, or a bare `...` /
 //!   `// ...` line in place of removed lines. Only lines the candidate added count, so a file
 //!   that already held such a line is not held against it.
-//! - [`removed_definitions`]: functions, classes, methods, types the candidate dropped
-//!   (tree-sitter, where writ has a grammar), except those the description names.
+//! - [`removed_definitions`]: functions, classes, methods, types, module constants the
+//!   candidate dropped ([`crate::analysis`], where writ has a grammar), except those the
+//!   description names.
 //! - [`shrunk`]: a file of at least [`SHRINK_MIN_LINES`] non-blank lines that keeps fewer than
 //!   [`SHRINK_KEEP_PERCENT`] % of them — the shape of an answer cut off at its output limit.
 //!
 //! The last two are waived when the request allows removals.
 
+use crate::analysis::definition_names;
 use crate::language::Language;
 use crate::shape::added_lines;
-use crate::syntax::{MAX_PARSE_BYTES, grammar, parse_bounded};
 
 /// Files with fewer non-blank lines than this are not held to the shrink check.
 pub const SHRINK_MIN_LINES: usize = 20;
@@ -104,86 +105,6 @@ pub fn elision(old: &str, new: &str) -> Option<(usize, String)> {
         .position(|l| std::ptr::eq(l.as_ptr(), found.0.as_ptr()))
         .map_or(0, |i| i + 1);
     Some((number, found.0.trim().to_string()))
-}
-
-/// Node kinds whose name is a definition worth keeping.
-fn is_definition(kind: &str) -> bool {
-    (kind.ends_with("_definition")
-        || kind.ends_with("_declaration")
-        || kind.ends_with("_item")
-        || kind == "type_spec"
-        || kind == "variable_declarator")
-        && !matches!(
-            kind,
-            "use_declaration"
-                | "import_declaration"
-                | "extern_crate_declaration"
-                | "expression_statement"
-                | "lexical_declaration"
-                | "variable_declaration"
-        )
-}
-
-/// Definitions whose inside is not searched further: what a function keeps local is its own.
-fn is_body_owner(kind: &str) -> bool {
-    kind.contains("function") || kind.contains("method") || kind == "variable_declarator"
-}
-
-/// The qualified names of `code`'s definitions (`Class.method`, `Type.fn` for a Rust impl);
-/// `None` where writ has no grammar for the language or the code is too large to parse.
-pub fn definition_names(code: &str, lang: Language) -> Option<Vec<String>> {
-    let g = grammar(lang)?;
-    if code.len() > MAX_PARSE_BYTES {
-        return None;
-    }
-    let tree = parse_bounded(code, g)?;
-    let mut names = Vec::new();
-    collect(code, tree.root_node(), "", 0, &mut names);
-    names.sort();
-    names.dedup();
-    Some(names)
-}
-
-fn collect(
-    code: &str,
-    node: tree_sitter::Node<'_>,
-    prefix: &str,
-    depth: usize,
-    out: &mut Vec<String>,
-) {
-    if depth > 8 {
-        return;
-    }
-    let mut cursor = node.walk();
-    for child in node.named_children(&mut cursor) {
-        let kind = child.kind();
-        let name = child
-            .child_by_field_name("name")
-            .or_else(|| {
-                (kind == "impl_item")
-                    .then(|| child.child_by_field_name("type"))
-                    .flatten()
-            })
-            .and_then(|n| code.get(n.start_byte()..n.end_byte()));
-        let mut inner = prefix.to_string();
-        if is_definition(kind)
-            && let Some(name) = name
-        {
-            let qualified = if prefix.is_empty() {
-                name.to_string()
-            } else {
-                format!("{prefix}.{name}")
-            };
-            if kind != "impl_item" {
-                out.push(qualified.clone());
-            }
-            if is_body_owner(kind) {
-                continue;
-            }
-            inner = qualified;
-        }
-        collect(code, child, &inner, depth + 1, out);
-    }
 }
 
 /// Whether `description` names `qualified`'s last part as a word (so removing it was asked).
@@ -290,23 +211,6 @@ mod tests {
                 "remove legacy() and Stack's pop"
             ),
             Vec::<String>::new()
-        );
-    }
-
-    #[test]
-    fn rust_impl_methods_and_go_functions_are_definitions_too() {
-        let rust = "struct S;\nimpl S {\n    fn a(&self) {}\n    fn b(&self) {}\n}\nfn free() {}\n";
-        assert_eq!(
-            definition_names(rust, Language::Rust).unwrap(),
-            vec!["S", "S.a", "S.b", "free"]
-        );
-        let go = "package m\n\nfunc A() {}\n\ntype T struct{}\n\nfunc (t T) M() {}\n";
-        let names = definition_names(go, Language::Go).unwrap();
-        assert!(
-            names.contains(&"A".into())
-                && names.contains(&"M".into())
-                && names.contains(&"T".into()),
-            "{names:?}"
         );
     }
 

@@ -289,10 +289,18 @@ pub struct GeneratedCheckRecord {
 /// operation record (`detail.generated_checks`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GeneratedChecks {
+    /// Whether they chose the file, and if not, why not.
+    #[serde(default)]
+    pub status: GeneratedChecksStatus,
     /// Each test-writing model's call.
     pub writers: Vec<TestWriterCall>,
-    /// The test files, as the test-writing models wrote them.
+    /// The test files as they ran (or, for one that could not run, as written).
     pub files: Vec<GeneratedTestFile>,
+    /// What writ changed in the files as written so they test the file under test (the whole
+    /// tests of a file cut off mid-way kept, a stub of a name under test removed, the import
+    /// of the file pointed at it), each with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adjusted: Vec<String>,
     /// The tests kept, by id.
     pub tests: Vec<String>,
     /// Tests and test files dropped, each with why.
@@ -307,6 +315,57 @@ pub struct GeneratedChecks {
     /// Why the checks could not decide, when they could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+/// What the generated checks did for a file.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum GeneratedChecksStatus {
+    /// The generated tests, or the candidates' behaviour on the probe inputs, chose the file
+    /// (`selection`: `agreement`, `behaviour` or `distinguished`).
+    #[default]
+    Decided,
+    /// They ran and left several candidates tied: the arbiter chose among those only
+    /// (`agreement_arbiter`).
+    Tied,
+    /// One distinct candidate stood (or one passed the caller's tests): nothing to choose.
+    NotNeeded,
+    /// Tests were written, but no test ran on any candidate and no probe input told them
+    /// apart: the arbiter chose among all of them.
+    NoUsableTests,
+    /// No test-writing model gave a test file that could run (a failed call, an answer without
+    /// code, a file that does not parse even in part): the arbiter chose.
+    NoTests,
+    /// Generated checks are made for Python and JavaScript files only: the arbiter chose.
+    UnsupportedLanguage,
+    /// Nothing can run them here (no command for the language in `WRIT_CHECK_COMMANDS`, or the
+    /// sandbox refused it): the arbiter chose.
+    CannotRun,
+}
+
+impl GeneratedChecksStatus {
+    /// Whether the generated checks were asked for and could not choose the file, so the
+    /// arbiter (or the fallback) chose it without their evidence.
+    pub fn unavailable(self) -> bool {
+        matches!(
+            self,
+            Self::NoUsableTests | Self::NoTests | Self::UnsupportedLanguage | Self::CannotRun
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Decided => "decided",
+            Self::Tied => "tied",
+            Self::NotNeeded => "not_needed",
+            Self::NoUsableTests => "no_usable_tests",
+            Self::NoTests => "no_tests",
+            Self::UnsupportedLanguage => "unsupported_language",
+            Self::CannotRun => "cannot_run",
+        }
+    }
 }
 
 /// One test-writing model call.

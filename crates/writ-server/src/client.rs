@@ -354,6 +354,14 @@ async fn follow(
                     .get(&file)
                     .into_iter()
                     .for_each(|b| b.set_message(format!("running {tests} generated tests"))),
+                Event::ChecksUnavailable { file, status, .. } => {
+                    bars.get(&file).into_iter().for_each(|b| {
+                        b.set_message(format!(
+                            "generated checks could not choose ({}): the arbiter chooses",
+                            status.as_str()
+                        ))
+                    })
+                }
                 Event::AgreementComputed { file, tied, .. } => {
                     bars.get(&file).into_iter().for_each(|b| {
                         b.set_message(format!("{tied} candidate(s) tied on the generated tests"))

@@ -70,6 +70,14 @@ pub enum Event {
         tests: usize,
         discarded: usize,
     },
+    /// Generated checks were asked for a file and could not choose it (`status`: `no_tests`,
+    /// `no_usable_tests`, `unsupported_language` or `cannot_run`; `reason` in words): the arbiter
+    /// chose without their evidence.
+    ChecksUnavailable {
+        file: String,
+        status: crate::audit::GeneratedChecksStatus,
+        reason: String,
+    },
     /// The generated checks ran on a file's candidates: how they grouped, how many stayed tied
     /// at the best score, and (when tests did not separate them) how many behaviour clusters.
     AgreementComputed {
@@ -140,6 +148,7 @@ impl Event {
             Event::ValidationFinished { .. } => "validation_finished",
             Event::RepairStarted { .. } => "repair_started",
             Event::ChecksGenerated { .. } => "checks_generated",
+            Event::ChecksUnavailable { .. } => "checks_unavailable",
             Event::AgreementComputed { .. } => "agreement_computed",
             Event::ArbiterAskedInputs { .. } => "arbiter_asked_inputs",
             Event::StoppedEarly { .. } => "stopped_early",

@@ -163,6 +163,14 @@ fn progress_line(name: &str, data: &Value) -> String {
         } => format!(
             "{file}: {models} test writer(s) gave {tests} usable tests ({discarded} dropped)"
         ),
+        Event::ChecksUnavailable {
+            file,
+            status,
+            reason,
+        } => format!(
+            "{file}: generated checks could not choose ({}): {reason}; the arbiter chooses",
+            status.as_str()
+        ),
         Event::AgreementComputed {
             file,
             groups,

@@ -254,7 +254,8 @@ impl<'f> MapSearches<'f> {
         let mut defined = HashMap::new();
         if let Some((_, lowered)) = &self.definition {
             for m in results.next().unwrap_or_default() {
-                if defined_name(&m.line).is_some_and(|name| {
+                let language = Language::from_path(&m.path);
+                if writ_checks::analysis::line_definition(&m.line, language).is_some_and(|name| {
                     let name = name.to_ascii_lowercase();
                     lowered.iter().any(|w| name.contains(w.as_str()))
                 }) {
@@ -350,68 +351,6 @@ fn capitalized(word: &str) -> String {
         .next()
         .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
         .unwrap_or_default()
-}
-
-/// Keywords that begin a definition, in the languages writ outlines.
-const DEFINING: &[&str] = &[
-    "def",
-    "class",
-    "fn",
-    "function",
-    "func",
-    "const",
-    "let",
-    "var",
-    "static",
-    "struct",
-    "enum",
-    "trait",
-    "type",
-    "interface",
-];
-
-/// The name a line defines: `def name`, `class Name`, `pub fn name`, `export const name`, … (after
-/// optional `export`, `pub`/`pub(...)` and `async`), or a constant written in capitals at the
-/// start of a line (`MAX_RETRIES = 3`, `TIMEOUT: int = 5`).
-fn defined_name(line: &str) -> Option<&str> {
-    if line.starts_with(|c: char| c.is_ascii_uppercase()) {
-        let (name, rest) = line.split_at(identifier_end(line));
-        if name
-            .bytes()
-            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-            && rest.trim_start().starts_with([':', '='])
-        {
-            return Some(name);
-        }
-    }
-    let mut rest = line.trim_start();
-    // `export`, `pub` (or `pub(crate)`) and `async` may come before the keyword.
-    for _ in 0..4 {
-        let (word, after) = rest.split_at(identifier_end(rest));
-        let after = if word == "pub" && after.starts_with('(') {
-            &after[after.find(')')? + 1..]
-        } else {
-            after
-        };
-        if !after.starts_with(char::is_whitespace) {
-            return None;
-        }
-        rest = after.trim_start();
-        match word {
-            "export" | "pub" | "async" => {}
-            w if DEFINING.contains(&w) => {
-                let name = &rest[..identifier_end(rest)];
-                return (!name.is_empty()).then_some(name);
-            }
-            _ => return None,
-        }
-    }
-    None
-}
-
-fn identifier_end(s: &str) -> usize {
-    s.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .unwrap_or(s.len())
 }
 
 /// Words of descriptions that name no particular thing.
@@ -657,30 +596,6 @@ fn each_part(ident: &str, part: &mut String, mut found: impl FnMut(&str)) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_definition_line_names_what_it_defines_and_a_use_names_nothing() {
-        for (line, name) in [
-            ("def apply_discount(order):", Some("apply_discount")),
-            ("    async def fetch_tariffs():", Some("fetch_tariffs")),
-            ("class TariffSchedule(Base):", Some("TariffSchedule")),
-            ("pub(crate) fn parse_order(s: &str) {", Some("parse_order")),
-            ("pub async fn load() {", Some("load")),
-            ("export const maxRetries = 3;", Some("maxRetries")),
-            ("export function computeTariff(x) {", Some("computeTariff")),
-            ("MAX_DISCOUNT = 0.5", Some("MAX_DISCOUNT")),
-            ("TIMEOUT: int = 5", Some("TIMEOUT")),
-            ("    total = apply_discount(order)", None),
-            ("# def apply_discount is below", None),
-            ("return TariffSchedule()", None),
-            ("Tariff = load()", None),
-            ("MAX_DISCOUNT + 1", None),
-            ("def", None),
-            ("define_tariff(x)", None),
-        ] {
-            assert_eq!(defined_name(line), name, "{line}");
-        }
-    }
 
     #[test]
     fn words_are_searched_in_the_cases_identifiers_write_them() {

@@ -24,39 +24,42 @@
 //! file with no checks at all (no caller's commands, no diagnostics for its language) has every
 //! candidate standing.
 //!
-//! This module holds the types the stages share (`Trial`, `FileTrials`), their order
-//! (`select_validated`) and each file's choice once they are over. The stages themselves:
-//! `trials` runs the checks on candidates, `combinations` searches combinations of several
-//! files' candidates, `repair` sends failing candidates back to their models.
+//! This module holds the types the stages share (`Trial`, `FileTrials`) and their order
+//! (`select_validated`). The stages themselves: `trials` runs the checks on candidates,
+//! `rounds` asks the models a file left for later, `combinations` searches combinations of
+//! several files' candidates, `repair` sends failing candidates back to their models, and
+//! `choice` makes each file's choice once they are over (with `generated`, the generated
+//! checks, where several candidates remain).
 
 mod agreement;
+mod choice;
 mod combinations;
 pub(crate) mod generated;
 mod repair;
+mod rounds;
 mod trials;
 
 #[cfg(test)]
 mod fixtures;
 
+use choice::{Checks, choose};
 use combinations::search_combinations;
 use generated::Early;
 use repair::repair_round;
+use rounds::second_round;
 use trials::validate_trials;
 
 use std::time::Instant;
 
-use crate::audit::{CandidateRecord, Selection, ValidationRecord};
+use crate::audit::{CandidateRecord, ValidationRecord};
 use crate::execution::CommandCall;
 use crate::execution::CommandRunner;
 use crate::path::RepoPath;
-use crate::synthesis::batch::{FileSpec, OnFail, Validation};
+use crate::synthesis::batch::{FileSpec, Validation};
 use crate::synthesis::fanout::PassCheck;
 use crate::synthesis::generation::Generated;
-use crate::synthesis::response::{FanoutSaved, FileValidation, KeptTests};
-use crate::synthesis::selection::{Selector, Viable, distinct_viable};
-use crate::synthesis::stage::{
-    BatchCx, Chosen, Content, FileCx, Produced, SynthesisConfig, command_for,
-};
+use crate::synthesis::selection::{Selector, distinct_viable};
+use crate::synthesis::stage::{BatchCx, Produced, SynthesisConfig, command_for};
 use writ_checks::Language;
 
 /// Bytes of a failing command's output kept in the record and shown to a model for repair.
@@ -385,324 +388,6 @@ pub(crate) async fn select_validated(
         .collect()
 }
 
-/// What the generated checks of a file run with: the sandbox, and the batch's other files.
-struct Checks<'a> {
-    runner: &'a dyn CommandRunner,
-    others: &'a [(RepoPath, Vec<u8>)],
-}
-
-/// The file's choice once validation and repair are over, with what `options.fanout` saved.
-async fn choose(
-    selector: &Selector<'_>,
-    cx: FileCx<'_>,
-    validation: &Validation,
-    checks: Checks<'_>,
-    f: FileTrials<'_>,
-) -> Produced {
-    let fanout = cx.batch.options().fanout;
-    let saved = (fanout.stop_when_passing || fanout.first_round.is_some()).then(|| FanoutSaved {
-        not_asked: f.generated.rounds.later.clone(),
-        stopped: f.generated.rounds.stopped.clone(),
-    });
-    let mut produced = choose_among(selector, cx, validation, checks, f).await;
-    if let Some(v) = produced.validation.as_mut() {
-        v.saved = saved;
-        if let Some(path) = &validation.keep_tests
-            && v.kept_tests.is_none()
-        {
-            v.kept_tests = Some(KeptTests {
-                path: path.to_string(),
-                error: Some(
-                    "no generated tests ran for this file (it had one distinct candidate, or none passed the caller's tests); nothing was kept".into(),
-                ),
-                ..KeptTests::default()
-            });
-        }
-    }
-    produced
-}
-
-async fn choose_among(
-    selector: &Selector<'_>,
-    cx: FileCx<'_>,
-    validation: &Validation,
-    checks: Checks<'_>,
-    mut f: FileTrials<'_>,
-) -> Produced {
-    let caller_checks = !f.checks.is_empty();
-    let passers = if caller_checks {
-        f.passers()
-    } else {
-        (0..f.trials.len()).collect()
-    };
-    let summary = |passed: bool| {
-        Some(FileValidation {
-            passed,
-            rounds: f.rounds,
-            generated_checks: None,
-            saved: None,
-            kept_tests: None,
-        })
-    };
-    let repaired = |i: usize| f.trials[i].round > 0;
-    match passers.as_slice() {
-        [] => {
-            if f.trials.is_empty() {
-                // No viable candidate at all: the fallback models, unvalidated.
-                let mut produced = selector.select(cx, f.generated).await;
-                produced.validation = summary(false);
-                if validation.on_fail == OnFail::Refuse {
-                    produced.chosen = Err(format!(
-                        "validation_failed: no candidate could be checked ({}); nothing was written",
-                        produced
-                            .chosen
-                            .err()
-                            .unwrap_or_else(|| "no viable candidate".into())
-                    ));
-                }
-                return produced;
-            }
-            match validation.on_fail {
-                OnFail::Refuse => Produced {
-                    chosen: Err(failure_message(&f, validation)),
-                    candidates: f.records,
-                    validation: summary(false),
-                    existing: None,
-                },
-                OnFail::WriteBest => {
-                    let records = f.records;
-                    let mut produced = selector.select(cx, f.generated).await;
-                    // Keep the validation results the selection's fresh records lack.
-                    produced.candidates = records;
-                    produced.validation = summary(false);
-                    produced
-                }
-            }
-        }
-        [only] => {
-            let t = &f.trials[*only];
-            Produced {
-                chosen: Ok(Chosen {
-                    content: Content::Code(t.code.clone()),
-                    model: t.model.clone(),
-                    selection: if repaired(*only) {
-                        Selection::Repaired
-                    } else if caller_checks {
-                        Selection::Validated
-                    } else {
-                        Selection::SingleCandidate
-                    },
-                    reason: None,
-                    formatted: None,
-                }),
-                candidates: f.records,
-                validation: summary(true),
-                existing: f.generated.existing,
-            }
-        }
-        several if validation.generate => {
-            // The first-round candidates the caller's tests ruled out are never chosen, but
-            // their behaviour still says which of the passers' behaviours is the common one
-            // (repairs are left out: a model's second try is not a second opinion).
-            let voters: Vec<usize> = (0..f.trials.len())
-                .filter(|t| !several.contains(t) && f.trials[*t].round == 0)
-                .collect();
-            let checked = generated::check_and_decide(
-                selector,
-                checks.runner,
-                validation,
-                cx,
-                &f,
-                generated::Candidates {
-                    eligible: several,
-                    voters: &voters,
-                },
-                checks.others,
-            )
-            .await;
-            for (t, record) in checked.records {
-                let r = f.trials[t].record;
-                if let Some(rec) = f.records.get_mut(r) {
-                    rec.generated_checks = Some(record);
-                }
-            }
-            let kept = validation.keep_tests.as_ref().map(|path| {
-                let failed: Vec<String> = checked
-                    .decision
-                    .as_ref()
-                    .and_then(|d| f.records.get(f.trials[d.trial].record))
-                    .and_then(|r| r.generated_checks.as_ref())
-                    .map(|g| g.failed.clone())
-                    .unwrap_or_default();
-                generated::kept_tests(&checked.summary, &failed, f.generated.language, path)
-            });
-            let chosen = match checked.decision {
-                Some(d) => {
-                    let t = &f.trials[d.trial];
-                    Chosen {
-                        content: Content::Code(t.code.clone()),
-                        model: t.model.clone(),
-                        selection: if t.round > 0 {
-                            Selection::Repaired
-                        } else {
-                            d.selection
-                        },
-                        reason: d.reason,
-                        formatted: None,
-                    }
-                }
-                None => {
-                    let viable = viable_of(&f, several);
-                    let mut chosen = selector.arbitrate(cx, &f.generated, &viable).await;
-                    if caller_checks && chosen.selection == Selection::Arbiter {
-                        chosen.selection = Selection::ValidatedArbiter;
-                    }
-                    chosen
-                }
-            };
-            Produced {
-                chosen: Ok(chosen),
-                candidates: f.records,
-                validation: Some(FileValidation {
-                    passed: true,
-                    rounds: f.rounds,
-                    generated_checks: Some(Box::new(checked.summary)),
-                    saved: None,
-                    kept_tests: kept,
-                }),
-                existing: f.generated.existing,
-            }
-        }
-        several => {
-            let viable: Vec<Viable<'_>> = several
-                .iter()
-                .map(|&i| Viable {
-                    model: f.trials[i].model.as_str(),
-                    code: f.trials[i].code.as_str(),
-                })
-                .collect();
-            let mut chosen = selector.arbitrate(cx, &f.generated, &viable).await;
-            let from_repair = several
-                .iter()
-                .find(|&&i| f.trials[i].code.as_bytes() == chosen.content.bytes())
-                .is_some_and(|&i| repaired(i));
-            chosen.selection = match (from_repair, chosen.selection) {
-                (true, _) => Selection::Repaired,
-                (false, Selection::Arbiter) => Selection::ValidatedArbiter,
-                (false, _) => Selection::Validated,
-            };
-            Produced {
-                chosen: Ok(chosen),
-                candidates: f.records,
-                validation: summary(true),
-                existing: f.generated.existing,
-            }
-        }
-    }
-}
-
-fn viable_of<'a>(f: &'a FileTrials<'_>, among: &[usize]) -> Vec<Viable<'a>> {
-    among
-        .iter()
-        .map(|&i| Viable {
-            model: f.trials[i].model.as_str(),
-            code: f.trials[i].code.as_str(),
-        })
-        .collect()
-}
-
-/// The models a file left for later, asked now (still stopping early when asked to); their
-/// candidates join the file's records and, when new and viable, its trials. The trials added.
-async fn second_round(
-    selector: &Selector<'_>,
-    runner: &dyn CommandRunner,
-    validation: &Validation,
-    f: &mut FileTrials<'_>,
-    cx: BatchCx<'_>,
-) -> Vec<usize> {
-    let later = std::mem::take(&mut f.generated.rounds.later);
-    cx.sink
-        .emit(crate::synthesis::progress::Event::RoundStarted {
-            file: f.file.path.to_string(),
-            round: 2,
-            models: later.len(),
-        });
-    let stop_when_passing = cx.batch.options().fanout.stop_when_passing;
-    let callers = CallerTests {
-        runner,
-        validation,
-        path: f.file.path.clone(),
-        checks: f.checks.clone(),
-    };
-    // Without the caller's tests, the generated checks go on from the first round's tests and
-    // runs, so the second round's candidates agree with the first round's too.
-    let early = f
-        .early
-        .take()
-        .filter(|_| validation.commands.is_empty())
-        .and_then(|early| {
-            generated::EarlyAgreement::new(
-                *selector,
-                runner,
-                validation,
-                cx.file(f.position),
-                &f.generated.models,
-                early,
-            )
-        });
-    let stop: Option<&dyn PassCheck> = match &early {
-        _ if !stop_when_passing => None,
-        Some(e) => Some(e),
-        // No caller's tests and no generated checks for the file's language: nothing can
-        // pass, so every model of the round is waited for.
-        None if validation.commands.is_empty() => None,
-        None => Some(&callers),
-    };
-    let out = crate::synthesis::fanout::fan_out_until(
-        selector.models,
-        &later,
-        &f.generated.messages,
-        &f.generated.expect(f.file),
-        selector.config.call_settings(cx.batch),
-        f.file.path.as_str(),
-        cx.sink,
-        cx.batch
-            .options()
-            .straggler
-            .unwrap_or(selector.config.straggler),
-        stop,
-    )
-    .await;
-    let mut added = Vec::new();
-    for c in out.answers {
-        let record = f.records.len();
-        f.records.push(c.record.clone());
-        f.generated.models.push(c.record.model.clone());
-        if let Some(code) = &c.code
-            && c.record.parsed != Some(false)
-            && !f.trials.iter().any(|t| &t.code == code)
-        {
-            added.push(f.trials.len());
-            f.trials.push(Trial {
-                model: c.record.model.clone(),
-                code: code.clone(),
-                round: 0,
-                record,
-                outcome: None,
-            });
-        }
-        f.generated.answers.push(c);
-    }
-    f.generated.rounds.stopped.extend(out.stopped);
-    if let Some(early) = early {
-        f.early = Some(early.into_early());
-    }
-    if f.best.is_none() && !f.trials.is_empty() {
-        f.best = Some(0);
-    }
-    added
-}
-
 fn records_of(g: &Generated) -> Vec<CandidateRecord> {
     g.answers.iter().map(|c| c.record.clone()).collect()
 }
@@ -714,43 +399,16 @@ fn record_index(records: &[CandidateRecord], model: &str, round: u32) -> usize {
         .unwrap_or(usize::MAX)
 }
 
-fn failure_message(f: &FileTrials<'_>, validation: &Validation) -> String {
-    let last = f
-        .trials
-        .iter()
-        .rev()
-        .find_map(|t| t.outcome.as_ref())
-        .map(|o| {
-            format!(
-                "; last failure: `{}` {}",
-                o.command,
-                match (o.timed_out, o.exit_code) {
-                    (true, _) => format!("timed out after {} s", validation.timeout.as_secs()),
-                    (false, Some(0)) if o.output_tail.contains("scratch bound") => {
-                        "reached its scratch's bound".to_string()
-                    }
-                    (false, Some(0)) => "exited 0 without showing a pass".to_string(),
-                    (false, Some(code)) => format!("exited {code}"),
-                    (false, None) => "was killed".to_string(),
-                }
-            )
-        })
-        .unwrap_or_default();
-    format!(
-        "validation_failed: none of {} candidate(s) passed the checks after {} repair round(s){last}; nothing was written",
-        f.trials.len(),
-        f.rounds
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use writ_checks::Language;
 
     use super::fixtures::validation;
     use super::*;
+    use crate::audit::Selection;
     use crate::synthesis::doubles::{self, Answer, ScriptedChecks, ScriptedModels};
     use crate::synthesis::progress::NoProgress;
+    use crate::synthesis::stage::Content;
     use crate::synthesis::stage::SynthesisConfig;
     use crate::synthesis::stage::Upstream;
 
