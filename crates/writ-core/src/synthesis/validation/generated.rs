@@ -570,6 +570,7 @@ async fn write_tests(
             temperature: Some(selector.config.temperature),
             max_tokens: Some(selector.config.max_tokens),
             urgent: cx.batch.resumed(),
+            purpose: CallRole::TestWriter.into(),
             ..ChatRequest::default()
         };
         selector.models.chat(req)
@@ -939,6 +940,7 @@ async fn ask_both_orders(
             max_tokens: Some(1_000),
             response_format: Some(prompt::verdict_schema(2)),
             urgent: cx.batch.resumed(),
+            purpose: CallRole::Distinguishing.into(),
             ..ChatRequest::default()
         };
         selector.models.chat(req)
