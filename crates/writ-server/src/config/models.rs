@@ -141,7 +141,7 @@ impl ModelSettings {
             )?
             .max(1),
             straggler: straggler_policy(get)?,
-            allowed: parse_list(get, "WRIT_ALLOWED_MODELS"),
+            allowed: parse_model_list(get, "WRIT_ALLOWED_MODELS"),
             local,
             reason,
         })
