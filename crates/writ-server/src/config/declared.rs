@@ -268,6 +268,8 @@ pub static SETTINGS: &[Setting] = &[
         "bound on one model call, retries included (the embedded models have `WRIT_LOCAL_DEADLINE_SECS`)"),
     Setting::new("WRIT_MAX_TOKENS", Models, Whole, Literal("8000"),
         "completion cap per candidate"),
+    Setting::new("WRIT_RECENT_OPERATIONS", Models, Whole, Literal("10"),
+        "how many of the caller's recent operations each candidate prompt lists (0: none; an eval that compares batches keeps their prompts alike with 0)"),
     Setting::new("WRIT_REPO_MAP_TOKENS", Models, Whole, Literal("2000"),
         "prompt tokens of the repository map in each candidate prompt (0: none; at most 16,000; `options.repo_map_tokens` per batch)"),
     Setting::new("WRIT_MAX_SHOWN_FILE_CHARS", Models, Whole, Literal("200000"),

@@ -37,6 +37,9 @@ pub struct ModelSettings {
     /// Prompt tokens of the repository map in each candidate prompt (`WRIT_REPO_MAP_TOKENS`;
     /// 0 turns it off; a batch may set its own with `options.repo_map_tokens`).
     pub repo_map_tokens: usize,
+    /// How many of the caller's recent operations each candidate prompt lists
+    /// (`WRIT_RECENT_OPERATIONS`; 0: none).
+    pub recent_operations: u32,
     /// Wait before the second fallback model (`WRIT_FALLBACK_BACKOFF_MS`); doubles after each.
     pub fallback_backoff: Duration,
     /// Upstream calls in flight at once per model and in total (`WRIT_MODEL_MAX_CONCURRENT_PER_MODEL`,
@@ -125,6 +128,7 @@ impl ModelSettings {
             backoff: Duration::from_millis(parse_num(get, "WRIT_MODEL_BACKOFF_MS", 500)? as u64),
             max_tokens: parse_num(get, "WRIT_MAX_TOKENS", 8_000)? as u32,
             repo_map_tokens: repo_map_tokens(get)?,
+            recent_operations: parse_num(get, "WRIT_RECENT_OPERATIONS", 10)?.min(100) as u32,
             fallback_backoff: Duration::from_millis(
                 parse_num(get, "WRIT_FALLBACK_BACKOFF_MS", 500)? as u64,
             ),

@@ -72,6 +72,7 @@ pub(super) fn build_models(
         image_model: settings.models.image_model.clone(),
         max_tokens: settings.models.max_tokens,
         repo_map_tokens: settings.models.repo_map_tokens,
+        recent_operations: settings.models.recent_operations,
         fallback_backoff: settings.models.fallback_backoff,
         straggler: settings.models.straggler,
         max_file_bytes: settings.guard.max_file_bytes,
