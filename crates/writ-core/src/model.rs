@@ -65,6 +65,36 @@ impl ChatMessage {
     }
 }
 
+/// What a model call is for, so a provider can size it: a whole file or a test file needs far
+/// more completion tokens than a verdict. The calls that are not candidates are the
+/// [`CallRole`](crate::audit::CallRole)s of the audit record, under the same names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum CallPurpose {
+    /// A candidate's whole file.
+    #[default]
+    Candidate,
+    /// A candidate sent back with its failure, answering the whole file again.
+    Repair,
+    /// The arbiter's verdict among whole candidates.
+    Arbiter,
+    /// A test file of generated checks.
+    TestWriter,
+    /// The arbiter's verdict on distinguishing inputs.
+    Distinguishing,
+    /// An image.
+    Image,
+}
+
+impl From<crate::audit::CallRole> for CallPurpose {
+    fn from(role: crate::audit::CallRole) -> Self {
+        match role {
+            crate::audit::CallRole::Arbiter => CallPurpose::Arbiter,
+            crate::audit::CallRole::TestWriter => CallPurpose::TestWriter,
+            crate::audit::CallRole::Distinguishing => CallPurpose::Distinguishing,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ChatRequest {
     pub model: String,
@@ -80,6 +110,8 @@ pub struct ChatRequest {
     /// one): a resumed batch's calls, whose caller has waited since before its replica died and
     /// would otherwise queue behind every batch the resuming replica admitted meanwhile.
     pub urgent: bool,
+    /// What the call is for; the embedded provider sizes its token cap by it.
+    pub purpose: CallPurpose,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

@@ -6,23 +6,33 @@ use std::time::Instant;
 use async_trait::async_trait;
 use writ_core::ModelClient;
 use writ_core::model::{
-    ChatRequest, ChatResponse, ErrorClass, ModelError, ProviderReadiness, Usage,
+    CallPurpose, ChatRequest, ChatResponse, ErrorClass, ModelError, ProviderReadiness, Usage,
 };
 
-use crate::engine::{GenError, Job, LocalConfig, Pool};
-use crate::model_id::{LocalModelId, SMOLLM2_135M};
+use crate::cache::{Access, AnswerCache, CachedAnswer};
+use crate::catalogue;
+use crate::engine::{GenError, Generated, Job, LocalConfig, Pool};
+use crate::model_id::LocalModelId;
 
 pub struct LocalClient {
     pool: Pool,
     config: LocalConfig,
+    cache: Option<AnswerCache>,
 }
 
 impl LocalClient {
-    /// Starts the worker pool; the model itself is loaded (and fetched if missing) on first use.
+    /// Starts the worker pool; each model is loaded (and the default fetched if missing) on its
+    /// first call.
     pub fn start(config: LocalConfig) -> std::io::Result<Self> {
+        let cache = config
+            .answer_cache
+            .as_deref()
+            .map(AnswerCache::open)
+            .transpose()?;
         Ok(Self {
             pool: Pool::start(&config)?,
             config,
+            cache,
         })
     }
 
@@ -71,76 +81,153 @@ impl ModelClient for LocalClient {
             latency: started.elapsed(),
         };
         let id = LocalModelId::parse(&req.model).map_err(|m| fail(ErrorClass::BadRequest, m))?;
-        if id.base != SMOLLM2_135M {
+        let Some(spec) = catalogue::find(&id.base) else {
             return Err(fail(
                 ErrorClass::NotFound,
                 format!(
-                    "no embedded model '{}': writ embeds only {SMOLLM2_135M}",
-                    id.base
+                    "no embedded model '{}': writ embeds {}",
+                    id.base,
+                    catalogue::names()
                 ),
             ));
-        }
-        let deadline = tokio::time::Instant::now() + self.config.deadline;
+        };
+        let cap = self.config.cap_for(req.purpose);
         let (reply, answer) = tokio::sync::oneshot::channel();
         let job = Job {
+            model: spec,
+            purpose: req.purpose,
             messages: req.messages.clone(),
             temperature: id.temperature.or(req.temperature).unwrap_or(0.2),
             seed: id
                 .seed
                 .or(req.seed)
                 .map_or_else(|| seed_of(&req.model), |s| s as u32),
-            max_tokens: req
-                .max_tokens
-                .unwrap_or(self.config.max_tokens)
-                .min(self.config.max_tokens),
+            max_tokens: req.max_tokens.unwrap_or(cap).min(cap),
             grammar: req.response_format.as_ref().and_then(verdict_grammar),
-            deadline: deadline.into_std(),
+            queued_at: Instant::now(),
             reply,
         };
+        let key = self.cache.as_ref().map(|_| {
+            AnswerCache::key(&serde_json::json!({
+                "model": req.model,
+                "file": self.config.path_of(spec),
+                "sha256": spec.sha256,
+                "context": self.config.context_tokens,
+                "purpose": purpose_name(req.purpose),
+                "messages": job.messages.iter().map(|m| (format!("{:?}", m.role), &m.content)).collect::<Vec<_>>(),
+                "temperature": job.temperature,
+                "seed": job.seed,
+                "max_tokens": job.max_tokens,
+                "grammar": job.grammar,
+            }))
+        });
+        if let (Some(cache), Some(key)) = (&self.cache, &key)
+            && let Some(hit) = cache.get(key)
+        {
+            cache.record(&Access {
+                key: key.clone(),
+                model: req.model.clone(),
+                purpose: purpose_name(req.purpose).into(),
+                hit: true,
+                prompt_tokens: hit.prompt_tokens,
+                completion_tokens: hit.completion_tokens,
+                latency_ms: hit.latency_ms,
+            });
+            return self.answer(
+                &req,
+                spec,
+                Generated {
+                    text: hit.content,
+                    prompt_tokens: hit.prompt_tokens,
+                    completion_tokens: hit.completion_tokens,
+                    finish_reason: if hit.finish_reason == "stop" {
+                        "stop"
+                    } else {
+                        "length"
+                    },
+                    generating: std::time::Duration::from_millis(hit.latency_ms),
+                    cap: job.max_tokens,
+                },
+                started,
+            );
+        }
         self.pool
             .submit(job)
             .map_err(|e| fail(ErrorClass::RateLimited, e.to_string()))?;
-        // Dropping `answer` (the caller's future was dropped, or the deadline hit) tells the
-        // worker to stop generating for this call.
-        let generated = match tokio::time::timeout_at(deadline, answer).await {
-            Err(_) => {
-                return Err(fail(
-                    ErrorClass::DeadlineExceeded,
-                    format!(
-                        "no answer within {}s, queue wait included (WRIT_MODEL_DEADLINE_SECS)",
-                        self.config.deadline.as_secs()
-                    ),
-                ));
-            }
-            Ok(Err(_)) => {
-                return Err(fail(
-                    ErrorClass::ServerError,
-                    "the local worker stopped".into(),
-                ));
-            }
-            Ok(Ok(r)) => r,
-        };
+        // Dropping `answer` (the caller's future was dropped) tells the worker to stop
+        // generating for this call, or not to start it.
+        let generated = answer
+            .await
+            .map_err(|_| fail(ErrorClass::ServerError, "the local worker stopped".into()))?;
         let generated = generated.map_err(|e| {
             let class = match e {
                 GenError::Unavailable(_) => ErrorClass::ServerError,
+                GenError::NotTheModel(_) => ErrorClass::NotFound,
                 GenError::PromptTooLong(_) => ErrorClass::BadRequest,
-                GenError::Deadline => ErrorClass::DeadlineExceeded,
+                GenError::Deadline(_) | GenError::QueueWait(_) => ErrorClass::DeadlineExceeded,
                 GenError::Inference(_) => ErrorClass::ServerError,
             };
             fail(class, e.to_string())
         })?;
-        // An answer cut at the cap inside its code block is a file with its end missing; a lenient
-        // parser may still accept it, so it never becomes a candidate.
-        if generated.finish_reason == "length" && crate::engine::has_open_fence(&generated.text) {
-            return Err(fail(
-                ErrorClass::BadResponse,
-                format!(
-                    "the answer reached the {}-token cap inside its code block (WRIT_LOCAL_MAX_TOKENS); a cut file is not a candidate",
-                    generated.completion_tokens
-                ),
-            ));
+        if let (Some(cache), Some(key)) = (&self.cache, key) {
+            let answer = CachedAnswer {
+                key: key.clone(),
+                model: req.model.clone(),
+                content: generated.text.clone(),
+                finish_reason: generated.finish_reason.into(),
+                prompt_tokens: generated.prompt_tokens,
+                completion_tokens: generated.completion_tokens,
+                latency_ms: generated.generating.as_millis() as u64,
+            };
+            cache.put(&answer);
+            cache.record(&Access {
+                key,
+                model: req.model.clone(),
+                purpose: purpose_name(req.purpose).into(),
+                hit: false,
+                prompt_tokens: answer.prompt_tokens,
+                completion_tokens: answer.completion_tokens,
+                latency_ms: answer.latency_ms,
+            });
         }
-        metrics::counter!("writ_local_completion_tokens_total")
+        self.answer(&req, spec, generated, started)
+    }
+
+    fn readiness(&self) -> ProviderReadiness {
+        self.readiness_now()
+    }
+}
+
+impl LocalClient {
+    /// The answer to `req` from what the engine (or the cache) generated.
+    fn answer(
+        &self,
+        req: &ChatRequest,
+        spec: &catalogue::LocalModel,
+        generated: Generated,
+        started: Instant,
+    ) -> Result<ChatResponse, ModelError> {
+        // A whole file cut at the cap inside its code block is a file with its end missing; a
+        // lenient parser may still accept it, so it never becomes a candidate. A cut test file
+        // goes back marked `length`: its complete tests are still worth keeping.
+        if generated.finish_reason == "length"
+            && matches!(req.purpose, CallPurpose::Candidate | CallPurpose::Repair)
+            && crate::engine::has_open_fence(&generated.text)
+        {
+            return Err(ModelError {
+                model: req.model.clone(),
+                class: ErrorClass::BadResponse,
+                status: None,
+                attempts: 1,
+                latency: started.elapsed(),
+                message: format!(
+                    "the answer reached its {}-token cap inside its code block (a {} call; WRIT_LOCAL_MAX_TOKENS caps every call); a cut file is not a candidate",
+                    generated.cap,
+                    purpose_name(req.purpose)
+                ),
+            });
+        }
+        metrics::counter!("writ_local_completion_tokens_total", "model" => spec.id())
             .increment(generated.completion_tokens);
         Ok(ChatResponse {
             content: generated.text,
@@ -159,33 +246,70 @@ impl ModelClient for LocalClient {
         })
     }
 
-    fn readiness(&self) -> ProviderReadiness {
-        let path = self.config.model_path.display();
-        let last_error = self
-            .pool
-            .shared
-            .last_error
-            .lock()
-            .ok()
-            .and_then(|e| e.clone());
-        let state = if self.pool.shared.loaded() {
-            "loaded".to_string()
-        } else if self.config.model_path.is_file() {
-            "present, loaded on first use".to_string()
-        } else {
-            "missing, fetched on first use".to_string()
+    fn readiness_now(&self) -> ProviderReadiness {
+        let (failures, states): (Vec<String>, Vec<String>) = {
+            let registry = self.pool.shared.registry.lock();
+            let mut failures = Vec::new();
+            let mut states = Vec::new();
+            for spec in &self.config.models {
+                let path = self.config.path_of(spec);
+                let failure = registry
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| r.failures.get(spec.name).cloned());
+                let loaded = registry
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| r.state(spec.name).cloned());
+                match (failure, loaded) {
+                    (Some(e), _) => failures.push(format!("{} cannot load: {e}", spec.id())),
+                    (None, Some(identity)) => {
+                        states.push(format!("{} loaded ({})", spec.id(), identity.describe()));
+                    }
+                    (None, None) if path.is_file() => states.push(format!(
+                        "{} present at {}, loaded on first use",
+                        spec.id(),
+                        path.display()
+                    )),
+                    (None, None) if spec.fetch_on_first_use => states.push(format!(
+                        "{} missing at {}, fetched on first use",
+                        spec.id(),
+                        path.display()
+                    )),
+                    (None, None) => failures.push(format!(
+                        "{} is not on this machine ({}): `writ models fetch {}`",
+                        spec.id(),
+                        path.display(),
+                        spec.name
+                    )),
+                }
+            }
+            (failures, states)
         };
+        let engine = format!(
+            "embedded llama.cpp, {} worker(s) x {} thread(s)",
+            self.config.workers, self.config.threads
+        );
         ProviderReadiness {
             name: "local".into(),
-            ready: last_error.is_none(),
-            detail: match last_error {
-                Some(e) => format!("{SMOLLM2_135M} (embedded llama.cpp) cannot load: {e}"),
-                None => format!(
-                    "{SMOLLM2_135M} (embedded llama.cpp): model {path} {state}; {} worker(s) x {} thread(s)",
-                    self.config.workers, self.config.threads
-                ),
+            ready: failures.is_empty(),
+            detail: if failures.is_empty() {
+                format!("{engine}: {}", states.join("; "))
+            } else {
+                format!("{engine}: {}", failures.join("; "))
             },
         }
+    }
+}
+
+fn purpose_name(purpose: CallPurpose) -> &'static str {
+    match purpose {
+        CallPurpose::Candidate => "candidate",
+        CallPurpose::Repair => "repair",
+        CallPurpose::Arbiter => "arbiter",
+        CallPurpose::TestWriter => "test-writing",
+        CallPurpose::Distinguishing => "distinguishing",
+        CallPurpose::Image => "image",
     }
 }
 
@@ -226,14 +350,16 @@ mod tests {
     #[tokio::test]
     async fn an_unknown_local_model_is_not_found_without_touching_the_workers() {
         let dir = tempfile::tempdir().unwrap();
-        let client = LocalClient::start(LocalConfig::new(dir.path().join("absent.gguf"))).unwrap();
+        let client = LocalClient::start(LocalConfig::new(dir.path().to_path_buf())).unwrap();
         let err = client.chat(ask("local/llama-70b")).await.unwrap_err();
         assert_eq!(err.class, ErrorClass::NotFound);
         assert!(err.message.contains("local/smollm2-135m"), "{err}");
+        assert!(err.message.contains("local/qwen2.5-coder-1.5b"), "{err}");
         let err = client.chat(ask("local/smollm2-135m@t7")).await.unwrap_err();
         assert_eq!(err.class, ErrorClass::BadRequest);
-        assert!(
-            !dir.path().join("absent.gguf").exists(),
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
             "nothing was fetched"
         );
     }
@@ -243,7 +369,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("broken.gguf");
         std::fs::write(&path, b"this is not a GGUF file").unwrap();
-        let mut config = LocalConfig::new(path);
+        let mut config = LocalConfig::new(dir.path().to_path_buf());
+        config.files.insert("smollm2-135m".into(), path);
         config.deadline = Duration::from_secs(30);
         let client = LocalClient::start(config).unwrap();
         assert!(
@@ -256,5 +383,58 @@ mod tests {
         let r = client.readiness();
         assert!(!r.ready);
         assert!(r.detail.contains("cannot load"), "{}", r.detail);
+    }
+
+    #[tokio::test]
+    async fn a_file_given_for_one_model_that_is_another_is_refused_and_never_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("impostor.gguf");
+        std::fs::write(
+            &path,
+            crate::gguf::tests::header_bytes(&[(
+                "general.name",
+                crate::gguf::tests::Value::Str("Smollm2 135M 8k Lc100K Mix1 Ep2"),
+            )]),
+        )
+        .unwrap();
+        let mut config = LocalConfig::new(dir.path().to_path_buf());
+        config.files.insert("qwen2.5-coder-1.5b".into(), path);
+        config.models = vec![&crate::catalogue::QWEN25_CODER_1_5B];
+        let client = LocalClient::start(config).unwrap();
+        let err = client
+            .chat(ask("local/qwen2.5-coder-1.5b@t0.2,s1"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.class, ErrorClass::NotFound, "{err}");
+        assert!(
+            err.message.contains("is not local/qwen2.5-coder-1.5b"),
+            "{err}"
+        );
+        assert!(err.message.contains("Smollm2"), "{err}");
+        let r = client.readiness();
+        assert!(!r.ready);
+        assert!(
+            r.detail.contains("is not local/qwen2.5-coder-1.5b"),
+            "{}",
+            r.detail
+        );
+    }
+
+    #[test]
+    fn a_configured_large_model_that_is_absent_is_not_ready_and_readiness_gives_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = LocalConfig::new(dir.path().to_path_buf());
+        config.models = vec![
+            &crate::catalogue::SMOLLM2_135M,
+            &crate::catalogue::QWEN25_CODER_1_5B,
+        ];
+        let client = LocalClient::start(config).unwrap();
+        let r = client.readiness();
+        assert!(!r.ready);
+        assert!(
+            r.detail.contains("writ models fetch qwen2.5-coder-1.5b"),
+            "{}",
+            r.detail
+        );
     }
 }

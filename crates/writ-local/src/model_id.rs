@@ -1,12 +1,12 @@
 //! Local model ids: `local/<name>` with optional sampling settings after `@`
-//! (`local/smollm2-135m@t0.7,s2`), so one embedded model can be listed several times in
-//! `CODE_LIST` and give distinct candidates.
+//! (`local/qwen2.5-coder-1.5b@t0.7,s2`), so one embedded model can be listed several times in
+//! `CODE_LIST` and give distinct candidates. The names are those of [`crate::catalogue`].
 
 /// The prefix that routes a model id to the embedded provider; no OpenRouter id starts with it.
 pub const LOCAL_PREFIX: &str = "local/";
 
-/// The one model writ embeds.
-pub const SMOLLM2_135M: &str = "local/smollm2-135m";
+/// The model writ serves when nothing else is configured: small, fetched on first use.
+pub const DEFAULT_MODEL: &str = "local/smollm2-135m";
 
 /// Whether `model` is served by the embedded provider.
 pub fn is_local(model: &str) -> bool {
@@ -70,7 +70,7 @@ impl LocalModelId {
 pub fn default_candidates() -> Vec<String> {
     ["@t0.2,s1", "@t0.6,s2", "@t0.9,s3"]
         .iter()
-        .map(|s| format!("{SMOLLM2_135M}{s}"))
+        .map(|s| format!("{DEFAULT_MODEL}{s}"))
         .collect()
 }
 
@@ -81,14 +81,14 @@ mod tests {
     #[test]
     fn a_plain_id_has_no_settings() {
         let id = LocalModelId::parse("local/smollm2-135m").unwrap();
-        assert_eq!(id.base, SMOLLM2_135M);
+        assert_eq!(id.base, DEFAULT_MODEL);
         assert_eq!((id.temperature, id.seed), (None, None));
     }
 
     #[test]
     fn temperature_and_seed_follow_the_at_sign() {
         let id = LocalModelId::parse("local/smollm2-135m@t0.7,s42").unwrap();
-        assert_eq!(id.base, SMOLLM2_135M);
+        assert_eq!(id.base, DEFAULT_MODEL);
         assert_eq!(id.temperature, Some(0.7));
         assert_eq!(id.seed, Some(42));
     }

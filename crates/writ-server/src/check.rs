@@ -149,6 +149,7 @@ pub async fn run_checks(settings: &Settings) -> Vec<Line> {
         };
         lines.push(key_line);
     }
+    lines.push(local_models_line(settings));
     lines.push(commands_line(settings).await);
     lines.extend(configuration_lines(settings));
     if database_ok {
@@ -318,33 +319,89 @@ async fn keys_line(settings: &Settings) -> Line {
     }
 }
 
-/// The embedded model: which, why, and whether its file is here or will be fetched on first use.
+/// The embedded models: which, why, and whether each configured one's file is here (or will
+/// be fetched on first use). Not ready when a configured model is absent and must be fetched
+/// by hand, or its file is another model.
 fn local_provider_line(settings: &Settings) -> Line {
-    let path = settings.models.local.model_path.display();
     let built = cfg!(feature = "local-model");
-    let (ok, state) = match (built, settings.models.local.enabled) {
-        (false, _) => (
-            false,
-            "but writ was built without the local-model feature".to_string(),
-        ),
-        (true, false) => (false, "but WRIT_LOCAL_MODEL=off".to_string()),
-        (true, true) if settings.models.local.model_path.is_file() => {
-            (true, format!("model at {path}"))
+    let local = &settings.models.local;
+    let mut ok = built && local.enabled;
+    let mut states = Vec::new();
+    for model in settings.models.local_models() {
+        let (present, state) = model_state(model, &local.path_of(model));
+        if !present && !model.fetch_on_first_use {
+            ok = false;
         }
-        (true, true) => (
-            true,
-            format!("model missing at {path}: fetched with pip on first use (about 93 MB, once)"),
-        ),
+        states.push(format!("{} {state}", model.id()));
+    }
+    let why_off = match (built, local.enabled) {
+        (false, _) => "; but writ was built without the local-model feature",
+        (true, false) => "; but WRIT_LOCAL_MODEL=off",
+        (true, true) => "",
     };
     Line {
         ok,
         required: true,
         name: "provider",
         detail: format!(
-            "embedded llama.cpp ({}), {state}; why: {}",
-            writ_local::SMOLLM2_135M,
+            "embedded llama.cpp: {}{why_off}; why: {}",
+            states.join("; "),
             settings.models.reason
         ),
+    }
+}
+
+/// Every model writ embeds, present or not, with what each is: so `writ check` says which
+/// models this machine has. Never required.
+fn local_models_line(settings: &Settings) -> Line {
+    let local = &settings.models.local;
+    let states: Vec<String> = writ_local::CATALOGUE
+        .iter()
+        .map(|model| {
+            format!(
+                "{} {}",
+                model.id(),
+                model_state(model, &local.path_of(model)).1
+            )
+        })
+        .collect();
+    Line {
+        ok: true,
+        required: false,
+        name: "local models",
+        detail: format!("{} (in {})", states.join("; "), local.model_dir.display()),
+    }
+}
+
+/// Whether `model`'s file is at `path` and is that model, and in words what it is: present
+/// (size, hash pinned or not, publisher), not that model, or missing with how to get it. Reads
+/// the header and a stamp, never hashes: a report stays quick.
+pub fn model_state(model: &writ_local::LocalModel, path: &std::path::Path) -> (bool, String) {
+    let publisher = if model.publisher_verified {
+        ""
+    } else {
+        ", publisher unverified"
+    };
+    if !path.is_file() {
+        let how = if model.fetch_on_first_use {
+            "fetched on first use".to_string()
+        } else {
+            format!("`writ models fetch {}`", model.name)
+        };
+        return (false, format!("missing at {} ({how})", path.display()));
+    }
+    let size = std::fs::metadata(path).map_or(0, |m| m.len());
+    match writ_local::identity::check(model, path, writ_local::identity::Hashing::StampOnly) {
+        Ok(identity) => (
+            true,
+            format!(
+                "present at {} ({:.0} MB, {}{publisher})",
+                path.display(),
+                size as f64 / 1e6,
+                identity.describe()
+            ),
+        ),
+        Err(e) => (false, format!("REFUSED: {e}")),
     }
 }
 

@@ -30,6 +30,7 @@ pub mod headers;
 pub mod keys_cli;
 pub mod limits;
 pub mod mcp_sessions;
+pub mod models_cli;
 pub mod openapi;
 pub mod readiness;
 pub mod routes;

@@ -1,4 +1,4 @@
-//! The `writ` binary: `serve` (default), `mcp`, `migrate`, `check`, `keys`, `write`, `ops`, `stats`,
+//! The `writ` binary: `serve` (default), `mcp`, `migrate`, `check`, `keys`, `models`, `write`, `ops`, `stats`,
 //! `workspaces`, `openapi`.
 
 use std::io::Write;
@@ -73,6 +73,11 @@ enum Command {
         #[command(subcommand)]
         command: writ_server::client::WorkspacesCommand,
     },
+    /// The models writ embeds: list them (which are on this machine) or fetch one.
+    Models {
+        #[command(subcommand)]
+        command: writ_server::models_cli::ModelsCommand,
+    },
     /// Apply database migrations and exit.
     Migrate,
     /// Print a pre-flight report; exit 1 when something a write needs is missing.
@@ -82,17 +87,27 @@ enum Command {
     Openapi,
 }
 
-/// The README's one run command must work offline on a fresh machine: when the embedded model
-/// will serve, get its file now (once per machine) rather than on the first request. A failure
-/// is logged and left to `/readyz`; the direct file routes work without a model.
+/// The README's one run command must work offline on a fresh machine: when the default embedded
+/// model will serve, get its file now (once per machine) rather than on the first request. A
+/// failure is logged and left to `/readyz`; the direct file routes work without a model. Larger
+/// models are fetched only by `writ models fetch`.
 async fn fetch_local_model(settings: &Settings) {
     #[cfg(feature = "local-model")]
-    if settings.models.local.enabled && settings.models.uses_local_model() {
-        let path = settings.models.local.model_path.clone();
-        match tokio::task::spawn_blocking(move || writ_local::fetch::ensure_model(&path)).await {
-            Ok(Ok(path)) => tracing::info!(path = %path.display(), "embedded model ready"),
-            Ok(Err(e)) => tracing::error!(error = %e, "the embedded model is not available"),
-            Err(e) => tracing::error!(error = %e, "fetching the embedded model panicked"),
+    if settings.models.local.enabled {
+        for model in settings.models.local_models() {
+            if !model.fetch_on_first_use {
+                continue;
+            }
+            let path = settings.models.local.path_of(model);
+            match tokio::task::spawn_blocking(move || writ_local::fetch::ensure_model(model, &path))
+                .await
+            {
+                Ok(Ok(path)) => {
+                    tracing::info!(model = %model.id(), path = %path.display(), "embedded model ready")
+                }
+                Ok(Err(e)) => tracing::error!(error = %e, "the embedded model is not available"),
+                Err(e) => tracing::error!(error = %e, "fetching the embedded model panicked"),
+            }
         }
     }
     #[cfg(not(feature = "local-model"))]
@@ -197,6 +212,15 @@ async fn run(cli: Cli, mut settings: Settings) -> anyhow::Result<ExitCode> {
         Command::Workspaces { remote, command } => {
             writ_server::client::workspaces(&remote, &command, &mut std::io::stdout()).await?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Models { command } => {
+            let ok =
+                writ_server::models_cli::run(&settings, command, &mut std::io::stdout()).await?;
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         Command::Migrate => {
             let store = writ_store::connect(&settings.database_url).await?;

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use crate::audit::Selection;
-use crate::model::{ChatMessage, ChatRequest, ErrorClass, ModelClient};
+use crate::model::{CallPurpose, ChatMessage, ChatRequest, ErrorClass, ModelClient};
 use crate::synthesis::batch::{Batch, FileSpec};
 use crate::synthesis::fanout;
 use crate::synthesis::image::{self, ImageError, ImageFormat, ImageTarget, decode_data_url};
@@ -46,6 +46,7 @@ pub(crate) async fn generate_image(
         messages: vec![ChatMessage::user(image_prompt(batch, file, target))],
         modalities: Some(vec!["image".into(), "text".into()]),
         urgent: batch.resumed(),
+        purpose: CallPurpose::Image,
         ..ChatRequest::default()
     };
     sink.emit(Event::CandidateStarted {

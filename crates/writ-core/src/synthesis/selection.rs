@@ -108,6 +108,7 @@ impl Selector<'_> {
             max_tokens: Some(1_000),
             response_format: Some(prompt::verdict_schema(shown.len())),
             urgent: batch.resumed(),
+            purpose: CallRole::Arbiter.into(),
             ..ChatRequest::default()
         };
         sink.emit(Event::ArbiterStarted {

@@ -117,16 +117,22 @@ pub fn protected_paths(settings: &super::Settings, root: &Path) -> writ_workspac
         own(key, "the first key's file (WRIT_ADMIN_KEY_FILE)");
     }
     if settings.models.local.enabled {
-        let model = &settings.models.local.model_path;
-        // The fetch writes temp files beside the model, so its whole directory is the cache;
-        // unless that directory is REPO_DIR itself, where only the file can be claimed.
-        let cache = model
-            .parent()
-            .filter(|dir| std::fs::canonicalize(dir).is_ok_and(|dir| dir != root));
-        own(
-            cache.unwrap_or(model),
-            "the embedded model's cache (WRIT_LOCAL_MODEL_PATH)",
-        );
+        let local = &settings.models.local;
+        // A fetch writes temp files beside the model, so the whole model directory is the
+        // cache; unless that directory is REPO_DIR itself, where only the files can be claimed.
+        let dir_is_root = std::fs::canonicalize(&local.model_dir).is_ok_and(|dir| dir == root);
+        if !dir_is_root {
+            own(
+                &local.model_dir,
+                "the embedded models' directory (WRIT_LOCAL_MODEL_DIR)",
+            );
+        }
+        for model in writ_local::CATALOGUE.iter() {
+            let file = local.path_of(model);
+            if dir_is_root || local.files.contains_key(model.name) {
+                own(&file, "an embedded model's file (WRIT_LOCAL_MODEL_FILES)");
+            }
+        }
     }
     protected
 }

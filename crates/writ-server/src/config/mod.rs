@@ -569,7 +569,7 @@ mod tests {
         assert_eq!(s.models.code_list, writ_local::default_candidates());
         assert_eq!(
             s.models.arbiter_model.as_deref(),
-            Some(writ_local::SMOLLM2_135M)
+            Some(writ_local::DEFAULT_MODEL)
         );
         assert_eq!(s.models.problem(), None, "the embedded model needs no key");
         assert!(
@@ -623,6 +623,80 @@ mod tests {
         assert!(
             !s.models
                 .provider_key_missing_for(Some(&["local/smollm2-135m".to_string()]))
+        );
+    }
+
+    #[test]
+    fn named_local_models_keep_their_seeds_in_a_list_and_an_unknown_one_is_refused_by_name() {
+        let s = Settings::load(
+            None,
+            &env_of(&[
+                (
+                    "CODE_LIST",
+                    "local/qwen2.5-coder-1.5b@t0.8,s1,local/qwen2.5-coder-1.5b@t0.8,s2,openai/gpt-x",
+                ),
+                ("CODE_MODEL", "local/qwen2.5-coder-1.5b"),
+                ("WRIT_TEST_MODELS", "local/gemma-3-270m@t0.2,s7"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            s.models.code_list,
+            vec![
+                "local/qwen2.5-coder-1.5b@t0.8,s1",
+                "local/qwen2.5-coder-1.5b@t0.8,s2",
+                "openai/gpt-x"
+            ]
+        );
+        let names: Vec<_> = s.models.local_models().iter().map(|m| m.name).collect();
+        assert_eq!(names, vec!["qwen2.5-coder-1.5b", "gemma-3-270m"]);
+        let err = Settings::load(None, &env_of(&[("CODE_LIST", "local/llama-70b")])).unwrap_err();
+        assert!(err.to_string().starts_with("CODE_LIST:"), "{err}");
+        assert!(
+            err.to_string().contains("local/qwen2.5-coder-1.5b"),
+            "{err}"
+        );
+        let err =
+            Settings::load(None, &env_of(&[("CODE_MODEL", "local/smollm2-135m@q1")])).unwrap_err();
+        assert!(err.to_string().starts_with("CODE_MODEL:"), "{err}");
+    }
+
+    #[test]
+    fn a_model_file_is_given_by_name_and_path_and_the_rest_live_in_the_model_dir() {
+        let s = Settings::load(
+            None,
+            &env_of(&[
+                ("WRIT_LOCAL_MODEL_DIR", "/models"),
+                ("WRIT_LOCAL_MODEL_FILES", "qwen2.5-coder-1.5b=/big/q.gguf"),
+                ("WRIT_LOCAL_MODEL_PATH", "/small/s.gguf"),
+            ]),
+        )
+        .unwrap();
+        let local = &s.models.local;
+        assert_eq!(
+            local.path_of(&writ_local::catalogue::QWEN25_CODER_1_5B),
+            PathBuf::from("/big/q.gguf")
+        );
+        assert_eq!(
+            local.path_of(&writ_local::catalogue::SMOLLM2_135M),
+            PathBuf::from("/small/s.gguf")
+        );
+        assert_eq!(
+            local.path_of(&writ_local::catalogue::GEMMA3_270M),
+            PathBuf::from("/models/gemma-3-270m-q4_k_m.gguf")
+        );
+        assert_eq!(
+            local.max_tokens, None,
+            "unset: each call's purpose sets the cap"
+        );
+        let err = Settings::load(
+            None,
+            &env_of(&[("WRIT_LOCAL_MODEL_FILES", "llama=/x.gguf")]),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().starts_with("WRIT_LOCAL_MODEL_FILES:"),
+            "{err}"
         );
     }
 

@@ -37,6 +37,9 @@ pub struct ModelSettings {
     /// Prompt tokens of the repository map in each candidate prompt (`WRIT_REPO_MAP_TOKENS`;
     /// 0 turns it off; a batch may set its own with `options.repo_map_tokens`).
     pub repo_map_tokens: usize,
+    /// How many of the caller's recent operations each candidate prompt lists
+    /// (`WRIT_RECENT_OPERATIONS`; 0: none).
+    pub recent_operations: u32,
     /// Wait before the second fallback model (`WRIT_FALLBACK_BACKOFF_MS`); doubles after each.
     pub fallback_backoff: Duration,
     /// Upstream calls in flight at once per model and in total (`WRIT_MODEL_MAX_CONCURRENT_PER_MODEL`,
@@ -77,7 +80,7 @@ impl ModelSettings {
     pub(super) fn load(get: &Get<'_>, env: &Get<'_>) -> Result<Self, ConfigError> {
         let local = LocalSettings::load(get, env)?;
         let key_set = get("OPENROUTER_API_KEY").is_some_and(|k| !k.trim().is_empty());
-        let mut code_list = parse_list(get, "CODE_LIST");
+        let mut code_list = parse_model_list(get, "CODE_LIST");
         let mut arbiter_model = get("CODE_MODEL");
         let mut fallback_model = get("CODE_GEN_MODEL");
         let reason = if !code_list.is_empty() {
@@ -89,11 +92,25 @@ impl ModelSettings {
         } else {
             // The "works offline" default, the way SQLite is the default audit store.
             code_list = writ_local::default_candidates();
-            arbiter_model.get_or_insert_with(|| writ_local::SMOLLM2_135M.to_string());
+            arbiter_model.get_or_insert_with(|| writ_local::DEFAULT_MODEL.to_string());
             // A fourth seed: when no candidate parses, the fallback samples once more.
-            fallback_model.get_or_insert_with(|| format!("{}@t0.4,s4", writ_local::SMOLLM2_135M));
+            fallback_model.get_or_insert_with(|| format!("{}@t0.4,s4", writ_local::DEFAULT_MODEL));
             "embedded model (the offline default): neither OPENROUTER_API_KEY nor CODE_LIST is set; set them to use OpenRouter, or WRIT_LOCAL_MODEL=off".to_string()
         };
+        for (name, id) in [
+            ("CODE_LIST", &code_list),
+            (
+                "WRIT_TEST_MODELS",
+                &parse_model_list(get, "WRIT_TEST_MODELS"),
+            ),
+        ]
+        .into_iter()
+        .flat_map(|(n, ids)| ids.iter().map(move |id| (n, id.clone())))
+        .chain(arbiter_model.iter().map(|m| ("CODE_MODEL", m.clone())))
+        .chain(fallback_model.iter().map(|m| ("CODE_GEN_MODEL", m.clone())))
+        {
+            check_local_id(name, &id)?;
+        }
         let client_defaults = writ_models::ClientConfig::default();
         Ok(ModelSettings {
             openrouter_api_key: get("OPENROUTER_API_KEY").map(SecretString::from),
@@ -104,13 +121,14 @@ impl ModelSettings {
             code_list,
             arbiter_model,
             fallback_model,
-            test_models: parse_list(get, "WRIT_TEST_MODELS"),
+            test_models: parse_model_list(get, "WRIT_TEST_MODELS"),
             image_model: get("IMAGE_MODEL"),
             max_attempts: parse_num(get, "WRIT_MODEL_MAX_ATTEMPTS", 3)?.max(1) as u32,
             deadline: Duration::from_secs(parse_num(get, "WRIT_MODEL_DEADLINE_SECS", 120)? as u64),
             backoff: Duration::from_millis(parse_num(get, "WRIT_MODEL_BACKOFF_MS", 500)? as u64),
             max_tokens: parse_num(get, "WRIT_MAX_TOKENS", 8_000)? as u32,
             repo_map_tokens: repo_map_tokens(get)?,
+            recent_operations: parse_num(get, "WRIT_RECENT_OPERATIONS", 10)?.min(100) as u32,
             fallback_backoff: Duration::from_millis(
                 parse_num(get, "WRIT_FALLBACK_BACKOFF_MS", 500)? as u64,
             ),
@@ -127,7 +145,7 @@ impl ModelSettings {
             )?
             .max(1),
             straggler: straggler_policy(get)?,
-            allowed: parse_list(get, "WRIT_ALLOWED_MODELS"),
+            allowed: parse_model_list(get, "WRIT_ALLOWED_MODELS"),
             local,
             reason,
         })
@@ -175,7 +193,23 @@ impl ModelSettings {
 
     /// Whether any configured model is served by the embedded model.
     pub fn uses_local_model(&self) -> bool {
-        self.configured().iter().any(|m| writ_local::is_local(m))
+        !self.local_models().is_empty()
+    }
+
+    /// The embedded models the configuration calls (candidates, arbiter, fallback, test
+    /// writers), each once.
+    pub fn local_models(&self) -> Vec<&'static writ_local::LocalModel> {
+        let mut out: Vec<&'static writ_local::LocalModel> = Vec::new();
+        for id in self.configured().iter().chain(&self.test_models) {
+            if let Some(m) = writ_local::is_local(id)
+                .then(|| writ_local::catalogue::find(id))
+                .flatten()
+                && !out.iter().any(|o| o.name == m.name)
+            {
+                out.push(m);
+            }
+        }
+        out
     }
 
     /// What stops a model-backed write for a batch that asked for `requested` candidate models
@@ -200,6 +234,42 @@ impl ModelSettings {
     pub fn problem(&self) -> Option<String> {
         self.problem_for(None)
     }
+}
+
+/// A comma-separated list of model ids, where a local id's sampling settings may hold commas of
+/// their own (`local/qwen2.5-coder-1.5b@t0.8,s1,local/qwen2.5-coder-1.5b@t0.8,s2`): a piece
+/// that is a setting (`s1`, `t0.8`) after an id with settings belongs to that id.
+fn parse_model_list(get: &Get<'_>, name: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for piece in parse_list(get, name) {
+        let is_setting = !piece.contains('/')
+            && piece.len() > 1
+            && piece.starts_with(['s', 't'])
+            && piece[1..].chars().all(|c| c.is_ascii_digit() || c == '.');
+        match out.last_mut() {
+            Some(last) if is_setting && last.contains('@') => {
+                last.push(',');
+                last.push_str(&piece);
+            }
+            _ => out.push(piece),
+        }
+    }
+    out
+}
+
+/// A `local/…` id must name a model writ embeds, with settings that parse.
+fn check_local_id(name: &'static str, id: &str) -> Result<(), ConfigError> {
+    if !writ_local::is_local(id) {
+        return Ok(());
+    }
+    let invalid = |message: String| ConfigError::Invalid { name, message };
+    writ_local::model_id::LocalModelId::parse(id).map_err(invalid)?;
+    writ_local::catalogue::find(id).map(|_| ()).ok_or_else(|| {
+        invalid(format!(
+            "'{id}' is not a model writ embeds ({})",
+            writ_local::catalogue::names()
+        ))
+    })
 }
 
 /// The deployment's straggler policy; each refusal names the variable at fault.

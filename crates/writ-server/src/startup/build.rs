@@ -72,6 +72,7 @@ pub(super) fn build_models(
         image_model: settings.models.image_model.clone(),
         max_tokens: settings.models.max_tokens,
         repo_map_tokens: settings.models.repo_map_tokens,
+        recent_operations: settings.models.recent_operations,
         fallback_backoff: settings.models.fallback_backoff,
         straggler: settings.models.straggler,
         max_file_bytes: settings.guard.max_file_bytes,
@@ -124,18 +125,24 @@ fn with_local_model(
 
 #[cfg(feature = "local-model")]
 fn start_local_model(settings: &Settings) -> Option<Arc<dyn writ_core::ModelClient>> {
-    let mut config = writ_local::LocalConfig::new(settings.models.local.model_path.clone());
-    config.workers = settings.models.local.workers;
-    if settings.models.local.threads > 0 {
-        config.threads = settings.models.local.threads;
+    let local = &settings.models.local;
+    let mut config = writ_local::LocalConfig::new(local.model_dir.clone());
+    config.files = local.files.clone();
+    config.models = settings.models.local_models();
+    config.workers = local.workers;
+    if local.threads > 0 {
+        config.threads = local.threads;
     }
-    config.context_tokens = settings.models.local.context_tokens;
-    config.max_tokens = settings
-        .models
-        .local
-        .max_tokens
-        .min(settings.models.max_tokens.max(1));
-    config.deadline = settings.models.deadline;
+    config.context_tokens = local.context_tokens;
+    config.max_tokens = Some(
+        local
+            .max_tokens
+            .unwrap_or(u32::MAX)
+            .min(settings.models.max_tokens.max(1)),
+    );
+    config.deadline = local.deadline;
+    config.memory_budget = local.memory_mb << 20;
+    config.answer_cache = local.answer_cache.clone();
     match writ_local::LocalClient::start(config) {
         Ok(c) => Some(Arc::new(c)),
         Err(e) => {

@@ -7,7 +7,7 @@ use std::time::Instant;
 use futures::future::join_all;
 
 use super::{FileTrials, Trial};
-use crate::model::ChatRequest;
+use crate::model::{CallPurpose, ChatRequest};
 use crate::synthesis::fanout;
 use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::prompt;
@@ -70,6 +70,7 @@ pub(super) async fn repair_round(
                 temperature: Some(call.temperature),
                 max_tokens: Some(call.max_tokens),
                 urgent: call.urgent,
+                purpose: CallPurpose::Repair,
                 ..ChatRequest::default()
             };
             sink.emit(Event::CandidateStarted {

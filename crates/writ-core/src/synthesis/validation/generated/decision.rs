@@ -353,6 +353,7 @@ async fn ask_both_orders(
             max_tokens: Some(1_000),
             response_format: Some(prompt::verdict_schema(2)),
             urgent: cx.batch.resumed(),
+            purpose: CallRole::Distinguishing.into(),
             ..ChatRequest::default()
         };
         selector.models.chat(req)

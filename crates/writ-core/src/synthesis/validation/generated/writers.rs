@@ -52,6 +52,7 @@ pub(super) async fn write_tests(
             temperature: Some(selector.config.temperature),
             max_tokens: Some(selector.config.max_tokens),
             urgent: cx.batch.resumed(),
+            purpose: CallRole::TestWriter.into(),
             ..ChatRequest::default()
         };
         selector.models.chat(req)
