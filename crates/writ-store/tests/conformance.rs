@@ -2457,6 +2457,7 @@ fn write_session(caller: Option<&str>, updated_at: DateTime<Utc>) -> WriteSessio
         intent: Some("a large module".into()),
         create_dirs: true,
         commit: Some(true),
+        review: Some(true),
         state: SessionState::AwaitingContent,
         bytes_received: 0,
         chunks: 0,

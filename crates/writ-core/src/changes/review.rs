@@ -106,6 +106,9 @@ pub struct AppliedFile {
     pub bytes: usize,
     /// The hunks were merged into content changed since the change was made.
     pub rebased: bool,
+    /// The model that made the content, and how it was chosen.
+    pub chosen_model: Option<String>,
+    pub selection: Option<crate::audit::Selection>,
 }
 
 /// The answer of an apply.
@@ -501,6 +504,8 @@ impl Changes<'_> {
             .iter()
             .zip(written)
             .map(|(p, (receipt, _))| AppliedFile {
+                chosen_model: set.files[p.chosen.file].provenance.chosen_model.clone(),
+                selection: set.files[p.chosen.file].provenance.selection,
                 path: p.path.to_string(),
                 hunks: p.chosen.hunks.clone(),
                 operation: receipt.operation,

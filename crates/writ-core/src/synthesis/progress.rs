@@ -155,6 +155,10 @@ pub enum Event {
 /// The name of the event that ends a job's stream.
 pub const DONE: &str = "done";
 
+/// The events of a change set's own stream that a batch's never carries: its decisions. (A
+/// batch's stream carries its `change_proposed`, which opens the change set's.)
+pub const DECISION_EVENTS: [&str; 2] = ["change_applied", "change_rejected"];
+
 impl Event {
     /// The SSE `event:` name.
     pub fn name(&self) -> &'static str {

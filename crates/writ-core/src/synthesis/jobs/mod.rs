@@ -87,7 +87,8 @@ impl EventHub {
     pub fn subscribe(&self) -> broadcast::Receiver<Uuid> {
         self.tx.subscribe()
     }
-    fn notify(&self, job: Uuid) {
+    /// Wakes the streams following `job` (a job's, or a change set's: its id is its stream's).
+    pub fn notify(&self, job: Uuid) {
         // No subscriber is fine.
         let _ = self.tx.send(job);
     }
