@@ -419,7 +419,10 @@ impl Jobs {
         };
         let handle = if is_async {
             if let Err(e) = synthesizer.store.commit(opening).await {
-                return synthesizer.not_recorded(&sub, e).await.map(Begun::Replayed);
+                return synthesizer
+                    .not_recorded(&sub, e)
+                    .await
+                    .map(|answer| Begun::Replayed(Box::new(answer)));
             }
             // The batch's task stays in the request's span (its trace), though it outlives it.
             tokio::spawn(
