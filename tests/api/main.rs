@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod budgets;
+mod changes;
 mod context;
 mod dashboard;
 mod docs;

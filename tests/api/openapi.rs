@@ -332,6 +332,9 @@ fn event_names() -> BTreeSet<String> {
             | Event::Formatted { .. }
             | Event::FileWritten { .. }
             | Event::FileFailed { .. }
+            | Event::ChangeProposed { .. }
+            | Event::ChangeApplied { .. }
+            | Event::ChangeRejected { .. }
             | Event::Done { .. } => {}
         }
     }
@@ -431,6 +434,26 @@ fn event_names() -> BTreeSet<String> {
         Event::Done {
             status: "success".into(),
         },
+        Event::ChangeProposed {
+            change_id: uuid::Uuid::nil(),
+            state: writ_core::changes::ChangeState::Open,
+            files: Vec::new(),
+            expires_at: chrono::DateTime::UNIX_EPOCH,
+        },
+        Event::ChangeApplied {
+            change_id: uuid::Uuid::nil(),
+            request_id: uuid::Uuid::nil(),
+            state: writ_core::changes::ChangeState::Applied,
+            files: Vec::new(),
+            comment: None,
+        },
+        Event::ChangeRejected {
+            change_id: uuid::Uuid::nil(),
+            request_id: uuid::Uuid::nil(),
+            state: writ_core::changes::ChangeState::Rejected,
+            files: Vec::new(),
+            comment: Some("no".into()),
+        },
     ];
     let mut out = BTreeSet::new();
     for e in &all {
@@ -449,11 +472,30 @@ fn event_names() -> BTreeSet<String> {
     out
 }
 
+/// The events only a change set's own stream carries (a batch's carries its proposal).
+const DECISIONS: [&str; 2] = ["change_applied", "change_rejected"];
+
 #[test]
 fn the_written_enums_list_exactly_the_values_serde_produces() {
     let spec = spec();
     let events = event_names();
-    let sse = &spec["paths"]["/jobs/{id}/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]
-        ["schema"]["properties"]["event"];
-    assert_eq!(spec_enum(sse, &[]), events);
+    let stream = |path: &str| {
+        spec_enum(
+            &spec["paths"][path]["get"]["responses"]["200"]["content"]["text/event-stream"]["schema"]
+                ["properties"]["event"],
+            &[],
+        )
+    };
+    let batch: BTreeSet<String> = events
+        .iter()
+        .filter(|e| !DECISIONS.contains(&e.as_str()))
+        .cloned()
+        .collect();
+    assert_eq!(stream("/jobs/{id}/events"), batch);
+    let change: BTreeSet<String> = events
+        .iter()
+        .filter(|e| e.starts_with("change_"))
+        .cloned()
+        .collect();
+    assert_eq!(stream("/changes/{id}/events"), change);
 }

@@ -15,11 +15,13 @@
 //! - [`edit`]: edits applied strictly (SEARCH/REPLACE blocks, `str_replace`).
 //! - [`patch`]: the `apply_patch` format agents speak, parsed into per-file edits.
 //! - [`loss`]: what an update must not lose (placeholders, removed definitions, cut-off files).
+//! - [`hunks`]: a change as hunks with stable ids, any subset applied or merged into a changed text.
 
 pub mod analysis;
 pub mod candidate;
 pub mod edit;
 pub mod extract;
+pub mod hunks;
 pub mod language;
 pub mod loss;
 pub mod mojibake;

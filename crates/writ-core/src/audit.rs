@@ -84,6 +84,12 @@ pub enum OperationKind {
     /// The file was removed (an edit's delete, or the source of a move); the operation's kept
     /// content is what the file held, so that the removal can be taken back.
     Deleted,
+    /// Nothing was written: the content (kept with the operation) was proposed for review, in
+    /// a change set (`detail.review.change_id`), and lands only when that is applied.
+    Proposed,
+    /// Nothing was written: a reviewer rejected the content a change set proposed for the
+    /// file, or some of its hunks (`detail.review`).
+    Rejected,
 }
 
 /// Where the operation stands. `Pending` means recorded but the write not yet confirmed.
@@ -103,6 +109,9 @@ pub enum RequestStatus {
     Success,
     PartialSuccess,
     Error,
+    /// Its files were proposed for review, not written: a change set holds them until it is
+    /// applied, rejected or expires.
+    AwaitingReview,
 }
 
 macro_rules! str_enum {
@@ -129,10 +138,10 @@ macro_rules! str_enum {
     };
 }
 str_enum!(FileKind { Code => "code", Image => "image", Direct => "direct", Run => "run" });
-str_enum!(OperationKind { Created => "created", Updated => "updated", Unchanged => "unchanged", Failed => "failed", Deleted => "deleted" });
+str_enum!(OperationKind { Created => "created", Updated => "updated", Unchanged => "unchanged", Failed => "failed", Deleted => "deleted", Proposed => "proposed", Rejected => "rejected" });
 str_enum!(OperationStatus { Pending => "pending", Succeeded => "succeeded", Failed => "failed" });
 str_enum!(Selection { SingleCandidate => "single_candidate", Arbiter => "arbiter", ArbiterFailedFirstViable => "arbiter_failed_first_viable", Fallback => "fallback", Rollback => "rollback", Direct => "direct", Validated => "validated", ValidatedArbiter => "validated_arbiter", Repaired => "repaired", Agreement => "agreement", Behaviour => "behaviour", Distinguished => "distinguished", AgreementArbiter => "agreement_arbiter" });
-str_enum!(RequestStatus { Running => "running", Success => "success", PartialSuccess => "partial_success", Error => "error" });
+str_enum!(RequestStatus { Running => "running", Success => "success", PartialSuccess => "partial_success", Error => "error", AwaitingReview => "awaiting_review" });
 str_enum!(CallRole { Arbiter => "arbiter", TestWriter => "test_writer", Distinguishing => "distinguishing" });
 
 /// A model call made for a file that was not a candidate: the arbiter's verdict, a generated
@@ -575,6 +584,29 @@ pub enum AuditWrite {
         sha256: String,
         content: Vec<u8>,
     },
+    /// A change set proposed for review, with what its files held and what it proposes.
+    ProposeChange {
+        change: Box<crate::changes::ChangeSet>,
+        contents: Vec<crate::changes::FileContents>,
+    },
+    /// A decision on a change set, and the state it leaves the set in. Fails the commit with
+    /// [`StoreError::Conflict`] when the set already holds a decision of the same number: of
+    /// two decisions taken on the same version, one lands.
+    DecideChange {
+        change_id: Uuid,
+        decision: crate::changes::Decision,
+        state: crate::changes::ChangeState,
+        /// Hunks still open after it.
+        undecided: usize,
+    },
+    /// Takes back decision `seq` of a change set (its files could not be written after it was
+    /// recorded), and puts back the state before it.
+    WithdrawDecision {
+        change_id: Uuid,
+        seq: i64,
+        state: crate::changes::ChangeState,
+        undecided: usize,
+    },
 }
 
 /// The audit store. PostgreSQL and SQLite implement it in `writ-store`; one conformance suite
@@ -588,6 +620,7 @@ pub trait AuditStore:
     + crate::keys::KeyStore
     + crate::sessions::SessionStore
     + crate::workspaces::WorkspaceStore
+    + crate::changes::ChangeStore
 {
     /// Backend name for reports (`postgres`, `sqlite`).
     fn backend(&self) -> &'static str;

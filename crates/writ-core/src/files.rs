@@ -69,7 +69,8 @@ pub struct WriteSpec {
 }
 
 /// Provenance recorded with the operation (which models, how the winner was chosen).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Provenance {
     pub chosen_model: Option<String>,
     pub selection: Option<Selection>,
@@ -217,6 +218,128 @@ pub async fn write_group_deferring_completion(
     request_id: Uuid,
     writes: Vec<GroupedWrite>,
 ) -> Vec<DeferredWrite> {
+    write_group(store, workspace, request_id, writes, None).await
+}
+
+/// Records made from a group's pending operations, committed with them.
+pub type WithRecords<'a> = &'a (dyn Fn(&[&Operation]) -> Vec<AuditWrite> + Send + Sync);
+
+/// Why a group written all or nothing wrote nothing: the file that refused it (its place in
+/// the group) and why. The records the group was to carry were not committed, or were taken
+/// back by the caller's own records of the failure.
+#[derive(Debug)]
+pub struct GroupRefused {
+    pub index: usize,
+    pub error: WriteError,
+}
+
+/// Every one of `writes` or none, as [`write_group_deferring_completion`] writes a group, with
+/// two differences: a file refused when it is checked (changed since, too large, …) refuses the
+/// whole group before anything is recorded; and `with` — records made from the group's pending
+/// operations — commits with them, so that those records exist only if the writes go ahead (a
+/// conflict in them refuses the group, nothing written). A file that fails once others are
+/// published has the others put back, each only where it still holds what was written, and
+/// its records say so. Returns each file's receipt and completion, in the order given.
+pub async fn write_all_or_nothing(
+    store: &dyn AuditStore,
+    workspace: &dyn Workspace,
+    request_id: Uuid,
+    writes: Vec<GroupedWrite>,
+    with: WithRecords<'_>,
+) -> Result<Vec<(WriteReceipt, Option<AuditWrite>)>, GroupRefused> {
+    let kinds: Vec<(FileKind, RepoPath)> = writes
+        .iter()
+        .map(|w| (w.kind, w.spec.path.clone()))
+        .collect();
+    let outcomes = write_group(store, workspace, request_id, writes, Some(with)).await;
+    let mut done: Vec<(usize, (WriteReceipt, Option<AuditWrite>))> =
+        Vec::with_capacity(outcomes.len());
+    let mut refused = None;
+    for (i, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
+            Ok(written) => done.push((i, written)),
+            Err(failed) => {
+                refused.get_or_insert(GroupRefused {
+                    index: i,
+                    error: failed.error,
+                });
+            }
+        }
+    }
+    let Some(refused) = refused else {
+        return Ok(done.into_iter().map(|(_, w)| w).collect());
+    };
+    // Files of a refused group that were published all the same: recorded, then put back.
+    let completions: Vec<AuditWrite> = done.iter().filter_map(|(_, (_, c))| c.clone()).collect();
+    if let Err(e) = store.commit(completions).await {
+        tracing::warn!(error = %e, "a refused group's writes are recorded pending; reconciliation will settle them");
+    }
+    for (i, (receipt, completion)) in done {
+        if completion.is_none() {
+            // Unchanged: nothing was written.
+            continue;
+        }
+        let (kind, path) = &kinds[i];
+        put_back(store, workspace, request_id, *kind, path, &receipt).await;
+    }
+    Err(refused)
+}
+
+/// Puts a written file back as it was, only if it still holds what was written.
+async fn put_back(
+    store: &dyn AuditStore,
+    workspace: &dyn Workspace,
+    request_id: Uuid,
+    kind: FileKind,
+    path: &RepoPath,
+    receipt: &WriteReceipt,
+) {
+    let provenance = Provenance {
+        selection: Some(Selection::Rollback),
+        ..Provenance::default()
+    };
+    let undone = match &receipt.previous {
+        Some(previous) => recorded_write(
+            store,
+            workspace,
+            request_id,
+            kind,
+            WriteSpec {
+                path: path.clone(),
+                content: previous.clone(),
+                mode: WriteMode::Overwrite,
+                expected_sha256: Some(receipt.sha256.clone()),
+                create_dirs: false,
+            },
+            provenance,
+        )
+        .await
+        .map(|_| ()),
+        None => recorded_remove(
+            store,
+            workspace,
+            request_id,
+            kind,
+            path,
+            &receipt.sha256,
+            "rolled back: another file of the same group could not be written",
+            provenance,
+        )
+        .await
+        .map(|_| ()),
+    };
+    if let Err(e) = undone {
+        tracing::error!(path = %path, error = %e, "a file of a refused group could not be put back");
+    }
+}
+
+async fn write_group(
+    store: &dyn AuditStore,
+    workspace: &dyn Workspace,
+    request_id: Uuid,
+    writes: Vec<GroupedWrite>,
+    all_or_nothing: Option<WithRecords<'_>>,
+) -> Vec<DeferredWrite> {
     let started = Instant::now();
     let mut order: Vec<usize> = (0..writes.len()).collect();
     order.sort_by(|&a, &b| {
@@ -229,6 +352,24 @@ pub async fn write_group_deferring_completion(
     order.dedup_by(|a, b| writes[*a].spec.path == writes[*b].spec.path);
     if order.len() < writes.len() {
         // Same path twice: its two locks would wait on each other. One after the other instead.
+        if all_or_nothing.is_some() {
+            // One group cannot write one path twice all or nothing: refused, nothing touched.
+            let twice = writes.len() - 1;
+            return writes
+                .iter()
+                .enumerate()
+                .map(|(i, w)| {
+                    Err(FailedWrite::from(WriteError::from(WorkspaceError::Io {
+                        path: w.spec.path.to_string(),
+                        source: std::io::Error::other(if i == twice {
+                            "named twice in one group"
+                        } else {
+                            "not written: its group was refused"
+                        }),
+                    })))
+                })
+                .collect();
+        }
         let mut outcomes = Vec::with_capacity(writes.len());
         for w in writes {
             outcomes.extend(
@@ -265,6 +406,17 @@ pub async fn write_group_deferring_completion(
             Err(e) => outcomes[i] = Some(Err(e.into())),
         }
     }
+    if all_or_nothing.is_some() && outcomes.iter().any(Option::is_some) {
+        // One refused: none is recorded or staged.
+        for (i, p) in planned {
+            outcomes[i] = Some(Err(WriteError::from(WorkspaceError::Io {
+                path: p.path.to_string(),
+                source: std::io::Error::other("not written: another file of its group was refused"),
+            })
+            .into()));
+        }
+        return outcomes.into_iter().flatten().collect();
+    }
 
     // The pending records are committed while the contents are written to their temp files and
     // synced; no file changes (the renames) until both are durable. Staging is not moved ahead
@@ -296,6 +448,10 @@ pub async fn write_group_deferring_completion(
     }
     // After the operations: one statement never holds two parts on one table.
     records.extend(kept);
+    if let Some(with) = all_or_nothing {
+        let ops: Vec<&Operation> = planned.iter().map(|(_, p)| &p.op).collect();
+        records.extend(with(&ops));
+    }
     let to_stage: Vec<ToStage<'_>> = planned
         .iter()
         .filter(|(_, p)| !p.unchanged)

@@ -12,6 +12,8 @@
 //!   (the [`commits::Committer`] port, implemented over `writ-git` by the server).
 //! - [`direct`]: direct writes of the caller's own content, the same for every surface.
 //! - [`edits`]: direct edits (`str_replace`, `apply_patch`) of up to five files, all or nothing.
+//! - [`changes`]: change sets — content proposed for review instead of written, applied or
+//!   rejected per file and per hunk ([`changes::ChangeStore`]).
 //! - [`execution`]: the [`execution::CommandRunner`] trait for running the caller's tests in a sandbox.
 //! - [`jobs`]: every batch as a job row with its progress events ([`jobs::JobStore`]).
 //! - [`keys`]: API keys (format, constant-time check) and the [`keys::KeyStore`] trait.
@@ -25,6 +27,7 @@
 
 pub mod audit;
 pub mod budgets;
+pub mod changes;
 pub mod commits;
 pub mod content;
 pub mod direct;

@@ -3,8 +3,8 @@
 //! long they took — counted from the audit log's operations (`GET /stats/models`, `writ stats`).
 //!
 //! A candidate is a model's answer for one file (repair rounds included); *viable* when it was
-//! extracted and passed writ's checks; *chosen* when its file was written with it (the
-//! operation's `chosen_model`); *passed validation* when the caller's tests (or generated ones)
+//! extracted and passed writ's checks; *chosen* when the selection picked it (the operation's
+//! `chosen_model`: the file was written with it, or proposed for review); *passed validation* when the caller's tests (or generated ones)
 //! passed on it. Failed operations count too: their candidates were paid for.
 
 use std::collections::BTreeMap;
@@ -26,6 +26,13 @@ pub struct ModelStats {
     /// Candidates the tests ran on.
     pub validated: u64,
     pub passed_validation: u64,
+    /// Files it made that a reviewer applied whole (`options.review`), counted when the last
+    /// of their hunks was decided.
+    pub applied: u64,
+    /// Files it made of which a reviewer applied some hunks and rejected the others.
+    pub partially_applied: u64,
+    /// Files it made that a reviewer rejected whole.
+    pub rejected: u64,
     /// Calls that were not candidates: as the arbiter, a test writer, or asked about
     /// distinguishing inputs. Their cost and tokens are in the sums below.
     pub other_calls: u64,
@@ -85,6 +92,23 @@ pub fn model_stats(operations: &[Operation], by_language: bool) -> Vec<ModelStat
             s.completion_tokens += c.completion_tokens.unwrap_or(0);
             s.cached_tokens += c.cached_tokens.unwrap_or(0);
         }
+        let review = op.detail.as_ref().and_then(|d| d.get("review"));
+        if let Some(review) = review.filter(|r| r.get("proposal").is_some()) {
+            // A reviewer's decision on content chosen (and counted) when it was proposed.
+            let Some(model) = &op.chosen_model else {
+                continue;
+            };
+            let outcome = review.get("outcome").and_then(|o| o.as_str());
+            if let Some(s) = tally_of(&mut tallies, model, &language).stats.as_mut() {
+                match outcome {
+                    Some("applied") => s.applied += 1,
+                    Some("partially_applied") => s.partially_applied += 1,
+                    Some("rejected") => s.rejected += 1,
+                    _ => {}
+                }
+            }
+            continue;
+        }
         if let Some(model) = &op.chosen_model
             && let Some(tally) = tallies.get_mut(&(model.clone(), language.clone()))
             && let Some(s) = tally.stats.as_mut()
@@ -128,6 +152,9 @@ fn tally_of<'t>(
         chosen: 0,
         validated: 0,
         passed_validation: 0,
+        applied: 0,
+        partially_applied: 0,
+        rejected: 0,
         other_calls: 0,
         cost: 0.0,
         prompt_tokens: 0,
@@ -291,6 +318,43 @@ mod tests {
         assert_eq!(m1.prompt_tokens, 1_100);
         // Latency percentiles stay those of candidates: a verdict is not an answer.
         assert_eq!(m1.latency_p50_ms, 100);
+    }
+
+    #[test]
+    fn reviewed_files_count_once_each_under_the_model_that_made_them() {
+        let proposal = op(
+            "a.py",
+            Some("m1"),
+            vec![candidate("m1", true, 100, 0.01, None)],
+        );
+        let decided = |outcome: Option<&str>, operation| {
+            let mut d = op("a.py", Some("m1"), Vec::new());
+            d.operation = operation;
+            let mut review = serde_json::json!({"change_id": "c", "hunks": ["h1"], "of": 2, "proposal": proposal.id});
+            if let Some(outcome) = outcome {
+                review["outcome"] = outcome.into();
+            }
+            d.detail = Some(serde_json::json!({ "review": review }));
+            d
+        };
+        let ops = vec![
+            proposal.clone(),
+            // A first part applied: nothing counted until every hunk is decided.
+            decided(None, OperationKind::Updated),
+            decided(Some("partially_applied"), OperationKind::Rejected),
+            decided(Some("applied"), OperationKind::Created),
+            decided(Some("rejected"), OperationKind::Rejected),
+        ];
+
+        let stats = model_stats(&ops, false);
+
+        let m1 = &stats[0];
+        assert_eq!(
+            (m1.candidates, m1.chosen),
+            (1, 1),
+            "a decision is not a second choice"
+        );
+        assert_eq!((m1.applied, m1.partially_applied, m1.rejected), (1, 1, 1));
     }
 
     #[test]

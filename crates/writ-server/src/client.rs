@@ -342,6 +342,18 @@ async fn follow(
                     .get(&file)
                     .into_iter()
                     .for_each(|b| b.finish_with_message(format!("✗ {}", terminal_safe(&error)))),
+                Event::ChangeProposed { files, .. } => {
+                    for f in files {
+                        bars.get(&f.path).into_iter().for_each(|b| {
+                            b.finish_with_message(format!(
+                                "proposed for review ({} hunk(s))",
+                                f.hunks.len()
+                            ))
+                        });
+                    }
+                }
+                // A change set's own stream, not a batch's.
+                Event::ChangeApplied { .. } | Event::ChangeRejected { .. } => {}
                 Event::Done { .. } => {
                     for b in bars.values() {
                         if !b.is_finished() {

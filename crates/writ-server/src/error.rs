@@ -29,13 +29,16 @@ use writ_core::{PathError, StoreError, WorkspaceError};
 )]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
+    AlreadyApplied,
     AlreadyExists,
+    AlreadyRejected,
     AuditUnavailable,
     AuthUnavailable,
     BodyTooLarge,
     BudgetExceeded,
     Busy,
     Cancelled,
+    ChangeExpired,
     ChangedSince,
     CommandsUnavailable,
     Conflict,
@@ -57,6 +60,7 @@ pub enum ErrorCode {
     InvalidRequest,
     InvalidUtf8,
     McpTransport,
+    MergeConflict,
     ModelsUnavailable,
     NoSpace,
     NotADirectory,
@@ -74,6 +78,7 @@ pub enum ErrorCode {
     TooManyRuns,
     TooManyWriteSessions,
     Unauthorized,
+    UnknownHunk,
     UnsupportedMediaType,
     ValidationFailed,
 }
@@ -86,17 +91,20 @@ impl ErrorCode {
         use ErrorCode::*;
         match self {
             InvalidBody | InvalidRequest | InvalidArguments | InvalidUtf8 | EditFailed
-            | ValidationFailed => StatusCode::UNPROCESSABLE_ENTITY,
+            | UnknownHunk | ValidationFailed => StatusCode::UNPROCESSABLE_ENTITY,
             InvalidCursor | InvalidHeader | InvalidParameter | InvalidPath | McpTransport => {
                 StatusCode::BAD_REQUEST
             }
             Unauthorized => StatusCode::UNAUTHORIZED,
             InsufficientScope | CrossSite | ProtectedPath => StatusCode::FORBIDDEN,
             NotFound => StatusCode::NOT_FOUND,
-            AlreadyExists
+            AlreadyApplied
+            | AlreadyExists
+            | AlreadyRejected
             | Cancelled
             | ChangedSince
             | Conflict
+            | MergeConflict
             | IdempotencyConflict
             | IdempotencyInProgress
             | NotADirectory
@@ -104,8 +112,9 @@ impl ErrorCode {
             | ParentMissing
             | SessionState => StatusCode::CONFLICT,
             PreconditionFailed => StatusCode::PRECONDITION_FAILED,
-            // The content is known to have existed and to be gone for good: not 404.
-            HistoryExpired => StatusCode::GONE,
+            // The content (or the change set) is known to have existed and to be gone for
+            // good: not 404.
+            HistoryExpired | ChangeExpired => StatusCode::GONE,
             // 402, not 429: waiting a few seconds and retrying cannot help before the window
             // resets, and clients that retry every 429 on their own would only spin.
             BudgetExceeded => StatusCode::PAYMENT_REQUIRED,
@@ -126,13 +135,16 @@ impl ErrorCode {
     pub fn as_str(self) -> &'static str {
         use ErrorCode::*;
         match self {
+            AlreadyApplied => "already_applied",
             AlreadyExists => "already_exists",
+            AlreadyRejected => "already_rejected",
             AuditUnavailable => "audit_unavailable",
             AuthUnavailable => "auth_unavailable",
             BodyTooLarge => "body_too_large",
             BudgetExceeded => "budget_exceeded",
             Busy => "busy",
             Cancelled => "cancelled",
+            ChangeExpired => "change_expired",
             ChangedSince => "changed_since",
             CommandsUnavailable => "commands_unavailable",
             Conflict => "conflict",
@@ -154,6 +166,7 @@ impl ErrorCode {
             InvalidRequest => "invalid_request",
             InvalidUtf8 => "invalid_utf8",
             McpTransport => "mcp_transport",
+            MergeConflict => "merge_conflict",
             ModelsUnavailable => "models_unavailable",
             NoSpace => "no_space",
             NotADirectory => "not_a_directory",
@@ -171,6 +184,7 @@ impl ErrorCode {
             TooManyRuns => "too_many_runs",
             TooManyWriteSessions => "too_many_write_sessions",
             Unauthorized => "unauthorized",
+            UnknownHunk => "unknown_hunk",
             UnsupportedMediaType => "unsupported_media_type",
             ValidationFailed => "validation_failed",
         }

@@ -37,6 +37,7 @@ pub trait Dialect:
     + for<'a> Binds<'a, &'a str>
     + for<'a> Binds<'a, Option<&'a str>>
     + for<'a> Binds<'a, &'a [u8]>
+    + for<'a> Binds<'a, Option<&'a [u8]>>
     + for<'a> Binds<'a, Json<&'a serde_json::Value>>
     + for<'a> Binds<'a, Option<Json<&'a serde_json::Value>>>
     + for<'a> Binds<'a, Json<&'a [CandidateRecord]>>

@@ -2,7 +2,7 @@
 //! per port it implements — [`writ_core::AuditStore`] (requests, operations, migrations) in
 //! `audit`, [`writ_core::jobs::JobStore`] in `jobs`, [`writ_core::keys::KeyStore`] in `keys`,
 //! [`writ_core::sessions::SessionStore`] in `sessions`, [`writ_core::workspaces::WorkspaceStore`]
-//! in `workspaces` —, every record write through the group
+//! in `workspaces`, [`writ_core::changes::ChangeStore`] in `changes` —, every record write through the group
 //! commit in `commit`, the statements' building blocks in `sql`.
 //!
 //! Statements are built with sqlx's [`sqlx::QueryBuilder`], which writes each backend's placeholders
@@ -15,6 +15,7 @@
 //! either backend and for every replica, whichever database server answers.
 
 mod audit;
+mod changes;
 mod commit;
 mod jobs;
 mod keys;

@@ -229,6 +229,10 @@ macro_rules! conformance_suite {
                 a_taken_workspace_name_is_a_conflict_and_deleting_frees_it,
                 a_key_bound_to_workspaces_reads_back_bound_and_an_unbound_one_may_use_all,
                 a_requests_commit_reads_back_and_a_later_record_replaces_it,
+                a_change_set_round_trips_with_its_files_contents_and_decisions,
+                of_two_decisions_on_one_version_one_lands_and_the_other_changes_nothing,
+                a_withdrawn_decision_leaves_its_number_and_its_event_free,
+                change_sets_list_newest_first_by_workspace_caller_and_openness,
             );
         }
     };
@@ -2453,6 +2457,7 @@ fn write_session(caller: Option<&str>, updated_at: DateTime<Utc>) -> WriteSessio
         intent: Some("a large module".into()),
         create_dirs: true,
         commit: Some(true),
+        review: Some(true),
         state: SessionState::AwaitingContent,
         bytes_received: 0,
         chunks: 0,
@@ -3103,4 +3108,333 @@ async fn a_job_is_recorded_only_in_a_stored_workspace_or_default(store: &dyn Aud
             workspace
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Change sets
+
+/// A change set of key `alice` in `workspace` proposing `a.py` (over `x = 1`) and a new `b.py`,
+/// with its writes: the request that proposes it, its operations, the set, its first event.
+fn change_proposal(
+    workspace: &str,
+    ttl: Duration,
+) -> (writ_core::changes::ChangeSet, Vec<AuditWrite>) {
+    use writ_core::changes::{ProposedFile, Proposer, propose};
+    let mut req = new_request(Some("alice"), None);
+    req.workspace = workspace.to_owned();
+    let by = Proposer {
+        change_id: Uuid::now_v7(),
+        request_id: req.id,
+        route: "POST /write_codebase".into(),
+        caller: Some("alice".into()),
+        workspace: workspace.to_owned(),
+        summary: Some("two files".into()),
+        commit: Some(true),
+        ttl,
+    };
+    let files = vec![
+        ProposedFile {
+            path: writ_core::RepoPath::parse("a.py").unwrap(),
+            kind: FileKind::Code,
+            base: Some(b"x = 1\n".to_vec()),
+            content: b"x = 2\n".to_vec(),
+            provenance: writ_core::files::Provenance {
+                chosen_model: Some("m1".into()),
+                candidates: candidates(),
+                ..Default::default()
+            },
+        },
+        ProposedFile {
+            path: writ_core::RepoPath::parse("b.py").unwrap(),
+            kind: FileKind::Code,
+            base: None,
+            content: b"y = 1\n".to_vec(),
+            provenance: writ_core::files::Provenance::default(),
+        },
+    ];
+    let made = propose(by, files);
+    let mut writes = vec![AuditWrite::InsertRequest(req)];
+    writes.extend(made.writes);
+    (made.change.unwrap(), writes)
+}
+
+fn decision(
+    seq: i64,
+    kind: writ_core::changes::DecisionKind,
+    path: &str,
+    hunks: Vec<String>,
+) -> writ_core::changes::Decision {
+    writ_core::changes::Decision {
+        seq,
+        kind,
+        request_id: Uuid::now_v7(),
+        at: now(),
+        caller: Some("alice".into()),
+        comment: Some("looks right".into()),
+        files: vec![writ_core::changes::DecidedFile {
+            path: path.into(),
+            hunks,
+            sha256: Some("ab".repeat(32)),
+            operation_id: Some(Uuid::now_v7()),
+            rebased: false,
+        }],
+    }
+}
+
+async fn a_change_set_round_trips_with_its_files_contents_and_decisions(store: &dyn AuditStore) {
+    use writ_core::changes::{ChangeState, DecisionKind};
+    let (set, writes) = change_proposal("default", Duration::from_secs(3600));
+    store.commit(writes).await.unwrap();
+
+    let read = store.get_change(set.id).await.unwrap().unwrap();
+    assert_eq!(read.files, set.files);
+    assert_eq!(read.caller.as_deref(), Some("alice"));
+    assert_eq!(read.summary.as_deref(), Some("two files"));
+    assert_eq!(read.commit, Some(true));
+    assert_eq!(
+        read.expires_at.timestamp_micros(),
+        set.expires_at.timestamp_micros()
+    );
+    assert!(read.decisions.is_empty());
+    let contents = store.change_contents(set.id).await.unwrap();
+    assert_eq!(contents.len(), 2);
+    assert_eq!(contents[0].base.as_deref(), Some(&b"x = 1\n"[..]));
+    assert_eq!(contents[0].content, b"x = 2\n");
+    assert_eq!(contents[1].base, None);
+    // The proposal's operations hold the contents and the candidates, counted like any write's.
+    let ops = store
+        .list_operations(
+            &OperationFilter {
+                request_id: Some(set.request_id),
+                ..OperationFilter::default()
+            },
+            None,
+            10,
+        )
+        .await
+        .unwrap()
+        .operations;
+    assert_eq!(ops.len(), 2);
+    assert!(ops.iter().all(|op| op.operation == OperationKind::Proposed));
+    let (_, content) = store
+        .get_operation(set.files[0].operation_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(content.as_deref(), Some(&b"x = 2\n"[..]));
+    let events = store.job_events(set.id, 0, 10).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].name, "change_proposed");
+
+    let first = decision(
+        1,
+        DecisionKind::Applied,
+        "a.py",
+        vec![set.files[0].hunks[0].id.clone()],
+    );
+    store
+        .commit(vec![AuditWrite::DecideChange {
+            change_id: set.id,
+            decision: first.clone(),
+            state: ChangeState::PartiallyApplied,
+            undecided: 1,
+        }])
+        .await
+        .unwrap();
+    let read = store.get_change(set.id).await.unwrap().unwrap();
+    assert_eq!(read.decisions.len(), 1);
+    assert_eq!(read.decisions[0].files, first.files);
+    assert_eq!(read.decisions[0].comment.as_deref(), Some("looks right"));
+    assert_eq!(read.state(now()), ChangeState::PartiallyApplied);
+}
+
+async fn of_two_decisions_on_one_version_one_lands_and_the_other_changes_nothing(
+    store: &dyn AuditStore,
+) {
+    use writ_core::changes::{ChangeState, DecisionKind};
+    let (set, writes) = change_proposal("default", Duration::from_secs(3600));
+    store.commit(writes).await.unwrap();
+    let hunk = set.files[1].hunks[0].id.clone();
+    let taking = |kind, file: &str| {
+        let mut req = new_request(Some("alice"), None);
+        req.route = "POST /changes/{id}/apply".into();
+        let mut op = operation(req.id, file);
+        op.operation = OperationKind::Rejected;
+        op.status = OperationStatus::Succeeded;
+        vec![
+            AuditWrite::InsertRequest(req),
+            AuditWrite::InsertOperation {
+                operation: op,
+                content: None,
+            },
+            AuditWrite::DecideChange {
+                change_id: set.id,
+                decision: decision(1, kind, "b.py", vec![hunk.clone()]),
+                state: ChangeState::Open,
+                undecided: 1,
+            },
+        ]
+    };
+    let (one, two) = futures::join!(
+        store.commit(taking(DecisionKind::Applied, "b.py")),
+        store.commit(taking(DecisionKind::Rejected, "b.py"))
+    );
+    let refused = match (one, two) {
+        (Ok(()), Err(e)) | (Err(e), Ok(())) => e,
+        other => panic!("exactly one decision must land, got {other:?}"),
+    };
+    assert!(matches!(refused, StoreError::Conflict(_)), "{refused}");
+    let read = store.get_change(set.id).await.unwrap().unwrap();
+    assert_eq!(read.decisions.len(), 1);
+    // The loser's request and operation went with it.
+    let ops = list_all(
+        store,
+        &OperationFilter {
+            filename: Some("b.py".into()),
+            status: Some(OperationStatus::Succeeded),
+            ..OperationFilter::default()
+        },
+    )
+    .await;
+    assert_eq!(ops.len(), 2, "the proposal's and the winner's");
+}
+
+async fn a_withdrawn_decision_leaves_its_number_and_its_event_free(store: &dyn AuditStore) {
+    use writ_core::changes::{ChangeState, DecisionKind};
+    let (set, writes) = change_proposal("default", Duration::from_secs(3600));
+    store.commit(writes).await.unwrap();
+    let decide = |request| {
+        let mut d = decision(
+            1,
+            DecisionKind::Applied,
+            "b.py",
+            vec![set.files[1].hunks[0].id.clone()],
+        );
+        d.request_id = request;
+        vec![
+            AuditWrite::DecideChange {
+                change_id: set.id,
+                decision: d,
+                state: ChangeState::PartiallyApplied,
+                undecided: 1,
+            },
+            AuditWrite::AppendEvents(vec![writ_core::jobs::JobEvent {
+                job_id: set.id,
+                seq: 2,
+                created_at: now(),
+                name: "change_applied".into(),
+                data: json!({}),
+            }]),
+        ]
+    };
+    let first = Uuid::now_v7();
+    store.commit(decide(first)).await.unwrap();
+    store
+        .commit(vec![AuditWrite::WithdrawDecision {
+            change_id: set.id,
+            seq: 1,
+            state: ChangeState::Open,
+            undecided: 2,
+        }])
+        .await
+        .unwrap();
+    let read = store.get_change(set.id).await.unwrap().unwrap();
+    assert!(read.decisions.is_empty());
+    assert_eq!(store.job_events(set.id, 0, 10).await.unwrap().len(), 1);
+    let second = Uuid::now_v7();
+    store.commit(decide(second)).await.unwrap();
+    let read = store.get_change(set.id).await.unwrap().unwrap();
+    assert_eq!(read.decisions[0].request_id, second);
+}
+
+async fn change_sets_list_newest_first_by_workspace_caller_and_openness(store: &dyn AuditStore) {
+    use writ_core::changes::{ChangeFilter, ChangeState, DecisionKind};
+    let (older, writes) = change_proposal("default", Duration::from_secs(3600));
+    store.commit(writes).await.unwrap();
+    let (expired, writes) = change_proposal("default", Duration::ZERO);
+    store.commit(writes).await.unwrap();
+    let (decided, writes) = change_proposal("default", Duration::from_secs(3600));
+    store.commit(writes).await.unwrap();
+    let all: Vec<String> = decided
+        .files
+        .iter()
+        .flat_map(|f| f.hunks.iter().map(|h| h.id.clone()))
+        .collect();
+    let mut d = decision(1, DecisionKind::Rejected, "a.py", all[..1].to_vec());
+    d.files.push(writ_core::changes::DecidedFile {
+        path: "b.py".into(),
+        hunks: all[1..].to_vec(),
+        sha256: None,
+        operation_id: None,
+        rebased: false,
+    });
+    store
+        .commit(vec![AuditWrite::DecideChange {
+            change_id: decided.id,
+            decision: d,
+            state: ChangeState::Rejected,
+            undecided: 0,
+        }])
+        .await
+        .unwrap();
+    let (elsewhere, writes) = change_proposal("other", Duration::from_secs(3600));
+    store.commit(writes).await.unwrap();
+
+    let list = |filter: ChangeFilter| async move {
+        store
+            .list_changes(&filter, 10)
+            .await
+            .unwrap()
+            .iter()
+            .map(|c| c.id)
+            .collect::<Vec<_>>()
+    };
+    let every = ChangeFilter {
+        workspace: "default".into(),
+        ..ChangeFilter::default()
+    };
+    assert_eq!(
+        list(every.clone()).await,
+        vec![decided.id, expired.id, older.id]
+    );
+    assert_eq!(
+        list(ChangeFilter {
+            open_at: Some(now()),
+            ..every.clone()
+        })
+        .await,
+        vec![older.id]
+    );
+    assert!(
+        list(ChangeFilter {
+            caller: Some("bob".into()),
+            ..every.clone()
+        })
+        .await
+        .is_empty()
+    );
+    assert_eq!(
+        list(ChangeFilter {
+            workspace: "other".into(),
+            ..every
+        })
+        .await,
+        vec![elsewhere.id]
+    );
+    let listed = store
+        .list_changes(
+            &ChangeFilter {
+                workspace: "default".into(),
+                ..ChangeFilter::default()
+            },
+            1,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        listed[0].decisions.len(),
+        1,
+        "a listed set carries its decisions"
+    );
+    assert_eq!(listed[0].files.len(), 2);
 }

@@ -12,6 +12,7 @@
 
 mod one;
 mod request;
+mod review;
 
 use std::time::Instant;
 
@@ -112,6 +113,9 @@ pub struct EditedFile {
     /// For a move's source: where the file went.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moved_to: Option<String>,
+    /// With `review`: the change proposed (not written), its base's SHA-256 and its hunks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proposal: Option<crate::changes::FileProposal>,
 }
 
 /// The answer to an edit request.
@@ -124,6 +128,13 @@ pub struct EditsResponse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validated: Option<bool>,
     pub duration_ms: u64,
+    /// With `review`: `awaiting_review` (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<RequestStatus>,
+    /// With `review`: the change set holding the edited files, proposed and not written. Apply
+    /// or reject it at `/changes/{change_id}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_id: Option<Uuid>,
 }
 
 /// Applies `edits`; see the module docs.
@@ -194,6 +205,12 @@ pub async fn apply(
         }
         validated = Some(true);
     }
+    if let Some(ttl) = edits.review {
+        return review::propose_edits(
+            store, workspace, editor, &edits, ttl, edited, validated, started,
+        )
+        .await;
+    }
     if edits.dry_run {
         let files = edited
             .into_iter()
@@ -214,6 +231,8 @@ pub async fn apply(
             files,
             validated,
             duration_ms: started.elapsed().as_millis() as u64,
+            status: None,
+            change_id: None,
         });
     }
     write_all(
@@ -248,6 +267,7 @@ fn answered(
         operation_id: removed,
         moved_from: None,
         moved_to,
+        proposal: None,
     };
     match (&e.after, &e.move_to) {
         (None, _) => vec![source(None, e.change.clone())],
@@ -272,6 +292,7 @@ fn answered(
                 operation_id: written,
                 moved_from: Some(e.path.to_string()),
                 moved_to: None,
+                proposal: None,
             },
         ],
         (Some(after), None) => vec![EditedFile {
@@ -285,6 +306,7 @@ fn answered(
             operation_id: written,
             moved_from: None,
             moved_to: None,
+            proposal: None,
         }],
     }
 }
@@ -439,6 +461,8 @@ async fn write_all(
                 files,
                 validated,
                 duration_ms: started.elapsed().as_millis() as u64,
+                status: None,
+                change_id: None,
             })
         }
     };
@@ -577,6 +601,57 @@ mod tests {
             !ops.iter().any(|op| op.operation == OperationKind::Deleted),
             "no removal is made once a write was refused"
         );
+    }
+
+    #[tokio::test]
+    async fn edits_under_review_write_nothing_and_propose_their_hunks() {
+        let store = MemoryStore::default();
+        let workspace = MemoryWorkspace::default().with_file("a.py", "x = 1\ny = 2\n");
+        let request: EditsRequest = serde_json::from_value(serde_json::json!({
+            "files": [{"path": "a.py", "edits": [{"old": "x = 1", "new": "x = 3"}]}],
+            "review": true,
+        }))
+        .unwrap();
+        let settings = crate::changes::ReviewSettings::default();
+        let edits = request
+            .parse("sha".into(), None)
+            .unwrap()
+            .reviewed(&settings)
+            .unwrap();
+
+        let answer = apply(&store, &workspace, None, editor(), edits)
+            .await
+            .unwrap();
+
+        assert_eq!(answer.status, Some(RequestStatus::AwaitingReview));
+        let change_id = answer.change_id.expect("a change set");
+        assert_eq!(answer.files[0].operation, OperationKind::Proposed);
+        let proposal = answer.files[0].proposal.as_ref().unwrap();
+        assert_eq!(proposal.base_sha256, Some(sha256_hex(b"x = 1\ny = 2\n")));
+        assert_eq!(proposal.hunks.len(), 1);
+        assert_eq!(workspace.content("a.py").as_deref(), Some("x = 1\ny = 2\n"));
+        let set = crate::changes::ChangeStore::get_change(&store, change_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(set.files[0].path, "a.py");
+    }
+
+    #[test]
+    fn a_deletion_is_not_proposed_for_review_and_says_how_to_send_it() {
+        let request: EditsRequest = serde_json::from_value(serde_json::json!({
+            "patch": "*** Begin Patch\n*** Delete File: old.py\n*** End Patch",
+        }))
+        .unwrap();
+        let by_default = crate::changes::ReviewSettings {
+            by_default: true,
+            ..Default::default()
+        };
+        let refused = request
+            .parse("sha".into(), None)
+            .unwrap()
+            .reviewed(&by_default);
+        assert!(matches!(refused, Err(EditsError::Invalid { ref field, .. }) if field == "review"));
     }
 
     #[tokio::test]

@@ -37,6 +37,11 @@ pub struct EditsRequest {
     /// exactly its files). Overrides the workspace's setting and `WRIT_GIT_COMMIT`.
     #[serde(default)]
     pub commit: Option<bool>,
+    /// Write nothing: propose the edited files for review, as a change set to apply or reject
+    /// per file and per hunk (`GET /changes/{id}`). Absent: as the server is set
+    /// (`WRIT_REVIEW`). Deletions and moves are not proposed: send them with `review: false`.
+    #[serde(default)]
+    pub review: Option<bool>,
 }
 
 /// One file's `str_replace` edits, applied in order; or its deletion; or its move (with or
@@ -109,6 +114,39 @@ pub struct Edits {
     pub(super) validation: Option<(Vec<CommandCall>, Duration)>,
     pub(super) dry_run: bool,
     pub(super) body_sha256: String,
+    /// `review` as sent (`None`: as the server is set; see [`Edits::reviewed`]).
+    pub(super) review_asked: Option<bool>,
+    /// How long the change set may be applied, when the edits are proposed for review.
+    pub(super) review: Option<Duration>,
+    /// `commit` as sent, for the change set's apply.
+    pub(super) commit: Option<bool>,
+}
+
+impl Edits {
+    /// The edits with the server's review settings applied: proposed for review when the
+    /// request asked, or did not say and the server proposes by default. A request that
+    /// deletes or moves files is not proposed (a change set holds writes): refused naming
+    /// `review`, nothing changed.
+    pub fn reviewed(
+        mut self,
+        settings: &crate::changes::ReviewSettings,
+    ) -> Result<Self, EditsError> {
+        if self.dry_run || !settings.wanted(self.review_asked) {
+            return Ok(self);
+        }
+        if self
+            .files
+            .iter()
+            .any(|f| f.move_to.is_some() || matches!(f.action, Action::Delete))
+        {
+            return Err(invalid(
+                "review",
+                "deletions and moves are not proposed for review (a change set holds writes): send them with review: false, apart from the rest",
+            ));
+        }
+        self.review = Some(settings.ttl);
+        Ok(self)
+    }
 }
 
 fn invalid(field: impl Into<String>, message: impl Into<String>) -> EditsError {
@@ -271,11 +309,20 @@ impl EditsRequest {
             .validation
             .map(|v| parse_validation(v, runner))
             .transpose()?;
+        if self.review == Some(true) && self.dry_run {
+            return Err(invalid(
+                "review",
+                "a dry run keeps nothing to review: ask for dry_run or for review, not both",
+            ));
+        }
         Ok(Edits {
             files,
             validation,
             dry_run: self.dry_run,
             body_sha256,
+            review_asked: self.review,
+            review: None,
+            commit: self.commit,
         })
     }
 }

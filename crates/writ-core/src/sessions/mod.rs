@@ -23,6 +23,7 @@ mod content;
 mod error;
 mod expiry;
 mod records;
+mod review;
 mod service;
 mod state;
 mod store;

@@ -21,6 +21,9 @@ pub struct WriteSession {
     pub create_dirs: bool,
     /// `commit` as the session began with it: whether its write is committed.
     pub commit: Option<bool>,
+    /// `review` as the session began with it: whether its content is proposed for review
+    /// instead of written (`None`: as the server is set).
+    pub review: Option<bool>,
     /// The stored state (never `AwaitingDoneOrMoreContent`).
     pub state: SessionState,
     pub bytes_received: i64,
@@ -105,6 +108,11 @@ pub struct BeginSession {
     /// absent: as the workspace is set.
     #[serde(default)]
     pub commit: Option<bool>,
+    /// Write nothing at the end: propose the content for review, as a change set to apply or
+    /// reject per hunk (`GET /changes/{id}`); the receipt names it. Absent: as the server is
+    /// set (`WRIT_REVIEW`).
+    #[serde(default)]
+    pub review: Option<bool>,
 }
 
 /// One correction: the bytes of the invalid sequence at `offset` become `replacement`.
@@ -128,6 +136,10 @@ pub struct SessionReceipt {
     pub request_id: Uuid,
     /// How many invalid sequences were replaced with U+FFFD after the last correction round.
     pub replaced_invalid: usize,
+    /// With `review`: the change set holding the content, proposed (`operation` is `proposed`)
+    /// and not written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_id: Option<Uuid>,
 }
 
 /// A session as a caller sees it.
@@ -141,6 +153,10 @@ pub struct SessionView {
     /// Whether the session's write is committed (absent: as the workspace is set).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub commit: Option<bool>,
+    /// Whether the content is proposed for review instead of written (absent: as the server is
+    /// set).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub review: Option<bool>,
     pub bytes_received: i64,
     pub chunks: i64,
     pub created_at: DateTime<Utc>,

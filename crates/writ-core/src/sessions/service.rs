@@ -60,6 +60,9 @@ pub struct Sessions<'a> {
     pub store: &'a dyn AuditStore,
     pub workspace: &'a dyn Workspace,
     pub settings: &'a SessionSettings,
+    /// Whether a session that did not say is proposed for review (`WRIT_REVIEW`), and for how
+    /// long its change set may be applied.
+    pub review: &'a crate::changes::ReviewSettings,
 }
 
 /// Who asks, and under which request id a finalising write is recorded.
@@ -120,6 +123,7 @@ impl Sessions<'_> {
             operation: begin.operation,
             intent: begin.intent,
             commit: begin.commit,
+            review: begin.review,
             create_dirs: begin.create_dirs,
             state: SessionState::AwaitingContent,
             bytes_received: 0,
@@ -416,6 +420,23 @@ impl Sessions<'_> {
             content = String::from_utf8_lossy(&content).into_owned().into_bytes();
         }
         let path = RepoPath::parse_nonempty(&session.target_file)?;
+        if self.review.wanted(session.review) {
+            let proposed = super::review::propose_content(
+                self.store,
+                self.workspace,
+                who,
+                &session,
+                path,
+                content,
+                self.review.ttl,
+            )
+            .await
+            .map(|mut receipt| {
+                receipt.replaced_invalid = replaced_invalid;
+                receipt
+            });
+            return self.settle_write(id, proposed).await;
+        }
         let written = direct::write(
             self.store,
             self.workspace,
@@ -433,18 +454,29 @@ impl Sessions<'_> {
                 },
             },
         )
-        .await;
+        .await
+        .map(|receipt| SessionReceipt {
+            path: path.to_string(),
+            operation: receipt.operation,
+            sha256: receipt.sha256,
+            bytes: receipt.bytes,
+            operation_id: receipt.operation_id,
+            request_id: who.request_id,
+            replaced_invalid,
+            change_id: None,
+        });
+        self.settle_write(id, written).await
+    }
+
+    /// The session this request finalised, moved to `done` with the receipt of its write (or
+    /// its proposal), or to `failed` with why.
+    async fn settle_write(
+        &self,
+        id: Uuid,
+        written: Result<SessionReceipt, WriteError>,
+    ) -> Result<SessionView, SessionError> {
         match written {
             Ok(receipt) => {
-                let receipt = SessionReceipt {
-                    path: path.to_string(),
-                    operation: receipt.operation,
-                    sha256: receipt.sha256,
-                    bytes: receipt.bytes,
-                    operation_id: receipt.operation_id,
-                    request_id: who.request_id,
-                    replaced_invalid,
-                };
                 let json = serde_json::to_value(&receipt)
                     .map_err(|e| StoreError::Other(format!("receipt: {e}")))?;
                 self.store
@@ -530,6 +562,7 @@ impl Sessions<'_> {
             operation: session.operation,
             intent: session.intent,
             commit: session.commit,
+            review: session.review,
             bytes_received: session.bytes_received,
             chunks: session.chunks,
             created_at: session.created_at,

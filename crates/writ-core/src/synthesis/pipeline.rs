@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use tracing::Instrument;
 
-use crate::audit::AuditWrite;
+use crate::audit::{AuditWrite, RequestStatus};
+use crate::changes::Proposer;
 use crate::commits::{self, CommitFile, RequestCommit};
 use writ_checks::Language;
 
@@ -80,6 +81,8 @@ impl Synthesizer {
             sink,
             upstream_of: &clocks,
         };
+        let review =
+            !batch.options().dry_run && self.config.review.wanted(batch.options().review());
         let writer = Writer {
             store: self.store.as_ref(),
             workspace: self.workspace.as_ref(),
@@ -88,9 +91,11 @@ impl Synthesizer {
             sink,
             recorded,
             outage_wait: self.config.store_outage_wait,
+            review,
             upstream_of: &clocks,
         };
-        let atomic = batch.options().atomic && !batch.options().dry_run;
+        // A change set is applied all or nothing already.
+        let atomic = batch.options().atomic && !batch.options().dry_run && !review;
 
         // The server's default of generated checks, or of the project's diagnostics, for
         // batches that ask for no validation and where a sandbox can run them.
@@ -113,7 +118,7 @@ impl Synthesizer {
             .as_ref()
             .or(default_checks.as_ref());
         let mut kept_tests: Vec<AuditWrite> = Vec::new();
-        let written: Vec<Written> = if let Some(validation) = validation {
+        let mut written: Vec<Written> = if let Some(validation) = validation {
             // Validation needs every file's candidates before any file can be chosen.
             let produced = self.produce_validated(validation, cx).await;
             let mut written = match recorded.wait().await {
@@ -136,11 +141,18 @@ impl Synthesizer {
         } else {
             self.produce_and_write(cx, &writer, recorded).await
         };
+        let (change_id, proposal) = match review {
+            true => writer.propose(&mut written, self.proposer(sub)).await,
+            false => (None, Vec::new()),
+        };
         let (results, completions): (Vec<FileResult>, Vec<Option<AuditWrite>>) = written
             .into_iter()
             .map(|w| (w.result, w.completion))
             .unzip();
-        let commit = self.commit_batch(sub, prior, &results).await;
+        let commit = match review {
+            true => None,
+            false => self.commit_batch(sub, prior, &results).await,
+        };
         let results = with_prompt_tokens(results, prior);
         let write_path = self.workspace.root().display().to_string();
         let mut response = BatchResponse::assemble(
@@ -150,10 +162,15 @@ impl Synthesizer {
             started.elapsed().as_millis() as u64,
         );
         response.commit = commit;
+        if change_id.is_some() {
+            response.status = RequestStatus::AwaitingReview;
+            response.change_id = change_id;
+        }
         // Files run concurrently: the batch's critical upstream path is its slowest file's.
         response.upstream = clocks.iter().map(Upstream::total).max().unwrap_or_default();
         let mut completions: Vec<AuditWrite> = completions.into_iter().flatten().collect();
         completions.extend(kept_tests);
+        completions.extend(proposal);
         (response, completions)
     }
 
@@ -205,6 +222,33 @@ impl Synthesizer {
         commits::commit_request(self.workspace.as_ref(), committer, commit)
             .await
             .commit
+    }
+
+    /// Who proposes the batch's change set, when it is held for review.
+    fn proposer(&self, sub: &Submission) -> Proposer {
+        let batch = &sub.batch;
+        let summary = match batch.task_description() {
+            Some(task) => task.lines().next().unwrap_or_default().trim().to_string(),
+            None => format!(
+                "Write {}",
+                batch
+                    .files()
+                    .iter()
+                    .map(|f| f.path.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        Proposer {
+            change_id: uuid::Uuid::now_v7(),
+            request_id: sub.request_id,
+            route: crate::synthesis::record::ROUTE.to_string(),
+            caller: sub.caller.clone(),
+            workspace: sub.workspace.clone(),
+            summary: Some(summary.chars().take(200).collect()),
+            commit: batch.options().commit(),
+            ttl: self.config.review.ttl,
+        }
     }
 
     fn selector<'a>(&'a self, batch: &'a Batch) -> Selector<'a> {
@@ -585,6 +629,47 @@ mod tests {
             .execute(&sub, prior, &NoProgress, &recorded)
             .await;
         (submitted.response, workspace.content("app.py"))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_under_review_writes_nothing_and_proposes_its_change_set() {
+        let models = ScriptedModels::default()
+            .with("alpha", vec![Answer::after(10, "```python\nx = 2\n```")]);
+        let workspace = Arc::new(MemoryWorkspace::default().with_file("old.py", "x = 1\n"));
+        let store = Arc::new(MemoryStore::default());
+        let config = SynthesisConfig {
+            candidates: vec!["alpha".into()],
+            ..SynthesisConfig::default()
+        };
+        let synthesizer =
+            Synthesizer::new(Arc::new(models), store.clone(), workspace.clone(), config);
+        let batch = doubles::parse(serde_json::json!({"command": "write_codebase",
+            "files": [{"filename": "new.py", "code_description": "d"}],
+            "options": {"review": true}}));
+        let prior = doubles::prior(&batch);
+        let sub = doubles::submission(batch);
+
+        let (submitted, completions) = synthesizer
+            .execute(&sub, prior, &NoProgress, &Recorded::already())
+            .await;
+
+        let response = submitted.response;
+        assert_eq!(response.status, RequestStatus::AwaitingReview);
+        let change_id = response.change_id.expect("a change set");
+        let result = &response.results[0];
+        assert_eq!(
+            result.operation,
+            Some(crate::audit::OperationKind::Proposed)
+        );
+        let proposal = result.proposal.as_ref().expect("the file's hunks");
+        assert_eq!(proposal.base_sha256, None);
+        assert_eq!(proposal.hunks.len(), 1);
+        assert_eq!(workspace.content("new.py"), None, "nothing is written");
+        let proposed = completions.iter().any(
+            |w| matches!(w, AuditWrite::ProposeChange { change, .. } if change.id == change_id),
+        );
+        assert!(proposed, "the change set commits with the batch's closing");
+        assert!(response.commit.is_none());
     }
 
     #[tokio::test(start_paused = true)]

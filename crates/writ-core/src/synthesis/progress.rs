@@ -129,10 +129,43 @@ pub enum Event {
     Done {
         status: String,
     },
+    /// The batch's files were proposed for review, not written (`options.review`): the change
+    /// set holding them. Also the first event of the change set's own stream.
+    ChangeProposed {
+        change_id: uuid::Uuid,
+        state: crate::changes::ChangeState,
+        /// Each file proposed, with its hunks' ids.
+        files: Vec<crate::changes::DecidedFile>,
+        expires_at: chrono::DateTime<chrono::Utc>,
+    },
+    /// Hunks of a change set were applied (its own stream).
+    ChangeApplied {
+        change_id: uuid::Uuid,
+        /// The apply's request: undo it to take the apply back.
+        request_id: uuid::Uuid,
+        /// The change set's state after it.
+        state: crate::changes::ChangeState,
+        files: Vec<crate::changes::DecidedFile>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        comment: Option<String>,
+    },
+    /// Hunks of a change set were rejected (its own stream).
+    ChangeRejected {
+        change_id: uuid::Uuid,
+        request_id: uuid::Uuid,
+        state: crate::changes::ChangeState,
+        files: Vec<crate::changes::DecidedFile>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        comment: Option<String>,
+    },
 }
 
 /// The name of the event that ends a job's stream.
 pub const DONE: &str = "done";
+
+/// The events of a change set's own stream that a batch's never carries: its decisions. (A
+/// batch's stream carries its `change_proposed`, which opens the change set's.)
+pub const DECISION_EVENTS: [&str; 2] = ["change_applied", "change_rejected"];
 
 impl Event {
     /// The SSE `event:` name.
@@ -157,6 +190,9 @@ impl Event {
             Event::FileWritten { .. } => "file_written",
             Event::FileFailed { .. } => "file_failed",
             Event::Done { .. } => DONE,
+            Event::ChangeProposed { .. } => "change_proposed",
+            Event::ChangeApplied { .. } => "change_applied",
+            Event::ChangeRejected { .. } => "change_rejected",
         }
     }
 }

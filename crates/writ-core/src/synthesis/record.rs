@@ -29,7 +29,7 @@ use crate::synthesis::response::BatchResponse;
 use crate::synthesis::submission::Submission;
 
 /// The route a batch's request is recorded under.
-const ROUTE: &str = "POST /write_codebase";
+pub(crate) const ROUTE: &str = "POST /write_codebase";
 
 /// The request a batch is recorded as.
 pub(crate) fn request(sub: &Submission) -> NewRequest {

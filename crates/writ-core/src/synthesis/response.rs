@@ -51,6 +51,10 @@ pub struct FileResult {
     /// candidate was formatted before it was written, by which command.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub formatted: Option<Formatted>,
+    /// With `options.review`: the change proposed (not written) — its base's SHA-256 and its
+    /// hunks, to apply or reject through the batch's `change_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proposal: Option<crate::changes::FileProposal>,
 }
 
 /// The project's formatter on the chosen candidate (`WRIT_FORMATTERS`), run in the sandbox on
@@ -166,6 +170,7 @@ impl FileResult {
             prompt_tokens_by_part: None,
             calls: Vec::new(),
             formatted: None,
+            proposal: None,
         }
     }
 }
@@ -209,6 +214,10 @@ pub struct BatchResponse {
     /// The commit of what the batch wrote, when it was committed (`options.commit`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
+    /// With `options.review`: the change set holding the batch's files, proposed and not
+    /// written (`status` is `awaiting_review`). Apply or reject it at `/changes/{change_id}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_id: Option<Uuid>,
     /// The batch's critical path of upstream calls (its slowest file's candidates, arbiter and
     /// fallback); not part of the answer, it is how writ's own overhead is measured.
     #[serde(skip)]
@@ -248,6 +257,7 @@ impl BatchResponse {
             results,
             duration_ms,
             commit: None,
+            change_id: None,
             upstream: std::time::Duration::ZERO,
         }
     }

@@ -76,6 +76,9 @@ pub struct SynthesisConfig {
     /// The project's diagnostics per language name (`WRIT_DIAGNOSTICS`): a configured command
     /// given the file's path; exit 0 is clean, anything else fails the candidate like a test.
     pub diagnostics: Vec<(String, String)>,
+    /// Whether batches are proposed for review by default (`WRIT_REVIEW`), and for how long a
+    /// change set may be applied (`WRIT_REVIEW_TTL`).
+    pub review: crate::changes::ReviewSettings,
 }
 
 /// `WRIT_CHECK_COMMANDS` unset: the commands named like the interpreters.
@@ -144,6 +147,7 @@ impl Default for SynthesisConfig {
             check_commands: default_check_commands(),
             formatters: Vec::new(),
             diagnostics: Vec::new(),
+            review: crate::changes::ReviewSettings::default(),
         }
     }
 }

@@ -78,7 +78,7 @@ pub enum SubmitError {
 /// (`Begun<BatchHandle>`, from `Jobs::start`).
 pub enum Begun<T> {
     /// A repeated `Idempotency-Key`: the stored answer.
-    Replayed(Submitted),
+    Replayed(Box<Submitted>),
     /// The batch goes ahead.
     Fresh(T),
 }
@@ -101,7 +101,7 @@ impl Synthesizer {
     /// it.
     pub(crate) async fn prepare(&self, sub: &Submission) -> Result<Begun<Prior>, SubmitError> {
         if let Some(found) = self.replay(sub).await? {
-            return Ok(Begun::Replayed(found));
+            return Ok(Begun::Replayed(Box::new(found)));
         }
         self.check_models(&sub.batch)?;
         let (current, recent) = futures::future::join(

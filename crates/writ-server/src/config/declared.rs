@@ -245,6 +245,10 @@ pub static SETTINGS: &[Setting] = &[
         "how long the contents undo and restore need are kept (`s`, `m`, `h`, `d`; `0`/`off`: for ever); see [history.md](history.md)"),
     Setting::new("WRIT_GIT_COMMIT", Server, Switch, Literal("false"),
         "when the workspace is a git repository, commit exactly the paths each request (batch, edit, direct write, write session, undo, restore) wrote; a request's own `commit` option and a workspace's `git_commit` come first ([history.md](history.md))"),
+    Setting::new("WRIT_REVIEW", Server, Switch, Literal("false"),
+        "batches, edits and write sessions that do not say (`review`) are proposed for review as change sets instead of written ([review.md](review.md))"),
+    Setting::new("WRIT_REVIEW_TTL", Server, Duration, Literal("7d"),
+        "how long a change set may be applied (`s`, `m`, `h`, `d`); past it, it is `expired`; open change sets hold no locks ([review.md](review.md))"),
     // Models and their provider.
     Setting::new("OPENROUTER_API_KEY", Models, Secret, Unset,
         "provider key; never logged or returned"),

@@ -109,6 +109,9 @@ pub struct Settings {
     pub history_retention: Option<Duration>,
     /// Commit what each request wrote when the workspace is a git repository (`WRIT_GIT_COMMIT`).
     pub git_commit: bool,
+    /// Whether requests are proposed for review by default, and for how long a change set may be
+    /// applied (`WRIT_REVIEW`, `WRIT_REVIEW_TTL`).
+    pub review: writ_core::changes::ReviewSettings,
     /// What is logged and how.
     pub log: LogSettings,
 }
@@ -132,6 +135,7 @@ impl std::fmt::Debug for Settings {
             .field("sessions", &self.sessions)
             .field("history_retention", &self.history_retention)
             .field("git_commit", &self.git_commit)
+            .field("review", &self.review)
             .field("log", &self.log)
             .finish()
     }
@@ -221,44 +225,65 @@ impl Settings {
             sessions,
             history_retention: history_retention(get("WRIT_HISTORY_RETENTION").as_deref())?,
             git_commit: parse_switch(get, "WRIT_GIT_COMMIT", false)?,
+            review: writ_core::changes::ReviewSettings {
+                by_default: parse_switch(get, "WRIT_REVIEW", false)?,
+                ttl: review_ttl(get("WRIT_REVIEW_TTL").as_deref())?,
+            },
             log: LogSettings::load(get)?,
         })
     }
 }
 
+const DAY: u64 = 24 * 3600;
+
 /// `WRIT_HISTORY_RETENTION`: a number with a unit (`s`, `m`, `h`, `d`), or `0`/`off` for ever;
 /// 30 days when unset.
 fn history_retention(raw: Option<&str>) -> Result<Option<Duration>, ConfigError> {
-    const DAY: u64 = 24 * 3600;
     let Some(raw) = raw.map(str::trim) else {
         return Ok(Some(Duration::from_secs(30 * DAY)));
     };
     if raw == "0" || raw.eq_ignore_ascii_case("off") {
         return Ok(None);
     }
-    let invalid = || ConfigError::Invalid {
+    let secs = duration_secs(raw).ok_or_else(|| ConfigError::Invalid {
         name: "WRIT_HISTORY_RETENTION",
         message: format!(
             "'{raw}' is not a duration like 30d, 12h, 90m or 3600s (or 0/off to keep contents for ever)"
         ),
+    })?;
+    Ok((secs > 0).then(|| Duration::from_secs(secs)))
+}
+
+/// `WRIT_REVIEW_TTL`: a number with a unit (`s`, `m`, `h`, `d`), at least a second; 7 days when
+/// unset.
+fn review_ttl(raw: Option<&str>) -> Result<Duration, ConfigError> {
+    let Some(raw) = raw.map(str::trim) else {
+        return Ok(writ_core::changes::DEFAULT_REVIEW_TTL);
     };
-    let split = raw
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(invalid)?;
+    match duration_secs(raw) {
+        Some(secs) if secs > 0 => Ok(Duration::from_secs(secs)),
+        _ => Err(ConfigError::Invalid {
+            name: "WRIT_REVIEW_TTL",
+            message: format!(
+                "'{raw}' is not a duration of at least a second like 7d, 12h, 90m or 3600s"
+            ),
+        }),
+    }
+}
+
+/// Seconds in a number with a unit (`s`, `m`, `h`, `d`); `None` when it is not one.
+fn duration_secs(raw: &str) -> Option<u64> {
+    let split = raw.find(|c: char| !c.is_ascii_digit())?;
     let (number, unit) = raw.split_at(split);
-    let number: u64 = number.parse().map_err(|_| invalid())?;
+    let number: u64 = number.parse().ok()?;
     let unit = match unit {
         "s" => 1,
         "m" => 60,
         "h" => 3600,
         "d" => DAY,
-        _ => return Err(invalid()),
+        _ => return None,
     };
-    match number.checked_mul(unit) {
-        Some(0) => Ok(None),
-        Some(secs) => Ok(Some(Duration::from_secs(secs))),
-        None => Err(invalid()),
-    }
+    number.checked_mul(unit)
 }
 
 /// `WRITE_SESSION_*`. A session holds at most what a file may be (`WRIT_MAX_FILE_BYTES`) unless
@@ -494,6 +519,24 @@ mod tests {
             err.starts_with("WRIT_FORMATTERS") && err.contains("WRIT_COMMANDS"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn review_is_off_by_default_its_time_is_a_week_and_a_bad_time_is_named() {
+        let s = Settings::load(None, &env_of(&[])).unwrap();
+        assert!(!s.review.by_default);
+        assert_eq!(s.review.ttl, Duration::from_secs(7 * 24 * 3600));
+        let s = Settings::load(
+            None,
+            &env_of(&[("WRIT_REVIEW", "1"), ("WRIT_REVIEW_TTL", "90m")]),
+        )
+        .unwrap();
+        assert!(s.review.by_default);
+        assert_eq!(s.review.ttl, Duration::from_secs(90 * 60));
+        for bad in ["0", "0s", "7 days", "-1d"] {
+            let err = Settings::load(None, &env_of(&[("WRIT_REVIEW_TTL", bad)])).unwrap_err();
+            assert!(err.to_string().contains("WRIT_REVIEW_TTL"), "{bad}: {err}");
+        }
     }
 
     #[test]

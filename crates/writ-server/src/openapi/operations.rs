@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use writ_core::budgets::Budget;
+use writ_core::changes::{AppliedChange, ApplyChange, ChangeView, RejectChange, RejectedChange};
 use writ_core::edits::{EditsRequest, EditsResponse};
 use writ_core::execution::RunOutcome;
 use writ_core::history::{RestoreOptions, RestoreResponse, UndoOptions, UndoResponse};
@@ -21,12 +22,14 @@ use super::model::{Info, Response, SecurityScheme};
 use super::{Op, Schemas};
 use crate::error::ErrorCode::*;
 use crate::error::{ErrorBody, ErrorHeaders};
+use crate::routes::changes::ChangeEventFrame;
 use crate::routes::files::{ReadHeaders, WrittenHeaders};
 use crate::routes::jobs::{EventFrame, JobList, JobView};
 use crate::routes::synthesis::{AcceptedHeaders, BatchAnswerHeaders};
 use crate::routes::tools::{ToolCall, ToolCallAnswer, ToolCallError};
 use crate::routes::workspaces::WorkspaceList;
 use crate::routes::write_sessions::Corrections;
+use crate::service::changes::ChangeList;
 use crate::service::files::{Listing, WriteAnswer};
 use crate::service::operations::{OperationsPage, RecordedOperation};
 use crate::service::run::RunRequest;
@@ -258,6 +261,63 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
             .optional_json_body(s.request::<UndoOptions>())
             .json(200, "The request was undone (or, with dry_run, would be).", s.response::<UndoResponse>())
             .errors(&[InvalidParameter, InvalidRequest, NotFound, ChangedSince, Conflict, HistoryExpired, PreconditionFailed, ProtectedPath, AuditUnavailable, NoSpace]),
+        ("GET", "/changes") => Op::new("listChanges", "Change sets of this workspace held for review, newest first.")
+            .description(concat!(
+                "By default those with hunks still open and time left (`state=open`); `state=all` lists\n",
+                "every one. A key sees the change sets it proposed; an admin key (or auth off) every one;\n",
+                "under `/workspaces/{name}/changes`, that workspace's. Each is shown as `GET /changes/{id}`\n",
+                "shows it. Also the `list_changes` tool. See docs/review.md.\n",
+            ))
+            .json(200, "The change sets.", s.response::<ChangeList>())
+            .errors(&[AuditUnavailable]),
+        ("GET", "/changes/{id}") => Op::new("getChange", "One change set: its state, files, hunks, why each file was chosen and the checks' evidence.")
+            .description(concat!(
+                "`state` is `open`, `applied`, `partially_applied`, `rejected`, `expired` (its time,\n",
+                "WRIT_REVIEW_TTL, ran out with hunks open) or `stale` (a file with open hunks holds neither\n",
+                "what the change was made from nor what an apply of it wrote: applying needs `rebase`). Each\n",
+                "file gives its base's SHA-256, what it holds now, and its hunks with stable ids and their\n",
+                "state. An unknown id and another key's change set answer the same 404. Also the\n",
+                "`show_change` tool.\n",
+            ))
+            .json(200, "The change set.", s.response::<ChangeView>())
+            .errors(&[NotFound, AuditUnavailable]),
+        ("GET", "/changes/{id}/events") => Op::new("changeEvents", "Server-Sent Events of one change set: its proposal, then each apply and rejection.")
+            .description(concat!(
+                "`change_proposed` first (event 1), then one event per decision (`change_applied`,\n",
+                "`change_rejected`), each with the change set's state after it. `Last-Event-ID` replays what\n",
+                "came after that id. The stream ends once nothing more can be decided: every hunk decided,\n",
+                "or the change set expired.\n",
+            ))
+            .answer(200, Response::new("The event stream.").content("text/event-stream", s.inline::<ChangeEventFrame>()))
+            .errors(&[NotFound, AuditUnavailable]),
+        ("POST", "/changes/{id}/apply") => Op::new("applyChange", "Apply a change set's hunks, all or nothing, after re-checking each file's base.")
+            .description(concat!(
+                "Applies the hunks named (`hunks`, by path), every open hunk of the files named (`files`),\n",
+                "or, with neither, every open hunk. A file must still hold what the change was made from,\n",
+                "or what an earlier apply of this change set wrote; one that changed since is refused with\n",
+                "409 `changed_since` naming it in `details.files`, nothing written. With `rebase: true` the\n",
+                "hunks are merged into what it holds now (three-way: its changes kept); a hunk whose lines\n",
+                "were changed too is 409 `merge_conflict` listing those hunks in `details.files`. Applying\n",
+                "part of a file's hunks writes exactly those. Every file is written or none; recorded as a\n",
+                "request of its own (`request_id`: undo it to take the apply back), committed when git\n",
+                "commit is on. Of two applies at once, exactly one lands: the other is 409\n",
+                "`already_applied`. A hunk already decided is 409 `already_applied`/`already_rejected`, an\n",
+                "unknown hunk id 422 `unknown_hunk` naming it, an expired change set 410 `change_expired`.\n",
+                "Also the `apply_change` tool.\n",
+            ))
+            .optional_json_body(s.request::<ApplyChange>())
+            .json(200, "The hunks were written.", s.response::<AppliedChange>())
+            .errors(&[InvalidBody, InvalidRequest, UnknownHunk, NotFound, AlreadyApplied, AlreadyRejected, ChangedSince, MergeConflict, Conflict, PreconditionFailed, ChangeExpired, BodyTooLarge, FileTooLarge, ProtectedPath, AuditUnavailable, NoSpace]),
+        ("POST", "/changes/{id}/reject") => Op::new("rejectChange", "Reject a change set's hunks; nothing is written.")
+            .description(concat!(
+                "Rejects the hunks named, every open hunk of the files named, or with neither every open\n",
+                "hunk. Each file is recorded as an operation `rejected` with the model that made its content\n",
+                "and the comment; `GET /stats/models` counts it. Refusals as for apply. Also the\n",
+                "`reject_change` tool.\n",
+            ))
+            .optional_json_body(s.request::<RejectChange>())
+            .json(200, "The hunks were rejected.", s.response::<RejectedChange>())
+            .errors(&[InvalidBody, InvalidRequest, UnknownHunk, NotFound, AlreadyApplied, AlreadyRejected, Conflict, ChangeExpired, BodyTooLarge, AuditUnavailable]),
         ("GET", "/stats/models") => Op::new("modelStats", "Each model's candidates, viable, chosen, passed validation, cost, tokens and latency over a window of the audit log.")
             .description(concat!(
                 "Counted from the operations of the window (failed ones too: their candidates were paid for).\n",

@@ -23,7 +23,7 @@ use writ_core::audit::RequestStatus;
 use writ_core::jobs::{Job, JobEvent, JobFilter, JobStatus};
 use writ_core::synthesis::BatchResponse;
 use writ_core::synthesis::jobs::Jobs;
-use writ_core::synthesis::progress::Event;
+use writ_core::synthesis::progress::{DECISION_EVENTS, Event};
 
 use crate::access::Viewer;
 use crate::error::{ApiError, ErrorCode, store_error};
@@ -147,8 +147,14 @@ pub struct EventFrame {
     pub data: String,
 }
 
-/// Every name an [`Event`] goes by on the stream: the `type` of each of its shapes.
+/// Every name an [`Event`] goes by on a batch's stream: the `type` of each of its shapes, but
+/// the decisions on a change set, which only its own stream carries.
 fn event_names(generator: &mut SchemaGenerator) -> Schema {
+    names_where(generator, |name| !DECISION_EVENTS.contains(&name))
+}
+
+/// The `type`s of the [`Event`] shapes whose name `keep` keeps, as a string enum.
+pub(crate) fn names_where(generator: &mut SchemaGenerator, keep: impl Fn(&str) -> bool) -> Schema {
     let events = Event::json_schema(generator);
     let names: Vec<Value> = events
         .get("oneOf")
@@ -156,6 +162,7 @@ fn event_names(generator: &mut SchemaGenerator) -> Schema {
         .into_iter()
         .flatten()
         .filter_map(|shape| shape.pointer("/properties/type/const").cloned())
+        .filter(|name| name.as_str().is_some_and(&keep))
         .collect();
     schemars::json_schema!({"type": "string", "enum": names})
 }

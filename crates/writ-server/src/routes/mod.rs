@@ -3,10 +3,11 @@
 //!
 //! One module per resource: [`synthesis`] (`POST /write_codebase`), [`files`] (the direct file
 //! routes), [`search`] (`GET /search`), [`edits`] (`POST /edits`), [`run`] (`POST /run`), [`jobs`] (jobs and their event stream), [`operations`] (the
-//! audit log), [`history`] (undo and restore), [`workspaces`] (named workspaces), [`tools`] (function-calling declarations and dispatch), [`meta`] (health,
+//! audit log), [`history`] (undo and restore), [`changes`] (change sets held for review), [`workspaces`] (named workspaces), [`tools`] (function-calling declarations and dispatch), [`meta`] (health,
 //! readiness, metrics, the spec, the dashboard). Each handler translates HTTP to
 //! [`crate::service`]; [`hang_ups`] runs every mutating one beyond its client's hang-up.
 
+pub mod changes;
 pub mod edits;
 pub mod files;
 pub mod hang_ups;
@@ -179,6 +180,27 @@ pub fn api_routes() -> Vec<Route> {
             Access::Scope(Scope::Write),
             history::post_undo,
         ),
+        Route::get("/changes", Access::Scope(Scope::Read), changes::list_changes),
+        Route::get(
+            "/changes/{id}",
+            Access::Scope(Scope::Read),
+            changes::get_change,
+        ),
+        Route::get(
+            "/changes/{id}/events",
+            Access::Scope(Scope::Read),
+            changes::change_events,
+        ),
+        Route::post(
+            "/changes/{id}/apply",
+            Access::Scope(Scope::Write),
+            changes::post_apply,
+        ),
+        Route::post(
+            "/changes/{id}/reject",
+            Access::Scope(Scope::Write),
+            changes::post_reject,
+        ),
         Route::get(
             "/stats/models",
             Access::Scope(Scope::Read),
@@ -285,6 +307,11 @@ pub const WORKSPACE_ROUTES: &[(&str, &str)] = &[
     ("GET", "/jobs/{id}/events"),
     ("GET", "/operations"),
     ("GET", "/operations/{id}"),
+    ("GET", "/changes"),
+    ("GET", "/changes/{id}"),
+    ("GET", "/changes/{id}/events"),
+    ("POST", "/changes/{id}/apply"),
+    ("POST", "/changes/{id}/reject"),
 ];
 
 /// The router of [`WORKSPACE_ROUTES`].

@@ -86,7 +86,7 @@ pub async fn write_codebase(
     )
     .await?;
     let done = match begun {
-        Begun::Replayed(done) => done,
+        Begun::Replayed(done) => *done,
         Begun::Fresh(Running {
             handle,
             is_async: true,

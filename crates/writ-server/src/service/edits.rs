@@ -24,6 +24,8 @@ pub async fn apply(
             body_sha256,
             runner.as_deref().map(|r| r as &dyn CommandRunner),
         )
+        .map_err(edits_error)?
+        .reviewed(&state.settings.review)
         .map_err(edits_error)?;
     let caller = editor.caller.clone();
     let answer = edits::apply(
@@ -35,7 +37,7 @@ pub async fn apply(
     )
     .await
     .map_err(edits_error)?;
-    if !answer.dry_run {
+    if !answer.dry_run && answer.change_id.is_none() {
         let mut files = Vec::new();
         for f in &answer.files {
             // A file the edits removed (deleted, or moved away) leaves the commit's tree.

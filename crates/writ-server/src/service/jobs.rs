@@ -3,7 +3,8 @@
 //!
 //! The stream replays from the store (after the last event seen) and then follows: woken at once
 //! by this process's hub, or by polling when the batch runs on another replica. It ends after
-//! `done`.
+//! `done`. A change set's events (`GET /changes/{id}/events`) are followed the same way, until
+//! nothing more can be decided on it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,6 +66,32 @@ struct Cursor {
     finished: bool,
     /// Polls seen since the job was final without its `done` event.
     grace_polls: u32,
+    /// Whose events these are, so when they end.
+    of: Followed,
+}
+
+/// The two streams of events: a job's (ends with `done`) and a change set's (ends once nothing
+/// more can be decided on it: every hunk decided, or its time run out).
+#[derive(Clone, Copy)]
+enum Followed {
+    Job,
+    Change,
+}
+
+impl Followed {
+    /// Whether no more events will come.
+    async fn is_over(self, store: &dyn AuditStore, id: Uuid) -> bool {
+        match self {
+            Followed::Job => {
+                matches!(store.get_job(id).await, Ok(Some(job)) if job.status.is_final())
+            }
+            Followed::Change => match store.get_change(id).await {
+                Ok(Some(set)) => set.undecided() == 0 || chrono::Utc::now() >= set.expires_at,
+                Ok(None) => true,
+                Err(_) => false,
+            },
+        }
+    }
 }
 
 /// A job's events after `after`, in order, replayed from the store and then followed until
@@ -77,6 +104,27 @@ pub fn follow(
     job: Uuid,
     after: i64,
 ) -> impl Stream<Item = JobEvent> + use<> {
+    follow_events(store, hub, job, after, Followed::Job)
+}
+
+/// A change set's events after `after` (`change_proposed`, then each `change_applied` and
+/// `change_rejected`), replayed and followed until nothing more can be decided on it.
+pub fn follow_change(
+    store: Arc<dyn AuditStore>,
+    hub: Option<&EventHub>,
+    change: Uuid,
+    after: i64,
+) -> impl Stream<Item = JobEvent> + use<> {
+    follow_events(store, hub, change, after, Followed::Change)
+}
+
+fn follow_events(
+    store: Arc<dyn AuditStore>,
+    hub: Option<&EventHub>,
+    job: Uuid,
+    after: i64,
+    of: Followed,
+) -> impl Stream<Item = JobEvent> + use<> {
     // Without `Jobs` this process runs no job, so nothing here wakes the stream: it polls.
     let wake = hub.map_or_else(|| EventHub::default().subscribe(), EventHub::subscribe);
     let cursor = Cursor {
@@ -86,6 +134,7 @@ pub fn follow(
         wake,
         finished: false,
         grace_polls: 0,
+        of,
     };
     stream::unfold(cursor, |mut c| async move {
         if c.finished {
@@ -101,15 +150,14 @@ pub fn follow(
             };
             if !events.is_empty() {
                 c.after = events.last().map(|e| e.seq).unwrap_or(c.after);
-                c.finished = events.iter().any(|e| e.name == "done");
+                c.finished = matches!(c.of, Followed::Job) && events.iter().any(|e| e.name == "done");
                 return Some((stream::iter(events), c));
             }
             // Nothing new. A job that is over announces `done` just after it is marked so; give
             // that event a few polls to land, then end the stream anyway (the store may have
-            // lost it), so no subscriber waits forever.
-            if let Ok(Some(job)) = c.store.get_job(c.job).await
-                && job.status.is_final()
-            {
+            // lost it), so no subscriber waits forever. A change set's last event commits with
+            // its decision, so a few polls see it too.
+            if c.of.is_over(c.store.as_ref(), c.job).await {
                 c.grace_polls += 1;
                 if c.grace_polls > FINAL_GRACE_POLLS {
                     return None;

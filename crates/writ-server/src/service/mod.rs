@@ -7,6 +7,7 @@
 //! `write_codebase` batch), [`jobs`] (following a job's events), [`operations`] (the audit log), [`workspaces`] (named
 //! workspaces and the opened ones).
 
+pub mod changes;
 pub mod edits;
 pub mod files;
 pub mod git;

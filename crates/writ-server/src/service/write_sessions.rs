@@ -30,6 +30,7 @@ pub async fn run(
         store: state.store.as_ref(),
         workspace: state.workspace.as_ref(),
         settings: &state.settings.sessions,
+        review: &state.settings.review,
     };
     let id = id.unwrap_or_default();
     let view = match call {

@@ -85,6 +85,7 @@ pub(super) fn build_models(
         check_commands: settings.run.check_commands.clone(),
         formatters: settings.run.formatters.clone(),
         diagnostics: settings.run.diagnostics.clone(),
+        review: settings.review.clone(),
         ..SynthesisConfig::default()
     };
     // Always a committer: a batch may ask for its commit (`options.commit`) where the server

@@ -155,6 +155,42 @@ fn progress_line(name: &str, data: &Value) -> String {
             ..
         } => format!("{file}: {operation} ({bytes} bytes)"),
         Event::FileFailed { file, error } => format!("{file}: failed: {error}"),
+        Event::ChangeProposed {
+            change_id, files, ..
+        } => format!(
+            "proposed for review, nothing written: change set {change_id} ({})",
+            files
+                .iter()
+                .map(|f| format!("{}: {} hunk(s)", f.path, f.hunks.len()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Event::ChangeApplied {
+            change_id,
+            state,
+            files,
+            ..
+        } => format!(
+            "change set {change_id}: applied {} ({state})",
+            files
+                .iter()
+                .map(|f| format!("{} hunk(s) of {}", f.hunks.len(), f.path))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Event::ChangeRejected {
+            change_id,
+            state,
+            files,
+            ..
+        } => format!(
+            "change set {change_id}: rejected {} ({state})",
+            files
+                .iter()
+                .map(|f| format!("{} hunk(s) of {}", f.hunks.len(), f.path))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         Event::ChecksGenerated {
             file,
             models,

@@ -5,11 +5,13 @@
 //!   generated from the same Rust types the HTTP API parses (or, where the HTTP API spreads its
 //!   input over path, query and headers, from a thin argument type here), so they cannot drift.
 //! - [`call`]: the one dispatcher. Adding a tool is one entry in [`TOOLS`] and one arm in `call`.
-//! - [`dispatch`] and `batch`: the adapter, the only files that call into [`crate::service`] and the core.
+//! - [`dispatch`], `batch` and `changes`: the adapter, the only files that call into
+//!   [`crate::service`] and the core.
 //! - [`formats`]: the registry as OpenAI, Anthropic and Gemini declarations.
 //! - [`mcp`]: the MCP server over the registry (rmcp), for both transports.
 
 mod batch;
+mod changes;
 pub mod dispatch;
 pub mod formats;
 pub mod mcp;
@@ -187,6 +189,54 @@ pub static TOOLS: &[ToolSpec] = &[
         needs_commands: false,
         scope: Scope::Write,
         schema: schema_of::<crate::service::history::RestoreArgs>,
+    },
+    ToolSpec {
+        name: "list_changes",
+        description: "List the change sets awaiting review in the workspace: files writ chose \
+            but did not write because the request asked for review (`options.review` on \
+            `write_codebase`, `review` on `edit_files` and write sessions). Each with its id, \
+            state (`open`, `partially_applied`, `stale` when a file changed since) and open \
+            hunks. `state: \"all\"` lists decided ones too.",
+        read_only: true,
+        needs_commands: false,
+        scope: Scope::Read,
+        schema: schema_of::<crate::service::changes::ListChanges>,
+    },
+    ToolSpec {
+        name: "show_change",
+        description: "One change set: per file the unified diff against the content it was made \
+            from, split into hunks with stable ids (each `open`, `applied` or `rejected`), the \
+            model that made the content, how it was chosen and the checks' evidence. Read it \
+            before `apply_change` or `reject_change`.",
+        read_only: true,
+        needs_commands: false,
+        scope: Scope::Read,
+        schema: schema_of::<crate::service::changes::ShowChangeArgs>,
+    },
+    ToolSpec {
+        name: "apply_change",
+        description: "Apply a change set: every open hunk, or only `files` (all their open \
+            hunks) and `hunks` (`{path: [hunk ids]}`). All or nothing: each file must still hold \
+            what the change was made from (or what an earlier apply wrote), else it is refused \
+            naming the file, unless `rebase: true` merges the hunks into what it holds now (a \
+            hunk whose lines changed too is refused as a conflict, naming it). Only the hunks \
+            chosen are written. Answers with the request_id the apply is recorded as (`undo` \
+            takes it back).",
+        read_only: false,
+        needs_commands: false,
+        scope: Scope::Write,
+        schema: schema_of::<crate::service::changes::ApplyChangeArgs>,
+    },
+    ToolSpec {
+        name: "reject_change",
+        description: "Reject a change set's hunks (every open one, or only `files` and \
+            `hunks`), with a `comment` saying why. Nothing is written; each file's rejection is \
+            recorded with the model that made it, so the model statistics show whose code is \
+            kept.",
+        read_only: false,
+        needs_commands: false,
+        scope: Scope::Write,
+        schema: schema_of::<crate::service::changes::RejectChangeArgs>,
     },
     ToolSpec {
         name: "begin_write_session",
@@ -422,6 +472,22 @@ pub async fn call(
         "restore" => {
             let viewer = ctx.viewer(&workspace);
             dispatch::restore(state, &viewer, ctx, parse(args)?).await
+        }
+        "list_changes" => {
+            let viewer = ctx.viewer(&workspace);
+            changes::list_changes(state, &viewer, &ctx, parse(args)?).await
+        }
+        "show_change" => {
+            let viewer = ctx.viewer(&workspace);
+            changes::show_change(state, &viewer, &ctx, parse(args)?).await
+        }
+        "apply_change" => {
+            let viewer = ctx.viewer(&workspace);
+            changes::apply_change(state, &viewer, &ctx, parse(args)?).await
+        }
+        "reject_change" => {
+            let viewer = ctx.viewer(&workspace);
+            changes::reject_change(state, &viewer, &ctx, parse(args)?).await
         }
         "begin_write_session" => dispatch::begin_write_session(state, ctx, parse(args)?).await,
         "append_to_write_session" => {

@@ -22,7 +22,7 @@ macro_rules! session_columns {
     () => {
         "id, caller, target_file, operation, intent, create_dirs, state, bytes_received, chunks, \
          tail, correction_rounds, created_at, updated_at, finished_at, receipt, error, git_commit, \
-         workspace"
+         workspace, review"
     };
 }
 
@@ -70,6 +70,7 @@ fn session_from_row<D: Dialect>(row: &D::Row) -> Result<WriteSession, StoreError
         error: row.get("error")?,
         commit: row.get("git_commit")?,
         workspace: row.get("workspace")?,
+        review: row.get("review")?,
     })
 }
 
@@ -99,7 +100,8 @@ impl<D: Dialect> SessionStore for SqlStore<D> {
                 .bind(s.receipt.as_ref().map(Json))
                 .bind(s.error.as_deref())
                 .bind(s.commit)
-                .bind(s.workspace.as_str());
+                .bind(s.workspace.as_str())
+                .bind(s.review);
         });
         sql.execute(self, "insert write session").await?;
         Ok(())

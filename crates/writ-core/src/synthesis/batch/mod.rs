@@ -452,6 +452,12 @@ impl Batch {
         if let Some(keep) = validation.as_ref().and_then(|v| v.keep_tests.as_ref()) {
             keep_tests_fits(keep, &files)?;
         }
+        if options.review == Some(true) && options.dry_run {
+            return Err(refuse(
+                "options.review",
+                "a dry run keeps nothing to review: ask for dry_run or for review, not both",
+            ));
+        }
         Ok(Batch {
             task_description: req.task_description.filter(|t| !t.trim().is_empty()),
             files,
@@ -468,6 +474,7 @@ impl Batch {
                 allow_removals: options.allow_removals,
                 repo_map_tokens: options.repo_map_tokens,
                 commit: options.commit,
+                review: options.review,
             },
             context,
             constraints,

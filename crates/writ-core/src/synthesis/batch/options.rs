@@ -225,6 +225,8 @@ pub struct Options {
     pub(crate) repo_map_tokens: Option<usize>,
     /// `options.commit`: commit what the batch wrote (`None`: as the workspace is set).
     pub(crate) commit: Option<bool>,
+    /// `options.review`: propose instead of writing (`None`: as the server is set).
+    pub(crate) review: Option<bool>,
 }
 
 impl Options {
@@ -255,5 +257,9 @@ impl Options {
     }
     pub fn commit(&self) -> Option<bool> {
         self.commit
+    }
+    /// `options.review` as sent (`None`: as the server is set).
+    pub fn review(&self) -> Option<bool> {
+        self.review
     }
 }

@@ -118,6 +118,11 @@ pub struct BatchOptions {
     /// exactly its files. Overrides the workspace's setting and `WRIT_GIT_COMMIT`.
     #[serde(default)]
     pub commit: Option<bool>,
+    /// Write nothing: propose the chosen content for review, as a change set to apply or reject
+    /// per file and per hunk (`GET /changes/{id}`). Absent: as the server is set
+    /// (`WRIT_REVIEW`).
+    #[serde(default)]
+    pub review: Option<bool>,
 }
 
 /// `options.validation` as sent.

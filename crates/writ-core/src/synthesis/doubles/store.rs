@@ -11,6 +11,7 @@ use crate::audit::{
     AuditStore, AuditWrite, Cursor, NewRequest, Operation, OperationFilter, OperationOutcome,
     OperationPage, RecentOperation, RequestRecord, RequestStatus,
 };
+use crate::changes::{ChangeFilter, ChangeSet, ChangeStore, FileContents};
 use crate::jobs::{ClaimedJob, Job, JobEvent, JobStatus, JobStore, NewJob};
 use crate::keys::{ApiKeyRecord, KeyStore};
 use crate::sessions::{ChunkAppend, SessionStore, SessionTransition, WriteSession};
@@ -28,6 +29,8 @@ pub struct MemoryStore {
     pub renewals: std::sync::atomic::AtomicUsize,
     /// While set, the store cannot be reached.
     pub unreachable: std::sync::atomic::AtomicBool,
+    /// Change sets with their contents, in the order proposed.
+    pub changes: Mutex<Vec<(ChangeSet, Vec<FileContents>)>>,
 }
 
 impl MemoryStore {
@@ -76,10 +79,51 @@ impl AuditStore for MemoryStore {
         Ok(true)
     }
     async fn commit(&self, writes: Vec<AuditWrite>) -> Result<(), StoreError> {
+        let mut changes = self
+            .changes
+            .lock()
+            .map_err(|_| StoreError::Other("poisoned".into()))?;
+        // All or nothing, as a transaction: a decision whose number is taken refuses the lot.
+        for write in &writes {
+            if let AuditWrite::DecideChange {
+                change_id,
+                decision,
+                ..
+            } = write
+            {
+                let taken = changes
+                    .iter()
+                    .find(|(c, _)| c.id == *change_id)
+                    .is_none_or(|(c, _)| c.decisions.iter().any(|d| d.seq == decision.seq));
+                if taken {
+                    return Err(StoreError::Conflict(format!(
+                        "decision {} of change set {change_id} is taken",
+                        decision.seq
+                    )));
+                }
+            }
+        }
         for write in writes {
             match write {
                 AuditWrite::InsertOperation { operation, .. } => self.insert(&operation),
                 AuditWrite::CompleteOperation { id, outcome } => self.complete(id, &outcome)?,
+                AuditWrite::ProposeChange { change, contents } => {
+                    changes.push((*change, contents));
+                }
+                AuditWrite::DecideChange {
+                    change_id,
+                    decision,
+                    ..
+                } => {
+                    if let Some((c, _)) = changes.iter_mut().find(|(c, _)| c.id == change_id) {
+                        c.decisions.push(decision);
+                    }
+                }
+                AuditWrite::WithdrawDecision { change_id, seq, .. } => {
+                    if let Some((c, _)) = changes.iter_mut().find(|(c, _)| c.id == change_id) {
+                        c.decisions.retain(|d| d.seq != seq);
+                    }
+                }
                 _ => {}
             }
         }
@@ -368,5 +412,54 @@ impl WorkspaceStore for MemoryStore {
         _since: DateTime<Utc>,
     ) -> Result<crate::budgets::Spend, StoreError> {
         Ok(crate::budgets::Spend::default())
+    }
+}
+
+#[async_trait]
+impl ChangeStore for MemoryStore {
+    async fn get_change(&self, id: Uuid) -> Result<Option<ChangeSet>, StoreError> {
+        let changes = self
+            .changes
+            .lock()
+            .map_err(|_| StoreError::Other("poisoned".into()))?;
+        Ok(changes
+            .iter()
+            .find(|(c, _)| c.id == id)
+            .map(|(c, _)| c.clone()))
+    }
+    async fn list_changes(
+        &self,
+        filter: &ChangeFilter,
+        limit: u32,
+    ) -> Result<Vec<ChangeSet>, StoreError> {
+        let changes = self
+            .changes
+            .lock()
+            .map_err(|_| StoreError::Other("poisoned".into()))?;
+        Ok(changes
+            .iter()
+            .rev()
+            .map(|(c, _)| c)
+            .filter(|c| c.workspace == filter.workspace)
+            .filter(|c| filter.caller.is_none() || c.caller == filter.caller)
+            .filter(|c| {
+                filter
+                    .open_at
+                    .is_none_or(|at| c.undecided() > 0 && c.expires_at > at)
+            })
+            .take(limit as usize)
+            .cloned()
+            .collect())
+    }
+    async fn change_contents(&self, id: Uuid) -> Result<Vec<FileContents>, StoreError> {
+        let changes = self
+            .changes
+            .lock()
+            .map_err(|_| StoreError::Other("poisoned".into()))?;
+        Ok(changes
+            .iter()
+            .find(|(c, _)| c.id == id)
+            .map(|(_, contents)| contents.clone())
+            .unwrap_or_default())
     }
 }

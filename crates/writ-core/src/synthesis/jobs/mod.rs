@@ -79,7 +79,8 @@ impl EventHub {
     pub fn subscribe(&self) -> broadcast::Receiver<Uuid> {
         self.tx.subscribe()
     }
-    fn notify(&self, job: Uuid) {
+    /// Wakes the streams following `job` (a job's, or a change set's: its id is its stream's).
+    pub fn notify(&self, job: Uuid) {
         // No subscriber is fine.
         let _ = self.tx.send(job);
     }
@@ -410,7 +411,10 @@ impl Jobs {
         };
         let handle = if is_async {
             if let Err(e) = synthesizer.store.commit(opening).await {
-                return synthesizer.not_recorded(&sub, e).await.map(Begun::Replayed);
+                return synthesizer
+                    .not_recorded(&sub, e)
+                    .await
+                    .map(|answer| Begun::Replayed(Box::new(answer)));
             }
             // The batch's task stays in the request's span (its trace), though it outlives it.
             tokio::spawn(

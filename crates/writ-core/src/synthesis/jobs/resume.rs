@@ -65,6 +65,7 @@ pub(super) fn written_result(op: &Operation) -> FileResult {
             .as_ref()
             .and_then(|d| d.get("change"))
             .and_then(|d| serde_json::from_value(d.clone()).ok()),
+        proposal: None,
     }
 }
 

@@ -181,6 +181,7 @@ mod tests {
             sink: &NoProgress,
             recorded: &Recorded::already(),
             outage_wait: Duration::ZERO,
+            review: false,
             upstream_of: &[],
         };
         let produced = vec![

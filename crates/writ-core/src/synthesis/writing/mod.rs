@@ -6,6 +6,7 @@
 //! a rollback that could not be made is reported as such ([`atomic`]).
 
 mod atomic;
+mod review;
 
 use base64::Engine;
 use uuid::Uuid;
@@ -13,6 +14,7 @@ use uuid::Uuid;
 use std::time::Duration;
 
 use crate::audit::{AuditStore, AuditWrite, CallRecord, CandidateRecord, FileKind};
+use crate::changes::ProposedFile;
 use crate::content::sha256_hex;
 use crate::files::{
     DeferredWrite, FailedWrite, GroupedWrite, Provenance, WriteError, WriteMode, WriteSpec,
@@ -36,6 +38,8 @@ pub(crate) struct Written {
     /// `Some` when the file was written: what it held before (`None`: it did not exist).
     before: Option<Option<Vec<u8>>>,
     pub completion: Option<AuditWrite>,
+    /// Its chosen content, when the batch proposes for review instead of writing.
+    proposed: Option<ProposedFile>,
 }
 
 impl Written {
@@ -45,6 +49,7 @@ impl Written {
             result,
             before: None,
             completion: None,
+            proposed: None,
         }
     }
 }
@@ -74,6 +79,8 @@ pub(crate) struct Writer<'a> {
     pub recorded: &'a Recorded,
     /// How long a write waits out an unreachable store (`WRIT_STORE_OUTAGE_WAIT`).
     pub outage_wait: Duration,
+    /// Propose the files for review instead of writing them (`options.review`, `WRIT_REVIEW`).
+    pub review: bool,
     /// One per file of the batch, in its order: the calls made for it that were not
     /// candidates, recorded with its result and operation.
     pub upstream_of: &'a [Upstream],
@@ -93,7 +100,8 @@ impl<'a> Writer<'a> {
     /// their syncs one group. In the order given.
     pub(crate) async fn finish_files(&self, files: Vec<(&FileSpec, Produced)>) -> Vec<Written> {
         let written = self.write_files(files).await;
-        for w in &written {
+        // A proposed file is announced with its change set (`change_proposed`).
+        for w in written.iter().filter(|w| w.proposed.is_none()) {
             emit_outcome(self.sink, &w.result);
         }
         written
@@ -105,7 +113,8 @@ impl<'a> Writer<'a> {
     pub(crate) async fn write_kept_tests(&self, written: &mut [Written]) -> Vec<AuditWrite> {
         let mut completions = Vec::new();
         for w in written.iter_mut() {
-            let file_written = w.result.success && w.result.operation_id.is_some();
+            let proposed = w.result.operation == Some(crate::audit::OperationKind::Proposed);
+            let file_written = w.result.success && w.result.operation_id.is_some() && !proposed;
             let of = w.result.filename.clone();
             let Some(kept) = w
                 .result
@@ -119,6 +128,12 @@ impl<'a> Writer<'a> {
                 continue;
             };
             if self.batch.options().dry_run {
+                continue;
+            }
+            if proposed {
+                kept.error = Some(format!(
+                    "{of} was proposed for review, not written, so its tests were not kept"
+                ));
                 continue;
             }
             if !file_written {
@@ -368,6 +383,10 @@ impl<'a> Writer<'a> {
             return Err(Written::only(result));
         }
         let image = chosen.content.image().map(ImageInfo::from);
+        let review = self.review.then(|| {
+            let base = existing.as_ref().map(|e| e.original.clone().into_bytes());
+            (base, validation.clone())
+        });
         let spec = WriteSpec {
             path: file.path.clone(),
             content: chosen.content.bytes().to_vec(),
@@ -396,6 +415,11 @@ impl<'a> Writer<'a> {
             arbiter_reason: chosen.reason.clone(),
             candidates: candidates.clone(),
         };
+        if let Some((base, validation)) = review {
+            return Err(self.proposal(
+                file, chosen, candidates, validation, image, change, base, provenance,
+            ));
+        }
         let write = GroupedWrite {
             kind: file.kind.into(),
             spec,
@@ -448,11 +472,13 @@ impl<'a> Writer<'a> {
                     prompt_tokens_by_part: None,
                     calls: Vec::new(),
                     formatted: chosen.formatted,
+                    proposal: None,
                 };
                 Written {
                     result,
                     before: Some(receipt.previous),
                     completion,
+                    proposed: None,
                 }
             }
             Err(FailedWrite {
@@ -562,6 +588,7 @@ fn dry_run_result(file: &FileSpec, chosen: Chosen, candidates: Vec<CandidateReco
         prompt_tokens_by_part: None,
         calls: Vec::new(),
         formatted: chosen.formatted,
+        proposal: None,
     }
 }
 
@@ -621,6 +648,7 @@ mod tests {
             sink: &NoProgress,
             recorded,
             outage_wait: Duration::ZERO,
+            review: false,
             upstream_of: &[],
         }
     }

@@ -12,6 +12,7 @@ use crate::dialect::Dialect;
 use crate::error::from_sqlx;
 use crate::store::Sql;
 use crate::store::audit::selection_to_column;
+use crate::store::changes::{ChangeTable, expected_rows, push_part};
 
 /// `writes` in order, atomically, in as few statements as the backend allows ([`statements`]).
 /// A single statement needs no `BEGIN` and `COMMIT` (it is atomic by itself), which saves two
@@ -71,6 +72,8 @@ enum Part<'w> {
     InsertContents(Vec<(Uuid, &'w [u8])>),
     CompleteOperations(Vec<(Uuid, &'w OperationOutcome)>),
     One(&'w AuditWrite),
+    /// A change-set write's part on one of the tables it touches.
+    Change(&'w AuditWrite, ChangeTable),
 }
 
 /// How many rows a part must change, or the commit fails.
@@ -118,6 +121,16 @@ fn statements<'w, D: Dialect>(writes: &[&'w AuditWrite]) -> Vec<Statement<'w>> {
                 parts.push(Part::CompleteOperations(vec![(*id, outcome)]));
             }
             (AuditWrite::AppendEvents(events), _) if events.is_empty() => {}
+            (
+                AuditWrite::ProposeChange { .. }
+                | AuditWrite::DecideChange { .. }
+                | AuditWrite::WithdrawDecision { .. },
+                _,
+            ) => parts.extend(
+                ChangeTable::of(write)
+                    .iter()
+                    .map(|table| Part::Change(write, *table)),
+            ),
             (write, _) => parts.push(Part::One(write)),
         }
     }
@@ -239,6 +252,13 @@ impl Part<'_> {
             Part::One(
                 AuditWrite::InsertOperation { .. } | AuditWrite::CompleteOperation { .. },
             ) => "operations",
+            Part::Change(_, table) => table.name(),
+            // Never made: a change-set write is split into `Part::Change`s.
+            Part::One(
+                AuditWrite::ProposeChange { .. }
+                | AuditWrite::DecideChange { .. }
+                | AuditWrite::WithdrawDecision { .. },
+            ) => "change_sets",
         }
     }
 
@@ -253,6 +273,9 @@ impl Part<'_> {
             Part::One(AuditWrite::FinishJob { .. }) => "finish job",
             Part::One(AuditWrite::AppendEvents(_)) => "append job events",
             Part::One(AuditWrite::KeepContent { .. }) => "keep content",
+            Part::Change(AuditWrite::ProposeChange { .. }, _) => "insert change set",
+            Part::Change(AuditWrite::DecideChange { .. }, _) => "record a decision on a change set",
+            Part::Change(_, _) => "withdraw a decision on a change set",
             Part::One(_) => "audit write",
         }
     }
@@ -282,6 +305,10 @@ impl Part<'_> {
                 ),
             ),
             Part::One(AuditWrite::InsertRequest(_)) => Expect::Rows(1),
+            Part::Change(write, table) => match expected_rows(write, *table) {
+                Some((n, missing)) => Expect::Every(n, missing),
+                None => Expect::Any,
+            },
             // A job already ended changes no row, and events may be replays of ones stored.
             Part::One(_) => Expect::Any,
         }
@@ -304,6 +331,7 @@ impl Part<'_> {
             }
             Part::CompleteOperations(run) => push_complete_operations(sql, run),
             Part::One(write) => push_one(sql, write),
+            Part::Change(write, table) => push_part(sql, write, *table),
         }
     }
 }
@@ -449,6 +477,10 @@ fn push_one<D: Dialect>(sql: &mut Sql<D>, write: &AuditWrite) {
         AuditWrite::AppendEvents(events) => {
             crate::store::jobs::statements::push_insert_events(sql, events)
         }
+        // Split into parts of their own by `statements`.
+        AuditWrite::ProposeChange { .. }
+        | AuditWrite::DecideChange { .. }
+        | AuditWrite::WithdrawDecision { .. } => {}
         AuditWrite::KeepContent { sha256, content } => {
             sql.push("INSERT INTO kept_contents (sha256, kept_at, content) VALUES ");
             sql.tuple(|row| {
