@@ -542,6 +542,7 @@ pub trait AuditStore:
     + crate::keys::KeyStore
     + crate::sessions::SessionStore
     + crate::workspaces::WorkspaceStore
+    + crate::budgets::SpendLedger
 {
     /// Backend name for reports (`postgres`, `sqlite`).
     fn backend(&self) -> &'static str;

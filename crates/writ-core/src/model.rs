@@ -143,6 +143,8 @@ pub enum ErrorClass {
     RemovedDefinitions,
     /// The answer kept too few of the file's lines: it looks cut off.
     Shrunk,
+    /// Not called: the key's or the workspace's budget was spent when the call was to start.
+    BudgetExceeded,
 }
 
 impl ErrorClass {
@@ -169,6 +171,7 @@ impl ErrorClass {
             Self::Elided => "elided",
             Self::RemovedDefinitions => "removed_definitions",
             Self::Shrunk => "shrunk",
+            Self::BudgetExceeded => "budget_exceeded",
         }
     }
 

@@ -2,7 +2,7 @@
 //! per port it implements — [`writ_core::AuditStore`] (requests, operations, migrations) in
 //! `audit`, [`writ_core::jobs::JobStore`] in `jobs`, [`writ_core::keys::KeyStore`] in `keys`,
 //! [`writ_core::sessions::SessionStore`] in `sessions`, [`writ_core::workspaces::WorkspaceStore`]
-//! in `workspaces` —, every record write through the group
+//! in `workspaces`, [`writ_core::budgets::SpendLedger`] in `spend` —, every record write through the group
 //! commit in `commit`, the statements' building blocks in `sql`.
 //!
 //! Statements are built with sqlx's [`sqlx::QueryBuilder`], which writes each backend's placeholders
@@ -19,6 +19,7 @@ mod commit;
 mod jobs;
 mod keys;
 mod sessions;
+mod spend;
 mod sql;
 mod workspaces;
 
