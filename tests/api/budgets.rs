@@ -1,6 +1,6 @@
 //! Budgets per key across two servers on one PostgreSQL database: a batch that starts past its
 //! key's budget is refused before any model is called, on whichever server it reaches; the batch
-//! that crossed the budget ran to the end and its whole spend is recorded.
+//! that crossed the budget still wrote its file, and every call it made is counted.
 
 use serde_json::{Value, json};
 use writ_core::keys::{self, Scope, Scopes};
@@ -78,7 +78,8 @@ async fn a_key_past_its_budget_is_refused_before_any_model_call_on_every_replica
     let second = writ_tests::spawn_with(settings, dirs, Backend::Postgres).await;
     let id = key.record.id.clone();
 
-    // One token a day: the first batch starts below it, crosses it, and still finishes.
+    // One token a day: the first batch starts below it and its first calls cross it; the calls
+    // asked after (the arbiter) are refused, and the file is still written.
     let r = first
         .client
         .put(first.url(&format!("/keys/{id}/budget")))
@@ -110,13 +111,15 @@ async fn a_key_past_its_budget_is_refused_before_any_model_call_on_every_replica
             .sum()
     };
     let file = &body["results"][0];
-    assert_eq!(file["selection"], "arbiter", "{body}");
-    assert_eq!(file["calls"][0]["role"], "arbiter", "{body}");
-    assert_eq!(file["calls"][0]["model"], writ_tests::ARBITER, "{body}");
-    let arbiter_tokens = tokens(&file["calls"]);
-    assert!(arbiter_tokens > 0, "{body}");
-    let recorded = tokens(&file["candidates"]) + arbiter_tokens;
+    assert_ne!(file["selection"], "arbiter", "{body}");
+    let recorded = tokens(&file["candidates"]) + tokens(&file["calls"]);
+    assert!(recorded > 1, "{body}");
     assert_eq!(day["tokens"].as_u64().unwrap(), recorded, "{spend}");
+    assert_eq!(
+        day["calls"].as_u64().unwrap() as usize,
+        fake.calls().len(),
+        "every call made is counted, none refused is: {spend}"
+    );
 
     // The next batch, on the other server, is refused without a model call.
     let calls_before = fake.calls().len();

@@ -621,6 +621,7 @@ pub trait AuditStore:
     + crate::sessions::SessionStore
     + crate::workspaces::WorkspaceStore
     + crate::changes::ChangeStore
+    + crate::budgets::SpendLedger
 {
     /// Backend name for reports (`postgres`, `sqlite`).
     fn backend(&self) -> &'static str;

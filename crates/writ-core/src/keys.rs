@@ -277,15 +277,9 @@ pub trait KeyStore: Send + Sync {
         id: &str,
         budget: &crate::budgets::Budget,
     ) -> Result<bool, StoreError>;
-    /// The key's budget; empty when it has none.
+    /// The key's budget; empty when it has none. What it spent is the ledger's
+    /// ([`crate::budgets::SpendLedger`]).
     async fn key_budget(&self, id: &str) -> Result<crate::budgets::Budget, StoreError>;
-    /// What `caller`'s batches spent from `since` on: the cost and tokens of the candidates of
-    /// every operation recorded since then.
-    async fn key_spend(
-        &self,
-        caller: &str,
-        since: DateTime<Utc>,
-    ) -> Result<crate::budgets::Spend, StoreError>;
 }
 
 #[cfg(test)]

@@ -175,6 +175,8 @@ pub enum ErrorClass {
     RemovedDefinitions,
     /// The answer kept too few of the file's lines: it looks cut off.
     Shrunk,
+    /// Not called: the key's or the workspace's budget was spent when the call was to start.
+    BudgetExceeded,
 }
 
 impl ErrorClass {
@@ -201,6 +203,7 @@ impl ErrorClass {
             Self::Elided => "elided",
             Self::RemovedDefinitions => "removed_definitions",
             Self::Shrunk => "shrunk",
+            Self::BudgetExceeded => "budget_exceeded",
         }
     }
 

@@ -166,15 +166,9 @@ pub trait WorkspaceStore: Send + Sync {
         name: &str,
         budget: &crate::budgets::Budget,
     ) -> Result<bool, StoreError>;
-    /// The workspace's budget; empty when it has none.
+    /// The workspace's budget; empty when it has none. What it spent is the ledger's
+    /// ([`crate::budgets::SpendLedger`]).
     async fn workspace_budget(&self, name: &str) -> Result<crate::budgets::Budget, StoreError>;
-    /// What the batches recorded in the workspace `name` spent from `since` on, whoever's key made
-    /// them: the cost and tokens of the candidates and other calls of their operations.
-    async fn workspace_spend(
-        &self,
-        name: &str,
-        since: DateTime<Utc>,
-    ) -> Result<crate::budgets::Spend, StoreError>;
 }
 
 /// What [`WorkspaceStore::delete_workspace`] did.

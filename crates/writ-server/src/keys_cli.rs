@@ -175,19 +175,20 @@ pub async fn run(
                 return Ok(false);
             }
             let budget = store.key_budget(id).await.context("reading the budget")?;
-            let now = chrono::Utc::now();
-            for period in [
-                writ_core::budgets::Period::Day,
-                writ_core::budgets::Period::Month,
-            ] {
-                let (since, _) = period.window(now);
-                let spend = store.key_spend(id, since).await.context("reading spend")?;
-                let w = writ_core::budgets::WindowSpend::new(period, now, spend, &budget);
+            let windows = writ_core::budgets::windows(
+                store.as_ref(),
+                writ_core::budgets::SpendHolder::Key(id),
+                &budget,
+                chrono::Utc::now(),
+            )
+            .await
+            .context("reading spend")?;
+            for w in windows {
                 let limit = |l: Option<String>| l.unwrap_or_else(|| "no limit".into());
                 writeln!(
                     out,
                     "{}\tcost {:.6} of {}\ttokens {} of {}\tresets {}",
-                    period.as_str(),
+                    w.period.as_str(),
                     w.cost,
                     limit(w.cost_limit.map(|c| c.to_string())),
                     w.tokens,

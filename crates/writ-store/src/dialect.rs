@@ -31,6 +31,7 @@ pub trait Dialect:
     + Executes
     + for<'a> Binds<'a, Uuid>
     + for<'a> Binds<'a, i64>
+    + for<'a> Binds<'a, f64>
     + for<'a> Binds<'a, Option<i64>>
     + for<'a> Binds<'a, bool>
     + for<'a> Binds<'a, Option<bool>>
@@ -46,6 +47,7 @@ pub trait Dialect:
     + Reads<String>
     + Reads<Option<String>>
     + Reads<i64>
+    + Reads<f64>
     + Reads<Option<i64>>
     + Reads<bool>
     + Reads<Option<bool>>

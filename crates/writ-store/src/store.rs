@@ -2,8 +2,9 @@
 //! per port it implements — [`writ_core::AuditStore`] (requests, operations, migrations) in
 //! `audit`, [`writ_core::jobs::JobStore`] in `jobs`, [`writ_core::keys::KeyStore`] in `keys`,
 //! [`writ_core::sessions::SessionStore`] in `sessions`, [`writ_core::workspaces::WorkspaceStore`]
-//! in `workspaces`, [`writ_core::changes::ChangeStore`] in `changes` —, every record write through the group
-//! commit in `commit`, the statements' building blocks in `sql`.
+//! in `workspaces`, [`writ_core::changes::ChangeStore`] in `changes`,
+//! [`writ_core::budgets::SpendLedger`] in `spend` —, every record write through the group commit
+//! in `commit`, the statements' building blocks in `sql`.
 //!
 //! Statements are built with sqlx's [`sqlx::QueryBuilder`], which writes each backend's placeholders
 //! (`$1` or `?`); every value is bound, never formatted into the SQL. What the backends do
@@ -20,6 +21,7 @@ mod commit;
 mod jobs;
 mod keys;
 mod sessions;
+mod spend;
 mod sql;
 mod workspaces;
 

@@ -21,6 +21,7 @@ use writ_core::audit::{
     AuditWrite, CandidateRecord, Cursor, FileKind, NewRequest, Operation, OperationFilter,
     OperationKind, OperationOutcome, OperationStatus, RequestStatus,
 };
+use writ_core::budgets::{Spend, SpendEntry, SpendHolder};
 use writ_core::files::WriteMode;
 use writ_core::sessions::{ChunkAppend, SessionState, SessionTransition, WriteSession};
 use writ_core::workspaces::{WorkspaceKind, WorkspaceName, WorkspaceRecord};
@@ -164,6 +165,28 @@ macro_rules! conformance_suite {
             }
 
             #[tokio::test]
+            async fn spend_recorded_before_the_ledger_is_counted_in_it_from_the_previous_month_on() {
+                use writ_core::budgets::SpendHolder;
+                let fresh = $open().await;
+                fresh.store.migrate().await.unwrap();
+                let store = &*fresh.store;
+                let now = super::now();
+                super::spent_before_the_ledger(store, "team", "key-a", now).await;
+                super::spent_before_the_ledger(store, "team", "key-b", now).await;
+                super::spent_before_the_ledger(store, "team", "key-a", now - chrono::Duration::days(70)).await;
+
+                super::fill_the_ledger_from_the_operations(&fresh).await;
+
+                let team = store.spent(SpendHolder::Workspace("team"), now).await.unwrap();
+                // Two operations, each with two candidates (one reporting no usage) and a call.
+                assert_eq!((team.calls, team.tokens), (6, 2 * (3812 + 120)));
+                assert!((team.cost - 2.0 * 0.0133).abs() < 1e-9, "{team:?}");
+                let long_ago = now - chrono::Duration::days(100);
+                let a = store.spent(SpendHolder::Key("key-a"), long_ago).await.unwrap();
+                assert_eq!(a.tokens, 3812 + 120, "older than the previous month: not read");
+            }
+
+            #[tokio::test]
             async fn the_backend_names_itself_and_answers_a_ping() {
                 let fresh = $open().await;
                 assert_eq!(fresh.store.backend(), $name);
@@ -222,7 +245,8 @@ macro_rules! conformance_suite {
                 a_session_change_and_its_audit_records_land_together_or_not_at_all,
                 open_sessions_are_counted_per_caller_and_abandoned_ones_listed_oldest_first,
                 a_workspace_budget_round_trips_and_only_a_known_workspace_takes_one,
-                a_workspaces_spend_is_its_requests_since_the_window_began_whoever_made_them,
+                the_ledger_adds_each_call_to_its_key_and_workspace_for_the_day_it_was_made,
+                concurrent_calls_of_one_key_are_each_counted,
                 a_workspace_with_a_queued_or_running_job_is_not_deleted_and_its_budget_goes_with_it,
                 a_job_is_recorded_only_in_a_stored_workspace_or_default,
                 a_workspace_round_trips_and_workspaces_list_by_name,
@@ -2938,13 +2962,149 @@ async fn a_workspace_budget_round_trips_and_only_a_known_workspace_takes_one(
     assert_eq!(store.workspace_budget("default").await.unwrap(), tokens);
 }
 
-/// A request in `workspace` by `caller`, received at `at`, with one operation (whose candidates
-/// cost 0.0123 and 3,812 tokens).
-async fn spend_in(store: &dyn AuditStore, workspace: &str, caller: &str, at: DateTime<Utc>) {
+fn spent_entry(caller: Option<&str>, workspace: &str, at: DateTime<Utc>) -> SpendEntry {
+    SpendEntry {
+        at,
+        caller: caller.map(str::to_owned),
+        workspace: workspace.into(),
+        calls: 1,
+        tokens: 0,
+        cost: 0.0,
+    }
+}
+
+async fn the_ledger_adds_each_call_to_its_key_and_workspace_for_the_day_it_was_made(
+    store: &dyn AuditStore,
+) {
+    let today = now();
+    let yesterday = today - chrono::Duration::days(1);
+    let add = |caller, workspace, at, calls, tokens, cost| SpendEntry {
+        calls,
+        tokens,
+        cost,
+        ..spent_entry(caller, workspace, at)
+    };
+    for entry in [
+        add(Some("key-a"), "team", today, 1, 100, 0.0),
+        // The same call settled below its estimate, with its cost.
+        add(Some("key-a"), "team", today, 0, -40, 0.002),
+        add(Some("key-b"), "team", today, 1, 50, 0.001),
+        add(Some("key-a"), "other", today, 1, 10, 0.0),
+        add(Some("key-a"), "team", yesterday, 1, 1000, 1.0),
+        add(None, "team", today, 1, 5, 0.0),
+    ] {
+        store.record_spend(&entry).await.unwrap();
+    }
+
+    let team = store
+        .spent(SpendHolder::Workspace("team"), today)
+        .await
+        .unwrap();
+    assert_eq!(
+        (team.calls, team.tokens),
+        (3, 115),
+        "every key's calls, auth off too"
+    );
+    assert!((team.cost - 0.003).abs() < 1e-12, "{team:?}");
+    let since_yesterday = store
+        .spent(SpendHolder::Workspace("team"), yesterday)
+        .await
+        .unwrap();
+    assert_eq!((since_yesterday.calls, since_yesterday.tokens), (4, 1115));
+    let a = store.spent(SpendHolder::Key("key-a"), today).await.unwrap();
+    assert_eq!((a.calls, a.tokens), (2, 70), "its calls in every workspace");
+    assert_eq!(
+        store
+            .spent(SpendHolder::Workspace("none"), yesterday)
+            .await
+            .unwrap(),
+        Spend::default()
+    );
+    // A window that began during a day reads that day whole.
+    let late_today = store
+        .spent(
+            SpendHolder::Key("key-a"),
+            today + chrono::Duration::seconds(1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(late_today.tokens, 70);
+}
+
+async fn concurrent_calls_of_one_key_are_each_counted(store: &dyn AuditStore) {
+    let at = now();
+    let adds = (0..16).map(|i| {
+        let entry = SpendEntry {
+            tokens: i,
+            cost: 0.5,
+            ..spent_entry(Some("key-a"), "team", at)
+        };
+        async move { store.record_spend(&entry).await }
+    });
+    for added in futures::future::join_all(adds).await {
+        added.unwrap();
+    }
+    let spent = store.spent(SpendHolder::Key("key-a"), at).await.unwrap();
+    assert_eq!(
+        (spent.calls, spent.tokens),
+        (16, (0..16).sum::<i64>() as u64)
+    );
+    assert!((spent.cost - 8.0).abs() < 1e-9);
+}
+
+/// Empties the ledger and runs its migration from the operations again, as an upgrade does on a
+/// database that already holds spend.
+async fn fill_the_ledger_from_the_operations(fresh: &Fresh) {
+    let (dir, file) = if fresh.url.starts_with("sqlite") {
+        ("sqlite", "0019_model_spend_from_operations.sql")
+    } else {
+        ("postgres", "0024_model_spend_from_operations.sql")
+    };
+    let text = std::fs::read_to_string(format!(
+        "{}/../../migrations/{dir}/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    if dir == "sqlite" {
+        let pool = sqlx::SqlitePool::connect(&fresh.url).await.unwrap();
+        sqlx::raw_sql("DELETE FROM model_spend")
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(text))
+            .execute(&pool)
+            .await
+            .unwrap();
+    } else {
+        let pool = sqlx::PgPool::connect(&fresh.url).await.unwrap();
+        sqlx::raw_sql("DELETE FROM model_spend")
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(text))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+}
+
+/// A request in `workspace` by `caller`, received at `at`, whose operation records a candidate
+/// (3,812 tokens, 0.0123) and an arbiter call (120 tokens, 0.001) — what operations held of spend
+/// before the ledger.
+async fn spent_before_the_ledger(
+    store: &dyn AuditStore,
+    workspace: &str,
+    caller: &str,
+    at: DateTime<Utc>,
+) {
     let mut req = new_request(Some(caller), None);
     req.workspace = workspace.into();
     req.received_at = at;
-    let op = operation(req.id, "spent.py");
+    let mut op = operation(req.id, "spent.py");
+    op.detail = Some(
+        json!({"calls": [{"role": "arbiter", "model": "m", "latency_ms": 5,
+        "prompt_tokens": 100, "completion_tokens": 20, "cost": 0.001}]}),
+    );
     store
         .commit(vec![
             AuditWrite::InsertRequest(req),
@@ -2955,37 +3115,6 @@ async fn spend_in(store: &dyn AuditStore, workspace: &str, caller: &str, at: Dat
         ])
         .await
         .unwrap();
-}
-
-async fn a_workspaces_spend_is_its_requests_since_the_window_began_whoever_made_them(
-    store: &dyn AuditStore,
-) {
-    let since = now() - chrono::Duration::hours(1);
-    spend_in(store, "team", "key-a", now()).await;
-    spend_in(store, "team", "key-b", now()).await;
-    spend_in(store, "team", "key-a", since - chrono::Duration::seconds(1)).await;
-    spend_in(store, "other", "key-a", now()).await;
-    let spend = store.workspace_spend("team", since).await.unwrap();
-    assert_eq!(spend.tokens, 2 * 3812, "two keys' requests in the window");
-    assert!((spend.cost - 2.0 * 0.0123).abs() < 1e-9, "{spend:?}");
-    let earlier = store
-        .workspace_spend("team", since - chrono::Duration::hours(1))
-        .await
-        .unwrap();
-    assert_eq!(earlier.tokens, 3 * 3812);
-    assert_eq!(
-        store.workspace_spend("other", since).await.unwrap().tokens,
-        3812
-    );
-    assert_eq!(
-        store.workspace_spend("none", since).await.unwrap().tokens,
-        0
-    );
-    // The key's spend still counts its requests in every workspace.
-    assert_eq!(
-        store.key_spend("key-a", since).await.unwrap().tokens,
-        2 * 3812
-    );
 }
 
 async fn a_workspace_with_a_queued_or_running_job_is_not_deleted_and_its_budget_goes_with_it(

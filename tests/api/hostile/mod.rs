@@ -3,3 +3,4 @@
 //! lists what was reviewed).
 
 mod git_roots;
+mod spend;

@@ -42,6 +42,7 @@ pub mod prompt;
 pub mod record;
 pub mod response;
 pub mod selection;
+pub(crate) mod spending;
 pub mod stage;
 pub mod submission;
 pub mod update;

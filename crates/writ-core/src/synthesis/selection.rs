@@ -186,11 +186,25 @@ impl Selector<'_> {
                 Some(ErrorClass::Unauthorized | ErrorClass::PaymentRequired)
             )
         };
+        // A spent budget refuses every model alike.
+        let budget_spent = |c: Option<ErrorClass>| c == Some(ErrorClass::BudgetExceeded);
         let mut extra = Vec::new();
         let mut last_error = first_round
             .iter()
             .find_map(|c| c.record.error.clone())
             .unwrap_or_else(|| "no candidate produced usable code".to_string());
+        if let Some(spent) = first_round
+            .iter()
+            .find(|c| budget_spent(c.record.error_class))
+        {
+            let why = spent.record.error.clone().unwrap_or_default();
+            return (
+                Err(format!(
+                    "every candidate failed and no other model may be called: {why}"
+                )),
+                extra,
+            );
+        }
         if first_round
             .iter()
             .any(|c| provider_refused(c.record.error_class))
@@ -231,7 +245,8 @@ impl Selector<'_> {
             .0
             .pop();
             let Some(c) = c else { break };
-            let refused = provider_refused(c.record.error_class);
+            let refused =
+                provider_refused(c.record.error_class) || budget_spent(c.record.error_class);
             extra.push(c.record.clone());
             if let Some(code) = c.code {
                 return (

@@ -329,15 +329,17 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
             .errors(&[AuditUnavailable]),
         ("GET", "/keys/{id}/spend") => Op::new("getKeySpend", "What a key spent this UTC day and month, beside its budget.")
             .description(concat!(
-                "Spend is the cost and tokens (prompt and completion) of every candidate recorded for the\n",
-                "key's operations in the window. Another key's spend is 404 unless the key holds `admin`.\n",
+                "Spend is the cost and tokens (prompt and completion) of every model call the key's batches\n",
+                "made in the window, counted when each call was made, whatever became of its batch. Another\n",
+                "key's spend is 404 unless the key holds `admin`.\n",
             ))
             .json(200, "The key's budget and spend.", s.response::<KeySpend>())
             .errors(&[NotFound, AuditUnavailable]),
         ("PUT", "/keys/{id}/budget") => Op::new("putKeyBudget", "Set (or, with `{}`, remove) what a key may spend per UTC day and month.")
             .description(concat!(
                 "A batch whose key has reached any limit in the current window is refused with 402\n",
-                "`budget_exceeded` before any model is called; a running batch is never stopped.\n",
+                "`budget_exceeded` before any model is called; a running batch starts no further model call\n",
+                "once a limit is reached (its calls in flight finish and count).\n",
             ))
             .json_body(s.request::<Budget>())
             .json(200, "The key's budget as set, and its spend.", s.response::<KeySpend>())
@@ -366,9 +368,11 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
 ",
                 "window is refused with 402 `budget_exceeded` (`details.budget`: `workspace`) before any
 ",
-                "model is called, as a key past its own budget is; a running batch is never stopped.
+                "model is called, as a key past its own budget is; a running batch starts no further model
 ",
-                "Spend is summed from the audit log's records of the workspace, so it holds across replicas.
+                "call. Spend is every model call made in the workspace, kept in the store, so it holds across
+",
+                "replicas.
 ",
             ))
             .json_body(s.request::<Budget>())

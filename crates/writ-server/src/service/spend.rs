@@ -5,7 +5,7 @@
 use chrono::Utc;
 use serde::Serialize;
 use writ_core::AuditStore;
-use writ_core::budgets::{Budget, Period, WindowSpend};
+use writ_core::budgets::{Budget, SpendHolder, WindowSpend};
 
 use crate::error::{ApiError, store_error};
 
@@ -24,35 +24,13 @@ pub async fn windows(
     caller: &str,
     budget: &Budget,
 ) -> Result<Vec<WindowSpend>, ApiError> {
-    windows_of(
-        budget,
-        |since| store.key_spend(caller, since),
-        |w| publish(caller, w),
-    )
-    .await
-}
-
-/// The day's and the month's window of `budget`, with what `spent_since` says was spent in each,
-/// each published to `/metrics` by `publish`.
-async fn windows_of<F, Fut>(
-    budget: &Budget,
-    spent_since: F,
-    publish: impl Fn(&WindowSpend),
-) -> Result<Vec<WindowSpend>, ApiError>
-where
-    F: Fn(chrono::DateTime<Utc>) -> Fut,
-    Fut: Future<Output = Result<writ_core::budgets::Spend, writ_core::StoreError>>,
-{
-    let now = Utc::now();
-    let mut out = Vec::with_capacity(2);
-    for period in [Period::Day, Period::Month] {
-        let (since, _) = period.window(now);
-        let spend = spent_since(since).await.map_err(store_error)?;
-        let window = WindowSpend::new(period, now, spend, budget);
-        publish(&window);
-        out.push(window);
+    let windows = writ_core::budgets::windows(store, SpendHolder::Key(caller), budget, Utc::now())
+        .await
+        .map_err(store_error)?;
+    for w in &windows {
+        publish(caller, w);
     }
-    Ok(out)
+    Ok(windows.to_vec())
 }
 
 /// `id`'s spend; 404 when writ issued no such key.
@@ -76,12 +54,14 @@ pub async fn workspace_windows(
     name: &str,
     budget: &Budget,
 ) -> Result<Vec<WindowSpend>, ApiError> {
-    windows_of(
-        budget,
-        |since| store.workspace_spend(name, since),
-        |w| publish_workspace(name, w),
-    )
-    .await
+    let windows =
+        writ_core::budgets::windows(store, SpendHolder::Workspace(name), budget, Utc::now())
+            .await
+            .map_err(store_error)?;
+    for w in &windows {
+        publish_workspace(name, w);
+    }
+    Ok(windows.to_vec())
 }
 
 /// Sets every issued, unrevoked key's spend gauges, and every workspace's, for `/metrics`.

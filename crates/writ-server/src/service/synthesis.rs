@@ -2,7 +2,7 @@
 //! validated into a [`Batch`], admitted, and started as a job ([`writ_core::synthesis::Jobs`]).
 //! Every refusal happens before any model is called or anything written.
 
-use writ_core::budgets::{Budget, BudgetExceeded, BudgetHolder};
+use writ_core::budgets::{BatchBudgets, Budget, BudgetExceeded, BudgetHolder};
 use writ_core::content::sha256_hex;
 use writ_core::synthesis::{
     Batch, BatchHandle, Begun, Submission, SubmitError, WriteCodebaseRequest,
@@ -191,31 +191,23 @@ async fn check_budgets(
     {
         return Ok(());
     }
-    if let Some(caller) = caller
-        && !key_budget.is_empty()
+    let budgets = BatchBudgets {
+        caller: caller.map(str::to_owned),
+        workspace: workspace.to_owned(),
+        key: key_budget,
+        in_workspace: workspace_budget,
+    };
+    match budgets
+        .exceeded(state.store.as_ref(), chrono::Utc::now())
+        .await
+        .map_err(store_error)?
     {
-        for window in
-            crate::service::spend::windows(state.store.as_ref(), caller, &key_budget).await?
-        {
-            if let Some(refused) = window.exceeded(BudgetHolder::Key) {
-                return Err(budget_exceeded(refused, None));
-            }
-        }
+        Some(refused) => Err(budget_exceeded(
+            refused,
+            (refused.budget == BudgetHolder::Workspace).then_some(workspace),
+        )),
+        None => Ok(()),
     }
-    if !workspace_budget.is_empty() {
-        for window in crate::service::spend::workspace_windows(
-            state.store.as_ref(),
-            workspace,
-            &workspace_budget,
-        )
-        .await?
-        {
-            if let Some(refused) = window.exceeded(BudgetHolder::Workspace) {
-                return Err(budget_exceeded(refused, Some(workspace)));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The 402 for a spent limit: `field` names the limit as the budget's body does

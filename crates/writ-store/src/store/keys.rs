@@ -3,10 +3,8 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::types::Json;
 use writ_core::StoreError;
-use writ_core::audit::{CallRecord, CandidateRecord};
-use writ_core::budgets::{Budget, Spend};
+use writ_core::budgets::Budget;
 use writ_core::keys::{ApiKeyRecord, KeyStore, Scopes};
 
 use super::sql::Tuple;
@@ -139,22 +137,6 @@ impl<D: Dialect> KeyStore for SqlStore<D> {
         row.as_ref()
             .map_or(Ok(Budget::default()), budget_from_row::<D>)
     }
-
-    async fn key_spend(&self, caller: &str, since: DateTime<Utc>) -> Result<Spend, StoreError> {
-        // Summed here rather than in SQL: the candidates are JSON, read the same way on both
-        // backends, and a window holds one key's operations of at most a month.
-        // By the request's caller and time, so that a batch's whole spend counts in the window
-        // it started in, even when its files are recorded after the window reset.
-        let mut sql = Sql::new(
-            "SELECT o.candidates, o.detail FROM requests r JOIN operations o ON o.request_id = r.id \
-             WHERE r.caller = ",
-        );
-        sql.bind(caller)
-            .push(" AND r.received_at >= ")
-            .bind_time(since);
-        let rows = sql.fetch_all(self, "read key spend").await?;
-        spend_of_rows::<D>(&rows)
-    }
 }
 
 /// A budget's limits as a row's values after its owner's (`key_budgets`, `workspace_budgets`),
@@ -178,22 +160,6 @@ pub(super) fn budget_from_row<D: Dialect>(row: &D::Row) -> Result<Budget, StoreE
         monthly_cost: cost(row.get("monthly_cost_micros")?),
         monthly_tokens: tokens(row.get("monthly_tokens")?),
     })
-}
-
-/// What the operations of `rows` (their `candidates` and `detail`) spent.
-pub(super) fn spend_of_rows<D: Dialect>(rows: &[D::Row]) -> Result<Spend, StoreError> {
-    let mut spend = Spend::default();
-    for row in rows {
-        let candidates: Json<Vec<CandidateRecord>> = Record::<D>(row).get("candidates")?;
-        for c in &candidates.0 {
-            spend.add(c.cost, c.prompt_tokens, c.completion_tokens);
-        }
-        let detail: Option<Json<serde_json::Value>> = Record::<D>(row).get("detail")?;
-        for c in CallRecord::in_detail(detail.as_ref().map(|d| &d.0)) {
-            spend.add(c.cost, c.prompt_tokens, c.completion_tokens);
-        }
-    }
-    Ok(spend)
 }
 
 /// Cost limits are kept in millionths, so that a limit reads back exactly as it was set.

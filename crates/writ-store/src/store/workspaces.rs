@@ -3,15 +3,14 @@
 //! (postgres 0021, sqlite 0017).
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use uuid::Uuid;
 use writ_core::StoreError;
-use writ_core::budgets::{Budget, Spend};
+use writ_core::budgets::Budget;
 use writ_core::workspaces::{
     RUNNING_JOBS_NAMED, WorkspaceDeletion, WorkspaceName, WorkspaceRecord, WorkspaceStore,
 };
 
-use super::keys::{bind_budget, budget_from_row, spend_of_rows};
+use super::keys::{bind_budget, budget_from_row};
 use super::{Record, Sql, SqlStore};
 use crate::dialect::Dialect;
 use crate::error::from_sqlx;
@@ -167,20 +166,6 @@ impl<D: Dialect> WorkspaceStore for SqlStore<D> {
         let row = sql.fetch_optional(self, "read workspace budget").await?;
         row.as_ref()
             .map_or(Ok(Budget::default()), budget_from_row::<D>)
-    }
-
-    async fn workspace_spend(&self, name: &str, since: DateTime<Utc>) -> Result<Spend, StoreError> {
-        // As a key's spend (store/keys.rs): by the request's workspace and time, summed here
-        // from the operations' candidates and calls.
-        let mut sql = Sql::new(
-            "SELECT o.candidates, o.detail FROM requests r JOIN operations o ON o.request_id = r.id \
-             WHERE r.workspace = ",
-        );
-        sql.bind(name)
-            .push(" AND r.received_at >= ")
-            .bind_time(since);
-        let rows = sql.fetch_all(self, "read workspace spend").await?;
-        spend_of_rows::<D>(&rows)
     }
 }
 

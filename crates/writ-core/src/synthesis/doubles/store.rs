@@ -12,6 +12,7 @@ use crate::audit::{
     OperationPage, RecentOperation, RequestRecord, RequestStatus,
 };
 use crate::changes::{ChangeFilter, ChangeSet, ChangeStore, FileContents};
+use crate::budgets::{Spend, SpendEntry, SpendHolder, SpendLedger};
 use crate::jobs::{ClaimedJob, Job, JobEvent, JobStatus, JobStore, NewJob};
 use crate::keys::{ApiKeyRecord, KeyStore};
 use crate::sessions::{ChunkAppend, SessionStore, SessionTransition, WriteSession};
@@ -31,6 +32,8 @@ pub struct MemoryStore {
     pub unreachable: std::sync::atomic::AtomicBool,
     /// Change sets with their contents, in the order proposed.
     pub changes: Mutex<Vec<(ChangeSet, Vec<FileContents>)>>,
+    /// Every addition to the spend ledger, in order.
+    pub spend: Mutex<Vec<SpendEntry>>,
 }
 
 impl MemoryStore {
@@ -53,6 +56,15 @@ impl MemoryStore {
         op.operation = outcome.operation;
         op.error = outcome.error.clone();
         op.finished_at = Some(outcome.finished_at);
+        Ok(())
+    }
+}
+
+impl MemoryStore {
+    fn reachable(&self) -> Result<(), StoreError> {
+        if self.unreachable.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("the store is away".into()));
+        }
         Ok(())
     }
 }
@@ -328,14 +340,7 @@ impl KeyStore for MemoryStore {
         Err(not_kept())
     }
     async fn key_budget(&self, _id: &str) -> Result<crate::budgets::Budget, StoreError> {
-        Err(not_kept())
-    }
-    async fn key_spend(
-        &self,
-        _caller: &str,
-        _since: DateTime<Utc>,
-    ) -> Result<crate::budgets::Spend, StoreError> {
-        Err(not_kept())
+        Ok(crate::budgets::Budget::default())
     }
 }
 
@@ -406,12 +411,42 @@ impl WorkspaceStore for MemoryStore {
     async fn workspace_budget(&self, _name: &str) -> Result<crate::budgets::Budget, StoreError> {
         Ok(crate::budgets::Budget::default())
     }
-    async fn workspace_spend(
+}
+
+#[async_trait]
+impl SpendLedger for MemoryStore {
+    async fn record_spend(&self, entry: &SpendEntry) -> Result<(), StoreError> {
+        self.reachable()?;
+        self.spend
+            .lock()
+            .map_err(|_| StoreError::Other("poisoned".into()))?
+            .push(entry.clone());
+        Ok(())
+    }
+    async fn spent(
         &self,
-        _name: &str,
-        _since: DateTime<Utc>,
-    ) -> Result<crate::budgets::Spend, StoreError> {
-        Ok(crate::budgets::Spend::default())
+        holder: SpendHolder<'_>,
+        since: DateTime<Utc>,
+    ) -> Result<Spend, StoreError> {
+        self.reachable()?;
+        let day = since.date_naive();
+        let entries = self
+            .spend
+            .lock()
+            .map_err(|_| StoreError::Other("poisoned".into()))?;
+        let mut spend = Spend::default();
+        for e in entries.iter().filter(|e| e.at.date_naive() >= day) {
+            let theirs = match holder {
+                SpendHolder::Key(id) => e.caller.as_deref() == Some(id),
+                SpendHolder::Workspace(name) => e.workspace == name,
+            };
+            if theirs {
+                spend.calls += e.calls;
+                spend.tokens = spend.tokens.saturating_add_signed(e.tokens);
+                spend.cost += e.cost;
+            }
+        }
+        Ok(spend)
     }
 }
 

@@ -393,6 +393,9 @@ impl Jobs {
             Begun::Replayed(replay) => return Ok(Begun::Replayed(replay)),
             Begun::Fresh(prior) => prior,
         };
+        let budgets = crate::synthesis::spending::budgets_of(synthesizer.store.as_ref(), &sub)
+            .await
+            .map_err(SubmitError::Audit)?;
         let opening = record::opening(&sub, is_async, self.owner.as_deref());
         let events = self.events();
         let job_id = sub.request_id;
@@ -407,6 +410,7 @@ impl Jobs {
             stop,
             first_seq: 0,
             resumed: None,
+            budgets,
             _running: guard,
         };
         let handle = if is_async {
@@ -529,6 +533,8 @@ struct JobContext {
     /// The last event number an earlier run stored (0 for a first run).
     first_seq: i64,
     resumed: Option<Resumed>,
+    /// Whose spend its model calls count in, and the budgets that stop them.
+    budgets: crate::budgets::BatchBudgets,
     _running: RunningGuard,
 }
 
@@ -592,7 +598,9 @@ async fn run_job(
                 Vec::new(),
             );
         }
-        synthesizer.execute(sub, prior, &sink, &recorded).await
+        // Every model call of the run is counted, and refused once a budget is spent.
+        let metered = synthesizer.metered(ctx.budgets.clone());
+        metered.execute(sub, prior, &sink, &recorded).await
     };
     let (mut submitted, completions) = tokio::select! {
         done = execute => done,

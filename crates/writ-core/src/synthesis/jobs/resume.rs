@@ -231,6 +231,19 @@ pub(super) async fn resume(
             return;
         }
     };
+    let budgets = match crate::synthesis::spending::budgets_of(synthesizer.store.as_ref(), &sub)
+        .await
+    {
+        Ok(budgets) => budgets,
+        Err(e) => {
+            tracing::warn!(job = %job_id, error = %e, "could not read the budgets of a job to resume; handing it back");
+            let _ = synthesizer
+                .store
+                .release_lease(job_id, &owner, Some(&format!("not resumed: {e}")))
+                .await;
+            return;
+        }
+    };
     let (guard, stop) = running.enter(job_id);
     let ctx = JobContext {
         lease: Some(LeaseHold::new(
@@ -242,6 +255,7 @@ pub(super) async fn resume(
         stop,
         first_seq: last_seq,
         resumed: Some(resumed),
+        budgets,
         _running: guard,
     };
     match run_job(&synthesizer, events, &sub, prior, Recorded::already(), ctx).await {

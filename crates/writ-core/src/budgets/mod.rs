@@ -1,14 +1,21 @@
-//! What a key or a workspace may spend: a [`Budget`] per day and per month, in cost (the provider's billing
-//! currency, USD on OpenRouter) and/or tokens, and the [`Spend`] it is checked against — summed
-//! from the audit log's candidate records, which every replica writes to the same store.
+//! What a key or a workspace may spend: a [`Budget`] per day and per month, in cost (the provider's
+//! billing currency, USD on OpenRouter) and/or tokens, and the [`Spend`] it is checked against —
+//! read from the spend ledger ([`SpendLedger`], in `ledger`), to which every model call a batch
+//! makes is added when it is made, whatever becomes of the batch (a dry run, a failure, a
+//! cancellation, a file never written). Every replica adds to the same store.
 //!
-//! The check is made when a batch is admitted, before any model is called: a batch that would
-//! start past a limit is refused ([`BudgetExceeded`]). A batch already running is never stopped
-//! for money (its files would be left half-written); what it spends past the limit is recorded
-//! like any other spend and counts against the next batch.
+//! A batch that would start past a limit is refused when it is admitted, before any model is
+//! called ([`BudgetExceeded`]); and every model call asks again before it is made
+//! ([`BatchBudgets::exceeded`]), so once a limit is reached no further call starts. Calls already
+//! in flight when it is reached still finish and count: concurrent batches overshoot a limit by
+//! at most what those calls spend.
 
 use chrono::{DateTime, Datelike, Duration, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
+
+mod ledger;
+
+pub use ledger::{BatchBudgets, SpendEntry, SpendHolder, SpendLedger, windows};
 
 /// One key's limits. Every limit is optional; a budget with none limits nothing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -49,25 +56,12 @@ impl Budget {
     }
 }
 
-/// What was spent in a window: the cost and tokens of every candidate recorded in it.
+/// What was spent in a window: the model calls counted in it, their tokens and their cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Spend {
     pub cost: f64,
     pub tokens: u64,
-}
-
-impl Spend {
-    /// Adds one model call's reported usage (a candidate's, or a call that was not one: the
-    /// arbiter's, a test writer's); what it did not report adds nothing.
-    pub fn add(
-        &mut self,
-        cost: Option<f64>,
-        prompt_tokens: Option<u64>,
-        completion_tokens: Option<u64>,
-    ) {
-        self.cost += cost.filter(|c| c.is_finite() && *c > 0.0).unwrap_or(0.0);
-        self.tokens += prompt_tokens.unwrap_or(0) + completion_tokens.unwrap_or(0);
-    }
+    pub calls: u64,
 }
 
 /// A budget's window: the UTC day or the UTC calendar month.
@@ -119,6 +113,8 @@ pub struct WindowSpend {
     pub resets_at: DateTime<Utc>,
     pub cost: f64,
     pub tokens: u64,
+    /// The model calls counted (made, whatever became of them).
+    pub calls: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost_limit: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -180,6 +176,7 @@ impl WindowSpend {
             resets_at,
             cost: spend.cost,
             tokens: spend.tokens,
+            calls: spend.calls,
             cost_limit,
             tokens_limit,
         }
@@ -242,6 +239,7 @@ mod tests {
         let below = Spend {
             cost: 0.5,
             tokens: 99,
+            calls: 3,
         };
         assert_eq!(
             WindowSpend::new(Period::Day, now, below, &budget).exceeded(BudgetHolder::Key),
@@ -250,6 +248,7 @@ mod tests {
         let at_limit = Spend {
             cost: 0.5,
             tokens: 100,
+            calls: 4,
         };
         let refused = WindowSpend::new(Period::Day, now, at_limit, &budget)
             .exceeded(BudgetHolder::Key)
