@@ -37,6 +37,17 @@ pub enum CallRole {
     Distinguishing,
 }
 
+impl From<CallRole> for crate::model::CallPurpose {
+    fn from(role: CallRole) -> Self {
+        use crate::model::CallPurpose;
+        match role {
+            CallRole::Arbiter => CallPurpose::Arbiter,
+            CallRole::TestWriter => CallPurpose::TestWriter,
+            CallRole::Distinguishing => CallPurpose::Distinguishing,
+        }
+    }
+}
+
 /// How a file's content was chosen, in answers, events and operation records alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]

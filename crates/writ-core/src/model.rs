@@ -66,8 +66,8 @@ impl ChatMessage {
 }
 
 /// What a model call is for, so a provider can size it: a whole file or a test file needs far
-/// more completion tokens than a verdict. The calls that are not candidates are the
-/// [`CallRole`](crate::audit::CallRole)s of the audit record, under the same names.
+/// more completion tokens than a verdict. The calls that are not candidates are the `CallRole`s
+/// of the audit record, under the same names (the audit record converts one into the other).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum CallPurpose {
     /// A candidate's whole file.
@@ -83,16 +83,6 @@ pub enum CallPurpose {
     Distinguishing,
     /// An image.
     Image,
-}
-
-impl From<crate::audit::CallRole> for CallPurpose {
-    fn from(role: crate::audit::CallRole) -> Self {
-        match role {
-            crate::audit::CallRole::Arbiter => CallPurpose::Arbiter,
-            crate::audit::CallRole::TestWriter => CallPurpose::TestWriter,
-            crate::audit::CallRole::Distinguishing => CallPurpose::Distinguishing,
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -80,7 +80,7 @@ pub fn default_model_path(env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
     default_model_dir(env).join(crate::catalogue::SMOLLM2_135M.file_name)
 }
 
-/// Returns `path` when a file is there (whose identity [`crate::identity`] checks); otherwise
+/// Returns `path` when a file is there (whose identity the identity module checks); otherwise
 /// fetches `model` there when it is fetched on first use, and says which command fetches it
 /// when it is not.
 pub fn ensure_model(model: &LocalModel, path: &Path) -> Result<PathBuf, FetchError> {
@@ -248,22 +248,6 @@ fn download_part(
         )));
     }
     Ok(part)
-}
-
-pub fn sha256_file(path: &Path) -> Result<String, FetchError> {
-    let mut file = std::fs::File::open(path).map_err(io(format!("opening {}", path.display())))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file
-            .read(&mut buf)
-            .map_err(io(format!("reading {}", path.display())))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hex::encode(hasher.finalize()))
 }
 
 fn last_lines(text: &str, n: usize) -> String {

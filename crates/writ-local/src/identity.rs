@@ -52,8 +52,12 @@ pub enum IdentityError {
     },
     #[error("{0}")]
     Gguf(#[from] gguf::GgufError),
-    #[error("{0}")]
-    Hash(#[from] crate::fetch::FetchError),
+    #[error("reading {path} to hash it: {source}")]
+    Hash {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Whether to hash a file with no valid stamp.
@@ -82,7 +86,7 @@ pub fn check(model: &LocalModel, path: &Path, hashing: Hashing) -> Result<Identi
         (Some(sha), _) => sha,
         (None, Hashing::StampOnly) => return Ok(Identity::Unhashed),
         (None, Hashing::Always) => {
-            let sha = crate::fetch::sha256_file(path)?;
+            let sha = sha256_file(path)?;
             stamp(path, &sha);
             sha
         }
@@ -120,6 +124,27 @@ fn stamped(path: &Path) -> Option<String> {
     let text = std::fs::read_to_string(stamp_path(path)).ok()?;
     let (sha, fp) = text.trim().split_once(' ')?;
     (Some(fp.to_string()) == fingerprint(path)).then(|| sha.to_string())
+}
+
+/// The file's SHA-256, in hex, read a megabyte at a time.
+pub fn sha256_file(path: &Path) -> Result<String, IdentityError> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let hash_error = |source| IdentityError::Hash {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut file = std::fs::File::open(path).map_err(hash_error)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf).map_err(hash_error)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex::encode(hasher.finalize()))
 }
 
 #[cfg(test)]
@@ -160,7 +185,7 @@ mod tests {
         let Identity::Unpinned { sha256 } = &identity else {
             panic!("{identity:?}")
         };
-        assert_eq!(*sha256, crate::fetch::sha256_file(&path).unwrap());
+        assert_eq!(*sha256, sha256_file(&path).unwrap());
         assert!(identity.describe().contains("NOT the pinned file"));
         assert_eq!(
             check(&GEMMA3_270M, &path, Hashing::StampOnly).unwrap(),

@@ -325,7 +325,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let headers = crate::headers::header_map(&self.headers());
+        let headers = crate::header_map::header_map(&self.headers());
         (self.status, headers, axum::Json(self.body())).into_response()
     }
 }

@@ -7,13 +7,14 @@
 use std::str::FromStr;
 
 use axum::extract::FromRequestParts;
+use axum::http::HeaderMap;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 use crate::error::{ApiError, ErrorCode};
+pub use crate::header_map::header_map;
 
 /// The request's headers that `T` names, read as serde reads a struct: each field a header,
 /// an absent header an absent field. A value that does not read is 400 `invalid_header` naming
@@ -82,28 +83,6 @@ where
         .map_err(|e| serde::de::Error::custom(format!("{text:?}: {e}")))
 }
 
-/// The headers `headers` holds, one per field that is not `None`: text as it is, numbers and
-/// booleans as they print.
-pub fn header_map<T: Serialize>(headers: &T) -> HeaderMap {
-    let mut map = HeaderMap::new();
-    let Ok(Value::Object(fields)) = serde_json::to_value(headers) else {
-        return map;
-    };
-    for (name, value) in fields {
-        let text = match value {
-            Value::Null => continue,
-            Value::String(s) => s,
-            other => other.to_string(),
-        };
-        // A value that cannot be a header (a control character) is left out rather than sent
-        // broken; the types written here hold ids, digests and numbers.
-        if let (Ok(name), Ok(value)) = (HeaderName::from_str(&name), HeaderValue::from_str(&text)) {
-            map.insert(name, value);
-        }
-    }
-    map
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,7 +99,7 @@ mod tests {
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (name, value) in pairs {
-            map.append(*name, HeaderValue::from_static(value));
+            map.append(*name, axum::http::HeaderValue::from_static(value));
         }
         map
     }
@@ -158,7 +137,7 @@ mod tests {
 
     #[test]
     fn answers_headers_are_written_from_their_fields_leaving_out_none() {
-        #[derive(Serialize)]
+        #[derive(serde::Serialize)]
         struct Answer {
             etag: Option<String>,
             #[serde(rename = "x-writ-size-bytes")]

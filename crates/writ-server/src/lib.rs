@@ -26,6 +26,7 @@ pub mod docs;
 pub mod edge;
 pub mod error;
 pub mod extract;
+pub mod header_map;
 pub mod headers;
 pub mod keys_cli;
 pub mod limits;

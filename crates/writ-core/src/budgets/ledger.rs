@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{Budget, BudgetExceeded, BudgetHolder, Period, Spend, WindowSpend};
-use crate::audit::StoreError;
+use crate::store::StoreError;
 
 /// Whose spend: an API key's (by id) or a workspace's (by name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,8 +3,8 @@
 use serde::Serialize;
 
 use super::{ChangeState, HunkView};
-use crate::audit::StoreError;
 use crate::files::WriteError;
+use crate::store::StoreError;
 
 /// A file that no longer holds what the change was made from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]

@@ -21,13 +21,13 @@ use super::{
 };
 use crate::audit::{
     AuditStore, AuditWrite, NewRequest, Operation, OperationKind, OperationStatus, RequestStatus,
-    StoreError,
 };
 use crate::content::sha256_hex;
 use crate::files::{
     GroupRefused, GroupedWrite, Provenance, WriteError, WriteMode, WriteSpec, write_all_or_nothing,
 };
 use crate::path::RepoPath;
+use crate::store::StoreError;
 use crate::synthesis::progress::Event;
 use crate::workspace::Workspace;
 

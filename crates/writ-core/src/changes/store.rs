@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::{ChangeFilter, ChangeSet, FileContents};
-use crate::audit::StoreError;
+use crate::store::StoreError;
 
 #[async_trait]
 pub trait ChangeStore: Send + Sync {

@@ -75,7 +75,7 @@ pub(super) async fn propose_content(
     let change_id = made.change.as_ref().map(|c| c.id);
     let Some(outcome) = made.files.first().cloned() else {
         return Err(WriteError::AuditUnavailable(
-            crate::audit::StoreError::Other("a proposal without its file".into()),
+            crate::store::StoreError::Other("a proposal without its file".into()),
         ));
     };
     let receipt = SessionReceipt {

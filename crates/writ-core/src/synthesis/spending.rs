@@ -81,7 +81,7 @@ fn estimated_prompt_tokens(req: &ChatRequest) -> i64 {
 pub(crate) async fn budgets_of(
     store: &dyn crate::audit::AuditStore,
     sub: &crate::synthesis::submission::Submission,
-) -> Result<BatchBudgets, crate::audit::StoreError> {
+) -> Result<BatchBudgets, crate::store::StoreError> {
     let key = match &sub.caller {
         Some(caller) => store.key_budget(caller).await?,
         None => crate::budgets::Budget::default(),
