@@ -266,6 +266,12 @@ async fn two_keys_in_one_workspace_share_its_request_rate_and_another_workspace_
         message.contains("workspace 'a'") && message.contains("WRIT_WORKSPACE_RATE_LIMIT_PER_MIN"),
         "{message}"
     );
+    // Another spelling of the name the router serves draws on the same bucket: `%61` is `a`.
+    for spelling in ["/workspaces/%61/files", "/workspaces/%61/files/x.py"] {
+        let (status, refused) = t.get(&t.one, spelling).await;
+        assert_eq!(status, 429, "{spelling}: {refused}");
+        assert_eq!(refused["error"]["details"]["workspace"], "a", "{spelling}");
+    }
     // Another workspace, and the routes that are in none, are not held back.
     let (status, _) = t.get(&t.two, "/workspaces/b/files").await;
     assert_eq!(status, 200);

@@ -39,6 +39,8 @@ pub enum GitError {
     NotARepository(PathBuf),
     #[error("'{path}' is outside the repository's working tree")]
     OutsideWorkTree { path: String },
+    #[error("no branch '{0}' in the repository")]
+    NoSuchBranch(String),
     #[error("git: {0}")]
     Git(#[from] git2::Error),
     #[error("writing the commit's objects: {0}")]

@@ -1,9 +1,9 @@
 //! A task's branch back into the main line: fast-forward when the target has not moved, else a
 //! three-way merge made as one commit; conflicts are answered (files and hunks) and nothing moves.
 //!
-//! When the target branch is the one checked out in the repository, its working tree follows the
-//! new commit through a safe checkout (which refuses to overwrite local changes to the files it
-//! would touch, and then nothing moves).
+//! When the target branch is checked out — in the repository, or in a linked worktree (another
+//! task's workspace) — that working tree follows the new commit through a safe checkout (which
+//! refuses to overwrite local changes to the files it would touch, and then nothing moves).
 
 use std::path::Path;
 
@@ -49,7 +49,12 @@ pub fn merge_branches(
         .find_branch(source, BranchType::Local)?
         .get()
         .peel_to_commit()?;
-    let target_branch = repo.find_branch(target, BranchType::Local)?;
+    let target_branch =
+        repo.find_branch(target, BranchType::Local)
+            .map_err(|e| match e.code() {
+                git2::ErrorCode::NotFound => GitError::NoSuchBranch(target.to_owned()),
+                _ => GitError::Git(e),
+            })?;
     let target_ref = target_branch.get().name()?.to_string();
     let target_commit = target_branch.get().peel_to_commit()?;
     let (s, t) = (source_commit.id(), target_commit.id());
@@ -118,19 +123,60 @@ pub fn merge_branches(
     })
 }
 
-/// Points `target_ref` at `to`, first bringing the working tree along when it is checked out.
+/// Points `target_ref` at `to`, first bringing along every working tree that has it checked out:
+/// the repository's own and any linked worktree's (another task's workspace), each through a safe
+/// checkout. Moving a branch under a worktree that does not follow would leave that worktree's
+/// index on the old commit, so its next `commit -a` would revert the merge; git refuses that
+/// case, and here the worktree follows instead, or nothing moves.
 fn move_target(repo: &Repository, target_ref: &str, to: Oid, log: &str) -> Result<(), GitError> {
-    let checked_out = repo
-        .head()
-        .ok()
-        .and_then(|h| h.name().ok().map(str::to_string))
-        .is_some_and(|name| name == target_ref);
-    if checked_out {
-        let object = repo.find_object(to, None)?;
+    let object = repo.find_object(to, None)?;
+    if !repo.is_bare() && has_head(repo, target_ref) {
         repo.checkout_tree(&object, Some(CheckoutBuilder::new().safe()))?;
+    }
+    for linked in linked_checkouts(repo, target_ref)? {
+        linked.checkout_tree(&object, Some(CheckoutBuilder::new().safe()))?;
     }
     repo.reference(target_ref, to, true, log)?;
     Ok(())
+}
+
+fn has_head(repo: &Repository, target_ref: &str) -> bool {
+    repo.head()
+        .ok()
+        .and_then(|h| h.name().ok().map(str::to_string))
+        .is_some_and(|name| name == target_ref)
+}
+
+/// The linked worktrees whose HEAD is `target_ref`. One whose folder is gone while its HEAD
+/// file names the branch is an error, not skipped: its checkout could not follow.
+fn linked_checkouts(repo: &Repository, target_ref: &str) -> Result<Vec<Repository>, GitError> {
+    let mut found = Vec::new();
+    let common = repo.commondir().to_path_buf();
+    let names = repo.worktrees()?;
+    for i in 0..names.len() {
+        // A name that is not UTF-8 is not one writ made, nor can the checks below read it.
+        let Ok(Some(name)) = names.get(i) else {
+            continue;
+        };
+        let worktree = repo.find_worktree(name)?;
+        if worktree.validate().is_err() {
+            // Its folder is gone (git would prune it): a HEAD that still names the branch is
+            // refused, since nothing could follow.
+            let head = std::fs::read_to_string(common.join("worktrees").join(name).join("HEAD"))
+                .unwrap_or_default();
+            if head.trim() == format!("ref: {target_ref}") {
+                return Err(GitError::Git(git2::Error::from_str(&format!(
+                    "'{target_ref}' is checked out in worktree '{name}', whose folder is missing; run `git worktree prune` first"
+                ))));
+            }
+            continue;
+        }
+        let linked = Repository::open_from_worktree(&worktree)?;
+        if has_head(&linked, target_ref) {
+            found.push(linked);
+        }
+    }
+    Ok(found)
 }
 
 /// The conflict-marked regions of a merged file's text.

@@ -107,3 +107,53 @@ fn a_conflict_answers_the_file_and_hunk_and_moves_neither_branch() {
     assert_eq!(git(d, &["rev-parse", "task"]), task);
     assert_eq!(git(d, &["status", "--porcelain"]), "", "nothing touched");
 }
+
+/// Branches `c` and `d` from main, each checked out in a linked worktree of its own beside the
+/// repository (as two tasks' workspaces are), each with a commit of its own.
+fn two_worktrees() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let dir = repository();
+    let (wc, wd) = (dir.path().join("wc"), dir.path().join("wd"));
+    git(dir.path(), &["worktree", "add", "-q", "wc", "-b", "task/c"]);
+    git(dir.path(), &["worktree", "add", "-q", "wd", "-b", "task/d"]);
+    commit_file(&wc, "c.txt", "from c\n");
+    commit_file(&wd, "d.txt", "from d\n");
+    (dir, wc, wd)
+}
+
+#[test]
+fn a_target_checked_out_in_another_worktree_is_followed_there_so_its_next_commit_keeps_the_merge() {
+    let (dir, _wc, wd) = two_worktrees();
+    let outcome = merge_branches(dir.path(), "task/c", "task/d", "k", "k@writ").unwrap();
+    assert!(
+        matches!(outcome, MergeOutcome::Merged { .. }),
+        "{outcome:?}"
+    );
+    // The worktree holding task/d has the merged file, and nothing staged or changed: git
+    // itself sees it clean (before, its index kept the old commit: a staged deletion).
+    assert_eq!(
+        std::fs::read_to_string(wd.join("c.txt")).unwrap(),
+        "from c\n"
+    );
+    assert_eq!(git(&wd, &["status", "--porcelain"]), "");
+    // Its next `commit -a` keeps the merge.
+    std::fs::write(wd.join("d.txt"), "from d, later\n").unwrap();
+    git(&wd, &["commit", "-q", "-a", "-m", "later"]);
+    assert_eq!(git(&wd, &["show", "HEAD:c.txt"]), "from c\n");
+}
+
+#[test]
+fn a_target_worktree_with_local_changes_the_merge_would_overwrite_moves_nothing() {
+    let (dir, _wc, wd) = two_worktrees();
+    // task/c also changes a.txt, which the task/d worktree has changed without committing.
+    let wc = dir.path().join("wc");
+    commit_file(&wc, "a.txt", "one\ntwo\nthree, by c\n");
+    std::fs::write(wd.join("a.txt"), "uncommitted in d\n").unwrap();
+    let before = git(dir.path(), &["rev-parse", "task/d"]);
+    assert!(merge_branches(dir.path(), "task/c", "task/d", "k", "k@writ").is_err());
+    assert_eq!(git(dir.path(), &["rev-parse", "task/d"]), before);
+    assert_eq!(
+        std::fs::read_to_string(wd.join("a.txt")).unwrap(),
+        "uncommitted in d\n"
+    );
+    assert!(!wd.join("c.txt").exists());
+}

@@ -60,10 +60,24 @@ pub async fn require_key(State(state): State<AppState>, mut req: Request, next: 
                 // A route without a workspace in its path is in `default`; the workspace
                 // routes check the name they are given, the tool routes the `workspace`
                 // argument of each call.
-                let in_default = !req.extensions().get::<MatchedPath>().is_some_and(|p| {
-                    let p = p.as_str();
-                    p.starts_with("/workspaces") || p == "/mcp" || p.starts_with("/tools")
-                });
+                let matched = req
+                    .extensions()
+                    .get::<MatchedPath>()
+                    .map(|p| p.as_str().to_owned());
+                let matched = matched.as_deref().unwrap_or_default();
+                if EVERY_WORKSPACE.contains(&matched) {
+                    return ApiError::new(
+                        ErrorCode::InsufficientScope,
+                        format!(
+                            "{matched} reports on every workspace; a key bound to workspaces cannot read it (use a key issued without --workspace)"
+                        ),
+                    )
+                    .into_response();
+                }
+                let in_default = !(matched.starts_with("/workspaces")
+                    || matched == "/mcp"
+                    || matched.starts_with("/tools")
+                    || OUTSIDE_WORKSPACES.contains(&matched));
                 if in_default && !bound.allows(writ_core::workspaces::WorkspaceName::DEFAULT) {
                     return ApiError::not_found("no workspace named 'default'")
                         .with_field("name")
@@ -96,6 +110,14 @@ pub async fn require_key(State(state): State<AppState>, mut req: Request, next: 
     }
 }
 
+/// Routes in no workspace that a key bound to workspaces may call whichever they are: the spec,
+/// and its own key's spend and model statistics (the handlers show a key only its own).
+const OUTSIDE_WORKSPACES: [&str; 3] = ["/openapi.yaml", "/keys/{id}/spend", "/stats/models"];
+
+/// Routes that report on every workspace at once (their names, every key's spend): a key bound
+/// to workspaces must not learn that others exist, so it may not read them.
+const EVERY_WORKSPACE: [&str; 1] = ["/metrics"];
+
 /// The workspace a request is made in, for its rate limit: the name in `/workspaces/{name}/…`,
 /// `default` for a route of [`crate::routes::WORKSPACE_ROUTES`] without one; `None` for every
 /// other route (managing workspaces and keys, metrics, the spec), and for the tool routes (`/mcp`,
@@ -105,7 +127,13 @@ fn workspace_of(req: &Request) -> Option<String> {
     let matched = req.extensions().get::<MatchedPath>()?.as_str();
     if matched == "/workspaces/{name}/{*rest}" {
         let after = req.uri().path().strip_prefix("/workspaces/")?;
-        return Some(after.split('/').next()?.to_owned());
+        // Decoded as the router decodes the `{name}` it serves (`%61lpha` is `alpha`), so a
+        // spelling of the name never draws on a bucket of its own.
+        let segment = after.split('/').next()?;
+        return percent_encoding::percent_decode_str(segment)
+            .decode_utf8()
+            .ok()
+            .map(|name| name.into_owned());
     }
     crate::routes::WORKSPACE_ROUTES
         .contains(&(req.method().as_str(), matched))

@@ -180,7 +180,11 @@ pub fn api_routes() -> Vec<Route> {
             Access::Scope(Scope::Write),
             history::post_undo,
         ),
-        Route::get("/changes", Access::Scope(Scope::Read), changes::list_changes),
+        Route::get(
+            "/changes",
+            Access::Scope(Scope::Read),
+            changes::list_changes,
+        ),
         Route::get(
             "/changes/{id}",
             Access::Scope(Scope::Read),

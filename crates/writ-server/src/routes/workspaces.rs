@@ -15,7 +15,7 @@ use writ_core::budgets::Budget;
 use writ_core::workspaces::WorkspaceName;
 
 use crate::access::{Caller, Grant, InWorkspace, KeyWorkspaces, may_use};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::routes::hang_ups::HungUp;
 use crate::service::workspaces::{self, CreateWorkspace, DeletedWorkspace, WorkspaceInfo};
 use crate::state::AppState;
@@ -45,13 +45,27 @@ pub struct WorkspaceList {
 }
 
 /// Makes a workspace (empty, from a directory, or a git worktree on a new branch): 201.
+///
+/// A key bound to workspaces makes only those it is bound to: any other name is refused the same
+/// way whether or not a workspace of that name exists, so the answer tells it nothing of the
+/// workspaces it may not use.
 pub async fn create_workspace(
     State(state): State<AppState>,
     caller: Option<axum::Extension<Caller>>,
+    bound: Option<axum::Extension<KeyWorkspaces>>,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<WorkspaceInfo>), ApiError> {
     let Json(request) =
         Json::<CreateWorkspace>::from_bytes(&body).map_err(|e| crate::extract::json_error(&e))?;
+    if let Some(axum::Extension(bound)) = &bound
+        && !bound.allows(&request.name)
+    {
+        return Err(ApiError::new(
+            ErrorCode::InsufficientScope,
+            "a key bound to workspaces makes only the workspaces it is bound to; this name is not one of them (issue the key with --workspace NAME, or use a key issued without --workspace)",
+        )
+        .with_field("name"));
+    }
     let caller = caller.map(|axum::Extension(Caller(id))| id);
     let made = workspaces::create(&state.workspaces, request, caller.as_deref()).await?;
     Ok((StatusCode::CREATED, Json(with_spend(&state, made).await?)))
@@ -134,7 +148,7 @@ pub async fn merge_workspace(
     Path(WorkspaceRef { name }): Path<WorkspaceRef>,
     body: axum::body::Bytes,
 ) -> Result<Json<workspaces::MergedWorkspace>, ApiError> {
-    if !may_use(bound.map(|axum::Extension(b)| b).as_ref(), &name) {
+    if !may_use(bound.as_ref().map(|axum::Extension(b)| b), &name) {
         return Err(unknown_workspace(&name));
     }
     let Json(request) = Json::<workspaces::MergeWorkspace>::from_bytes(&body)
@@ -145,6 +159,9 @@ pub async fn merge_workspace(
         &name,
         request,
         caller.as_deref(),
+        bound
+            .as_ref()
+            .map(|axum::Extension(KeyWorkspaces(b))| &b[..]),
         request_id,
     )
     .await?;

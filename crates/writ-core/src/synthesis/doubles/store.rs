@@ -11,8 +11,8 @@ use crate::audit::{
     AuditStore, AuditWrite, Cursor, NewRequest, Operation, OperationFilter, OperationOutcome,
     OperationPage, RecentOperation, RequestRecord, RequestStatus,
 };
-use crate::changes::{ChangeFilter, ChangeSet, ChangeStore, FileContents};
 use crate::budgets::{Spend, SpendEntry, SpendHolder, SpendLedger};
+use crate::changes::{ChangeFilter, ChangeSet, ChangeStore, FileContents};
 use crate::jobs::{ClaimedJob, Job, JobEvent, JobStatus, JobStore, NewJob};
 use crate::keys::{ApiKeyRecord, KeyStore};
 use crate::sessions::{ChunkAppend, SessionStore, SessionTransition, WriteSession};

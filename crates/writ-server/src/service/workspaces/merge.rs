@@ -16,11 +16,16 @@ use crate::error::{ApiError, ErrorCode, store_error};
 /// possible, else one merge commit; conflicts answer 409 with each file and its hunks, and
 /// neither branch moves. A merge that moved `into` is recorded as a request (route `POST
 /// /workspaces/{name}/merge`, its answer stored with it).
+///
+/// `bound`: the workspaces the caller's key may use (`None`: all). A branch that another
+/// workspace of the repository was made on is that workspace's: a key that may not use it is
+/// answered exactly as for a branch that does not exist.
 pub async fn merge(
     workspaces: &Workspaces,
     name: &str,
     request: MergeWorkspace,
     caller: Option<&str>,
+    bound: Option<&[String]>,
     request_id: uuid::Uuid,
 ) -> Result<MergedWorkspace, ApiError> {
     let record = match workspaces
@@ -55,6 +60,21 @@ pub async fn merge(
             "into",
             format!("into must name another branch of the repository than '{branch}'"),
         ));
+    }
+    if let Some(bound) = bound {
+        let others = workspaces
+            .store
+            .list_workspaces()
+            .await
+            .map_err(store_error)?;
+        let theirs = others.iter().any(|w| {
+            w.source.as_deref() == Some(repository.as_str())
+                && w.branch.as_deref() == Some(into.as_str())
+                && !bound.iter().any(|b| b.as_str() == w.name.as_str())
+        });
+        if theirs {
+            return Err(no_branch(&into));
+        }
     }
     let author = caller.unwrap_or("writ").to_owned();
     let outcome = {
@@ -95,6 +115,7 @@ pub async fn merge(
             .with_field("into")
             .with_details(serde_json::json!({ "files": files })));
         }
+        Err(writ_git::commit::GitError::NoSuchBranch(_)) => return Err(no_branch(&into)),
         Err(e) => return Err(invalid("into", format!("the merge could not be made: {e}"))),
     };
     let merged = MergedWorkspace {
@@ -109,6 +130,15 @@ pub async fn merge(
         record_merge(&*workspaces.store, &merged, caller).await;
     }
     Ok(merged)
+}
+
+/// The one answer for a branch the caller may not merge into: none of that name, or another
+/// workspace's that its key may not use.
+fn no_branch(into: &str) -> ApiError {
+    invalid(
+        "into",
+        format!("the repository has no branch '{into}' to merge into"),
+    )
 }
 
 /// The merge in the audit log: a request with its answer, so readers of the log see which branch

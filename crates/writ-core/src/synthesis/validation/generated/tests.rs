@@ -110,10 +110,10 @@ async fn decide_among(
     verdicts: Vec<crate::synthesis::doubles::Answer>,
 ) -> (Checked, Vec<String>, usize) {
     use crate::synthesis::doubles::{self, Answer, ScriptedModels};
-    use crate::synthesis::stage::Upstream;
     use crate::synthesis::generation::Generated;
     use crate::synthesis::progress::NoProgress;
     use crate::synthesis::stage::SynthesisConfig;
+    use crate::synthesis::stage::Upstream;
 
     let batch = doubles::batch(&["clamp.py"]);
     let prior = doubles::prior(&batch);
