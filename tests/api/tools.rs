@@ -15,7 +15,7 @@ use writ_fake_upstream::{Script, Step};
 use writ_tests::{ARBITER, Backend, MODELS, TestApp, spawn_app, spawn_app_with_models};
 
 /// The tools of a server without commands (`run` is offered only with `WRIT_COMMANDS`).
-const TOOL_NAMES: [&str; 13] = [
+const TOOL_NAMES: [&str; 17] = [
     "write_codebase",
     "list_files",
     "read_file",
@@ -26,6 +26,10 @@ const TOOL_NAMES: [&str; 13] = [
     "get_operation",
     "undo",
     "restore",
+    "list_changes",
+    "show_change",
+    "apply_change",
+    "reject_change",
     "begin_write_session",
     "append_to_write_session",
     "finish_write_session",
@@ -291,7 +295,7 @@ async fn the_write_codebase_schema_accepts_what_the_http_api_accepts() {
     let alternatives = json!({"command": "write_codebase",
         "files": [{"filename": "c.py", "code_description": "d"}],
         "options": {"straggler": {"enough": "all_but_slowest", "extra_ms": 20},
-                    "image": {"width": 32, "height": 32}}});
+                    "image": {"width": 32, "height": 32}, "review": true}});
     for request in [&everything, &alternatives] {
         let req: writ_core::synthesis::WriteCodebaseRequest =
             serde_json::from_value(request.clone()).unwrap();

@@ -134,6 +134,9 @@ fn move_target(repo: &Repository, target_ref: &str, to: Oid, log: &str) -> Resul
         repo.checkout_tree(&object, Some(CheckoutBuilder::new().safe()))?;
     }
     for linked in linked_checkouts(repo, target_ref)? {
+        // The same object, looked up through the worktree's own handle (libgit2 checks out only
+        // objects of the repository it is asked through).
+        let object = linked.find_object(to, None)?;
         linked.checkout_tree(&object, Some(CheckoutBuilder::new().safe()))?;
     }
     repo.reference(target_ref, to, true, log)?;

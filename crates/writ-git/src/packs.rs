@@ -15,7 +15,14 @@
 //! Packs pile up, one per commit. A user's git runs `gc --auto`, which repacks past 50 packs, but
 //! in a repository only writ commits into nothing ever would, and a lookup of an object tries
 //! each pack until one holds it. So once more than [`MERGE_AT`] small packs are there, they are
-//! merged into one and removed, as `git repack` does.
+//! merged into one and removed, as `git repack` does — only packs writ wrote itself, which it
+//! names in a ledger beside git's files ([`LEDGER`]); a user's own small packs (a `git fetch`
+//! makes them) are git's to repack.
+//!
+//! Durability: a pack and its index are synced before they are renamed into place, and the
+//! folder after; a merge removes the packs it merged only once the merged pack and the ledger
+//! that names it are on disk. A crash at any step leaves every object in some pack (at worst
+//! twice, which git allows and its next `gc` tidies).
 
 use std::collections::HashSet;
 use std::io::{self, Write};
@@ -27,6 +34,10 @@ use sha1::{Digest, Sha1};
 /// Where the objects that a [`Staged`] repository writes are kept until they are packed: above
 /// the disk's own backends, so they are read back from memory.
 const IN_MEMORY_PRIORITY: i32 = 1000;
+
+/// The ledger of the packs writ wrote, one name (`pack-<sha1>`) a line, in the repository's
+/// common git directory. A line torn by a crash names no pack and is ignored.
+const LEDGER: &str = "writ-packs";
 
 /// How many small packs are left as they are; one more, and they are merged.
 const MERGE_AT: usize = 32;
@@ -80,7 +91,9 @@ impl<'r> Staged<'r> {
         if pack.entries.is_empty() {
             return Ok(());
         }
-        pack.finish(&objects_dir(self.repo).join("pack"))?;
+        let name = pack.finish(&objects_dir(self.repo).join("pack"))?;
+        // The commit stands without it: an unlisted pack is only never merged.
+        let _ = note_pack(self.repo, &name);
         Ok(())
     }
 }
@@ -175,6 +188,7 @@ impl PackWriter {
         let name = format!("pack-{name}");
         put(folder, &format!("{name}.pack"), &pack)?;
         put(folder, &format!("{name}.idx"), &index)?;
+        sync_dir(folder)?;
         Ok(name)
     }
 }
@@ -230,7 +244,7 @@ fn put(folder: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
     }
     let written = options
         .open(&temp)
-        .and_then(|mut file| file.write_all(bytes))
+        .and_then(|mut file| file.write_all(bytes).and_then(|()| file.sync_all()))
         .and_then(|()| std::fs::rename(&temp, folder.join(name)));
     if written.is_err() {
         let _ = std::fs::remove_file(&temp);
@@ -238,15 +252,77 @@ fn put(folder: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
     written
 }
 
-/// Merges the repository's small packs into one once there are more than [`MERGE_AT`]; whether
-/// it did. A pack with a `.keep`, `.promisor`, `.mtimes` or `.bitmap` file beside it is git's to
-/// manage, and
-/// a repository with a multi-pack index is left to git entirely (the index names its packs).
+/// Makes a rename or a removal in `folder` durable.
+fn sync_dir(folder: &Path) -> io::Result<()> {
+    std::fs::File::open(folder)?.sync_all()
+}
+
+/// The packs the ledger names.
+fn ledger(repo: &Repository) -> HashSet<String> {
+    std::fs::read_to_string(repo.commondir().join(LEDGER))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("pack-"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Adds `name` to the ledger: one appended line, synced.
+fn note_pack(repo: &Repository, name: &str) -> io::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(repo.commondir().join(LEDGER))?;
+    file.write_all(format!("{name}\n").as_bytes())?;
+    file.sync_data()
+}
+
+/// Replaces the ledger with `names`, through a synced temp file renamed into place.
+fn rewrite_ledger(repo: &Repository, names: &[String]) -> io::Result<()> {
+    let dir = repo.commondir();
+    let temp = dir.join(format!("{LEDGER}.tmp{}", std::process::id()));
+    let mut text = String::new();
+    for name in names {
+        text.push_str(name);
+        text.push('\n');
+    }
+    let written = std::fs::File::create(&temp)
+        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
+        .and_then(|()| std::fs::rename(&temp, dir.join(LEDGER)))
+        .and_then(|()| sync_dir(dir));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
+}
+
+/// Where a test kills the process mid-merge, as a power cut or a `kill -9` would; nothing
+/// outside tests.
+fn fault_point(_step: &str) {
+    #[cfg(test)]
+    tests::abort_if_asked(_step);
+}
+
+/// Merges the repository's small packs that writ wrote (the ledger names them) into one once
+/// there are more than [`MERGE_AT`]; whether it did. A pack with a `.keep`, `.promisor`,
+/// `.mtimes` or `.bitmap` file beside it is git's to manage, and a repository with a multi-pack
+/// index is left to git entirely (the index names its packs).
+///
+/// In order: the merged pack and its index written and synced; the ledger rewritten to name it
+/// instead of the packs it holds, synced; only then those packs removed.
 /// The repository's object database still lists the removed packs (it skips them, since they are
 /// gone, but keeps them open): it should be opened again.
 pub(crate) fn merge_small_packs(repo: &Repository) -> io::Result<bool> {
     let folder = objects_dir(repo).join("pack");
-    let small = small_packs(&folder)?;
+    let ours = ledger(repo);
+    let small: Vec<PathBuf> = small_packs(&folder)?
+        .into_iter()
+        .filter(|p| {
+            p.file_stem()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| ours.contains(n))
+        })
+        .collect();
     if small.len() <= MERGE_AT {
         return Ok(false);
     }
@@ -279,6 +355,22 @@ pub(crate) fn merge_small_packs(repo: &Repository) -> io::Result<bool> {
         return Ok(false);
     }
     let name = merged.finish(&folder)?;
+    fault_point("merged");
+    let stem = |p: &PathBuf| {
+        p.file_stem()
+            .and_then(|n| n.to_str())
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    let taken_names: HashSet<String> = taken.iter().map(stem).collect();
+    let mut listed: Vec<String> = ours
+        .into_iter()
+        .filter(|n| !taken_names.contains(n) && *n != name)
+        .collect();
+    listed.sort();
+    listed.push(name.clone());
+    rewrite_ledger(repo, &listed)?;
+    fault_point("ledger");
     for pack in &taken {
         // Never the one just written, should it hold exactly what one of them held.
         if pack.file_stem().and_then(|n| n.to_str()) == Some(name.as_str()) {
@@ -288,7 +380,9 @@ pub(crate) fn merge_small_packs(repo: &Repository) -> io::Result<bool> {
         let _ = std::fs::remove_file(pack.with_extension("idx"));
         let _ = std::fs::remove_file(pack.with_extension("rev"));
         let _ = std::fs::remove_file(pack);
+        fault_point("removed");
     }
+    sync_dir(&folder)?;
     Ok(true)
 }
 
@@ -386,5 +480,124 @@ mod tests {
         .unwrap();
         put(dir.path(), name, b"PACK whole").unwrap();
         assert_eq!(std::fs::read(dir.path().join(name)).unwrap(), b"PACK whole");
+    }
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// One commit of `n.py` through writ's commit path (a pack of its own, and past
+    /// [`MERGE_AT`] packs, the merge).
+    fn commit(d: &Path, n: usize) {
+        let paths = vec![format!("n{n}.py")];
+        std::fs::write(d.join(&paths[0]), format!("n = {n}\n")).unwrap();
+        let spec = crate::commit::CommitSpec {
+            paths: &paths,
+            message: "one more\n",
+            author_name: "k",
+            author_email: "k@writ",
+            committer_name: "writ",
+            committer_email: "writ@localhost",
+        };
+        crate::commit::commit_paths(d, &spec).unwrap().unwrap();
+    }
+
+    /// Kills the process at `step` when the test below asks for it.
+    pub(super) fn abort_if_asked(step: &str) {
+        if std::env::var("GIT_PACKS_TEST_ABORT_AT").as_deref() == Ok(step) {
+            std::process::abort();
+        }
+    }
+
+    const KILLED: &str = "packs::tests::killed_at_every_step_of_a_pack_merge_no_commit_is_lost";
+
+    /// Run in a process of its own by the test below: one more commit, whose pack merge is
+    /// killed at the step `GIT_PACKS_TEST_ABORT_AT` names.
+    #[test]
+    fn killed_at_every_step_of_a_pack_merge_no_commit_is_lost() {
+        if let Ok(repo) = std::env::var("GIT_PACKS_TEST_REPO") {
+            commit(Path::new(&repo), MERGE_AT);
+            return;
+        }
+        for step in ["merged", "ledger", "removed"] {
+            let dir = tempfile::tempdir().unwrap();
+            let d = dir.path();
+            git(d, &["init", "-q", "-b", "main"]);
+            std::fs::write(d.join("README"), "hello\n").unwrap();
+            git(d, &["add", "README"]);
+            git(
+                d,
+                &[
+                    "-c",
+                    "user.name=U",
+                    "-c",
+                    "user.email=u@x",
+                    "commit",
+                    "-q",
+                    "-m",
+                    "first",
+                ],
+            );
+            // A user's own small pack, which no merge may take.
+            git(d, &["repack", "-q", "-d"]);
+            let users: Vec<_> = std::fs::read_dir(d.join(".git/objects/pack"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            for n in 0..MERGE_AT {
+                commit(d, n);
+            }
+            let child = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([KILLED, "--exact", "--nocapture", "--test-threads=1"])
+                .env("GIT_PACKS_TEST_REPO", d)
+                .env("GIT_PACKS_TEST_ABORT_AT", step)
+                .output()
+                .unwrap();
+            assert!(
+                !child.status.success(),
+                "{step}: the child was to be killed mid-merge: {}",
+                String::from_utf8_lossy(&child.stderr)
+            );
+            // Every commit is there, every file readable, and git finds nothing wrong.
+            let check = |commits: usize| {
+                assert_eq!(
+                    git(d, &["rev-list", "--count", "HEAD"]).trim(),
+                    commits.to_string(),
+                    "{step}"
+                );
+                git(d, &["fsck", "--strict", "--no-dangling"]);
+                for n in 0..commits - 1 {
+                    assert_eq!(
+                        git(d, &["show", &format!("HEAD:n{n}.py")]),
+                        format!("n = {n}\n"),
+                        "{step}"
+                    );
+                }
+                for name in &users {
+                    assert!(
+                        d.join(".git/objects/pack").join(name).exists(),
+                        "{step}: {name}"
+                    );
+                }
+            };
+            check(MERGE_AT + 2);
+            // The next commit's merge goes on from whatever the crash left.
+            commit(d, MERGE_AT + 1);
+            check(MERGE_AT + 3);
+            git(d, &["gc", "-q"]);
+            git(d, &["fsck", "--strict", "--no-dangling"]);
+        }
     }
 }

@@ -113,8 +113,8 @@ fn a_conflict_answers_the_file_and_hunk_and_moves_neither_branch() {
 fn two_worktrees() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     let dir = repository();
     let (wc, wd) = (dir.path().join("wc"), dir.path().join("wd"));
-    git(dir.path(), &["worktree", "add", "-q", "wc", "-b", "task/c"]);
-    git(dir.path(), &["worktree", "add", "-q", "wd", "-b", "task/d"]);
+    git(dir.path(), &["worktree", "add", "-q", "wc", "-b", "work/c"]);
+    git(dir.path(), &["worktree", "add", "-q", "wd", "-b", "work/d"]);
     commit_file(&wc, "c.txt", "from c\n");
     commit_file(&wd, "d.txt", "from d\n");
     (dir, wc, wd)
@@ -123,12 +123,12 @@ fn two_worktrees() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf
 #[test]
 fn a_target_checked_out_in_another_worktree_is_followed_there_so_its_next_commit_keeps_the_merge() {
     let (dir, _wc, wd) = two_worktrees();
-    let outcome = merge_branches(dir.path(), "task/c", "task/d", "k", "k@writ").unwrap();
+    let outcome = merge_branches(dir.path(), "work/c", "work/d", "k", "k@writ").unwrap();
     assert!(
         matches!(outcome, MergeOutcome::Merged { .. }),
         "{outcome:?}"
     );
-    // The worktree holding task/d has the merged file, and nothing staged or changed: git
+    // The worktree holding work/d has the merged file, and nothing staged or changed: git
     // itself sees it clean (before, its index kept the old commit: a staged deletion).
     assert_eq!(
         std::fs::read_to_string(wd.join("c.txt")).unwrap(),
@@ -144,13 +144,13 @@ fn a_target_checked_out_in_another_worktree_is_followed_there_so_its_next_commit
 #[test]
 fn a_target_worktree_with_local_changes_the_merge_would_overwrite_moves_nothing() {
     let (dir, _wc, wd) = two_worktrees();
-    // task/c also changes a.txt, which the task/d worktree has changed without committing.
+    // work/c also changes a.txt, which the work/d worktree has changed without committing.
     let wc = dir.path().join("wc");
     commit_file(&wc, "a.txt", "one\ntwo\nthree, by c\n");
     std::fs::write(wd.join("a.txt"), "uncommitted in d\n").unwrap();
-    let before = git(dir.path(), &["rev-parse", "task/d"]);
-    assert!(merge_branches(dir.path(), "task/c", "task/d", "k", "k@writ").is_err());
-    assert_eq!(git(dir.path(), &["rev-parse", "task/d"]), before);
+    let before = git(dir.path(), &["rev-parse", "work/d"]);
+    assert!(merge_branches(dir.path(), "work/c", "work/d", "k", "k@writ").is_err());
+    assert_eq!(git(dir.path(), &["rev-parse", "work/d"]), before);
     assert_eq!(
         std::fs::read_to_string(wd.join("a.txt")).unwrap(),
         "uncommitted in d\n"

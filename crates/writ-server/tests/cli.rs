@@ -49,7 +49,7 @@ fn check_passes_after_migrate_on_the_embedded_defaults() {
     assert!(after.status.success(), "{}", text(&after));
     assert!(text(&after).contains("[ok  ] repo_dir"), "{}", text(&after));
     assert!(
-        text(&after).contains("[ok  ] provider      embedded llama.cpp (local/smollm2-135m)")
+        text(&after).contains("[ok  ] provider      embedded llama.cpp: local/smollm2-135m")
             && text(&after).contains("neither OPENROUTER_API_KEY nor CODE_LIST is set"),
         "no key and no CODE_LIST: the embedded model, and why:\n{}",
         text(&after)

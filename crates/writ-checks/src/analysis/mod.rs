@@ -406,9 +406,12 @@ fn kind_of(capture: &str) -> Option<DefinitionKind> {
 /// for the language, or for code too large to parse.
 pub fn definition_names(code: &str, language: Language) -> Option<Vec<String>> {
     let source = Source::parse(code, language)?;
+    // A module-level assignment in Python is a rebinding as often as a definition (a constant
+    // renamed, a flag reset): what a change may not lose are the functions and classes.
     let mut names: Vec<String> = source
         .definitions()
         .into_iter()
+        .filter(|d| !(language == Language::Python && d.kind == DefinitionKind::Constant))
         .map(|d| d.qualified)
         .collect();
     names.sort();

@@ -99,10 +99,17 @@ impl Synthesizer {
     /// commands. What the prompts show of the present is read meanwhile: each code file's
     /// current content in the same hand-off as its check, the caller's recent operations beside
     /// it.
+    #[cfg(test)]
     pub(crate) async fn prepare(&self, sub: &Submission) -> Result<Begun<Prior>, SubmitError> {
         if let Some(found) = self.replay(sub).await? {
             return Ok(Begun::Replayed(Box::new(found)));
         }
+        Ok(Begun::Fresh(self.check_fresh(sub).await?))
+    }
+
+    /// A batch that is not a replay, checked: its models, its targets on disk (each
+    /// `expected_sha256`), its validation commands; with what its prompts show of the present.
+    pub(crate) async fn check_fresh(&self, sub: &Submission) -> Result<Prior, SubmitError> {
         self.check_models(&sub.batch)?;
         let (current, recent) = futures::future::join(
             self.check_targets(&sub.batch),
@@ -114,25 +121,30 @@ impl Synthesizer {
         self.check_validation(&sub.batch)?;
         let named = resolve_context(self.workspace.as_ref(), &sub.batch).await?;
         let prompt_tokens = std::sync::Mutex::new(vec![None; sub.batch.files().len()]);
-        Ok(Begun::Fresh(Prior {
+        Ok(Prior {
             recent,
             current,
             named,
             prompt_tokens,
             map: Default::default(),
             earlier: None,
-        }))
+        })
     }
 
-    /// What a resumed batch's prompts show of the present, its remaining targets checked on
-    /// disk again (the idempotency key and the models were checked when it was accepted).
-    pub(crate) async fn prepare_resumed(&self, sub: &Submission) -> Result<Prior, BatchError> {
+    /// What a resumed batch's prompts show of the present, its remaining files checked as a
+    /// fresh batch's are — the models (this replica's configuration may differ from the one
+    /// that accepted it), the targets and their `expected_sha256`, the validation commands —
+    /// but for the replay: the idempotency key was the accepting replica's to check.
+    pub(crate) async fn prepare_resumed(&self, sub: &Submission) -> Result<Prior, SubmitError> {
+        self.check_models(&sub.batch)?;
+        self.check_validation(&sub.batch)?;
         let (current, recent) = futures::future::join(
             self.check_targets(&sub.batch),
             self.recent_operations(sub.caller.as_deref()),
         )
         .await;
         let current = current?;
+        check_expected(&sub.batch, &current)?;
         // The named context is resolved again: the files it names may have changed, or gone.
         let named = resolve_context(self.workspace.as_ref(), &sub.batch).await?;
         Ok(Prior {
@@ -163,7 +175,7 @@ impl Synthesizer {
         }
     }
 
-    async fn replay(&self, sub: &Submission) -> Result<Option<Submitted>, SubmitError> {
+    pub(crate) async fn replay(&self, sub: &Submission) -> Result<Option<Submitted>, SubmitError> {
         let Some(key) = &sub.idempotency_key else {
             return Ok(None);
         };

@@ -28,35 +28,29 @@ pub struct BatchCall<'a> {
     pub body: &'a [u8],
 }
 
-/// Validates a batch, checks the limits and the model configuration, records and starts it.
-/// Every refusal happens here, before any model is called or anything written.
+/// Admits a batch and starts it: every refusal happens here, before any model is called or
+/// anything written, in one order for every surface (HTTP, MCP, function calling, the CLI):
 ///
+/// 1. parse — the body, with unknown keys refused;
+/// 2. replay — a repeated `Idempotency-Key` answers what its first try answered, before
+///    anything is checked or taken (a retry never holds a second slot);
+/// 3. scope and models — `run` for validation, the configured models;
+/// 4. budgets — the key's, then the workspace's;
+/// 5. targets — the files on disk, each `expected_sha256`, the validation commands;
+/// 6. slot — one of the key's (and the workspace's) batches in flight, taken last.
+///
+/// A batch resumed by another replica goes through steps 3 (models) and 5 again, and every
+/// model call asks the budgets again (`writ_core::synthesis::jobs`).
 pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun<Running>, ApiError> {
+    // 1. parse
     let req: WriteCodebaseRequest = parse_json(call.body)?;
     let batch = Batch::parse(req)
         .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.message).with_field(e.field))?;
-
-    if let Some(problem) = state.settings.models.problem_for(batch.options().models()) {
-        return Err(unavailable(&problem));
-    }
-    // Validation runs the server's commands on the caller's behalf: the same scope as POST /run.
-    if batch.options().validation().is_some()
-        && let Some(held) = call.scopes
-        && !held.contains(writ_core::keys::Scope::Run)
-    {
-        return Err(
-            crate::access::insufficient_scope(writ_core::keys::Scope::Run, held)
-                .with_field("options.validation"),
-        );
-    }
-
-    check_budgets(
-        state,
-        call.caller.as_deref(),
-        call.idempotency_key.as_deref(),
-    )
-    .await?;
-
+    let Some(jobs) = state.jobs.clone() else {
+        return Err(unavailable(
+            "no model provider could be set up; see the server log and `writ check`",
+        ));
+    };
     let submission = Submission {
         request_id: call.request_id,
         caller: call.caller,
@@ -67,7 +61,35 @@ pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun<Runnin
         batch,
         workspace: state.workspace.name().to_owned(),
     };
-    // Refused at once rather than queued; the permit travels with the task it bounds.
+
+    // 2. replay
+    if let Some(done) = jobs.replay(&submission).await.map_err(submit_error)? {
+        return Ok(Begun::Replayed(done));
+    }
+
+    // 3. scope and models
+    let options = submission.batch.options();
+    if let Some(problem) = state.settings.models.problem_for(options.models()) {
+        return Err(unavailable(&problem));
+    }
+    // Validation runs the server's commands on the caller's behalf: the same scope as POST /run.
+    if options.validation().is_some()
+        && let Some(held) = call.scopes
+        && !held.contains(writ_core::keys::Scope::Run)
+    {
+        return Err(
+            crate::access::insufficient_scope(writ_core::keys::Scope::Run, held)
+                .with_field("options.validation"),
+        );
+    }
+
+    // 4. budgets
+    check_budgets(state, submission.caller.as_deref()).await?;
+
+    // 5. targets (and the models and commands as the core knows them)
+    let checked = jobs.check(&submission).await.map_err(submit_error)?;
+
+    // 6. slot: refused at once rather than queued; the permit travels with the task it bounds.
     let permit = state
         .limits
         .admit_batch(
@@ -76,17 +98,12 @@ pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun<Runnin
             submission.request_id,
         )
         .await?;
-    let Some(jobs) = state.jobs.clone() else {
-        return Err(unavailable(
-            "no model provider could be set up; see the server log and `writ check`",
-        ));
-    };
     let is_async = call.prefer_async || submission.batch.options().run_async();
     // The batch then runs in its job's task, so it completes, is recorded, and can be
     // fetched later by idempotency key or from /operations, whoever waits for it.
     Ok(
         match jobs
-            .start(submission, is_async, permit)
+            .start(submission, checked, is_async, permit)
             .await
             .map_err(submit_error)?
         {
@@ -161,13 +178,8 @@ pub fn submit_error(err: SubmitError) -> ApiError {
 
 /// Refuses a batch whose key, or whose workspace, has spent a limit of its budget in the current
 /// day or month, before any model is called (the key's budget is checked first). A repeated
-/// `Idempotency-Key` whose request is recorded is let through: it replays (or waits for) what was
-/// already paid for.
-async fn check_budgets(
-    state: &AppState,
-    caller: Option<&str>,
-    idempotency_key: Option<&str>,
-) -> Result<(), ApiError> {
+/// `Idempotency-Key` never gets here: it was answered by the replay, whatever was spent since.
+async fn check_budgets(state: &AppState, caller: Option<&str>) -> Result<(), ApiError> {
     let key_budget = match caller {
         Some(caller) => state.store.key_budget(caller).await.map_err(store_error)?,
         None => Budget::default(),
@@ -179,16 +191,6 @@ async fn check_budgets(
         .await
         .map_err(store_error)?;
     if key_budget.is_empty() && workspace_budget.is_empty() {
-        return Ok(());
-    }
-    if let Some(key) = idempotency_key
-        && state
-            .store
-            .find_request_by_idempotency_key(caller, key)
-            .await
-            .map_err(store_error)?
-            .is_some()
-    {
         return Ok(());
     }
     let budgets = BatchBudgets {

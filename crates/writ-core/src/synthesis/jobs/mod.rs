@@ -120,6 +120,13 @@ pub trait WorkspaceSynthesizers: Send + Sync {
     ) -> Result<Option<Arc<Synthesizer>>, StoreError>;
 }
 
+/// A batch that passed admission's checks ([`Jobs::check`]): what it is started with.
+pub struct Checked {
+    synthesizer: Arc<Synthesizer>,
+    prior: Prior,
+    budgets: crate::budgets::BatchBudgets,
+}
+
 pub struct Jobs {
     /// The synthesizer of `default` (`REPO_DIR`).
     synthesizer: Arc<Synthesizer>,
@@ -367,8 +374,43 @@ impl Jobs {
         &self.hub
     }
 
-    /// Checks and starts a batch. Errors here are the caller's (4xx) or the store's (503); after
-    /// `Ok(Running)` the batch belongs to its own task.
+    /// The synthesizer of the submission's workspace, or the refusal for a workspace gone.
+    async fn synthesizer_of(&self, sub: &Submission) -> Result<Arc<Synthesizer>, SubmitError> {
+        self.synthesizer_for(&sub.workspace)
+            .await
+            .map_err(SubmitError::Audit)?
+            .ok_or_else(|| {
+                SubmitError::Unavailable(format!("no workspace named '{}'", sub.workspace))
+            })
+    }
+
+    /// Admission, first step: the stored answer of a repeated `Idempotency-Key` (waited for
+    /// while its batch still runs), before anything else is checked or taken, so a retry never
+    /// holds a second batch slot nor is refused for a limit its first try passed.
+    pub async fn replay(&self, sub: &Submission) -> Result<Option<Box<Submitted>>, SubmitError> {
+        let synthesizer = self.synthesizer_of(sub).await?;
+        Ok(synthesizer.replay(sub).await?.map(Box::new))
+    }
+
+    /// Admission, the checks after the caller's scope and budgets: the models, the targets on
+    /// disk and their `expected_sha256`, the validation commands, and the budgets every model
+    /// call will ask again. Nothing is recorded or taken.
+    pub async fn check(&self, sub: &Submission) -> Result<Checked, SubmitError> {
+        let synthesizer = self.synthesizer_of(sub).await?;
+        let prior = synthesizer.check_fresh(sub).await?;
+        let budgets = crate::synthesis::spending::budgets_of(synthesizer.store.as_ref(), sub)
+            .await
+            .map_err(SubmitError::Audit)?;
+        Ok(Checked {
+            synthesizer,
+            prior,
+            budgets,
+        })
+    }
+
+    /// Starts a batch [`Jobs::check`] passed, once the caller holds its slot. Errors here are
+    /// the store's (503), or a replay when another request with the same key got in first;
+    /// after `Ok(Running)` the batch belongs to its own task.
     ///
     /// The request and its job are recorded in one commit. An async caller's 202 waits for it
     /// (it promises a job to follow); a waiting caller's batch starts its models at once and
@@ -379,23 +421,15 @@ impl Jobs {
     pub async fn start<P: Send + 'static>(
         &self,
         sub: Submission,
+        checked: Checked,
         is_async: bool,
         permit: P,
     ) -> Result<Begun<BatchHandle>, SubmitError> {
-        let synthesizer = self
-            .synthesizer_for(&sub.workspace)
-            .await
-            .map_err(SubmitError::Audit)?
-            .ok_or_else(|| {
-                SubmitError::Unavailable(format!("no workspace named '{}'", sub.workspace))
-            })?;
-        let prior = match synthesizer.prepare(&sub).await? {
-            Begun::Replayed(replay) => return Ok(Begun::Replayed(replay)),
-            Begun::Fresh(prior) => prior,
-        };
-        let budgets = crate::synthesis::spending::budgets_of(synthesizer.store.as_ref(), &sub)
-            .await
-            .map_err(SubmitError::Audit)?;
+        let Checked {
+            synthesizer,
+            prior,
+            budgets,
+        } = checked;
         let opening = record::opening(&sub, is_async, self.owner.as_deref());
         let events = self.events();
         let job_id = sub.request_id;
