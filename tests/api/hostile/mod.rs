@@ -2,6 +2,7 @@
 //! fault it stands for, tried on every surface that could have it (docs/access-limits-faults.md
 //! lists what was reviewed).
 
+mod admission;
 mod bound_keys;
 mod git_roots;
 mod spend;
