@@ -174,3 +174,70 @@ async fn a_person_picks_one_of_the_keys_workspaces_and_sees_only_its_batches_and
         !dir.path().join("b/from_page.py").exists() && !app.repo_dir.join("from_page.py").exists()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_applies_two_hunks_of_three_in_the_review_page_and_the_file_holds_exactly_those() {
+    use serde_json::json;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = root.join("browser/review.mjs");
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        Path::new(&chromium).exists() && root.join("browser/node_modules/playwright-core").exists(),
+        "the browser test needs Debian's chromium and `npm ci` in tests/browser: scripts/test installs both"
+    );
+    let app = spawn_app_with_models_and(Backend::Sqlite, &[]).await;
+    let module = |changed: &[usize]| -> String {
+        (1..=30)
+            .map(|i| {
+                if changed.contains(&i) {
+                    format!("v{i} = {}\n", i * 100)
+                } else {
+                    format!("v{i} = {i}\n")
+                }
+            })
+            .collect()
+    };
+    std::fs::write(app.repo_dir.join("app.py"), module(&[])).unwrap();
+    let (status, proposed) = app
+        .post_json(
+            "/edits",
+            &json!({"files": [{"path": "app.py", "edits": [
+                {"old": "v3 = 3\n", "new": "v3 = 300\n"},
+                {"old": "v15 = 15\n", "new": "v15 = 1500\n"},
+                {"old": "v27 = 27\n", "new": "v27 = 2700\n"},
+            ]}], "review": true}),
+        )
+        .await;
+    assert_eq!(status, 200, "{proposed}");
+
+    let artifacts = root.join("../target/test-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let out = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::process::Command::new("node")
+            .arg(&script)
+            .arg(&app.address)
+            .arg(artifacts.join("review.png"))
+            .env("CHROMIUM", &chromium)
+            .output(),
+    )
+    .await
+    .expect("the browser test finishes")
+    .expect("node runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    // On disk: the two hunks ticked, not the third.
+    assert_eq!(
+        std::fs::read_to_string(app.repo_dir.join("app.py")).unwrap(),
+        module(&[3, 15])
+    );
+    // The comment went with the decision.
+    let id = proposed["change_id"].as_str().unwrap();
+    let (_, change) = app.json(&format!("/changes/{id}")).await;
+    assert_eq!(change["state"], "partially_applied", "{change}");
+    assert!(change.to_string().contains("the third is not wanted"), "{change}");
+}
