@@ -367,6 +367,7 @@ on_both_backends!(
     a_rebase_onto_a_line_changed_since_answers_the_conflicting_hunk,
     of_two_applies_of_one_change_set_at_once_exactly_one_lands,
     refusals_are_clear_and_change_nothing,
+    an_mcp_client_approves_or_rejects_a_change_set_within_the_call,
 );
 
 mod settings {
@@ -379,4 +380,97 @@ mod settings {
 
 async fn with_models_app(backend: Backend) -> TestApp {
     spawn_app_with_models_and(backend, &[]).await
+}
+
+/// A client that takes elicitation and answers writ's question with `approve`.
+struct Reviewer {
+    approve: bool,
+    asked: std::sync::Mutex<Vec<String>>,
+}
+
+impl rmcp::ClientHandler for Reviewer {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        rmcp::model::ClientConfig::new(
+            rmcp::model::ClientCapabilities::builder()
+                .enable_elicitation()
+                .build(),
+            rmcp::model::Implementation::new("reviewer", "1"),
+        )
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        if let rmcp::model::ElicitRequestParams::FormElicitationParams { message, .. } = request {
+            self.asked.lock().unwrap().push(message);
+        }
+        Ok(
+            rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Accept)
+                .with_content(json!({"approve": self.approve, "comment": "asked in the call"})),
+        )
+    }
+}
+
+/// Over MCP, a client that takes elicitation is asked in the same call whether the change set
+/// lands: approved, the file is written; refused, it is rejected and nothing is written. A client
+/// without elicitation gets the `change_id` and the change set stays open.
+async fn an_mcp_client_approves_or_rejects_a_change_set_within_the_call(app: TestApp) {
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let edit = |path: &str| {
+        CallToolRequestParams::new("edit_files").with_arguments(
+            json!({"files": [{"path": path, "edits": [{"old": "v3 = 3\n", "new": "v3 = 300\n"}]}],
+                   "review": true})
+            .as_object()
+            .unwrap()
+            .clone(),
+        )
+    };
+    for (approve, path) in [(true, "yes.py"), (false, "no.py")] {
+        seed(&app, path, &module(5, &[]));
+        let reviewer = Reviewer {
+            approve,
+            asked: Default::default(),
+        };
+        let transport = StreamableHttpClientTransport::with_client(
+            app.client.clone(),
+            StreamableHttpClientTransportConfig::with_uri(app.url("/mcp")),
+        );
+        let client = reviewer.serve(transport).await.unwrap();
+        let answer = client.call_tool(edit(path)).await.unwrap();
+        let result = answer.structured_content.clone().unwrap();
+        assert_eq!(answer.is_error, Some(false), "{answer:?}");
+        assert_eq!(client.service().asked.lock().unwrap().len(), 1);
+        assert!(
+            client.service().asked.lock().unwrap()[0].contains(path),
+            "the question shows the change"
+        );
+        let id = result["change_id"].as_str().unwrap();
+        let (_, change) = app.json(&format!("/changes/{id}")).await;
+        if approve {
+            assert_eq!(on_disk(&app, path).unwrap(), module(5, &[3]), "{result}");
+            assert_eq!(change["state"], "applied", "{change}");
+        } else {
+            assert_eq!(on_disk(&app, path).unwrap(), module(5, &[]), "{result}");
+            assert_eq!(change["state"], "rejected", "{change}");
+        }
+        assert!(change.to_string().contains("asked in the call"), "{change}");
+        client.cancel().await.unwrap();
+    }
+    // Without elicitation: the change set waits, open.
+    seed(&app, "later.py", &module(5, &[]));
+    let transport = StreamableHttpClientTransport::with_client(
+        app.client.clone(),
+        StreamableHttpClientTransportConfig::with_uri(app.url("/mcp")),
+    );
+    let client = ().serve(transport).await.unwrap();
+    let answer = client.call_tool(edit("later.py")).await.unwrap();
+    let result = answer.structured_content.unwrap();
+    let id = result["change_id"].as_str().unwrap();
+    assert_eq!(app.json(&format!("/changes/{id}")).await.1["state"], "open");
+    assert_eq!(on_disk(&app, "later.py").unwrap(), module(5, &[]));
 }

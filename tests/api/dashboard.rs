@@ -239,5 +239,8 @@ async fn a_person_applies_two_hunks_of_three_in_the_review_page_and_the_file_hol
     let id = proposed["change_id"].as_str().unwrap();
     let (_, change) = app.json(&format!("/changes/{id}")).await;
     assert_eq!(change["state"], "partially_applied", "{change}");
-    assert!(change.to_string().contains("the third is not wanted"), "{change}");
+    assert!(
+        change.to_string().contains("the third is not wanted"),
+        "{change}"
+    );
 }

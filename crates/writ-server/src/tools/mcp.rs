@@ -114,6 +114,7 @@ impl ServerHandler for WritMcp {
         let bound = parts
             .and_then(|p| p.extensions.get::<crate::access::KeyWorkspaces>())
             .cloned();
+        let who = (caller.clone(), grant, bound.clone());
         let mut ctx = CallContext::from_request(request_id, caller, grant, bound);
         ctx.cancelled = context.ct.clone();
         // A client that takes tasks gets the batch's job as one at once (super::tasks).
@@ -132,7 +133,14 @@ impl ServerHandler for WritMcp {
             .arguments
             .map(serde_json::Value::Object)
             .unwrap_or(serde_json::Value::Null);
-        let result = match super::call(&self.state, ctx, &request.name, args).await {
+        let workspace = args.get("workspace").cloned();
+        let called = match super::call(&self.state, ctx, &request.name, args).await {
+            Ok(out) if !as_task => {
+                Ok(decide_in_call(&self.state, &context, out, workspace, who).await)
+            }
+            other => other,
+        };
+        let result = match called {
             Ok(out)
                 if let Some(job_id) = as_task
                     .then(|| super::tasks::accepted(&out.result))
@@ -169,6 +177,82 @@ impl ServerHandler for WritMcp {
     ) -> Result<(), ErrorData> {
         super::tasks::cancel(&self.state, &viewer(&context), &request.task_id).await
     }
+}
+
+/// The reviewer's answer when writ asks, within the call, whether a change set lands.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+struct Approval {
+    /// true: apply every hunk now; false: reject the change set.
+    approve: bool,
+    /// Kept with the decision.
+    #[serde(default)]
+    comment: Option<String>,
+}
+rmcp::elicit_safe!(Approval);
+
+/// A change set proposed for review (`write_codebase` or `edit_files` with review) is put to the
+/// person at the client, in the same call, when the client takes elicitation: approved, it is
+/// applied whole; refused, rejected; either way as `apply_change` / `reject_change` would, a
+/// request of its own, and the decision's answer is the `review` of the call's answer. A client
+/// without elicitation, or a person who dismisses the question, gets the answer as it was: the
+/// change set stays open under its `change_id`.
+async fn decide_in_call(
+    state: &AppState,
+    context: &RequestContext<RoleServer>,
+    mut out: super::ToolOutput,
+    workspace: Option<serde_json::Value>,
+    (caller, grant, bound): (
+        Option<Caller>,
+        Option<Grant>,
+        Option<crate::access::KeyWorkspaces>,
+    ),
+) -> super::ToolOutput {
+    let proposed = out.result.get("status").and_then(|s| s.as_str()) == Some("awaiting_review");
+    let Some(change_id) = out
+        .result
+        .get("change_id")
+        .and_then(|c| c.as_str())
+        .map(str::to_owned)
+        .filter(|_| proposed)
+    else {
+        return out;
+    };
+    if context
+        .peer
+        .peer_info()
+        .is_none_or(|info| info.capabilities.elicitation.is_none())
+    {
+        return out;
+    }
+    let question = format!(
+        "{}\n\nApply this change set now (approve), or reject it?",
+        out.content
+    );
+    let approval = match context.peer.elicit::<Approval>(question).await {
+        Ok(Some(approval)) => approval,
+        Ok(None) | Err(_) => return out,
+    };
+    let tool = if approval.approve {
+        "apply_change"
+    } else {
+        "reject_change"
+    };
+    let mut args = serde_json::json!({ "change_id": change_id, "comment": approval.comment });
+    if let Some(workspace) = workspace {
+        args["workspace"] = workspace;
+    }
+    let ctx = CallContext::from_request(Uuid::now_v7(), caller, grant, bound);
+    match super::call(state, ctx, tool, args).await {
+        Ok(decided) => {
+            out.content = format!("{}\n{}", out.content, decided.content);
+            out.result["review"] = decided.result;
+        }
+        Err(e) => {
+            out.content = format!("{}\n{}", out.content, super::error_text(&e));
+            out.result["review"] = e.body();
+        }
+    }
+    out
 }
 
 /// Whose jobs the request may see: what the auth layer found on its POST.
