@@ -148,6 +148,7 @@ pub async fn run_checks(settings: &Settings) -> Vec<Line> {
             None => local_provider_line(settings),
         };
         lines.push(key_line);
+        lines.extend(reachable_line(settings).await);
     }
     lines.push(local_models_line(settings));
     lines.push(commands_line(settings).await);
@@ -317,6 +318,120 @@ async fn keys_line(settings: &Settings) -> Line {
             missing.join("; ")
         },
     }
+}
+
+/// Whether the provider serves the models the configuration names (candidates, arbiter,
+/// fallback; the embedded `local/…` ones are the local-models line's): `GET {base}/models`, which
+/// OpenRouter and the OpenAI-compatible servers (vLLM, llama.cpp, Ollama) answer with their ids.
+/// A list naming none of them fails the check, with the fix; a provider that cannot be reached,
+/// or lists nothing, is a warning (the models may still answer). `None` without remote models.
+pub async fn reachable_line(settings: &Settings) -> Option<Line> {
+    let m = &settings.models;
+    let mut remote: Vec<&str> = m
+        .code_list
+        .iter()
+        .chain(m.arbiter_model.iter())
+        .chain(m.fallback_model.iter())
+        .filter(|id| !writ_local::is_local(id))
+        .map(|id| id.split('@').next().unwrap_or(id))
+        .collect();
+    remote.sort_unstable();
+    remote.dedup();
+    if remote.is_empty() || m.problem().is_some() {
+        return None;
+    }
+    let base = m.openrouter_base_url.trim_end_matches('/');
+    let warn = |detail: String| Line {
+        ok: false,
+        required: false,
+        name: "reachable",
+        detail,
+    };
+    // reqwest is built without a default TLS provider; writ names ring wherever it makes one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(5))
+        .build()
+        .ok()?;
+    let mut request = client.get(format!("{base}/models"));
+    if let Some(key) = &m.openrouter_api_key {
+        use secrecy::ExposeSecret;
+        request = request.bearer_auth(key.expose_secret());
+    }
+    let answer = match request.send().await {
+        Ok(answer) => answer,
+        // The error names the URL only; the key travels in a header and is never printed.
+        Err(e) => {
+            return Some(warn(format!(
+                "{base} cannot be reached ({}), so no model call will succeed until it can: check OPENROUTER_BASE_URL and the network",
+                if e.is_timeout() {
+                    "no answer within 5 s".to_string()
+                } else {
+                    e.without_url().to_string()
+                }
+            )));
+        }
+    };
+    let status = answer.status();
+    let listed: Option<Vec<String>> = if status.is_success() {
+        answer.json::<serde_json::Value>().await.ok().and_then(|v| {
+            v.get("data")?.as_array().map(|models| {
+                models
+                    .iter()
+                    .filter_map(|model| model.get("id")?.as_str().map(str::to_owned))
+                    .collect()
+            })
+        })
+    } else {
+        None
+    };
+    let Some(listed) = listed.filter(|l| !l.is_empty()) else {
+        return Some(warn(format!(
+            "{base}/models answered {status} without a list of models, so writ cannot tell whether {} are served there",
+            remote.join(", ")
+        )));
+    };
+    let missing: Vec<&str> = remote
+        .iter()
+        .copied()
+        .filter(|id| !listed.iter().any(|l| l == id))
+        .collect();
+    Some(if missing.len() == remote.len() {
+        Line {
+            ok: false,
+            required: true,
+            name: "reachable",
+            detail: format!(
+                "{base} serves none of the configured models ({}): set CODE_LIST, CODE_MODEL and CODE_GEN_MODEL to ids listed at {base}/models (it lists {} models, e.g. {})",
+                missing.join(", "),
+                listed.len(),
+                listed
+                    .iter()
+                    .take(3)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    } else if !missing.is_empty() {
+        warn(format!(
+            "{base} does not list {}, so calls to them will fail; it serves {}",
+            missing.join(", "),
+            remote
+                .iter()
+                .filter(|id| !missing.contains(id))
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    } else {
+        Line {
+            ok: true,
+            required: false,
+            name: "reachable",
+            detail: format!("{base} serves {}", remote.join(", ")),
+        }
+    })
 }
 
 /// The embedded models: which, why, and whether each configured one's file is here (or will

@@ -105,6 +105,9 @@ fn check_names_the_missing_provider_key_and_never_prints_a_present_one() {
 
     let mut with_key = base.to_vec();
     with_key.push(("OPENROUTER_API_KEY", "sk-or-v1-verysecretvalue"));
+    // The check asks the provider for its models: never a hosted one from a test. Nothing
+    // listens on port 9 here, which the check reports as a warning.
+    with_key.push(("OPENROUTER_BASE_URL", "http://127.0.0.1:9/api/v1"));
     let out = writ(&["check"], &with_key);
     assert!(out.status.success(), "{}", text(&out));
     assert!(!text(&out).contains("verysecretvalue"));
@@ -155,5 +158,89 @@ fn check_says_which_scope_no_key_holds_and_that_an_open_address_needs_a_key() {
             ),
         "{}",
         text(&out)
+    );
+}
+
+/// `writ check` asks the provider which models it serves (`GET /models`): all of them is a pass,
+/// none of them fails the check with the fix, some of them or no answer at all is a warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_says_whether_the_provider_serves_the_configured_models() {
+    use writ_fake_upstream::{FakeUpstream, Script, Step};
+    let fake = FakeUpstream::start().await.unwrap();
+    for m in ["alpha/one", "beta/two"] {
+        fake.script(m, Script::always(Step::code("python", "x = 1")));
+    }
+    let base = fake.base_url();
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/writ.db", dir.path().display());
+    let repo = dir.path().join("workspace");
+    let run = |list: &'static str, arbiter: &'static str, base: String| {
+        let (db, repo) = (db.clone(), repo.clone());
+        tokio::task::spawn_blocking(move || {
+            writ(
+                &["migrate"],
+                &[
+                    ("DATABASE_URL", db.as_str()),
+                    ("REPO_DIR", repo.to_str().unwrap()),
+                ],
+            );
+            writ(
+                &["check"],
+                &[
+                    ("DATABASE_URL", db.as_str()),
+                    ("REPO_DIR", repo.to_str().unwrap()),
+                    ("OPENROUTER_BASE_URL", base.as_str()),
+                    ("CODE_LIST", list),
+                    ("CODE_MODEL", arbiter),
+                ],
+            )
+        })
+    };
+
+    let served = run("alpha/one,beta/two", "alpha/one", base.clone())
+        .await
+        .unwrap();
+    assert!(served.status.success(), "{}", text(&served));
+    assert!(
+        text(&served).contains("[ok  ] reachable")
+            && text(&served).contains("serves alpha/one, beta/two"),
+        "{}",
+        text(&served)
+    );
+
+    let none = run("nope/x,nope/y", "nope/z", base.clone()).await.unwrap();
+    assert!(
+        !none.status.success(),
+        "a list naming no served model fails:\n{}",
+        text(&none)
+    );
+    assert!(
+        text(&none).contains("serves none of the configured models (nope/x, nope/y, nope/z)")
+            && text(&none).contains("set CODE_LIST"),
+        "{}",
+        text(&none)
+    );
+
+    let some = run("alpha/one,nope/x", "alpha/one", base.clone())
+        .await
+        .unwrap();
+    assert!(some.status.success(), "{}", text(&some));
+    assert!(
+        text(&some).contains("does not list nope/x"),
+        "{}",
+        text(&some)
+    );
+
+    // Nothing listens there: a warning, the rest of the check as before.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let gone = format!("http://{}/v1", closed.local_addr().unwrap());
+    drop(closed);
+    let unreachable = run("alpha/one", "alpha/one", gone).await.unwrap();
+    assert!(unreachable.status.success(), "{}", text(&unreachable));
+    assert!(
+        text(&unreachable).contains("[warn] reachable")
+            && text(&unreachable).contains("cannot be reached"),
+        "{}",
+        text(&unreachable)
     );
 }

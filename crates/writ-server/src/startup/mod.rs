@@ -45,6 +45,16 @@ impl Application {
         {
             tracing::warn!(check = line.name, "{}", line.detail);
         }
+        // Whether the provider serves the configured models needs the network: asked beside
+        // start-up, never holding it up, and said as `writ check` says it.
+        let settings = state.settings.clone();
+        tokio::spawn(async move {
+            if let Some(line) = crate::check::reachable_line(&settings).await
+                && !line.ok
+            {
+                tracing::warn!(check = line.name, "{}", line.detail);
+            }
+        });
         let addr = state.settings.addr;
         let listener = TcpListener::bind(addr)
             .await
