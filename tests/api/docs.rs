@@ -252,3 +252,72 @@ fn api_md_lists_every_route_under_what_a_key_needs() {
         );
     }
 }
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens.
+fn anchor_of(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every link from README.md and docs/ to a file of the repository points at a file that exists,
+/// and a `#fragment` at a heading that file has: a newcomer following one lands somewhere.
+#[test]
+fn every_link_in_the_readme_and_docs_reaches_a_file_and_a_heading_that_exist() {
+    let link = regex::Regex::new(r"\]\(([^)\s]+)\)").unwrap();
+    let mut pages = vec![repo().join("README.md")];
+    for entry in std::fs::read_dir(repo().join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(path);
+        }
+    }
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        // Links inside code blocks are code, not links.
+        let prose: String = text
+            .split("```")
+            .step_by(2)
+            .collect::<Vec<_>>()
+            .join("\n");
+        for c in link.captures_iter(&prose) {
+            let target = &c[1];
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (file, fragment) = target.split_once('#').unwrap_or((target, ""));
+            let path = if file.is_empty() {
+                page.clone()
+            } else {
+                page.parent().unwrap().join(file)
+            };
+            if !path.exists() {
+                broken.push(format!("{}: {target} (no such file)", page.display()));
+                continue;
+            }
+            if fragment.is_empty() || path.is_dir() {
+                continue;
+            }
+            let Ok(linked) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let anchors: Vec<String> = linked
+                .lines()
+                .filter(|l| l.starts_with('#'))
+                .map(|l| anchor_of(l.trim_start_matches('#')))
+                .collect();
+            if !anchors.iter().any(|a| a == fragment) {
+                broken.push(format!("{}: {target} (no such heading)", page.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links: {broken:#?}");
+}
