@@ -283,11 +283,7 @@ fn every_link_in_the_readme_and_docs_reaches_a_file_and_a_heading_that_exist() {
     for page in &pages {
         let text = std::fs::read_to_string(page).unwrap();
         // Links inside code blocks are code, not links.
-        let prose: String = text
-            .split("```")
-            .step_by(2)
-            .collect::<Vec<_>>()
-            .join("\n");
+        let prose: String = text.split("```").step_by(2).collect::<Vec<_>>().join("\n");
         for c in link.captures_iter(&prose) {
             let target = &c[1];
             if target.contains("://") || target.starts_with("mailto:") {

@@ -25,6 +25,7 @@ mod policy;
 mod probes;
 mod project_checks;
 mod prompt_caching;
+mod readme;
 mod reference;
 mod scopes;
 mod search;
