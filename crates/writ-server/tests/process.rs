@@ -110,7 +110,9 @@ async fn all_operations(http: &reqwest::Client, base: &str) -> Vec<Value> {
 async fn sigkill_mid_batch_leaves_no_torn_or_temp_file_and_every_operation_settled_at_restart() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeUpstream::start().await.unwrap();
-    script(&fake, Duration::from_millis(800));
+    // Slow enough that the kill below (at most a few seconds in, on a loaded machine) always
+    // lands while the batch still waits on its models: nothing of it may be on disk after.
+    script(&fake, Duration::from_secs(8));
     let mut writ = start_writ(dir.path(), &fake, &[]).await;
     let http = client();
 
