@@ -1,23 +1,51 @@
 //! The dashboard in a real headless browser: Debian's Chromium driven by playwright-core
 //! (`tests/browser/dashboard.mjs`) against the real server, models played by the fake upstream.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use writ_core::keys;
 use writ_fake_upstream::{Latency, Script, Step};
 use writ_tests::{ARBITER, Backend, MODELS, spawn_app_with_models_and};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_person_watches_a_five_file_batch_in_the_browser() {
+/// Runs `tests/browser/{script}` in Debian's Chromium (playwright-core) against the server at
+/// `address`, saving a screenshot as a test artifact (the script's second argument) and passing
+/// `args` after it; fails with what the page printed unless the script succeeds. The screenshot.
+async fn run_page(address: &str, script: &str, shot: &str, args: &[&str]) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let script = root.join("browser/dashboard.mjs");
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     assert!(
         Path::new(&chromium).exists() && root.join("browser/node_modules/playwright-core").exists(),
         "the browser test needs Debian's chromium and `npm ci` in tests/browser: scripts/test installs both"
     );
+    let artifacts = root.join("../target/test-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join(shot);
+    let out = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::process::Command::new("node")
+            .arg(root.join("browser").join(script))
+            .arg(address)
+            .arg(&shot)
+            .args(args)
+            .env("CHROMIUM", &chromium)
+            .output(),
+    )
+    .await
+    .expect("the browser test finishes")
+    .expect("node runs");
+    assert!(
+        out.status.success(),
+        "{}{}\n(screenshot: {})",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        shot.display()
+    );
+    shot
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_watches_a_five_file_batch_in_the_browser() {
     // With auth on: the page must ask for the key in plain words, then work with it.
     let key = keys::generate("dashboard");
     let entry = keys::config_entry(&key.key).unwrap();
@@ -35,32 +63,7 @@ async fn a_person_watches_a_five_file_batch_in_the_browser() {
         Script::always(Step::verdict(1, "the clearest one")),
     );
 
-    let artifacts = root.join("../target/test-artifacts");
-    std::fs::create_dir_all(&artifacts).unwrap();
-    let shot = artifacts.join("dashboard.png");
-    let out = tokio::time::timeout(
-        Duration::from_secs(90),
-        tokio::process::Command::new("node")
-            .arg(&script)
-            .arg(&app.address)
-            .arg(&shot)
-            .arg(&key.key)
-            .env("CHROMIUM", &chromium)
-            .output(),
-    )
-    .await
-    .expect("the browser test finishes")
-    .expect("node runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "{text}\n(screenshot: {})",
-        shot.display()
-    );
+    let shot = run_page(&app.address, "dashboard.mjs", "dashboard.png", &[&key.key]).await;
     assert!(shot.exists(), "a screenshot is saved as a test artifact");
     assert_eq!(
         app.files_on_disk().len(),
@@ -73,13 +76,6 @@ async fn a_person_watches_a_five_file_batch_in_the_browser() {
 async fn a_person_picks_one_of_the_keys_workspaces_and_sees_only_its_batches_and_records() {
     use serde_json::json;
     use writ_core::keys::{Scope, Scopes};
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let script = root.join("browser/workspaces.mjs");
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    assert!(
-        Path::new(&chromium).exists() && root.join("browser/node_modules/playwright-core").exists(),
-        "the browser test needs Debian's chromium and `npm ci` in tests/browser: scripts/test installs both"
-    );
     let dir = tempfile::tempdir().unwrap();
     let workspaces_dir = dir.path().to_str().unwrap().to_owned();
     let fake = writ_fake_upstream::FakeUpstream::start().await.unwrap();
@@ -139,33 +135,13 @@ async fn a_person_picks_one_of_the_keys_workspaces_and_sees_only_its_batches_and
         assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     }
 
-    let artifacts = root.join("../target/test-artifacts");
-    std::fs::create_dir_all(&artifacts).unwrap();
-    let shot = artifacts.join("dashboard-workspaces.png");
-    let out = tokio::time::timeout(
-        Duration::from_secs(90),
-        tokio::process::Command::new("node")
-            .arg(&script)
-            .arg(&app.address)
-            .arg(&shot)
-            .arg(&agent.key)
-            .arg("in_b.py")
-            .env("CHROMIUM", &chromium)
-            .output(),
+    run_page(
+        &app.address,
+        "workspaces.mjs",
+        "dashboard-workspaces.png",
+        &[&agent.key, "in_b.py"],
     )
-    .await
-    .expect("the browser test finishes")
-    .expect("node runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "{text}\n(screenshot: {})",
-        shot.display()
-    );
+    .await;
     assert!(
         dir.path().join("a/from_page.py").exists(),
         "the batch started with `a` picked wrote in a"
@@ -178,13 +154,6 @@ async fn a_person_picks_one_of_the_keys_workspaces_and_sees_only_its_batches_and
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_person_applies_two_hunks_of_three_in_the_review_page_and_the_file_holds_exactly_those() {
     use serde_json::json;
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let script = root.join("browser/review.mjs");
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    assert!(
-        Path::new(&chromium).exists() && root.join("browser/node_modules/playwright-core").exists(),
-        "the browser test needs Debian's chromium and `npm ci` in tests/browser: scripts/test installs both"
-    );
     let app = spawn_app_with_models_and(Backend::Sqlite, &[]).await;
     let module = |changed: &[usize]| -> String {
         (1..=30)
@@ -210,26 +179,7 @@ async fn a_person_applies_two_hunks_of_three_in_the_review_page_and_the_file_hol
         .await;
     assert_eq!(status, 200, "{proposed}");
 
-    let artifacts = root.join("../target/test-artifacts");
-    std::fs::create_dir_all(&artifacts).unwrap();
-    let out = tokio::time::timeout(
-        Duration::from_secs(90),
-        tokio::process::Command::new("node")
-            .arg(&script)
-            .arg(&app.address)
-            .arg(artifacts.join("review.png"))
-            .env("CHROMIUM", &chromium)
-            .output(),
-    )
-    .await
-    .expect("the browser test finishes")
-    .expect("node runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{text}");
+    run_page(&app.address, "review.mjs", "review.png", &[]).await;
     // On disk: the two hunks ticked, not the third.
     assert_eq!(
         std::fs::read_to_string(app.repo_dir.join("app.py")).unwrap(),
