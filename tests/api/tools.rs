@@ -295,7 +295,8 @@ async fn the_write_codebase_schema_accepts_what_the_http_api_accepts() {
     let alternatives = json!({"command": "write_codebase",
         "files": [{"filename": "c.py", "code_description": "d"}],
         "options": {"straggler": {"enough": "all_but_slowest", "extra_ms": 20},
-                    "image": {"width": 32, "height": 32}, "review": true}});
+                    "image": {"width": 32, "height": 32}, "review": true,
+                    "fanout": {"routing": "adaptive"}}});
     for request in [&everything, &alternatives] {
         let req: writ_core::synthesis::WriteCodebaseRequest =
             serde_json::from_value(request.clone()).unwrap();

@@ -99,6 +99,22 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },
+    /// Adaptive routing (`WRIT_ROUTING=adaptive`): model calls and cost per correct file
+    /// against the full fan-out, with scripted models that win in different languages, and
+    /// how many files it takes to notice a model's drop (EVALS.md).
+    EvalRouting {
+        /// Directory with the `writ` and `writ-fake-upstream` binaries.
+        #[arg(long)]
+        bin_dir: Option<PathBuf>,
+        /// Batches (one file each, Python and JavaScript in turn) per configuration.
+        #[arg(long, default_value_t = 300)]
+        batches: usize,
+        /// The batch from which `eval-py`'s Python quality drops.
+        #[arg(long, default_value_t = 200)]
+        drop_at: usize,
+        #[arg(long, default_value_t = 56)]
+        seed: u64,
+    },
     /// The repository's context: map build time, prompt tokens and search latency on generated
     /// repositories, and how often a prompt holds what its file needs (BENCHMARKS.md, EVALS.md).
     Context {
@@ -193,6 +209,32 @@ async fn main() -> anyhow::Result<()> {
         let outcomes = writ_bench::eval::fanout::run(&opts).await?;
         let mut out = std::io::stdout();
         writeln!(out, "{}", writ_bench::eval::fanout::report(&outcomes))?;
+        writeln!(out, "Wall time: {:.0} s.", started.elapsed().as_secs_f64())?;
+        return Ok(());
+    }
+    if let Some(Command::EvalRouting {
+        bin_dir,
+        batches,
+        drop_at,
+        seed,
+    }) = &args.command
+    {
+        let opts = writ_bench::eval::routing::Options {
+            bin_dir: bin_dir
+                .clone()
+                .unwrap_or_else(writ_bench::procs::default_bin_dir),
+            batches: *batches,
+            drop_at: *drop_at,
+            seed: *seed,
+        };
+        let started = std::time::Instant::now();
+        let outcomes = writ_bench::eval::routing::run(&opts).await?;
+        let mut out = std::io::stdout();
+        writeln!(
+            out,
+            "{}",
+            writ_bench::eval::routing::report(&outcomes, &opts)
+        )?;
         writeln!(out, "Wall time: {:.0} s.", started.elapsed().as_secs_f64())?;
         return Ok(());
     }

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::audit::{CallRecord, Operation};
+use crate::synthesis::routing::RoutingDecision;
 
 /// One model's figures (for one language, when grouped by language).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -44,6 +45,14 @@ pub struct ModelStats {
     /// Of the candidates' call latencies.
     pub latency_p50_ms: u64,
     pub latency_p95_ms: u64,
+    /// What adaptive routing learns from (`WRIT_ROUTING`): its first answers to files that ran
+    /// checks, and how many of them passed.
+    pub routing_outcomes: u64,
+    pub routing_passed: u64,
+    /// Files whose routing asked it only after the first round failed (`later`), and files
+    /// whose routing never asked it.
+    pub routed_later: u64,
+    pub routed_out: u64,
 }
 
 #[derive(Default)]
@@ -91,6 +100,27 @@ pub fn model_stats(operations: &[Operation], by_language: bool) -> Vec<ModelStat
             s.prompt_tokens += c.prompt_tokens.unwrap_or(0);
             s.completion_tokens += c.completion_tokens.unwrap_or(0);
             s.cached_tokens += c.cached_tokens.unwrap_or(0);
+        }
+        for (model, _, passed, _) in crate::synthesis::routing::labels(op) {
+            if let Some(s) = tally_of(&mut tallies, model, &language).stats.as_mut() {
+                s.routing_outcomes += 1;
+                s.routing_passed += u64::from(passed);
+            }
+        }
+        if let Some(routing) = RoutingDecision::in_detail(op.detail.as_ref()) {
+            for skipped in &routing.skipped {
+                let asked = op.candidates.iter().any(|c| c.model == skipped.model);
+                if let Some(s) = tally_of(&mut tallies, &skipped.model, &language)
+                    .stats
+                    .as_mut()
+                {
+                    if asked {
+                        s.routed_later += 1;
+                    } else {
+                        s.routed_out += 1;
+                    }
+                }
+            }
         }
         let review = op.detail.as_ref().and_then(|d| d.get("review"));
         if let Some(review) = review.filter(|r| r.get("proposal").is_some()) {
@@ -162,6 +192,10 @@ fn tally_of<'t>(
         cached_tokens: 0,
         latency_p50_ms: 0,
         latency_p95_ms: 0,
+        routing_outcomes: 0,
+        routing_passed: 0,
+        routed_later: 0,
+        routed_out: 0,
     });
     tally
 }

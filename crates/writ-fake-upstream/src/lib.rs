@@ -4,7 +4,8 @@
 //! model from a [`Script`] of [`Step`]s — fixed text, code (bare or wrapped in prose), arbiter
 //! verdicts, images, and the ways real providers fail: HTTP errors with `Retry-After`, errors
 //! inside a 200, malformed or truncated bodies, SSE streams with keep-alive comments and
-//! mid-stream errors, stalls, hangs, heavy-tailed latency, slow trickles. It records every call
+//! mid-stream errors, stalls, hangs, heavy-tailed latency, slow trickles; its usage carries
+//! OpenRouter's `cost` unless told otherwise ([`FakeUpstream::report_cost`]). It records every call
 //! ([`RecordedCall`]) and counts requests in flight, so tests can prove retries, limits and
 //! cancellation from the upstream's side.
 //!
@@ -126,6 +127,14 @@ impl FakeUpstream {
         if let Some(default) = file.default {
             self.shared.set_default(default);
         }
+    }
+
+    /// Whether answers carry `usage.cost`, as OpenRouter's do (the default), or only tokens, as
+    /// OpenAI's, vLLM's or Ollama's do.
+    pub fn report_cost(&self, report: bool) {
+        self.shared
+            .report_cost
+            .store(report, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Every call received so far, in arrival order.

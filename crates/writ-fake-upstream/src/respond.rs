@@ -23,6 +23,8 @@ pub(crate) struct Call {
     pub prompt_tokens: u64,
     /// Of `prompt_tokens`, those this model's prompt cache served.
     pub cached_tokens: u64,
+    /// Whether the usage carries `cost`, as OpenRouter's does (vLLM's, OpenAI's do not).
+    pub report_cost: bool,
     pub stream: bool,
     pub trickle: Option<Duration>,
     pub generation_id: String,
@@ -230,14 +232,17 @@ fn usage(call: &Call, answer: &Answer) -> Value {
     let cost =
         ((prompt_tokens - cached) as f64 + 0.1 * cached as f64 + 2.0 * completion_tokens as f64)
             / 1_000_000.0;
-    json!({
+    let mut usage = json!({
         "prompt_tokens": prompt_tokens,
         "prompt_tokens_details": {"cached_tokens": cached},
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
-        "cost": cost,
-        "is_byok": false,
-    })
+    });
+    if call.report_cost {
+        usage["cost"] = json!(cost);
+        usage["is_byok"] = json!(false);
+    }
+    usage
 }
 
 fn images(answer: &Answer) -> Value {

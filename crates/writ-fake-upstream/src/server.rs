@@ -2,7 +2,7 @@
 //! they share (scripts, recorded calls, in-flight counts).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -86,6 +86,9 @@ pub(crate) struct Shared {
     next_id: AtomicU64,
     /// Per model, the latest prompts it was sent: its prompt cache.
     prefixes: Mutex<HashMap<String, VecDeque<Arc<str>>>>,
+    /// Whether answers carry `usage.cost` (OpenRouter's do; a provider without it is priced by
+    /// writ).
+    pub(crate) report_cost: AtomicBool,
 }
 
 /// Prompts a model's cache remembers (the oldest is forgotten first).
@@ -112,6 +115,7 @@ impl Shared {
             in_flight: Mutex::default(),
             next_id: AtomicU64::new(1),
             prefixes: Mutex::default(),
+            report_cost: AtomicBool::new(true),
         }
     }
 
@@ -318,6 +322,7 @@ async fn chat_completions(
         prompt,
         prompt_tokens: whole.chars().count() as u64 / 4 + 1,
         cached_tokens,
+        report_cost: shared.report_cost.load(Ordering::Relaxed),
         trickle,
         generation_id: format!(
             "gen-{}-fake{}",

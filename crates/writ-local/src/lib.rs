@@ -11,7 +11,10 @@
 //! - `engine`: the loaded models within a memory budget, and the llama.cpp worker pool
 //!   (bounded FIFO queue, token caps by call purpose, deadlines).
 //! - `client`: [`LocalClient`], the `ModelClient` over the pool.
-//! - `router`: [`RoutingClient`], `local/…` to the embedded models and the rest to OpenRouter.
+//! - [`model_table`]: the `[[models]]` entries by id pattern (exact, or a prefix) and their
+//!   prices, which the router and the configuration read alike.
+//! - `router`: [`RoutingClient`], `local/…` to the embedded models and every other id to its
+//!   provider (OpenRouter by default), each answer without a cost priced from the table.
 
 pub mod cache;
 pub mod catalogue;
@@ -23,6 +26,7 @@ pub mod fetch;
 pub mod gguf;
 pub mod identity;
 pub mod model_id;
+pub mod model_table;
 mod router;
 
 pub use catalogue::{CATALOGUE, LocalModel};
@@ -31,4 +35,5 @@ pub use client::LocalClient;
 #[cfg(feature = "llama")]
 pub use engine::LocalConfig;
 pub use model_id::{DEFAULT_MODEL, LOCAL_PREFIX, default_candidates, is_local};
-pub use router::RoutingClient;
+pub use model_table::{ModelPattern, ModelTable, Price};
+pub use router::{Remote, Route, RoutingClient};

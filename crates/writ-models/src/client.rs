@@ -16,7 +16,6 @@ use reqwest::Url;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use secrecy::ExposeSecret;
 use tokio::time::{Instant, timeout_at};
-use tracing::Instrument;
 use writ_core::model::{
     ChatRequest, ChatResponse, ErrorClass, ModelClient, ModelError, ProviderReadiness,
 };
@@ -41,6 +40,9 @@ pub enum ClientBuildError {
     InvalidApiKey,
     #[error("the {0} header value contains characters that cannot go into an HTTP header")]
     InvalidHeader(&'static str),
+    /// Neither the name nor the value is shown: either may be all the caller knows of a secret.
+    #[error("extra header #{0} is not a valid HTTP header name and value")]
+    InvalidExtraHeader(usize),
     #[error("{0} must be at least 1")]
     Zero(&'static str),
     #[error("could not build the HTTP client: {0}")]
@@ -326,43 +328,10 @@ impl OpenRouterClient {
 
 #[async_trait]
 impl ModelClient for OpenRouterClient {
+    /// The call's span (OpenTelemetry's GenAI `chat`) is the caller's, `writ_local::RoutingClient`:
+    /// it is made there for every provider alike, and ends after the call is priced.
     async fn chat(&self, req: ChatRequest) -> Result<ChatResponse, ModelError> {
-        // Named and attributed as OpenTelemetry's GenAI conventions name a model call, so a
-        // tracing backend shows it as one.
-        let span = tracing::info_span!(
-            "model_call",
-            otel.name = %format_args!("chat {}", req.model),
-            otel.kind = "client",
-            gen_ai.operation.name = "chat",
-            gen_ai.provider.name = %self.provider_name,
-            gen_ai.request.model = %req.model,
-            gen_ai.usage.input_tokens = tracing::field::Empty,
-            gen_ai.usage.output_tokens = tracing::field::Empty,
-            gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
-            gen_ai.response.finish_reasons = tracing::field::Empty,
-            error.type = tracing::field::Empty,
-        );
-        let answer = self.call(req).instrument(span.clone()).await;
-        match &answer {
-            Ok(resp) => {
-                if let Some(n) = resp.usage.prompt_tokens {
-                    span.record("gen_ai.usage.input_tokens", n);
-                }
-                if let Some(n) = resp.usage.completion_tokens {
-                    span.record("gen_ai.usage.output_tokens", n);
-                }
-                if let Some(n) = resp.usage.cached_tokens {
-                    span.record("gen_ai.usage.cache_read.input_tokens", n);
-                }
-                if let Some(reason) = &resp.finish_reason {
-                    span.record("gen_ai.response.finish_reasons", reason.as_str());
-                }
-            }
-            Err(e) => {
-                span.record("error.type", e.class.as_str());
-            }
-        }
-        answer
+        self.call(req).await
     }
 
     fn readiness(&self) -> ProviderReadiness {
@@ -420,6 +389,17 @@ fn headers(cfg: &ClientConfig) -> Result<HeaderMap, ClientBuildError> {
                 value,
             );
         }
+    }
+    for (i, (name, value)) in cfg.extra_headers.0.iter().enumerate() {
+        let invalid = ClientBuildError::InvalidExtraHeader(i + 1);
+        let (Ok(name), Ok(mut value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) else {
+            return Err(invalid);
+        };
+        value.set_sensitive(true);
+        headers.insert(name, value);
     }
     Ok(headers)
 }

@@ -21,6 +21,9 @@ pub struct ClientConfig {
     /// OpenRouter attribution: `HTTP-Referer` (the app's URL) and `X-Title` (its name).
     pub referer: Option<String>,
     pub title: Option<String>,
+    /// More headers for every request (`[[models]]`'s `headers`: an organisation, a project,
+    /// a gateway's routing tag).
+    pub extra_headers: ExtraHeaders,
     /// The name `/readyz` shows for this provider.
     pub provider_name: String,
     pub retry: RetryPolicy,
@@ -47,6 +50,7 @@ impl Default for ClientConfig {
             api_key: None,
             referer: None,
             title: Some("writ".to_owned()),
+            extra_headers: ExtraHeaders::default(),
             provider_name: "openrouter".to_owned(),
             retry: RetryPolicy::default(),
             call_timeout: Duration::from_secs(90),
@@ -57,6 +61,19 @@ impl Default for ClientConfig {
             max_concurrent_total: 64,
             breaker: BreakerPolicy::default(),
         }
+    }
+}
+
+/// Header names and values; `Debug` shows the names only, since a value may be a credential a
+/// gateway wants besides the key.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ExtraHeaders(pub Vec<(String, String)>);
+
+impl std::fmt::Debug for ExtraHeaders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(name, _)| name))
+            .finish()
     }
 }
 

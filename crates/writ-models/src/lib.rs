@@ -28,4 +28,4 @@ mod transport;
 mod wire;
 
 pub use client::{ClientBuildError, OpenRouterClient};
-pub use config::{BreakerPolicy, ClientConfig, OPENROUTER_BASE_URL, RetryPolicy};
+pub use config::{BreakerPolicy, ClientConfig, ExtraHeaders, OPENROUTER_BASE_URL, RetryPolicy};

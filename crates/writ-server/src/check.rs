@@ -120,35 +120,11 @@ pub async fn run_checks(settings: &Settings) -> Vec<Line> {
     lines.push(models);
 
     if !settings.models.code_list.is_empty() {
-        let key_line = match settings.models.problem() {
-            Some(problem) => Line {
-                ok: false,
-                required: true,
-                name: "provider",
-                detail: problem,
-            },
-            None if !settings.models.provider_key_missing()
-                && !settings.models.uses_local_model() =>
-            {
-                Line {
-                    ok: true,
-                    required: true,
-                    name: "provider",
-                    detail: format!(
-                        "{} ({})",
-                        settings.models.openrouter_base_url,
-                        if settings.models.openrouter_api_key.is_some() {
-                            "OPENROUTER_API_KEY set"
-                        } else {
-                            "no key needed for this endpoint"
-                        }
-                    ),
-                }
-            }
-            None => local_provider_line(settings),
-        };
-        lines.push(key_line);
-        lines.extend(reachable_line(settings).await);
+        lines.extend(remote_provider_lines(settings));
+        if settings.models.uses_local_model() {
+            lines.push(local_provider_line(settings));
+        }
+        lines.extend(reachable_lines(settings).await);
     }
     lines.push(local_models_line(settings));
     lines.push(commands_line(settings).await);
@@ -320,27 +296,126 @@ async fn keys_line(settings: &Settings) -> Line {
     }
 }
 
-/// Whether the provider serves the models the configuration names (candidates, arbiter,
-/// fallback; the embedded `local/…` ones are the local-models line's): `GET {base}/models`, which
-/// OpenRouter and the OpenAI-compatible servers (vLLM, llama.cpp, Ollama) answer with their ids.
-/// A list naming none of them fails the check, with the fix; a provider that cannot be reached,
-/// or lists nothing, is a warning (the models may still answer). `None` without remote models.
-pub async fn reachable_line(settings: &Settings) -> Option<Line> {
+/// Each remote provider a configured model goes to: its base URL, its models, whether its key is
+/// set (by the variable's name; never the key), and how their calls are costed. A key the
+/// provider needs and does not have fails the line.
+fn remote_provider_lines(settings: &Settings) -> Vec<Line> {
     let m = &settings.models;
-    let mut remote: Vec<&str> = m
-        .code_list
+    m.providers
+        .remotes
         .iter()
-        .chain(m.arbiter_model.iter())
-        .chain(m.fallback_model.iter())
-        .filter(|id| !writ_local::is_local(id))
-        .map(|id| id.split('@').next().unwrap_or(id))
-        .collect();
-    remote.sort_unstable();
-    remote.dedup();
-    if remote.is_empty() || m.problem().is_some() {
-        return None;
+        .enumerate()
+        .filter_map(|(i, provider)| {
+            let models = models_of(settings, i);
+            if models.is_empty() {
+                return None;
+            }
+            let var = provider.key_var.as_deref().unwrap_or("no key variable");
+            let key = if provider.key_missing() {
+                format!("{var} is not set, and this provider needs a key")
+            } else if provider.key.is_some() {
+                format!("{var} set")
+            } else {
+                "no key needed for this endpoint".to_string()
+            };
+            let extra = if provider.headers.0.is_empty() {
+                String::new()
+            } else {
+                let names: Vec<&str> = provider.headers.0.iter().map(|(n, _)| n.as_str()).collect();
+                format!("; headers {}", names.join(", "))
+            };
+            Some(Line {
+                ok: !provider.key_missing(),
+                required: true,
+                name: "provider",
+                detail: format!(
+                    "{} serves {} ({key}{extra}); {}",
+                    provider.base_url,
+                    models.join(", "),
+                    costs(settings, &models, provider.reports_cost())
+                ),
+            })
+        })
+        .collect()
+}
+
+/// The models in use that go to the remote provider `index`.
+fn models_of(settings: &Settings, index: usize) -> Vec<String> {
+    let m = &settings.models;
+    m.in_use()
+        .into_iter()
+        .filter(|id| m.providers.remote_of(id) == Some(index))
+        .collect()
+}
+
+/// How the calls for `models` get their cost: reported by their provider, or priced by
+/// `[[models]]`; those with neither are counted by tokens only.
+fn costs(settings: &Settings, models: &[String], reported: bool) -> String {
+    if reported {
+        return "cost as the provider reports it".into();
     }
-    let base = m.openrouter_base_url.trim_end_matches('/');
+    let (priced, unpriced): (Vec<&String>, Vec<&String>) = models
+        .iter()
+        .partition(|id| settings.models.providers.price_of(id).is_some());
+    let list = |ids: &[&String]| {
+        ids.iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (priced.is_empty(), unpriced.is_empty()) {
+        (_, true) => "cost from the prices of [[models]]".into(),
+        (true, false) => {
+            "no cost reported and no price in [[models]]: counted by tokens only".into()
+        }
+        (false, false) => format!(
+            "cost from the prices of [[models]] for {}; no price for {} (counted by tokens only)",
+            list(&priced),
+            list(&unpriced)
+        ),
+    }
+}
+
+/// Whether each remote provider serves the models the configuration sends it (candidates,
+/// arbiter, fallback, test writers, image model; the embedded `local/…` ones are the local-models
+/// line's): `GET {base}/models`, which OpenRouter and the OpenAI-compatible servers (vLLM,
+/// llama.cpp, Ollama) answer with their ids. A list naming none of them fails the check, with
+/// the fix; a provider that cannot be reached, or lists nothing, is a warning (the models may
+/// still answer). Nothing for a provider without the key it needs (its provider line says so).
+pub async fn reachable_lines(settings: &Settings) -> Vec<Line> {
+    let m = &settings.models;
+    if m.code_list.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = Vec::new();
+    for (i, provider) in m.providers.remotes.iter().enumerate() {
+        let mut remote: Vec<String> = models_of(settings, i)
+            .iter()
+            .map(|id| id.split('@').next().unwrap_or(id).to_owned())
+            .collect();
+        remote.sort_unstable();
+        remote.dedup();
+        if remote.is_empty() || provider.key_missing() {
+            continue;
+        }
+        // The default provider's endpoint is a variable; the others', an entry's field.
+        let endpoint_setting = if i == 0 {
+            "OPENROUTER_BASE_URL"
+        } else {
+            "its base_url in [[models]]"
+        };
+        lines.extend(reachable_line(provider, &remote, endpoint_setting).await);
+    }
+    lines
+}
+
+/// [`reachable_lines`] for one provider and the models it is sent.
+async fn reachable_line(
+    provider: &crate::config::providers::Provider,
+    remote: &[String],
+    endpoint_setting: &str,
+) -> Option<Line> {
+    let base = provider.base_url.trim_end_matches('/');
     let warn = |detail: String| Line {
         ok: false,
         required: false,
@@ -354,16 +429,19 @@ pub async fn reachable_line(settings: &Settings) -> Option<Line> {
         .build()
         .ok()?;
     let mut request = client.get(format!("{base}/models"));
-    if let Some(key) = &m.openrouter_api_key {
+    if let Some(key) = &provider.key {
         use secrecy::ExposeSecret;
         request = request.bearer_auth(key.expose_secret());
+    }
+    for (name, value) in &provider.headers.0 {
+        request = request.header(name.as_str(), value.as_str());
     }
     let answer = match request.send().await {
         Ok(answer) => answer,
         // The error names the URL only; the key travels in a header and is never printed.
         Err(e) => {
             return Some(warn(format!(
-                "{base} cannot be reached ({}), so no model call will succeed until it can: check OPENROUTER_BASE_URL and the network",
+                "{base} cannot be reached ({}), so no model call will succeed until it can: check {endpoint_setting} and the network",
                 if e.is_timeout() {
                     "no answer within 5 s".to_string()
                 } else {
@@ -393,7 +471,7 @@ pub async fn reachable_line(settings: &Settings) -> Option<Line> {
     };
     let missing: Vec<&str> = remote
         .iter()
-        .copied()
+        .map(String::as_str)
         .filter(|id| !listed.iter().any(|l| l == id))
         .collect();
     Some(if missing.len() == remote.len() {
@@ -419,8 +497,8 @@ pub async fn reachable_line(settings: &Settings) -> Option<Line> {
             missing.join(", "),
             remote
                 .iter()
+                .map(String::as_str)
                 .filter(|id| !missing.contains(id))
-                .copied()
                 .collect::<Vec<_>>()
                 .join(", ")
         ))
@@ -449,6 +527,12 @@ fn local_provider_line(settings: &Settings) -> Line {
         }
         states.push(format!("{} {state}", model.id()));
     }
+    let local_in_use: Vec<String> = settings
+        .models
+        .in_use()
+        .into_iter()
+        .filter(|id| writ_local::is_local(id))
+        .collect();
     let why_off = match (built, local.enabled) {
         (false, _) => "; but writ was built without the local-model feature",
         (true, false) => "; but WRIT_LOCAL_MODEL=off",
@@ -459,9 +543,10 @@ fn local_provider_line(settings: &Settings) -> Line {
         required: true,
         name: "provider",
         detail: format!(
-            "embedded llama.cpp: {}{why_off}; why: {}",
+            "embedded llama.cpp: {}{why_off}; why: {}; {}",
             states.join("; "),
-            settings.models.reason
+            settings.models.reason,
+            costs(settings, &local_in_use, false)
         ),
     }
 }

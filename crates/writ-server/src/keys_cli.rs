@@ -41,6 +41,13 @@ pub enum KeysCommand {
         monthly_cost: Option<f64>,
         #[arg(long)]
         monthly_tokens: Option<u64>,
+        /// `refuse` (the default) or `degrade`: from `--degrade-at` of a limit, ask fewer and
+        /// cheaper models instead of running as usual (402 at the limit either way).
+        #[arg(long, value_parser = parse_on_limit)]
+        on_limit: Option<writ_core::budgets::OnLimit>,
+        /// With `--on-limit degrade`: the share of a limit from which batches degrade (0.8).
+        #[arg(long)]
+        degrade_at: Option<f64>,
         #[arg(long, conflicts_with_all = ["daily_cost", "daily_tokens", "monthly_cost", "monthly_tokens"])]
         clear: bool,
     },
@@ -52,6 +59,11 @@ pub enum KeysCommand {
         #[arg(long, value_parser = parse_scopes)]
         scopes: Option<Scopes>,
     },
+}
+
+fn parse_on_limit(raw: &str) -> Result<writ_core::budgets::OnLimit, String> {
+    writ_core::budgets::OnLimit::parse(raw.trim())
+        .ok_or_else(|| format!("on-limit must be refuse or degrade, not '{raw}'"))
 }
 
 fn parse_workspace(raw: &str) -> Result<String, String> {
@@ -146,6 +158,8 @@ pub async fn run(
             daily_tokens,
             monthly_cost,
             monthly_tokens,
+            on_limit,
+            degrade_at,
             clear,
         } => {
             let id = id.trim();
@@ -154,6 +168,8 @@ pub async fn run(
                 daily_tokens,
                 monthly_cost,
                 monthly_tokens,
+                on_limit,
+                degrade_at,
             };
             if clear || !given.is_empty() {
                 given.validate().map_err(anyhow::Error::msg)?;

@@ -244,3 +244,123 @@ async fn check_says_whether_the_provider_serves_the_configured_models() {
         text(&unreachable)
     );
 }
+
+/// `writ check` names each provider a configured model goes to — its base URL, its models, the
+/// variable holding its key (never the key) — and asks each whether it serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_lists_each_provider_with_its_models_and_key_variable_and_asks_each_for_them() {
+    use writ_fake_upstream::{FakeUpstream, Script, Step};
+    let openrouter = FakeUpstream::start().await.unwrap();
+    openrouter.script("alpha/one", Script::always(Step::code("python", "x = 1")));
+    let direct = FakeUpstream::start().await.unwrap();
+    direct.script(
+        "direct/coder",
+        Script::always(Step::code("python", "x = 2")),
+    );
+    let entries = serde_json::json!([{
+        "id": "direct/*", "base_url": direct.base_url(), "api_key_env": "DIRECT_KEY",
+        "headers": {"X-Tenant": "writ-tests"}
+    }])
+    .to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/writ.db", dir.path().display());
+    let repo = dir.path().join("workspace");
+    let (openrouter_base, direct_base) = (openrouter.base_url(), direct.base_url());
+    let run = move |key: Option<&'static str>| {
+        let (db, repo, entries, base) = (
+            db.clone(),
+            repo.clone(),
+            entries.clone(),
+            openrouter_base.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            let mut env = vec![
+                ("DATABASE_URL", db.as_str()),
+                ("REPO_DIR", repo.to_str().unwrap()),
+            ];
+            writ(&["migrate"], &env);
+            env.extend([
+                ("OPENROUTER_BASE_URL", base.as_str()),
+                ("CODE_LIST", "alpha/one,direct/coder"),
+                ("CODE_MODEL", "alpha/one"),
+                ("WRIT_MODEL_PROVIDERS", entries.as_str()),
+            ]);
+            env.extend(key.map(|k| ("DIRECT_KEY", k)));
+            writ(&["check"], &env)
+        })
+    };
+
+    let out = run(Some("sk-direct-verysecretvalue")).await.unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(!t.contains("verysecretvalue"), "{t}");
+    let base = openrouter.base_url();
+    for line in [
+        format!("[ok  ] provider      {base} serves alpha/one (no key needed for this endpoint)"),
+        format!(
+            "[ok  ] provider      {direct_base} serves direct/coder (DIRECT_KEY set; headers X-Tenant); no cost reported and no price in [[models]]: counted by tokens only"
+        ),
+        format!("[ok  ] reachable     {base} serves alpha/one"),
+        format!("[ok  ] reachable     {direct_base} serves direct/coder"),
+    ] {
+        assert!(t.contains(&line), "{line}\n{t}");
+    }
+
+    let out = run(None).await.unwrap();
+    let t = text(&out);
+    assert!(
+        !out.status.success(),
+        "a key the entry names is missing:\n{t}"
+    );
+    assert!(
+        t.contains(&format!(
+            "[FAIL] provider      {direct_base} serves direct/coder (DIRECT_KEY is not set"
+        )),
+        "{t}"
+    );
+}
+
+/// With `WRIT_UNPRICED_MODELS=refuse`, `writ serve` does not start while a configured model's
+/// provider reports no cost and `[[models]]` gives it no price, and says which.
+#[test]
+fn serve_refuses_to_start_naming_each_unpriced_model_when_told_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/writ.db", dir.path().display());
+    let repo = dir.path().join("workspace");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_writ"))
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "warn")
+        .env("DATABASE_URL", &db)
+        .env("REPO_DIR", &repo)
+        .env("WRIT_ADDR", "127.0.0.1:0")
+        .env("OPENROUTER_BASE_URL", "http://127.0.0.1:9/v1")
+        .env("CODE_LIST", "vllm/coder,vllm/priced")
+        .env(
+            "WRIT_MODEL_PROVIDERS",
+            r#"[{"id": "vllm/priced", "input_price": 0.2, "output_price": 0.6}]"#,
+        )
+        .env("WRIT_UNPRICED_MODELS", "refuse")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("writ serve started although a model has no price");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("WRIT_UNPRICED_MODELS")
+            && t.contains("CODE_LIST vllm/coder (http://127.0.0.1:9/v1)")
+            && !t.contains("vllm/priced ("),
+        "{t}"
+    );
+}

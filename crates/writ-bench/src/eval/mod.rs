@@ -13,6 +13,7 @@
 
 pub mod checks;
 pub mod fanout;
+pub mod routing;
 pub mod tasks;
 
 use std::fmt::Write as _;

@@ -9,7 +9,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{Budget, BudgetExceeded, BudgetHolder, Period, Spend, WindowSpend};
+use super::{Budget, BudgetExceeded, BudgetHolder, Degraded, Period, Spend, WindowSpend};
 use crate::store::StoreError;
 
 /// Whose spend: an API key's (by id) or a workspace's (by name).
@@ -96,6 +96,44 @@ impl BatchBudgets {
             }
         }
         Ok(None)
+    }
+}
+
+impl BatchBudgets {
+    /// How the batch degrades (`on_limit: degrade`), when a degrading budget's spend reached
+    /// its `degrade_at` share of a limit: the most degraded of the key's and the workspace's.
+    pub async fn degraded(
+        &self,
+        ledger: &dyn SpendLedger,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Degraded>, StoreError> {
+        let holders = [
+            (
+                self.caller.as_deref().map(SpendHolder::Key),
+                &self.key,
+                BudgetHolder::Key,
+            ),
+            (
+                Some(SpendHolder::Workspace(&self.workspace)),
+                &self.in_workspace,
+                BudgetHolder::Workspace,
+            ),
+        ];
+        let mut worst: Option<Degraded> = None;
+        for (holder, budget, whose) in holders {
+            let Some(holder) = holder.filter(|_| budget.degrades_from().is_some()) else {
+                continue;
+            };
+            for window in windows(ledger, holder, budget, now).await? {
+                if let Some(d) = Degraded::of(&window, budget, whose) {
+                    worst = Some(match worst {
+                        Some(w) => w.worse(d),
+                        None => d,
+                    });
+                }
+            }
+        }
+        Ok(worst)
     }
 }
 

@@ -33,15 +33,76 @@ pub struct Budget {
     /// Most tokens per UTC calendar month.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub monthly_tokens: Option<u64>,
+    /// What happens near a limit: `refuse` (the default) runs batches as usual until a limit
+    /// is reached, then answers 402; `degrade` asks fewer, then cheaper, models from
+    /// `degrade_at` of a limit on, and says so in the answer — at the limit it answers 402 too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_limit: Option<OnLimit>,
+    /// With `on_limit: degrade`: the share of a limit from which batches degrade (above 0,
+    /// below 1; default 0.8). Halfway from there to the limit, they ask only the cheapest model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degrade_at: Option<f64>,
 }
 
-impl Budget {
-    pub fn is_empty(&self) -> bool {
-        *self == Budget::default()
+/// What a budget does near its limits.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum OnLimit {
+    #[default]
+    Refuse,
+    Degrade,
+}
+
+impl OnLimit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnLimit::Refuse => "refuse",
+            OnLimit::Degrade => "degrade",
+        }
     }
 
-    /// Refuses a negative or non-finite cost limit, naming it.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "refuse" => Some(OnLimit::Refuse),
+            "degrade" => Some(OnLimit::Degrade),
+            _ => None,
+        }
+    }
+}
+
+/// `degrade_at` when a degrading budget does not say.
+pub const DEFAULT_DEGRADE_AT: f64 = 0.8;
+
+impl Budget {
+    /// Whether it limits nothing (`on_limit` alone changes nothing).
+    pub fn is_empty(&self) -> bool {
+        self.daily_cost.is_none()
+            && self.daily_tokens.is_none()
+            && self.monthly_cost.is_none()
+            && self.monthly_tokens.is_none()
+    }
+
+    /// The share of a limit from which batches degrade, for a degrading budget.
+    pub fn degrades_from(&self) -> Option<f64> {
+        (self.on_limit == Some(OnLimit::Degrade))
+            .then(|| self.degrade_at.unwrap_or(DEFAULT_DEGRADE_AT))
+    }
+
+    /// Refuses a negative or non-finite cost limit, or a `degrade_at` that is not a share,
+    /// naming it.
     pub fn validate(&self) -> Result<(), String> {
+        if let Some(at) = self.degrade_at {
+            if !(at.is_finite() && at > 0.0 && at < 1.0) {
+                return Err(format!(
+                    "degrade_at must be a share above 0 and below 1, not {at}"
+                ));
+            }
+            if self.on_limit != Some(OnLimit::Degrade) {
+                return Err("degrade_at needs on_limit: \"degrade\"".into());
+            }
+        }
         for (name, cost) in [
             ("daily_cost", self.daily_cost),
             ("monthly_cost", self.monthly_cost),
@@ -122,7 +183,7 @@ pub struct WindowSpend {
 }
 
 /// Whose budget a limit is: the API key's or the workspace's the batch is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BudgetHolder {
     Key,
@@ -160,6 +221,100 @@ impl std::fmt::Display for BudgetExceeded {
             self.spent,
             self.resets_at.to_rfc3339()
         )
+    }
+}
+
+/// What a batch gives up near a degrading budget's limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DegradeLevel {
+    /// From `degrade_at` of a limit: each code file asks one model (routing's first choice,
+    /// else the first candidate model), and no second round.
+    FewerModels,
+    /// From halfway between `degrade_at` and the limit: each code file asks only the cheapest
+    /// candidate model (by its recorded cost per candidate).
+    CheapestModel,
+}
+
+/// A batch that ran degraded (`on_limit: degrade`), and why (the answer's `degraded`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Degraded {
+    pub level: DegradeLevel,
+    /// Whose budget: `key` or `workspace`.
+    pub budget: BudgetHolder,
+    pub period: Period,
+    /// `cost` or `tokens`.
+    pub limit_kind: String,
+    pub limit: f64,
+    pub spent: f64,
+    pub degrade_at: f64,
+    /// At `cheapest_model`: the model every code file of the batch asks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    pub message: String,
+}
+
+impl Degraded {
+    /// The degradation a window calls for, when its budget degrades and a limit's share spent
+    /// reached `degrade_at`; the limit nearest to being spent decides.
+    pub fn of(window: &WindowSpend, budget: &Budget, holder: BudgetHolder) -> Option<Degraded> {
+        let at = budget.degrades_from()?;
+        let shares = [
+            window.cost_limit.map(|l| ("cost", l, window.cost)),
+            window
+                .tokens_limit
+                .map(|l| ("tokens", l as f64, window.tokens as f64)),
+        ];
+        let (kind, limit, spent) = shares
+            .into_iter()
+            .flatten()
+            .filter(|(_, limit, _)| *limit > 0.0)
+            .max_by(|a, b| (a.2 / a.1).total_cmp(&(b.2 / b.1)))?;
+        let share = spent / limit;
+        if share < at {
+            return None;
+        }
+        let level = if share >= at + (1.0 - at) / 2.0 {
+            DegradeLevel::CheapestModel
+        } else {
+            DegradeLevel::FewerModels
+        };
+        Some(Degraded {
+            level,
+            budget: holder,
+            period: window.period,
+            limit_kind: kind.to_string(),
+            limit,
+            spent,
+            degrade_at: at,
+            model: None,
+            message: format!(
+                "{:.0}% of this {}'s {} budget of {limit} {kind} is spent ({spent} spent; degrading from {:.0}%): {}",
+                100.0 * share,
+                match holder {
+                    BudgetHolder::Key => "API key",
+                    BudgetHolder::Workspace => "workspace",
+                },
+                match window.period {
+                    Period::Day => "daily",
+                    Period::Month => "monthly",
+                },
+                100.0 * at,
+                match level {
+                    DegradeLevel::FewerModels => "each file asks one model, with no second round",
+                    DegradeLevel::CheapestModel => "each file asks only the cheapest model",
+                },
+            ),
+        })
+    }
+
+    /// The more degraded of two.
+    pub fn worse(self, other: Degraded) -> Degraded {
+        if other.level == DegradeLevel::CheapestModel && self.level == DegradeLevel::FewerModels {
+            other
+        } else {
+            self
+        }
     }
 }
 
@@ -269,5 +424,75 @@ mod tests {
                 .contains("this workspace's daily budget of 100 tokens"),
             "{refused}"
         );
+    }
+    #[test]
+    fn a_degrading_budget_degrades_from_its_share_and_more_from_halfway_to_the_limit() {
+        let now = at("2026-11-26T10:00:00Z");
+        let budget = Budget {
+            daily_tokens: Some(1000),
+            daily_cost: Some(1.0),
+            on_limit: Some(OnLimit::Degrade),
+            degrade_at: Some(0.6),
+            ..Budget::default()
+        };
+        let level = |tokens: u64, cost: f64| {
+            let spend = Spend {
+                cost,
+                tokens,
+                calls: 1,
+            };
+            Degraded::of(
+                &WindowSpend::new(Period::Day, now, spend, &budget),
+                &budget,
+                BudgetHolder::Key,
+            )
+            .map(|d| (d.level, d.limit_kind))
+        };
+        assert_eq!(level(599, 0.1), None);
+        assert_eq!(
+            level(600, 0.1),
+            Some((DegradeLevel::FewerModels, "tokens".to_string()))
+        );
+        // The limit nearest to being spent decides: the cost here.
+        assert_eq!(
+            level(100, 0.85),
+            Some((DegradeLevel::CheapestModel, "cost".to_string()))
+        );
+        // A budget that refuses never degrades, however near its limit.
+        let refusing = Budget {
+            on_limit: None,
+            degrade_at: None,
+            ..budget
+        };
+        let spend = Spend {
+            cost: 0.99,
+            tokens: 999,
+            calls: 1,
+        };
+        assert_eq!(
+            Degraded::of(
+                &WindowSpend::new(Period::Day, now, spend, &refusing),
+                &refusing,
+                BudgetHolder::Key
+            ),
+            None
+        );
+        assert!(
+            Budget {
+                degrade_at: Some(0.5),
+                ..refusing
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            Budget {
+                degrade_at: Some(1.0),
+                ..budget
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(budget.validate().is_ok());
     }
 }

@@ -4,6 +4,7 @@
 
 use writ_checks::Language;
 
+use crate::budgets::DegradeLevel;
 use crate::content::sha256_hex;
 use crate::model::{ChatMessage, ModelClient};
 use crate::path::RepoPath;
@@ -12,6 +13,7 @@ use crate::synthesis::context::{more_context, tokens};
 use crate::synthesis::fanout::{self, Candidate, PassCheck};
 use crate::synthesis::prompt::{self, ContextFile};
 use crate::synthesis::response::PromptTokensByPart;
+use crate::synthesis::routing::{self, Cell, FileChecks};
 use crate::synthesis::stage::{FileCx, Prior, SynthesisConfig};
 use crate::synthesis::update::{Existing, Expect};
 use crate::workspace::Workspace;
@@ -165,6 +167,7 @@ pub(crate) async fn generate(
     config: &SynthesisConfig,
     cx: FileCx<'_>,
     stop: Option<&dyn PassCheck>,
+    checks: FileChecks,
 ) -> Result<Generated, String> {
     let FileCx {
         batch,
@@ -222,10 +225,38 @@ pub(crate) async fn generate(
         .models
         .clone()
         .unwrap_or_else(|| config.candidates.clone());
-    let later = match batch.options().fanout.first_round {
-        Some(n) if n < models.len() => models.split_off(n),
+    let mut later = match (&prior.routing, batch.options().fanout.first_round) {
+        (Some(outcomes), _) => {
+            let cell = Cell::of(file.path.as_str(), existing.is_some());
+            let decision = routing::plan(
+                &models,
+                &cell,
+                outcomes,
+                &config.routing,
+                checks,
+                &mut || rand::random::<f64>(),
+            );
+            models.clone_from(&decision.asked);
+            let later = decision.later.clone();
+            clock.routed(decision);
+            later
+        }
+        (None, Some(n)) if n < models.len() => models.split_off(n),
         _ => Vec::new(),
     };
+    if let Some(degraded) = &prior.degraded {
+        // Near a degrading budget's limit: one model, routing's first choice or the cheapest.
+        let one = match (degraded.level, &degraded.model) {
+            (DegradeLevel::CheapestModel, Some(cheapest)) => Some(cheapest.clone()),
+            _ => clock
+                .routing()
+                .and_then(|r| r.scores.into_iter().find(|s| models.contains(&s.model)))
+                .map(|s| s.model)
+                .or_else(|| models.first().cloned()),
+        };
+        models = one.into_iter().collect();
+        later.clear();
+    }
     let policy = batch.options().straggler.unwrap_or(config.straggler);
     let mut generated = Generated {
         language,
@@ -387,10 +418,11 @@ mod tests {
         let prior = doubles::prior(&b);
         let clock = Upstream::default();
         let cx = first_file(&b, &prior, &clock);
-        let generated = match generate(&models, &workspace, &config(), cx, None).await {
-            Ok(g) => g,
-            Err(e) => panic!("generated: {e}"),
-        };
+        let generated =
+            match generate(&models, &workspace, &config(), cx, None, FileChecks::None).await {
+                Ok(g) => g,
+                Err(e) => panic!("generated: {e}"),
+            };
 
         assert_eq!(generated.models, ["alpha", "beta"]);
         let alpha = models.requests_to("alpha");
@@ -428,7 +460,15 @@ mod tests {
         prior.prompt_tokens = Mutex::new(vec![None]);
         let clock = Upstream::default();
         let cx = first_file(&b, &prior, &clock);
-        let failed = generate(&models, &MemoryWorkspace::default(), &config(), cx, None).await;
+        let failed = generate(
+            &models,
+            &MemoryWorkspace::default(),
+            &config(),
+            cx,
+            None,
+            FileChecks::None,
+        )
+        .await;
         match failed {
             Err(why) => assert!(
                 why.contains("changed") && why.contains("no model was called"),

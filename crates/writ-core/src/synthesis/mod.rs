@@ -41,6 +41,7 @@ pub mod progress;
 pub mod prompt;
 pub mod record;
 pub mod response;
+pub mod routing;
 pub mod selection;
 pub(crate) mod spending;
 pub mod stage;

@@ -27,6 +27,7 @@ use crate::synthesis::image_generation::generate_image;
 use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::record::Recorded;
 use crate::synthesis::response::{BatchResponse, FileResult};
+use crate::synthesis::routing::FileChecks;
 use crate::synthesis::selection::{Selector, distinct_viable};
 use crate::synthesis::stage::{
     BatchCx, FileCx, Prior, Produced, Synthesizer, Upstream, command_for,
@@ -162,6 +163,7 @@ impl Synthesizer {
             started.elapsed().as_millis() as u64,
         );
         response.commit = commit;
+        response.degraded = prior.degraded.clone();
         if change_id.is_some() {
             response.status = RequestStatus::AwaitingReview;
             response.change_id = change_id;
@@ -391,7 +393,9 @@ impl Synthesizer {
             .filter(|_| {
                 validation.generate
                     && validation.commands.is_empty()
-                    && (fanout.stop_when_passing || fanout.first_round.is_some())
+                    && (fanout.stop_when_passing
+                        || fanout.first_round.is_some()
+                        || fcx.prior.routing.is_some())
             })
             .and_then(|runner| {
                 EarlyAgreement::new(
@@ -422,6 +426,13 @@ impl Synthesizer {
                     &self.config,
                     fcx,
                     check,
+                    if !validation.commands.is_empty() {
+                        FileChecks::Callers
+                    } else if validation.generate {
+                        FileChecks::Generated
+                    } else {
+                        FileChecks::None
+                    },
                 )
                 .await
                 {
@@ -468,6 +479,7 @@ impl Synthesizer {
                         &self.config,
                         cx,
                         None,
+                        FileChecks::None,
                     )
                     .await
                     {

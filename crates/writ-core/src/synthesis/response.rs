@@ -55,6 +55,10 @@ pub struct FileResult {
     /// hunks, to apply or reject through the batch's `change_id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proposal: Option<crate::changes::FileProposal>,
+    /// With adaptive routing (`options.fanout.routing`, `WRIT_ROUTING`): which models were
+    /// asked first, which only if those failed, which not at all, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<crate::synthesis::routing::RoutingDecision>,
 }
 
 /// The project's formatter on the chosen candidate (`WRIT_FORMATTERS`), run in the sandbox on
@@ -168,6 +172,7 @@ impl FileResult {
             validation: None,
             change: None,
             prompt_tokens_by_part: None,
+            routing: None,
             calls: Vec::new(),
             formatted: None,
             proposal: None,
@@ -218,6 +223,10 @@ pub struct BatchResponse {
     /// written (`status` is `awaiting_review`). Apply or reject it at `/changes/{change_id}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub change_id: Option<Uuid>,
+    /// Near a budget's limit with `on_limit: degrade`: what the batch gave up (fewer models,
+    /// or only the cheapest) and which budget made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<crate::budgets::Degraded>,
     /// The batch's critical path of upstream calls (its slowest file's candidates, arbiter and
     /// fallback); not part of the answer, it is how writ's own overhead is measured.
     #[serde(skip)]
@@ -258,6 +267,7 @@ impl BatchResponse {
             duration_ms,
             commit: None,
             change_id: None,
+            degraded: None,
             upstream: std::time::Duration::ZERO,
         }
     }

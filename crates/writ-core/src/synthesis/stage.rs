@@ -79,6 +79,8 @@ pub struct SynthesisConfig {
     /// Whether batches are proposed for review by default (`WRIT_REVIEW`), and for how long a
     /// change set may be applied (`WRIT_REVIEW_TTL`).
     pub review: crate::changes::ReviewSettings,
+    /// Adaptive routing: the server's default and how it decides (`WRIT_ROUTING*`).
+    pub routing: crate::synthesis::routing::RoutingPolicy,
 }
 
 /// `WRIT_CHECK_COMMANDS` unset: the commands named like the interpreters.
@@ -148,6 +150,7 @@ impl Default for SynthesisConfig {
             formatters: Vec::new(),
             diagnostics: Vec::new(),
             review: crate::changes::ReviewSettings::default(),
+            routing: crate::synthesis::routing::RoutingPolicy::default(),
         }
     }
 }
@@ -183,6 +186,12 @@ pub(crate) struct Prior {
     /// What earlier runs of a resumed batch wrote: the request's one commit holds those files
     /// too, since the run that wrote them may have stopped before committing.
     pub earlier: Option<EarlierRuns>,
+    /// The recorded outcomes adaptive routing decides from, read once for the batch; `None`
+    /// when the batch is not routed.
+    pub routing: Option<crate::synthesis::routing::Outcomes>,
+    /// How the batch degrades near a budget's limit (`on_limit: degrade`), decided when it is
+    /// admitted.
+    pub degraded: Option<crate::budgets::Degraded>,
 }
 
 /// The files earlier runs of a resumed batch wrote, and the whole batch they belong to (the
@@ -395,6 +404,7 @@ pub struct CallSettings {
 pub struct Upstream {
     waited_micros: std::sync::atomic::AtomicU64,
     calls: std::sync::Mutex<Vec<CallRecord>>,
+    routing: std::sync::Mutex<Option<crate::synthesis::routing::RoutingDecision>>,
 }
 
 impl Upstream {
@@ -417,6 +427,21 @@ impl Upstream {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(call);
+    }
+
+    /// Keeps how adaptive routing chose the file's models, for its answer and record.
+    pub fn routed(&self, decision: crate::synthesis::routing::RoutingDecision) {
+        *self
+            .routing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(decision);
+    }
+
+    pub fn routing(&self) -> Option<crate::synthesis::routing::RoutingDecision> {
+        self.routing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The calls recorded so far, in the order they ended.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use uuid::Uuid;
 use writ_checks::Language;
 
-use crate::audit::RecentOperation;
+use crate::audit::{OperationFilter, RecentOperation};
 use crate::content::sha256_hex;
 use crate::execution::RunError;
 use crate::path::RepoPath;
@@ -16,6 +16,7 @@ use crate::store::StoreError;
 use crate::synthesis::batch::{Batch, BatchError, TargetKind};
 use crate::synthesis::context::resolve_context;
 use crate::synthesis::response::BatchResponse;
+use crate::synthesis::routing::{self, Outcomes, Routing};
 use crate::synthesis::stage::{Prior, Synthesizer, command_for};
 
 /// How long a repeated `Idempotency-Key` waits for the batch it repeats to end before being
@@ -128,6 +129,8 @@ impl Synthesizer {
             prompt_tokens,
             map: Default::default(),
             earlier: None,
+            routing: self.routing_outcomes(&sub.batch).await,
+            degraded: None,
         })
     }
 
@@ -154,7 +157,85 @@ impl Synthesizer {
             prompt_tokens: std::sync::Mutex::new(vec![None; sub.batch.files().len()]),
             map: Default::default(),
             earlier: None,
+            routing: self.routing_outcomes(&sub.batch).await,
+            degraded: None,
         })
+    }
+
+    /// The outcomes adaptive routing decides from, when the batch is routed: its own
+    /// `options.fanout.routing`, else the server's default for batches that leave the choice
+    /// of models (and of a first round) to it. Read from the store, newest first, so every
+    /// replica routes alike; a store that cannot be read leaves every model asked.
+    async fn routing_outcomes(&self, batch: &Batch) -> Option<Outcomes> {
+        let options = batch.options();
+        let routed = match options.fanout.routing {
+            Some(routing) => routing == Routing::Adaptive,
+            None => {
+                self.config.routing.mode == Routing::Adaptive
+                    && options.models.is_none()
+                    && options.fanout.first_round.is_none()
+            }
+        };
+        if !routed || !batch.files().iter().any(|f| f.kind == TargetKind::Code) {
+            return None;
+        }
+        Some(self.recorded_outcomes().await)
+    }
+
+    /// Every model's recorded outcomes (newest first, within routing's look-back).
+    pub(crate) async fn recorded_outcomes(&self) -> Outcomes {
+        let filter = OperationFilter {
+            since: Some(chrono::Utc::now() - chrono::Duration::days(routing::LOOKBACK_DAYS)),
+            ..OperationFilter::default()
+        };
+        let mut operations = Vec::new();
+        let mut cursor = None;
+        loop {
+            match self
+                .store
+                .list_operations(&filter, cursor.as_ref(), 500)
+                .await
+            {
+                Ok(page) => {
+                    operations.extend(page.operations);
+                    match page.next_cursor {
+                        Some(next) if operations.len() < routing::MAX_OPERATIONS as usize => {
+                            cursor = Some(next);
+                        }
+                        _ => break,
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "adaptive routing could not read the recorded outcomes; every model is asked");
+                    break;
+                }
+            }
+        }
+        Outcomes::from_operations(&operations, self.config.routing.window)
+    }
+
+    /// The batch's degradation with, at `cheapest_model`, the candidate model whose recorded
+    /// candidates cost least (the first configured when none has a recorded cost).
+    pub(crate) async fn degrade(
+        &self,
+        batch: &Batch,
+        mut degraded: crate::budgets::Degraded,
+    ) -> crate::budgets::Degraded {
+        if degraded.level == crate::budgets::DegradeLevel::CheapestModel {
+            let models = batch
+                .options()
+                .models
+                .clone()
+                .unwrap_or_else(|| self.config.candidates.clone());
+            let outcomes = self.recorded_outcomes().await;
+            let cost = |m: &String| outcomes.mean_cost(m).unwrap_or(f64::MAX);
+            degraded.model = models
+                .iter()
+                .enumerate()
+                .min_by(|(i, a), (j, b)| cost(a).total_cmp(&cost(b)).then(i.cmp(j)))
+                .map(|(_, m)| m.clone());
+        }
+        degraded
     }
 
     /// What a failed commit of the request record means: another request with the same key

@@ -28,6 +28,8 @@ pub enum Kind {
     List,
     /// A JSON object (a table in `writ.toml`).
     Json,
+    /// A JSON array of objects (an array of tables in `writ.toml`, `[[models]]`).
+    Tables,
     /// A number with a unit: `30d`, `12h`, `90m`, `3600s`.
     Duration,
     /// One of these words.
@@ -47,6 +49,7 @@ impl Kind {
             Kind::Switch => "true/false",
             Kind::List => "list",
             Kind::Json => "JSON object",
+            Kind::Tables => "JSON array of objects",
             Kind::Duration => "duration",
             Kind::OneOf(words) => {
                 return Cow::Owned(
@@ -254,6 +257,11 @@ pub static SETTINGS: &[Setting] = &[
         "provider key; never logged or returned"),
     Setting::new("OPENROUTER_BASE_URL", Models, Url, Literal("https://openrouter.ai/api/v1"),
         "any OpenAI-compatible endpoint works (a local llama.cpp/vLLM/Ollama server needs no key)"),
+    Setting::new("WRIT_MODEL_PROVIDERS", Models, Tables, Unset,
+        "each model's provider and price, `[[models]]` tables in writ.toml: `id` (a model id, or a prefix ending in `*`; the id beats a prefix, a longer prefix a shorter one), `base_url`, `api_key_env` (the name of the variable holding the key, never the key), `headers`, and per million tokens `input_price`, `output_price`, `cached_input_price`; an id no entry names goes to `OPENROUTER_BASE_URL`, a `local/…` id to the embedded engine (its entry gives a price only) ([costs.md](costs.md#a-provider-per-model-and-its-prices))")
+        .in_file_as("models"),
+    Setting::new("WRIT_UNPRICED_MODELS", Models, OneOf(&["tokens", "refuse"]), Literal("tokens"),
+        "a model whose provider reports no cost (any but OpenRouter's own, the embedded engine too) and that `[[models]]` gives no price: `tokens`, counted by tokens only (no cost; token budgets still bind); `refuse`, start-up fails naming each such model of `CODE_LIST`, `CODE_MODEL`, `CODE_GEN_MODEL`, `WRIT_TEST_MODELS`, `WRIT_ALLOWED_MODELS` and `IMAGE_MODEL`"),
     Setting::new("CODE_LIST", Models, List, Derived("the embedded model's three samplings when neither `OPENROUTER_API_KEY` nor `CODE_LIST` is set, else none"),
         "the candidate models asked for every file"),
     Setting::new("CODE_MODEL", Models, Text, Derived("the embedded model when it is the default, else none (the first viable candidate wins)"),
@@ -283,13 +291,23 @@ pub static SETTINGS: &[Setting] = &[
     Setting::new("WRIT_MODEL_MAX_CONCURRENT_PER_MODEL", Models, Whole, Literal("16"),
         "upstream calls in flight at once per model; more wait for a slot (the wait counts as upstream time)"),
     Setting::new("WRIT_MODEL_MAX_CONCURRENT", Models, Whole, Literal("64"),
-        "upstream calls in flight at once in total; more wait for a slot"),
+        "upstream calls in flight at once in total, to each provider; more wait for a slot"),
     Setting::new("WRIT_STRAGGLER_ENOUGH", Models, Text, Literal("all"),
         "when a fan-out stops waiting for slow models: `all` (wait for every one), a count of viable candidates (1–8) or `all_but_slowest`, then at most one extra wait, `WRIT_STRAGGLER_EXTRA_MS` or `WRIT_STRAGGLER_EXTRA_FACTOR` ([deployment.md](deployment.md)); a batch may send its own `options.straggler`"),
     Setting::new("WRIT_STRAGGLER_EXTRA_MS", Models, Whole, Unset,
         "the extra wait in milliseconds, once enough viable candidates are in"),
     Setting::new("WRIT_STRAGGLER_EXTRA_FACTOR", Models, Decimal, Unset,
         "the extra wait relative to the first viable candidate's time (0.5: half as long again)"),
+    Setting::new("WRIT_ROUTING", Models, OneOf(&["off", "adaptive"]), Literal("off"),
+        "`adaptive`: for each code file, ask first only the candidate models that writ's recorded outcomes (candidates that passed their file's checks, per language and kind) say will pass, the others only when those fail the checks ([routing.md](routing.md)); applies to batches that name no `options.models` or `first_round`; a batch may send its own `options.fanout.routing`"),
+    Setting::new("WRIT_ROUTING_TARGET", Models, Decimal, Literal("0.8"),
+        "the chance that at least one model asked first passes, which routing asks models until it reaches"),
+    Setting::new("WRIT_ROUTING_MIN_EVIDENCE", Models, Whole, Literal("8"),
+        "outcomes a model needs (for the file's language and kind, else its language, else any file) before routing may leave it out; until then it is always asked"),
+    Setting::new("WRIT_ROUTING_EXPLORE", Models, Decimal, Literal("0.05"),
+        "the chance that a model routing would leave out is asked anyway, so a model that improved is noticed"),
+    Setting::new("WRIT_ROUTING_WINDOW", Models, Whole, Literal("40"),
+        "each model's newest outcomes counted per language and kind (and per language, and overall): a drop in quality shows within this many files"),
     // The embedded model.
     Setting::new("WRIT_LOCAL_MODEL", LocalModel, OneOf(&["auto", "off"]), Literal("auto"),
         "`auto`: the embedded default (`local/smollm2-135m`) serves when neither `OPENROUTER_API_KEY` nor `CODE_LIST` is set; `off`: no `local/…` model serves"),

@@ -5,6 +5,8 @@
 //!   environment wins);
 //! - [`models`]: candidate, arbiter, fallback and image models, the provider and its key, call
 //!   limits, the straggler policy, and the provider policy (the embedded default, what is missing);
+//! - [`providers`]: each model's provider and price (`[[models]]`, `WRIT_MODEL_PROVIDERS`), and
+//!   what becomes of a model without a price (`WRIT_UNPRICED_MODELS`);
 //! - [`local`]: the embedded model (`WRIT_LOCAL_*`);
 //! - [`guard`]: API keys and limits;
 //! - [`run`]: the commands a request may run in the sandbox, and the bounds of a run.
@@ -17,6 +19,8 @@ pub mod edge;
 pub mod guard;
 pub mod local;
 pub mod models;
+pub mod providers;
+mod routing;
 pub mod run;
 pub mod source;
 
@@ -112,6 +116,8 @@ pub struct Settings {
     /// Whether requests are proposed for review by default, and for how long a change set may be
     /// applied (`WRIT_REVIEW`, `WRIT_REVIEW_TTL`).
     pub review: writ_core::changes::ReviewSettings,
+    /// Adaptive routing: the default for batches and how it decides (`WRIT_ROUTING*`).
+    pub routing: writ_core::synthesis::routing::RoutingPolicy,
     /// What is logged and how.
     pub log: LogSettings,
 }
@@ -149,10 +155,12 @@ impl Settings {
 
     /// Reads `env` and the config file; separated from the process environment for tests.
     /// Every name asked for must be declared ([`declared`]); the first that is not fails the load.
+    /// The one exception is the variables `[[models]]` names as holding its providers' keys.
     pub fn load(
         config_file: Option<&Path>,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
+        let secrets = |name: &str| env(name);
         let undeclared = std::cell::RefCell::new(None::<String>);
         let declared_only = |name: &str| {
             if declared::find(name).is_none() {
@@ -171,7 +179,7 @@ impl Settings {
                 .filter(|v| !v.trim().is_empty())
                 .or_else(|| file.get(name).map(str::to_string))
         };
-        let settings = Self::from_layers(&get, &env, file.path.clone());
+        let settings = Self::from_layers(&get, &env, &secrets, file.path.clone());
         match undeclared.into_inner() {
             Some(name) => Err(ConfigError::Undeclared { name }),
             None => settings,
@@ -181,6 +189,7 @@ impl Settings {
     fn from_layers(
         get: &source::Get<'_>,
         env: &source::Get<'_>,
+        secrets: &source::Get<'_>,
         config_file: Option<PathBuf>,
     ) -> Result<Self, ConfigError> {
         let addr_raw = get("WRIT_ADDR").unwrap_or_else(|| DEFAULT_ADDR.to_string());
@@ -218,7 +227,7 @@ impl Settings {
                 parse_num(get, "WRIT_RECONCILE_AFTER_SECS", 30)? as u64
             ),
             config_file,
-            models: ModelSettings::load(get, env)?,
+            models: ModelSettings::load(get, env, secrets)?,
             guard,
             run: RunSettings::load(get)?,
             edge: edge::EdgeSettings::load(get)?,
@@ -229,6 +238,7 @@ impl Settings {
                 by_default: parse_switch(get, "WRIT_REVIEW", false)?,
                 ttl: review_ttl(get("WRIT_REVIEW_TTL").as_deref())?,
             },
+            routing: routing::load(get)?,
             log: LogSettings::load(get)?,
         })
     }
@@ -397,6 +407,10 @@ mod tests {
                 declared::Kind::Json => {
                     (r#"{ x = ["y"] }"#.to_string(), r#"{"x":["y"]}"#.to_string())
                 }
+                declared::Kind::Tables => (
+                    r#"[{ id = "a/*" }]"#.to_string(),
+                    r#"[{"id":"a/*"}]"#.to_string(),
+                ),
                 _ => (r#""v""#.to_string(), "v".to_string()),
             };
             text.push_str(&format!("{key} = {toml_value}\n"));

@@ -1,15 +1,17 @@
 //! Which models writ asks, through which provider, and how: `CODE_LIST`, `CODE_MODEL`,
-//! `CODE_GEN_MODEL`, `IMAGE_MODEL`, the OpenRouter endpoint and key, call limits and retries,
-//! the straggler policy — and the provider policy: the embedded model serves when nothing else
-//! is configured, and what stops a model-backed write is said naming the variable to set.
+//! `CODE_GEN_MODEL`, `IMAGE_MODEL`, the OpenRouter endpoint and key, each model's provider and
+//! price (`[[models]]`, [`super::providers`]), call limits and retries, the straggler policy —
+//! and the provider policy: the embedded model serves when nothing else is configured, and what
+//! stops a model-backed write is said naming the variable to set.
 
 use std::time::Duration;
 
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use writ_core::synthesis::StragglerPolicy;
 
 use super::ConfigError;
 use super::local::LocalSettings;
+use super::providers::{Provider, Providers, Unpriced, is_openrouter};
 use super::source::{Get, parse_list, parse_num};
 
 /// `Debug` never shows the key (`SecretString` redacts it).
@@ -54,6 +56,11 @@ pub struct ModelSettings {
     pub allowed: Vec<String>,
     /// The embedded model: whether it may be the default, where it lives, how it runs.
     pub local: LocalSettings,
+    /// Each model's provider and price (`[[models]]`); the first provider is the default one.
+    pub providers: Providers,
+    /// What becomes of a model whose provider reports no cost and that has no price
+    /// (`WRIT_UNPRICED_MODELS`).
+    pub unpriced: Unpriced,
     /// Which provider serves the models and why, in words, for `/readyz` and `writ check`.
     pub reason: String,
 }
@@ -77,7 +84,13 @@ fn repo_map_tokens(get: &Get<'_>) -> Result<usize, ConfigError> {
 }
 
 impl ModelSettings {
-    pub(super) fn load(get: &Get<'_>, env: &Get<'_>) -> Result<Self, ConfigError> {
+    /// `secrets` is the environment alone: the keys `[[models]]` names by variable are read
+    /// from it, never from writ.toml.
+    pub(super) fn load(
+        get: &Get<'_>,
+        env: &Get<'_>,
+        secrets: &Get<'_>,
+    ) -> Result<Self, ConfigError> {
         let local = LocalSettings::load(get, env)?;
         let key_set = get("OPENROUTER_API_KEY").is_some_and(|k| !k.trim().is_empty());
         let mut code_list = parse_model_list(get, "CODE_LIST");
@@ -112,12 +125,25 @@ impl ModelSettings {
             check_local_id(name, &id)?;
         }
         let client_defaults = writ_models::ClientConfig::default();
-        Ok(ModelSettings {
-            openrouter_api_key: get("OPENROUTER_API_KEY").map(SecretString::from),
-            openrouter_base_url: get("OPENROUTER_BASE_URL")
-                .unwrap_or_else(|| writ_models::OPENROUTER_BASE_URL.to_string())
-                .trim_end_matches('/')
-                .to_string(),
+        let openrouter_api_key = get("OPENROUTER_API_KEY").map(SecretString::from);
+        let openrouter_base_url = get("OPENROUTER_BASE_URL")
+            .unwrap_or_else(|| writ_models::OPENROUTER_BASE_URL.to_string())
+            .trim_end_matches('/')
+            .to_string();
+        let providers = Providers::load(
+            get,
+            secrets,
+            Provider {
+                base_url: openrouter_base_url.clone(),
+                key_var: Some("OPENROUTER_API_KEY".into()),
+                key: openrouter_api_key.clone(),
+                headers: writ_models::ExtraHeaders::default(),
+                key_required: is_openrouter(&openrouter_base_url),
+            },
+        )?;
+        let settings = ModelSettings {
+            openrouter_api_key,
+            openrouter_base_url,
             code_list,
             arbiter_model,
             fallback_model,
@@ -147,13 +173,83 @@ impl ModelSettings {
             straggler: straggler_policy(get)?,
             allowed: parse_model_list(get, "WRIT_ALLOWED_MODELS"),
             local,
+            providers,
+            unpriced: Unpriced::load(get)?,
             reason,
+        };
+        settings.refuse_unpriced()?;
+        Ok(settings)
+    }
+
+    /// With `WRIT_UNPRICED_MODELS=refuse`: fails naming each configured model that would carry
+    /// no cost — its provider reports none and `[[models]]` gives it no price.
+    fn refuse_unpriced(&self) -> Result<(), ConfigError> {
+        if self.unpriced != Unpriced::Refuse {
+            return Ok(());
+        }
+        let unpriced: Vec<String> = self
+            .named()
+            .into_iter()
+            .filter(|(_, id)| !self.providers.costed(id))
+            .map(|(variable, id)| format!("{variable} {id} ({})", self.providers.describe(&id)))
+            .collect();
+        if unpriced.is_empty() {
+            return Ok(());
+        }
+        Err(ConfigError::Invalid {
+            name: "WRIT_UNPRICED_MODELS",
+            message: format!(
+                "refuse: no cost is reported for these models and [[models]] gives them no price: {}; give each an entry with input_price and output_price (its id, or a prefix such as \"local/*\"), or set WRIT_UNPRICED_MODELS=tokens to count them by tokens only",
+                unpriced.join(", ")
+            ),
         })
     }
 
-    /// Whether calls go to OpenRouter itself (which needs a key), not a local or proxy endpoint.
-    pub fn provider_is_openrouter(&self) -> bool {
-        self.openrouter_base_url.contains("openrouter.ai")
+    /// Every model a setting names, with the setting, each pair once.
+    fn named(&self) -> Vec<(&'static str, String)> {
+        let mut out: Vec<(&'static str, String)> = Vec::new();
+        let lists: [(&'static str, &[String]); 3] = [
+            ("CODE_LIST", &self.code_list),
+            ("WRIT_TEST_MODELS", &self.test_models),
+            ("WRIT_ALLOWED_MODELS", &self.allowed),
+        ];
+        let single = [
+            ("CODE_MODEL", &self.arbiter_model),
+            ("CODE_GEN_MODEL", &self.fallback_model),
+            ("IMAGE_MODEL", &self.image_model),
+        ];
+        let named = lists
+            .into_iter()
+            .flat_map(|(n, ids)| ids.iter().map(move |id| (n, id)))
+            .chain(
+                single
+                    .into_iter()
+                    .filter_map(|(n, id)| id.as_ref().map(|id| (n, id))),
+            );
+        for (variable, id) in named {
+            if !out.iter().any(|(v, i)| *v == variable && i == id) {
+                out.push((variable, id.clone()));
+            }
+        }
+        out
+    }
+
+    /// Every model a call may go to: the configured ones, the test writers and the image model.
+    pub fn in_use(&self) -> Vec<String> {
+        let mut all = self.configured();
+        for m in self.test_models.iter().chain(&self.image_model) {
+            if !all.contains(m) {
+                all.push(m.clone());
+            }
+        }
+        all
+    }
+
+    /// Whether any model in use goes to the remote provider `index`.
+    pub fn remote_in_use(&self, index: usize) -> bool {
+        self.in_use()
+            .iter()
+            .any(|m| self.providers.remote_of(m) == Some(index))
     }
 
     /// Every model named in the configuration, in order, without repeats.
@@ -172,21 +268,38 @@ impl ModelSettings {
         all
     }
 
-    /// Whether calls for `requested` models (else the configured ones) would go to OpenRouter
-    /// without a key; `local/…` models never need one.
-    pub fn provider_key_missing_for(&self, requested: Option<&[String]>) -> bool {
-        let missing = self
-            .openrouter_api_key
-            .as_ref()
-            .is_none_or(|k| k.expose_secret().trim().is_empty());
-        let any_remote = match requested {
-            Some(models) => models.iter().any(|m| !writ_local::is_local(m)),
-            None => self.configured().iter().any(|m| !writ_local::is_local(m)),
+    /// The first provider that calls for `requested` models (else the configured ones) would
+    /// reach without the key it needs, and those models; `local/…` models never need one.
+    fn missing_key_for(
+        &self,
+        requested: Option<&[String]>,
+    ) -> Option<(usize, &Provider, Vec<String>)> {
+        let models = match requested {
+            Some(models) => models.to_vec(),
+            None => self.configured(),
         };
-        missing && self.provider_is_openrouter() && any_remote
+        self.providers
+            .remotes
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.key_missing())
+            .find_map(|(i, provider)| {
+                let served: Vec<String> = models
+                    .iter()
+                    .filter(|m| self.providers.remote_of(m) == Some(i))
+                    .cloned()
+                    .collect();
+                (!served.is_empty()).then_some((i, provider, served))
+            })
     }
 
-    /// Whether calls would go to OpenRouter without a key.
+    /// Whether calls for `requested` models (else the configured ones) would go to a provider
+    /// that needs a key without one.
+    pub fn provider_key_missing_for(&self, requested: Option<&[String]>) -> bool {
+        self.missing_key_for(requested).is_some()
+    }
+
+    /// Whether calls would go to a provider that needs a key without one.
     pub fn provider_key_missing(&self) -> bool {
         self.provider_key_missing_for(None)
     }
@@ -222,12 +335,17 @@ impl ModelSettings {
                     .into(),
             );
         }
-        if self.provider_key_missing_for(requested) {
-            return Some(
-                "OPENROUTER_API_KEY is not set, and the models are served by OpenRouter".into(),
-            );
-        }
-        None
+        let (index, provider, models) = self.missing_key_for(requested)?;
+        let var = provider.key_var.as_deref().unwrap_or("its key variable");
+        Some(if index == 0 {
+            "OPENROUTER_API_KEY is not set, and the models are served by OpenRouter".into()
+        } else {
+            format!(
+                "{var} is not set, and {} serves {} ([[models]] names it as the key's variable)",
+                provider.base_url,
+                models.join(", ")
+            )
+        })
     }
 
     /// [`Self::problem_for`] the configured models.

@@ -109,9 +109,14 @@ fn as_variable(setting: &Setting, value: toml::Value) -> Result<String, &'static
         (Kind::Json, V::Table(table)) => {
             serde_json::to_string(&table).map_err(|_| "a table of strings and arrays")
         }
+        // An array of tables (`[[models]]`) is read as the JSON array its variable would hold.
+        (Kind::Tables, V::Array(items)) if items.iter().all(V::is_table) => {
+            serde_json::to_string(&items).map_err(|_| "an array of tables")
+        }
         (Kind::Switch, _) => Err("true or false"),
         (Kind::List, _) => Err("an array of strings"),
         (Kind::Json, _) => Err("a table"),
+        (Kind::Tables, _) => Err("an array of tables"),
         _ => Err("a string"),
     }
 }

@@ -1,6 +1,6 @@
 //! The parts a writ is assembled from: the command runner (the sandbox probed once) and the model
-//! clients (the provider's, the embedded model's, and the router between them) with the synthesis
-//! core over them.
+//! clients (one per remote provider, the embedded model's, and the router between them) with the
+//! synthesis core over them.
 
 use super::*;
 
@@ -43,28 +43,14 @@ pub(super) fn build_models(
     Option<Arc<dyn writ_core::ModelClient>>,
     Option<Arc<Synthesizer>>,
 ) {
-    let retry = writ_models::RetryPolicy {
-        max_attempts: settings.models.max_attempts,
-        initial_backoff: settings.models.backoff,
-        max_backoff: settings.models.backoff.saturating_mul(16),
-        total_deadline: settings.models.deadline,
-    };
-    let config = writ_models::ClientConfig {
-        base_url: settings.models.openrouter_base_url.clone(),
-        api_key: settings.models.openrouter_api_key.clone(),
-        retry,
-        max_concurrent_per_model: settings.models.max_concurrent_per_model,
-        max_concurrent_total: settings.models.max_concurrent,
-        ..writ_models::ClientConfig::default()
-    };
-    let client: Arc<dyn writ_core::ModelClient> = match writ_models::OpenRouterClient::new(config) {
-        Ok(c) => Arc::new(c),
+    let remotes = match remote_clients(settings) {
+        Ok(remotes) => remotes,
         Err(e) => {
             tracing::error!(error = %e, "the model client could not be built; POST /write_codebase is unavailable");
             return (None, None);
         }
     };
-    let client = with_local_model(settings, client);
+    let client = with_local_model(settings, remotes);
     let synthesis = SynthesisConfig {
         candidates: settings.models.code_list.clone(),
         arbiter: settings.models.arbiter_model.clone(),
@@ -86,6 +72,7 @@ pub(super) fn build_models(
         formatters: settings.run.formatters.clone(),
         diagnostics: settings.run.diagnostics.clone(),
         review: settings.review.clone(),
+        routing: settings.routing,
         ..SynthesisConfig::default()
     };
     // Always a committer: a batch may ask for its commit (`options.commit`) where the server
@@ -101,26 +88,74 @@ pub(super) fn build_models(
     (Some(client), Some(Arc::new(synthesizer)))
 }
 
-/// One client for the pipeline: `local/…` ids go to the embedded model, the rest to
-/// `remote`. The embedded model's workers start idle; the model is read on its first call.
+/// One client per remote provider, the default first; each says which of its models are in use.
+fn remote_clients(
+    settings: &Settings,
+) -> Result<Vec<writ_local::Remote>, writ_models::ClientBuildError> {
+    let models = &settings.models;
+    let retry = writ_models::RetryPolicy {
+        max_attempts: models.max_attempts,
+        initial_backoff: models.backoff,
+        max_backoff: models.backoff.saturating_mul(16),
+        total_deadline: models.deadline,
+    };
+    let mut remotes = Vec::new();
+    for (i, provider) in models.providers.remotes.iter().enumerate() {
+        // The default keeps the name it always had; the others are told apart by endpoint.
+        let name = if i == 0 {
+            writ_models::ClientConfig::default().provider_name
+        } else {
+            provider.base_url.clone()
+        };
+        let config = writ_models::ClientConfig {
+            base_url: provider.base_url.clone(),
+            api_key: provider.key.clone(),
+            extra_headers: provider.headers.clone(),
+            retry,
+            max_concurrent_per_model: models.max_concurrent_per_model,
+            max_concurrent_total: models.max_concurrent,
+            provider_name: name.clone(),
+            ..writ_models::ClientConfig::default()
+        };
+        let client = writ_models::OpenRouterClient::new(config)?;
+        remotes.push(writ_local::Remote {
+            name,
+            client: Arc::new(client),
+            in_use: models.remote_in_use(i),
+        });
+    }
+    Ok(remotes)
+}
+
+/// One client for the pipeline: `local/…` ids go to the embedded model, the rest to their
+/// provider in `remotes`, every answer without a cost priced from `[[models]]`. The embedded
+/// model's workers start idle; the model is read on its first call.
 fn with_local_model(
     settings: &Settings,
-    remote: Arc<dyn writ_core::ModelClient>,
+    remotes: Vec<writ_local::Remote>,
 ) -> Arc<dyn writ_core::ModelClient> {
     let local = if settings.models.local.enabled {
         start_local_model(settings)
     } else {
         None
     };
-    let remote_in_use = settings
+    let routes = settings
         .models
-        .configured()
+        .providers
+        .models
         .iter()
-        .any(|m| !writ_local::is_local(m));
+        .map(|(pattern, entry)| {
+            let route = writ_local::Route {
+                remote: entry.remote,
+                price: entry.price,
+            };
+            (pattern.clone(), route)
+        })
+        .collect();
     Arc::new(writ_local::RoutingClient {
         local,
-        remote,
-        remote_in_use,
+        remotes,
+        models: writ_local::ModelTable::new(routes),
     })
 }
 

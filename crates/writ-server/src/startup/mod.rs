@@ -45,14 +45,14 @@ impl Application {
         {
             tracing::warn!(check = line.name, "{}", line.detail);
         }
-        // Whether the provider serves the configured models needs the network: asked beside
+        // Whether the providers serve the configured models needs the network: asked beside
         // start-up, never holding it up, and said as `writ check` says it.
         let settings = state.settings.clone();
         tokio::spawn(async move {
-            if let Some(line) = crate::check::reachable_line(&settings).await
-                && !line.ok
-            {
-                tracing::warn!(check = line.name, "{}", line.detail);
+            for line in crate::check::reachable_lines(&settings).await {
+                if !line.ok {
+                    tracing::warn!(check = line.name, "{}", line.detail);
+                }
             }
         });
         let addr = state.settings.addr;

@@ -114,14 +114,15 @@ impl<D: Dialect> KeyStore for SqlStore<D> {
         }
         let mut sql = Sql::new(
             "INSERT INTO key_budgets (key_id, daily_cost_micros, daily_tokens, \
-             monthly_cost_micros, monthly_tokens, updated_at) VALUES ",
+             monthly_cost_micros, monthly_tokens, on_limit, degrade_at_permille, updated_at) VALUES ",
         );
         sql.tuple(|row| bind_budget(row.bind(id), budget));
         sql.push(
             " ON CONFLICT (key_id) DO UPDATE SET daily_cost_micros = excluded.daily_cost_micros, \
              daily_tokens = excluded.daily_tokens, \
              monthly_cost_micros = excluded.monthly_cost_micros, \
-             monthly_tokens = excluded.monthly_tokens, updated_at = excluded.updated_at",
+             monthly_tokens = excluded.monthly_tokens, on_limit = excluded.on_limit, \
+             degrade_at_permille = excluded.degrade_at_permille, updated_at = excluded.updated_at",
         );
         sql.execute(self, "set key budget").await?;
         Ok(true)
@@ -129,8 +130,8 @@ impl<D: Dialect> KeyStore for SqlStore<D> {
 
     async fn key_budget(&self, id: &str) -> Result<Budget, StoreError> {
         let mut sql = Sql::new(
-            "SELECT daily_cost_micros, daily_tokens, monthly_cost_micros, monthly_tokens \
-             FROM key_budgets WHERE key_id = ",
+            "SELECT daily_cost_micros, daily_tokens, monthly_cost_micros, monthly_tokens, \
+             on_limit, degrade_at_permille FROM key_budgets WHERE key_id = ",
         );
         sql.bind(id);
         let row = sql.fetch_optional(self, "read key budget").await?;
@@ -146,6 +147,9 @@ pub(super) fn bind_budget<D: Dialect>(row: &mut Tuple<'_, D>, budget: &Budget) {
         .bind(budget.daily_tokens.map(to_i64))
         .bind(budget.monthly_cost.map(to_micros))
         .bind(budget.monthly_tokens.map(to_i64))
+        .bind(budget.on_limit.map(|o| o.as_str()))
+        // Thousandths, so that a share reads back exactly as it was set.
+        .bind(budget.degrade_at.map(|d| (d * 1000.0).round() as i64))
         .bind_time(Utc::now());
 }
 
@@ -159,6 +163,13 @@ pub(super) fn budget_from_row<D: Dialect>(row: &D::Row) -> Result<Budget, StoreE
         daily_tokens: tokens(row.get("daily_tokens")?),
         monthly_cost: cost(row.get("monthly_cost_micros")?),
         monthly_tokens: tokens(row.get("monthly_tokens")?),
+        on_limit: row
+            .get::<Option<String>>("on_limit")?
+            .as_deref()
+            .and_then(writ_core::budgets::OnLimit::parse),
+        degrade_at: row
+            .get::<Option<i64>>("degrade_at_permille")?
+            .map(|p| p as f64 / 1000.0),
     })
 }
 

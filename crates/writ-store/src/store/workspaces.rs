@@ -143,7 +143,7 @@ impl<D: Dialect> WorkspaceStore for SqlStore<D> {
         }
         let mut sql = Sql::new(
             "INSERT INTO workspace_budgets (workspace, daily_cost_micros, daily_tokens, \
-             monthly_cost_micros, monthly_tokens, updated_at) VALUES ",
+             monthly_cost_micros, monthly_tokens, on_limit, degrade_at_permille, updated_at) VALUES ",
         );
         sql.tuple(|row| bind_budget(row.bind(name), budget));
         sql.push(
@@ -151,7 +151,8 @@ impl<D: Dialect> WorkspaceStore for SqlStore<D> {
              daily_cost_micros = excluded.daily_cost_micros, \
              daily_tokens = excluded.daily_tokens, \
              monthly_cost_micros = excluded.monthly_cost_micros, \
-             monthly_tokens = excluded.monthly_tokens, updated_at = excluded.updated_at",
+             monthly_tokens = excluded.monthly_tokens, on_limit = excluded.on_limit, \
+             degrade_at_permille = excluded.degrade_at_permille, updated_at = excluded.updated_at",
         );
         sql.execute(self, "set workspace budget").await?;
         Ok(true)
@@ -159,8 +160,8 @@ impl<D: Dialect> WorkspaceStore for SqlStore<D> {
 
     async fn workspace_budget(&self, name: &str) -> Result<Budget, StoreError> {
         let mut sql = Sql::new(
-            "SELECT daily_cost_micros, daily_tokens, monthly_cost_micros, monthly_tokens \
-             FROM workspace_budgets WHERE workspace = ",
+            "SELECT daily_cost_micros, daily_tokens, monthly_cost_micros, monthly_tokens, \
+             on_limit, degrade_at_permille FROM workspace_budgets WHERE workspace = ",
         );
         sql.bind(name);
         let row = sql.fetch_optional(self, "read workspace budget").await?;

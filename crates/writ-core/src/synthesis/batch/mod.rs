@@ -602,7 +602,8 @@ mod tests {
             b.options.fanout,
             Fanout {
                 stop_when_passing: true,
-                first_round: Some(2)
+                first_round: Some(2),
+                routing: None,
             }
         );
         let b = with(serde_json::json!({"validation": {"generate": true}, "fanout": {"stop_when_passing": true, "first_round": 1}})).unwrap();
@@ -610,7 +611,8 @@ mod tests {
             b.options.fanout,
             Fanout {
                 stop_when_passing: true,
-                first_round: Some(1)
+                first_round: Some(1),
+                routing: None,
             }
         );
         let err = with(serde_json::json!({"fanout": {"first_round": 1}})).unwrap_err();

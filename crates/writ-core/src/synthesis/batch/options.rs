@@ -150,6 +150,8 @@ pub struct Fanout {
     pub(crate) stop_when_passing: bool,
     /// Ask this many models first, the rest only when none of theirs passes.
     pub(crate) first_round: Option<usize>,
+    /// The batch's own routing; `None`: the server's default.
+    pub(crate) routing: Option<crate::synthesis::routing::Routing>,
 }
 
 impl FanoutOptions {
@@ -159,7 +161,16 @@ impl FanoutOptions {
         let fanout = Fanout {
             stop_when_passing: self.stop_when_passing.unwrap_or(false),
             first_round: self.first_round,
+            routing: self.routing,
         };
+        if fanout.first_round.is_some()
+            && fanout.routing == Some(crate::synthesis::routing::Routing::Adaptive)
+        {
+            return Err(refuse(
+                "options.fanout.routing",
+                "adaptive routing decides which models are asked first; give it or first_round, not both",
+            ));
+        }
         if let Some(n) = fanout.first_round
             && !(1..=super::MAX_MODELS).contains(&n)
         {

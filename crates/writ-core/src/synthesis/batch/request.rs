@@ -180,6 +180,11 @@ pub struct FanoutOptions {
     #[serde(default)]
     #[schemars(range(min = 1, max = 8))]
     pub first_round: Option<usize>,
+    /// `adaptive`: ask first only the models that writ's recorded outcomes say will pass for
+    /// this file's language and kind, the others when they fail the checks (or not at all
+    /// without checks); `off`: every model. Default: the server's `WRIT_ROUTING`.
+    #[serde(default)]
+    pub routing: Option<crate::synthesis::routing::Routing>,
 }
 
 /// What happens to a file none of whose candidates passes its checks.

@@ -167,6 +167,8 @@ pub fn prior(batch: &Batch) -> Prior {
         prompt_tokens: Mutex::new(vec![None; batch.files().len()]),
         map: Default::default(),
         earlier: None,
+        routing: None,
+        degraded: None,
     }
 }
 

@@ -397,10 +397,17 @@ impl Jobs {
     /// call will ask again. Nothing is recorded or taken.
     pub async fn check(&self, sub: &Submission) -> Result<Checked, SubmitError> {
         let synthesizer = self.synthesizer_of(sub).await?;
-        let prior = synthesizer.check_fresh(sub).await?;
+        let mut prior = synthesizer.check_fresh(sub).await?;
         let budgets = crate::synthesis::spending::budgets_of(synthesizer.store.as_ref(), sub)
             .await
             .map_err(SubmitError::Audit)?;
+        if let Some(degraded) = budgets
+            .degraded(synthesizer.store.as_ref(), Utc::now())
+            .await
+            .map_err(SubmitError::Audit)?
+        {
+            prior.degraded = Some(synthesizer.degrade(&sub.batch, degraded).await);
+        }
         Ok(Checked {
             synthesizer,
             prior,

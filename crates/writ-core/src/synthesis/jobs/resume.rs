@@ -54,6 +54,7 @@ pub(super) fn written_result(op: &Operation) -> FileResult {
         content: None,
         validation: None,
         prompt_tokens_by_part: None,
+        routing: crate::synthesis::routing::RoutingDecision::in_detail(op.detail.as_ref()),
         calls: CallRecord::in_detail(op.detail.as_ref()),
         formatted: op
             .detail

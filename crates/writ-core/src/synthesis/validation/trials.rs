@@ -59,6 +59,29 @@ pub(super) async fn validate_trials(
         if let Some(rec) = target.records.get_mut(r) {
             rec.validation = Some(record.clone());
         }
+        // A model whose answer was the same code as the trial's passed or failed alike: its
+        // record says so too (what routing and /stats/models count per model).
+        let round = target.trials[t].round;
+        let code = target.trials[t].code.clone();
+        let same: Vec<usize> = target
+            .generated
+            .answers
+            .iter()
+            .enumerate()
+            .filter(|(k, a)| {
+                *k != r
+                    && a.code.as_deref() == Some(code.as_str())
+                    && a.record.round.unwrap_or(0) == round
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for k in same {
+            if let Some(rec) = target.records.get_mut(k)
+                && rec.validation.is_none()
+            {
+                rec.validation = Some(record.clone());
+            }
+        }
         target.trials[t].outcome = Some(record);
     }
 }

@@ -26,6 +26,7 @@ use crate::synthesis::outage::OutageWait;
 use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::record::{NotRecorded, Recorded};
 use crate::synthesis::response::{FileResult, FileValidation, ImageInfo};
+use crate::synthesis::routing::RoutingDecision;
 use crate::synthesis::stage::Upstream;
 use crate::synthesis::stage::{Chosen, Content, Produced};
 use crate::workspace::Workspace;
@@ -211,6 +212,7 @@ impl<'a> Writer<'a> {
                 }
                 Err(mut done) => {
                     done.result.calls = self.calls_of(file);
+                    done.result.routing = self.routing_of(file);
                     written[i] = Some(done);
                 }
             }
@@ -223,6 +225,7 @@ impl<'a> Writer<'a> {
         for ((i, file, w), outcome) in to_write.into_iter().zip(outcomes) {
             let mut done = self.written(file, w, outcome).await;
             done.result.calls = self.calls_of(file);
+            done.result.routing = self.routing_of(file);
             written[i] = Some(done);
         }
         written.into_iter().flatten().collect()
@@ -230,13 +233,22 @@ impl<'a> Writer<'a> {
 
     /// The calls made for `file` that were not candidates (arbiter, test writers).
     fn calls_of(&self, file: &FileSpec) -> Vec<CallRecord> {
+        self.upstream_of_file(file)
+            .map(Upstream::calls)
+            .unwrap_or_default()
+    }
+
+    /// How adaptive routing chose `file`'s models, when it did.
+    fn routing_of(&self, file: &FileSpec) -> Option<RoutingDecision> {
+        self.upstream_of_file(file).and_then(Upstream::routing)
+    }
+
+    fn upstream_of_file(&self, file: &FileSpec) -> Option<&Upstream> {
         self.batch
             .files()
             .iter()
             .position(|f| std::ptr::eq(f, file))
             .and_then(|i| self.upstream_of.get(i))
-            .map(Upstream::calls)
-            .unwrap_or_default()
     }
 
     /// One group of writes ([`write_group_deferring_completion`]). Those the store could not
@@ -331,9 +343,13 @@ impl<'a> Writer<'a> {
                 if !self.batch.options().dry_run && self.recorded.gave_up().is_none() {
                     let prov = Provenance {
                         candidates: result.candidates.clone(),
-                        detail: with_calls(
-                            with_generated_checks(None, result.validation.as_ref()),
-                            &self.calls_of(file),
+                        detail: with_detail(
+                            with_calls(
+                                with_generated_checks(None, result.validation.as_ref()),
+                                &self.calls_of(file),
+                            ),
+                            "routing",
+                            self.routing_of(file),
                         ),
                         ..Provenance::default()
                     };
@@ -408,6 +424,7 @@ impl<'a> Writer<'a> {
             &self.calls_of(file),
         );
         let detail = with_detail(detail, "formatted", chosen.formatted.as_ref());
+        let detail = with_detail(detail, "routing", self.routing_of(file));
         let provenance = Provenance {
             detail,
             chosen_model: Some(chosen.model.clone()),
@@ -470,6 +487,7 @@ impl<'a> Writer<'a> {
                     validation,
                     change,
                     prompt_tokens_by_part: None,
+                    routing: None,
                     calls: Vec::new(),
                     formatted: chosen.formatted,
                     proposal: None,
@@ -586,6 +604,7 @@ fn dry_run_result(file: &FileSpec, chosen: Chosen, candidates: Vec<CandidateReco
         error: None,
         validation: None,
         prompt_tokens_by_part: None,
+        routing: None,
         calls: Vec::new(),
         formatted: chosen.formatted,
         proposal: None,

@@ -52,6 +52,7 @@ impl Writer<'_> {
             validation,
             change,
             prompt_tokens_by_part: None,
+            routing: None,
             calls: Vec::new(),
             formatted: chosen.formatted,
             proposal: None,
