@@ -249,3 +249,67 @@ async fn adaptive_routing_and_a_first_round_together_are_refused_naming_the_fiel
     assert_eq!(status, 422, "{body}");
     assert!(app.fake().calls_for(MODELS[0]).is_empty());
 }
+
+#[tokio::test]
+async fn a_workspace_routes_from_its_own_outcomes_only() {
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().to_str().unwrap().to_owned();
+    let app = writ_tests::spawn_app_with_models_and(
+        Backend::Sqlite,
+        &[
+            ("WRIT_COMMANDS", COMMANDS),
+            ("WRIT_ROUTING", "adaptive"),
+            ("WRIT_ROUTING_MIN_EVIDENCE", "3"),
+            ("WRIT_ROUTING_EXPLORE", "0"),
+            ("WRIT_WORKSPACES_DIR", root_path.as_str()),
+        ],
+    )
+    .await;
+    script(&app, [CORRECT, WRONG, WRONG]);
+    std::fs::create_dir_all(app.repo_dir.join("tests")).unwrap();
+    for i in 0..5 {
+        let (status, body) = app.post_write_codebase(&batch(&app, i, true, None)).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, body) = app.post_write_codebase(&batch(&app, 5, true, None)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(asked(&body["results"][0]), vec![MODELS[0]], "{body}");
+
+    let r = app
+        .client
+        .post(app.url("/workspaces"))
+        .json(&json!({"name": "other"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201, "{}", r.text().await.unwrap());
+    let other = root.path().join("other");
+    std::fs::create_dir_all(other.join("tests")).unwrap();
+    let body = batch(&app, 9, true, None);
+    std::fs::copy(
+        app.repo_dir.join("tests/test_calc_9.py"),
+        other.join("tests/test_calc_9.py"),
+    )
+    .unwrap();
+    let r = app
+        .client
+        .post(app.url("/workspaces/other/write_codebase"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(status, 200, "{answer}");
+    let result = &answer["results"][0];
+    // Nothing learned elsewhere shows, or decides: every model is still being learned here.
+    assert_eq!(asked(result), MODELS.to_vec(), "{answer}");
+    assert!(
+        result["routing"]["scores"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["trials"] == 0),
+        "{answer}"
+    );
+}

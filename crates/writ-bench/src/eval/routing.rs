@@ -210,9 +210,6 @@ async fn run_one(
     }
     let correct = std::fs::read_to_string(writ.repo_dir().join(&path))
         .is_ok_and(|written| written.trim_end() == code(expected).trim_end());
-    if std::env::var_os("WRIT_EVAL_DEBUG").is_some() && python {
-        eprintln!("{b}: {}", result["routing"]);
-    }
     let asked_first = result["routing"]["asked"]
         .as_array()
         .map(|a| {

@@ -129,7 +129,7 @@ impl Synthesizer {
             prompt_tokens,
             map: Default::default(),
             earlier: None,
-            routing: self.routing_outcomes(&sub.batch).await,
+            routing: self.routing_outcomes(sub).await,
             degraded: None,
         })
     }
@@ -157,7 +157,7 @@ impl Synthesizer {
             prompt_tokens: std::sync::Mutex::new(vec![None; sub.batch.files().len()]),
             map: Default::default(),
             earlier: None,
-            routing: self.routing_outcomes(&sub.batch).await,
+            routing: self.routing_outcomes(sub).await,
             degraded: None,
         })
     }
@@ -166,7 +166,8 @@ impl Synthesizer {
     /// `options.fanout.routing`, else the server's default for batches that leave the choice
     /// of models (and of a first round) to it. Read from the store, newest first, so every
     /// replica routes alike; a store that cannot be read leaves every model asked.
-    async fn routing_outcomes(&self, batch: &Batch) -> Option<Outcomes> {
+    async fn routing_outcomes(&self, sub: &Submission) -> Option<Outcomes> {
+        let batch = &sub.batch;
         let options = batch.options();
         let routed = match options.fanout.routing {
             Some(routing) => routing == Routing::Adaptive,
@@ -179,13 +180,16 @@ impl Synthesizer {
         if !routed || !batch.files().iter().any(|f| f.kind == TargetKind::Code) {
             return None;
         }
-        Some(self.recorded_outcomes().await)
+        Some(self.recorded_outcomes(&sub.workspace).await)
     }
 
-    /// Every model's recorded outcomes (newest first, within routing's look-back).
-    pub(crate) async fn recorded_outcomes(&self) -> Outcomes {
+    /// Every model's recorded outcomes in `workspace` (newest first, within routing's
+    /// look-back). A workspace learns from its own files only: what another workspace wrote,
+    /// and how often, is not its keys' to see, and a project's outcomes are its own.
+    pub(crate) async fn recorded_outcomes(&self, workspace: &str) -> Outcomes {
         let filter = OperationFilter {
             since: Some(chrono::Utc::now() - chrono::Duration::days(routing::LOOKBACK_DAYS)),
+            workspaces: Some(vec![workspace.to_string()]),
             ..OperationFilter::default()
         };
         let mut operations = Vec::new();
@@ -218,16 +222,17 @@ impl Synthesizer {
     /// candidates cost least (the first configured when none has a recorded cost).
     pub(crate) async fn degrade(
         &self,
-        batch: &Batch,
+        sub: &Submission,
         mut degraded: crate::budgets::Degraded,
     ) -> crate::budgets::Degraded {
+        let batch = &sub.batch;
         if degraded.level == crate::budgets::DegradeLevel::CheapestModel {
             let models = batch
                 .options()
                 .models
                 .clone()
                 .unwrap_or_else(|| self.config.candidates.clone());
-            let outcomes = self.recorded_outcomes().await;
+            let outcomes = self.recorded_outcomes(&sub.workspace).await;
             let cost = |m: &String| outcomes.mean_cost(m).unwrap_or(f64::MAX);
             degraded.model = models
                 .iter()

@@ -406,7 +406,7 @@ impl Jobs {
             .await
             .map_err(SubmitError::Audit)?
         {
-            prior.degraded = Some(synthesizer.degrade(&sub.batch, degraded).await);
+            prior.degraded = Some(synthesizer.degrade(sub, degraded).await);
         }
         Ok(Checked {
             synthesizer,
