@@ -576,6 +576,13 @@ pub struct WorkspaceBudget {
     pub monthly_cost: Option<f64>,
     #[arg(long)]
     pub monthly_tokens: Option<u64>,
+    /// `refuse` (the default) or `degrade`: from `--degrade-at` of a limit, fewer and cheaper
+    /// models instead of running as usual (402 at the limit either way).
+    #[arg(long, value_parser = ["refuse", "degrade"])]
+    pub on_limit: Option<String>,
+    /// With `--on-limit degrade`: the share of a limit from which batches degrade (0.8).
+    #[arg(long)]
+    pub degrade_at: Option<f64>,
 }
 
 impl WorkspaceBudget {
@@ -592,6 +599,8 @@ impl WorkspaceBudget {
         put("daily_tokens", self.daily_tokens.map(|v| json!(v)));
         put("monthly_cost", self.monthly_cost.map(|v| json!(v)));
         put("monthly_tokens", self.monthly_tokens.map(|v| json!(v)));
+        put("on_limit", self.on_limit.as_ref().map(|v| json!(v)));
+        put("degrade_at", self.degrade_at.map(|v| json!(v)));
         (!body.is_empty()).then_some(Value::Object(body))
     }
 }
