@@ -528,6 +528,15 @@ fn generate(
             finish = "stop";
             break;
         }
+        if piece.contains(&b'\n') && crate::looping::looping(&out) {
+            // Cut, as at the cap: the rest would only repeat itself until the cap.
+            tracing::info!(
+                model = %loaded.spec.id(),
+                tokens = produced,
+                "stopped an answer that repeats itself"
+            );
+            break;
+        }
         batch.clear();
         batch
             .add(token, pos, &[0], true)

@@ -25,6 +25,8 @@ mod engine;
 pub mod fetch;
 pub mod gguf;
 pub mod identity;
+#[cfg(feature = "llama")]
+mod looping;
 pub mod model_id;
 pub mod model_table;
 mod router;
