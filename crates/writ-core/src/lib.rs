@@ -38,6 +38,7 @@ pub mod history;
 pub mod jobs;
 pub mod keys;
 pub mod limits;
+pub mod looping;
 pub mod model;
 pub mod path;
 pub mod search;

@@ -528,7 +528,7 @@ fn generate(
             finish = "stop";
             break;
         }
-        if piece.contains(&b'\n') && crate::looping::looping(&out) {
+        if piece.contains(&b'\n') && writ_core::looping::looping(&out) {
             // Cut, as at the cap: the rest would only repeat itself until the cap.
             tracing::info!(
                 model = %loaded.spec.id(),

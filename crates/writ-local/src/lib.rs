@@ -25,8 +25,6 @@ mod engine;
 pub mod fetch;
 pub mod gguf;
 pub mod identity;
-#[cfg(feature = "llama")]
-mod looping;
 pub mod model_id;
 pub mod model_table;
 mod router;

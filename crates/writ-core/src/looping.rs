@@ -1,9 +1,11 @@
 //! A model that has fallen into a loop — the same line, or the same few lines, over and over —
-//! only stops at its token cap. On CPU that is minutes of output nobody can use: the 1.5B coder
-//! model, asked for tests, has written a `parametrize` list of one repeated row until its 2,048
-//! tokens ran out, ten minutes at a few tokens a second (`tests/data/looping/`). Once the tail of
-//! the answer is one block of lines repeated many times, the engine stops it there: the answer is
-//! cut, as at the cap, and what it held before the loop is judged as any cut answer is.
+//! only stops at its token cap. On CPU that is minutes of output nobody can use, and from a
+//! provider it is tokens paid for: the 1.5B coder model, asked for tests, has written a
+//! `parametrize` list of one repeated row until its 2,048 tokens ran out, ten minutes at a few
+//! tokens a second (`tests/data/looping/`). Once the tail of an answer is one block of lines
+//! repeated many times, the embedded engine stops generating and a provider's stream is dropped:
+//! the answer is cut, as at the cap, and what it held before the loop is judged as any cut
+//! answer is.
 
 /// The fewest repeats of a block, and the fewest lines they must span, that count as a loop: far
 /// more than any table in real code repeats one row verbatim.
@@ -14,7 +16,7 @@ const MAX_PERIOD: usize = 4;
 
 /// Whether `text` ends in a loop: its last complete lines are one block of up to four lines,
 /// not all blank, repeated at least [`MIN_REPEATS`] times over at least [`MIN_LINES`] lines.
-pub(crate) fn looping(text: &[u8]) -> bool {
+pub fn looping(text: &[u8]) -> bool {
     let text = String::from_utf8_lossy(text);
     // Only complete lines: the one being written may yet differ.
     let Some(end) = text.rfind('\n') else {
