@@ -3,9 +3,10 @@
 //! provider it is tokens paid for: the 1.5B coder model, asked for tests, has written a
 //! `parametrize` list of one repeated row until its 2,048 tokens ran out, ten minutes at a few
 //! tokens a second (`tests/data/looping/`). Once the tail of an answer is one block of lines
-//! repeated many times, the embedded engine stops generating and a provider's stream is dropped:
-//! the answer is cut, as at the cap, and what it held before the loop is judged as any cut
-//! answer is.
+//! repeated many times, the embedded engine stops generating: the answer is cut, as at the cap,
+//! and judged as any cut answer is (a cut candidate is refused, a cut test file keeps its whole
+//! tests). A provider's stream is not cut here: writ does not yet refuse a provider's candidate
+//! cut short, so cutting one could write a cut file.
 
 /// The fewest repeats of a block, and the fewest lines they must span, that count as a loop: far
 /// more than any table in real code repeats one row verbatim.

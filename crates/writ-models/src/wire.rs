@@ -310,19 +310,6 @@ impl StreamAssembly {
                 let text = delta.content.unwrap_or_default();
                 let before = self.response.content.len() + self.response.images.len();
                 self.response.content.push_str(&text);
-                if text.contains('\n')
-                    && writ_core::looping::looping(self.response.content.as_bytes())
-                {
-                    // The rest would repeat itself until the cap, paid for: the stream is dropped
-                    // here and the answer is cut, as at the cap.
-                    tracing::info!(
-                        chunks = self.chunks,
-                        "dropped a stream whose answer repeats itself"
-                    );
-                    self.response.finish_reason = Some("length".into());
-                    self.done = true;
-                    return Ok(());
-                }
                 self.response.images.extend(image_urls(delta.images));
                 if self.response.time_to_first_token.is_none()
                     && self.response.content.len() + self.response.images.len() > before
@@ -553,27 +540,5 @@ mod tests {
                 "stream_options": {"include_usage": true},
             })
         );
-    }
-    #[test]
-    fn a_stream_that_repeats_itself_is_cut_where_the_loop_shows() {
-        let mut s = StreamAssembly::default();
-        let mut pushed = 0;
-        s.push(
-            r#"{"choices":[{"delta":{"content":"```python\nROWS = [\n"}}]}"#,
-            Duration::ZERO,
-        )
-        .unwrap();
-        while !s.done && pushed < 500 {
-            s.push(
-                r#"{"choices":[{"delta":{"content":"    (\"bb\", \"bb\", 2),\n"}}]}"#,
-                Duration::ZERO,
-            )
-            .unwrap();
-            pushed += 1;
-        }
-        assert!(pushed < 40, "the loop was seen after {pushed} rows");
-        let r = s.finish().unwrap();
-        assert_eq!(r.finish_reason.as_deref(), Some("length"));
-        assert!(r.content.starts_with("```python\nROWS = [\n"));
     }
 }
