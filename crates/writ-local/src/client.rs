@@ -140,10 +140,10 @@ impl ModelClient for LocalClient {
                     text: hit.content,
                     prompt_tokens: hit.prompt_tokens,
                     completion_tokens: hit.completion_tokens,
-                    finish_reason: if hit.finish_reason == "stop" {
-                        "stop"
-                    } else {
-                        "length"
+                    finish_reason: match hit.finish_reason.as_str() {
+                        "stop" => "stop",
+                        "repetition" => "repetition",
+                        _ => "length",
                     },
                     generating: std::time::Duration::from_millis(hit.latency_ms),
                     cap: job.max_tokens,
@@ -210,6 +210,22 @@ impl LocalClient {
         // A whole file cut at the cap inside its code block is a file with its end missing; a
         // lenient parser may still accept it, so it never becomes a candidate. A cut test file
         // goes back marked `length`: its complete tests are still worth keeping.
+        // A file stopped because it repeated itself is junk at its end, fenced or not.
+        if generated.finish_reason == "repetition"
+            && matches!(req.purpose, CallPurpose::Candidate | CallPurpose::Repair)
+        {
+            return Err(ModelError {
+                model: req.model.clone(),
+                class: ErrorClass::BadResponse,
+                status: None,
+                attempts: 1,
+                latency: started.elapsed(),
+                message: format!(
+                    "the answer fell into a loop (one block of lines repeated over and over) and was stopped there (a {} call); a file that repeats itself is not a candidate",
+                    purpose_name(req.purpose)
+                ),
+            });
+        }
         if generated.finish_reason == "length"
             && matches!(req.purpose, CallPurpose::Candidate | CallPurpose::Repair)
             && crate::engine::has_open_fence(&generated.text)
@@ -232,7 +248,14 @@ impl LocalClient {
         Ok(ChatResponse {
             content: generated.text,
             images: Vec::new(),
-            finish_reason: Some(generated.finish_reason.to_string()),
+            // Cut short either way, for whoever reads the answer.
+            finish_reason: Some(
+                match generated.finish_reason {
+                    "repetition" => "length",
+                    other => other,
+                }
+                .to_string(),
+            ),
             usage: Usage {
                 prompt_tokens: Some(generated.prompt_tokens),
                 completion_tokens: Some(generated.completion_tokens),
@@ -327,6 +350,40 @@ mod tests {
             messages: vec![ChatMessage::user("hello")],
             ..ChatRequest::default()
         }
+    }
+
+    #[tokio::test]
+    async fn an_answer_stopped_in_a_loop_is_never_a_candidate_and_a_test_file_keeps_it_as_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let client = LocalClient::start(LocalConfig::new(dir.path().to_path_buf())).unwrap();
+        let looped = || crate::engine::Generated {
+            // Unfenced: the open-fence rule alone would let it through.
+            text: include_str!("../../writ-core/tests/data/looping/how_many_times_1.py")
+                .to_string(),
+            prompt_tokens: 10,
+            completion_tokens: 400,
+            finish_reason: "repetition",
+            generating: Duration::from_secs(1),
+            cap: 2048,
+        };
+        let spec = &crate::catalogue::QWEN25_CODER_1_5B;
+        for purpose in [CallPurpose::Candidate, CallPurpose::Repair] {
+            let req = ChatRequest {
+                purpose,
+                ..ask("local/qwen2.5-coder-1.5b")
+            };
+            let err = client
+                .answer(&req, spec, looped(), Instant::now())
+                .unwrap_err();
+            assert_eq!(err.class, ErrorClass::BadResponse);
+            assert!(err.message.contains("loop"), "{err}");
+        }
+        let req = ChatRequest {
+            purpose: CallPurpose::TestWriter,
+            ..ask("local/qwen2.5-coder-1.5b")
+        };
+        let answer = client.answer(&req, spec, looped(), Instant::now()).unwrap();
+        assert_eq!(answer.finish_reason.as_deref(), Some("length"));
     }
 
     #[test]

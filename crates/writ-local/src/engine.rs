@@ -535,6 +535,7 @@ fn generate(
                 tokens = produced,
                 "stopped an answer that repeats itself"
             );
+            finish = "repetition";
             break;
         }
         batch.clear();
