@@ -71,8 +71,10 @@ fn asked(result: &Value) -> Vec<&str> {
 async fn routes_by_outcome(backend: Backend) {
     let app = app(backend).await;
     // Until each model has 3 outcomes, each is being learned: all are asked. Model 0 passes
-    // every time, the others never; by the fifth file model 0's rate is 6/7 ≥ 0.85.
-    for i in 0..5 {
+    // every time, the others never; from the sixth file model 0's rate is at least 6/7 ≥ 0.85.
+    // Eight files give the others enough failures that a Thompson draw ranking one of them first
+    // (which would ask it beside model 0) is a one-in-100,000 event.
+    for i in 0..8 {
         let (status, body) = app.post_write_codebase(&batch(&app, i, true, None)).await;
         assert_eq!(status, 200, "{body}");
         let result = &body["results"][0];
@@ -97,7 +99,7 @@ async fn routes_by_outcome(backend: Backend) {
         .iter()
         .map(|m| app.fake().calls_for(m).len())
         .collect();
-    let (status, body) = app.post_write_codebase(&batch(&app, 5, true, None)).await;
+    let (status, body) = app.post_write_codebase(&batch(&app, 8, true, None)).await;
     assert_eq!(status, 200, "{body}");
     let result = &body["results"][0];
     assert_eq!(asked(result), vec![MODELS[0]], "{body}");
@@ -129,7 +131,7 @@ async fn routes_by_outcome(backend: Backend) {
         "only the trusted model was called"
     );
     assert_eq!(
-        std::fs::read_to_string(app.repo_dir.join("calc_5.py")).unwrap(),
+        std::fs::read_to_string(app.repo_dir.join("calc_8.py")).unwrap(),
         CORRECT
     );
 
@@ -138,7 +140,7 @@ async fn routes_by_outcome(backend: Backend) {
         .iter()
         .map(|m| app.fake().calls_for(m).len())
         .collect();
-    let (status, body) = app.post_write_codebase(&batch(&app, 6, false, None)).await;
+    let (status, body) = app.post_write_codebase(&batch(&app, 9, false, None)).await;
     assert_eq!(status, 200, "{body}");
     let result = &body["results"][0];
     assert_eq!(asked(result), vec![MODELS[0]], "{body}");
@@ -159,21 +161,21 @@ async fn routes_by_outcome(backend: Backend) {
     // The trusted model fails this time: the models that waited are asked, and the one that
     // passes is written.
     script(&app, [WRONG, WRONG, CORRECT]);
-    let (status, body) = app.post_write_codebase(&batch(&app, 7, true, None)).await;
+    let (status, body) = app.post_write_codebase(&batch(&app, 10, true, None)).await;
     assert_eq!(status, 200, "{body}");
     let result = &body["results"][0];
     assert_eq!(asked(result), vec![MODELS[0]], "{body}");
     assert_eq!(result["chosen_model"], MODELS[2], "{body}");
     assert_eq!(result["candidates"].as_array().unwrap().len(), 3, "{body}");
     assert_eq!(
-        std::fs::read_to_string(app.repo_dir.join("calc_7.py")).unwrap(),
+        std::fs::read_to_string(app.repo_dir.join("calc_10.py")).unwrap(),
         CORRECT
     );
 
     script(&app, [CORRECT, WRONG, WRONG]);
     // A batch that turns routing off asks every model.
     let (status, body) = app
-        .post_write_codebase(&batch(&app, 8, true, Some(json!({"routing": "off"}))))
+        .post_write_codebase(&batch(&app, 11, true, Some(json!({"routing": "off"}))))
         .await;
     assert_eq!(status, 200, "{body}");
     assert!(body["results"][0].get("routing").is_none(), "{body}");
@@ -195,29 +197,21 @@ async fn routes_by_outcome(backend: Backend) {
             .unwrap_or_else(|| panic!("no row for {m} in {stats}"))
     };
     let first = row(MODELS[0]);
-    // Files 0–5, 7 and 8 ran the caller's tests: 8 outcomes, of which file 7's failed.
+    // Files 0–8, 10 and 11 ran the caller's tests: 11 outcomes, of which file 10's failed.
     assert_eq!(
         (
             first["routing_outcomes"].as_u64(),
             first["routing_passed"].as_u64()
         ),
-        (Some(8), Some(7)),
+        (Some(11), Some(10)),
         "{stats}"
     );
-    // The other two: left out of files 5 and 6, asked later on file 7; on file 4 (model 0 at
-    // 5/6) one of them was enough beside it, whichever the sample ranked first.
-    let (second, third) = (row(MODELS[1]), row(MODELS[2]));
-    assert_eq!(
-        (
-            second["routed_later"].as_u64(),
-            third["routed_later"].as_u64()
-        ),
-        (Some(1), Some(1)),
-        "{stats}"
-    );
-    let out = |r: &Value| r["routed_out"].as_u64().unwrap();
-    assert!(out(&second) >= 2 && out(&third) >= 2, "{stats}");
-    assert_eq!(out(&second) + out(&third), 5, "{stats}");
+    // The other two: asked later on file 10, left out of files 8 and 9 at least (and of some
+    // earlier ones, as the draws fell).
+    for other in [row(MODELS[1]), row(MODELS[2])] {
+        assert_eq!(other["routed_later"].as_u64(), Some(1), "{stats}");
+        assert!(other["routed_out"].as_u64().unwrap() >= 2, "{stats}");
+    }
 }
 
 #[tokio::test]
@@ -267,11 +261,11 @@ async fn a_workspace_routes_from_its_own_outcomes_only() {
     .await;
     script(&app, [CORRECT, WRONG, WRONG]);
     std::fs::create_dir_all(app.repo_dir.join("tests")).unwrap();
-    for i in 0..5 {
+    for i in 0..8 {
         let (status, body) = app.post_write_codebase(&batch(&app, i, true, None)).await;
         assert_eq!(status, 200, "{body}");
     }
-    let (status, body) = app.post_write_codebase(&batch(&app, 5, true, None)).await;
+    let (status, body) = app.post_write_codebase(&batch(&app, 8, true, None)).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(asked(&body["results"][0]), vec![MODELS[0]], "{body}");
 
