@@ -98,6 +98,31 @@ impl Fake {
         })
     }
 
+    /// Adds a route to the fake's script (`PUT /_fake/route`): a model's answers to the calls
+    /// whose prompt contains a text.
+    pub async fn route(&self, client: &reqwest::Client, route: &Value) -> anyhow::Result<()> {
+        let root = self.base_url.trim_end_matches("/v1");
+        client
+            .put(format!("{root}/_fake/route"))
+            .json(route)
+            .send()
+            .await?
+            .error_for_status()?;
+        Ok(())
+    }
+
+    /// The calls recorded since they were last forgotten (`GET /_fake/calls`).
+    pub async fn calls(&self, client: &reqwest::Client) -> anyhow::Result<Vec<Value>> {
+        let root = self.base_url.trim_end_matches("/v1");
+        Ok(client
+            .get(format!("{root}/_fake/calls"))
+            .send()
+            .await?
+            .json()
+            .await
+            .unwrap_or_default())
+    }
+
     /// Forgets the calls recorded so far, so the fake's memory stays flat over a long run.
     pub async fn forget_calls(&self, client: &reqwest::Client) {
         let root = self.base_url.trim_end_matches("/v1");

@@ -794,8 +794,6 @@ async fn run_one(
     task: &CheckTask,
     opts: &Options,
 ) -> anyhow::Result<Outcome> {
-    let root = fake.base_url.trim_end_matches("/v1").to_string();
-    let admin = format!("{root}/_fake");
     let _ = std::fs::remove_file(writ.repo_dir().join(&task.path));
     let latency = (opts.latency_ms > 0).then(|| json!({"kind": "fixed", "ms": opts.latency_ms}));
     let lang = task.lang.name();
@@ -830,14 +828,9 @@ async fn run_one(
         ));
     }
     for r in routes {
-        client
-            .put(format!("{admin}/route"))
-            .json(&r)
-            .send()
-            .await?
-            .error_for_status()?;
+        fake.route(client, &r).await?;
     }
-    let _ = client.delete(format!("{admin}/calls")).send().await;
+    fake.forget_calls(client).await;
     let description = match config {
         Config::ExamplesOnly | Config::ExamplesGenerated => task.description_with_examples(),
         _ => task.description.clone(),
@@ -858,13 +851,7 @@ async fn run_one(
         &name,
     )
     .await?;
-    let calls: Vec<Value> = client
-        .get(format!("{admin}/calls"))
-        .send()
-        .await?
-        .json()
-        .await
-        .unwrap_or_default();
+    let calls: Vec<Value> = fake.calls(client).await?;
     let result = &answer["results"][0];
     let mut tokens = 0u64;
     for c in result["candidates"].as_array().into_iter().flatten() {

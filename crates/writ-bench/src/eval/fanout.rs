@@ -111,7 +111,6 @@ async fn run_one(
     index: usize,
     task: &Task,
 ) -> anyhow::Result<Outcome> {
-    let admin = format!("{}/_fake", fake.base_url.trim_end_matches("/v1"));
     for (f, file) in task.files.iter().enumerate() {
         let _ = std::fs::remove_file(writ.repo_dir().join(&file.path));
         for ((model, code), ms) in MODELS
@@ -124,12 +123,7 @@ async fn run_one(
                 "prompt_contains": format!("Write the file {}", json!(file.path)),
                 "script": {"then": {"kind": "code", "lang": "python", "code": code}, "latency": {"kind": "fixed", "ms": ms}},
             });
-            client
-                .put(format!("{admin}/route"))
-                .json(&route)
-                .send()
-                .await?
-                .error_for_status()?;
+            fake.route(client, &route).await?;
         }
     }
     fake.forget_calls(client).await;
@@ -159,13 +153,7 @@ async fn run_one(
         &format!("fanout-{mode:?}-{}.json", task.id),
     )
     .await?;
-    let calls: Vec<Value> = client
-        .get(format!("{admin}/calls"))
-        .send()
-        .await?
-        .json()
-        .await
-        .unwrap_or_default();
+    let calls: Vec<Value> = fake.calls(client).await?;
     let results = answer["results"].as_array().cloned().unwrap_or_default();
     let mut tokens = 0u64;
     let (mut not_asked, mut stopped) = (0usize, 0usize);

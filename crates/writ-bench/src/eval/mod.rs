@@ -202,7 +202,6 @@ async fn run_one(
     task: &Task,
     opts: &Options,
 ) -> anyhow::Result<Outcome> {
-    let admin = format!("{}/_fake", fake.base_url.trim_end_matches("/v1"));
     for (f, file) in task.files.iter().enumerate() {
         // A file left by an earlier repeat would be read as this batch's answer.
         let _ = std::fs::remove_file(writ.repo_dir().join(&file.path));
@@ -216,12 +215,7 @@ async fn run_one(
                 "prompt_contains": format!("Write the file {}", json!(file.path)),
                 "script": script,
             });
-            client
-                .put(format!("{admin}/route"))
-                .json(&route)
-                .send()
-                .await?
-                .error_for_status()?;
+            fake.route(client, &route).await?;
         }
     }
     let files: Vec<Value> = task

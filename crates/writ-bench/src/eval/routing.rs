@@ -151,7 +151,6 @@ async fn run_one(
             format!("function value() {{\n  return {value};\n}}\n\nmodule.exports = {{ value }};\n")
         }
     };
-    let admin = format!("{}/_fake", fake.base_url.trim_end_matches("/v1"));
     let dropped = b >= opts.drop_at;
     for (k, (model, ..)) in MODELS.iter().enumerate() {
         let ok = correct_for(k, b, python, dropped, opts.seed);
@@ -164,12 +163,7 @@ async fn run_one(
                 "code": code(if ok { expected } else { expected + 1 }),
             }},
         });
-        client
-            .put(format!("{admin}/route"))
-            .json(&route)
-            .send()
-            .await?
-            .error_for_status()?;
+        fake.route(client, &route).await?;
     }
     fake.forget_calls(client).await;
     let body = json!({
@@ -190,13 +184,7 @@ async fn run_one(
         &format!("routing-{mode:?}-{b}.json"),
     )
     .await?;
-    let calls: Vec<Value> = client
-        .get(format!("{admin}/calls"))
-        .send()
-        .await?
-        .json()
-        .await
-        .unwrap_or_default();
+    let calls: Vec<Value> = fake.calls(client).await?;
     let result = &answer["results"][0];
     let mut cost = 0.0;
     for c in result["candidates"].as_array().into_iter().flatten() {

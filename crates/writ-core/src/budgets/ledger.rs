@@ -73,19 +73,7 @@ impl BatchBudgets {
         ledger: &dyn SpendLedger,
         now: DateTime<Utc>,
     ) -> Result<Option<BudgetExceeded>, StoreError> {
-        let holders = [
-            (
-                self.caller.as_deref().map(SpendHolder::Key),
-                &self.key,
-                BudgetHolder::Key,
-            ),
-            (
-                Some(SpendHolder::Workspace(&self.workspace)),
-                &self.in_workspace,
-                BudgetHolder::Workspace,
-            ),
-        ];
-        for (holder, budget, whose) in holders {
+        for (holder, budget, whose) in self.holders() {
             let Some(holder) = holder.filter(|_| !budget.is_empty()) else {
                 continue;
             };
@@ -97,17 +85,10 @@ impl BatchBudgets {
         }
         Ok(None)
     }
-}
 
-impl BatchBudgets {
-    /// How the batch degrades (`on_limit: degrade`), when a degrading budget's spend reached
-    /// its `degrade_at` share of a limit: the most degraded of the key's and the workspace's.
-    pub async fn degraded(
-        &self,
-        ledger: &dyn SpendLedger,
-        now: DateTime<Utc>,
-    ) -> Result<Option<Degraded>, StoreError> {
-        let holders = [
+    /// Each budget with whose spend it bounds, the key's first (none with auth off).
+    fn holders(&self) -> [(Option<SpendHolder<'_>>, &Budget, BudgetHolder); 2] {
+        [
             (
                 self.caller.as_deref().map(SpendHolder::Key),
                 &self.key,
@@ -118,9 +99,18 @@ impl BatchBudgets {
                 &self.in_workspace,
                 BudgetHolder::Workspace,
             ),
-        ];
+        ]
+    }
+
+    /// How the batch degrades (`on_limit: degrade`), when a degrading budget's spend reached
+    /// its `degrade_at` share of a limit: the most degraded of the key's and the workspace's.
+    pub async fn degraded(
+        &self,
+        ledger: &dyn SpendLedger,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Degraded>, StoreError> {
         let mut worst: Option<Degraded> = None;
-        for (holder, budget, whose) in holders {
+        for (holder, budget, whose) in self.holders() {
             let Some(holder) = holder.filter(|_| budget.degrades_from().is_some()) else {
                 continue;
             };
