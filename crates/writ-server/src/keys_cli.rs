@@ -212,6 +212,13 @@ pub async fn run(
                     w.resets_at.to_rfc3339()
                 )?;
             }
+            if let Some(at) = budget.degrades_from() {
+                writeln!(
+                    out,
+                    "near a limit\tdegrades from {:.0}% (fewer models, then the cheapest; 402 at the limit)",
+                    100.0 * at
+                )?;
+            }
             Ok(true)
         }
         KeysCommand::Hash { .. } => Ok(true),

@@ -364,3 +364,84 @@ fn serve_refuses_to_start_naming_each_unpriced_model_when_told_to() {
         "{t}"
     );
 }
+
+/// `writ keys budget` sets what happens near a limit, shows it, and refuses a bad value naming
+/// the flag, as it does the limits themselves.
+#[test]
+fn keys_budget_sets_and_shows_a_degrading_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/writ.db", dir.path().display());
+    let repo = dir.path().join("workspace");
+    let base = [
+        ("DATABASE_URL", db.as_str()),
+        ("REPO_DIR", repo.to_str().unwrap()),
+        ("WRIT_LOCAL_MODEL", "off"),
+    ];
+    assert!(writ(&["migrate"], &base).status.success());
+    let made = writ(&["keys", "create", "agent"], &base);
+    assert!(made.status.success(), "{}", text(&made));
+    let id = text(&made)
+        .lines()
+        .find_map(|l| l.strip_prefix("id:").map(|v| v.trim().to_string()))
+        .expect("the new key's id");
+    let set = writ(
+        &[
+            "keys",
+            "budget",
+            &id,
+            "--daily-tokens",
+            "1000",
+            "--on-limit",
+            "degrade",
+            "--degrade-at",
+            "0.7",
+        ],
+        &base,
+    );
+    assert!(set.status.success(), "{}", text(&set));
+    let shown = writ(&["keys", "budget", &id], &base);
+    assert!(
+        text(&shown).contains("tokens 0 of 1000") && text(&shown).contains("degrades from 70%"),
+        "{}",
+        text(&shown)
+    );
+    let bad = writ(
+        &[
+            "keys",
+            "budget",
+            &id,
+            "--daily-tokens",
+            "5",
+            "--on-limit",
+            "sometimes",
+        ],
+        &base,
+    );
+    assert!(!bad.status.success());
+    assert!(text(&bad).contains("--on-limit"), "{}", text(&bad));
+    let orphan = writ(
+        &[
+            "keys",
+            "budget",
+            &id,
+            "--daily-tokens",
+            "5",
+            "--degrade-at",
+            "0.5",
+        ],
+        &base,
+    );
+    assert!(!orphan.status.success());
+    assert!(
+        text(&orphan).contains("degrade_at needs on_limit"),
+        "{}",
+        text(&orphan)
+    );
+    // The refused settings changed nothing.
+    let still = writ(&["keys", "budget", &id], &base);
+    assert!(
+        text(&still).contains("degrades from 70%"),
+        "{}",
+        text(&still)
+    );
+}
