@@ -719,12 +719,43 @@ fn write_spend(workspace: &Value, out: &mut dyn Write) -> anyhow::Result<()> {
             terminal_safe(w["resets_at"].as_str().unwrap_or("-")),
         )?;
     }
+    let budget = &workspace["budget"];
+    if budget["on_limit"] == "degrade" {
+        writeln!(
+            out,
+            "near a limit\tdegrades from {:.0}% (fewer models, then the cheapest; 402 at the limit)",
+            100.0
+                * budget["degrade_at"]
+                    .as_f64()
+                    .unwrap_or(writ_core::budgets::DEFAULT_DEGRADE_AT)
+        )?;
+    }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workspaces_spend_shows_a_degrading_budget() {
+        let mut out = Vec::new();
+        let workspace = serde_json::json!({
+            "budget": {"daily_tokens": 1000, "on_limit": "degrade"},
+            "spend": [{"period": "day", "cost": 0.0, "cost_limit": null, "tokens": 5,
+                       "tokens_limit": 1000, "resets_at": "2026-12-03T00:00:00Z"}]});
+        write_spend(&workspace, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("tokens 5 of 1000"), "{text}");
+        assert!(text.contains("degrades from 80%"), "{text}");
+        let mut out = Vec::new();
+        write_spend(
+            &serde_json::json!({"budget": {"daily_tokens": 1}}),
+            &mut out,
+        )
+        .unwrap();
+        assert!(!String::from_utf8(out).unwrap().contains("degrades"));
+    }
 
     #[test]
     fn escape_sequences_from_the_server_are_shown_not_obeyed() {
