@@ -402,6 +402,65 @@ async fn a_batch_past_its_deadline_stops_waiting_on_models_and_fails_its_files_c
 // ---------------------------------------------------------------------------------------------
 // Faults
 
+/// A provider's answer that stopped at `max_tokens` (`finish_reason: "length"`) inside its code
+/// is a file with its end missing, though what came before parses: it is never a candidate, over
+/// an existing file or a new one. Cut prose after a closed block loses no code.
+#[tokio::test]
+async fn an_answer_cut_at_the_token_cap_inside_its_code_is_never_written() {
+    let app = writ_tests::spawn_app_with_models_and(Backend::Sqlite, &[]).await;
+    let cut_fenced =
+        "```python\ndef add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n";
+    let cut_bare = "def add(a, b):\n    return a + b\n";
+    let cut_prose =
+        "```python\ndef add(a, b):\n    return a + b  # complete\n```\nThis function adds its two";
+    for (model, step) in MODELS.iter().zip([
+        Step::cut_at_cap(cut_fenced),
+        Step::cut_at_cap(cut_bare),
+        Step::cut_at_cap(cut_prose),
+    ]) {
+        app.fake().script(model, Script::always(step));
+    }
+    app.fake()
+        .script(ARBITER, Script::always(Step::verdict(1, "only one")));
+    let (status, body, _) = post_batch(&app, None, &one_file("cut.py")).await;
+    assert_eq!(status, 200, "{body}");
+    let result = &body["results"][0];
+    assert_eq!(result["success"], true, "{result}");
+    assert_eq!(
+        std::fs::read_to_string(app.repo_dir.join("cut.py")).unwrap(),
+        "def add(a, b):\n    return a + b  # complete\n"
+    );
+    let by_model = |m: &str| {
+        result["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["model"] == m)
+            .cloned()
+            .unwrap()
+    };
+    for m in &MODELS[..2] {
+        let c = by_model(m);
+        assert_eq!(c["error_class"], "truncated", "{c}");
+        assert!(c["error"].as_str().unwrap().contains("token cap"), "{c}");
+    }
+    assert!(by_model(MODELS[2])["error_class"].is_null());
+
+    // When every answer is cut, nothing is written, and an existing file keeps its content.
+    std::fs::write(app.repo_dir.join("kept.py"), "def keep():\n    return 1\n").unwrap();
+    for model in MODELS.iter().chain([&FALLBACK]) {
+        app.fake()
+            .script(model, Script::always(Step::cut_at_cap(cut_fenced)));
+    }
+    let (status, body, _) = post_batch(&app, None, &one_file("kept.py")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["results"][0]["success"], false, "{body}");
+    assert_eq!(
+        std::fs::read_to_string(app.repo_dir.join("kept.py")).unwrap(),
+        "def keep():\n    return 1\n"
+    );
+}
+
 #[tokio::test]
 async fn every_provider_error_class_fails_its_file_with_the_class_named_and_nothing_written() {
     let app = writ_tests::spawn_app_with_models_and(Backend::Sqlite, &[]).await;

@@ -159,6 +159,17 @@ fn parse_fence(line: &str) -> Option<Fence<'_>> {
     })
 }
 
+/// Whether an answer that stopped at its token cap lost part of its code: a code block is still
+/// open, or it has none (the code ran unfenced into the cap). Prose cut after the last closed
+/// block loses nothing of the code.
+pub fn cut_inside_code(answer: &str) -> bool {
+    let fences = answer
+        .lines()
+        .filter(|l| l.trim_start().starts_with("```"))
+        .count();
+    fences == 0 || fences % 2 == 1
+}
+
 /// Every fenced block of the answer, in order, with nested fences handled as
 /// described in the module documentation.
 pub(crate) fn fenced_blocks(answer: &str) -> Vec<Block> {

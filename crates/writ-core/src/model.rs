@@ -165,6 +165,9 @@ pub enum ErrorClass {
     RemovedDefinitions,
     /// The answer kept too few of the file's lines: it looks cut off.
     Shrunk,
+    /// The answer stopped at its token cap (`finish_reason: length`) inside its code: the
+    /// file's end is missing, however well what came before parses.
+    Truncated,
     /// Not called: the key's or the workspace's budget was spent when the call was to start.
     BudgetExceeded,
 }
@@ -193,6 +196,7 @@ impl ErrorClass {
             Self::Elided => "elided",
             Self::RemovedDefinitions => "removed_definitions",
             Self::Shrunk => "shrunk",
+            Self::Truncated => "truncated",
             Self::BudgetExceeded => "budget_exceeded",
         }
     }

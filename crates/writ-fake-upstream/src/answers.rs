@@ -10,6 +10,14 @@ use crate::script::Step;
 pub struct Answer {
     pub content: String,
     pub images: Vec<String>,
+    /// It stopped at the token cap ([`Step::CutAtCap`]): `finish_reason` is `length`.
+    pub cut_at_cap: bool,
+}
+
+impl Answer {
+    pub fn finish_reason(&self) -> &'static str {
+        if self.cut_at_cap { "length" } else { "stop" }
+    }
 }
 
 /// The answer of a content step, or `None` for the steps that imitate failures.
@@ -34,6 +42,14 @@ pub fn answer_for(step: &Step, prompt: &str) -> Option<Answer> {
             return Some(Answer {
                 content: content.clone(),
                 images: vec![data_url.clone()],
+                cut_at_cap: false,
+            });
+        }
+        Step::CutAtCap { content } => {
+            return Some(Answer {
+                content: content.clone(),
+                images: Vec::new(),
+                cut_at_cap: true,
             });
         }
         _ => return None,
@@ -41,6 +57,7 @@ pub fn answer_for(step: &Step, prompt: &str) -> Option<Answer> {
     Some(Answer {
         content,
         images: Vec::new(),
+        cut_at_cap: false,
     })
 }
 

@@ -167,6 +167,7 @@ pub(crate) fn plan(step: &Step, call: &Call) -> Option<Planned> {
         | Step::Code { .. }
         | Step::Verdict { .. }
         | Step::Image { .. }
+        | Step::CutAtCap { .. }
         | Step::Delayed { .. } => {
             json_ok(error_body(500, "the fake upstream cannot plan this step"))
         }
@@ -265,7 +266,7 @@ fn completion(call: &Call, answer: &Answer) -> Value {
         "model": call.model,
         "object": "chat.completion",
         "created": now_secs(),
-        "choices": [{ "logprobs": null, "finish_reason": "stop", "native_finish_reason": "stop", "index": 0, "message": message }],
+        "choices": [{ "logprobs": null, "finish_reason": answer.finish_reason(), "native_finish_reason": answer.finish_reason(), "index": 0, "message": message }],
         "usage": usage(call, answer),
     })
 }
@@ -321,7 +322,7 @@ fn stream_frames(call: &Call, answer: &Answer, cut: Option<(usize, Frame)>) -> V
     frames.push(chunk(
         call,
         json!({ "role": "assistant", "content": "" }),
-        Some("stop"),
+        Some(answer.finish_reason()),
     ));
     let usage_chunk = json!({
         "id": call.generation_id,

@@ -112,6 +112,11 @@ pub enum Step {
         code: u16,
         message: String,
     },
+    /// Text that stopped at the model's token cap: `finish_reason: "length"`, as a provider
+    /// answers when `max_tokens` ran out mid-answer.
+    CutAtCap {
+        content: String,
+    },
     /// HTTP 200 with a body (or SSE data) that is not valid JSON.
     Malformed,
     /// The connection drops partway through the body.
@@ -140,6 +145,13 @@ pub enum Step {
 impl Step {
     pub fn text(content: impl Into<String>) -> Self {
         Self::Text {
+            content: content.into(),
+        }
+    }
+
+    /// `content`, stopped at the token cap (`finish_reason: "length"`).
+    pub fn cut_at_cap(content: impl Into<String>) -> Self {
+        Self::CutAtCap {
             content: content.into(),
         }
     }

@@ -12,7 +12,7 @@ use crate::model::{ChatMessage, ChatRequest, ChatResponse, ErrorClass, ModelClie
 use crate::synthesis::batch::{Enough, Extra, StragglerPolicy};
 use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::stage::CallSettings;
-use crate::synthesis::update::{Expect, judge};
+use crate::synthesis::update::{Expect, judge_response};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 
@@ -248,7 +248,7 @@ fn cut_off(model: &str, waited: Duration, viable: usize) -> Candidate {
     }
 }
 
-/// One candidate model: the call, then the checks ([`judge`]). An answer whose edits do not
+/// One candidate model: the call, then the checks ([`judge_response`]). An answer whose edits do not
 /// apply goes back to its model once with why (the block, the closest lines), as agents' edit
 /// tools do: a near miss is the usual way edit answers fail, and one more answer usually fixes
 /// it. The record then says what the first answer's error was and counts both calls.
@@ -305,7 +305,7 @@ async fn ask_once(
     match client.chat(req).await {
         Ok(resp) => {
             let mut record = answered(model, &resp);
-            let code = judge(&resp.content, expect, &mut record);
+            let code = judge_response(&resp, expect, &mut record);
             Candidate { record, code }
         }
         Err(err) => Candidate {

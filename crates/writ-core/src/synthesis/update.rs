@@ -74,6 +74,30 @@ impl<'a> Expect<'a> {
     }
 }
 
+/// Checks one answer as the provider returned it: one that stopped at its token cap inside its
+/// code is refused before its text is judged, since a lenient parser (or an edit that applies)
+/// could accept a file whose end is missing. Then as [`judge`].
+pub fn judge_response(
+    resp: &crate::model::ChatResponse,
+    expect: &Expect<'_>,
+    record: &mut CandidateRecord,
+) -> Option<String> {
+    if resp.finish_reason.as_deref() == Some("length")
+        && writ_checks::extract::cut_inside_code(&resp.content)
+    {
+        record.error_class = Some(ErrorClass::Truncated);
+        record.error = Some(format!(
+            "the answer stopped at its token cap (finish_reason \"length\"{}) with its code unfinished; a cut file is not a candidate",
+            resp.usage
+                .completion_tokens
+                .map(|n| format!(", {n} completion tokens"))
+                .unwrap_or_default()
+        ));
+        return None;
+    }
+    judge(&resp.content, expect, record)
+}
+
 /// Checks one answer: fills `record` (`ok`, `parsed`, the error class and message, how an
 /// update was answered) and returns the candidate's code when it is viable.
 pub fn judge(answer: &str, expect: &Expect<'_>, record: &mut CandidateRecord) -> Option<String> {

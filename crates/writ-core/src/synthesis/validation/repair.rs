@@ -12,7 +12,7 @@ use crate::synthesis::fanout;
 use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::prompt;
 use crate::synthesis::selection::Selector;
-use crate::synthesis::update::judge;
+use crate::synthesis::update::judge_response;
 
 /// Sends each model's latest failing candidate back with its failure; returns the indexes of
 /// the new trials.
@@ -81,7 +81,7 @@ pub(super) async fn repair_round(
             let candidate = match selector.models.chat(req).await {
                 Ok(resp) => {
                     let mut record = fanout::answered(&model, &resp);
-                    let code = judge(&resp.content, &expect, &mut record);
+                    let code = judge_response(&resp, &expect, &mut record);
                     (record, code)
                 }
                 Err(e) => (fanout::failed(&model, started, &e), None),
