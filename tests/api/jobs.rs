@@ -458,8 +458,8 @@ mod restart {
 /// A batch's progress events reach the database in a few bursts, not a statement each: each
 /// statement is a transaction on the server. Rows inserted by one statement share their `xmin`.
 /// How the writer gathers a burst (the linger, `done`) is tested in `runner::tests` without
-/// timing; this bound holds on a loaded machine too (four to six statements then, three or four
-/// idle).
+/// timing; this bound holds on a loaded machine too (four to fourteen statements then, three or
+/// four idle).
 #[tokio::test]
 async fn postgres_a_batchs_progress_events_are_stored_in_a_few_statements() {
     let app = writ_tests::spawn_app_with_models(Backend::Postgres).await;
@@ -494,9 +494,11 @@ async fn postgres_a_batchs_progress_events_are_stored_in_a_few_statements() {
     assert_eq!(rows as usize, streamed.len());
     assert!(rows > 40, "{rows} events");
     // One statement per event would be `rows`; a burst's events share one. The bound leaves room
-    // for a loaded machine, whose scheduler splits bursts more often (12 seen for 52 events).
+    // for a loaded machine, whose scheduler splits bursts more often (14 seen for 52 events on a
+    // CI run that was also building): half the events per statement still tells bursts from a
+    // statement each.
     assert!(
-        statements * 4 <= rows,
+        statements * 2 <= rows,
         "{rows} events were stored by {statements} statements"
     );
 }

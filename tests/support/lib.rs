@@ -296,7 +296,12 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
     };
     for e in rd.flatten() {
         let p = e.path();
-        if p.is_dir() && !p.is_symlink() {
+        // The entry's own type, from the listing: a folder writ removes between the listing and
+        // a later look (one it made for a write that did not happen) is not taken for a file.
+        let Ok(kind) = e.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
             walk(root, &p, out);
         } else {
             out.push(p.strip_prefix(root).unwrap().to_string_lossy().into_owned());
