@@ -2,8 +2,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod agents;
 mod budgets;
 mod changes;
+mod claims;
 mod context;
 mod dashboard;
 mod degrade;

@@ -335,6 +335,7 @@ fn event_names() -> BTreeSet<String> {
             | Event::ChangeProposed { .. }
             | Event::ChangeApplied { .. }
             | Event::ChangeRejected { .. }
+            | Event::Overlap(_)
             | Event::Done { .. } => {}
         }
     }
@@ -431,6 +432,15 @@ fn event_names() -> BTreeSet<String> {
             file: f(),
             error: "e".into(),
         },
+        Event::Overlap(writ_core::overlaps::Overlap {
+            path: f(),
+            with: writ_core::overlaps::OverlapWith::Workspace,
+            workspace: None,
+            branch: None,
+            their_commit: None,
+            their_request: None,
+            since: chrono::Utc::now(),
+        }),
         Event::Done {
             status: "success".into(),
         },

@@ -15,7 +15,7 @@ use writ_fake_upstream::{Script, Step};
 use writ_tests::{ARBITER, Backend, MODELS, TestApp, spawn_app, spawn_app_with_models};
 
 /// The tools of a server without commands (`run` is offered only with `WRIT_COMMANDS`).
-const TOOL_NAMES: [&str; 17] = [
+const TOOL_NAMES: [&str; 22] = [
     "write_codebase",
     "list_files",
     "read_file",
@@ -33,6 +33,11 @@ const TOOL_NAMES: [&str; 17] = [
     "begin_write_session",
     "append_to_write_session",
     "finish_write_session",
+    "claim_paths",
+    "list_claims",
+    "release_claims",
+    "list_overlaps",
+    "rebase_workspace",
 ];
 
 async fn call(app: &TestApp, body: Value) -> (u16, Value) {
@@ -296,7 +301,7 @@ async fn the_write_codebase_schema_accepts_what_the_http_api_accepts() {
         "files": [{"filename": "c.py", "code_description": "d"}],
         "options": {"straggler": {"enough": "all_but_slowest", "extra_ms": 20},
                     "image": {"width": 32, "height": 32}, "review": true,
-                    "fanout": {"routing": "adaptive"}}});
+                    "fanout": {"routing": "adaptive"}, "respect_claims": true}});
     for request in [&everything, &alternatives] {
         let req: writ_core::synthesis::WriteCodebaseRequest =
             serde_json::from_value(request.clone()).unwrap();

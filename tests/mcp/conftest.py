@@ -31,6 +31,11 @@ TOOL_NAMES = [
     "begin_write_session",
     "append_to_write_session",
     "finish_write_session",
+    "claim_paths",
+    "list_claims",
+    "release_claims",
+    "list_overlaps",
+    "rebase_workspace",
 ]
 # The HTTP server of scripts/test-mcp has WRIT_COMMANDS, so it offers `run` too; the stdio server
 # has none, so it does not.

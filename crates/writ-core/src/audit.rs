@@ -631,6 +631,7 @@ pub trait AuditStore:
     + crate::keys::KeyStore
     + crate::sessions::SessionStore
     + crate::workspaces::WorkspaceStore
+    + crate::claims::ClaimStore
     + crate::changes::ChangeStore
     + crate::budgets::SpendLedger
 {

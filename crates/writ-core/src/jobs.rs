@@ -173,6 +173,9 @@ pub trait JobStore: Send + Sync {
     /// The job and its answer: its own, or else that of the request with its id (a batch stores
     /// its answer once, on its request).
     async fn get_job(&self, id: Uuid) -> Result<Option<Job>, StoreError>;
+    /// The request body recorded with the job (`None`: no such job, or none was recorded): what
+    /// a batch asked for, e.g. the commands its candidates were checked with.
+    async fn job_request(&self, id: Uuid) -> Result<Option<String>, StoreError>;
     /// The jobs `filter` lets through, newest first, without response bodies.
     async fn list_jobs(&self, filter: &JobFilter, limit: u32) -> Result<Vec<Job>, StoreError>;
     /// Jobs still queued or running, without a lease, whose heartbeat is older than `before`

@@ -20,6 +20,8 @@
 //! - [`limits`]: per-key limits replicas share ([`limits::LimitStore`]).
 //! - [`sessions`]: write sessions — raw chunks, `DONE`, corrections — and [`sessions::SessionStore`].
 //! - [`workspaces`]: named workspaces besides `REPO_DIR` (`default`) and [`workspaces::WorkspaceStore`].
+//! - [`claims`]: advisory leases a workspace takes on paths of its repository, seen by the
+//!   other workspaces of that repository ([`claims::ClaimStore`]).
 //! - [`content`]: hashing and the text helpers (UTF-8 checks, numbered previews) both use.
 //! - [`synthesis`]: from a `write_codebase` request to files written (see its module docs).
 //!
@@ -28,6 +30,7 @@
 pub mod audit;
 pub mod budgets;
 pub mod changes;
+pub mod claims;
 pub mod commits;
 pub mod content;
 pub mod direct;
@@ -40,6 +43,7 @@ pub mod keys;
 pub mod limits;
 pub mod looping;
 pub mod model;
+pub mod overlaps;
 pub mod path;
 pub mod search;
 pub mod sessions;

@@ -154,7 +154,7 @@ pub trait WorkspaceStore: Send + Sync {
     /// Every stored workspace, by name.
     async fn list_workspaces(&self) -> Result<Vec<WorkspaceRecord>, StoreError>;
     async fn find_workspace(&self, name: &str) -> Result<Option<WorkspaceRecord>, StoreError>;
-    /// Forgets the workspace (and its budget), unless a job in it is queued or running: the check
+    /// Forgets the workspace (and its budget and claims), unless a job in it is queued or running: the check
     /// and the deletion are one transaction, and a job is recorded only in a workspace that is
     /// stored at that moment (or `default`), so a batch admitted while the workspace is deleted
     /// either counts here or is refused when its job is recorded, before it writes anything.

@@ -51,6 +51,33 @@ pub enum GitError {
         #[source]
         source: std::io::Error,
     },
+    #[error("'{ours}' and '{theirs}' share no commit")]
+    NoMergeBase { ours: String, theirs: String },
+    /// Another writer moved the branch between its tip being read and the move; nothing moved.
+    #[error("branch '{branch}' moved while it was being changed; nothing was changed")]
+    BranchMoved { branch: String },
+    /// A working tree that has the branch checked out holds changes the move could lose.
+    #[error(
+        "the working tree at '{}' has uncommitted changes ({}); nothing was changed",
+        path.display(),
+        listed(files)
+    )]
+    DirtyWorktree { path: PathBuf, files: Vec<String> },
+}
+
+/// A few of `files` for a message; the error keeps them all.
+fn listed(files: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut text = files
+        .iter()
+        .take(SHOWN)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if files.len() > SHOWN {
+        text.push_str(&format!(" and {} more", files.len() - SHOWN));
+    }
+    text
 }
 
 /// The message of a request's commit: a subject, a body, and `Key: value` trailers.

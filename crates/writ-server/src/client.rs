@@ -354,6 +354,18 @@ async fn follow(
                 }
                 // A change set's own stream, not a batch's.
                 Event::ChangeApplied { .. } | Event::ChangeRejected { .. } => {}
+                Event::Overlap(o) => bars.get(&o.path).into_iter().for_each(|b| {
+                    b.println(format!(
+                        "! {} was changed in {} too since you share a base",
+                        terminal_safe(&o.path),
+                        terminal_safe(
+                            o.workspace
+                                .as_deref()
+                                .or(o.branch.as_deref())
+                                .unwrap_or("another workspace")
+                        )
+                    ))
+                }),
                 Event::Done { .. } => {
                     for b in bars.values() {
                         if !b.is_finished() {

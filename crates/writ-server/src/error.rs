@@ -40,6 +40,8 @@ pub enum ErrorCode {
     Cancelled,
     ChangeExpired,
     ChangedSince,
+    ChecksFailed,
+    Claimed,
     CommandsUnavailable,
     Conflict,
     CrossSite,
@@ -103,6 +105,8 @@ impl ErrorCode {
             | AlreadyRejected
             | Cancelled
             | ChangedSince
+            | ChecksFailed
+            | Claimed
             | Conflict
             | MergeConflict
             | IdempotencyConflict
@@ -146,6 +150,8 @@ impl ErrorCode {
             Cancelled => "cancelled",
             ChangeExpired => "change_expired",
             ChangedSince => "changed_since",
+            ChecksFailed => "checks_failed",
+            Claimed => "claimed",
             CommandsUnavailable => "commands_unavailable",
             Conflict => "conflict",
             CrossSite => "cross_site",

@@ -2,7 +2,8 @@
 //! per port it implements — [`writ_core::AuditStore`] (requests, operations, migrations) in
 //! `audit`, [`writ_core::jobs::JobStore`] in `jobs`, [`writ_core::keys::KeyStore`] in `keys`,
 //! [`writ_core::sessions::SessionStore`] in `sessions`, [`writ_core::workspaces::WorkspaceStore`]
-//! in `workspaces`, [`writ_core::changes::ChangeStore`] in `changes`,
+//! in `workspaces`, [`writ_core::claims::ClaimStore`] in `claims`,
+//! [`writ_core::changes::ChangeStore`] in `changes`,
 //! [`writ_core::budgets::SpendLedger`] in `spend` —, every record write through the group commit
 //! in `commit`, the statements' building blocks in `sql`.
 //!
@@ -17,6 +18,7 @@
 
 mod audit;
 mod changes;
+mod claims;
 mod commit;
 mod jobs;
 mod keys;

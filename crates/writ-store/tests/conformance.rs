@@ -257,6 +257,10 @@ macro_rules! conformance_suite {
                 of_two_decisions_on_one_version_one_lands_and_the_other_changes_nothing,
                 a_withdrawn_decision_leaves_its_number_and_its_event_free,
                 change_sets_list_newest_first_by_workspace_caller_and_openness,
+                claims_are_listed_per_repository_while_live_and_expire_with_their_ttl,
+                a_claim_is_released_only_by_its_workspace,
+                claims_on_paths_are_the_other_workspaces_ones_that_cover_them,
+                deleting_a_workspace_releases_its_claims,
             );
         }
     };
@@ -3237,6 +3241,172 @@ async fn a_job_is_recorded_only_in_a_stored_workspace_or_default(store: &dyn Aud
             workspace
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Claims
+
+/// A claim of `workspace` in the repository `/srv/repo` on `paths`, made at `at` for `ttl_secs`.
+fn claim_at(
+    workspace: &str,
+    paths: &[&str],
+    ttl_secs: u64,
+    at: DateTime<Utc>,
+) -> writ_core::claims::Claim {
+    writ_core::claims::NewClaim::parse(
+        paths.iter().map(|p| (*p).to_owned()).collect(),
+        Some(ttl_secs),
+    )
+    .unwrap()
+    .held_by(workspace, "/srv/repo", Some("0123456789ab".into()), at)
+}
+
+async fn claims_are_listed_per_repository_while_live_and_expire_with_their_ttl(
+    store: &dyn AuditStore,
+) {
+    let t0 = now();
+    let a = claim_at("task-a", &["src/*.py", "README"], 60, t0);
+    let b = claim_at("task-b", &["docs/**"], 10, t0 + TimeDelta::seconds(1));
+    let mut elsewhere = claim_at("other", &["src/*.py"], 60, t0);
+    elsewhere.repository = "/srv/another".into();
+    for claim in [&a, &b, &elsewhere] {
+        store.insert_claim(claim).await.unwrap();
+    }
+
+    assert_eq!(
+        store
+            .live_claims("/srv/repo", t0 + TimeDelta::seconds(2))
+            .await
+            .unwrap(),
+        vec![a.clone(), b.clone()],
+        "oldest first, field for field, this repository's only"
+    );
+    // `b` lasts 10 s from t0+1: live until just before t0+11.
+    let at = t0 + TimeDelta::seconds(11);
+    assert_eq!(
+        store.live_claims("/srv/repo", at).await.unwrap(),
+        vec![a.clone()]
+    );
+    assert_eq!(
+        store.live_claims("/srv/another", at).await.unwrap(),
+        vec![elsewhere]
+    );
+    // A claim made later forgets the expired ones of its repository: releasing `b` finds none.
+    store
+        .insert_claim(&claim_at("task-c", &["x"], 60, at))
+        .await
+        .unwrap();
+    assert!(!store.release_claim("task-b", b.id, t0).await.unwrap());
+}
+
+async fn a_claim_is_released_only_by_its_workspace(store: &dyn AuditStore) {
+    let t0 = now();
+    let first = claim_at("task-a", &["a.py"], 60, t0);
+    let second = claim_at("task-a", &["b.py"], 60, t0);
+    let short = claim_at("task-a", &["c.py"], 1, t0);
+    let theirs = claim_at("task-b", &["a.py"], 60, t0);
+    for claim in [&first, &second, &short, &theirs] {
+        store.insert_claim(claim).await.unwrap();
+    }
+    let at = t0 + TimeDelta::seconds(5);
+
+    assert!(
+        !store.release_claim("task-b", first.id, at).await.unwrap(),
+        "not b's"
+    );
+    assert!(store.release_claim("task-a", first.id, at).await.unwrap());
+    assert!(
+        !store.release_claim("task-a", first.id, at).await.unwrap(),
+        "already released"
+    );
+    assert!(
+        !store.release_claim("task-a", short.id, at).await.unwrap(),
+        "expired"
+    );
+    assert_eq!(
+        store.live_claims("/srv/repo", at).await.unwrap(),
+        vec![second.clone(), theirs.clone()]
+    );
+    assert_eq!(
+        store.release_claims("task-a", at).await.unwrap(),
+        1,
+        "only the live one counts"
+    );
+    assert_eq!(
+        store.live_claims("/srv/repo", at).await.unwrap(),
+        vec![theirs]
+    );
+    assert_eq!(store.release_claims("task-a", at).await.unwrap(), 0);
+}
+
+async fn claims_on_paths_are_the_other_workspaces_ones_that_cover_them(store: &dyn AuditStore) {
+    let t0 = now();
+    let mine = claim_at("task-a", &["src/a.py"], 60, t0);
+    let theirs = claim_at("task-b", &["src/*.py", "docs/**"], 60, t0);
+    let expired = claim_at("task-c", &["README"], 1, t0);
+    for claim in [&mine, &theirs, &expired] {
+        store.insert_claim(claim).await.unwrap();
+    }
+    let at = t0 + TimeDelta::seconds(2);
+
+    let found = store
+        .claims_on(
+            "/srv/repo",
+            "task-a",
+            &["src/a.py", "src/deep/b.py", "docs/x/y.md", "README"],
+            at,
+        )
+        .await
+        .unwrap();
+    let got: Vec<(&str, &str, Uuid)> = found
+        .iter()
+        .map(|c| (c.path.as_str(), c.pattern.as_str(), c.claim.id))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("src/a.py", "src/*.py", theirs.id),
+            ("docs/x/y.md", "docs/**", theirs.id),
+        ],
+        "its own claim and an expired one refuse nothing; `*` stays in its directory"
+    );
+    let for_b = store
+        .claims_on("/srv/repo", "task-b", &["src/a.py"], at)
+        .await
+        .unwrap();
+    assert_eq!(for_b.len(), 1);
+    assert_eq!(for_b[0].claim, mine);
+    assert!(
+        store
+            .claims_on("/srv/another", "task-a", &["src/a.py"], at)
+            .await
+            .unwrap()
+            .is_empty(),
+        "another repository's workspaces do not see them"
+    );
+}
+
+async fn deleting_a_workspace_releases_its_claims(store: &dyn AuditStore) {
+    store
+        .create_workspace(&workspace_record("task-a", WorkspaceKind::GitWorktree))
+        .await
+        .unwrap();
+    let t0 = now();
+    let gone = claim_at("task-a", &["a.py"], 60, t0);
+    let kept = claim_at("task-b", &["b.py"], 60, t0);
+    store.insert_claim(&gone).await.unwrap();
+    store.insert_claim(&kept).await.unwrap();
+
+    use writ_core::workspaces::WorkspaceDeletion;
+    assert_eq!(
+        store.delete_workspace("task-a").await.unwrap(),
+        WorkspaceDeletion::Deleted
+    );
+
+    assert_eq!(
+        store.live_claims("/srv/repo", t0).await.unwrap(),
+        vec![kept]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

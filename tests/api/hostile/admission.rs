@@ -1,5 +1,5 @@
-//! One admission, in one order for every batch: parse, replay, scope and models, budgets,
-//! targets, slot. A retried batch (the same `Idempotency-Key`) is answered what its first try
+//! One admission, in one order for every batch: parse, replay, scope and models, claims,
+//! budgets, targets, slot. A retried batch (the same `Idempotency-Key`) is answered what its first try
 //! answered before anything is taken or checked: it never holds a second slot, and a budget its
 //! first try spent does not refuse it.
 

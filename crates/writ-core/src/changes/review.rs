@@ -128,6 +128,10 @@ pub struct AppliedChange {
     /// Whether the proposer asked for a commit (absent: it did not say).
     #[serde(skip)]
     pub commit_asked: Option<bool>,
+    /// When the workspace is a git checkout: each path written that another workspace of its
+    /// repository, or the branch it goes back to, changed too since they share a base.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overlaps: Vec<crate::overlaps::Overlap>,
 }
 
 /// One file a rejection decided.
@@ -524,6 +528,7 @@ impl Changes<'_> {
             open_hunks: undecided,
             commit: None,
             commit_asked: set.commit,
+            overlaps: Vec::new(),
         })
     }
 

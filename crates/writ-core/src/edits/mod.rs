@@ -135,6 +135,10 @@ pub struct EditsResponse {
     /// or reject it at `/changes/{change_id}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub change_id: Option<Uuid>,
+    /// When the workspace is a git checkout: each path written that another workspace of its
+    /// repository, or the branch it goes back to, changed too since they share a base.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overlaps: Vec<crate::overlaps::Overlap>,
 }
 
 /// Applies `edits`; see the module docs.
@@ -233,6 +237,7 @@ pub async fn apply(
             duration_ms: started.elapsed().as_millis() as u64,
             status: None,
             change_id: None,
+            overlaps: Vec::new(),
         });
     }
     write_all(
@@ -463,6 +468,7 @@ async fn write_all(
                 duration_ms: started.elapsed().as_millis() as u64,
                 status: None,
                 change_id: None,
+                overlaps: Vec::new(),
             })
         }
     };

@@ -123,6 +123,22 @@ pub struct Edits {
 }
 
 impl Edits {
+    /// Every path the edits change — each file edited, added or deleted, and where a move puts
+    /// it — with the field that named it; none for a dry run, which changes nothing.
+    pub fn changed_paths(&self) -> Vec<(&str, &str)> {
+        if self.dry_run {
+            return Vec::new();
+        }
+        let mut paths = Vec::new();
+        for f in &self.files {
+            paths.push((f.path.as_str(), f.field.as_str()));
+            if let Some((to, field)) = &f.move_to {
+                paths.push((to.as_str(), field.as_str()));
+            }
+        }
+        paths
+    }
+
     /// The edits with the server's review settings applied: proposed for review when the
     /// request asked, or did not say and the server proposes by default. A request that
     /// deletes or moves files is not proposed (a change set holds writes): refused naming

@@ -77,6 +77,7 @@ pub(super) async fn propose_edits(
         duration_ms: 0,
         status: change_id.map(|_| status),
         change_id,
+        overlaps: Vec::new(),
     };
     for (e, outcome) in edited.into_iter().zip(made.files) {
         let mut file = answered(e, outcome.operation, Some(outcome.operation_id), None);

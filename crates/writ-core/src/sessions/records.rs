@@ -176,4 +176,8 @@ pub struct SessionView {
     pub receipt: Option<SessionReceipt>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// When the workspace is a git checkout: each path written that another workspace of its
+    /// repository, or the branch it goes back to, changed too since they share a base.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overlaps: Vec<crate::overlaps::Overlap>,
 }

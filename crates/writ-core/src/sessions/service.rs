@@ -577,6 +577,7 @@ impl Sessions<'_> {
             max_correction_rounds: MAX_CORRECTION_ROUNDS,
             receipt,
             error: session.error,
+            overlaps: Vec::new(),
         })
     }
 }

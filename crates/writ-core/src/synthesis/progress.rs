@@ -126,6 +126,9 @@ pub enum Event {
         file: String,
         error: String,
     },
+    /// A path the batch wrote was changed by another workspace of the repository, or by the
+    /// branch this workspace merges back into, since they share a base.
+    Overlap(crate::overlaps::Overlap),
     Done {
         status: String,
     },
@@ -189,6 +192,7 @@ impl Event {
             Event::Formatted { .. } => "formatted",
             Event::FileWritten { .. } => "file_written",
             Event::FileFailed { .. } => "file_failed",
+            Event::Overlap(_) => "overlap",
             Event::Done { .. } => DONE,
             Event::ChangeProposed { .. } => "change_proposed",
             Event::ChangeApplied { .. } => "change_applied",

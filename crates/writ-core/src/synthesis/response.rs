@@ -227,6 +227,11 @@ pub struct BatchResponse {
     /// or only the cheapest) and which budget made it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub degraded: Option<crate::budgets::Degraded>,
+    /// Paths the batch wrote that another workspace of the same repository, or the branch
+    /// this workspace's branch merges back into, changed too since they share a base (also the
+    /// job's `overlap` events; `GET /workspaces/{name}/overlaps` lists them all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overlaps: Vec<crate::overlaps::Overlap>,
     /// The batch's critical path of upstream calls (its slowest file's candidates, arbiter and
     /// fallback); not part of the answer, it is how writ's own overhead is measured.
     #[serde(skip)]
@@ -268,6 +273,7 @@ impl BatchResponse {
             commit: None,
             change_id: None,
             degraded: None,
+            overlaps: Vec::new(),
             upstream: std::time::Duration::ZERO,
         }
     }

@@ -42,6 +42,7 @@ impl Synthesizer {
             config: self.config.clone(),
             commands: self.commands.clone(),
             committer: self.committer.clone(),
+            overlaps: self.overlaps.clone(),
         }
     }
 }

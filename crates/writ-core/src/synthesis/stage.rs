@@ -168,6 +168,9 @@ pub struct Synthesizer {
     pub(crate) commands: Option<Arc<dyn CommandRunner>>,
     /// Commits what a batch wrote (`options.commit`, else its default); `None`: never.
     pub(crate) committer: Option<Arc<dyn crate::commits::Committer>>,
+    /// Tells which written paths other workspaces of the repository changed too; `None`: not
+    /// asked (no workspaces).
+    pub(crate) overlaps: Option<Arc<dyn crate::overlaps::OverlapFinder>>,
 }
 
 /// What a batch's prompts show of what exists before it, read while the batch is checked
@@ -256,6 +259,7 @@ impl Synthesizer {
             config,
             commands: None,
             committer: None,
+            overlaps: None,
         }
     }
 
@@ -268,6 +272,15 @@ impl Synthesizer {
     /// Lets batches commit what they wrote through `committer`.
     pub fn with_committer(mut self, committer: Option<Arc<dyn crate::commits::Committer>>) -> Self {
         self.committer = committer;
+        self
+    }
+
+    /// Lets batches report the paths they wrote that other workspaces changed too.
+    pub fn with_overlaps(
+        mut self,
+        finder: Option<Arc<dyn crate::overlaps::OverlapFinder>>,
+    ) -> Self {
+        self.overlaps = finder;
         self
     }
 
@@ -288,6 +301,7 @@ impl Synthesizer {
             config: self.config.clone(),
             commands,
             committer,
+            overlaps: self.overlaps.clone(),
         }
     }
 

@@ -252,6 +252,8 @@ pub static SETTINGS: &[Setting] = &[
         "batches, edits and write sessions that do not say (`review`) are proposed for review as change sets instead of written ([review.md](review.md))"),
     Setting::new("WRIT_REVIEW_TTL", Server, Duration, Literal("7d"),
         "how long a change set may be applied (`s`, `m`, `h`, `d`); past it, it is `expired`; open change sets hold no locks ([review.md](review.md))"),
+    Setting::new("WRIT_RESPECT_CLAIMS", Server, Switch, Literal("false"),
+        "refuse (409 `claimed`) a write into a path another workspace of the same repository has claimed (`POST /workspaces/{name}/claims`): batches that do not say (`options.respect_claims`), direct writes, edits and write sessions ([workspaces.md](workspaces.md#claims))"),
     // Models and their provider.
     Setting::new("OPENROUTER_API_KEY", Models, Secret, Unset,
         "provider key; never logged or returned"),

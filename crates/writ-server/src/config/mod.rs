@@ -116,6 +116,9 @@ pub struct Settings {
     /// Whether requests are proposed for review by default, and for how long a change set may be
     /// applied (`WRIT_REVIEW`, `WRIT_REVIEW_TTL`).
     pub review: writ_core::changes::ReviewSettings,
+    /// Refuse a write into a path another workspace of its repository has claimed, unless a
+    /// batch says otherwise (`WRIT_RESPECT_CLAIMS`).
+    pub respect_claims: bool,
     /// Adaptive routing: the default for batches and how it decides (`WRIT_ROUTING*`).
     pub routing: writ_core::synthesis::routing::RoutingPolicy,
     /// What is logged and how.
@@ -142,6 +145,7 @@ impl std::fmt::Debug for Settings {
             .field("history_retention", &self.history_retention)
             .field("git_commit", &self.git_commit)
             .field("review", &self.review)
+            .field("respect_claims", &self.respect_claims)
             .field("log", &self.log)
             .finish()
     }
@@ -238,6 +242,7 @@ impl Settings {
                 by_default: parse_switch(get, "WRIT_REVIEW", false)?,
                 ttl: review_ttl(get("WRIT_REVIEW_TTL").as_deref())?,
             },
+            respect_claims: parse_switch(get, "WRIT_RESPECT_CLAIMS", false)?,
             routing: routing::load(get)?,
             log: LogSettings::load(get)?,
         })

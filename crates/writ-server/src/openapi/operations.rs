@@ -37,7 +37,8 @@ use crate::service::spend::KeySpend;
 use crate::service::stats::ModelStatsPage;
 use crate::service::synthesis::AcceptedBatch;
 use crate::service::workspaces::{
-    CreateWorkspace, DeletedWorkspace, MergeWorkspace, MergedWorkspace, WorkspaceInfo,
+    ClaimList, ClaimView, CreateWorkspace, DeletedWorkspace, MakeClaim, MergeWorkspace,
+    MergedWorkspace, OverlapList, RebaseWorkspace, RebasedWorkspace, ReleasedClaims, WorkspaceInfo,
 };
 use crate::tools::formats::Declarations;
 
@@ -91,7 +92,7 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
             .raw_body(&[("text/plain", s.inline::<String>()), ("application/octet-stream", s.inline::<Binary>())])
             .answer(200, Response::new("Updated (or unchanged).").json(s.response::<WriteAnswer>()).headers(s.headers::<WrittenHeaders>()))
             .answer(201, Response::new("Created.").json(s.response::<WriteAnswer>()).headers(s.headers::<WrittenHeaders>()))
-            .errors(&[InvalidPath, ProtectedPath, NotFound, AlreadyExists, ParentMissing, NotAFile, NotADirectory, PreconditionFailed, FileTooLarge, InvalidUtf8, AuditUnavailable, NoSpace])
+            .errors(&[InvalidPath, ProtectedPath, NotFound, AlreadyExists, ParentMissing, NotAFile, NotADirectory, PreconditionFailed, Claimed, FileTooLarge, InvalidUtf8, AuditUnavailable, NoSpace])
             .errors_at(422, &[InvalidPath]),
         ("POST", "/write_codebase") => Op::new("writeCodebase", "Write up to five files, each chosen among several models' candidates.")
             .description(concat!(
@@ -111,11 +112,15 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "its budget this UTC day or month is answered 402 `budget_exceeded` and nothing is called\n",
                 "(`field` names the limit; `details` holds budget (`key` or `workspace`), workspace, period,\n",
                 "limit_kind, limit, spent, resets_at).\n",
+                "With `options.respect_claims` (or, when it is absent, WRIT_RESPECT_CLAIMS), a batch one of\n",
+                "whose files another workspace of the same repository has claimed (`/workspaces/{name}/claims`)\n",
+                "is answered 409 `claimed` naming files[i].filename, the claim, when it expires and, when the\n",
+                "key may use it, the workspace holding it (`details.claims`); nothing is called or written.\n",
             ))
             .json_body(s.request::<WriteCodebaseRequest>())
             .answer(200, Response::new("The batch ran; see each file's result.").json(s.response::<BatchResponse>()).headers(s.headers::<BatchAnswerHeaders>()))
             .answer(202, Response::new("Accepted to run in the background (`Prefer: respond-async` or `options.async`); follow it at `Location`.").json(s.response::<AcceptedBatch>()).headers(s.headers::<AcceptedHeaders>()))
-            .errors(&[InvalidRequest, BudgetExceeded, IdempotencyConflict, IdempotencyInProgress, PreconditionFailed, TooManyBatches, ModelsUnavailable, CommandsUnavailable, AuditUnavailable]),
+            .errors(&[InvalidRequest, BudgetExceeded, IdempotencyConflict, IdempotencyInProgress, PreconditionFailed, Claimed, TooManyBatches, ModelsUnavailable, CommandsUnavailable, AuditUnavailable]),
         ("POST", "/edits") => Op::new("postEdits", "Apply str_replace edits or an apply_patch patch to up to five files (changes, additions, deletions, moves), all or nothing.")
             .description(concat!(
                 "Every file is read and every edit applied in memory first: an edit's old text must match its\n",
@@ -135,7 +140,7 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
             ))
             .json_body(s.request::<EditsRequest>())
             .json(200, "Every file was changed (or, with dry_run, would be).", s.response::<EditsResponse>())
-            .errors(&[InvalidRequest, InvalidPath, ProtectedPath, NotFound, AlreadyExists, NotAFile, EditFailed, ValidationFailed, PreconditionFailed, FileTooLarge, CommandsUnavailable, AuditUnavailable, NoSpace])
+            .errors(&[InvalidRequest, InvalidPath, ProtectedPath, NotFound, AlreadyExists, NotAFile, EditFailed, ValidationFailed, PreconditionFailed, Claimed, FileTooLarge, CommandsUnavailable, AuditUnavailable, NoSpace])
             .errors_at(422, &[InvalidPath]),
         ("POST", "/run") => Op::new("runCommand", "Run a configured command in the sandbox on a scratch of the workspace.")
             .description(concat!(
@@ -166,7 +171,7 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
             ))
             .json_body(s.request::<BeginSession>())
             .json(201, "The session, awaiting content.", s.response::<SessionView>())
-            .errors(&[InvalidRequest, InvalidPath, ProtectedPath, AlreadyExists, ParentMissing, NotAFile, TooManyWriteSessions, AuditUnavailable])
+            .errors(&[InvalidRequest, InvalidPath, ProtectedPath, AlreadyExists, ParentMissing, NotAFile, Claimed, TooManyWriteSessions, AuditUnavailable])
             .errors_at(422, &[InvalidPath]),
         ("GET", "/write_sessions/{id}") => Op::new("getWriteSession", "A write session's state, counters and, once done, its write's receipt.")
             .description(concat!(
@@ -185,7 +190,7 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
             ))
             .raw_body(&[("*/*", s.inline::<Binary>())])
             .json(200, "The session after the chunk (`done` with its receipt when the chunk ended it with DONE).", s.response::<SessionView>())
-            .errors(&[NotFound, SessionState, TooLarge, ProtectedPath, PreconditionFailed, AlreadyExists, ParentMissing, FileTooLarge, InvalidUtf8, AuditUnavailable, NoSpace]),
+            .errors(&[NotFound, SessionState, TooLarge, ProtectedPath, PreconditionFailed, AlreadyExists, ParentMissing, Claimed, FileTooLarge, InvalidUtf8, AuditUnavailable, NoSpace]),
         ("POST", "/write_sessions/{id}/finish") => Op::new("finishWriteSession", "Finalise a write session without a DONE line.")
             .description(concat!(
                 "Checks the content as UTF-8 and writes the file through the same recorded write as PUT /files (the\n",
@@ -193,7 +198,7 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "that is done answers the same receipt again; nothing is written twice.\n",
             ))
             .json(200, "The session, `done` with its receipt or `needs_corrections`.", s.response::<SessionView>())
-            .errors(&[NotFound, SessionState, ProtectedPath, PreconditionFailed, AlreadyExists, ParentMissing, FileTooLarge, AuditUnavailable, NoSpace]),
+            .errors(&[NotFound, SessionState, ProtectedPath, PreconditionFailed, AlreadyExists, ParentMissing, Claimed, FileTooLarge, AuditUnavailable, NoSpace]),
         ("POST", "/write_sessions/{id}/corrections") => Op::new("correctWriteSession", "Correct the invalid UTF-8 sequences a finalisation found, then finalise again.")
             .description(concat!(
                 "Each correction replaces the invalid sequence starting at `offset` (as the session listed it) with\n",
@@ -201,7 +206,7 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
             ))
             .json_body(s.request::<Corrections>())
             .json(200, "The session, `done` with its receipt or `needs_corrections` again.", s.response::<SessionView>())
-            .errors(&[InvalidRequest, NotFound, SessionState, ProtectedPath, PreconditionFailed, AlreadyExists, ParentMissing, FileTooLarge, AuditUnavailable, NoSpace]),
+            .errors(&[InvalidRequest, NotFound, SessionState, ProtectedPath, PreconditionFailed, AlreadyExists, ParentMissing, Claimed, FileTooLarge, AuditUnavailable, NoSpace]),
         ("GET", "/jobs") => Op::new("listJobs", "Recent batches (jobs), newest first.")
             .description(concat!(
                 "The key's own jobs; every key's with the `admin` scope (or while auth is off). Only in\n",
@@ -386,11 +391,41 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
                 "409 `conflict` with each file and its conflicting hunks (details.files) and neither branch\n",
                 "moves. A merge that moved `into` is recorded in the audit log (its request_id). Only a\n",
                 "git_worktree workspace has a branch to merge (422 naming `name`); an unknown `into` is 422\n",
-                "naming `into`.\n",
+                "naming `into`. When the workspace's newest rebase left the branch where it is and the checks\n",
+                "it re-ran failed, the merge is refused with 409 `checks_failed` (details.checks) unless\n",
+                "`force` is true.\n",
             ))
             .json_body(s.request::<MergeWorkspace>())
             .json(200, "Merged (or already up to date).", s.response::<MergedWorkspace>())
+            .errors(&[InvalidRequest, NotFound, Conflict, ChecksFailed, AuditUnavailable]),
+        ("POST", "/workspaces/{name}/rebase") => Op::new("rebaseWorkspace", "Replay a git-worktree workspace's branch on its target's tip, and re-run the checks of the files it touched.")
+            .description(concat!(
+                "The branch's own commits are replayed, in order, on the tip of `onto` (absent: the branch\n",
+                "the workspace was made from), without touching any working tree until every commit applies.\n",
+                "A conflict answers 409 `conflict` with each file and its hunks (details.files) and nothing\n",
+                "moves; so do uncommitted changes in the workspace. After a clean rebase the worktree follows,\n",
+                "and the checks recorded by the batches that last wrote each touched file are re-run in the\n",
+                "sandbox on a scratch copy: their commands (`options.validation.commands`, in `checks`) and the\n",
+                "generated tests they kept (in `generated`); `checks_passed` says whether all still pass. The\n",
+                "rebase is recorded as a request; `POST /requests/{id}/undo` puts the branch back while no\n",
+                "commit was made on it since. A merge of a branch whose newest rebase failed its checks is\n",
+                "refused (409 `checks_failed`) unless forced. Needs `write`; a key bound to workspaces\n",
+                "reaches only its own, and a branch of a workspace it may not use answers as none.\n",
+            ))
+            .json_body(s.request::<RebaseWorkspace>())
+            .json(200, "Rebased (or already up to date), with the checks re-run.", s.response::<RebasedWorkspace>())
             .errors(&[InvalidRequest, NotFound, Conflict, AuditUnavailable]),
+        ("GET", "/workspaces/{name}/overlaps") => Op::new("getWorkspaceOverlaps", "The paths a workspace changed that another workspace of its repository, or its target branch, changed too.")
+            .description(concat!(
+                "Every path the workspace changed (committed on its branch since its target, or written by\n",
+                "a request since it was made) that another live workspace of the same repository, or the\n",
+                "branch it goes back to, changed since they share a base: with their newest commit, or the\n",
+                "request that wrote their uncommitted change. A workspace the key may not use is reported\n",
+                "without its name or branch. A batch's answer carries the same for the paths it wrote\n",
+                "(`overlaps`), and its job's stream an `overlap` event each.\n",
+            ))
+            .json(200, "The overlaps, oldest change first per path.", s.response::<OverlapList>())
+            .errors(&[NotFound, AuditUnavailable]),
         ("DELETE", "/workspaces/{name}") => Op::new("deleteWorkspace", "Forget a workspace; its files are kept.")
             .description(concat!(
                 "The workspace is no longer served (404 inside it from then on). Its files are never\n",
@@ -400,6 +435,35 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
             ))
             .json(200, "What was done.", s.response::<DeletedWorkspace>())
             .errors(&[NotFound, Conflict, AuditUnavailable]),
+        ("POST", "/workspaces/{name}/claims") => Op::new("claimPaths", "Claim paths of the workspace's repository for a while: an advisory lease the other workspaces of that repository see.")
+            .description(concat!(
+                "`paths` are globs relative to the repository's root (`src/**/*.py`, `a.py`; `*` stays within\n",
+                "a directory, `**` crosses them), 1 to 100; `ttl_secs` 1 to 604800 (default 3600). The\n",
+                "repository of a git_worktree workspace is the one it was made from; any other workspace\n",
+                "(`default` among them) is its own. Every workspace of the repository sees the claim in\n",
+                "`GET /workspaces/{name}/claims`, on every replica, until it is released or expires. A\n",
+                "write another workspace makes into a claimed path is refused 409 `claimed` when it\n",
+                "respects claims (a batch's `options.respect_claims`, else WRIT_RESPECT_CLAIMS); otherwise\n",
+                "it goes ahead. Bad input is 422 naming the field (`paths`, `paths[i]`, `ttl_secs`) and the\n",
+                "limit, and nothing is claimed; a workspace holding 100 live claims is refused 409.\n",
+            ))
+            .json_body(s.request::<MakeClaim>())
+            .json(201, "The claim made.", s.response::<ClaimView>())
+            .errors(&[InvalidRequest, NotFound, Conflict, AuditUnavailable]),
+        ("GET", "/workspaces/{name}/claims") => Op::new("listClaims", "The live claims of every workspace of the workspace's repository, its own included.")
+            .description(concat!(
+                "Oldest first; `own` marks the workspace's own. A claim of a workspace the key may not use\n",
+                "is shown without its workspace and without the key that made it.\n",
+            ))
+            .json(200, "The live claims.", s.response::<ClaimList>())
+            .errors(&[NotFound, AuditUnavailable]),
+        ("DELETE", "/workspaces/{name}/claims") => Op::new("releaseClaims", "Release every claim the workspace holds.")
+            .json(200, "How many live claims were released.", s.response::<ReleasedClaims>())
+            .errors(&[NotFound, AuditUnavailable]),
+        ("DELETE", "/workspaces/{name}/claims/{id}") => Op::new("releaseClaim", "Release one of the workspace's claims.")
+            .description("Only the workspace holding a claim releases it: another workspace's claim, or one released or expired, is 404.\n")
+            .json(200, "Released (`released`: 1).", s.response::<ReleasedClaims>())
+            .errors(&[NotFound, AuditUnavailable]),
         ("GET", "/workspaces/{name}/{*rest}") => Op::new("getInWorkspace", "`GET /files`, `/files/{path}`, `/search`, `/jobs`, `/jobs/{id}`, `/jobs/{id}/events`, `/operations`, `/operations/{id}` or `/write_sessions/{id}`, in the workspace `name`.")
             .description(concat!(
                 "Answers as the route `/{rest}` does, with every path relative to the workspace's root\n",
@@ -451,7 +515,7 @@ pub(super) fn operation(method: &str, path: &str, s: &mut Schemas) -> Option<Op>
             .json_body(s.request::<ToolCall>())
             .json(200, "The tool ran.", s.response::<ToolCallAnswer>())
             .error_body(s.response::<ToolCallError>())
-            .errors(&[InvalidArguments, InvalidRequest, InvalidParameter, InvalidPath, InsufficientScope, NotFound, AlreadyExists, ParentMissing, NotAFile, NotADirectory, Cancelled, IdempotencyConflict, PreconditionFailed, FileTooLarge, InvalidUtf8, ProtectedPath, BudgetExceeded, TooManyBatches, ModelsUnavailable, AuditUnavailable, NoSpace])
+            .errors(&[InvalidArguments, InvalidRequest, InvalidParameter, InvalidPath, InsufficientScope, NotFound, AlreadyExists, ParentMissing, NotAFile, NotADirectory, Cancelled, IdempotencyConflict, PreconditionFailed, Claimed, FileTooLarge, InvalidUtf8, ProtectedPath, BudgetExceeded, TooManyBatches, ModelsUnavailable, AuditUnavailable, NoSpace])
             .errors_at(422, &[InvalidPath]),
         ("POST", "/mcp") => Op::new("mcpPost", "MCP over streamable HTTP (JSON-RPC messages from the client).")
             .description(concat!(

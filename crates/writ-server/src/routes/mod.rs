@@ -3,11 +3,12 @@
 //!
 //! One module per resource: [`synthesis`] (`POST /write_codebase`), [`files`] (the direct file
 //! routes), [`search`] (`GET /search`), [`edits`] (`POST /edits`), [`run`] (`POST /run`), [`jobs`] (jobs and their event stream), [`operations`] (the
-//! audit log), [`history`] (undo and restore), [`changes`] (change sets held for review), [`workspaces`] (named workspaces), [`tools`] (function-calling declarations and dispatch), [`meta`] (health,
+//! audit log), [`history`] (undo and restore), [`changes`] (change sets held for review), [`workspaces`] (named workspaces), [`claims`] (a workspace's claims on paths of its repository), [`tools`] (function-calling declarations and dispatch), [`meta`] (health,
 //! readiness, metrics, the spec, the dashboard). Each handler translates HTTP to
 //! [`crate::service`]; [`hang_ups`] runs every mutating one beyond its client's hang-up.
 
 pub mod changes;
+pub mod claims;
 pub mod edits;
 pub mod files;
 pub mod hang_ups;
@@ -247,10 +248,44 @@ pub fn api_routes() -> Vec<Route> {
             Access::Scope(Scope::Admin),
             workspaces::merge_workspace,
         ),
+        // A task's agent keeps its own branch current: `write` in it (its key's binding holds).
+        Route::post(
+            "/workspaces/{name}/rebase",
+            Access::Scope(Scope::Write),
+            workspaces::rebase_workspace,
+        ),
+        Route::get(
+            "/workspaces/{name}/overlaps",
+            Access::Scope(Scope::Read),
+            workspaces::get_overlaps,
+        ),
         Route::delete(
             "/workspaces/{name}",
             Access::Scope(Scope::Admin),
             workspaces::delete_workspace,
+        ),
+        // A task's agent claims paths of its repository and releases them: `write` in its
+        // workspace (its key's binding holds); reading the claims of the repository, `read`.
+        // Before the catch-all below, which would otherwise take them.
+        Route::post(
+            "/workspaces/{name}/claims",
+            Access::Scope(Scope::Write),
+            claims::post_claim,
+        ),
+        Route::get(
+            "/workspaces/{name}/claims",
+            Access::Scope(Scope::Read),
+            claims::list_claims,
+        ),
+        Route::delete(
+            "/workspaces/{name}/claims",
+            Access::Scope(Scope::Write),
+            claims::delete_claims,
+        ),
+        Route::delete(
+            "/workspaces/{name}/claims/{id}",
+            Access::Scope(Scope::Write),
+            claims::delete_claim,
         ),
         // The routes of `workspace_routes`, in the named workspace: a valid key here, its scope
         // for the route inside checked there (`auth::require_scope_within`).

@@ -148,9 +148,7 @@ pub async fn merge_workspace(
     Path(WorkspaceRef { name }): Path<WorkspaceRef>,
     body: axum::body::Bytes,
 ) -> Result<Json<workspaces::MergedWorkspace>, ApiError> {
-    if !may_use(bound.as_ref().map(|axum::Extension(b)| b), &name) {
-        return Err(unknown_workspace(&name));
-    }
+    usable(bound.as_ref(), &name)?;
     let Json(request) = Json::<workspaces::MergeWorkspace>::from_bytes(&body)
         .map_err(|e| crate::extract::json_error(&e))?;
     let caller = caller.map(|axum::Extension(Caller(id))| id);
@@ -159,13 +157,73 @@ pub async fn merge_workspace(
         &name,
         request,
         caller.as_deref(),
-        bound
-            .as_ref()
-            .map(|axum::Extension(KeyWorkspaces(b))| &b[..]),
+        names(bound.as_ref()),
         request_id,
     )
     .await?;
     Ok(Json(merged))
+}
+
+/// The workspaces the key is bound to (`None`: all).
+fn names(bound: Option<&axum::Extension<KeyWorkspaces>>) -> Option<&[String]> {
+    bound.map(|axum::Extension(KeyWorkspaces(b))| &b[..])
+}
+
+/// A workspace the key may not use answers as one that does not exist.
+pub(super) fn usable(
+    bound: Option<&axum::Extension<KeyWorkspaces>>,
+    name: &str,
+) -> Result<(), ApiError> {
+    if may_use(bound.map(|axum::Extension(b)| b), name) {
+        Ok(())
+    } else {
+        Err(unknown_workspace(name))
+    }
+}
+
+/// Replays a git-worktree workspace's branch on its target's tip (or `onto`) and re-runs the
+/// checks of the files it touched; 409 with the conflicting hunks, and nothing moved, when it
+/// does not replay cleanly.
+pub async fn rebase_workspace(
+    State(state): State<AppState>,
+    axum::Extension(RequestId(request_id)): axum::Extension<RequestId>,
+    caller: Option<axum::Extension<Caller>>,
+    bound: Option<axum::Extension<KeyWorkspaces>>,
+    Path(WorkspaceRef { name }): Path<WorkspaceRef>,
+    body: axum::body::Bytes,
+) -> Result<Json<workspaces::RebasedWorkspace>, ApiError> {
+    usable(bound.as_ref(), &name)?;
+    // An empty body rebases onto the workspace's target.
+    let request = if body.iter().all(u8::is_ascii_whitespace) {
+        workspaces::RebaseWorkspace::default()
+    } else {
+        let Json(request) = Json::<workspaces::RebaseWorkspace>::from_bytes(&body)
+            .map_err(|e| crate::extract::json_error(&e))?;
+        request
+    };
+    let caller = caller.map(|axum::Extension(Caller(id))| id);
+    let rebased = workspaces::rebase(
+        &state,
+        &name,
+        request,
+        caller.as_deref(),
+        names(bound.as_ref()),
+        request_id,
+    )
+    .await?;
+    Ok(Json(rebased))
+}
+
+/// The paths a workspace changed that another workspace of its repository, or its target
+/// branch, changed too since they share a base.
+pub async fn get_overlaps(
+    State(state): State<AppState>,
+    bound: Option<axum::Extension<KeyWorkspaces>>,
+    Path(WorkspaceRef { name }): Path<WorkspaceRef>,
+) -> Result<Json<workspaces::OverlapList>, ApiError> {
+    usable(bound.as_ref(), &name)?;
+    let list = workspaces::list_overlaps(&state.workspaces, &name, names(bound.as_ref())).await?;
+    Ok(Json(list))
 }
 
 /// The router of the routes served inside the workspace `name` ([`crate::routes::WORKSPACE_ROUTES`]),

@@ -193,6 +193,31 @@ pub async fn apply(
     req: ApplyChange,
 ) -> Result<AppliedChange, ApiError> {
     let asked = req.commit;
+    if state.settings.respect_claims {
+        // The files the apply may write: those named, else every file of the set.
+        let mut paths: Vec<String> = req
+            .files
+            .iter()
+            .cloned()
+            .chain(req.hunks.keys().cloned())
+            .collect();
+        if paths.is_empty() {
+            paths = show(state, who, id)
+                .await?
+                .files
+                .into_iter()
+                .map(|f| f.path)
+                .collect();
+        }
+        let named: Vec<(&str, &str)> = paths.iter().map(|p| (p.as_str(), "files")).collect();
+        crate::service::workspaces::refuse_claimed(
+            &state.workspaces,
+            state.workspace.name(),
+            &named,
+            who.caller.as_deref(),
+        )
+        .await?;
+    }
     let mut answer = changes(state)
         .apply(who, id, req)
         .await
@@ -230,6 +255,9 @@ pub async fn apply(
         },
     )
     .await;
+    let written: Vec<String> = answer.files.iter().map(|f| f.path.clone()).collect();
+    answer.overlaps =
+        crate::service::workspaces::overlaps_written(state, &written, who.caller.as_deref()).await;
     Ok(answer)
 }
 

@@ -27,8 +27,18 @@ pub async fn apply(
         .map_err(edits_error)?
         .reviewed(&state.settings.review)
         .map_err(edits_error)?;
+    if state.settings.respect_claims {
+        crate::service::workspaces::refuse_claimed(
+            &state.workspaces,
+            state.workspace.name(),
+            &edits.changed_paths(),
+            editor.caller.as_deref(),
+        )
+        .await?;
+    }
     let caller = editor.caller.clone();
-    let answer = edits::apply(
+    let caller_key = caller.clone();
+    let mut answer = edits::apply(
         state.store.as_ref(),
         state.workspace.as_ref(),
         runner.as_deref().map(|r| r as &dyn CommandRunner),
@@ -65,6 +75,15 @@ pub async fn apply(
             },
         )
         .await;
+        let written: Vec<String> = answer
+            .files
+            .iter()
+            .filter(|f| f.operation != writ_core::audit::OperationKind::Unchanged)
+            .map(|f| f.path.clone())
+            .collect();
+        answer.overlaps =
+            crate::service::workspaces::overlaps_written(state, &written, caller_key.as_deref())
+                .await;
     }
     Ok(answer)
 }

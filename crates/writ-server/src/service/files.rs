@@ -213,6 +213,10 @@ pub struct WriteAnswer {
     pub request_id: Uuid,
     /// `cat -n`-style view of the start of the file, for updates.
     pub preview: Option<String>,
+    /// When the workspace is a git checkout: another workspace of its repository, or the
+    /// branch it goes back to, changed this path too since they share a base.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub overlaps: Vec<writ_core::overlaps::Overlap>,
 }
 
 /// One direct write, as `PUT /files/{path}` and the `write_file` tool ask for it.
@@ -249,6 +253,15 @@ pub async fn write(state: &AppState, w: FileWrite) -> Result<FileWritten, ApiErr
         body,
     } = w;
     let path = RepoPath::parse_nonempty(&raw).map_err(|e| path_error(&e, "path"))?;
+    if state.settings.respect_claims {
+        crate::service::workspaces::refuse_claimed(
+            &state.workspaces,
+            state.workspace.name(),
+            &[(path.as_str(), "path")],
+            caller.as_deref(),
+        )
+        .await?;
+    }
 
     let content: Vec<u8> = match std::str::from_utf8(&body) {
         Ok(_) => body,
@@ -298,6 +311,7 @@ async fn write_recorded(
 ) -> Result<FileWritten, ApiError> {
     let path = spec.path.clone();
     let author = caller.clone();
+    let author_key = caller.clone();
     let write = direct::DirectWrite {
         request_id,
         caller,
@@ -323,8 +337,15 @@ async fn write_recorded(
         },
     )
     .await;
+    let overlaps = crate::service::workspaces::overlaps_written(
+        state,
+        &[path.to_string()],
+        author_key.as_deref(),
+    )
+    .await;
     let text = String::from_utf8_lossy(&receipt.content);
     let answer = WriteAnswer {
+        overlaps,
         path: path.to_string(),
         operation: receipt.operation.as_str().to_string(),
         bytes: receipt.bytes,

@@ -63,7 +63,42 @@ pub async fn undo(
     {
         return Err(ApiError::not_found(format!("no request {undone}")).with_field(field));
     }
+    if let Some(record) = state.store.get_request(undone).await.map_err(store_error)?
+        && crate::service::workspaces::is_rebase_route(&record.route)
+    {
+        return undo_rebase(state, who, record, options.dry_run).await;
+    }
     let caller = who.caller.clone();
+    if state.settings.respect_claims {
+        // The files the undo would write, as a dry run plans them (a refusal of its own, such
+        // as a file changed since, is left for the undo itself to answer).
+        let planned = history::undo(
+            state.store.as_ref(),
+            state.workspace.as_ref(),
+            who.clone(),
+            undone,
+            UndoOptions {
+                force: true,
+                dry_run: true,
+                commit: None,
+            },
+        )
+        .await;
+        if let Ok(planned) = planned {
+            let named: Vec<(&str, &str)> = planned
+                .files
+                .iter()
+                .map(|f| (f.path.as_str(), field))
+                .collect();
+            crate::service::workspaces::refuse_claimed(
+                &state.workspaces,
+                state.workspace.name(),
+                &named,
+                caller.as_deref(),
+            )
+            .await?;
+        }
+    }
     // The undo of a committed request is a revert commit, however that request came to be
     // committed; otherwise the undo commits as it asks, else as the workspace is set.
     let asked = match options.commit {
@@ -108,6 +143,67 @@ pub async fn undo(
     Ok(answer)
 }
 
+/// The undo of a rebase: its branch back at the tip it had, while nothing was committed on it
+/// since; recorded as a request like every undo. It writes no file of its own: the worktree
+/// follows the branch.
+async fn undo_rebase(
+    state: &AppState,
+    who: HistoryCaller,
+    record: writ_core::audit::RequestRecord,
+    dry_run: bool,
+) -> Result<UndoResponse, ApiError> {
+    let rebased = record
+        .response
+        .and_then(|r| {
+            serde_json::from_value::<crate::service::workspaces::RebasedWorkspace>(r).ok()
+        })
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::Conflict,
+                format!("the rebase {} kept no answer to undo from", record.id),
+            )
+        })?;
+    let answer = UndoResponse {
+        request_id: who.request_id,
+        undone_request_id: record.id,
+        dry_run,
+        files: Vec::new(),
+    };
+    if dry_run {
+        return Ok(answer);
+    }
+    crate::service::workspaces::undo_rebase(state, &rebased).await?;
+    let recorded = async {
+        state
+            .store
+            .insert_request(&writ_core::audit::NewRequest {
+                id: who.request_id,
+                received_at: chrono::Utc::now(),
+                route: who.route.clone(),
+                caller: who.caller.clone(),
+                scope: who.scope,
+                idempotency_key: None,
+                body_sha256: None,
+                workspace: rebased.workspace.clone(),
+            })
+            .await?;
+        state
+            .store
+            .finish_request(
+                who.request_id,
+                writ_core::audit::RequestStatus::Success,
+                0,
+                serde_json::to_value(&answer).ok().as_ref(),
+            )
+            .await
+    }
+    .await;
+    if let Err(e) = recorded {
+        tracing::warn!(error = %e, "a rebase was undone but the undo could not be recorded");
+    }
+    Ok(answer)
+}
+
 pub async fn restore(
     state: &AppState,
     viewer: &Viewer,
@@ -131,6 +227,15 @@ pub async fn restore(
         return Err(not_found());
     }
     let caller = who.caller.clone();
+    if state.settings.respect_claims {
+        crate::service::workspaces::refuse_claimed(
+            &state.workspaces,
+            state.workspace.name(),
+            &[(op.filename.as_str(), field)],
+            caller.as_deref(),
+        )
+        .await?;
+    }
     let asked = options.commit;
     let answer = history::restore(
         state.store.as_ref(),

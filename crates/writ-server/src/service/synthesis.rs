@@ -35,12 +35,15 @@ pub struct BatchCall<'a> {
 /// 2. replay — a repeated `Idempotency-Key` answers what its first try answered, before
 ///    anything is checked or taken (a retry never holds a second slot);
 /// 3. scope and models — `run` for validation, the configured models;
-/// 4. budgets — the key's, then the workspace's;
-/// 5. targets — the files on disk, each `expected_sha256`, the validation commands;
-/// 6. slot — one of the key's (and the workspace's) batches in flight, taken last.
+/// 4. claims — where the batch respects them (`options.respect_claims`, else
+///    `WRIT_RESPECT_CLAIMS`), none of the paths it writes claimed by another workspace of its
+///    repository (409 `claimed`);
+/// 5. budgets — the key's, then the workspace's;
+/// 6. targets — the files on disk, each `expected_sha256`, the validation commands;
+/// 7. slot — one of the key's (and the workspace's) batches in flight, taken last.
 ///
-/// A batch resumed by another replica goes through steps 3 (models) and 5 again, and every
-/// model call asks the budgets again (`writ_core::synthesis::jobs`).
+/// A batch resumed by another replica goes through steps 3 (models) and 6 again, and every
+/// model call asks the budgets again (`writ_core::synthesis::jobs`); claims are asked once, here.
 pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun<Running>, ApiError> {
     // 1. parse
     let req: WriteCodebaseRequest = parse_json(call.body)?;
@@ -83,13 +86,16 @@ pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun<Runnin
         );
     }
 
-    // 4. budgets
+    // 4. claims
+    check_claims(state, &submission).await?;
+
+    // 5. budgets
     check_budgets(state, submission.caller.as_deref()).await?;
 
-    // 5. targets (and the models and commands as the core knows them)
+    // 6. targets (and the models and commands as the core knows them)
     let checked = jobs.check(&submission).await.map_err(submit_error)?;
 
-    // 6. slot: refused at once rather than queued; the permit travels with the task it bounds.
+    // 7. slot: refused at once rather than queued; the permit travels with the task it bounds.
     let permit = state
         .limits
         .admit_batch(
@@ -174,6 +180,42 @@ pub fn submit_error(err: SubmitError) -> ApiError {
             ApiError::new(ErrorCode::PreconditionFailed, err.to_string()).with_field(field)
         }
     }
+}
+
+/// Refuses a batch that respects claims when another workspace of its repository has claimed a
+/// path it writes: its files and the tests it keeps. A dry run writes nothing and is never
+/// refused.
+async fn check_claims(state: &AppState, submission: &Submission) -> Result<(), ApiError> {
+    let options = submission.batch.options();
+    if options.dry_run()
+        || !crate::service::workspaces::respected(options.respect_claims(), &state.settings)
+    {
+        return Ok(());
+    }
+    let fields: Vec<String> = submission
+        .batch
+        .files()
+        .iter()
+        .enumerate()
+        .map(|(i, _)| format!("files[{i}].filename"))
+        .collect();
+    let mut paths: Vec<(&str, &str)> = submission
+        .batch
+        .files()
+        .iter()
+        .zip(&fields)
+        .map(|(f, field)| (f.path().as_str(), field.as_str()))
+        .collect();
+    if let Some(kept) = options.validation().and_then(|v| v.keep_tests()) {
+        paths.push((kept.as_str(), "options.validation.keep_tests"));
+    }
+    crate::service::workspaces::refuse_claimed(
+        &state.workspaces,
+        &submission.workspace,
+        &paths,
+        submission.caller.as_deref(),
+    )
+    .await
 }
 
 /// Refuses a batch whose key, or whose workspace, has spent a limit of its budget in the current

@@ -33,7 +33,10 @@ pub async fn run(
         review: &state.settings.review,
     };
     let id = id.unwrap_or_default();
-    let view = match call {
+    if state.settings.respect_claims {
+        refuse_claimed(state, &sessions, &who, &id, &call).await?;
+    }
+    let mut view = match call {
         SessionCall::Begin(begin) => sessions.begin(&who, begin).await,
         SessionCall::Get => sessions.get(&who, &id).await,
         SessionCall::Append(chunk) => sessions.append(&who, &id, &chunk).await,
@@ -65,8 +68,46 @@ pub async fn run(
             },
         )
         .await;
+        let path = receipt.path.clone();
+        view.overlaps =
+            crate::service::workspaces::overlaps_written(state, &[path], who.caller.as_deref())
+                .await;
     }
     Ok(view)
+}
+
+/// Refuses a session call that may write, when another workspace of the repository has claimed
+/// the session's file: when it begins (naming `target_file`) and at every later call but a read
+/// (content, finish, corrections), since each may write it. A call on a session that cannot be
+/// read goes on to be refused as it would be anyway.
+async fn refuse_claimed(
+    state: &AppState,
+    sessions: &Sessions<'_>,
+    who: &SessionCaller,
+    id: &str,
+    call: &SessionCall,
+) -> Result<(), ApiError> {
+    let (path, field) = match call {
+        SessionCall::Get => return Ok(()),
+        SessionCall::Begin(begin) => (begin.target_file.clone(), "target_file"),
+        SessionCall::Append(_) | SessionCall::Finish | SessionCall::Correct(_) => {
+            match sessions.get(who, id).await {
+                Ok(view) => (view.target_file, "id"),
+                Err(_) => return Ok(()),
+            }
+        }
+    };
+    // An invalid path is refused by the session itself, naming why.
+    let Ok(path) = writ_core::RepoPath::parse_nonempty(&path) else {
+        return Ok(());
+    };
+    crate::service::workspaces::refuse_claimed(
+        &state.workspaces,
+        state.workspace.name(),
+        &[(path.as_str(), field)],
+        who.caller.as_deref(),
+    )
+    .await
 }
 
 /// The API's words for a session's refusals.

@@ -84,7 +84,11 @@ pub(super) fn build_models(
     );
     let synthesizer = Synthesizer::new(client.clone(), store.clone(), workspace.clone(), synthesis)
         .with_commands(commands)
-        .with_committer(Some(Arc::new(committer)));
+        .with_committer(Some(Arc::new(committer)))
+        .with_overlaps(Some(Arc::new(crate::service::workspaces::GitOverlaps {
+            store: store.clone(),
+            default_root: workspace.root().to_path_buf(),
+        })));
     (Some(client), Some(Arc::new(synthesizer)))
 }
 

@@ -155,6 +155,7 @@ fn progress_line(name: &str, data: &Value) -> String {
             ..
         } => format!("{file}: {operation} ({bytes} bytes)"),
         Event::FileFailed { file, error } => format!("{file}: failed: {error}"),
+        Event::Overlap(o) => format!("{}: {}", o.path, overlap_words(&o)),
         Event::ChangeProposed {
             change_id, files, ..
         } => format!(
@@ -308,8 +309,40 @@ pub(crate) fn batch_output(answer: &BatchResponse) -> ToolOutput {
             ));
         }
     }
+    lines.extend(overlap_lines(&answer.overlaps));
     ToolOutput {
         content: lines.join("\n"),
         result: serde_json::to_value(answer).unwrap_or(Value::Null),
     }
+}
+
+/// A line per overlap of a write's answer: a parallel agent must hear of another's change to
+/// its files while it can still act.
+pub(super) fn overlap_lines(overlaps: &[writ_core::overlaps::Overlap]) -> Vec<String> {
+    overlaps
+        .iter()
+        .map(|o| {
+            format!(
+                "! overlap: {} {}; see list_overlaps, or rebase_workspace",
+                o.path,
+                overlap_words(o)
+            )
+        })
+        .collect()
+}
+
+/// Who else changed an overlapping path, and how, in words.
+pub(super) fn overlap_words(o: &writ_core::overlaps::Overlap) -> String {
+    format!(
+        "was also changed in {} since you share a base ({})",
+        o.workspace
+            .as_deref()
+            .or(o.branch.as_deref())
+            .unwrap_or("another workspace"),
+        o.their_commit
+            .as_deref()
+            .map(|c| format!("commit {c}"))
+            .or(o.their_request.map(|r| format!("request {r}")))
+            .unwrap_or_else(|| "not committed yet".to_owned())
+    )
 }

@@ -151,6 +151,10 @@ pub async fn apply_change(
             f.sha256
         ));
     }
+    for line in super::batch::overlap_lines(&answer.overlaps) {
+        content.push('\n');
+        content.push_str(&line);
+    }
     Ok(ToolOutput {
         content,
         result: serde_json::to_value(&answer).map_err(ApiError::internal)?,

@@ -209,6 +209,10 @@ pub async fn write_file(
         "{} '{}': {} bytes, {} characters, sha256 {}; operation_id {}",
         a.operation, a.path, a.bytes, a.characters, a.sha256, a.operation_id
     );
+    for line in super::batch::overlap_lines(&a.overlaps) {
+        content.push('\n');
+        content.push_str(&line);
+    }
     if let Some(preview) = &a.preview {
         content.push_str("\nStart of the file now:\n");
         content.push_str(preview);
@@ -329,6 +333,10 @@ fn session_output(view: &SessionView) -> Result<ToolOutput, ApiError> {
         content.push('\n');
         content.push_str(message);
     }
+    for line in super::batch::overlap_lines(&view.overlaps) {
+        content.push('\n');
+        content.push_str(&line);
+    }
     Ok(ToolOutput {
         content,
         result: serde_json::to_value(view).map_err(ApiError::internal)?,
@@ -436,6 +444,10 @@ pub async fn edit_files(
     }
     if answer.dry_run {
         content.push_str("dry run: nothing was written\n");
+    }
+    for line in super::batch::overlap_lines(&answer.overlaps) {
+        content.push_str(&line);
+        content.push('\n');
     }
     for f in &answer.files {
         content.push_str(&f.change.diff);

@@ -5,7 +5,7 @@
 //!   generated from the same Rust types the HTTP API parses (or, where the HTTP API spreads its
 //!   input over path, query and headers, from a thin argument type here), so they cannot drift.
 //! - [`call`]: the one dispatcher. Adding a tool is one entry in [`TOOLS`] and one arm in `call`.
-//! - [`dispatch`], `batch` and `changes`: the adapter, the only files that call into
+//! - [`dispatch`], `batch`, `changes` and `workspaces`: the adapter, the only files that call into
 //!   [`crate::service`] and the core.
 //! - [`formats`]: the registry as OpenAI, Anthropic and Gemini declarations.
 //! - [`mcp`]: the MCP server over the registry (rmcp), for both transports.
@@ -16,6 +16,7 @@ pub mod dispatch;
 pub mod formats;
 pub mod mcp;
 pub mod tasks;
+mod workspaces;
 
 use std::sync::Arc;
 
@@ -49,6 +50,12 @@ impl ToolSpec {
     /// The JSON Schema of the tool's arguments (draft 2020-12, subschemas inlined).
     pub fn input_schema(&self) -> Value {
         let mut schema = (self.schema)();
+        // A tool with no arguments of its own has no `properties` yet: the workspace is one.
+        if let Some(object) = schema.as_object_mut() {
+            object
+                .entry("properties")
+                .or_insert_with(|| Value::Object(Default::default()));
+        }
         if let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) {
             properties.insert(
                 WORKSPACE_ARG.to_owned(),
@@ -280,6 +287,63 @@ pub static TOOLS: &[ToolSpec] = &[
         schema: schema_of::<SessionArgs>,
     },
     ToolSpec {
+        name: "claim_paths",
+        description: "Claim paths of the repository for this workspace, for a while: an advisory \
+            lease the other agents' workspaces of the same repository see (`list_claims`) before \
+            they write. `paths` are globs relative to the repository's root (`src/**/*.py`); \
+            `ttl_secs` how long it holds (default an hour). Where claims are respected, another \
+            workspace's write into a claimed path is refused (`claimed`) before any model call; \
+            otherwise its answer reports the overlap. Release it with `release_claims` when done.",
+        read_only: false,
+        needs_commands: false,
+        scope: Scope::Write,
+        schema: schema_of::<crate::service::workspaces::MakeClaim>,
+    },
+    ToolSpec {
+        name: "list_claims",
+        description: "List the live claims of every workspace of this workspace's repository \
+            (its own marked): which paths other agents are working on, and until when. A claim \
+            of a workspace your key may not use is shown without its name.",
+        read_only: true,
+        needs_commands: false,
+        scope: Scope::Read,
+        schema: schema_of::<workspaces::NoArgs>,
+    },
+    ToolSpec {
+        name: "release_claims",
+        description: "Release one of this workspace's claims (`id`, as `claim_paths` answered), \
+            or every claim it holds (no `id`).",
+        read_only: false,
+        needs_commands: false,
+        scope: Scope::Write,
+        schema: schema_of::<workspaces::ReleaseClaimArgs>,
+    },
+    ToolSpec {
+        name: "list_overlaps",
+        description: "List the paths this workspace changed that another workspace of the same \
+            repository, or the branch it merges back into, changed too since they share a base: \
+            where a merge would conflict or a rebase is due. Each names the other side (when \
+            your key may see it), its commit or request, and since when.",
+        read_only: true,
+        needs_commands: false,
+        scope: Scope::Read,
+        schema: schema_of::<workspaces::NoArgs>,
+    },
+    ToolSpec {
+        name: "rebase_workspace",
+        description: "Bring a git-worktree workspace's branch up to date: its commits are \
+            replayed on the tip of `onto` (absent: the branch it was made from). A conflict is \
+            refused naming each file and its hunks, and nothing moves. After a clean rebase, the \
+            checks recorded for the files it touched (the caller's test commands of the batches \
+            that wrote them, and the generated tests they kept) run again in the sandbox, and \
+            the answer says what still passes; a merge is refused while they fail, unless \
+            forced. Recorded as a request: `undo` puts the branch back.",
+        read_only: false,
+        needs_commands: false,
+        scope: Scope::Write,
+        schema: schema_of::<crate::service::workspaces::RebaseWorkspace>,
+    },
+    ToolSpec {
         name: "run",
         description: "Run one of the configured commands (tests, linters, type checkers) in a \
             sandbox on a copy of the workspace: no network, bounded time and output, nothing it \
@@ -495,6 +559,19 @@ pub async fn call(
         }
         "finish_write_session" => dispatch::finish_write_session(state, ctx, parse(args)?).await,
         "run" => dispatch::run(state, ctx, parse(args)?).await,
+        "claim_paths" => workspaces::claim_paths(state, &ctx, &workspace, parse(args)?).await,
+        "list_claims" => {
+            parse::<workspaces::NoArgs>(args)?;
+            workspaces::list_claims(state, &ctx, &workspace).await
+        }
+        "release_claims" => workspaces::release_claims(state, &workspace, parse(args)?).await,
+        "list_overlaps" => {
+            parse::<workspaces::NoArgs>(args)?;
+            workspaces::list_overlaps(state, &ctx, &workspace).await
+        }
+        "rebase_workspace" => {
+            workspaces::rebase_workspace(state, &ctx, &workspace, parse(args)?).await
+        }
         _ => Err(unknown_tool(state, name)),
     }
 }

@@ -1,6 +1,7 @@
 //! [`WorkspaceStore`] for both backends: the `workspaces` table of postgres 0016, sqlite 0012
 //! (each workspace's `git_commit`: postgres 0019, sqlite 0015); budgets in `workspace_budgets`
-//! (postgres 0021, sqlite 0017).
+//! (postgres 0021, sqlite 0017). Deleting a workspace deletes its budget and its claims
+//! (`workspace_claims`: postgres 0027, sqlite 0022) with it.
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -124,6 +125,11 @@ impl<D: Dialect> WorkspaceStore for SqlStore<D> {
         budget.bind(name);
         budget
             .execute_on(&mut tx, "delete workspace budget")
+            .await?;
+        let mut claims = Sql::<D>::new("DELETE FROM workspace_claims WHERE workspace = ");
+        claims.bind(name);
+        claims
+            .execute_on(&mut tx, "release workspace claims")
             .await?;
         tx.commit()
             .await

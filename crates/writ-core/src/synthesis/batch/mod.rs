@@ -475,6 +475,7 @@ impl Batch {
                 repo_map_tokens: options.repo_map_tokens,
                 commit: options.commit,
                 review: options.review,
+                respect_claims: options.respect_claims,
             },
             context,
             constraints,

@@ -131,6 +131,10 @@ impl Validation {
     pub fn generate(&self) -> bool {
         self.generate
     }
+    /// Where the generated tests are written (`options.validation.keep_tests`).
+    pub fn keep_tests(&self) -> Option<&crate::path::RepoPath> {
+        self.keep_tests.as_ref()
+    }
     pub fn commands(&self) -> &[CommandCall] {
         &self.commands
     }
@@ -238,6 +242,9 @@ pub struct Options {
     pub(crate) commit: Option<bool>,
     /// `options.review`: propose instead of writing (`None`: as the server is set).
     pub(crate) review: Option<bool>,
+    /// `options.respect_claims`: refused when another workspace claimed a path (`None`: as the
+    /// server is set).
+    pub(crate) respect_claims: Option<bool>,
 }
 
 impl Options {
@@ -272,5 +279,13 @@ impl Options {
     /// `options.review` as sent (`None`: as the server is set).
     pub fn review(&self) -> Option<bool> {
         self.review
+    }
+    /// `options.respect_claims` as sent (`None`: as the server is set).
+    pub fn respect_claims(&self) -> Option<bool> {
+        self.respect_claims
+    }
+    /// Whether the batch writes anything (a dry run only answers).
+    pub fn dry_run(&self) -> bool {
+        self.dry_run
     }
 }

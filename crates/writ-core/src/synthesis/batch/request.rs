@@ -123,6 +123,11 @@ pub struct BatchOptions {
     /// (`WRIT_REVIEW`).
     #[serde(default)]
     pub review: Option<bool>,
+    /// Refuse the batch (409 `claimed`, before any model is called) when another workspace of
+    /// the same repository has claimed one of its paths (`/workspaces/{name}/claims`); `false`
+    /// writes them all the same. Absent: as the server is set (`WRIT_RESPECT_CLAIMS`).
+    #[serde(default)]
+    pub respect_claims: Option<bool>,
 }
 
 /// `options.validation` as sent.

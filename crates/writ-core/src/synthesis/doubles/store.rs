@@ -13,6 +13,7 @@ use crate::audit::{
 };
 use crate::budgets::{Spend, SpendEntry, SpendHolder, SpendLedger};
 use crate::changes::{ChangeFilter, ChangeSet, ChangeStore, FileContents};
+use crate::claims::{Claim, ClaimStore};
 use crate::jobs::{ClaimedJob, Job, JobEvent, JobStatus, JobStore, NewJob};
 use crate::keys::{ApiKeyRecord, KeyStore};
 use crate::sessions::{ChunkAppend, SessionStore, SessionTransition, WriteSession};
@@ -252,6 +253,9 @@ impl JobStore for MemoryStore {
     async fn get_job(&self, _id: Uuid) -> Result<Option<Job>, StoreError> {
         Err(not_kept())
     }
+    async fn job_request(&self, _id: Uuid) -> Result<Option<String>, StoreError> {
+        Err(not_kept())
+    }
     async fn list_jobs(
         &self,
         _filter: &crate::jobs::JobFilter,
@@ -410,6 +414,36 @@ impl WorkspaceStore for MemoryStore {
     }
     async fn workspace_budget(&self, _name: &str) -> Result<crate::budgets::Budget, StoreError> {
         Ok(crate::budgets::Budget::default())
+    }
+}
+
+/// No claims are kept: every path is free, and making one is refused.
+#[async_trait]
+impl ClaimStore for MemoryStore {
+    async fn insert_claim(&self, _claim: &Claim) -> Result<(), StoreError> {
+        Err(not_kept())
+    }
+    async fn live_claims(
+        &self,
+        _repository: &str,
+        _now: DateTime<Utc>,
+    ) -> Result<Vec<Claim>, StoreError> {
+        Ok(Vec::new())
+    }
+    async fn release_claim(
+        &self,
+        _workspace: &str,
+        _id: Uuid,
+        _now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+    async fn release_claims(
+        &self,
+        _workspace: &str,
+        _now: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        Ok(0)
     }
 }
 

@@ -675,6 +675,7 @@ async fn run_job(
     if let Some(resumed) = &ctx.resumed {
         submitted.response = merge_resumed(resumed, submitted.response);
     }
+    report_overlaps(synthesizer, sub, &mut submitted.response, &sink).await;
     // The completions of the batch's writes, the request's closing, its stored answer and the
     // job's, in one commit; and before `done` is announced, so whoever reacts to `done` by
     // reading the job finds its answer there.
@@ -700,6 +701,45 @@ async fn run_job(
         status: batch_status.as_str().to_string(),
     });
     Ok(submitted)
+}
+
+/// Puts in the answer, and the stream, the paths the batch wrote that other workspaces of its
+/// repository changed too. Finding them never fails the batch: its files are written already.
+async fn report_overlaps(
+    synthesizer: &Synthesizer,
+    sub: &Submission,
+    response: &mut BatchResponse,
+    sink: &dyn ProgressSink,
+) {
+    let Some(finder) = &synthesizer.overlaps else {
+        return;
+    };
+    // Written on disk: not a dry run's content, not a proposal held for review.
+    let written: Vec<String> = response
+        .results
+        .iter()
+        .filter(|r| {
+            r.success && r.operation_id.is_some() && r.content.is_none() && r.proposal.is_none()
+        })
+        .map(|r| r.filename.clone())
+        .collect();
+    if written.is_empty() {
+        return;
+    }
+    match finder
+        .overlaps(&sub.workspace, &written, sub.caller.as_deref())
+        .await
+    {
+        Ok(found) => {
+            for overlap in &found {
+                sink.emit(Event::Overlap(overlap.clone()));
+            }
+            response.overlaps = found;
+        }
+        Err(e) => {
+            tracing::warn!(job = %sub.request_id, error = %e, "could not look for overlaps with other workspaces")
+        }
+    }
 }
 
 /// Aborts a task when dropped.

@@ -35,6 +35,8 @@ mod agreement;
 mod choice;
 mod combinations;
 pub(crate) mod generated;
+
+pub use generated::{FailedTest, GeneratedRerun, rerun_generated};
 mod repair;
 mod rounds;
 mod trials;

@@ -106,6 +106,11 @@ pub struct WorkspaceInfo {
     /// key ran them, beside the budget's limits; absent in the listing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spend: Option<Vec<WindowSpend>>,
+    /// A `git_worktree` workspace's branch against its target (`GET /workspaces/{name}`): how
+    /// many commits it is behind and ahead, and the paths changed on both sides since they
+    /// parted; absent in the listing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base: Option<super::rebase::BaseStatus>,
 }
 
 impl From<WorkspaceRecord> for WorkspaceInfo {
@@ -122,6 +127,7 @@ impl From<WorkspaceRecord> for WorkspaceInfo {
             git_commit: r.git_commit,
             budget: None,
             spend: None,
+            base: None,
         }
     }
 }
@@ -151,6 +157,7 @@ pub(super) fn default_info(workspaces: &Workspaces) -> WorkspaceInfo {
         git_commit: None,
         budget: None,
         spend: None,
+        base: None,
     }
 }
 
@@ -160,6 +167,10 @@ pub(super) fn default_info(workspaces: &Workspaces) -> WorkspaceInfo {
 pub struct MergeWorkspace {
     /// The branch of the same repository to merge the workspace's branch into (e.g. `main`).
     pub into: String,
+    /// Merge even when the workspace's newest rebase left its branch failing the checks it
+    /// re-ran (409 `checks_failed` otherwise).
+    #[serde(default)]
+    pub force: bool,
 }
 
 /// What a merge did.

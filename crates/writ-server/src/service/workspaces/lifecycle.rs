@@ -35,7 +35,13 @@ pub async fn find(workspaces: &Workspaces, name: &str) -> Result<WorkspaceInfo, 
         .await
         .map_err(store_error)?
     {
-        Some(record) => Ok(record.into()),
+        Some(record) => {
+            let base = super::rebase::base_status(&record).await;
+            Ok(WorkspaceInfo {
+                base,
+                ..record.into()
+            })
+        }
         None => Err(unknown(name)),
     }
 }

@@ -76,6 +76,9 @@ pub async fn merge(
             return Err(no_branch(&into));
         }
     }
+    if !request.force {
+        refuse_failed_rebase(workspaces, name, &repository, &branch).await?;
+    }
     let author = caller.unwrap_or("writ").to_owned();
     let outcome = {
         let (repository, branch, into) = (repository.clone(), branch.clone(), into.clone());
@@ -96,24 +99,13 @@ pub async fn merge(
         Ok(MergeOutcome::UpToDate) => ("up_to_date", None),
         Ok(MergeOutcome::FastForward { commit }) => ("fast_forward", Some(commit)),
         Ok(MergeOutcome::Merged { commit }) => ("merged", Some(commit)),
-        Ok(MergeOutcome::Conflicts(conflicts)) => {
-            let files: Vec<serde_json::Value> = conflicts
-                .iter()
-                .map(|c| serde_json::json!({"path": c.path, "hunks": c.hunks}))
-                .collect();
-            return Err(ApiError::new(
-                ErrorCode::Conflict,
-                format!(
-                    "'{branch}' does not merge into '{into}' cleanly: {} conflict; nothing was changed",
-                    conflicts
-                        .iter()
-                        .map(|c| c.path.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            )
-            .with_field("into")
-            .with_details(serde_json::json!({ "files": files })));
+        Ok(MergeOutcome::Conflicts(found)) => {
+            return Err(super::conflicts(
+                &branch,
+                &format!("does not merge into '{into}'"),
+                "into",
+                &found,
+            ));
         }
         Err(writ_git::commit::GitError::NoSuchBranch(_)) => return Err(no_branch(&into)),
         Err(e) => return Err(invalid("into", format!("the merge could not be made: {e}"))),
@@ -130,6 +122,56 @@ pub async fn merge(
         record_merge(&*workspaces.store, &merged, caller).await;
     }
     Ok(merged)
+}
+
+/// 409 `checks_failed` when the workspace's newest rebase left its branch where it is now and
+/// the checks it re-ran there failed: merging would land work known to fail on the moved target.
+async fn refuse_failed_rebase(
+    workspaces: &Workspaces,
+    name: &str,
+    repository: &str,
+    branch: &str,
+) -> Result<(), ApiError> {
+    let tip = {
+        let (repository, branch) = (repository.to_owned(), branch.to_owned());
+        tokio::task::spawn_blocking(move || {
+            writ_git::branches::branch_tip(Path::new(&repository), &branch)
+        })
+        .await
+        .map_err(ApiError::internal)?
+    };
+    let Some(tip) = tip else {
+        return Ok(());
+    };
+    let Some(rebased) =
+        super::rebase::failed_rebase_at(workspaces.store.as_ref(), name, &tip).await?
+    else {
+        return Ok(());
+    };
+    let failing: Vec<&super::rebase::Recheck> =
+        rebased.checks.iter().filter(|c| !c.passed).collect();
+    let failing_generated: Vec<&super::rebase::GeneratedRecheck> =
+        rebased.generated.iter().filter(|g| !g.passed).collect();
+    Err(ApiError::new(
+        ErrorCode::ChecksFailed,
+        format!(
+            "the rebase onto '{}' (request {}) left '{branch}' failing its checks ({}); fix the branch, rebase again, or merge with force: true",
+            rebased.onto,
+            rebased.request_id,
+            failing
+                .iter()
+                .flat_map(|c| c.paths.iter().map(String::as_str))
+                .chain(failing_generated.iter().map(|g| g.path.as_str()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    )
+    .with_field("force")
+    .with_details(serde_json::json!({
+        "rebase_request_id": rebased.request_id,
+        "checks": failing,
+        "generated": failing_generated,
+    })))
 }
 
 /// The one answer for a branch the caller may not merge into: none of that name, or another

@@ -110,6 +110,15 @@ impl<D: Dialect> JobStore for SqlStore<D> {
         row.map(|row| job_from_row::<D>(&row, true)).transpose()
     }
 
+    async fn job_request(&self, id: Uuid) -> Result<Option<String>, StoreError> {
+        let mut sql = Sql::new("SELECT request FROM jobs WHERE id = ");
+        sql.bind(id);
+        let Some(row) = sql.fetch_optional(self, "get job request").await? else {
+            return Ok(None);
+        };
+        Record::<D>(&row).get("request")
+    }
+
     async fn list_jobs(&self, filter: &JobFilter, limit: u32) -> Result<Vec<Job>, StoreError> {
         let mut sql = Sql::new(concat!("SELECT ", job_columns!(), " FROM jobs WHERE TRUE"));
         if let Some(caller) = &filter.caller {

@@ -91,14 +91,20 @@ pub(super) fn check_command(
     runner: &dyn CommandRunner,
     flavour: &Flavour,
 ) -> Result<CommandCall, String> {
+    harness_command(&selector.config.check_commands, runner, flavour)
+}
+
+/// The command of `check_commands` (language, command name) that runs the harness for
+/// `flavour`'s language, when it can run.
+pub(super) fn harness_command(
+    check_commands: &[(String, String)],
+    runner: &dyn CommandRunner,
+    flavour: &Flavour,
+) -> Result<CommandCall, String> {
     let language_key = flavour.language.name().to_ascii_lowercase();
-    let command = selector
-        .config
-        .check_commands
-        .iter()
-        .find(|(l, _)| *l == language_key)
-        .map(|(_, c)| CommandCall {
-            name: c.clone(),
+    let command = crate::synthesis::stage::command_for(check_commands, flavour.language)
+        .map(|c| CommandCall {
+            name: c.to_owned(),
             args: vec![flavour.harness_path.to_string()],
         })
         .ok_or_else(|| format!("WRIT_CHECK_COMMANDS names no command for {language_key}"))?;

@@ -61,14 +61,35 @@ impl Suite {
             exprs.truncate(MAX_PROBES_PER_FILE);
             probes.insert(path.clone(), exprs);
         }
+        Suite::staged(
+            flavour,
+            &cx.file.path,
+            command,
+            files,
+            names,
+            probes,
+            others,
+        )
+    }
+
+    /// The suite of `files` testing `subject`, with `probes` (per test file) to evaluate.
+    pub fn staged(
+        flavour: &Flavour,
+        subject: &RepoPath,
+        command: CommandCall,
+        files: Vec<(String, String)>,
+        names: Vec<String>,
+        probes: BTreeMap<String, Vec<String>>,
+        others: &[(RepoPath, Vec<u8>)],
+    ) -> Result<Suite, String> {
         let marker = format!("@@writ-check-{:016x}", rand::random::<u64>());
         let plan = serde_json::json!({
             "marker": marker,
             "tests": files.iter().map(|(p, _)| p).collect::<Vec<_>>(),
             "probes": probes,
             // Where a test file's own import fails, its probes are evaluated against these.
-            "subject": cx.file.path.as_str(),
-            "subject_module": flavour.module_name(&cx.file.path),
+            "subject": subject.as_str(),
+            "subject_module": flavour.module_name(subject),
             "names": names,
         });
         let mut fixed: Vec<(RepoPath, Vec<u8>)> = others.to_vec();
@@ -118,10 +139,21 @@ impl Suite {
         validation: &Validation,
         candidate: (RepoPath, Vec<u8>),
     ) -> (Report, u64, Option<String>) {
+        self.run_over(runner, validation.timeout, Some(candidate))
+            .await
+    }
+
+    /// A run over the workspace as it is, with `candidate` (when given) in place of its file.
+    pub async fn run_over(
+        &self,
+        runner: &dyn CommandRunner,
+        timeout: std::time::Duration,
+        candidate: Option<(RepoPath, Vec<u8>)>,
+    ) -> (Report, u64, Option<String>) {
         let mut staged = self.fixed.clone();
-        staged.push(candidate);
+        staged.extend(candidate);
         let calls = std::slice::from_ref(&self.command);
-        match runner.run(&staged, calls, validation.timeout).await {
+        match runner.run(&staged, calls, timeout).await {
             Ok(outcomes) => {
                 let out: String = outcomes.iter().map(|o| o.stdout.as_str()).collect();
                 (
@@ -146,6 +178,15 @@ pub(super) struct Report {
     tests: BTreeMap<String, (String, String)>,
     /// Probe id (`file#i`) → output.
     outputs: BTreeMap<String, String>,
+}
+
+impl Report {
+    /// A test's outcome word (`passed`, `failed`, `error`, `skipped`) and error message; a test
+    /// file that could not be imported answers for each of its tests.
+    pub fn outcome(&self, test: &str) -> Option<&(String, String)> {
+        let file = test.split("::").next().unwrap_or_default();
+        self.tests.get(test).or_else(|| self.tests.get(file))
+    }
 }
 
 pub(super) fn parse_report(stdout: &str, marker: &str) -> Report {

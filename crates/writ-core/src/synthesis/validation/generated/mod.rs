@@ -30,6 +30,7 @@ mod early;
 mod flavour;
 mod harness;
 mod kept;
+mod rerun;
 mod test_file;
 mod writers;
 
@@ -38,6 +39,7 @@ mod tests;
 
 pub(crate) use early::{Early, EarlyAgreement};
 pub(crate) use kept::kept_tests;
+pub use rerun::{FailedTest, GeneratedRerun, rerun_generated};
 
 use futures::future::join_all;
 use writ_checks::analysis::shared_public_names;
