@@ -49,6 +49,7 @@ pub mod search;
 pub mod sessions;
 pub mod stats;
 pub mod store;
+pub mod trace_context;
 pub mod workspace;
 pub mod workspaces;
 

@@ -34,6 +34,13 @@ pub struct ReceivedSpan {
     pub service: Option<String>,
     pub start_unix_nano: u64,
     pub end_unix_nano: u64,
+    /// The span's W3C `tracestate`, as exported.
+    pub trace_state: String,
+    /// OTLP's status code (0 unset, 1 ok, 2 error) and its message.
+    pub status_code: i32,
+    pub status_message: String,
+    /// Its events: each one's name with its attributes.
+    pub events: Vec<(String, BTreeMap<String, String>)>,
 }
 
 #[derive(Debug, Default)]
@@ -97,6 +104,31 @@ async fn export(State(received): State<Arc<Received>>, body: Bytes) -> Response 
                     service: service.clone(),
                     start_unix_nano: span.start_time_unix_nano,
                     end_unix_nano: span.end_time_unix_nano,
+                    trace_state: span.trace_state,
+                    status_code: span.status.as_ref().map_or(0, |s| s.code),
+                    status_message: span
+                        .status
+                        .as_ref()
+                        .map(|s| s.message.clone())
+                        .unwrap_or_default(),
+                    events: span
+                        .events
+                        .iter()
+                        .map(|e| {
+                            (
+                                e.name.clone(),
+                                e.attributes
+                                    .iter()
+                                    .map(|kv| {
+                                        (
+                                            kv.key.clone(),
+                                            kv.value.as_ref().map(text).unwrap_or_default(),
+                                        )
+                                    })
+                                    .collect(),
+                            )
+                        })
+                        .collect(),
                 });
             }
         }

@@ -92,6 +92,8 @@ fn call_span(model: &str, provider: &str) -> tracing::Span {
         gen_ai.usage.cost = tracing::field::Empty,
         gen_ai.response.finish_reasons = tracing::field::Empty,
         error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
     )
 }
 
@@ -117,6 +119,8 @@ fn record(span: &tracing::Span, answer: &Result<ChatResponse, ModelError>) {
         }
         Err(e) => {
             span.record("error.type", e.class.as_str());
+            span.record("otel.status_code", "error");
+            span.record("otel.status_description", e.message.as_str());
         }
     }
 }

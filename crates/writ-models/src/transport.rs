@@ -48,11 +48,18 @@ impl Transport {
     }
 
     async fn exchange(&self, body: Bytes, start: Instant) -> Result<ChatResponse, AttemptError> {
-        let request = self
+        let mut request = self
             .http
             .post(self.endpoint.clone())
             .headers(self.headers.clone())
             .body(body);
+        // The provider joins the trace this call is a span of (W3C Trace Context).
+        if let Some(context) = writ_core::trace_context::current() {
+            request = request.header("traceparent", context.traceparent);
+            if let Some(state) = context.tracestate {
+                request = request.header("tracestate", state);
+            }
+        }
         let mut response = if self.stream {
             timeout_at(start + self.first_byte_timeout, request.send())
                 .await

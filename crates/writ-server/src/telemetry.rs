@@ -62,11 +62,13 @@ pub fn init_logging(log: &LogSettings) -> TelemetryGuard {
     #[cfg(feature = "otel")]
     let (registry, traces) = match otel::layer() {
         Some((layer, traces)) => (
-            // Spans only: a log line inside a span would become a span event, which costs per
-            // request and says what the logs already say.
+            // Spans, and the warnings and errors logged inside them (their events): an info
+            // line would cost an event per request and say what the logs already say.
             registry.with(Some(
                 layer
-                    .with_filter(tracing_subscriber::filter::filter_fn(|meta| meta.is_span()))
+                    .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+                        meta.is_span() || *meta.level() <= tracing::Level::WARN
+                    }))
                     .with_filter(
                         tracing_subscriber::filter::Targets::new()
                             .with_default(tracing::Level::INFO)
@@ -124,6 +126,13 @@ pub async fn request_context(mut req: Request, next: Next) -> Response {
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "unmatched".to_string());
     let method = req.method().clone();
+    // The caller's trace, when it sends one (W3C Trace Context): the span continues it.
+    let [traceparent, tracestate] = ["traceparent", "tracestate"].map(|name| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    });
     // `otel.*` and `http.*` name the span as OpenTelemetry's HTTP conventions do; `request_id`
     // is the trace's link to the audit (the request's id in `/operations` and `/requests`).
     let span = tracing::info_span!(
@@ -134,11 +143,20 @@ pub async fn request_context(mut req: Request, next: Next) -> Response {
         http.request.method = %method,
         http.route = %route,
         http.response.status_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+        traceparent = traceparent.as_deref(),
+        tracestate = tracestate.as_deref(),
     );
     let started = Instant::now();
     let mut resp = next.run(req).instrument(span.clone()).await;
     let elapsed = started.elapsed();
     span.record("http.response.status_code", resp.status().as_u16());
+    // A server span is an error for a 5xx only (OpenTelemetry's HTTP conventions).
+    if resp.status().is_server_error() {
+        span.record("otel.status_code", "error");
+        span.record("otel.status_description", resp.status().to_string());
+    }
     let status = resp.status().as_u16().to_string();
     span.in_scope(
         || tracing::info!(status = %status, elapsed_ms = elapsed.as_millis() as u64, "served"),

@@ -14,7 +14,13 @@
 //! millisecond. Here a span is a small record in the registry's extensions, handed to the batch
 //! processor as `SpanData` when it closes. Sampling follows `OTEL_TRACES_SAMPLER` (`always_on`,
 //! `always_off`, `traceidratio` and their `parentbased_` forms, decided at the trace's root as
-//! the SDK decides a trace without a remote parent) and `OTEL_TRACES_SAMPLER_ARG`.
+//! the SDK decides it) and `OTEL_TRACES_SAMPLER_ARG`.
+//!
+//! A request that arrives with a W3C `traceparent` (and `tracestate`) continues the caller's
+//! trace: its span's parent is the caller's span, remote, and a `parentbased_` sampler follows
+//! the caller's sampled flag. The model calls pass the context on to the provider
+//! ([`writ_core::trace_context`]). Warnings and errors logged inside a span become its events;
+//! an error makes the span's status an error with the message.
 
 use std::borrow::Cow;
 use std::hash::BuildHasher;
@@ -90,7 +96,7 @@ pub fn layer() -> Option<(SpanLayer, Traces)> {
         Ok(sampler) => sampler,
         Err(e) => {
             eprintln!("writ: {e}; sampling every trace");
-            Sampler::Ratio(u64::MAX)
+            Sampler::ALL
         }
     };
     let mut resource = Resource::builder();
@@ -101,6 +107,7 @@ pub fn layer() -> Option<(SpanLayer, Traces)> {
     let mut processor = BatchSpanProcessor::builder(exporter).build();
     processor.set_resource(&resource.build());
     let processor = Arc::new(processor);
+    writ_core::trace_context::install(current_context);
     let layer = SpanLayer {
         processor: Arc::clone(&processor),
         scope: InstrumentationScope::builder("writ").build(),
@@ -110,16 +117,24 @@ pub fn layer() -> Option<(SpanLayer, Traces)> {
     Some((layer, Traces { processor }))
 }
 
-/// Which traces are kept, decided at a trace's root: the SDK's samplers for a trace without a
-/// remote parent (writ takes none), where a child follows its parent.
+/// Which traces are kept, decided at a trace's root as the SDK's samplers decide: by the trace
+/// id's ratio, or, for the `parentbased_` forms (the default), by a remote parent's flag when
+/// the request came with one.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Sampler {
+struct Sampler {
     /// Traces whose id's upper 63 random bits fall below this bound are kept, as the SDK's
     /// `TraceIdRatioBased` keeps them (`u64::MAX`: all, `0`: none).
-    Ratio(u64),
+    bound: u64,
+    /// A remote parent's sampled flag decides (`parentbased_*`, and the default).
+    parent_based: bool,
 }
 
 impl Sampler {
+    const ALL: Sampler = Sampler {
+        bound: u64::MAX,
+        parent_based: true,
+    };
+
     fn from_env() -> Result<Sampler, String> {
         let name = std::env::var("OTEL_TRACES_SAMPLER").unwrap_or_default();
         let arg = std::env::var("OTEL_TRACES_SAMPLER_ARG").ok();
@@ -127,9 +142,10 @@ impl Sampler {
     }
 
     fn parse(name: &str, arg: Option<&str>) -> Result<Sampler, String> {
-        match name.strip_prefix("parentbased_").unwrap_or(name) {
-            "" | "always_on" => Ok(Sampler::Ratio(u64::MAX)),
-            "always_off" => Ok(Sampler::Ratio(0)),
+        let parent_based = name.is_empty() || name.starts_with("parentbased_");
+        let bound = match name.strip_prefix("parentbased_").unwrap_or(name) {
+            "" | "always_on" => u64::MAX,
+            "always_off" => 0,
             "traceidratio" => {
                 let ratio = match arg.map(str::trim) {
                     None | Some("") => 1.0,
@@ -142,21 +158,31 @@ impl Sampler {
                         "OTEL_TRACES_SAMPLER_ARG {ratio} is not a ratio between 0 and 1"
                     ));
                 }
-                Ok(if ratio >= 1.0 {
-                    Sampler::Ratio(u64::MAX)
+                if ratio >= 1.0 {
+                    u64::MAX
                 } else {
-                    Sampler::Ratio((ratio * (1u64 << 63) as f64) as u64)
-                })
+                    (ratio * (1u64 << 63) as f64) as u64
+                }
             }
-            other => Err(format!(
-                "OTEL_TRACES_SAMPLER {other:?} is not one writ knows (always_on, always_off, traceidratio, parentbased_*)"
-            )),
-        }
+            other => {
+                return Err(format!(
+                    "OTEL_TRACES_SAMPLER {other:?} is not one writ knows (always_on, always_off, traceidratio, parentbased_*)"
+                ));
+            }
+        };
+        Ok(Sampler {
+            bound,
+            parent_based,
+        })
     }
 
-    fn keeps(self, trace: u128) -> bool {
-        let Sampler::Ratio(bound) = self;
-        bound == u64::MAX || ((trace as u64) >> 1) < bound
+    /// Whether the trace `trace` is kept; `remote`: the sampled flag of the caller's span, when
+    /// the request came with one.
+    fn keeps(self, trace: u128, remote: Option<bool>) -> bool {
+        match remote {
+            Some(sampled) if self.parent_based => sampled,
+            _ => self.bound == u64::MAX || ((trace as u64) >> 1) < self.bound,
+        }
     }
 }
 
@@ -199,13 +225,96 @@ struct Open {
     trace: TraceId,
     id: SpanId,
     parent: SpanId,
+    /// The parent is the caller's span, in another process (`traceparent`).
+    remote_parent: bool,
+    /// The caller's `tracestate`, passed on to the trace's every span.
+    state: Option<Arc<str>>,
     /// `false`: the trace was not sampled; nothing is recorded or sent.
     sampled: bool,
     name: Cow<'static, str>,
     kind: SpanKind,
     start: SystemTime,
     attributes: Vec<KeyValue>,
-    status: Status,
+    /// `otel.status_code` as recorded, and the message of the error that set it.
+    status: StatusCode,
+    status_message: Option<String>,
+    events: SpanEvents,
+}
+
+/// A span's status until it closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StatusCode {
+    Unset,
+    Ok,
+    Error,
+}
+
+/// Events kept per span, as the SDK's default span limits keep them; later ones are counted.
+const MAX_EVENTS: usize = 128;
+
+/// The `traceparent` and `tracestate` fields of a request's span.
+#[derive(Default)]
+struct Incoming {
+    traceparent: Option<String>,
+    tracestate: Option<String>,
+}
+
+impl Visit for Incoming {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            "traceparent" => self.traceparent = Some(value.to_owned()),
+            "tracestate" => self.tracestate = Some(value.to_owned()),
+            _ => {}
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if matches!(field.name(), "traceparent" | "tracestate") {
+            self.record_str(field, format!("{value:?}").trim_matches('"'));
+        }
+    }
+}
+
+/// An event's message and fields.
+struct Logged {
+    message: Option<String>,
+    attributes: Vec<KeyValue>,
+}
+
+impl Visit for Logged {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.message = Some(value.to_owned());
+        } else {
+            self.attributes
+                .push(KeyValue::new(field.name(), value.to_owned()));
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.record_str(field, &format!("{value:?}"));
+    }
+}
+
+/// The W3C context of the current span, for an outgoing request's headers: the span's own id
+/// as the parent the callee sees.
+fn current_context() -> Option<writ_core::trace_context::TraceContext> {
+    tracing::Span::current()
+        .with_subscriber(|(id, dispatch)| {
+            let registry = dispatch.downcast_ref::<tracing_subscriber::Registry>()?;
+            let span = registry.span(id)?;
+            let extensions = span.extensions();
+            let open = extensions.get::<Open>()?;
+            Some(writ_core::trace_context::TraceContext {
+                traceparent: writ_core::trace_context::format_traceparent(
+                    u128::from_be_bytes(open.trace.to_bytes()),
+                    u64::from_be_bytes(open.id.to_bytes()),
+                    open.sampled,
+                ),
+                tracestate: open.state.as_deref().map(str::to_owned),
+            })
+        })
+        .flatten()
 }
 
 impl<S> Layer<S> for SpanLayer
@@ -219,34 +328,99 @@ where
         let parent = span.parent().and_then(|p| {
             p.extensions()
                 .get::<Open>()
-                .map(|o| (o.trace, o.id, o.sampled))
+                .map(|o| (o.trace, o.id, false, o.state.clone(), o.sampled))
         });
-        let (trace, parent, sampled) = match parent {
+        let (trace, parent, remote_parent, state, sampled) = match parent {
             Some(p) => p,
             None => {
-                let trace = self.ids.trace();
-                (
-                    TraceId::from(trace),
-                    SpanId::INVALID,
-                    self.sampler.keeps(trace),
-                )
+                // A root: the caller's trace when the request says which (`traceparent`).
+                let mut incoming = Incoming::default();
+                attrs.record(&mut incoming);
+                match incoming
+                    .traceparent
+                    .as_deref()
+                    .and_then(writ_core::trace_context::parse_traceparent)
+                {
+                    Some((trace, span, sampled)) => (
+                        TraceId::from(trace),
+                        SpanId::from(span),
+                        true,
+                        incoming.tracestate.map(Arc::from),
+                        self.sampler.keeps(trace, Some(sampled)),
+                    ),
+                    None => {
+                        let trace = self.ids.trace();
+                        (
+                            TraceId::from(trace),
+                            SpanId::INVALID,
+                            false,
+                            None,
+                            self.sampler.keeps(trace, None),
+                        )
+                    }
+                }
             }
         };
         let mut open = Open {
             trace,
             id: SpanId::from(self.ids.next()),
             parent,
+            remote_parent,
+            state,
             sampled,
             name: Cow::Borrowed(attrs.metadata().name()),
             kind: SpanKind::Internal,
             start: SystemTime::now(),
             attributes: Vec::new(),
-            status: Status::Unset,
+            status: StatusCode::Unset,
+            status_message: None,
+            events: SpanEvents::default(),
         };
         if sampled {
             attrs.record(&mut open);
         }
         span.extensions_mut().insert(open);
+    }
+
+    /// A warning or an error logged inside a span (the filter lets no other event through):
+    /// one of its events, and an error makes its status an error with the message.
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: Context<'_, S>) {
+        let Some(span) = ctx.event_span(event) else {
+            return;
+        };
+        let mut extensions = span.extensions_mut();
+        let Some(open) = extensions.get_mut::<Open>() else {
+            return;
+        };
+        if !open.sampled {
+            return;
+        }
+        let mut logged = Logged {
+            message: None,
+            attributes: Vec::new(),
+        };
+        event.record(&mut logged);
+        let level = *event.metadata().level();
+        let message = logged
+            .message
+            .unwrap_or_else(|| event.metadata().name().to_owned());
+        if level == tracing::Level::ERROR && open.status == StatusCode::Unset {
+            open.status = StatusCode::Error;
+            open.status_message = Some(message.clone());
+        }
+        if open.events.events.len() >= MAX_EVENTS {
+            open.events.dropped_count += 1;
+            return;
+        }
+        logged
+            .attributes
+            .push(KeyValue::new("level", level.as_str()));
+        open.events.events.push(opentelemetry::trace::Event::new(
+            message,
+            SystemTime::now(),
+            logged.attributes,
+            0,
+        ));
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
@@ -271,25 +445,29 @@ where
         if !open.sampled {
             return;
         }
+        let status = match open.status {
+            StatusCode::Unset => Status::Unset,
+            StatusCode::Ok => Status::Ok,
+            StatusCode::Error => Status::error(open.status_message.unwrap_or_default()),
+        };
+        let state = open
+            .state
+            .as_deref()
+            .and_then(|s| s.parse::<TraceState>().ok())
+            .unwrap_or(TraceState::NONE);
         self.processor.on_end(SpanData {
-            span_context: SpanContext::new(
-                open.trace,
-                open.id,
-                TraceFlags::SAMPLED,
-                false,
-                TraceState::NONE,
-            ),
+            span_context: SpanContext::new(open.trace, open.id, TraceFlags::SAMPLED, false, state),
             parent_span_id: open.parent,
-            parent_span_is_remote: false,
+            parent_span_is_remote: open.remote_parent,
             span_kind: open.kind,
             name: open.name,
             start_time: open.start,
             end_time: SystemTime::now(),
             attributes: open.attributes,
             dropped_attributes_count: 0,
-            events: SpanEvents::default(),
+            events: open.events,
             links: SpanLinks::default(),
-            status: open.status,
+            status,
             instrumentation_scope: self.scope.clone(),
         });
     }
@@ -310,11 +488,16 @@ impl Open {
             }
             "otel.status_code" => {
                 self.status = match value.as_str().to_ascii_lowercase().as_str() {
-                    "ok" => Status::Ok,
-                    "error" => Status::error(""),
-                    _ => Status::Unset,
+                    "ok" => StatusCode::Ok,
+                    "error" => StatusCode::Error,
+                    _ => StatusCode::Unset,
                 }
             }
+            "otel.status_description" => {
+                self.status_message = Some(value.as_str().into_owned());
+            }
+            // The caller's context: the span's parent, not an attribute.
+            "traceparent" | "tracestate" => {}
             name => {
                 // A field recorded twice keeps its last value, as the SDK's span does.
                 if let Some(kv) = self
@@ -366,15 +549,24 @@ mod tests {
 
     #[test]
     fn samplers_are_read_as_the_sdk_reads_them() {
-        assert_eq!(Sampler::parse("", None), Ok(Sampler::Ratio(u64::MAX)));
+        assert_eq!(Sampler::parse("", None), Ok(Sampler::ALL));
         assert_eq!(
             Sampler::parse("parentbased_always_on", None),
-            Ok(Sampler::Ratio(u64::MAX))
+            Ok(Sampler::ALL)
         );
-        assert_eq!(Sampler::parse("always_off", None), Ok(Sampler::Ratio(0)));
+        assert_eq!(
+            Sampler::parse("always_off", None),
+            Ok(Sampler {
+                bound: 0,
+                parent_based: false
+            })
+        );
         assert_eq!(
             Sampler::parse("parentbased_traceidratio", Some("0.5")),
-            Ok(Sampler::Ratio(1u64 << 62))
+            Ok(Sampler {
+                bound: 1u64 << 62,
+                parent_based: true
+            })
         );
         assert!(Sampler::parse("traceidratio", Some("1.5")).is_err());
         assert!(Sampler::parse("traceidratio", Some("half")).is_err());
@@ -385,13 +577,26 @@ mod tests {
     fn a_ratio_keeps_about_its_share_of_traces_and_the_extremes_all_or_none() {
         let ids = Ids::default();
         let half = Sampler::parse("traceidratio", Some("0.25")).unwrap();
-        let kept = (0..10_000).filter(|_| half.keeps(ids.trace())).count();
+        let kept = (0..10_000)
+            .filter(|_| half.keeps(ids.trace(), None))
+            .count();
         assert!(
             (2_200..2_800).contains(&kept),
             "{kept} of 10,000 kept at 0.25"
         );
-        assert!((0..1_000).all(|_| Sampler::Ratio(u64::MAX).keeps(ids.trace())));
-        assert!((0..1_000).all(|_| !Sampler::Ratio(0).keeps(ids.trace())));
+        assert!((0..1_000).all(|_| Sampler::ALL.keeps(ids.trace(), None)));
+        let none = Sampler::parse("always_off", None).unwrap();
+        assert!((0..1_000).all(|_| !none.keeps(ids.trace(), None)));
+    }
+
+    #[test]
+    fn a_callers_sampled_flag_decides_for_a_parent_based_sampler_only() {
+        let trace = Ids::default().trace();
+        let based = Sampler::parse("parentbased_always_off", None).unwrap();
+        assert!(based.keeps(trace, Some(true)));
+        assert!(!Sampler::ALL.keeps(trace, Some(false)));
+        let plain = Sampler::parse("always_on", None).unwrap();
+        assert!(plain.keeps(trace, Some(false)));
     }
 
     #[test]
