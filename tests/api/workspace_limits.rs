@@ -345,7 +345,7 @@ async fn a_tool_call_naming_a_workspace_draws_on_its_request_bucket_over_tools_c
 }
 
 async fn the_cli_sets_shows_and_clears_a_workspaces_budget(backend: Backend) {
-    use writ_server::client::{Remote, WorkspaceBudget, WorkspacesCommand, workspaces};
+    use writ_server::remote_cli::{Remote, WorkspaceBudget, WorkspacesCommand, workspaces};
     let t = team(backend, &[], json!({})).await;
     let remote = Remote {
         url: t.app.address.clone(),

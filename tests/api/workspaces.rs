@@ -595,7 +595,7 @@ async fn a_key_bound_to_a_workspace_finds_no_other_anywhere() {
 
 #[tokio::test]
 async fn the_cli_makes_lists_and_deletes_workspaces() {
-    use writ_server::client::{Remote, WorkspacesCommand, workspaces};
+    use writ_server::remote_cli::{Remote, WorkspacesCommand, workspaces};
     let (app, dir) = app_with_workspaces(Backend::Sqlite).await;
     let remote = Remote {
         url: app.address.clone(),

@@ -450,6 +450,36 @@ pub struct NewRequest {
     pub workspace: String,
 }
 
+impl NewRequest {
+    /// A request's row as every surface opens it: received now, in `workspace`, made by the key
+    /// `caller` holding `scope` (both `None` while auth is off, or for writ's own requests)
+    /// through `route` (`PUT /files/{path}`, `tool edit_files`, `write session expiry`).
+    pub fn opened(
+        id: Uuid,
+        route: impl Into<String>,
+        caller: Option<String>,
+        scope: Option<crate::keys::Scope>,
+        workspace: impl Into<String>,
+    ) -> NewRequest {
+        NewRequest {
+            id,
+            received_at: Utc::now(),
+            route: route.into(),
+            caller,
+            scope,
+            idempotency_key: None,
+            body_sha256: None,
+            workspace: workspace.into(),
+        }
+    }
+
+    /// The SHA-256 of the body the request carried.
+    pub fn with_body(mut self, body_sha256: impl Into<String>) -> NewRequest {
+        self.body_sha256 = Some(body_sha256.into());
+        self
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestRecord {
     pub id: Uuid,

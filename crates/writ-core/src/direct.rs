@@ -5,7 +5,6 @@
 
 use std::time::Instant;
 
-use chrono::Utc;
 use uuid::Uuid;
 
 use crate::audit::{AuditStore, FileKind, NewRequest, RequestStatus, Selection};
@@ -42,16 +41,8 @@ pub async fn write(
         spec,
     } = write;
     workspace.check_target(&spec.path, spec.create_dirs).await?;
-    let request = NewRequest {
-        id: request_id,
-        received_at: Utc::now(),
-        route,
-        caller,
-        scope,
-        idempotency_key: None,
-        body_sha256: Some(sha256_hex(&spec.content)),
-        workspace: workspace.name().to_owned(),
-    };
+    let request = NewRequest::opened(request_id, route, caller, scope, workspace.name())
+        .with_body(sha256_hex(&spec.content));
     store
         .insert_request(&request)
         .await

@@ -14,7 +14,6 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -45,16 +44,13 @@ impl HistoryCaller {
     /// The undo's or restore's own request, recorded before anything is written.
     async fn record(&self, store: &dyn AuditStore, workspace: &str) -> Result<(), HistoryError> {
         store
-            .insert_request(&NewRequest {
-                id: self.request_id,
-                received_at: Utc::now(),
-                route: self.route.clone(),
-                caller: self.caller.clone(),
-                scope: self.scope,
-                idempotency_key: None,
-                body_sha256: None,
-                workspace: workspace.to_owned(),
-            })
+            .insert_request(&NewRequest::opened(
+                self.request_id,
+                self.route.clone(),
+                self.caller.clone(),
+                self.scope,
+                workspace,
+            ))
             .await
             .map_err(HistoryError::Audit)
     }

@@ -3,7 +3,7 @@
 //!
 //! A job's id is its request id. On PostgreSQL a job is owned by the replica running it through a
 //! lease it renews ([`JobStore::renew_lease`]); a job whose lease lapsed (its replica was killed,
-//! or handed it back when stopping) is claimed by another replica ([`JobStore::claim_jobs`]) and
+//! or handed it back when stopping) is claimed by another replica ([`JobStore::take_over_jobs`]) and
 //! resumed from its operations. On SQLite (one process) a job carries no lease: one whose
 //! heartbeat stopped is found by [`JobStore::stale_jobs`] and failed with a reason, never silently
 //! lost. Events are numbered per job from 1, so `Last-Event-ID` can replay what a subscriber
@@ -200,7 +200,7 @@ pub trait JobStore: Send + Sync {
     /// Takes over at most `limit` unfinished jobs whose lease lapsed before `now`: `owner` holds
     /// them until `until`, each claim counted in `attempts`. Replicas claiming together never
     /// take the same job (PostgreSQL: `FOR UPDATE SKIP LOCKED`).
-    async fn claim_jobs(
+    async fn take_over_jobs(
         &self,
         owner: &str,
         now: DateTime<Utc>,

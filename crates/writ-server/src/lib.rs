@@ -20,7 +20,6 @@
 pub mod access;
 pub mod auth;
 pub mod check;
-pub mod client;
 pub mod config;
 pub mod docs;
 pub mod edge;
@@ -34,6 +33,7 @@ pub mod mcp_sessions;
 pub mod models_cli;
 pub mod openapi;
 pub mod readiness;
+pub mod remote_cli;
 pub mod routes;
 pub mod service;
 pub mod startup;

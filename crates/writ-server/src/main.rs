@@ -48,30 +48,30 @@ enum Command {
     /// Ask a running writ to write files, with live progress (uses WRIT_URL, WRIT_API_KEY).
     Write {
         #[command(flatten)]
-        remote: writ_server::client::Remote,
+        remote: writ_server::remote_cli::Remote,
         #[command(flatten)]
-        args: writ_server::client::WriteArgs,
+        args: writ_server::remote_cli::WriteArgs,
     },
     /// List the audit log of a running writ (same filters as GET /operations).
     Ops {
         #[command(flatten)]
-        remote: writ_server::client::Remote,
+        remote: writ_server::remote_cli::Remote,
         #[command(flatten)]
-        args: writ_server::client::OpsArgs,
+        args: writ_server::remote_cli::OpsArgs,
     },
     /// Each model's candidates, viable, chosen, passed validation, cost and latency (GET /stats/models).
     Stats {
         #[command(flatten)]
-        remote: writ_server::client::Remote,
+        remote: writ_server::remote_cli::Remote,
         #[command(flatten)]
-        args: writ_server::client::StatsArgs,
+        args: writ_server::remote_cli::StatsArgs,
     },
     /// Make, list and delete named workspaces of a running writ (needs an admin key).
     Workspaces {
         #[command(flatten)]
-        remote: writ_server::client::Remote,
+        remote: writ_server::remote_cli::Remote,
         #[command(subcommand)]
-        command: writ_server::client::WorkspacesCommand,
+        command: writ_server::remote_cli::WorkspacesCommand,
     },
     /// The models writ embeds: list them (which are on this machine) or fetch one.
     Models {
@@ -194,7 +194,7 @@ async fn run(cli: Cli, mut settings: Settings) -> anyhow::Result<ExitCode> {
             })
         }
         Command::Write { remote, args } => {
-            let ok = writ_server::client::write(&remote, &args, &mut std::io::stdout()).await?;
+            let ok = writ_server::remote_cli::write(&remote, &args, &mut std::io::stdout()).await?;
             Ok(if ok {
                 ExitCode::SUCCESS
             } else {
@@ -202,15 +202,15 @@ async fn run(cli: Cli, mut settings: Settings) -> anyhow::Result<ExitCode> {
             })
         }
         Command::Ops { remote, args } => {
-            writ_server::client::ops(&remote, &args, &mut std::io::stdout()).await?;
+            writ_server::remote_cli::ops(&remote, &args, &mut std::io::stdout()).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Stats { remote, args } => {
-            writ_server::client::stats(&remote, &args, &mut std::io::stdout()).await?;
+            writ_server::remote_cli::stats(&remote, &args, &mut std::io::stdout()).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Workspaces { remote, command } => {
-            writ_server::client::workspaces(&remote, &command, &mut std::io::stdout()).await?;
+            writ_server::remote_cli::workspaces(&remote, &command, &mut std::io::stdout()).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Models { command } => {

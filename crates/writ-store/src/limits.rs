@@ -313,7 +313,7 @@ mod tests {
 
         // "two" claims the job: the slot is its own now, renewed with its other slots.
         let claimed = store
-            .claim_jobs("two", Utc::now(), later, 16)
+            .take_over_jobs("two", Utc::now(), later, 16)
             .await
             .unwrap();
         assert_eq!(claimed.len(), 1);

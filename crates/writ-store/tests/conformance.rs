@@ -1722,7 +1722,7 @@ async fn a_lapsed_lease_is_claimed_once_and_its_old_owner_can_no_longer_renew_it
     );
 
     let claimed = store
-        .claim_jobs("replica-b", now(), now() + TimeDelta::seconds(10), 10)
+        .take_over_jobs("replica-b", now(), now() + TimeDelta::seconds(10), 10)
         .await
         .unwrap();
     assert_eq!(
@@ -1738,7 +1738,7 @@ async fn a_lapsed_lease_is_claimed_once_and_its_old_owner_can_no_longer_renew_it
     );
     assert!(
         store
-            .claim_jobs("replica-c", now(), now() + TimeDelta::seconds(10), 10)
+            .take_over_jobs("replica-c", now(), now() + TimeDelta::seconds(10), 10)
             .await
             .unwrap()
             .is_empty(),
@@ -1751,7 +1751,7 @@ async fn a_lapsed_lease_is_claimed_once_and_its_old_owner_can_no_longer_renew_it
 
     // Lapsed again: the next claim counts a second attempt.
     let again = store
-        .claim_jobs(
+        .take_over_jobs(
             "replica-c",
             now() + TimeDelta::seconds(11),
             now() + TimeDelta::seconds(20),
@@ -1791,7 +1791,7 @@ async fn a_released_lease_is_claimable_at_once_and_only_the_owner_can_release_it
     assert!(!store.release_lease(id, "replica-b", None).await.unwrap());
     assert!(
         store
-            .claim_jobs("replica-b", now(), now() + TimeDelta::seconds(10), 10)
+            .take_over_jobs("replica-b", now(), now() + TimeDelta::seconds(10), 10)
             .await
             .unwrap()
             .is_empty()
@@ -1803,7 +1803,7 @@ async fn a_released_lease_is_claimable_at_once_and_only_the_owner_can_release_it
             .unwrap()
     );
     let claimed = store
-        .claim_jobs("replica-b", now(), now() + TimeDelta::seconds(10), 10)
+        .take_over_jobs("replica-b", now(), now() + TimeDelta::seconds(10), 10)
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1);

@@ -699,16 +699,13 @@ impl Changes<'_> {
     }
 
     fn new_request(&self, who: &Reviewer) -> NewRequest {
-        NewRequest {
-            id: who.request_id,
-            received_at: Utc::now(),
-            route: who.route.clone(),
-            caller: who.caller.clone(),
-            scope: who.scope,
-            idempotency_key: None,
-            body_sha256: None,
-            workspace: self.workspace.name().to_owned(),
-        }
+        NewRequest::opened(
+            who.request_id,
+            who.route.clone(),
+            who.caller.clone(),
+            who.scope,
+            self.workspace.name(),
+        )
     }
 
     async fn record_request(&self, who: &Reviewer) -> Result<(), ChangeError> {

@@ -16,7 +16,6 @@ mod review;
 
 use std::time::Instant;
 
-use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 pub use writ_checks::edit::Fallback;
@@ -329,16 +328,16 @@ async fn write_all(
 ) -> Result<EditsResponse, EditsError> {
     let request_id = editor.request_id;
     store
-        .insert_request(&NewRequest {
-            id: request_id,
-            received_at: Utc::now(),
-            route: editor.route,
-            caller: editor.caller,
-            scope: editor.scope,
-            idempotency_key: None,
-            body_sha256: Some(body_sha256.to_string()),
-            workspace: workspace.name().to_owned(),
-        })
+        .insert_request(
+            &NewRequest::opened(
+                request_id,
+                editor.route,
+                editor.caller,
+                editor.scope,
+                workspace.name(),
+            )
+            .with_body(body_sha256),
+        )
         .await
         .map_err(|e| EditsError::Write(WriteError::AuditUnavailable(e)))?;
     let writing: Vec<usize> = (0..edited.len())

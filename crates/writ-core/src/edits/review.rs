@@ -3,7 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
 use uuid::Uuid;
 
 use super::one::Edited;
@@ -87,16 +86,16 @@ pub(super) async fn propose_edits(
         answer.files.extend(file);
     }
     answer.duration_ms = started.elapsed().as_millis() as u64;
-    let mut writes = vec![AuditWrite::InsertRequest(NewRequest {
-        id: editor.request_id,
-        received_at: Utc::now(),
-        route: editor.route,
-        caller: editor.caller,
-        scope: editor.scope,
-        idempotency_key: None,
-        body_sha256: Some(edits.body_sha256.clone()),
-        workspace: workspace.name().to_owned(),
-    })];
+    let mut writes = vec![AuditWrite::InsertRequest(
+        NewRequest::opened(
+            editor.request_id,
+            editor.route,
+            editor.caller,
+            editor.scope,
+            workspace.name(),
+        )
+        .with_body(edits.body_sha256.clone()),
+    )];
     writes.extend(made.writes);
     writes.push(AuditWrite::FinishRequest {
         id: answer.request_id,

@@ -106,15 +106,15 @@ async fn expire(
     );
     let records = [
         AuditWrite::InsertRequest(NewRequest {
-            id: request_id,
             received_at: now,
-            route: "write session expiry".to_string(),
-            caller: session.caller.clone(),
-            // Nobody's key did this: writ expired the session.
-            scope: None,
-            idempotency_key: None,
-            body_sha256: None,
-            workspace: session.workspace.clone(),
+            // Nobody's key did this (no scope): writ expired the session.
+            ..NewRequest::opened(
+                request_id,
+                "write session expiry",
+                session.caller.clone(),
+                None,
+                session.workspace.clone(),
+            )
         }),
         AuditWrite::InsertOperation {
             operation,

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
 use uuid::Uuid;
 
 use super::{SessionCaller, SessionReceipt, WriteSession, finalising_route};
@@ -88,16 +87,16 @@ pub(super) async fn propose_content(
         replaced_invalid: 0,
         change_id,
     };
-    let mut writes = vec![AuditWrite::InsertRequest(NewRequest {
-        id: who.request_id,
-        received_at: Utc::now(),
-        route,
-        caller: who.caller.clone(),
-        scope: who.scope,
-        idempotency_key: None,
-        body_sha256: Some(body_sha256),
-        workspace: workspace.name().to_owned(),
-    })];
+    let mut writes = vec![AuditWrite::InsertRequest(
+        NewRequest::opened(
+            who.request_id,
+            route,
+            who.caller.clone(),
+            who.scope,
+            workspace.name(),
+        )
+        .with_body(body_sha256),
+    )];
     writes.extend(made.writes);
     writes.push(AuditWrite::FinishRequest {
         id: who.request_id,

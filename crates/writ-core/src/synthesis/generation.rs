@@ -14,7 +14,7 @@ use crate::synthesis::fanout::{self, Candidate, PassCheck};
 use crate::synthesis::prompt::{self, ContextFile};
 use crate::synthesis::response::PromptTokensByPart;
 use crate::synthesis::routing::{self, Cell, FileChecks};
-use crate::synthesis::stage::{FileCx, Prior, SynthesisConfig};
+use crate::synthesis::stage::{FileCx, Present, SynthesisConfig};
 use crate::synthesis::update::{Existing, Expect};
 use crate::workspace::Workspace;
 
@@ -57,7 +57,7 @@ fn prompt_parts(
     context: &[ContextFile],
     more: &prompt::MoreContext,
     current: Option<&str>,
-    prior: &Prior,
+    present: &Present,
     messages: &[ChatMessage],
 ) -> PromptTokensByPart {
     let others: usize = batch
@@ -86,7 +86,7 @@ fn prompt_parts(
         repo_map: tokens(&more.map_section()),
         current_file: current.map_or(0, tokens),
         // A line each: the date, the path, the operation and the model.
-        recent_operations: prior
+        recent_operations: present
             .recent
             .iter()
             .map(|op| tokens(&op.filename) + op.chosen_model.as_deref().map_or(0, tokens) + 8)
@@ -172,12 +172,12 @@ pub(crate) async fn generate(
     let FileCx {
         batch,
         file,
-        prior,
+        present,
         sink,
         upstream: clock,
     } = cx;
     let language = Language::from_path(file.path.as_str());
-    let current = prior.current(&file.path);
+    let current = present.current(&file.path);
     if let Some(expected) = &file.expected_sha256 {
         let actual = current.map(sha256_hex).unwrap_or_else(|| "absent".into());
         if &actual != expected {
@@ -201,7 +201,7 @@ pub(crate) async fn generate(
         config.repo_map_tokens,
         batch,
         file,
-        prior,
+        present,
         &shown,
     )
     .await;
@@ -212,20 +212,28 @@ pub(crate) async fn generate(
         file,
         language,
         current_view,
-        &prior.recent,
+        &present.recent,
         &context,
         &more,
     );
-    prior.record_prompt_tokens(
+    present.record_prompt_tokens(
         file.index,
-        prompt_parts(batch, file, &context, &more, current_view, prior, &messages),
+        prompt_parts(
+            batch,
+            file,
+            &context,
+            &more,
+            current_view,
+            present,
+            &messages,
+        ),
     );
     let mut models = batch
         .options()
         .models
         .clone()
         .unwrap_or_else(|| config.candidates.clone());
-    let mut later = match (&prior.routing, batch.options().fanout.first_round) {
+    let mut later = match (&present.routing, batch.options().fanout.first_round) {
         (Some(outcomes), _) => {
             let cell = Cell::of(file.path.as_str(), existing.is_some());
             let decision = routing::plan(
@@ -244,7 +252,7 @@ pub(crate) async fn generate(
         (None, Some(n)) if n < models.len() => models.split_off(n),
         _ => Vec::new(),
     };
-    if let Some(degraded) = &prior.degraded {
+    if let Some(degraded) = &present.degraded {
         // Near a degrading budget's limit: one model, routing's first choice or the cheapest.
         let one = match (degraded.level, &degraded.model) {
             (DegradeLevel::CheapestModel, Some(cheapest)) => Some(cheapest.clone()),
@@ -370,11 +378,11 @@ mod tests {
         }
     }
 
-    fn first_file<'a>(b: &'a Batch, prior: &'a Prior, clock: &'a Upstream) -> FileCx<'a> {
+    fn first_file<'a>(b: &'a Batch, present: &'a Present, clock: &'a Upstream) -> FileCx<'a> {
         FileCx {
             batch: b,
             file: &b.files()[0],
-            prior,
+            present,
             sink: &NoProgress,
             upstream: clock,
         }
@@ -415,9 +423,9 @@ mod tests {
         );
         let b = batch(serde_json::json!({"command": "write_codebase", "files": [
             {"filename": "a.py", "code_description": "calls helper", "internal_imports": ["pkg.helpers"]}]}));
-        let prior = doubles::prior(&b);
+        let present = doubles::present(&b);
         let clock = Upstream::default();
-        let cx = first_file(&b, &prior, &clock);
+        let cx = first_file(&b, &present, &clock);
         let generated =
             match generate(&models, &workspace, &config(), cx, None, FileChecks::None).await {
                 Ok(g) => g,
@@ -443,7 +451,7 @@ mod tests {
         // Each answer is checked as it arrives: code is viable, a refusal is not.
         let viable: Vec<bool> = generated.answers.iter().map(|c| c.code.is_some()).collect();
         assert_eq!(viable, [true, false]);
-        let tokens = prior.prompt_tokens.lock().map(|t| t[0].clone());
+        let tokens = present.prompt_tokens.lock().map(|t| t[0].clone());
         assert!(
             matches!(tokens, Ok(Some(t)) if t.imported_files > 0 && t.total >= t.imported_files),
             "the prompt's parts are counted for the answer"
@@ -455,11 +463,11 @@ mod tests {
         let models = ScriptedModels::default().with("alpha", vec![Answer::after(5, "x")]);
         let b = batch(serde_json::json!({"command": "write_codebase", "files": [
             {"filename": "a.py", "code_description": "d", "expected_sha256": sha256_hex(b"old\n")}]}));
-        let mut prior = doubles::prior(&b);
-        prior.current = vec![(b.files()[0].path.clone(), Some(b"new\n".to_vec()))];
-        prior.prompt_tokens = Mutex::new(vec![None]);
+        let mut present = doubles::present(&b);
+        present.current = vec![(b.files()[0].path.clone(), Some(b"new\n".to_vec()))];
+        present.prompt_tokens = Mutex::new(vec![None]);
         let clock = Upstream::default();
-        let cx = first_file(&b, &prior, &clock);
+        let cx = first_file(&b, &present, &clock);
         let failed = generate(
             &models,
             &MemoryWorkspace::default(),

@@ -56,4 +56,4 @@ pub use jobs::{BatchHandle, EventHub, Jobs};
 pub use progress::{Event, NoProgress, ProgressSink};
 pub use response::{BatchResponse, Counts, FileResult};
 pub use stage::{Content, DEFAULT_MAX_SHOWN_FILE_CHARS, SynthesisConfig, Synthesizer};
-pub use submission::{Begun, Submission, SubmitError, Submitted};
+pub use submission::{BatchAnswer, Begun, Submission, SubmitError};

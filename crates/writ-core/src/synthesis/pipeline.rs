@@ -30,9 +30,9 @@ use crate::synthesis::response::{BatchResponse, FileResult};
 use crate::synthesis::routing::FileChecks;
 use crate::synthesis::selection::{Selector, distinct_viable};
 use crate::synthesis::stage::{
-    BatchCx, FileCx, Prior, Produced, Synthesizer, Upstream, command_for,
+    BatchCx, FileCx, Present, Produced, Synthesizer, Upstream, command_for,
 };
-use crate::synthesis::submission::{Submission, Submitted};
+use crate::synthesis::submission::{BatchAnswer, Submission};
 use crate::synthesis::validation::generated::{Early, EarlyAgreement};
 use crate::synthesis::validation::{CallerTests, Stage, file_checks, select_validated};
 use crate::synthesis::writing::{Writer, Written};
@@ -47,13 +47,13 @@ impl Synthesizer {
     pub(crate) async fn execute(
         &self,
         sub: &Submission,
-        prior: Prior,
+        present: Present,
         sink: &dyn ProgressSink,
         recorded: &Recorded,
-    ) -> (Submitted, Vec<AuditWrite>) {
-        let (response, completions) = self.run(sub, &prior, sink, recorded).await;
+    ) -> (BatchAnswer, Vec<AuditWrite>) {
+        let (response, completions) = self.run(sub, &present, sink, recorded).await;
         let upstream = response.upstream;
-        let submitted = Submitted {
+        let submitted = BatchAnswer {
             response,
             replayed: false,
             upstream,
@@ -66,7 +66,7 @@ impl Synthesizer {
     async fn run(
         &self,
         sub: &Submission,
-        prior: &Prior,
+        present: &Present,
         sink: &dyn ProgressSink,
         recorded: &Recorded,
     ) -> (BatchResponse, Vec<AuditWrite>) {
@@ -78,7 +78,7 @@ impl Synthesizer {
         let clocks: Vec<Upstream> = batch.files().iter().map(|_| Upstream::default()).collect();
         let cx = BatchCx {
             batch,
-            prior,
+            present,
             sink,
             upstream_of: &clocks,
         };
@@ -152,9 +152,9 @@ impl Synthesizer {
             .unzip();
         let commit = match review {
             true => None,
-            false => self.commit_batch(sub, prior, &results).await,
+            false => self.commit_batch(sub, present, &results).await,
         };
-        let results = with_prompt_tokens(results, prior);
+        let results = with_prompt_tokens(results, present);
         let write_path = self.workspace.root().display().to_string();
         let mut response = BatchResponse::assemble(
             sub.request_id,
@@ -163,7 +163,7 @@ impl Synthesizer {
             started.elapsed().as_millis() as u64,
         );
         response.commit = commit;
-        response.degraded = prior.degraded.clone();
+        response.degraded = present.degraded.clone();
         if change_id.is_some() {
             response.status = RequestStatus::AwaitingReview;
             response.change_id = change_id;
@@ -183,7 +183,7 @@ impl Synthesizer {
     pub(crate) async fn commit_batch(
         &self,
         sub: &Submission,
-        prior: &Prior,
+        present: &Present,
         results: &[FileResult],
     ) -> Option<String> {
         let batch = &sub.batch;
@@ -191,7 +191,7 @@ impl Synthesizer {
         if batch.options().dry_run || !commits::wanted(Some(committer), batch.options().commit()) {
             return None;
         }
-        let mut files: Vec<CommitFile> = prior
+        let mut files: Vec<CommitFile> = present
             .earlier
             .as_ref()
             .map(|e| e.files.clone())
@@ -211,7 +211,7 @@ impl Synthesizer {
         if files.is_empty() {
             return None;
         }
-        let whole = prior.earlier.as_ref().map_or(batch, |e| &e.batch);
+        let whole = present.earlier.as_ref().map_or(batch, |e| &e.batch);
         let (subject, body) = batch_message(whole, &files);
         let commit = RequestCommit {
             request_id: sub.request_id,
@@ -395,7 +395,7 @@ impl Synthesizer {
                     && validation.commands.is_empty()
                     && (fanout.stop_when_passing
                         || fanout.first_round.is_some()
-                        || fcx.prior.routing.is_some())
+                        || fcx.present.routing.is_some())
             })
             .and_then(|runner| {
                 EarlyAgreement::new(
@@ -590,8 +590,8 @@ fn batch_message(batch: &Batch, files: &[CommitFile]) -> (String, String) {
 }
 
 /// Each file's answer with the prompt tokens its candidates' prompt used (files in batch order).
-fn with_prompt_tokens(mut results: Vec<FileResult>, prior: &Prior) -> Vec<FileResult> {
-    if let Ok(tokens) = prior.prompt_tokens.lock() {
+fn with_prompt_tokens(mut results: Vec<FileResult>, present: &Present) -> Vec<FileResult> {
+    if let Ok(tokens) = present.prompt_tokens.lock() {
         for (result, tokens) in results.iter_mut().zip(tokens.iter()) {
             result.prompt_tokens_by_part = tokens.clone();
         }
@@ -635,10 +635,10 @@ mod tests {
             config,
         );
         let batch = doubles::batch(&["app.py"]);
-        let prior = doubles::prior(&batch);
+        let present = doubles::present(&batch);
         let sub = doubles::submission(batch);
         let (submitted, _) = synthesizer
-            .execute(&sub, prior, &NoProgress, &recorded)
+            .execute(&sub, present, &NoProgress, &recorded)
             .await;
         (submitted.response, workspace.content("app.py"))
     }
@@ -658,11 +658,11 @@ mod tests {
         let batch = doubles::parse(serde_json::json!({"command": "write_codebase",
             "files": [{"filename": "new.py", "code_description": "d"}],
             "options": {"review": true}}));
-        let prior = doubles::prior(&batch);
+        let present = doubles::present(&batch);
         let sub = doubles::submission(batch);
 
         let (submitted, completions) = synthesizer
-            .execute(&sub, prior, &NoProgress, &Recorded::already())
+            .execute(&sub, present, &NoProgress, &Recorded::already())
             .await;
 
         let response = submitted.response;

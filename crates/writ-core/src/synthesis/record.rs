@@ -34,14 +34,15 @@ pub(crate) const ROUTE: &str = "POST /write_codebase";
 /// The request a batch is recorded as.
 pub(crate) fn request(sub: &Submission) -> NewRequest {
     NewRequest {
-        id: sub.request_id,
-        received_at: Utc::now(),
-        route: ROUTE.to_string(),
-        caller: sub.caller.clone(),
-        scope: sub.scope,
         idempotency_key: sub.idempotency_key.clone(),
-        body_sha256: Some(sub.body_sha256.clone()),
-        workspace: sub.workspace.clone(),
+        ..NewRequest::opened(
+            sub.request_id,
+            ROUTE,
+            sub.caller.clone(),
+            sub.scope,
+            sub.workspace.clone(),
+        )
+        .with_body(sub.body_sha256.clone())
     }
 }
 

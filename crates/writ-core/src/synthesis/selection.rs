@@ -329,12 +329,12 @@ mod tests {
         answers: Vec<Candidate>,
     ) -> Produced {
         let batch = doubles::batch(&["app.py"]);
-        let prior = doubles::prior(&batch);
+        let present = doubles::present(&batch);
         let clock = Upstream::default();
         let cx = FileCx {
             batch: &batch,
             file: &batch.files()[0],
-            prior: &prior,
+            present: &present,
             sink: &NoProgress,
             upstream: &clock,
         };

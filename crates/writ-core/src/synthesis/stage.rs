@@ -1,6 +1,6 @@
 //! The types the synthesis stages share, so that no stage imports another's orchestrator: the
 //! dependency bundle ([`Synthesizer`]) and its settings ([`SynthesisConfig`]), what a batch's
-//! prompts show of the present ([`Prior`]), a file's outcome before it is written
+//! prompts show of the present ([`Present`]), a file's outcome before it is written
 //! ([`Produced`], [`Chosen`], [`Content`]), what travels with one file through its stages
 //! ([`FileCx`]). The gate a write waits at until the batch's request is recorded is the
 //! batch record's (`record::Recorded`).
@@ -175,7 +175,7 @@ pub struct Synthesizer {
 
 /// What a batch's prompts show of what exists before it, read while the batch is checked
 /// (`Synthesizer::prepare`, which refuses the batch when a code file cannot be read).
-pub(crate) struct Prior {
+pub(crate) struct Present {
     pub recent: Vec<RecentOperation>,
     /// Each code file's content when the batch began (`None`: no such file yet).
     pub current: Vec<(RepoPath, Option<Vec<u8>>)>,
@@ -204,7 +204,7 @@ pub(crate) struct EarlierRuns {
     pub files: Vec<crate::commits::CommitFile>,
 }
 
-impl Prior {
+impl Present {
     /// Keeps what file `index`'s prompt spent on each part, for the answer.
     pub fn record_prompt_tokens(&self, index: usize, tokens: PromptTokensByPart) {
         if let Ok(mut all) = self.prompt_tokens.lock()
@@ -373,7 +373,7 @@ impl SynthesisConfig {
 pub(crate) struct FileCx<'a> {
     pub batch: &'a Batch,
     pub file: &'a FileSpec,
-    pub prior: &'a Prior,
+    pub present: &'a Present,
     pub sink: &'a dyn ProgressSink,
     pub upstream: &'a Upstream,
 }
@@ -382,7 +382,7 @@ pub(crate) struct FileCx<'a> {
 #[derive(Clone, Copy)]
 pub(crate) struct BatchCx<'a> {
     pub batch: &'a Batch,
-    pub prior: &'a Prior,
+    pub present: &'a Present,
     pub sink: &'a dyn ProgressSink,
     /// One per file, in the batch's order.
     pub upstream_of: &'a [Upstream],
@@ -394,7 +394,7 @@ impl<'a> BatchCx<'a> {
         FileCx {
             batch: self.batch,
             file: &self.batch.files()[position],
-            prior: self.prior,
+            present: self.present,
             sink: self.sink,
             upstream: &self.upstream_of[position],
         }

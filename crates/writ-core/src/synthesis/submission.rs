@@ -17,7 +17,7 @@ use crate::synthesis::batch::{Batch, BatchError, TargetKind};
 use crate::synthesis::context::resolve_context;
 use crate::synthesis::response::BatchResponse;
 use crate::synthesis::routing::{self, Outcomes, Routing};
-use crate::synthesis::stage::{Prior, Synthesizer, command_for};
+use crate::synthesis::stage::{Present, Synthesizer, command_for};
 
 /// How long a repeated `Idempotency-Key` waits for the batch it repeats to end before being
 /// refused as still in progress (a resumed batch ends within its lease and one claim).
@@ -75,18 +75,18 @@ pub enum SubmitError {
 
 /// How a batch is taken on, at each step from its admission to its start: the stored answer of
 /// a repeated `Idempotency-Key`, or the batch going ahead with `T` — what its prompts show of the
-/// present (`Begun<Prior>`, from [`Synthesizer::prepare`]), then its running job
+/// present (`Begun<Present>`, from [`Synthesizer::prepare`]), then its running job
 /// (`Begun<BatchHandle>`, from `Jobs::start`).
 pub enum Begun<T> {
     /// A repeated `Idempotency-Key`: the stored answer.
-    Replayed(Box<Submitted>),
+    Replayed(Box<BatchAnswer>),
     /// The batch goes ahead.
     Fresh(T),
 }
 
 /// A submitted batch's answer.
 #[derive(Debug)]
-pub struct Submitted {
+pub struct BatchAnswer {
     pub response: BatchResponse,
     /// The answer is a stored one replayed for a repeated `Idempotency-Key`.
     pub replayed: bool,
@@ -101,7 +101,7 @@ impl Synthesizer {
     /// current content in the same hand-off as its check, the caller's recent operations beside
     /// it.
     #[cfg(test)]
-    pub(crate) async fn prepare(&self, sub: &Submission) -> Result<Begun<Prior>, SubmitError> {
+    pub(crate) async fn prepare(&self, sub: &Submission) -> Result<Begun<Present>, SubmitError> {
         if let Some(found) = self.replay(sub).await? {
             return Ok(Begun::Replayed(Box::new(found)));
         }
@@ -110,7 +110,7 @@ impl Synthesizer {
 
     /// A batch that is not a replay, checked: its models, its targets on disk (each
     /// `expected_sha256`), its validation commands; with what its prompts show of the present.
-    pub(crate) async fn check_fresh(&self, sub: &Submission) -> Result<Prior, SubmitError> {
+    pub(crate) async fn check_fresh(&self, sub: &Submission) -> Result<Present, SubmitError> {
         self.check_models(&sub.batch)?;
         let (current, recent) = futures::future::join(
             self.check_targets(&sub.batch),
@@ -122,7 +122,7 @@ impl Synthesizer {
         self.check_validation(&sub.batch)?;
         let named = resolve_context(self.workspace.as_ref(), &sub.batch).await?;
         let prompt_tokens = std::sync::Mutex::new(vec![None; sub.batch.files().len()]);
-        Ok(Prior {
+        Ok(Present {
             recent,
             current,
             named,
@@ -138,7 +138,7 @@ impl Synthesizer {
     /// fresh batch's are — the models (this replica's configuration may differ from the one
     /// that accepted it), the targets and their `expected_sha256`, the validation commands —
     /// but for the replay: the idempotency key was the accepting replica's to check.
-    pub(crate) async fn prepare_resumed(&self, sub: &Submission) -> Result<Prior, SubmitError> {
+    pub(crate) async fn prepare_resumed(&self, sub: &Submission) -> Result<Present, SubmitError> {
         self.check_models(&sub.batch)?;
         self.check_validation(&sub.batch)?;
         let (current, recent) = futures::future::join(
@@ -150,7 +150,7 @@ impl Synthesizer {
         check_expected(&sub.batch, &current)?;
         // The named context is resolved again: the files it names may have changed, or gone.
         let named = resolve_context(self.workspace.as_ref(), &sub.batch).await?;
-        Ok(Prior {
+        Ok(Present {
             recent,
             current,
             named,
@@ -249,7 +249,7 @@ impl Synthesizer {
         &self,
         sub: &Submission,
         err: StoreError,
-    ) -> Result<Submitted, SubmitError> {
+    ) -> Result<BatchAnswer, SubmitError> {
         match err {
             StoreError::Conflict(_) if sub.idempotency_key.is_some() => {
                 match self.replay(sub).await? {
@@ -261,7 +261,10 @@ impl Synthesizer {
         }
     }
 
-    pub(crate) async fn replay(&self, sub: &Submission) -> Result<Option<Submitted>, SubmitError> {
+    pub(crate) async fn replay(
+        &self,
+        sub: &Submission,
+    ) -> Result<Option<BatchAnswer>, SubmitError> {
         let Some(key) = &sub.idempotency_key else {
             return Ok(None);
         };
@@ -286,7 +289,7 @@ impl Synthesizer {
                         r.id
                     )))
                 })?;
-                Ok(Some(Submitted {
+                Ok(Some(BatchAnswer {
                     response,
                     replayed: true,
                     upstream: Duration::ZERO,
@@ -571,9 +574,9 @@ mod tests {
         )
     }
 
-    async fn prepared(s: &Synthesizer, batch: Batch) -> Result<Prior, SubmitError> {
+    async fn prepared(s: &Synthesizer, batch: Batch) -> Result<Present, SubmitError> {
         match s.prepare(&submission(batch)).await? {
-            Begun::Fresh(prior) => Ok(prior),
+            Begun::Fresh(present) => Ok(present),
             Begun::Replayed(_) => panic!("no key was given, so nothing is replayed"),
         }
     }
@@ -603,13 +606,13 @@ mod tests {
 
         let current = batch(serde_json::json!({"command": "write_codebase", "files": [
             {"filename": "a.py", "code_description": "d", "expected_sha256": sha256_hex(b"x = 1\n")}]}));
-        let prior = match prepared(&s, current).await {
-            Ok(prior) => prior,
+        let present = match prepared(&s, current).await {
+            Ok(present) => present,
             Err(e) => panic!("a current hash is admitted: {e}"),
         };
         let path = RepoPath::parse("a.py").map_err(|e| e.to_string());
         assert_eq!(
-            path.map(|p| prior.current(&p).map(<[u8]>::to_vec)),
+            path.map(|p| present.current(&p).map(<[u8]>::to_vec)),
             Ok(Some(b"x = 1\n".to_vec())),
             "the prompts will show what the check read"
         );

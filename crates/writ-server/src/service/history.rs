@@ -176,16 +176,13 @@ async fn undo_rebase(
     let recorded = async {
         state
             .store
-            .insert_request(&writ_core::audit::NewRequest {
-                id: who.request_id,
-                received_at: chrono::Utc::now(),
-                route: who.route.clone(),
-                caller: who.caller.clone(),
-                scope: who.scope,
-                idempotency_key: None,
-                body_sha256: None,
-                workspace: rebased.workspace.clone(),
-            })
+            .insert_request(&writ_core::audit::NewRequest::opened(
+                who.request_id,
+                who.route.clone(),
+                who.caller.clone(),
+                who.scope,
+                rebased.workspace.clone(),
+            ))
             .await?;
         state
             .store

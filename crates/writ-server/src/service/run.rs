@@ -100,16 +100,10 @@ pub async fn execute(state: &AppState, call: RunCall) -> Result<RunOutcome, ApiE
     let started = std::time::Instant::now();
     state
         .store
-        .insert_request(&NewRequest {
-            id: request_id,
-            received_at: Utc::now(),
-            route: route.to_string(),
-            caller,
-            scope,
-            idempotency_key: None,
-            body_sha256: Some(body_sha256),
-            workspace: state.workspace.name().to_owned(),
-        })
+        .insert_request(
+            &NewRequest::opened(request_id, route, caller, scope, state.workspace.name())
+                .with_body(body_sha256),
+        )
         .await
         .map_err(|e| ApiError::audit_unavailable(&e))?;
     let outcome = {

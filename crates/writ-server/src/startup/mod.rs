@@ -257,7 +257,7 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let reconciler = tokio::spawn(reconcile_periodically(self.state.clone()));
-        let claimer = tokio::spawn(claim_periodically(self.state.clone()));
+        let claimer = tokio::spawn(take_over_periodically(self.state.clone()));
         let claiming = claimer.abort_handle();
         let limits = self.state.limits.clone();
         let grace = self.state.settings.guard.shutdown_grace;
@@ -440,7 +440,7 @@ async fn hand_back(jobs: &Jobs) {
 }
 
 /// Claims and resumes the jobs of replicas that died (their leases lapsed), while this one serves.
-async fn claim_periodically(state: AppState) {
+async fn take_over_periodically(state: AppState) {
     let Some(jobs) = state.jobs.clone() else {
         return;
     };
@@ -448,10 +448,10 @@ async fn claim_periodically(state: AppState) {
         return;
     }
     loop {
-        match jobs.claim_lapsed().await {
+        match jobs.take_over_lapsed().await {
             Ok(0) => {}
             Ok(n) => tracing::info!(jobs = n, "claimed jobs whose lease lapsed"),
-            Err(e) => tracing::warn!(error = %e, "job claim skipped: audit store unavailable"),
+            Err(e) => tracing::warn!(error = %e, "job take-over skipped: audit store unavailable"),
         }
         tokio::time::sleep(CLAIM_EVERY).await;
     }
@@ -468,7 +468,7 @@ pub async fn serve_mcp_stdio(settings: Settings) -> anyhow::Result<()> {
     let limits = state.limits.clone();
     let grace = state.settings.guard.shutdown_grace;
     let jobs = state.jobs.clone();
-    let claimer = tokio::spawn(claim_periodically(state.clone()));
+    let claimer = tokio::spawn(take_over_periodically(state.clone()));
     let served = crate::tools::mcp::serve_stdio(state).await;
     claimer.abort();
     if !limits.drain(grace).await {

@@ -20,7 +20,7 @@ use crate::path::RepoPath;
 use crate::search::{SearchError, WalkedFile, content_key};
 use crate::synthesis::batch::{Batch, BatchError, ContextEntry, ContextTarget, FileSpec};
 use crate::synthesis::prompt::{ContextFile, MoreContext};
-use crate::synthesis::stage::{Named, NamedContext, Prior};
+use crate::synthesis::stage::{Named, NamedContext, Present};
 use crate::workspace::{Workspace, WorkspaceError};
 
 mod map;
@@ -145,10 +145,10 @@ pub(crate) async fn more_context(
     default_map_tokens: usize,
     batch: &Batch,
     file: &FileSpec,
-    prior: &Prior,
+    present: &Present,
     shown: &[String],
 ) -> MoreContext {
-    let named = &prior.named;
+    let named = &present.named;
     let mut more = MoreContext::default();
     // The batch's entries first and apart from what this file shows anyway: they open every
     // file's prompt, byte-identical, where a provider's prompt cache finds them.
@@ -189,8 +189,8 @@ pub(crate) async fn more_context(
     if map_tokens > 0 {
         (more.map, more.map_pending) = repo_map(
             workspace,
-            &prior.map,
-            &prior.current,
+            &present.map,
+            &present.current,
             batch,
             file,
             &seen,

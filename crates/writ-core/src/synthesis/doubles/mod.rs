@@ -25,7 +25,7 @@ use crate::model::{
 use crate::path::RepoPath;
 use crate::synthesis::batch::Batch;
 use crate::synthesis::fanout::Candidate;
-use crate::synthesis::stage::{Chosen, Content, Prior, Produced};
+use crate::synthesis::stage::{Chosen, Content, Present, Produced};
 use crate::synthesis::submission::Submission;
 
 /// One scripted answer: after `delay`, this content (or this failure).
@@ -159,8 +159,8 @@ pub fn submission(batch: Batch) -> Submission {
 }
 
 /// What a batch read of a present where none of its files exist and nothing was done before.
-pub fn prior(batch: &Batch) -> Prior {
-    Prior {
+pub fn present(batch: &Batch) -> Present {
+    Present {
         recent: Vec::new(),
         current: Vec::new(),
         named: Default::default(),

@@ -294,7 +294,7 @@ impl JobStore for MemoryStore {
     ) -> Result<bool, StoreError> {
         Err(not_kept())
     }
-    async fn claim_jobs(
+    async fn take_over_jobs(
         &self,
         _owner: &str,
         _now: DateTime<Utc>,

@@ -7,7 +7,7 @@
 //!
 //! Where replicas share the store (PostgreSQL), the replica running a job holds a lease on it
 //! and renews it ([`LEASE`], [`RENEW_EVERY`]). A replica that dies stops renewing; once the lease
-//! lapsed, another replica claims the job ([`Jobs::claim_lapsed`]) and resumes it: the
+//! lapsed, another replica claims the job ([`Jobs::take_over_lapsed`]) and resumes it: the
 //! batch's pending operations are settled against the disk, files already written stay as they
 //! are, the rest are generated and written, and the answer (every file's result) is stored once.
 //! A job claimed more than [`MAX_RESUMES`] times ends `failed` with the reason. A replica that
@@ -37,8 +37,8 @@ use crate::synthesis::batch::{Batch, WriteCodebaseRequest};
 use crate::synthesis::progress::{DONE, Event, ProgressSink};
 use crate::synthesis::record::{self, JobEnd, Recorded};
 use crate::synthesis::response::{BatchResponse, FileResult, ImageInfo};
-use crate::synthesis::stage::{Prior, Synthesizer};
-use crate::synthesis::submission::{Begun, Submission, SubmitError, Submitted};
+use crate::synthesis::stage::{Present, Synthesizer};
+use crate::synthesis::submission::{BatchAnswer, Begun, Submission, SubmitError};
 
 mod events;
 mod liveness;
@@ -91,7 +91,7 @@ impl EventHub {
 /// caller who hung up) lets the batch run on and be recorded all the same.
 pub struct BatchHandle {
     job_id: Uuid,
-    task: tokio::task::JoinHandle<Result<Submitted, SubmitError>>,
+    task: tokio::task::JoinHandle<Result<BatchAnswer, SubmitError>>,
 }
 
 impl BatchHandle {
@@ -101,7 +101,7 @@ impl BatchHandle {
 
     /// Waits for the batch's answer. It can still be a refusal: a synchronous batch's records
     /// commit while its models run.
-    pub async fn answer(self) -> Result<Submitted, SubmitError> {
+    pub async fn answer(self) -> Result<BatchAnswer, SubmitError> {
         self.task
             .await
             .unwrap_or_else(|e| Err(SubmitError::Lost(e.to_string())))
@@ -123,7 +123,7 @@ pub trait WorkspaceSynthesizers: Send + Sync {
 /// A batch that passed admission's checks ([`Jobs::check`]): what it is started with.
 pub struct Checked {
     synthesizer: Arc<Synthesizer>,
-    prior: Prior,
+    present: Present,
     budgets: crate::budgets::BatchBudgets,
 }
 
@@ -306,7 +306,7 @@ impl Jobs {
     /// Claims the jobs whose lease lapsed (their replica died or handed them back) and resumes
     /// each in its own task; a job claimed more than [`MAX_RESUMES`] times is failed instead.
     /// Returns how many jobs were claimed.
-    pub async fn claim_lapsed(&self) -> Result<usize, StoreError> {
+    pub async fn take_over_lapsed(&self) -> Result<usize, StoreError> {
         let Some(owner) = self.owner.clone() else {
             return Ok(0);
         };
@@ -314,7 +314,7 @@ impl Jobs {
         let claimed = self
             .synthesizer
             .store
-            .claim_jobs(&owner, now, lease_until(now), CLAIM_AT_MOST)
+            .take_over_jobs(&owner, now, lease_until(now), CLAIM_AT_MOST)
             .await?;
         let count = claimed.len();
         for job in claimed {
@@ -387,7 +387,7 @@ impl Jobs {
     /// Admission, first step: the stored answer of a repeated `Idempotency-Key` (waited for
     /// while its batch still runs), before anything else is checked or taken, so a retry never
     /// holds a second batch slot nor is refused for a limit its first try passed.
-    pub async fn replay(&self, sub: &Submission) -> Result<Option<Box<Submitted>>, SubmitError> {
+    pub async fn replay(&self, sub: &Submission) -> Result<Option<Box<BatchAnswer>>, SubmitError> {
         let synthesizer = self.synthesizer_of(sub).await?;
         Ok(synthesizer.replay(sub).await?.map(Box::new))
     }
@@ -397,7 +397,7 @@ impl Jobs {
     /// call will ask again. Nothing is recorded or taken.
     pub async fn check(&self, sub: &Submission) -> Result<Checked, SubmitError> {
         let synthesizer = self.synthesizer_of(sub).await?;
-        let mut prior = synthesizer.check_fresh(sub).await?;
+        let mut present = synthesizer.check_fresh(sub).await?;
         let budgets = crate::synthesis::spending::budgets_of(synthesizer.store.as_ref(), sub)
             .await
             .map_err(SubmitError::Audit)?;
@@ -406,11 +406,11 @@ impl Jobs {
             .await
             .map_err(SubmitError::Audit)?
         {
-            prior.degraded = Some(synthesizer.degrade(sub, degraded).await);
+            present.degraded = Some(synthesizer.degrade(sub, degraded).await);
         }
         Ok(Checked {
             synthesizer,
-            prior,
+            present,
             budgets,
         })
     }
@@ -434,7 +434,7 @@ impl Jobs {
     ) -> Result<Begun<BatchHandle>, SubmitError> {
         let Checked {
             synthesizer,
-            prior,
+            present,
             budgets,
         } = checked;
         let opening = record::opening(&sub, is_async, self.owner.as_deref());
@@ -465,9 +465,16 @@ impl Jobs {
             tokio::spawn(
                 async move {
                     let _permit = permit;
-                    run_job(&synthesizer, events, &sub, prior, Recorded::already(), ctx)
-                        .await
-                        .map_err(|_| SubmitError::InProgress)
+                    run_job(
+                        &synthesizer,
+                        events,
+                        &sub,
+                        present,
+                        Recorded::already(),
+                        ctx,
+                    )
+                    .await
+                    .map_err(|_| SubmitError::InProgress)
                 }
                 .in_current_span(),
             )
@@ -475,7 +482,7 @@ impl Jobs {
             tokio::spawn(
                 async move {
                     let _permit = permit;
-                    record_and_run(synthesizer, events, sub, prior, opening, ctx).await
+                    record_and_run(synthesizer, events, sub, present, opening, ctx).await
                 }
                 .in_current_span(),
             )
@@ -509,10 +516,10 @@ async fn record_and_run(
     synthesizer: Arc<Synthesizer>,
     events: EventQueue,
     sub: Submission,
-    prior: Prior,
+    present: Present,
     opening: Vec<AuditWrite>,
     ctx: JobContext,
-) -> Result<Submitted, SubmitError> {
+) -> Result<BatchAnswer, SubmitError> {
     let (recorded_tx, recorded_rx) = watch::channel(None);
     let store = synthesizer.store.clone();
     let outage_wait = synthesizer.config.store_outage_wait;
@@ -527,7 +534,7 @@ async fn record_and_run(
         &synthesizer,
         events,
         &sub,
-        prior,
+        present,
         Recorded::pending(recorded_rx),
         ctx,
     );
@@ -593,10 +600,10 @@ async fn run_job(
     synthesizer: &Synthesizer,
     events: EventQueue,
     sub: &Submission,
-    prior: Prior,
+    present: Present,
     recorded: Recorded,
     ctx: JobContext,
-) -> Result<Submitted, Stopped> {
+) -> Result<BatchAnswer, Stopped> {
     let store = synthesizer.store.clone();
     let job_id = sub.request_id;
     let lost = match &ctx.lease {
@@ -629,9 +636,9 @@ async fn run_job(
                 Vec::new(),
                 0,
             );
-            response.commit = synthesizer.commit_batch(sub, &prior, &[]).await;
+            response.commit = synthesizer.commit_batch(sub, &present, &[]).await;
             return (
-                Submitted {
+                BatchAnswer {
                     response,
                     replayed: false,
                     upstream: Duration::ZERO,
@@ -641,7 +648,7 @@ async fn run_job(
         }
         // Every model call of the run is counted, and refused once a budget is spent.
         let metered = synthesizer.metered(ctx.budgets.clone());
-        metered.execute(sub, prior, &sink, &recorded).await
+        metered.execute(sub, present, &sink, &recorded).await
     };
     let (mut submitted, completions) = tokio::select! {
         done = execute => done,

@@ -84,7 +84,7 @@ pub(super) enum NotResumed {
 pub(super) async fn plan_resume(
     synthesizer: &Synthesizer,
     claimed: &ClaimedJob,
-) -> Result<(Submission, Prior, Resumed, i64), NotResumed> {
+) -> Result<(Submission, Present, Resumed, i64), NotResumed> {
     let job = &claimed.job;
     let Some(body) = &claimed.request else {
         return Err(NotResumed::Never(
@@ -135,12 +135,12 @@ pub(super) async fn plan_resume(
         batch: batch.without(|path| written.contains_key(path.as_str())),
         workspace: job.workspace.clone(),
     };
-    let mut prior = synthesizer
+    let mut present = synthesizer
         .prepare_resumed(&sub)
         .await
         .map_err(|e| NotResumed::Never(format!("its files cannot be written now: {e}")))?;
     if !kept.is_empty() {
-        prior.earlier = Some(EarlierRuns {
+        present.earlier = Some(EarlierRuns {
             files: kept
                 .iter()
                 .filter_map(|(at, r)| {
@@ -167,7 +167,7 @@ pub(super) async fn plan_resume(
         order,
         created_at: job.created_at,
     };
-    Ok((sub, prior, resumed, last_seq))
+    Ok((sub, present, resumed, last_seq))
 }
 
 /// Every operation recorded for one batch (a batch has a handful of files, each written at most
@@ -217,7 +217,7 @@ pub(super) async fn resume(
         fail_claimed(&synthesizer, &hub, &claimed, &reason).await;
         return;
     }
-    let (sub, prior, resumed, last_seq) = match plan_resume(&synthesizer, &claimed).await {
+    let (sub, present, resumed, last_seq) = match plan_resume(&synthesizer, &claimed).await {
         Ok(plan) => plan,
         Err(NotResumed::Never(why)) => {
             fail_claimed(&synthesizer, &hub, &claimed, &format!("not resumed: {why}")).await;
@@ -259,7 +259,16 @@ pub(super) async fn resume(
         budgets,
         _running: guard,
     };
-    match run_job(&synthesizer, events, &sub, prior, Recorded::already(), ctx).await {
+    match run_job(
+        &synthesizer,
+        events,
+        &sub,
+        present,
+        Recorded::already(),
+        ctx,
+    )
+    .await
+    {
         Ok(done) => {
             tracing::info!(job = %job_id, status = done.response.status.as_str(), "resumed job done")
         }
@@ -476,12 +485,12 @@ mod remaining {
         assert_eq!(names, ["b.py", "c.py"]);
         assert!(batch.resumed());
         let sub = doubles::submission(batch);
-        let prior = match synthesizer.prepare_resumed(&sub).await {
-            Ok(prior) => prior,
+        let present = match synthesizer.prepare_resumed(&sub).await {
+            Ok(present) => present,
             Err(e) => panic!("the remaining batch is admitted: {e}"),
         };
         let (submitted, _) = synthesizer
-            .execute(&sub, prior, &NoProgress, &Recorded::already())
+            .execute(&sub, present, &NoProgress, &Recorded::already())
             .await;
 
         for (file, own, others) in [
@@ -572,11 +581,11 @@ mod remaining {
         .with_committer(Some(commits.clone()));
         let whole = batch_with_own_context();
         let sub = doubles::submission(whole.without(|path| path.as_str() == "a.py"));
-        let mut prior = match synthesizer.prepare_resumed(&sub).await {
-            Ok(prior) => prior,
+        let mut present = match synthesizer.prepare_resumed(&sub).await {
+            Ok(present) => present,
             Err(e) => panic!("the remaining batch is admitted: {e}"),
         };
-        prior.earlier = Some(EarlierRuns {
+        present.earlier = Some(EarlierRuns {
             batch: whole,
             files: vec![CommitFile {
                 path: crate::path::RepoPath::parse("a.py").unwrap(),
@@ -587,7 +596,7 @@ mod remaining {
         });
 
         let (submitted, _) = synthesizer
-            .execute(&sub, prior, &NoProgress, &Recorded::already())
+            .execute(&sub, present, &NoProgress, &Recorded::already())
             .await;
 
         let made = commits.0.lock().unwrap().clone();

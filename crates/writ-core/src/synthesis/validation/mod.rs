@@ -452,7 +452,7 @@ mod tests {
         diagnostics: Vec<(String, String)>,
     ) -> Produced {
         let batch = doubles::batch(&["a.py"]);
-        let prior = doubles::prior(&batch);
+        let present = doubles::present(&batch);
         let clocks = [Upstream::default()];
         let config = SynthesisConfig {
             arbiter: Some("judge".into()),
@@ -466,7 +466,7 @@ mod tests {
         };
         let cx = BatchCx {
             batch: &batch,
-            prior: &prior,
+            present: &present,
             sink: &NoProgress,
             upstream_of: &clocks,
         };

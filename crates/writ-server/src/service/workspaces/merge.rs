@@ -3,7 +3,6 @@
 
 use std::path::Path;
 
-use chrono::Utc;
 use writ_core::AuditStore;
 use writ_core::workspaces::{WorkspaceKind, WorkspaceName};
 
@@ -208,14 +207,11 @@ async fn record_merge(store: &dyn AuditStore, merged: &MergedWorkspace, caller: 
 /// The merge's request row: made with the `admin` scope that every merge needs, in the workspace
 /// merged, with no idempotency key (a merge is not replayed).
 fn merge_request(merged: &MergedWorkspace, caller: Option<&str>) -> writ_core::audit::NewRequest {
-    writ_core::audit::NewRequest {
-        id: merged.request_id,
-        received_at: Utc::now(),
-        route: format!("POST /workspaces/{}/merge", merged.workspace),
-        caller: caller.map(str::to_owned),
-        scope: Some(writ_core::keys::Scope::Admin),
-        idempotency_key: None,
-        body_sha256: None,
-        workspace: merged.workspace.clone(),
-    }
+    writ_core::audit::NewRequest::opened(
+        merged.request_id,
+        format!("POST /workspaces/{}/merge", merged.workspace),
+        caller.map(str::to_owned),
+        Some(writ_core::keys::Scope::Admin),
+        merged.workspace.clone(),
+    )
 }

@@ -331,16 +331,13 @@ async fn record_rebase(state: &AppState, answer: &RebasedWorkspace, caller: Opti
     let recorded = async {
         state
             .store
-            .insert_request(&NewRequest {
-                id: answer.request_id,
-                received_at: Utc::now(),
-                route: format!("POST /workspaces/{}/rebase", answer.workspace),
-                caller: caller.map(str::to_owned),
-                scope: Some(writ_core::keys::Scope::Write),
-                idempotency_key: None,
-                body_sha256: None,
-                workspace: answer.workspace.clone(),
-            })
+            .insert_request(&NewRequest::opened(
+                answer.request_id,
+                format!("POST /workspaces/{}/rebase", answer.workspace),
+                caller.map(str::to_owned),
+                Some(writ_core::keys::Scope::Write),
+                answer.workspace.clone(),
+            ))
             .await?;
         state
             .store

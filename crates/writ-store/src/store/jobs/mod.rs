@@ -193,7 +193,7 @@ impl<D: Dialect> JobStore for SqlStore<D> {
         Ok(sql.execute(self, "release job lease").await? == 1)
     }
 
-    async fn claim_jobs(
+    async fn take_over_jobs(
         &self,
         owner: &str,
         now: DateTime<Utc>,

@@ -116,12 +116,12 @@ async fn decide_among(
     use crate::synthesis::stage::Upstream;
 
     let batch = doubles::batch(&["clamp.py"]);
-    let prior = doubles::prior(&batch);
+    let present = doubles::present(&batch);
     let clock = Upstream::default();
     let cx = FileCx {
         batch: &batch,
         file: &batch.files()[0],
-        prior: &prior,
+        present: &present,
         sink: &NoProgress,
         upstream: &clock,
     };
