@@ -105,8 +105,16 @@ async fn a_retry_replays_before_it_takes_a_slot_or_meets_a_budget_its_first_try_
         conflict["error"]["code"], "idempotency_conflict",
         "{conflict}"
     );
-    // Each model was asked once: nothing ran twice.
-    assert_eq!(app.fake().calls_for(MODELS[0]).len(), 1);
+    // Nothing ran twice: each model asked at most once. (Which of them were asked depends on
+    // which call reserved the day's one token first; the others were refused by the budget.)
+    let asked: Vec<usize> = MODELS
+        .iter()
+        .map(|m| app.fake().calls_for(m).len())
+        .collect();
+    assert!(
+        asked.iter().all(|&n| n <= 1) && asked.iter().sum::<usize>() >= 1,
+        "{asked:?}"
+    );
     assert!(!app.repo_dir.join("other.py").exists() && !app.repo_dir.join("else.py").exists());
 }
 
