@@ -1,4 +1,4 @@
-//! Parallel agents on one repository (issue 57), end to end: three agents, each with its own
+//! Parallel agents on one repository, end to end: three agents, each with its own
 //! git-worktree workspace and a key bound to it, whose tasks overlap on two files. The overlap is
 //! in the answer of the first overlapping write (and its job's stream), not found at merge; a
 //! claim respected refuses the second agent before any model call; after the first merge, a

@@ -1,7 +1,7 @@
-//! How two lines of work have moved apart since the commit they share (issue 57, parallel agents
-//! on one repository): the commits and paths on each side ([`divergence`]), which of some paths
-//! the other side changed and in which commit ([`changes_since_base`]), and which of some paths a
-//! working tree holds uncommitted ([`dirty_paths`]). With these the server can tell an agent
+//! How two lines of work have moved apart since the commit they share: the commits and paths on
+//! each side ([`divergence`]), which of some paths the other side changed and in which commit
+//! ([`changes_since_base`]), and which of some paths a working tree holds uncommitted
+//! ([`dirty_paths`]). With these the server can tell an agent
 //! writing a path in its workspace that another workspace (another worktree of the same
 //! repository, on a branch of its own) or the branch it will merge into changed that path too.
 //!

@@ -482,21 +482,7 @@ mod tests {
         assert_eq!(std::fs::read(dir.path().join(name)).unwrap(), b"PACK whole");
     }
 
-    fn git(dir: &Path, args: &[&str]) -> String {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
+    use crate::testing::git;
 
     /// One commit of `n.py` through writ's commit path (a pack of its own, and past
     /// [`MERGE_AT`] packs, the merge).

@@ -1,4 +1,4 @@
-//! A task's branch replayed onto another (issue 57, parallel agents on one repository): once the
+//! A task's branch replayed onto another: once the
 //! branch it will land on has moved, the task's own commits are made again, in order, on that
 //! branch's tip, so the task's work — and what checks it — stands on what it will land on, and
 //! the merge that follows is a fast-forward. [`reset_branch`] puts a branch back where a rebase
