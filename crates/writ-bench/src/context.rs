@@ -22,6 +22,7 @@ use writ_core::search::{Freshness, SearchQuery};
 use writ_core::synthesis::batch::{Batch, WriteCodebaseRequest};
 use writ_core::synthesis::context::{self, tokens};
 use writ_core::synthesis::prompt::{self, MoreContext};
+use writ_core::synthesis::stage::BatchFile;
 use writ_core::{RepoPath, Workspace};
 use writ_workspace::RepoWorkspace;
 
@@ -179,10 +180,19 @@ async fn prompt_of(
     let request: WriteCodebaseRequest = serde_json::from_value(body)?;
     let batch = Batch::parse(request).map_err(|e| anyhow::anyhow!("{e}"))?;
     let file = &batch.files()[0];
+    let batch_files = [BatchFile::new(file.clone())];
     let mut more = MoreContext::default();
     if with_context && map_tokens > 0 {
-        (more.map, more.map_pending) =
-            context::repo_map(ws, &Default::default(), &[], &batch, file, &[], map_tokens).await;
+        (more.map, more.map_pending) = context::repo_map(
+            ws,
+            &Default::default(),
+            &batch_files,
+            &batch,
+            &batch_files[0],
+            &[],
+            map_tokens,
+        )
+        .await;
     }
     let messages = prompt::candidate_messages(
         &batch,

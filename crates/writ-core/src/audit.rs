@@ -540,7 +540,7 @@ pub struct Operation {
 }
 
 fn default_workspace() -> String {
-    crate::workspaces::WorkspaceName::DEFAULT.to_owned()
+    crate::workspace_registry::WorkspaceName::DEFAULT.to_owned()
 }
 
 /// How an operation ended.
@@ -660,7 +660,7 @@ pub trait AuditStore:
     + crate::jobs::JobStore
     + crate::keys::KeyStore
     + crate::sessions::SessionStore
-    + crate::workspaces::WorkspaceStore
+    + crate::workspace_registry::WorkspaceStore
     + crate::claims::ClaimStore
     + crate::changes::ChangeStore
     + crate::budgets::SpendLedger

@@ -585,7 +585,7 @@ impl Refusal {
 /// `default` is never stored, and cannot be deleted: it costs no query.
 async fn workspace_refusal(store: &dyn AuditStore, workspace: &dyn Workspace) -> Option<Refusal> {
     let name = workspace.name();
-    if name == crate::workspaces::WorkspaceName::DEFAULT {
+    if name == crate::workspace_registry::WorkspaceName::DEFAULT {
         return None;
     }
     match store.find_workspace(name).await {
@@ -760,6 +760,6 @@ pub(crate) fn failed_operation(
         duration_ms: Some(0),
         detail: provenance.detail,
         // Not known here: the store records the request's workspace.
-        workspace: crate::workspaces::WorkspaceName::DEFAULT.to_owned(),
+        workspace: crate::workspace_registry::WorkspaceName::DEFAULT.to_owned(),
     }
 }

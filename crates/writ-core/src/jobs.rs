@@ -130,7 +130,7 @@ pub struct Job {
 }
 
 fn default_workspace() -> String {
-    crate::workspaces::WorkspaceName::DEFAULT.to_owned()
+    crate::workspace_registry::WorkspaceName::DEFAULT.to_owned()
 }
 
 /// Which jobs [`JobStore::list_jobs`] answers; the fields combine with AND.

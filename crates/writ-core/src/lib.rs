@@ -17,9 +17,9 @@
 //! - [`execution`]: the [`execution::CommandRunner`] trait for running the caller's tests in a sandbox.
 //! - [`jobs`]: every batch as a job row with its progress events ([`jobs::JobStore`]).
 //! - [`keys`]: API keys (format, constant-time check) and the [`keys::KeyStore`] trait.
-//! - [`limits`]: per-key limits replicas share ([`limits::LimitStore`]).
+//! - [`shared_limits`]: per-key limits replicas share ([`shared_limits::LimitStore`]).
 //! - [`sessions`]: write sessions — raw chunks, `DONE`, corrections — and [`sessions::SessionStore`].
-//! - [`workspaces`]: named workspaces besides `REPO_DIR` (`default`) and [`workspaces::WorkspaceStore`].
+//! - [`workspace_registry`]: named workspaces besides `REPO_DIR` (`default`) and [`workspace_registry::WorkspaceStore`].
 //! - [`claims`]: advisory leases a workspace takes on paths of its repository, seen by the
 //!   other workspaces of that repository ([`claims::ClaimStore`]).
 //! - [`content`]: hashing and the text helpers (UTF-8 checks, numbered previews) both use.
@@ -40,18 +40,18 @@ pub mod files;
 pub mod history;
 pub mod jobs;
 pub mod keys;
-pub mod limits;
 pub mod looping;
 pub mod model;
 pub mod overlaps;
 pub mod path;
 pub mod search;
 pub mod sessions;
+pub mod shared_limits;
 pub mod stats;
 pub mod store;
 pub mod trace_context;
 pub mod workspace;
-pub mod workspaces;
+pub mod workspace_registry;
 
 pub use audit::AuditStore;
 pub use model::ModelClient;

@@ -22,8 +22,8 @@ use writ_core::model::{
 
 use crate::breaker::Breakers;
 use crate::classify::AttemptError;
+use crate::concurrency::Limits;
 use crate::config::{ClientConfig, RetryPolicy};
-use crate::limits::Limits;
 use crate::metrics;
 use crate::redact::Redactor;
 use crate::retry::{FullJitter, GiveUp, next_wait};

@@ -18,8 +18,8 @@
 mod breaker;
 mod classify;
 mod client;
+mod concurrency;
 pub mod config;
-mod limits;
 pub mod metrics;
 mod redact;
 mod retry;

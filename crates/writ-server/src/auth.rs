@@ -78,7 +78,9 @@ pub async fn require_key(State(state): State<AppState>, mut req: Request, next: 
                     || matched == "/mcp"
                     || matched.starts_with("/tools")
                     || OUTSIDE_WORKSPACES.contains(&matched));
-                if in_default && !bound.allows(writ_core::workspaces::WorkspaceName::DEFAULT) {
+                if in_default
+                    && !bound.allows(writ_core::workspace_registry::WorkspaceName::DEFAULT)
+                {
                     return ApiError::not_found("no workspace named 'default'")
                         .with_field("name")
                         .into_response();
@@ -137,7 +139,7 @@ fn workspace_of(req: &Request) -> Option<String> {
     }
     crate::routes::WORKSPACE_ROUTES
         .contains(&(req.method().as_str(), matched))
-        .then(|| writ_core::workspaces::WorkspaceName::DEFAULT.to_owned())
+        .then(|| writ_core::workspace_registry::WorkspaceName::DEFAULT.to_owned())
 }
 
 /// Whether a caller may see the probes' details (paths, error text): anyone while auth is off

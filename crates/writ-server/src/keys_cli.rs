@@ -67,7 +67,7 @@ fn parse_on_limit(raw: &str) -> Result<writ_core::budgets::OnLimit, String> {
 }
 
 fn parse_workspace(raw: &str) -> Result<String, String> {
-    writ_core::workspaces::WorkspaceName::parse(raw)
+    writ_core::workspace_registry::WorkspaceName::parse(raw)
         .map(|name| name.to_string())
         .map_err(|why| format!("workspace name {why}"))
 }

@@ -8,7 +8,7 @@
 //! - [`error`]: the API error type and its JSON body; [`extract`]: extractors that name bad fields;
 //!   [`headers`]: headers read into and written from structs.
 //! - [`access`]: what each route requires and who the caller is (a leaf every layer reads);
-//!   [`auth`]: the bearer-key layer over every route; [`limits`]: rate, concurrency and size limits.
+//!   [`auth`]: the bearer-key layer over every route; [`overload`]: rate, concurrency and size limits.
 //! - [`openapi`]: the OpenAPI document, generated from the route table and the types.
 //! - [`tools`]: the tools agents call — MCP (`/mcp`, `writ mcp`) and function calling (`/tools`).
 //! - [`edge`]: host and cross-site guard, dashboard headers, protected paths, connection limits.
@@ -28,10 +28,10 @@ pub mod extract;
 pub mod header_map;
 pub mod headers;
 pub mod keys_cli;
-pub mod limits;
 pub mod mcp_sessions;
 pub mod models_cli;
 pub mod openapi;
+pub mod overload;
 pub mod readiness;
 pub mod remote_cli;
 pub mod routes;

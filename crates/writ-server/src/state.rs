@@ -37,8 +37,8 @@ pub struct AppState {
     pub auth: Arc<crate::access::AuthSwitch>,
     /// What each route requires of its caller, from the route table.
     pub access: Arc<crate::access::AccessTable>,
-    /// Rate, concurrency and in-flight counters (see [`crate::limits`]).
-    pub limits: Arc<crate::limits::Limits>,
+    /// Rate, concurrency and in-flight counters (see [`crate::overload`]).
+    pub limits: Arc<crate::overload::Limits>,
     /// The MCP sessions of `/mcp` and the rules its transport checks (see [`crate::tools::mcp`]).
     pub mcp: crate::mcp_sessions::McpHttp,
     /// `/readyz`'s last probe, shared by the callers of the next second.

@@ -16,7 +16,7 @@
 //!   [`writ_core::jobs::JobStore`], for both backends.
 //! - [`locks`] ([`AdvisoryLocks`], [`shared_locks`]): PostgreSQL advisory locks that serialise
 //!   writers of one path across replicas.
-//! - [`limits`] ([`PgLimits`], [`shared_limits`]): per-key rate and batch limits in PostgreSQL,
+//! - [`pg_limits`] ([`PgLimits`], [`shared_limits`]): per-key rate and batch limits in PostgreSQL,
 //!   one for every replica.
 //! - [`testing`] makes fresh databases for tests (this crate's and other crates').
 //!
@@ -28,8 +28,8 @@
 mod listing;
 mod dialect;
 mod error;
-pub mod limits;
 pub mod locks;
+pub mod pg_limits;
 pub mod postgres;
 pub mod sqlite;
 mod store;
@@ -40,8 +40,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use dialect::Dialect;
-pub use limits::PgLimits;
 pub use locks::AdvisoryLocks;
+pub use pg_limits::PgLimits;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 pub use store::SqlStore;
@@ -113,7 +113,7 @@ pub fn shared_locks(
 /// one process keeps them in memory.
 pub fn shared_limits(
     database_url: &str,
-) -> Result<Option<Arc<dyn writ_core::limits::LimitStore>>, StoreError> {
+) -> Result<Option<Arc<dyn writ_core::shared_limits::LimitStore>>, StoreError> {
     Ok(match Backend::from_url(database_url)? {
         Backend::Postgres => Some(Arc::new(PgLimits::connect(database_url)?)),
         Backend::Sqlite => None,

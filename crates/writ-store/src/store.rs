@@ -1,7 +1,7 @@
 //! The audit store's statements, written once for both backends: [`SqlStore`], and one module
 //! per port it implements — [`writ_core::AuditStore`] (requests, operations, migrations) in
 //! `audit`, [`writ_core::jobs::JobStore`] in `jobs`, [`writ_core::keys::KeyStore`] in `keys`,
-//! [`writ_core::sessions::SessionStore`] in `sessions`, [`writ_core::workspaces::WorkspaceStore`]
+//! [`writ_core::sessions::SessionStore`] in `sessions`, [`writ_core::workspace_registry::WorkspaceStore`]
 //! in `workspaces`, [`writ_core::claims::ClaimStore`] in `claims`,
 //! [`writ_core::changes::ChangeStore`] in `changes`,
 //! [`writ_core::budgets::SpendLedger`] in `spend` —, every record write through the group commit

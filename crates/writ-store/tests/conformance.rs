@@ -24,7 +24,7 @@ use writ_core::audit::{
 use writ_core::budgets::{Spend, SpendEntry, SpendHolder};
 use writ_core::files::WriteMode;
 use writ_core::sessions::{ChunkAppend, SessionState, SessionTransition, WriteSession};
-use writ_core::workspaces::{WorkspaceKind, WorkspaceName, WorkspaceRecord};
+use writ_core::workspace_registry::{WorkspaceKind, WorkspaceName, WorkspaceRecord};
 use writ_core::{AuditStore, StoreError};
 use writ_store::testing::{fresh_postgres_url, fresh_sqlite_url};
 use writ_store::{Dialect, PgStore, SqlStore, SqliteStore};
@@ -2876,7 +2876,7 @@ async fn a_taken_workspace_name_is_a_conflict_and_deleting_frees_it(store: &dyn 
     let err = store.create_workspace(&second).await.unwrap_err();
     assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
     assert_eq!(store.find_workspace("w").await.unwrap(), Some(first));
-    use writ_core::workspaces::WorkspaceDeletion;
+    use writ_core::workspace_registry::WorkspaceDeletion;
     assert_eq!(
         store.delete_workspace("w").await.unwrap(),
         WorkspaceDeletion::Deleted
@@ -3126,7 +3126,7 @@ async fn a_workspace_with_a_queued_or_running_job_is_not_deleted_and_its_budget_
 ) {
     use writ_core::budgets::Budget;
     use writ_core::jobs::{JobStatus, NewJob};
-    use writ_core::workspaces::WorkspaceDeletion;
+    use writ_core::workspace_registry::WorkspaceDeletion;
     store
         .create_workspace(&workspace_record("busy", WorkspaceKind::Empty))
         .await
@@ -3397,7 +3397,7 @@ async fn deleting_a_workspace_releases_its_claims(store: &dyn AuditStore) {
     store.insert_claim(&gone).await.unwrap();
     store.insert_claim(&kept).await.unwrap();
 
-    use writ_core::workspaces::WorkspaceDeletion;
+    use writ_core::workspace_registry::WorkspaceDeletion;
     assert_eq!(
         store.delete_workspace("task-a").await.unwrap(),
         WorkspaceDeletion::Deleted

@@ -124,7 +124,7 @@ impl RepoWorkspace {
             protected: Arc::new(ProtectedPaths::default()),
             max_file_bytes: None,
             index: None,
-            name: writ_core::workspaces::WorkspaceName::DEFAULT.to_owned(),
+            name: writ_core::workspace_registry::WorkspaceName::DEFAULT.to_owned(),
         })
     }
 

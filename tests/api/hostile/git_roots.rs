@@ -113,9 +113,9 @@ async fn a_workspace_recorded_with_a_root_inside_git_is_not_opened() {
     let store = writ_store::connect(&app.database_url).await.unwrap();
     let root = std::fs::canonicalize(repo.join(".git")).unwrap();
     store
-        .create_workspace(&writ_core::workspaces::WorkspaceRecord {
-            name: writ_core::workspaces::WorkspaceName::parse("old").unwrap(),
-            kind: writ_core::workspaces::WorkspaceKind::Directory,
+        .create_workspace(&writ_core::workspace_registry::WorkspaceRecord {
+            name: writ_core::workspace_registry::WorkspaceName::parse("old").unwrap(),
+            kind: writ_core::workspace_registry::WorkspaceKind::Directory,
             root: root.display().to_string(),
             source: Some("app/.git".into()),
             branch: None,

@@ -8,7 +8,7 @@ use crate::content::sha256_hex;
 use crate::path::RepoPath;
 use crate::store::StoreError;
 use crate::workspace::Workspace;
-use crate::workspaces::WorkspaceOpener;
+use crate::workspace_registry::WorkspaceOpener;
 
 /// What reconciliation decided for each pending operation.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

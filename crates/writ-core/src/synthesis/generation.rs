@@ -171,13 +171,13 @@ pub(crate) async fn generate(
 ) -> Result<Generated, String> {
     let FileCx {
         batch,
-        file,
+        batch_file,
         present,
         sink,
-        upstream: clock,
     } = cx;
+    let (file, clock) = (&batch_file.spec, &batch_file.upstream);
     let language = Language::from_path(file.path.as_str());
-    let current = present.current(&file.path);
+    let current = batch_file.current.as_deref();
     if let Some(expected) = &file.expected_sha256 {
         let actual = current.map(sha256_hex).unwrap_or_else(|| "absent".into());
         if &actual != expected {
@@ -200,7 +200,7 @@ pub(crate) async fn generate(
         workspace,
         config.repo_map_tokens,
         batch,
-        file,
+        batch_file,
         present,
         &shown,
     )
@@ -216,18 +216,15 @@ pub(crate) async fn generate(
         &context,
         &more,
     );
-    present.record_prompt_tokens(
-        file.index,
-        prompt_parts(
-            batch,
-            file,
-            &context,
-            &more,
-            current_view,
-            present,
-            &messages,
-        ),
-    );
+    batch_file.record_prompt_tokens(prompt_parts(
+        batch,
+        file,
+        &context,
+        &more,
+        current_view,
+        present,
+        &messages,
+    ));
     let mut models = batch
         .options()
         .models
@@ -362,14 +359,11 @@ async fn repository_context(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
     use super::*;
     use crate::synthesis::doubles::{
         self, Answer, MemoryWorkspace, ScriptedModels, parse as batch,
     };
     use crate::synthesis::progress::NoProgress;
-    use crate::synthesis::stage::Upstream;
 
     fn config() -> SynthesisConfig {
         SynthesisConfig {
@@ -378,13 +372,12 @@ mod tests {
         }
     }
 
-    fn first_file<'a>(b: &'a Batch, present: &'a Present, clock: &'a Upstream) -> FileCx<'a> {
+    fn first_file<'a>(b: &'a Batch, present: &'a Present) -> FileCx<'a> {
         FileCx {
             batch: b,
-            file: &b.files()[0],
+            batch_file: &present.files[0],
             present,
             sink: &NoProgress,
-            upstream: clock,
         }
     }
 
@@ -424,8 +417,7 @@ mod tests {
         let b = batch(serde_json::json!({"command": "write_codebase", "files": [
             {"filename": "a.py", "code_description": "calls helper", "internal_imports": ["pkg.helpers"]}]}));
         let present = doubles::present(&b);
-        let clock = Upstream::default();
-        let cx = first_file(&b, &present, &clock);
+        let cx = first_file(&b, &present);
         let generated =
             match generate(&models, &workspace, &config(), cx, None, FileChecks::None).await {
                 Ok(g) => g,
@@ -451,9 +443,9 @@ mod tests {
         // Each answer is checked as it arrives: code is viable, a refusal is not.
         let viable: Vec<bool> = generated.answers.iter().map(|c| c.code.is_some()).collect();
         assert_eq!(viable, [true, false]);
-        let tokens = present.prompt_tokens.lock().map(|t| t[0].clone());
+        let tokens = present.files[0].prompt_tokens();
         assert!(
-            matches!(tokens, Ok(Some(t)) if t.imported_files > 0 && t.total >= t.imported_files),
+            matches!(tokens, Some(t) if t.imported_files > 0 && t.total >= t.imported_files),
             "the prompt's parts are counted for the answer"
         );
     }
@@ -464,10 +456,8 @@ mod tests {
         let b = batch(serde_json::json!({"command": "write_codebase", "files": [
             {"filename": "a.py", "code_description": "d", "expected_sha256": sha256_hex(b"old\n")}]}));
         let mut present = doubles::present(&b);
-        present.current = vec![(b.files()[0].path.clone(), Some(b"new\n".to_vec()))];
-        present.prompt_tokens = Mutex::new(vec![None]);
-        let clock = Upstream::default();
-        let cx = first_file(&b, &present, &clock);
+        present.files[0].current = Some(b"new\n".to_vec());
+        let cx = first_file(&b, &present);
         let failed = generate(
             &models,
             &MemoryWorkspace::default(),

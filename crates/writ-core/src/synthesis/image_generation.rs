@@ -19,9 +19,8 @@ pub(crate) async fn generate_image(
     config: &SynthesisConfig,
     cx: FileCx<'_>,
 ) -> Produced {
-    let FileCx {
-        batch, file, sink, ..
-    } = cx;
+    let FileCx { batch, sink, .. } = cx;
+    let file = cx.file();
     let Some(model) = batch
         .options()
         .image_model

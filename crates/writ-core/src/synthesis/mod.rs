@@ -1,7 +1,10 @@
 //! Synthesis: from a validated [`Batch`] to files written, each chosen among several models'
 //! candidates. One batch passes through these modules top-down:
-//! - [`jobs`]: the one entry — every batch is a job (persisted events, lease, stored answer);
-//! - [`submission`]: idempotency, target checks and the request record, before any model is called;
+//! - [`jobs`]: the one entry — admission (`jobs::admission`: parse, replay, scope and models,
+//!   claims, budgets, targets, slot; [`Jobs::admit`]), then every batch is a job (persisted
+//!   events, lease, stored answer);
+//! - [`submission`]: idempotency, target checks and each file's record, before any model is
+//!   called;
 //! - [`pipeline`]: the orchestrator, the one module that knows the order of the stages below — each
 //!   file's stages, the deadline, the size limit, the wait for the request record;
 //! - [`generation`]: a code file's prompt ([`prompt`], with what [`context`] finds in the
@@ -52,8 +55,8 @@ pub mod writing;
 
 pub use batch::StragglerPolicy;
 pub use batch::{Batch, BatchError, BatchOptions, FileSpec, Options, WriteCodebaseRequest};
-pub use jobs::{BatchHandle, EventHub, Jobs};
+pub use jobs::{AdmissionPorts, AdmitError, Admitted, BatchHandle, BatchRequest, EventHub, Jobs};
 pub use progress::{Event, NoProgress, ProgressSink};
 pub use response::{BatchResponse, Counts, FileResult};
-pub use stage::{Content, DEFAULT_MAX_SHOWN_FILE_CHARS, SynthesisConfig, Synthesizer};
+pub use stage::{BatchFile, Content, DEFAULT_MAX_SHOWN_FILE_CHARS, SynthesisConfig, Synthesizer};
 pub use submission::{BatchAnswer, Begun, Submission, SubmitError};

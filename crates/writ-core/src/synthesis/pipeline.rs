@@ -29,9 +29,7 @@ use crate::synthesis::record::Recorded;
 use crate::synthesis::response::{BatchResponse, FileResult};
 use crate::synthesis::routing::FileChecks;
 use crate::synthesis::selection::{Selector, distinct_viable};
-use crate::synthesis::stage::{
-    BatchCx, FileCx, Present, Produced, Synthesizer, Upstream, command_for,
-};
+use crate::synthesis::stage::{BatchCx, FileCx, Present, Produced, Synthesizer, command_for};
 use crate::synthesis::submission::{BatchAnswer, Submission};
 use crate::synthesis::validation::generated::{Early, EarlyAgreement};
 use crate::synthesis::validation::{CallerTests, Stage, file_checks, select_validated};
@@ -75,12 +73,10 @@ impl Synthesizer {
         sink.emit(Event::Queued {
             files: batch.files().iter().map(|f| f.path.to_string()).collect(),
         });
-        let clocks: Vec<Upstream> = batch.files().iter().map(|_| Upstream::default()).collect();
         let cx = BatchCx {
             batch,
             present,
             sink,
-            upstream_of: &clocks,
         };
         let review =
             !batch.options().dry_run && self.config.review.wanted(batch.options().review());
@@ -93,7 +89,6 @@ impl Synthesizer {
             recorded,
             outage_wait: self.config.store_outage_wait,
             review,
-            upstream_of: &clocks,
         };
         // A change set is applied all or nothing already.
         let atomic = batch.options().atomic && !batch.options().dry_run && !review;
@@ -122,22 +117,20 @@ impl Synthesizer {
         let mut written: Vec<Written> = if let Some(validation) = validation {
             // Validation needs every file's candidates before any file can be chosen.
             let produced = self.produce_validated(validation, cx).await;
+            let files = present.files.iter().zip(produced).collect();
             let mut written = match recorded.wait().await {
-                Err(not) => writer.not_written(batch.files().iter().zip(produced).collect(), not),
-                Ok(()) if atomic => writer.write_atomically(produced).await,
-                Ok(()) => {
-                    let files = batch.files().iter().zip(produced).collect();
-                    writer.finish_files(files).await
-                }
+                Err(not) => writer.not_written(files, not),
+                Ok(()) if atomic => writer.write_atomically(files).await,
+                Ok(()) => writer.finish_files(files).await,
             };
             kept_tests = writer.write_kept_tests(&mut written).await;
             written
         } else if atomic {
-            let produced =
-                join_all((0..batch.files().len()).map(|i| self.produce(cx.file(i)))).await;
+            let produced = join_all(cx.files().map(|f| self.produce(f))).await;
+            let files = present.files.iter().zip(produced).collect();
             match recorded.wait().await {
-                Err(not) => writer.not_written(batch.files().iter().zip(produced).collect(), not),
-                Ok(()) => writer.write_atomically(produced).await,
+                Err(not) => writer.not_written(files, not),
+                Ok(()) => writer.write_atomically(files).await,
             }
         } else {
             self.produce_and_write(cx, &writer, recorded).await
@@ -169,7 +162,12 @@ impl Synthesizer {
             response.change_id = change_id;
         }
         // Files run concurrently: the batch's critical upstream path is its slowest file's.
-        response.upstream = clocks.iter().map(Upstream::total).max().unwrap_or_default();
+        response.upstream = present
+            .files
+            .iter()
+            .map(|batch_file| batch_file.upstream.total())
+            .max()
+            .unwrap_or_default();
         let mut completions: Vec<AuditWrite> = completions.into_iter().flatten().collect();
         completions.extend(kept_tests);
         completions.extend(proposal);
@@ -274,19 +272,20 @@ impl Synthesizer {
         writer: &Writer<'_>,
         recorded: &Recorded,
     ) -> Vec<Written> {
-        let batch = cx.batch;
+        let batch_files = &cx.present.files;
         let (ready_tx, mut ready) = tokio::sync::mpsc::unbounded_channel();
-        let producing = join_all((0..batch.files().len()).map(|i| {
+        // Each file's place in the answer, which lists them in the request's order.
+        let producing = join_all(cx.files().enumerate().map(|(i, fcx)| {
             let ready_tx = ready_tx.clone();
             async move {
-                let produced = self.produce(cx.file(i)).await;
-                let _ = ready_tx.send((i, produced));
+                let produced = self.produce(fcx).await;
+                let _ = ready_tx.send((i, fcx.batch_file, produced));
             }
         }));
         drop(ready_tx);
         let writing = async {
-            let mut written: Vec<Option<Written>> = batch.files().iter().map(|_| None).collect();
-            let mut remaining = batch.files().len();
+            let mut written: Vec<Option<Written>> = batch_files.iter().map(|_| None).collect();
+            let mut remaining = batch_files.len();
             while let Some(first) = ready.recv().await {
                 let mut group = vec![first];
                 let window = tokio::time::sleep(WRITE_GROUP_WINDOW);
@@ -301,10 +300,10 @@ impl Synthesizer {
                     }
                 }
                 remaining -= group.len();
-                let indices: Vec<usize> = group.iter().map(|(i, _)| *i).collect();
+                let indices: Vec<usize> = group.iter().map(|(i, _, _)| *i).collect();
                 let files = group
                     .into_iter()
-                    .map(|(i, produced)| (&batch.files()[i], produced))
+                    .map(|(_, batch_file, produced)| (batch_file, produced))
                     .collect();
                 let done = match recorded.wait().await {
                     Ok(()) => writer.finish_files(files).await,
@@ -325,9 +324,8 @@ impl Synthesizer {
     async fn produce_validated(&self, validation: &Validation, cx: BatchCx<'_>) -> Vec<Produced> {
         let deadline = self.config.batch_deadline;
         let stages = async {
-            let stages = join_all((0..cx.batch.files().len()).map(|i| {
-                let fcx = cx.file(i);
-                let span = tracing::info_span!("file", path = %fcx.file.path);
+            let stages = join_all(cx.files().map(|fcx| {
+                let span = tracing::info_span!("file", path = %fcx.file().path);
                 self.generate_for_validation(fcx, validation)
                     .instrument(span)
             }))
@@ -344,17 +342,15 @@ impl Synthesizer {
             join_all(
                 produced
                     .into_iter()
-                    .enumerate()
-                    .map(|(i, p)| self.formatted(cx.file(i), Some(validation), p)),
+                    .zip(cx.files())
+                    .map(|(p, fcx)| self.formatted(fcx, Some(validation), p)),
             )
             .await
         };
         match tokio::time::timeout(deadline, stages).await {
             Ok(produced) => produced.into_iter().map(|p| self.bounded(p)).collect(),
             Err(_) => cx
-                .batch
                 .files()
-                .iter()
                 .map(|_| Produced::failed(deadline_message(deadline), Vec::new()))
                 .collect(),
         }
@@ -372,12 +368,12 @@ impl Synthesizer {
             .map(|runner| CallerTests {
                 runner,
                 validation,
-                path: fcx.file.path.clone(),
+                path: fcx.file().path.clone(),
                 checks: file_checks(
                     &self.config,
                     validation,
-                    &fcx.file.path,
-                    Language::from_path(fcx.file.path.as_str()),
+                    &fcx.file().path,
+                    Language::from_path(fcx.file().path.as_str()),
                 )
                 .0,
             });
@@ -413,9 +409,9 @@ impl Synthesizer {
             _ => None,
         };
         fcx.sink.emit(Event::FileStarted {
-            file: fcx.file.path.to_string(),
+            file: fcx.file().path.to_string(),
         });
-        match fcx.file.kind {
+        match fcx.file().kind {
             TargetKind::Image => Stage::Done(Box::new(
                 generate_image(self.models.as_ref(), &self.config, fcx).await,
             )),
@@ -465,12 +461,12 @@ impl Synthesizer {
     /// fails; an oversized winner fails its file.
     async fn produce(&self, cx: FileCx<'_>) -> Produced {
         let deadline = self.config.batch_deadline;
-        let span = tracing::info_span!("file", path = %cx.file.path);
+        let span = tracing::info_span!("file", path = %cx.file().path);
         let stages = async {
             cx.sink.emit(Event::FileStarted {
-                file: cx.file.path.to_string(),
+                file: cx.file().path.to_string(),
             });
-            match cx.file.kind {
+            match cx.file().kind {
                 TargetKind::Image => generate_image(self.models.as_ref(), &self.config, cx).await,
                 TargetKind::Code => {
                     match generate(
@@ -508,9 +504,9 @@ impl Synthesizer {
         validation: Option<&Validation>,
         produced: Produced,
     ) -> Produced {
-        let language = Language::from_path(cx.file.path.as_str());
+        let language = Language::from_path(cx.file().path.as_str());
         let wanted =
-            matches!(cx.file.kind, TargetKind::Code) && validation.is_none_or(Validation::format);
+            matches!(cx.file().kind, TargetKind::Code) && validation.is_none_or(Validation::format);
         let (Some(runner), Some(command), true) = (
             self.commands.as_deref(),
             command_for(&self.config.formatters, language),
@@ -529,8 +525,8 @@ impl Synthesizer {
             command,
             timeout,
         };
-        format_chosen(formatter, &cx.file.path, language, cx.sink, produced)
-            .instrument(tracing::info_span!("format", file = %cx.file.path))
+        format_chosen(formatter, &cx.file().path, language, cx.sink, produced)
+            .instrument(tracing::info_span!("format", file = %cx.file().path))
             .await
     }
 
@@ -591,10 +587,8 @@ fn batch_message(batch: &Batch, files: &[CommitFile]) -> (String, String) {
 
 /// Each file's answer with the prompt tokens its candidates' prompt used (files in batch order).
 fn with_prompt_tokens(mut results: Vec<FileResult>, present: &Present) -> Vec<FileResult> {
-    if let Ok(tokens) = present.prompt_tokens.lock() {
-        for (result, tokens) in results.iter_mut().zip(tokens.iter()) {
-            result.prompt_tokens_by_part = tokens.clone();
-        }
+    for (result, batch_file) in results.iter_mut().zip(&present.files) {
+        result.prompt_tokens_by_part = batch_file.prompt_tokens();
     }
     results
 }

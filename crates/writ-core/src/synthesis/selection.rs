@@ -43,7 +43,7 @@ impl Selector<'_> {
             [] => {
                 let fallback_started = Instant::now();
                 let (fallback, extra) = self.fallback(cx, &generated).await;
-                cx.upstream.add(fallback_started.elapsed());
+                cx.upstream().add(fallback_started.elapsed());
                 records.extend(extra);
                 fallback
             }
@@ -88,9 +88,8 @@ impl Selector<'_> {
         generated: &Generated,
         viable: &[Viable<'_>],
     ) -> Chosen {
-        let FileCx {
-            batch, file, sink, ..
-        } = cx;
+        let FileCx { batch, sink, .. } = cx;
+        let file = cx.file();
         let mut order: Vec<usize> = (0..viable.len()).collect();
         order.shuffle(&mut rand::rng());
         let shown: Vec<&str> = order.iter().map(|&i| viable[i].code).collect();
@@ -124,8 +123,8 @@ impl Selector<'_> {
                 tracing::info_span!("arbiter", file = %file.path, candidates = viable.len()),
             )
             .await;
-        cx.upstream.add(asked.elapsed());
-        cx.upstream.called(CallRecord::of(
+        cx.upstream().add(asked.elapsed());
+        cx.upstream().called(CallRecord::of(
             CallRole::Arbiter,
             &arbiter,
             asked.elapsed(),
@@ -178,7 +177,8 @@ impl Selector<'_> {
         cx: FileCx<'_>,
         generated: &Generated,
     ) -> (Result<Chosen, String>, Vec<CandidateRecord>) {
-        let FileCx { file, sink, .. } = cx;
+        let FileCx { sink, .. } = cx;
+        let file = cx.file();
         let first_round = &generated.answers;
         let provider_refused = |c: Option<ErrorClass>| {
             matches!(
@@ -307,7 +307,6 @@ mod tests {
     use crate::model::ChatMessage;
     use crate::synthesis::doubles::{self, Answer, ScriptedModels, failed, viable};
     use crate::synthesis::progress::NoProgress;
-    use crate::synthesis::stage::Upstream;
 
     fn generated(models: &[&str], answers: Vec<Candidate>) -> Generated {
         Generated {
@@ -330,13 +329,11 @@ mod tests {
     ) -> Produced {
         let batch = doubles::batch(&["app.py"]);
         let present = doubles::present(&batch);
-        let clock = Upstream::default();
         let cx = FileCx {
             batch: &batch,
-            file: &batch.files()[0],
+            batch_file: &present.files[0],
             present: &present,
             sink: &NoProgress,
-            upstream: &clock,
         };
         let selector = Selector {
             models: client,

@@ -1,11 +1,10 @@
 //! The types the synthesis stages share, so that no stage imports another's orchestrator: the
 //! dependency bundle ([`Synthesizer`]) and its settings ([`SynthesisConfig`]), what a batch's
 //! prompts show of the present ([`Present`]), a file's outcome before it is written
-//! ([`Produced`], [`Chosen`], [`Content`]), what travels with one file through its stages
-//! ([`FileCx`]). The gate a write waits at until the batch's request is recorded is the
+//! ([`Produced`], [`Chosen`], [`Content`]), each file's record through every stage
+//! ([`BatchFile`]) and what travels with it ([`FileCx`]). The gate a write waits at until the batch's request is recorded is the
 //! batch record's (`record::Recorded`).
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -174,16 +173,15 @@ pub struct Synthesizer {
 }
 
 /// What a batch's prompts show of what exists before it, read while the batch is checked
-/// (`Synthesizer::prepare`, which refuses the batch when a code file cannot be read).
+/// (`Synthesizer::prepare`, which refuses the batch when a code file cannot be read), and each
+/// of its files' record ([`BatchFile`]).
 pub(crate) struct Present {
     pub recent: Vec<RecentOperation>,
-    /// Each code file's content when the batch began (`None`: no such file yet).
-    pub current: Vec<(RepoPath, Option<Vec<u8>>)>,
-    /// What the caller named in `context`, found on disk.
-    pub named: NamedContext,
-    /// The prompt tokens each code file's parts used, by file index, filled as prompts are
-    /// built, for the answer.
-    pub prompt_tokens: std::sync::Mutex<Vec<Option<PromptTokensByPart>>>,
+    /// One record per file, in the request's order: every stage reads and fills a file's state
+    /// there, never by position, path or pointer.
+    pub files: Vec<BatchFile>,
+    /// What the caller named in the batch's `context`, found on disk.
+    pub named: Vec<Named>,
     /// What the batch's repository maps look up, once for all its files.
     pub map: MapShared,
     /// What earlier runs of a resumed batch wrote: the request's one commit holds those files
@@ -197,30 +195,74 @@ pub(crate) struct Present {
     pub degraded: Option<crate::budgets::Degraded>,
 }
 
+/// One file of a batch from its admission to its answer: the request's file, what it held when
+/// the batch began, what the caller named for it, and what its stages leave for its answer and
+/// record (its upstream calls, its prompt's tokens, its map's look-ups). Built once when the
+/// batch is admitted ([`BatchFile::new`]) and handed to every stage by reference.
+pub struct BatchFile {
+    pub(crate) spec: FileSpec,
+    /// Its content when the batch began (`None`: no such file yet, or an image, whose prompts do
+    /// not show the old one).
+    pub(crate) current: Option<Vec<u8>>,
+    /// What the caller named in `files[i].context`, found on disk.
+    pub(crate) named: Vec<Named>,
+    pub(crate) upstream: Upstream,
+    /// The prompt tokens its candidates' prompt spent on each part, for its answer.
+    pub(crate) prompt_tokens: Mutex<Option<PromptTokensByPart>>,
+    /// Its answer from the workspace's index for its repository map, left by the batch's first
+    /// map ([`MapShared`]) and taken by its own.
+    pub(crate) map_lookup: Mutex<Option<Lookup>>,
+}
+
+impl BatchFile {
+    /// The record of `spec` with nothing read yet: no current content, nothing named.
+    pub fn new(spec: FileSpec) -> Self {
+        BatchFile {
+            spec,
+            current: None,
+            named: Vec::new(),
+            upstream: Upstream::default(),
+            prompt_tokens: Mutex::new(None),
+            map_lookup: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn with_current(mut self, current: Option<Vec<u8>>) -> Self {
+        self.current = current;
+        self
+    }
+
+    pub(crate) fn with_named(mut self, named: Vec<Named>) -> Self {
+        self.named = named;
+        self
+    }
+
+    /// The request's file.
+    pub fn spec(&self) -> &FileSpec {
+        &self.spec
+    }
+
+    /// Keeps what its prompt spent on each part, for the answer.
+    pub(crate) fn record_prompt_tokens(&self, tokens: PromptTokensByPart) {
+        *self
+            .prompt_tokens
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tokens);
+    }
+
+    pub(crate) fn prompt_tokens(&self) -> Option<PromptTokensByPart> {
+        self.prompt_tokens
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
 /// The files earlier runs of a resumed batch wrote, and the whole batch they belong to (the
 /// commit's message describes every file it holds).
 pub(crate) struct EarlierRuns {
     pub batch: crate::synthesis::batch::Batch,
     pub files: Vec<crate::commits::CommitFile>,
-}
-
-impl Present {
-    /// Keeps what file `index`'s prompt spent on each part, for the answer.
-    pub fn record_prompt_tokens(&self, index: usize, tokens: PromptTokensByPart) {
-        if let Ok(mut all) = self.prompt_tokens.lock()
-            && let Some(slot) = all.get_mut(index)
-        {
-            *slot = Some(tokens);
-        }
-    }
-
-    /// The content `path` held when the batch began.
-    pub fn current(&self, path: &RepoPath) -> Option<&[u8]> {
-        self.current
-            .iter()
-            .find(|(p, _)| p == path)
-            .and_then(|(_, content)| content.as_deref())
-    }
 }
 
 /// One file's outcome before it is written: the chosen content (or why there is none) and every
@@ -367,15 +409,26 @@ impl SynthesisConfig {
     }
 }
 
-/// What one file carries through its stages: its batch, itself, what the batch read of the
-/// present, where its events go and what its upstream calls took.
+/// What one file carries through its stages: its batch, its record, what the batch read of the
+/// present and where its events go.
 #[derive(Clone, Copy)]
 pub(crate) struct FileCx<'a> {
     pub batch: &'a Batch,
-    pub file: &'a FileSpec,
+    pub batch_file: &'a BatchFile,
     pub present: &'a Present,
     pub sink: &'a dyn ProgressSink,
-    pub upstream: &'a Upstream,
+}
+
+impl<'a> FileCx<'a> {
+    /// The request's file.
+    pub fn file(&self) -> &'a FileSpec {
+        &self.batch_file.spec
+    }
+
+    /// What its upstream calls took.
+    pub fn upstream(&self) -> &'a Upstream {
+        &self.batch_file.upstream
+    }
 }
 
 /// The same for a whole batch, whose stages (validation) see every file at once.
@@ -384,20 +437,26 @@ pub(crate) struct BatchCx<'a> {
     pub batch: &'a Batch,
     pub present: &'a Present,
     pub sink: &'a dyn ProgressSink,
-    /// One per file, in the batch's order.
-    pub upstream_of: &'a [Upstream],
 }
 
 impl<'a> BatchCx<'a> {
-    /// The context of the batch's file at `position` (in `batch.files()`).
-    pub fn file(&self, position: usize) -> FileCx<'a> {
+    /// The context of one of the batch's files.
+    pub fn file(&self, batch_file: &'a BatchFile) -> FileCx<'a> {
         FileCx {
             batch: self.batch,
-            file: &self.batch.files()[position],
+            batch_file,
             present: self.present,
             sink: self.sink,
-            upstream: &self.upstream_of[position],
         }
+    }
+
+    /// Every file's context, in the request's order.
+    pub fn files(&self) -> impl Iterator<Item = FileCx<'a>> + 'a {
+        let cx = *self;
+        self.present
+            .files
+            .iter()
+            .map(move |batch_file| cx.file(batch_file))
     }
 }
 
@@ -487,17 +546,18 @@ pub(crate) enum Named {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NamedContext {
     pub batch: Vec<Named>,
-    /// One list per file, in the batch's order.
+    /// One list per file, in the batch's order; each goes to its file's [`BatchFile`].
     pub files: Vec<Vec<Named>>,
 }
 
 /// What a batch's repository maps look up once for all its files: the walk (without a current
 /// index) and the index's answers with each file's searches, asked in one go (one blocking hop a
-/// batch, not one a file); each file takes its own answer.
+/// batch, not one a file); each answer is left in its file's record ([`BatchFile::map_lookup`]).
 #[derive(Default)]
 pub struct MapShared {
     pub(crate) walk: tokio::sync::OnceCell<Option<crate::search::Walk>>,
-    pub(crate) lookups: tokio::sync::OnceCell<Option<Mutex<HashMap<RepoPath, Lookup>>>>,
+    /// Whether the index answered (its answers are in the files' records).
+    pub(crate) looked_up: tokio::sync::OnceCell<bool>,
 }
 
 /// One file's answer from the index: the files that may rank and its searches' results.

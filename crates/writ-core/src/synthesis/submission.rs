@@ -17,7 +17,7 @@ use crate::synthesis::batch::{Batch, BatchError, TargetKind};
 use crate::synthesis::context::resolve_context;
 use crate::synthesis::response::BatchResponse;
 use crate::synthesis::routing::{self, Outcomes, Routing};
-use crate::synthesis::stage::{Present, Synthesizer, command_for};
+use crate::synthesis::stage::{BatchFile, Present, Synthesizer, command_for};
 
 /// How long a repeated `Idempotency-Key` waits for the batch it repeats to end before being
 /// refused as still in progress (a resumed batch ends within its lease and one claim).
@@ -118,27 +118,15 @@ impl Synthesizer {
         )
         .await;
         let current = current?;
-        check_expected(&sub.batch, &current)?;
         self.check_validation(&sub.batch)?;
-        let named = resolve_context(self.workspace.as_ref(), &sub.batch).await?;
-        let prompt_tokens = std::sync::Mutex::new(vec![None; sub.batch.files().len()]);
-        Ok(Present {
-            recent,
-            current,
-            named,
-            prompt_tokens,
-            map: Default::default(),
-            earlier: None,
-            routing: self.routing_outcomes(sub).await,
-            degraded: None,
-        })
+        self.present(sub, current, recent).await
     }
 
     /// What a resumed batch's prompts show of the present, its remaining files checked as a
     /// fresh batch's are — the models (this replica's configuration may differ from the one
     /// that accepted it), the targets and their `expected_sha256`, the validation commands —
     /// but for the replay: the idempotency key was the accepting replica's to check.
-    pub(crate) async fn prepare_resumed(&self, sub: &Submission) -> Result<Present, SubmitError> {
+    pub(crate) async fn check_resumed(&self, sub: &Submission) -> Result<Present, SubmitError> {
         self.check_models(&sub.batch)?;
         self.check_validation(&sub.batch)?;
         let (current, recent) = futures::future::join(
@@ -146,15 +134,37 @@ impl Synthesizer {
             self.recent_operations(sub.caller.as_deref()),
         )
         .await;
-        let current = current?;
-        check_expected(&sub.batch, &current)?;
         // The named context is resolved again: the files it names may have changed, or gone.
-        let named = resolve_context(self.workspace.as_ref(), &sub.batch).await?;
+        self.present(sub, current?, recent).await
+    }
+
+    /// Each file's record ([`BatchFile`]), built once from what the checks read — its content,
+    /// checked against its `expected_sha256` — and its named context found on disk; with the
+    /// batch's own.
+    async fn present(
+        &self,
+        sub: &Submission,
+        current: Vec<Option<Vec<u8>>>,
+        recent: Vec<RecentOperation>,
+    ) -> Result<Present, SubmitError> {
+        let batch = &sub.batch;
+        let named = resolve_context(self.workspace.as_ref(), batch).await?;
+        let files: Vec<BatchFile> = batch
+            .files()
+            .iter()
+            .zip(current)
+            .zip(named.files)
+            .map(|((spec, current), named)| {
+                BatchFile::new(spec.clone())
+                    .with_current(current)
+                    .with_named(named)
+            })
+            .collect();
+        check_expected(&files)?;
         Ok(Present {
             recent,
-            current,
-            named,
-            prompt_tokens: std::sync::Mutex::new(vec![None; sub.batch.files().len()]),
+            files,
+            named: named.batch,
             map: Default::default(),
             earlier: None,
             routing: self.routing_outcomes(sub).await,
@@ -434,48 +444,47 @@ impl Synthesizer {
     /// before any model is called, and each code file's content (its prompts show it). One
     /// hand-off for all the code files: each check and read is a trip to the blocking pool
     /// otherwise. Image files are only checked; their prompts do not show the old image.
-    async fn check_targets(
-        &self,
-        batch: &Batch,
-    ) -> Result<Vec<(RepoPath, Option<Vec<u8>>)>, BatchError> {
-        let (images, code): (Vec<_>, Vec<_>) = batch
+    async fn check_targets(&self, batch: &Batch) -> Result<Vec<Option<Vec<u8>>>, BatchError> {
+        let code: Vec<(RepoPath, bool)> = batch
             .files()
             .iter()
-            .partition(|f| f.kind == TargetKind::Image);
-        let targets: Vec<(RepoPath, bool)> = code.iter().map(|f| (f.path.clone(), true)).collect();
+            .filter(|f| f.kind == TargetKind::Code)
+            .map(|f| (f.path.clone(), true))
+            .collect();
+        let images = batch
+            .files()
+            .iter()
+            .filter(|f| f.kind == TargetKind::Image)
+            .map(|f| self.workspace.check_target(&f.path, true));
         let (reads, image_checks) = futures::future::join(
-            self.workspace.read_targets(&targets),
-            futures::future::join_all(
-                images
-                    .iter()
-                    .map(|f| self.workspace.check_target(&f.path, true)),
-            ),
+            self.workspace.read_targets(&code),
+            futures::future::join_all(images),
         )
         .await;
-        // Back in the batch's order, so that a refusal names the first refused file.
-        let mut outcomes: Vec<_> = code
-            .iter()
-            .zip(reads.into_iter().map(|r| r.map(Some)))
-            .chain(
-                images
-                    .iter()
-                    .zip(image_checks.into_iter().map(|r| r.map(|()| None))),
-            )
-            .collect();
-        outcomes.sort_by_key(|(f, _)| f.index);
-        let mut current = Vec::with_capacity(code.len());
-        for (f, outcome) in outcomes {
+        let (mut reads, mut image_checks) = (reads.into_iter(), image_checks.into_iter());
+        // In the batch's order, so that a refusal names the first refused file.
+        let mut current = Vec::with_capacity(batch.files().len());
+        for f in batch.files() {
+            let outcome = match f.kind {
+                TargetKind::Code => reads.next(),
+                TargetKind::Image => image_checks.next().map(|f| f.map(|()| None)),
+            };
             match outcome {
-                Ok(Some(Some(content))) => {
+                Some(Ok(Some(content))) => {
                     self.check_changeable(f.index, f.path.as_str(), &content)?;
-                    current.push((f.path.clone(), Some(content)));
+                    current.push(Some(content));
                 }
-                Ok(Some(content)) => current.push((f.path.clone(), content)),
-                Ok(None) => {}
-                Err(e) => {
+                Some(Ok(None)) => current.push(None),
+                Some(Err(e)) => {
                     return Err(BatchError {
                         field: format!("files[{}].filename", f.index),
                         message: e.to_string(),
+                    });
+                }
+                None => {
+                    return Err(BatchError {
+                        field: format!("files[{}].filename", f.index),
+                        message: "the workspace gave no answer for this file".into(),
                     });
                 }
             }
@@ -526,24 +535,20 @@ impl Synthesizer {
 
 /// Every code file that names an `expected_sha256` still holds it (a file that does not exist
 /// holds `absent`).
-fn check_expected(
-    batch: &Batch,
-    current: &[(RepoPath, Option<Vec<u8>>)],
-) -> Result<(), SubmitError> {
-    for file in batch.files().iter().filter(|f| f.kind == TargetKind::Code) {
-        let Some(expected) = &file.expected_sha256 else {
+fn check_expected(files: &[BatchFile]) -> Result<(), SubmitError> {
+    for batch_file in files.iter().filter(|f| f.spec.kind == TargetKind::Code) {
+        let Some(expected) = &batch_file.spec.expected_sha256 else {
             continue;
         };
-        let actual = current
-            .iter()
-            .find(|(p, _)| *p == file.path)
-            .and_then(|(_, content)| content.as_deref())
+        let actual = batch_file
+            .current
+            .as_deref()
             .map(sha256_hex)
             .unwrap_or_else(|| "absent".into());
         if !actual.eq_ignore_ascii_case(expected) {
             return Err(SubmitError::Stale {
-                field: format!("files[{}].expected_sha256", file.index),
-                path: file.path.to_string(),
+                field: format!("files[{}].expected_sha256", batch_file.spec.index),
+                path: batch_file.spec.path.to_string(),
                 expected: expected.clone(),
                 actual,
             });
@@ -610,10 +615,9 @@ mod tests {
             Ok(present) => present,
             Err(e) => panic!("a current hash is admitted: {e}"),
         };
-        let path = RepoPath::parse("a.py").map_err(|e| e.to_string());
         assert_eq!(
-            path.map(|p| present.current(&p).map(<[u8]>::to_vec)),
-            Ok(Some(b"x = 1\n".to_vec())),
+            present.files[0].current.as_deref(),
+            Some(&b"x = 1\n"[..]),
             "the prompts will show what the check read"
         );
     }

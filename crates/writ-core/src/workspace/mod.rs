@@ -140,7 +140,7 @@ pub trait Workspace: Send + Sync + 'static {
     /// The workspace's name, recorded on every request, operation and job made in it so that
     /// listings can be filtered by it and a restart reconciles a write in the right directory.
     fn name(&self) -> &str {
-        crate::workspaces::WorkspaceName::DEFAULT
+        crate::workspace_registry::WorkspaceName::DEFAULT
     }
 
     /// Serialises writers of one path within this process.

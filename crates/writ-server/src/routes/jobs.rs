@@ -197,7 +197,7 @@ async fn find(store: &dyn AuditStore, viewer: &Viewer, raw: &str) -> Result<Job,
 /// Where a workspace's routes are: `/workspaces/{name}`, or nothing for `default` (whose routes
 /// are also the routes without a prefix).
 pub fn workspace_prefix(workspace: &str) -> String {
-    if workspace == writ_core::workspaces::WorkspaceName::DEFAULT {
+    if workspace == writ_core::workspace_registry::WorkspaceName::DEFAULT {
         String::new()
     } else {
         format!("/workspaces/{workspace}")

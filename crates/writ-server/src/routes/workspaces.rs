@@ -12,7 +12,7 @@ use axum::{Json, Router};
 use tower::ServiceExt;
 use writ_core::Workspace;
 use writ_core::budgets::Budget;
-use writ_core::workspaces::WorkspaceName;
+use writ_core::workspace_registry::WorkspaceName;
 
 use crate::access::{Caller, Grant, InWorkspace, KeyWorkspaces, may_use};
 use crate::error::{ApiError, ErrorCode};

@@ -73,7 +73,7 @@ pub async fn publish_all(store: &dyn AuditStore) -> Result<(), ApiError> {
         }
     }
     let stored = store.list_workspaces().await.map_err(store_error)?;
-    let names = std::iter::once(writ_core::workspaces::WorkspaceName::DEFAULT.to_owned())
+    let names = std::iter::once(writ_core::workspace_registry::WorkspaceName::DEFAULT.to_owned())
         .chain(stored.into_iter().map(|w| w.name.to_string()));
     for name in names {
         let budget = store.workspace_budget(&name).await.map_err(store_error)?;

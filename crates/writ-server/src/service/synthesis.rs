@@ -1,15 +1,15 @@
 //! A `write_codebase` call, as `POST /write_codebase` and the `write_codebase` tool make it:
-//! validated into a [`Batch`], admitted, and started as a job ([`writ_core::synthesis::Jobs`]).
-//! Every refusal happens before any model is called or anything written.
+//! admitted by the core ([`writ_core::synthesis::Jobs::admit`], with the server's answers to its
+//! questions) and started as a job. Every refusal happens before any model is called or anything
+//! written.
 
-use writ_core::budgets::{BatchBudgets, Budget, BudgetExceeded, BudgetHolder};
-use writ_core::content::sha256_hex;
+use writ_core::budgets::BudgetExceeded;
 use writ_core::synthesis::{
-    Batch, BatchHandle, Begun, Submission, SubmitError, WriteCodebaseRequest,
+    AdmissionPorts, AdmitError, BatchHandle, BatchRequest, Begun, Submission, SubmitError,
 };
 
 use crate::error::{ApiError, ErrorCode, store_error};
-use crate::extract::parse_json;
+use crate::overload::BatchPermit;
 use crate::state::AppState;
 
 /// One `write_codebase` call, from `POST /write_codebase` or the `write_codebase` tool.
@@ -28,95 +28,100 @@ pub struct BatchCall<'a> {
     pub body: &'a [u8],
 }
 
-/// Admits a batch and starts it: every refusal happens here, before any model is called or
-/// anything written, in one order for every surface (HTTP, MCP, function calling, the CLI):
-///
-/// 1. parse — the body, with unknown keys refused;
-/// 2. replay — a repeated `Idempotency-Key` answers what its first try answered, before
-///    anything is checked or taken (a retry never holds a second slot);
-/// 3. scope and models — `run` for validation, the configured models;
-/// 4. claims — where the batch respects them (`options.respect_claims`, else
-///    `WRIT_RESPECT_CLAIMS`), none of the paths it writes claimed by another workspace of its
-///    repository (409 `claimed`);
-/// 5. budgets — the key's, then the workspace's;
-/// 6. targets — the files on disk, each `expected_sha256`, the validation commands;
-/// 7. slot — one of the key's (and the workspace's) batches in flight, taken last.
-///
-/// A batch resumed by another replica goes through steps 3 (models) and 6 again, and every
-/// model call asks the budgets again (`writ_core::synthesis::jobs`); claims are asked once, here.
+/// Admits a batch and starts it: every refusal happens in the core's admission
+/// ([`writ_core::synthesis::Jobs::admit`], whose module lists the order), before any model is
+/// called or anything written, in one order for every surface (HTTP, MCP, function calling, the
+/// CLI). The server answers admission's questions of the deployment ([`ServerAdmission`]): the
+/// caller's scopes and the providers, the claims, the slots.
 pub async fn begin(state: &AppState, call: BatchCall<'_>) -> Result<Begun<Running>, ApiError> {
-    // 1. parse
-    let req: WriteCodebaseRequest = parse_json(call.body)?;
-    let batch = Batch::parse(req)
-        .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.message).with_field(e.field))?;
     let Some(jobs) = state.jobs.clone() else {
+        // A bad body is refused first, as admission would.
+        writ_core::synthesis::jobs::parse_request(call.body)?;
         return Err(unavailable(
             "no model provider could be set up; see the server log and `writ check`",
         ));
     };
-    let submission = Submission {
+    let request = BatchRequest {
         request_id: call.request_id,
         caller: call.caller,
         scope: call.scope,
         idempotency_key: call.idempotency_key,
-        body_sha256: sha256_hex(call.body),
-        body: std::str::from_utf8(call.body).ok().map(str::to_owned),
-        batch,
         workspace: state.workspace.name().to_owned(),
+        body: call.body,
     };
-
-    // 2. replay
-    if let Some(done) = jobs.replay(&submission).await.map_err(submit_error)? {
-        return Ok(Begun::Replayed(done));
-    }
-
-    // 3. scope and models
-    let options = submission.batch.options();
-    if let Some(problem) = state.settings.models.problem_for(options.models()) {
-        return Err(unavailable(&problem));
-    }
-    // Validation runs the server's commands on the caller's behalf: the same scope as POST /run.
-    if options.validation().is_some()
-        && let Some(held) = call.scopes
-        && !held.contains(writ_core::keys::Scope::Run)
-    {
-        return Err(
-            crate::access::insufficient_scope(writ_core::keys::Scope::Run, held)
-                .with_field("options.validation"),
-        );
-    }
-
-    // 4. claims
-    check_claims(state, &submission).await?;
-
-    // 5. budgets
-    check_budgets(state, submission.caller.as_deref()).await?;
-
-    // 6. targets (and the models and commands as the core knows them)
-    let checked = jobs.check(&submission).await.map_err(submit_error)?;
-
-    // 7. slot: refused at once rather than queued; the permit travels with the task it bounds.
-    let permit = state
-        .limits
-        .admit_batch(
-            submission.caller.as_deref(),
-            &submission.workspace,
-            submission.request_id,
-        )
-        .await?;
-    let is_async = call.prefer_async || submission.batch.options().run_async();
+    let ports = ServerAdmission {
+        state,
+        scopes: call.scopes,
+    };
+    let admitted = match jobs.admit(request, &ports).await? {
+        Begun::Replayed(done) => return Ok(Begun::Replayed(done)),
+        Begun::Fresh(admitted) => admitted,
+    };
+    let is_async = call.prefer_async || admitted.submission().batch.options().run_async();
     // The batch then runs in its job's task, so it completes, is recorded, and can be
     // fetched later by idempotency key or from /operations, whoever waits for it.
     Ok(
-        match jobs
-            .start(submission, checked, is_async, permit)
-            .await
-            .map_err(submit_error)?
-        {
+        match jobs.start(admitted, is_async).await.map_err(submit_error)? {
             Begun::Replayed(done) => Begun::Replayed(done),
             Begun::Fresh(handle) => Begun::Fresh(Running { handle, is_async }),
         },
     )
+}
+
+/// What admission asks of the server.
+struct ServerAdmission<'a> {
+    state: &'a AppState,
+    /// Every scope the key holds, when auth is on.
+    scopes: Option<writ_core::keys::Scopes>,
+}
+
+#[async_trait::async_trait]
+impl AdmissionPorts for ServerAdmission<'_> {
+    type Refusal = ApiError;
+    type Permit = BatchPermit;
+
+    fn scope_and_models(&self, sub: &Submission) -> Result<(), ApiError> {
+        let options = sub.batch.options();
+        if let Some(problem) = self.state.settings.models.problem_for(options.models()) {
+            return Err(unavailable(&problem));
+        }
+        // Validation runs the server's commands on the caller's behalf: the same scope as
+        // POST /run.
+        if options.validation().is_some()
+            && let Some(held) = self.scopes
+            && !held.contains(writ_core::keys::Scope::Run)
+        {
+            return Err(
+                crate::access::insufficient_scope(writ_core::keys::Scope::Run, held)
+                    .with_field("options.validation"),
+            );
+        }
+        Ok(())
+    }
+
+    async fn claims(&self, sub: &Submission) -> Result<(), ApiError> {
+        check_claims(self.state, sub).await
+    }
+
+    async fn slot(&self, sub: &Submission) -> Result<BatchPermit, ApiError> {
+        self.state
+            .limits
+            .admit_batch(sub.caller.as_deref(), &sub.workspace, sub.request_id)
+            .await
+    }
+}
+
+impl From<AdmitError> for ApiError {
+    fn from(err: AdmitError) -> Self {
+        match err {
+            AdmitError::Body(message) => ApiError::invalid_body(message),
+            AdmitError::Submit(e) => submit_error(e),
+            AdmitError::Budget {
+                exceeded,
+                workspace,
+            } => budget_exceeded(exceeded, workspace.as_deref()),
+        }
+    }
 }
 
 /// A batch that went ahead. It runs in its own task, which holds the admission permit until it
@@ -216,42 +221,6 @@ async fn check_claims(state: &AppState, submission: &Submission) -> Result<(), A
         submission.caller.as_deref(),
     )
     .await
-}
-
-/// Refuses a batch whose key, or whose workspace, has spent a limit of its budget in the current
-/// day or month, before any model is called (the key's budget is checked first). A repeated
-/// `Idempotency-Key` never gets here: it was answered by the replay, whatever was spent since.
-async fn check_budgets(state: &AppState, caller: Option<&str>) -> Result<(), ApiError> {
-    let key_budget = match caller {
-        Some(caller) => state.store.key_budget(caller).await.map_err(store_error)?,
-        None => Budget::default(),
-    };
-    let workspace = state.workspace.name();
-    let workspace_budget = state
-        .store
-        .workspace_budget(workspace)
-        .await
-        .map_err(store_error)?;
-    if key_budget.is_empty() && workspace_budget.is_empty() {
-        return Ok(());
-    }
-    let budgets = BatchBudgets {
-        caller: caller.map(str::to_owned),
-        workspace: workspace.to_owned(),
-        key: key_budget,
-        in_workspace: workspace_budget,
-    };
-    match budgets
-        .exceeded(state.store.as_ref(), chrono::Utc::now())
-        .await
-        .map_err(store_error)?
-    {
-        Some(refused) => Err(budget_exceeded(
-            refused,
-            (refused.budget == BudgetHolder::Workspace).then_some(workspace),
-        )),
-        None => Ok(()),
-    }
 }
 
 /// The 402 for a spent limit: `field` names the limit as the budget's body does

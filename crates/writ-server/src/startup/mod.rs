@@ -209,8 +209,8 @@ async fn assemble(settings: Settings) -> anyhow::Result<(AppState, bool)> {
     let limits = match writ_store::shared_limits(&settings.database_url)
         .context("setting up the shared limits")?
     {
-        Some(store) => crate::limits::Limits::new(guard).with_shared(store, &replica),
-        None => crate::limits::Limits::new(guard),
+        Some(store) => crate::overload::Limits::new(guard).with_shared(store, &replica),
+        None => crate::overload::Limits::new(guard),
     };
     let mcp = crate::mcp_sessions::McpHttp::new(
         settings.addr.ip().is_loopback(),

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 use writ_core::files::WriteMode;
 use writ_core::keys::{Scope, Scopes};
-use writ_core::workspaces::WorkspaceName;
+use writ_core::workspace_registry::WorkspaceName;
 
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::parse_json;

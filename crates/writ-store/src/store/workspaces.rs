@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 use writ_core::StoreError;
 use writ_core::budgets::Budget;
-use writ_core::workspaces::{
+use writ_core::workspace_registry::{
     RUNNING_JOBS_NAMED, WorkspaceDeletion, WorkspaceName, WorkspaceRecord, WorkspaceStore,
 };
 
@@ -188,7 +188,7 @@ mod tests {
     use writ_core::AuditStore;
     use writ_core::audit::AuditWrite;
     use writ_core::jobs::{JobStatus, JobStore, NewJob};
-    use writ_core::workspaces::{
+    use writ_core::workspace_registry::{
         WorkspaceDeletion, WorkspaceKind, WorkspaceName, WorkspaceRecord, WorkspaceStore,
     };
 

@@ -65,7 +65,8 @@ impl From<TargetKind> for FileKind {
 /// One validated file of a batch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FileSpec {
-    /// Its position in the request, for refusals that name `files[i]`.
+    /// Its position in the request, for what is said of it (`files[i]`) and nothing else: a
+    /// resumed batch keeps it for the files it has left.
     pub(crate) index: usize,
     pub(crate) path: RepoPath,
     pub(crate) kind: TargetKind,
@@ -130,16 +131,15 @@ impl Batch {
     }
 
     /// What is left of this batch once the files in `written` are: a batch of its own, resumed,
-    /// its files re-indexed from 0, since every stage keeps per-file state by position (named
-    /// context, prompt tokens). It has no files when every file was written; the job answers
-    /// such a batch from its records alone.
+    /// each file keeping its place in the request ([`FileSpec`]'s index), so that what is said
+    /// of it still names the caller's `files[i]`. It has no files when every file was written;
+    /// the job answers such a batch from its records alone.
     pub(crate) fn without(&self, written: impl Fn(&RepoPath) -> bool) -> Batch {
         let files: Vec<FileSpec> = self
             .files
             .iter()
             .filter(|f| !written(&f.path))
-            .enumerate()
-            .map(|(index, f)| FileSpec { index, ..f.clone() })
+            .cloned()
             .collect();
         Batch {
             files,

@@ -6,22 +6,14 @@
 use super::*;
 use futures::future::join_all;
 
-use std::sync::Mutex;
-
 use crate::search::{Freshness, MapQuery, SearchError, SearchQuery, SearchResults, module_names};
 use crate::synthesis::stage::MapShared;
 
-/// Each of the batch's files with its content before the batch (`None`: no such file yet).
-pub type Before = [(RepoPath, Option<Vec<u8>>)];
-
-/// The modules `file` and its batch import (its own import lines as they are before the batch).
-fn imported_by(batch: &Batch, file: &FileSpec, before: &Before) -> Vec<String> {
-    let current = before
-        .iter()
-        .find(|(p, _)| *p == file.path)
-        .and_then(|(_, content)| content.as_deref())
-        .map(String::from_utf8_lossy);
-    imported_modules(batch, file, current.as_deref())
+/// The modules `run`'s file and its batch import (its own import lines as they are before the
+/// batch).
+fn imported_by(batch: &Batch, batch_file: &BatchFile) -> Vec<String> {
+    let current = batch_file.current.as_deref().map(String::from_utf8_lossy);
+    imported_modules(batch, &batch_file.spec, current.as_deref())
 }
 
 /// What the map of `file` asks of the index and of the search, given what it imports.
@@ -36,41 +28,54 @@ fn ask_for(batch: &Batch, file: &FileSpec, imported: Vec<String>) -> (MapQuery, 
     (query, MapSearches::new(file, &words).queries())
 }
 
-/// The repository map of `file`: the outlines of the workspace's files most related to it, best
-/// first, within `max_tokens`, and how many changes the workspace's index was still applying when
-/// it answered (the map does not wait for them). `seen`: paths the prompt shows anyway, left out;
-/// `shared`: the batch's look-ups, made by its first file's map for all of them.
+/// The repository map of `run`'s file: the outlines of the workspace's files most related to
+/// it, best first, within `max_tokens`, and how many changes the workspace's index was still
+/// applying when it answered (the map does not wait for them). `seen`: paths the prompt shows
+/// anyway, left out; `shared`: the batch's look-ups, made by its first file's map for all of
+/// `runs` (the batch's files), each answer left in its file's record.
 pub async fn repo_map(
     workspace: &dyn Workspace,
     shared: &MapShared,
-    before: &Before,
+    batch_files: &[BatchFile],
     batch: &Batch,
-    file: &FileSpec,
+    batch_file: &BatchFile,
     seen: &[String],
     max_tokens: usize,
 ) -> (Vec<ContextFile>, u64) {
-    let imported = imported_by(batch, file, before);
+    let file = &batch_file.spec;
+    let imported = imported_by(batch, batch_file);
     let words = description_words(&file.description);
     let searches = MapSearches::new(file, &words);
     // From the index: the files that may rank, found by look-ups, and the two searches, for every
     // file of the batch at once; without one (or before it is current), the walk, once a batch,
     // and the searches.
-    let looked = shared
-        .lookups
+    let looked_up = *shared
+        .looked_up
         .get_or_init(|| async {
-            let asks: Vec<(MapQuery, Vec<SearchQuery>)> = batch
-                .files()
+            let asks: Vec<(MapQuery, Vec<SearchQuery>)> = batch_files
                 .iter()
-                .map(|f| ask_for(batch, f, imported_by(batch, f, before)))
+                .map(|r| ask_for(batch, &r.spec, imported_by(batch, r)))
                 .collect();
-            let answers = workspace.map_lookups(asks).await?;
-            let by_path = batch.files().iter().map(|f| f.path.clone()).zip(answers);
-            Some(Mutex::new(by_path.collect()))
+            let Some(answers) = workspace.map_lookups(asks).await else {
+                return false;
+            };
+            for (r, answer) in batch_files.iter().zip(answers) {
+                *r.map_lookup
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(answer);
+            }
+            true
         })
         .await;
-    let mine = looked
-        .as_ref()
-        .and_then(|by_path| by_path.lock().ok()?.remove(&file.path));
+    let mine = looked_up
+        .then(|| {
+            batch_file
+                .map_lookup
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take()
+        })
+        .flatten();
     let mut pending = 0;
     let (files, importers, contents, found) = match mine {
         Some((found, results)) => {

@@ -20,12 +20,12 @@ use crate::path::RepoPath;
 use crate::search::{SearchError, WalkedFile, content_key};
 use crate::synthesis::batch::{Batch, BatchError, ContextEntry, ContextTarget, FileSpec};
 use crate::synthesis::prompt::{ContextFile, MoreContext};
-use crate::synthesis::stage::{Named, NamedContext, Present};
+use crate::synthesis::stage::{BatchFile, Named, NamedContext, Present};
 use crate::workspace::{Workspace, WorkspaceError};
 
 mod map;
 
-pub use map::{Before, repo_map};
+pub use map::repo_map;
 
 /// Characters of named context in one prompt (≈ 15,000 tokens).
 const MAX_NAMED_CHARS: usize = 60_000;
@@ -144,17 +144,16 @@ pub(crate) async fn more_context(
     workspace: &dyn Workspace,
     default_map_tokens: usize,
     batch: &Batch,
-    file: &FileSpec,
+    batch_file: &BatchFile,
     present: &Present,
     shown: &[String],
 ) -> MoreContext {
-    let named = &present.named;
     let mut more = MoreContext::default();
     // The batch's entries first and apart from what this file shows anyway: they open every
     // file's prompt, byte-identical, where a provider's prompt cache finds them.
     let mut seen: Vec<String> = batch.files().iter().map(|f| f.path.to_string()).collect();
     let mut budget = MAX_NAMED_CHARS;
-    for entry in &named.batch {
+    for entry in &present.named {
         show_entry(
             workspace,
             entry,
@@ -166,12 +165,7 @@ pub(crate) async fn more_context(
         .await;
     }
     seen.extend(shown.iter().cloned());
-    let own = named
-        .files
-        .get(file.index)
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    for entry in own {
+    for entry in &batch_file.named {
         show_entry(
             workspace,
             entry,
@@ -190,9 +184,9 @@ pub(crate) async fn more_context(
         (more.map, more.map_pending) = repo_map(
             workspace,
             &present.map,
-            &present.current,
+            &present.files,
             batch,
-            file,
+            batch_file,
             &seen,
             map_tokens,
         )

@@ -25,7 +25,7 @@ use crate::model::{
 use crate::path::RepoPath;
 use crate::synthesis::batch::Batch;
 use crate::synthesis::fanout::Candidate;
-use crate::synthesis::stage::{Chosen, Content, Present, Produced};
+use crate::synthesis::stage::{BatchFile, Chosen, Content, Present, Produced};
 use crate::synthesis::submission::Submission;
 
 /// One scripted answer: after `delay`, this content (or this failure).
@@ -154,7 +154,7 @@ pub fn submission(batch: Batch) -> Submission {
         body_sha256: String::new(),
         body: None,
         batch,
-        workspace: crate::workspaces::WorkspaceName::DEFAULT.to_owned(),
+        workspace: crate::workspace_registry::WorkspaceName::DEFAULT.to_owned(),
     }
 }
 
@@ -162,9 +162,8 @@ pub fn submission(batch: Batch) -> Submission {
 pub fn present(batch: &Batch) -> Present {
     Present {
         recent: Vec::new(),
-        current: Vec::new(),
-        named: Default::default(),
-        prompt_tokens: Mutex::new(vec![None; batch.files().len()]),
+        files: batch.files().iter().cloned().map(BatchFile::new).collect(),
+        named: Vec::new(),
         map: Default::default(),
         earlier: None,
         routing: None,

@@ -18,7 +18,7 @@ use crate::jobs::{ClaimedJob, Job, JobEvent, JobStatus, JobStore, NewJob};
 use crate::keys::{ApiKeyRecord, KeyStore};
 use crate::sessions::{ChunkAppend, SessionStore, SessionTransition, WriteSession};
 use crate::store::StoreError;
-use crate::workspaces::{WorkspaceRecord, WorkspaceStore};
+use crate::workspace_registry::{WorkspaceRecord, WorkspaceStore};
 
 #[derive(Default)]
 pub struct MemoryStore {
@@ -402,7 +402,7 @@ impl WorkspaceStore for MemoryStore {
     async fn delete_workspace(
         &self,
         _name: &str,
-    ) -> Result<crate::workspaces::WorkspaceDeletion, StoreError> {
+    ) -> Result<crate::workspace_registry::WorkspaceDeletion, StoreError> {
         Err(not_kept())
     }
     async fn set_workspace_budget(

@@ -40,6 +40,7 @@ use crate::synthesis::response::{BatchResponse, FileResult, ImageInfo};
 use crate::synthesis::stage::{Present, Synthesizer};
 use crate::synthesis::submission::{BatchAnswer, Begun, Submission, SubmitError};
 
+mod admission;
 mod events;
 mod liveness;
 mod resume;
@@ -50,6 +51,8 @@ use events::{ChannelSink, write_events};
 pub use liveness::fail_stale_jobs;
 use liveness::{keep_alive, raised};
 use resume::{announce_failed, failed_answer, merge_resumed, resume};
+
+pub use admission::{AdmissionPorts, AdmitError, Admitted, BatchRequest, parse_request};
 
 /// How often a running job refreshes its heartbeat.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
@@ -121,7 +124,7 @@ pub trait WorkspaceSynthesizers: Send + Sync {
 }
 
 /// A batch that passed admission's checks ([`Jobs::check`]): what it is started with.
-pub struct Checked {
+pub(crate) struct Checked {
     synthesizer: Arc<Synthesizer>,
     present: Present,
     budgets: crate::budgets::BatchBudgets,
@@ -375,7 +378,10 @@ impl Jobs {
     }
 
     /// The synthesizer of the submission's workspace, or the refusal for a workspace gone.
-    async fn synthesizer_of(&self, sub: &Submission) -> Result<Arc<Synthesizer>, SubmitError> {
+    pub(crate) async fn synthesizer_of(
+        &self,
+        sub: &Submission,
+    ) -> Result<Arc<Synthesizer>, SubmitError> {
         self.synthesizer_for(&sub.workspace)
             .await
             .map_err(SubmitError::Audit)?
@@ -384,23 +390,26 @@ impl Jobs {
             })
     }
 
-    /// Admission, first step: the stored answer of a repeated `Idempotency-Key` (waited for
-    /// while its batch still runs), before anything else is checked or taken, so a retry never
-    /// holds a second batch slot nor is refused for a limit its first try passed.
-    pub async fn replay(&self, sub: &Submission) -> Result<Option<Box<BatchAnswer>>, SubmitError> {
+    /// Admission's replay ([`super::admission`]): the stored answer of a repeated
+    /// `Idempotency-Key`, waited for while its batch still runs.
+    pub(crate) async fn replay(
+        &self,
+        sub: &Submission,
+    ) -> Result<Option<Box<BatchAnswer>>, SubmitError> {
         let synthesizer = self.synthesizer_of(sub).await?;
         Ok(synthesizer.replay(sub).await?.map(Box::new))
     }
 
-    /// Admission, the checks after the caller's scope and budgets: the models, the targets on
-    /// disk and their `expected_sha256`, the validation commands, and the budgets every model
-    /// call will ask again. Nothing is recorded or taken.
-    pub async fn check(&self, sub: &Submission) -> Result<Checked, SubmitError> {
-        let synthesizer = self.synthesizer_of(sub).await?;
+    /// Admission's targets ([`super::admission`]): the models, the files on disk and their
+    /// `expected_sha256`, the validation commands, and how the batch degrades near a limit of
+    /// `budgets` (which every model call asks again). Nothing is recorded or taken.
+    pub(crate) async fn check(
+        &self,
+        synthesizer: Arc<Synthesizer>,
+        sub: &Submission,
+        budgets: crate::budgets::BatchBudgets,
+    ) -> Result<Checked, SubmitError> {
         let mut present = synthesizer.check_fresh(sub).await?;
-        let budgets = crate::synthesis::spending::budgets_of(synthesizer.store.as_ref(), sub)
-            .await
-            .map_err(SubmitError::Audit)?;
         if let Some(degraded) = budgets
             .degraded(synthesizer.store.as_ref(), Utc::now())
             .await
@@ -415,7 +424,7 @@ impl Jobs {
         })
     }
 
-    /// Starts a batch [`Jobs::check`] passed, once the caller holds its slot. Errors here are
+    /// Starts a batch admission let through ([`Jobs::admit`]), holding its slot. Errors here are
     /// the store's (503), or a replay when another request with the same key got in first;
     /// after `Ok(Running)` the batch belongs to its own task.
     ///
@@ -423,20 +432,23 @@ impl Jobs {
     /// (it promises a job to follow); a waiting caller's batch starts its models at once and
     /// the commit runs beside them, since the answer comes long after it anyway.
     ///
-    /// `permit` is whatever bounds the caller's batches in flight: it is held by the batch's task
-    /// and released when the batch ends, however long the caller waits.
+    /// The admitted batch's permit is whatever bounds the caller's batches in flight: it is held
+    /// by the batch's task and released when the batch ends, however long the caller waits.
     pub async fn start<P: Send + 'static>(
         &self,
-        sub: Submission,
-        checked: Checked,
+        admitted: Admitted<P>,
         is_async: bool,
-        permit: P,
     ) -> Result<Begun<BatchHandle>, SubmitError> {
-        let Checked {
-            synthesizer,
-            present,
-            budgets,
-        } = checked;
+        let Admitted {
+            submission: sub,
+            checked:
+                Checked {
+                    synthesizer,
+                    present,
+                    budgets,
+                },
+            permit,
+        } = admitted;
         let opening = record::opening(&sub, is_async, self.owner.as_deref());
         let events = self.events();
         let job_id = sub.request_id;

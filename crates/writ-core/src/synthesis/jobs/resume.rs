@@ -136,7 +136,7 @@ pub(super) async fn plan_resume(
         workspace: job.workspace.clone(),
     };
     let mut present = synthesizer
-        .prepare_resumed(&sub)
+        .admit_resumed(&sub)
         .await
         .map_err(|e| NotResumed::Never(format!("its files cannot be written now: {e}")))?;
     if !kept.is_empty() {
@@ -459,6 +459,50 @@ mod remaining {
         doubles::parse(serde_json::json!({"command": "write_codebase", "files": files}))
     }
 
+    #[tokio::test]
+    async fn a_resumed_batch_refuses_naming_the_files_place_in_the_callers_request() {
+        // a.py was written by the run that died; b.py holds no longer what the caller expected,
+        // and c.py names a context file that is gone.
+        let workspace = MemoryWorkspace::default()
+            .with_file("b.py", "b = 2\n")
+            .with_file("notes/c.md", "c\n");
+        let synthesizer = Synthesizer::new(
+            Arc::new(ScriptedModels::default()),
+            Arc::new(MemoryStore::default()),
+            Arc::new(workspace),
+            SynthesisConfig {
+                candidates: vec!["alpha".into()],
+                ..SynthesisConfig::default()
+            },
+        );
+        let whole = |c_context: &str| {
+            doubles::parse(serde_json::json!({"command": "write_codebase", "files": [
+                {"filename": "a.py", "code_description": "d"},
+                {"filename": "b.py", "code_description": "d",
+                 "expected_sha256": crate::content::sha256_hex(b"b = 1\n")},
+                {"filename": "c.py", "code_description": "d", "context": [c_context]}]}))
+        };
+        let left = whole("notes/c.md").without(|path| path.as_str() == "a.py");
+        match synthesizer.admit_resumed(&doubles::submission(left)).await {
+            Err(crate::synthesis::SubmitError::Stale { field, path, .. }) => {
+                assert_eq!(
+                    (field.as_str(), path.as_str()),
+                    ("files[1].expected_sha256", "b.py")
+                );
+            }
+            other => panic!("refused as stale: {:?}", other.err()),
+        }
+
+        let left = whole("notes/gone.md")
+            .without(|path| path.as_str() == "a.py" || path.as_str() == "b.py");
+        match synthesizer.admit_resumed(&doubles::submission(left)).await {
+            Err(crate::synthesis::SubmitError::Invalid(e)) => {
+                assert_eq!(e.field, "files[2].context[0]");
+            }
+            other => panic!("refused naming the context: {:?}", other.err()),
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_resumed_batch_shows_each_remaining_file_its_own_named_context_and_tokens() {
         // b's notes are short and c's long, so their token counts cannot be mistaken for each
@@ -485,7 +529,7 @@ mod remaining {
         assert_eq!(names, ["b.py", "c.py"]);
         assert!(batch.resumed());
         let sub = doubles::submission(batch);
-        let present = match synthesizer.prepare_resumed(&sub).await {
+        let present = match synthesizer.admit_resumed(&sub).await {
             Ok(present) => present,
             Err(e) => panic!("the remaining batch is admitted: {e}"),
         };
@@ -581,7 +625,7 @@ mod remaining {
         .with_committer(Some(commits.clone()));
         let whole = batch_with_own_context();
         let sub = doubles::submission(whole.without(|path| path.as_str() == "a.py"));
-        let mut present = match synthesizer.prepare_resumed(&sub).await {
+        let mut present = match synthesizer.admit_resumed(&sub).await {
             Ok(present) => present,
             Err(e) => panic!("the remaining batch is admitted: {e}"),
         };

@@ -50,7 +50,7 @@ pub(super) async fn search_combinations(
         .collect();
     for &i in &failing {
         sink.emit(Event::ValidationStarted {
-            file: files[i].file.path.to_string(),
+            file: files[i].file().path.to_string(),
             candidates: combos.len(),
         });
     }
@@ -90,7 +90,7 @@ pub(super) async fn search_combinations(
     for (k, &t) in combo.iter().enumerate() {
         let f = &mut files[failing[k]];
         sink.emit(Event::ValidationFinished {
-            file: f.file.path.to_string(),
+            file: f.file().path.to_string(),
             model: f.trials[t].model.clone(),
             round: f.trials[t].round,
             passed: true,
@@ -182,7 +182,8 @@ mod tests {
         let batch = doubles::batch(&["a.py", "b.py"]);
         // Only a mix of the two models passes.
         let checks = ScriptedChecks::default().passing_with(&[("a.py", "a2"), ("b.py", "b1")]);
-        let mut files = untried(&batch);
+        let present = doubles::present(&batch);
+        let mut files = untried(&present.files);
         search_combinations(&checks, &validation(), &mut files, 0, &NoProgress).await;
         assert_eq!(chosen(&files), ["a2", "b1"]);
         for (f, t) in files.iter().zip([1, 0]) {
@@ -196,7 +197,8 @@ mod tests {
         let checks = ScriptedChecks::default()
             .passing_with(&[("a.py", "a1"), ("b.py", "b2")])
             .passing_with(&[("a.py", "a2"), ("b.py", "b2")]);
-        let mut files = untried(&batch);
+        let present = doubles::present(&batch);
+        let mut files = untried(&present.files);
         search_combinations(&checks, &validation(), &mut files, 0, &NoProgress).await;
         assert_eq!(chosen(&files), ["a2", "b2"]);
     }
@@ -205,7 +207,8 @@ mod tests {
     async fn when_no_combination_passes_nothing_changes() {
         let batch = doubles::batch(&["a.py", "b.py"]);
         let checks = ScriptedChecks::default();
-        let mut files = untried(&batch);
+        let present = doubles::present(&batch);
+        let mut files = untried(&present.files);
         search_combinations(&checks, &validation(), &mut files, 0, &NoProgress).await;
         assert_eq!(chosen(&files), ["a1", "b1"]);
         assert!(files.iter().all(|f| f.passers().is_empty()));

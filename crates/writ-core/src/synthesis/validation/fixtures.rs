@@ -5,8 +5,9 @@ use writ_checks::Language;
 
 use super::{FileTrials, Trial, Validation};
 use crate::execution::CommandCall;
-use crate::synthesis::batch::{Batch, OnFail};
+use crate::synthesis::batch::OnFail;
 use crate::synthesis::generation::Generated;
+use crate::synthesis::stage::BatchFile;
 
 pub(super) fn validation() -> Validation {
     Validation {
@@ -26,13 +27,11 @@ pub(super) fn validation() -> Validation {
 
 /// `a.py` and `b.py`, each with one untried candidate from `m1` and one from `m2`
 /// (`a1`, `a2`, `b1`, `b2`), each staged at its first.
-pub(super) fn untried(batch: &Batch) -> Vec<FileTrials<'_>> {
-    batch
-        .files()
+pub(super) fn untried(batch_files: &[BatchFile]) -> Vec<FileTrials<'_>> {
+    batch_files
         .iter()
-        .enumerate()
-        .map(|(position, file)| {
-            let name = &file.path.as_str()[..1];
+        .map(|batch_file| {
+            let name = &batch_file.spec.path.as_str()[..1];
             let trials = (1..=2)
                 .map(|m| Trial {
                     model: format!("m{m}"),
@@ -43,8 +42,7 @@ pub(super) fn untried(batch: &Batch) -> Vec<FileTrials<'_>> {
                 })
                 .collect();
             FileTrials {
-                file,
-                position,
+                batch_file,
                 generated: Generated {
                     language: Language::Python,
                     models: vec!["m1".into(), "m2".into()],

@@ -61,7 +61,7 @@ use crate::synthesis::batch::{FileSpec, Validation};
 use crate::synthesis::fanout::PassCheck;
 use crate::synthesis::generation::Generated;
 use crate::synthesis::selection::{Selector, distinct_viable};
-use crate::synthesis::stage::{BatchCx, Produced, SynthesisConfig, command_for};
+use crate::synthesis::stage::{BatchCx, BatchFile, Produced, SynthesisConfig, command_for};
 use writ_checks::Language;
 
 /// Bytes of a failing command's output kept in the record and shown to a model for repair.
@@ -88,9 +88,7 @@ impl Trial {
 
 /// A code file going through validation.
 struct FileTrials<'a> {
-    file: &'a FileSpec,
-    /// The file's place in the batch.
-    position: usize,
+    batch_file: &'a BatchFile,
     generated: Generated,
     /// The generated checks run as its candidates arrived, when they were.
     early: Option<Early>,
@@ -106,7 +104,10 @@ struct FileTrials<'a> {
     diagnostics: Option<String>,
 }
 
-impl FileTrials<'_> {
+impl<'a> FileTrials<'a> {
+    fn file(&self) -> &'a FileSpec {
+        &self.batch_file.spec
+    }
     /// A candidate as the checks see it: in the file's own shape (line endings, BOM) when it is
     /// a change of an existing file, exactly as it would be written.
     fn staged(&self, code: &str) -> (RepoPath, Vec<u8>) {
@@ -114,7 +115,7 @@ impl FileTrials<'_> {
             Some(e) => e.render(code).into_bytes(),
             None => code.as_bytes().to_vec(),
         };
-        (self.file.path.clone(), bytes)
+        (self.batch_file.spec.path.clone(), bytes)
     }
     fn best_code(&self) -> Option<&str> {
         self.best.map(|i| self.trials[i].code.as_str())
@@ -209,7 +210,7 @@ pub(crate) async fn select_validated(
     let mut done: Vec<Option<Produced>> = Vec::new();
     let mut files: Vec<FileTrials<'_>> = Vec::new();
     let mut slot_of: Vec<Option<usize>> = Vec::new();
-    for (position, (stage, file)) in stages.into_iter().zip(cx.batch.files()).enumerate() {
+    for (stage, batch_file) in stages.into_iter().zip(&cx.present.files) {
         match stage {
             Stage::Done(p) => {
                 done.push(Some(*p));
@@ -217,8 +218,12 @@ pub(crate) async fn select_validated(
             }
             Stage::Generated(g, early) => {
                 let records = records_of(&g);
-                let (checks, diagnostics) =
-                    file_checks(selector.config, validation, &file.path, g.language);
+                let (checks, diagnostics) = file_checks(
+                    selector.config,
+                    validation,
+                    &batch_file.spec.path,
+                    g.language,
+                );
                 let trials: Vec<Trial> = distinct_viable(&g.answers)
                     .iter()
                     .map(|v| Trial {
@@ -233,8 +238,7 @@ pub(crate) async fn select_validated(
                 done.push(None);
                 slot_of.push(Some(files.len()));
                 files.push(FileTrials {
-                    file,
-                    position,
+                    batch_file,
                     generated: *g,
                     early,
                     records,
@@ -299,7 +303,7 @@ pub(crate) async fn select_validated(
             }
             let started = Instant::now();
             let added = second_round(selector, runner, validation, &mut files[i], cx).await;
-            cx.upstream_of[files[i].position].add(started.elapsed());
+            files[i].batch_file.upstream.add(started.elapsed());
             if added.is_empty() || files[i].checks.is_empty() {
                 continue;
             }
@@ -339,7 +343,7 @@ pub(crate) async fn select_validated(
         for &i in &failing {
             let started = Instant::now();
             let added = repair_round(selector, &mut files, i, round, sink).await;
-            cx.upstream_of[files[i].position].add(started.elapsed());
+            files[i].batch_file.upstream.add(started.elapsed());
             files[i].rounds = round;
             if added.is_empty() {
                 continue;
@@ -371,7 +375,7 @@ pub(crate) async fn select_validated(
         .collect();
     let mut chosen: Vec<Option<Produced>> = Vec::with_capacity(files.len());
     for (f, others) in files.into_iter().zip(others) {
-        let fcx = cx.file(f.position);
+        let fcx = cx.file(f.batch_file);
         let checks = Checks {
             runner,
             others: &others,
@@ -412,7 +416,6 @@ mod tests {
     use crate::synthesis::progress::NoProgress;
     use crate::synthesis::stage::Content;
     use crate::synthesis::stage::SynthesisConfig;
-    use crate::synthesis::stage::Upstream;
 
     /// One file's three distinct candidates, from `m1`, `m2` and `m3`.
     fn generated(codes: [&str; 3]) -> Stage {
@@ -453,7 +456,6 @@ mod tests {
     ) -> Produced {
         let batch = doubles::batch(&["a.py"]);
         let present = doubles::present(&batch);
-        let clocks = [Upstream::default()];
         let config = SynthesisConfig {
             arbiter: Some("judge".into()),
             diagnostics,
@@ -468,7 +470,6 @@ mod tests {
             batch: &batch,
             present: &present,
             sink: &NoProgress,
-            upstream_of: &clocks,
         };
         let runner = checks.map(|c| c as &dyn CommandRunner);
         let mut produced = select_validated(&selector, runner, validation, vec![stage], cx).await;
@@ -564,7 +565,13 @@ mod tests {
         .await;
 
         assert!(produced.chosen.is_ok(), "the arbiter chooses among all");
-        assert!(checks.runs.lock().map(|r| r.is_empty()).unwrap_or(false));
+        assert!(
+            checks
+                .runs
+                .lock()
+                .map(|f| f.is_empty())
+                .unwrap_or(false)
+        );
         assert_eq!(models.requests_to("judge").len(), 1);
     }
 

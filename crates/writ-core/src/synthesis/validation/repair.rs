@@ -31,7 +31,7 @@ pub(super) async fn repair_round(
         .filter(|(j, _)| *j != i)
         .filter_map(|(_, o)| {
             o.best_code()
-                .map(|code| (o.file.path.to_string(), code.to_string()))
+                .map(|code| (o.file().path.to_string(), code.to_string()))
         })
         .collect();
     let f = &mut files[i];
@@ -44,7 +44,7 @@ pub(super) async fn repair_round(
         }
     }
     sink.emit(Event::RepairStarted {
-        file: f.file.path.to_string(),
+        file: f.file().path.to_string(),
         round,
         models: latest.len(),
     });
@@ -60,9 +60,9 @@ pub(super) async fn repair_round(
             f.generated.existing.is_some(),
         );
         let model = t.model.clone();
-        let expect = f.generated.expect(f.file).on_base(&t.code);
+        let expect = f.generated.expect(f.file()).on_base(&t.code);
         let call = selector.config.call_settings(selector.batch);
-        let file = f.file.path.to_string();
+        let file = f.file().path.to_string();
         async move {
             let req = ChatRequest {
                 model: model.clone(),
@@ -144,7 +144,8 @@ mod tests {
     async fn each_model_gets_its_latest_failing_candidate_back_and_only_new_answers_become_trials()
     {
         let batch = doubles::batch(&["a.py", "b.py"]);
-        let mut files = untried(&batch);
+        let present = doubles::present(&batch);
+        let mut files = untried(&present.files);
         for t in &mut files[0].trials {
             t.code.push('\n');
             t.outcome = failed(&format!("AssertionError in {}", t.code.trim_end()));

@@ -20,7 +20,7 @@ pub(super) async fn second_round(
     let later = std::mem::take(&mut f.generated.rounds.later);
     cx.sink
         .emit(crate::synthesis::progress::Event::RoundStarted {
-            file: f.file.path.to_string(),
+            file: f.file().path.to_string(),
             round: 2,
             models: later.len(),
         });
@@ -28,7 +28,7 @@ pub(super) async fn second_round(
     let callers = CallerTests {
         runner,
         validation,
-        path: f.file.path.clone(),
+        path: f.file().path.clone(),
         checks: f.checks.clone(),
     };
     // Without the caller's tests, the generated checks go on from the first round's tests and
@@ -42,7 +42,7 @@ pub(super) async fn second_round(
                 *selector,
                 runner,
                 validation,
-                cx.file(f.position),
+                cx.file(f.batch_file),
                 &f.generated.models,
                 early,
             )
@@ -59,9 +59,9 @@ pub(super) async fn second_round(
         selector.models,
         &later,
         &f.generated.messages,
-        &f.generated.expect(f.file),
+        &f.generated.expect(f.file()),
         selector.config.call_settings(cx.batch),
-        f.file.path.as_str(),
+        f.file().path.as_str(),
         cx.sink,
         cx.batch
             .options()

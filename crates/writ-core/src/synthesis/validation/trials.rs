@@ -29,7 +29,7 @@ pub(super) async fn validate_trials(
         .collect();
     let target = &files[i];
     sink.emit(Event::ValidationStarted {
-        file: target.file.path.to_string(),
+        file: target.file().path.to_string(),
         candidates: which.len(),
     });
     let runs = which.iter().map(|&t| {
@@ -47,7 +47,7 @@ pub(super) async fn validate_trials(
     for (t, outcome) in results {
         let record = to_record(&target.checks, target.diagnostics.as_deref(), outcome);
         sink.emit(Event::ValidationFinished {
-            file: target.file.path.to_string(),
+            file: target.file().path.to_string(),
             model: target.trials[t].model.clone(),
             round: target.trials[t].round,
             passed: record.passed,
@@ -280,7 +280,8 @@ mod tests {
     async fn each_candidate_is_tried_with_the_other_files_at_their_best_choice() {
         let batch = doubles::batch(&["a.py", "b.py"]);
         let checks = ScriptedChecks::default().passing_with(&[("a.py", "a2"), ("b.py", "b1")]);
-        let mut files = untried(&batch);
+        let present = doubles::present(&batch);
+        let mut files = untried(&present.files);
 
         validate_trials(&checks, &validation(), &mut files, 0, &[0, 1], &NoProgress).await;
 

@@ -6,14 +6,15 @@ use crate::audit::Selection;
 use crate::files::{
     Provenance, RemoveOutcome, WriteMode, WriteSpec, recorded_remove, recorded_write,
 };
-use crate::synthesis::batch::FileSpec;
-use crate::synthesis::stage::Produced;
+use crate::synthesis::stage::{BatchFile, Produced};
 
 use super::{Writer, Written, emit_outcome};
 
 /// A file an atomic batch wrote, and how to put it back.
 struct Undo<'a> {
-    file: &'a FileSpec,
+    batch_file: &'a BatchFile,
+    /// Its answer's place in the results.
+    at: usize,
     /// The content before writ's write (`None`: the file did not exist).
     before: Option<Vec<u8>>,
     /// What writ wrote; the rollback touches the file only if it still holds this.
@@ -23,14 +24,16 @@ struct Undo<'a> {
 impl Writer<'_> {
     /// `atomic`: every file is generated first; if one failed nothing is written; if a write
     /// fails, the files already written are put back as they were.
-    pub(crate) async fn write_atomically(&self, produced: Vec<Produced>) -> Vec<Written> {
+    pub(crate) async fn write_atomically(
+        &self,
+        produced: Vec<(&BatchFile, Produced)>,
+    ) -> Vec<Written> {
         let first_failure = produced
             .iter()
-            .zip(self.batch.files())
-            .find_map(|(p, f)| p.chosen.as_ref().err().map(|e| (f, e.clone())));
+            .find_map(|(f, p)| p.chosen.as_ref().err().map(|e| (&f.spec, e.clone())));
         if let Some((failed, why)) = first_failure {
             let mut results = Vec::new();
-            for (p, f) in produced.into_iter().zip(self.batch.files()) {
+            for (f, p) in produced {
                 let error = match p.chosen {
                     Err(e) => e,
                     Ok(_) => format!(
@@ -52,7 +55,7 @@ impl Writer<'_> {
         let mut results: Vec<Written> = Vec::new();
         let mut written: Vec<Undo<'_>> = Vec::new();
         let mut broke: Option<String> = None;
-        for (p, f) in produced.into_iter().zip(self.batch.files()) {
+        for (f, p) in produced {
             if let Some(why) = &broke {
                 let error =
                     format!("not written: the batch is atomic and an earlier write failed: {why}");
@@ -63,7 +66,8 @@ impl Writer<'_> {
             let mut done = self.write_file(f, p).await;
             match (&done.result.sha256, done.before.take()) {
                 (Some(sha256), Some(before)) if done.result.success => written.push(Undo {
-                    file: f,
+                    batch_file: f,
+                    at: results.len(),
                     before,
                     sha256: sha256.clone(),
                 }),
@@ -75,11 +79,7 @@ impl Writer<'_> {
         if let Some(why) = broke {
             for w in written.into_iter().rev() {
                 let outcome = self.roll_back(&w, &why).await;
-                if let Some(r) = results
-                    .iter_mut()
-                    .map(|done| &mut done.result)
-                    .find(|r| r.filename == w.file.path.as_str())
-                {
+                if let Some(r) = results.get_mut(w.at).map(|done| &mut done.result) {
                     r.success = false;
                     r.error = Some(match outcome {
                         Ok(()) => format!(
@@ -106,7 +106,7 @@ impl Writer<'_> {
         let outcome = match &w.before {
             Some(previous) => {
                 let spec = WriteSpec {
-                    path: w.file.path.clone(),
+                    path: w.batch_file.spec.path.clone(),
                     content: previous.clone(),
                     mode: WriteMode::Overwrite,
                     expected_sha256: Some(w.sha256.clone()),
@@ -116,7 +116,7 @@ impl Writer<'_> {
                     self.store,
                     self.workspace,
                     self.request_id,
-                    w.file.kind.into(),
+                    w.batch_file.spec.kind.into(),
                     spec,
                     prov,
                 )
@@ -128,8 +128,8 @@ impl Writer<'_> {
                 self.store,
                 self.workspace,
                 self.request_id,
-                w.file.kind.into(),
-                &w.file.path,
+                w.batch_file.spec.kind.into(),
+                &w.batch_file.spec.path,
                 &w.sha256,
                 &format!(
                     "rolled back (atomic batch; a later write failed: {why}): the file was removed"
@@ -142,12 +142,12 @@ impl Writer<'_> {
                 RemoveOutcome::Removed => Ok(()),
                 RemoveOutcome::Changed { actual } => Err(format!(
                     "'{}' changed since writ wrote it (sha256 {actual}); it was left as it is",
-                    w.file.path
+                    w.batch_file.spec.path
                 )),
             }),
         };
         if let Err(e) = &outcome {
-            tracing::error!(file = %w.file.path, error = %e, "rollback of an atomic batch failed");
+            tracing::error!(file = %w.batch_file.spec.path, error = %e, "rollback of an atomic batch failed");
         }
         outcome
     }
@@ -182,13 +182,17 @@ mod tests {
             recorded: &Recorded::already(),
             outage_wait: Duration::ZERO,
             review: false,
-            upstream_of: &[],
         };
-        let produced = vec![
-            doubles::chosen("a = 2\n"),
-            doubles::chosen("b = 2\n"),
-            doubles::chosen("c = 2\n"),
-        ];
+        let present = doubles::present(&batch);
+        let produced = present
+            .files
+            .iter()
+            .zip([
+                doubles::chosen("a = 2\n"),
+                doubles::chosen("b = 2\n"),
+                doubles::chosen("c = 2\n"),
+            ])
+            .collect();
 
         let written = writer.write_atomically(produced).await;
 

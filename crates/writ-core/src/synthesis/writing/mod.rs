@@ -26,8 +26,7 @@ use crate::synthesis::outage::OutageWait;
 use crate::synthesis::progress::{Event, ProgressSink};
 use crate::synthesis::record::{NotRecorded, Recorded};
 use crate::synthesis::response::{FileResult, FileValidation, ImageInfo};
-use crate::synthesis::routing::RoutingDecision;
-use crate::synthesis::stage::Upstream;
+use crate::synthesis::stage::BatchFile;
 use crate::synthesis::stage::{Chosen, Content, Produced};
 use crate::workspace::Workspace;
 use writ_checks::shape::Change;
@@ -82,16 +81,13 @@ pub(crate) struct Writer<'a> {
     pub outage_wait: Duration,
     /// Propose the files for review instead of writing them (`options.review`, `WRIT_REVIEW`).
     pub review: bool,
-    /// One per file of the batch, in its order: the calls made for it that were not
-    /// candidates, recorded with its result and operation.
-    pub upstream_of: &'a [Upstream],
 }
 
 impl<'a> Writer<'a> {
     /// Writes one file's chosen content (or records its failure), emits its event and builds its
     /// result.
-    async fn finish_file(&self, file: &FileSpec, produced: Produced) -> Written {
-        let written = self.write_file(file, produced).await;
+    async fn finish_file(&self, batch_file: &BatchFile, produced: Produced) -> Written {
+        let written = self.write_file(batch_file, produced).await;
         emit_outcome(self.sink, &written.result);
         written
     }
@@ -99,7 +95,7 @@ impl<'a> Writer<'a> {
     /// [`Self::finish_file`] for files ready together: their writes are one group
     /// ([`write_group_deferring_completion`]), so their pending records are one commit and
     /// their syncs one group. In the order given.
-    pub(crate) async fn finish_files(&self, files: Vec<(&FileSpec, Produced)>) -> Vec<Written> {
+    pub(crate) async fn finish_files(&self, files: Vec<(&BatchFile, Produced)>) -> Vec<Written> {
         let written = self.write_files(files).await;
         // A proposed file is announced with its change set (`change_proposed`).
         for w in written.iter().filter(|w| w.proposed.is_none()) {
@@ -186,12 +182,12 @@ impl<'a> Writer<'a> {
 
     /// The write itself; also returns the content the file held before, for an atomic rollback,
     /// and the completion of its record, for the batch's closing commit.
-    async fn write_file(&self, file: &FileSpec, produced: Produced) -> Written {
-        let mut written = self.write_files(vec![(file, produced)]).await;
+    async fn write_file(&self, batch_file: &BatchFile, produced: Produced) -> Written {
+        let mut written = self.write_files(vec![(batch_file, produced)]).await;
         written.pop().unwrap_or_else(|| {
             Written::only(FileResult::failed(
-                file.path.as_str(),
-                file.kind.into(),
+                batch_file.spec.path.as_str(),
+                batch_file.spec.kind.into(),
                 "the write was lost",
                 Vec::new(),
             ))
@@ -200,19 +196,18 @@ impl<'a> Writer<'a> {
 
     /// The writes of `files`, in their order: failed files recorded, a dry run's described, the
     /// rest written as one group.
-    async fn write_files(&self, files: Vec<(&FileSpec, Produced)>) -> Vec<Written> {
+    async fn write_files(&self, files: Vec<(&BatchFile, Produced)>) -> Vec<Written> {
         let mut written: Vec<Option<Written>> = files.iter().map(|_| None).collect();
-        let mut to_write: Vec<(usize, &FileSpec, ToWrite)> = Vec::new();
+        let mut to_write: Vec<(usize, &BatchFile, ToWrite)> = Vec::new();
         let mut grouped: Vec<GroupedWrite> = Vec::new();
-        for (i, (file, produced)) in files.into_iter().enumerate() {
-            match self.to_write(file, produced).await {
+        for (i, (batch_file, produced)) in files.into_iter().enumerate() {
+            match self.to_write(batch_file, produced).await {
                 Ok((write, w)) => {
                     grouped.push(write);
-                    to_write.push((i, file, w));
+                    to_write.push((i, batch_file, w));
                 }
                 Err(mut done) => {
-                    done.result.calls = self.calls_of(file);
-                    done.result.routing = self.routing_of(file);
+                    with_upstream(&mut done.result, batch_file);
                     written[i] = Some(done);
                 }
             }
@@ -222,33 +217,12 @@ impl<'a> Writer<'a> {
         } else {
             self.write_group(grouped).await
         };
-        for ((i, file, w), outcome) in to_write.into_iter().zip(outcomes) {
-            let mut done = self.written(file, w, outcome).await;
-            done.result.calls = self.calls_of(file);
-            done.result.routing = self.routing_of(file);
+        for ((i, batch_file, w), outcome) in to_write.into_iter().zip(outcomes) {
+            let mut done = self.written(batch_file, w, outcome).await;
+            with_upstream(&mut done.result, batch_file);
             written[i] = Some(done);
         }
         written.into_iter().flatten().collect()
-    }
-
-    /// The calls made for `file` that were not candidates (arbiter, test writers).
-    fn calls_of(&self, file: &FileSpec) -> Vec<CallRecord> {
-        self.upstream_of_file(file)
-            .map(Upstream::calls)
-            .unwrap_or_default()
-    }
-
-    /// How adaptive routing chose `file`'s models, when it did.
-    fn routing_of(&self, file: &FileSpec) -> Option<RoutingDecision> {
-        self.upstream_of_file(file).and_then(Upstream::routing)
-    }
-
-    fn upstream_of_file(&self, file: &FileSpec) -> Option<&Upstream> {
-        self.batch
-            .files()
-            .iter()
-            .position(|f| std::ptr::eq(f, file))
-            .and_then(|i| self.upstream_of.get(i))
     }
 
     /// One group of writes ([`write_group_deferring_completion`]). Those the store could not
@@ -319,9 +293,10 @@ impl<'a> Writer<'a> {
     /// failure, recorded, or a dry run's description.
     async fn to_write(
         &self,
-        file: &FileSpec,
+        batch_file: &BatchFile,
         produced: Produced,
     ) -> Result<(GroupedWrite, ToWrite), Written> {
+        let file = &batch_file.spec;
         let Produced {
             chosen,
             candidates,
@@ -346,10 +321,10 @@ impl<'a> Writer<'a> {
                         detail: with_detail(
                             with_calls(
                                 with_generated_checks(None, result.validation.as_ref()),
-                                &self.calls_of(file),
+                                &batch_file.upstream.calls(),
                             ),
                             "routing",
-                            self.routing_of(file),
+                            batch_file.upstream.routing(),
                         ),
                         ..Provenance::default()
                     };
@@ -421,10 +396,10 @@ impl<'a> Writer<'a> {
         };
         let detail = with_calls(
             with_generated_checks(detail, validation.as_ref()),
-            &self.calls_of(file),
+            &batch_file.upstream.calls(),
         );
         let detail = with_detail(detail, "formatted", chosen.formatted.as_ref());
-        let detail = with_detail(detail, "routing", self.routing_of(file));
+        let detail = with_detail(detail, "routing", batch_file.upstream.routing());
         let provenance = Provenance {
             detail,
             chosen_model: Some(chosen.model.clone()),
@@ -456,7 +431,8 @@ impl<'a> Writer<'a> {
     }
 
     /// The result of a write made (or refused).
-    async fn written(&self, file: &FileSpec, w: ToWrite, outcome: DeferredWrite) -> Written {
+    async fn written(&self, batch_file: &BatchFile, w: ToWrite, outcome: DeferredWrite) -> Written {
+        let file = &batch_file.spec;
         let ToWrite {
             provenance,
             chosen,
@@ -539,15 +515,15 @@ impl<'a> Writer<'a> {
     /// record needs its request); each file's result says why.
     pub(crate) fn not_written(
         &self,
-        files: Vec<(&FileSpec, Produced)>,
+        files: Vec<(&BatchFile, Produced)>,
         not: NotRecorded,
     ) -> Vec<Written> {
         files
             .into_iter()
-            .map(|(file, produced)| {
+            .map(|(batch_file, produced)| {
                 let mut result = FileResult::failed(
-                    file.path.as_str(),
-                    file.kind.into(),
+                    batch_file.spec.path.as_str(),
+                    batch_file.spec.kind.into(),
                     not.to_string(),
                     produced.candidates,
                 );
@@ -556,6 +532,13 @@ impl<'a> Writer<'a> {
             })
             .collect()
     }
+}
+
+/// The calls made for the file that were not candidates (arbiter, test writers), and how
+/// adaptive routing chose its models, with its result and operation.
+fn with_upstream(result: &mut FileResult, batch_file: &BatchFile) {
+    result.calls = batch_file.upstream.calls();
+    result.routing = batch_file.upstream.routing();
 }
 
 fn emit_outcome(sink: &dyn ProgressSink, result: &FileResult) {
@@ -668,7 +651,6 @@ mod tests {
             recorded,
             outage_wait: Duration::ZERO,
             review: false,
-            upstream_of: &[],
         }
     }
 
@@ -689,7 +671,8 @@ mod tests {
             .failing_on("c.py");
         let recorded = Recorded::already();
         let writer = writer(&store, &workspace, &b, &recorded);
-        let files = b.files().iter().zip([
+        let present = doubles::present(&b);
+        let files = present.files.iter().zip([
             doubles::chosen("a = 1\n"),
             doubles::chosen("b = 2\n"),
             doubles::chosen("c = 1\n"),
@@ -746,8 +729,9 @@ mod tests {
         let recorded = Recorded::already();
         let writer = writer(&store, &workspace, &b, &recorded);
         let failed = Produced::failed("no candidate was viable", Vec::new());
+        let present = doubles::present(&b);
 
-        let written = writer.finish_files(vec![(&b.files()[0], failed)]).await;
+        let written = writer.finish_files(vec![(&present.files[0], failed)]).await;
 
         assert!(!written[0].result.success);
         assert_eq!(
@@ -770,9 +754,10 @@ mod tests {
         let workspace = MemoryWorkspace::default();
         let recorded = Recorded::already();
         let writer = writer(&store, &workspace, &b, &recorded);
+        let present = doubles::present(&b);
 
         let written = writer
-            .finish_files(vec![(&b.files()[0], doubles::chosen("a = 1\n"))])
+            .finish_files(vec![(&present.files[0], doubles::chosen("a = 1\n"))])
             .await;
 
         assert!(written[0].result.success);

@@ -4,12 +4,12 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use writ_core::budgets::{Budget, WindowSpend};
-use writ_core::workspaces::{WorkspaceKind, WorkspaceName, WorkspaceRecord};
+use writ_core::workspace_registry::{WorkspaceKind, WorkspaceName, WorkspaceRecord};
 
 use super::opened::Workspaces;
 
 /// The characters [`WorkspaceName::parse`] allows, as a regular expression; its length bounds
-/// are [`writ_core::workspaces::NAME_MAX`].
+/// are [`writ_core::workspace_registry::NAME_MAX`].
 pub(super) const NAME_PATTERN: &str = "^[a-z0-9][a-z0-9-]*$";
 
 /// `POST /workspaces`: the new workspace's name and where it comes from.
@@ -22,7 +22,7 @@ pub struct CreateWorkspace {
     // `WorkspaceName::parse` checks the name in `create`; the bounds restate its rules for the
     // document, and a test holds the two to the same names.
     #[schemars(
-        length(min = 1, max = writ_core::workspaces::NAME_MAX),
+        length(min = 1, max = writ_core::workspace_registry::NAME_MAX),
         regex(pattern = NAME_PATTERN)
     )]
     pub name: String,
@@ -215,10 +215,11 @@ mod tests {
     fn the_documented_name_bounds_accept_exactly_the_names_the_code_accepts() {
         let pattern = regex::Regex::new(NAME_PATTERN).unwrap();
         let documented = |name: &str| {
-            (1..=writ_core::workspaces::NAME_MAX).contains(&name.len()) && pattern.is_match(name)
+            (1..=writ_core::workspace_registry::NAME_MAX).contains(&name.len())
+                && pattern.is_match(name)
         };
-        let longest = "a".repeat(writ_core::workspaces::NAME_MAX);
-        let too_long = "a".repeat(writ_core::workspaces::NAME_MAX + 1);
+        let longest = "a".repeat(writ_core::workspace_registry::NAME_MAX);
+        let too_long = "a".repeat(writ_core::workspace_registry::NAME_MAX + 1);
         for name in [
             "a", "0", "web-2", "a-", "default", &longest, "", "-a", "A", "a_b", "a.b", "a/b", "é",
             "a\n", &too_long,

@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
 use writ_core::budgets::Budget;
-use writ_core::workspaces::{WorkspaceDeletion, WorkspaceKind, WorkspaceName, WorkspaceRecord};
+use writ_core::workspace_registry::{
+    WorkspaceDeletion, WorkspaceKind, WorkspaceName, WorkspaceRecord,
+};
 use writ_core::{RepoPath, StoreError};
 
 use super::api::{CreateWorkspace, DeletedWorkspace, WorkspaceInfo, WorkspaceSource, default_info};

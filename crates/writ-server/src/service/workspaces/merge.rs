@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use writ_core::AuditStore;
-use writ_core::workspaces::{WorkspaceKind, WorkspaceName};
+use writ_core::workspace_registry::{WorkspaceKind, WorkspaceName};
 
 use super::api::{MergeWorkspace, MergedWorkspace};
 use super::opened::Workspaces;

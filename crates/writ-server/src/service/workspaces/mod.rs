@@ -53,7 +53,7 @@ pub use rebase::{
 pub use repository::{default_repository, repository_named, repository_of};
 pub use synthesizers::{CommitterFor, Synthesizers, runner_in};
 
-use writ_core::workspaces::WorkspaceName;
+use writ_core::workspace_registry::WorkspaceName;
 
 use crate::error::{ApiError, ErrorCode};
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::OnceCell;
-use writ_core::workspaces::WorkspaceName;
+use writ_core::workspace_registry::WorkspaceName;
 use writ_core::{AuditStore, StoreError, Workspace};
 
 use super::built::PerWorkspaceCache;
@@ -169,7 +169,7 @@ impl Workspaces {
 }
 
 #[async_trait::async_trait]
-impl writ_core::workspaces::WorkspaceOpener for Workspaces {
+impl writ_core::workspace_registry::WorkspaceOpener for Workspaces {
     async fn open_workspace(&self, name: &str) -> Result<Option<Arc<dyn Workspace>>, StoreError> {
         self.open(name)
             .await

@@ -14,7 +14,7 @@ use chrono::Utc;
 use writ_core::AuditStore;
 use writ_core::audit::{OperationFilter, OperationStatus};
 use writ_core::overlaps::{Overlap, OverlapFinder, OverlapWith};
-use writ_core::workspaces::{WorkspaceKind, WorkspaceName, WorkspaceRecord};
+use writ_core::workspace_registry::{WorkspaceKind, WorkspaceName, WorkspaceRecord};
 
 /// A workspace as git sees it: the repository it is a checkout of, and its branch.
 #[derive(Debug, Clone)]

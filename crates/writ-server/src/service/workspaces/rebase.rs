@@ -12,7 +12,7 @@ use writ_core::audit::{
     FileKind, NewRequest, Operation, OperationFilter, OperationKind, OperationStatus, RequestStatus,
 };
 use writ_core::overlaps::Overlap;
-use writ_core::workspaces::{WorkspaceKind, WorkspaceName, WorkspaceRecord};
+use writ_core::workspace_registry::{WorkspaceKind, WorkspaceName, WorkspaceRecord};
 
 use super::opened::Workspaces;
 use super::overlaps::{GitOverlaps, hide};

@@ -12,7 +12,7 @@ use writ_core::execution::{CommandCall, CommandRunner};
 use writ_core::path::RepoPath;
 use writ_core::synthesis::WriteCodebaseRequest;
 use writ_core::synthesis::validation::{GeneratedRerun, rerun_generated};
-use writ_core::workspaces::WorkspaceRecord;
+use writ_core::workspace_registry::WorkspaceRecord;
 
 use super::unknown;
 use crate::error::{ApiError, store_error};

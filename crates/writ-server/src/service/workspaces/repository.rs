@@ -7,7 +7,7 @@
 //! that repository's own workspace (`default`, when the worktrees were made with `repository:
 //! "default"`).
 
-use writ_core::workspaces::{WorkspaceKind, WorkspaceName, WorkspaceRecord};
+use writ_core::workspace_registry::{WorkspaceKind, WorkspaceName, WorkspaceRecord};
 
 use super::opened::Workspaces;
 use crate::error::{ApiError, store_error};

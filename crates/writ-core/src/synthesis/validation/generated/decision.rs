@@ -39,7 +39,7 @@ impl Evidence<'_, '_> {
     }
 
     fn file(&self) -> String {
-        self.cx.file.path.to_string()
+        self.cx.file().path.to_string()
     }
 }
 
@@ -360,9 +360,9 @@ async fn ask_both_orders(
     };
     let started = Instant::now();
     let (straight, flipped) = futures::future::join(ask(false), ask(true)).await;
-    cx.upstream.add(started.elapsed());
+    cx.upstream().add(started.elapsed());
     for answer in [&straight, &flipped] {
-        cx.upstream.called(CallRecord::of(
+        cx.upstream().called(CallRecord::of(
             CallRole::Distinguishing,
             &arbiter,
             started.elapsed(),
@@ -392,9 +392,9 @@ fn distinguishing_messages(
     let shared = p.len();
     p.push_str(&format!(
         "The file {} ({}) must do this:\n{}\n\n",
-        serde_json::json!(cx.file.path.as_str()),
+        serde_json::json!(cx.file().path.as_str()),
         f.generated.language.name(),
-        cx.file.description.trim()
+        cx.file().description.trim()
     ));
     p.push_str("Two versions of it give different outputs on these inputs:\n\n");
     for input in shown {

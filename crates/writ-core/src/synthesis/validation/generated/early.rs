@@ -64,7 +64,7 @@ impl<'a> EarlyAgreement<'a> {
         models: &[String],
         early: Early,
     ) -> Option<Self> {
-        let flavour = flavour(Language::from_path(cx.file.path.as_str()))?;
+        let flavour = flavour(Language::from_path(cx.file().path.as_str()))?;
         let command = check_command(&selector, runner, &flavour).ok()?;
         let writers = test_writers(&selector, models);
         Some(EarlyAgreement {
@@ -139,7 +139,7 @@ impl<'a> EarlyAgreement<'a> {
             suite.run(
                 self.runner,
                 self.validation,
-                (self.cx.file.path.clone(), code.as_bytes().to_vec()),
+                (self.cx.file().path.clone(), code.as_bytes().to_vec()),
             )
         }))
         .await;

@@ -42,7 +42,7 @@ impl Suite {
     ) -> Result<Suite, String> {
         // The description's `>>>` examples are Python's doctest form.
         let examples: Vec<String> = match flavour.language {
-            Language::Python => doctest_examples(&cx.file.description)
+            Language::Python => doctest_examples(&cx.file().description)
                 .into_iter()
                 .map(|e| e.input)
                 .collect(),
@@ -63,7 +63,7 @@ impl Suite {
         }
         Suite::staged(
             flavour,
-            &cx.file.path,
+            &cx.file().path,
             command,
             files,
             names,

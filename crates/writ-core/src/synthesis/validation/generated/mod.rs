@@ -137,7 +137,7 @@ pub(super) async fn check_and_decide(
     let status = checked.summary.status;
     if status.unavailable() {
         cx.sink.emit(Event::ChecksUnavailable {
-            file: cx.file.path.to_string(),
+            file: cx.file().path.to_string(),
             status,
             reason: checked.summary.note.clone().unwrap_or_default(),
         });
@@ -191,7 +191,7 @@ async fn run_and_decide(
     summary.adjusted = written.adjusted;
     if written.files.is_empty() {
         cx.sink.emit(Event::ChecksGenerated {
-            file: cx.file.path.to_string(),
+            file: cx.file().path.to_string(),
             models: summary.writers.len(),
             tests: 0,
             discarded: summary.discarded.len(),

@@ -113,17 +113,14 @@ async fn decide_among(
     use crate::synthesis::generation::Generated;
     use crate::synthesis::progress::NoProgress;
     use crate::synthesis::stage::SynthesisConfig;
-    use crate::synthesis::stage::Upstream;
 
     let batch = doubles::batch(&["clamp.py"]);
     let present = doubles::present(&batch);
-    let clock = Upstream::default();
     let cx = FileCx {
         batch: &batch,
-        file: &batch.files()[0],
+        batch_file: &present.files[0],
         present: &present,
         sink: &NoProgress,
-        upstream: &clock,
     };
     let models = ScriptedModels::default()
         .with(
@@ -143,8 +140,7 @@ async fn decide_among(
     };
     let names = ["m1", "m2", "m3", "m4", "m5"];
     let f = FileTrials {
-        file: &batch.files()[0],
-        position: 0,
+        batch_file: &present.files[0],
         generated: Generated {
             language: Language::Python,
             models: names.iter().map(|m| m.to_string()).collect(),

@@ -58,9 +58,9 @@ pub(super) async fn write_tests(
         selector.models.chat(req)
     }))
     .await;
-    cx.upstream.add(asked.elapsed());
+    cx.upstream().add(asked.elapsed());
     for (model, answer) in writers.iter().zip(&answers) {
-        cx.upstream.called(CallRecord::of(
+        cx.upstream().called(CallRecord::of(
             CallRole::TestWriter,
             model,
             asked.elapsed(),
@@ -82,7 +82,7 @@ pub(super) async fn write_tests(
                 call.latency_ms = resp.latency.as_millis() as u64;
                 call.prompt_tokens = resp.usage.prompt_tokens;
                 call.completion_tokens = resp.usage.completion_tokens;
-                let path = flavour.test_path(&cx.file.path, k);
+                let path = flavour.test_path(&cx.file().path, k);
                 match writ_checks::extract_code(&resp.content, flavour.language) {
                     None => out
                         .discarded
@@ -91,7 +91,7 @@ pub(super) async fn write_tests(
                         "{model}: the test file is {} bytes, above {MAX_TEST_BYTES}",
                         code.len()
                     )),
-                    Some(code) => match prepare(&code, flavour, &cx.file.path, names) {
+                    Some(code) => match prepare(&code, flavour, &cx.file().path, names) {
                         Err(why) => {
                             out.discarded.push(format!("{path}: {why}"));
                             out.shown.push(GeneratedTestFile {
@@ -143,7 +143,7 @@ fn default_test_writers(arbiter: &str, candidates: &[String]) -> Vec<String> {
 }
 
 fn test_messages(cx: FileCx<'_>, flavour: &Flavour, names: &[String]) -> Vec<ChatMessage> {
-    let file = cx.file;
+    let file = cx.file();
     let mut p = shared_task(&cx);
     let shared = p.len();
     p.push_str(&format!(

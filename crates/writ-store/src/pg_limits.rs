@@ -13,7 +13,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use uuid::Uuid;
 use writ_core::StoreError;
-use writ_core::limits::LimitStore;
+use writ_core::shared_limits::LimitStore;
 
 use crate::error::from_sqlx;
 

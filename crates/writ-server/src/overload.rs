@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use writ_core::limits::LimitStore;
+use writ_core::shared_limits::LimitStore;
 
 use crate::config::GuardSettings;
 use crate::error::{ApiError, ErrorCode};
