@@ -99,10 +99,13 @@ async fn a_key_past_its_budget_is_refused_before_any_model_call_on_every_replica
     let day = &spend["windows"][0];
     assert_eq!(day["period"], "day");
     assert_eq!(day["tokens_limit"], 1);
+    // A file's `calls` is absent when nothing but candidates was asked: under load the budget's
+    // one token may refuse a candidate, and one viable candidate needs no arbiter.
     let tokens = |calls: &Value| -> u64 {
         calls
             .as_array()
-            .unwrap()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
             .iter()
             .map(|c| {
                 c["prompt_tokens"].as_u64().unwrap_or(0)

@@ -650,21 +650,55 @@ pub enum AuditWrite {
     },
 }
 
-/// The audit store. PostgreSQL and SQLite implement it in `writ-store`; one conformance suite
-/// runs against both.
-#[async_trait]
+/// The store whole: every role below, which PostgreSQL and SQLite implement in `writ-store`
+/// (one conformance suite runs against both). Whoever needs one role takes that role's trait
+/// (a batch's synthesis takes [`SynthesisStore`]); an `Arc<dyn AuditStore>` is handed to it as
+/// such.
 pub trait AuditStore:
-    Send
-    + Sync
-    + 'static
-    + crate::jobs::JobStore
+    SynthesisStore
     + crate::keys::KeyStore
     + crate::sessions::SessionStore
     + crate::workspace_registry::WorkspaceStore
     + crate::claims::ClaimStore
     + crate::changes::ChangeStore
-    + crate::budgets::SpendLedger
 {
+}
+
+impl<T> AuditStore for T where
+    T: SynthesisStore
+        + crate::keys::KeyStore
+        + crate::sessions::SessionStore
+        + crate::workspace_registry::WorkspaceStore
+        + crate::claims::ClaimStore
+        + crate::changes::ChangeStore
+{
+}
+
+/// What a batch's synthesis uses of the store: what its writes use, its job, and the budgets
+/// and spend its model calls count against.
+pub trait SynthesisStore:
+    WriteStore + crate::jobs::JobStore + crate::budgets::BudgetStore + crate::budgets::SpendLedger
+{
+}
+
+impl<T> SynthesisStore for T where
+    T: WriteStore
+        + crate::jobs::JobStore
+        + crate::budgets::BudgetStore
+        + crate::budgets::SpendLedger
+{
+}
+
+/// What a recorded write uses of the store, whichever surface makes it: the audit log, and
+/// whether the workspace it writes in is still stored (a deleted one refuses it).
+pub trait WriteStore: AuditLog + crate::workspace_registry::WorkspaceStore {}
+
+impl<T> WriteStore for T where T: AuditLog + crate::workspace_registry::WorkspaceStore {}
+
+/// The audit log: requests, the operations on files and the contents they kept, the git commits
+/// they went into, written in group commits; and the store's own upkeep (migrations, readiness).
+#[async_trait]
+pub trait AuditLog: Send + Sync + 'static {
     /// Backend name for reports (`postgres`, `sqlite`).
     fn backend(&self) -> &'static str;
     /// Whether only one process can use this store at a time (an embedded database): then work

@@ -24,7 +24,7 @@ use uuid::Uuid;
 
 use crate::audit::{
     AuditStore, AuditWrite, CandidateRecord, FileKind, Operation, OperationKind, OperationOutcome,
-    OperationStatus, Selection,
+    OperationStatus, Selection, WriteStore,
 };
 use crate::content::sha256_hex;
 use crate::path::RepoPath;
@@ -129,7 +129,7 @@ pub enum WriteError {
 
 /// Writes `spec` through `workspace`, recording it in `store` first. See the module docs.
 pub async fn recorded_write(
-    store: &dyn AuditStore,
+    store: &dyn WriteStore,
     workspace: &dyn Workspace,
     request_id: Uuid,
     kind: FileKind,
@@ -153,7 +153,7 @@ pub async fn recorded_write(
 /// is committed the operation reads `pending`, and reconciliation settles it if the process
 /// stops first.
 pub async fn write_deferring_completion(
-    store: &dyn AuditStore,
+    store: &dyn WriteStore,
     workspace: &dyn Workspace,
     request_id: Uuid,
     kind: FileKind,
@@ -215,7 +215,7 @@ impl From<WriteError> for FailedWrite {
 /// group of syncs, instead of queueing behind each other's. Each file keeps its own outcome; a
 /// refused commit (the store is down) refuses every file of the group, and none is written.
 pub async fn write_group_deferring_completion(
-    store: &dyn AuditStore,
+    store: &dyn WriteStore,
     workspace: &dyn Workspace,
     request_id: Uuid,
     writes: Vec<GroupedWrite>,
@@ -336,7 +336,7 @@ async fn put_back(
 }
 
 async fn write_group(
-    store: &dyn AuditStore,
+    store: &dyn WriteStore,
     workspace: &dyn Workspace,
     request_id: Uuid,
     writes: Vec<GroupedWrite>,
@@ -583,7 +583,7 @@ impl Refusal {
 /// locks, after its records are committed: a deletion that lands later still finds those
 /// records, and the files are kept, so a deleted workspace never has a write refused silently.
 /// `default` is never stored, and cannot be deleted: it costs no query.
-async fn workspace_refusal(store: &dyn AuditStore, workspace: &dyn Workspace) -> Option<Refusal> {
+async fn workspace_refusal(store: &dyn WriteStore, workspace: &dyn Workspace) -> Option<Refusal> {
     let name = workspace.name();
     if name == crate::workspace_registry::WorkspaceName::DEFAULT {
         return None;
@@ -719,7 +719,7 @@ fn receipt(op: &Operation, content: Vec<u8>, previous: Option<Vec<u8>>) -> Write
 
 /// Records an operation that failed before anything could be written (e.g. no candidate).
 pub async fn record_failure(
-    store: &dyn AuditStore,
+    store: &dyn WriteStore,
     request_id: Uuid,
     kind: FileKind,
     filename: &str,

@@ -277,9 +277,6 @@ pub trait KeyStore: Send + Sync {
         id: &str,
         budget: &crate::budgets::Budget,
     ) -> Result<bool, StoreError>;
-    /// The key's budget; empty when it has none. What it spent is the ledger's
-    /// ([`crate::budgets::SpendLedger`]).
-    async fn key_budget(&self, id: &str) -> Result<crate::budgets::Budget, StoreError>;
 }
 
 #[cfg(test)]

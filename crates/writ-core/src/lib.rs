@@ -53,7 +53,7 @@ pub mod trace_context;
 pub mod workspace;
 pub mod workspace_registry;
 
-pub use audit::AuditStore;
+pub use audit::{AuditLog, AuditStore, SynthesisStore, WriteStore};
 pub use model::ModelClient;
 pub use path::{PathError, RepoPath};
 pub use store::StoreError;

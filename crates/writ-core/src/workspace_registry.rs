@@ -166,9 +166,6 @@ pub trait WorkspaceStore: Send + Sync {
         name: &str,
         budget: &crate::budgets::Budget,
     ) -> Result<bool, StoreError>;
-    /// The workspace's budget; empty when it has none. What it spent is the ledger's
-    /// ([`crate::budgets::SpendLedger`]).
-    async fn workspace_budget(&self, name: &str) -> Result<crate::budgets::Budget, StoreError>;
 }
 
 /// What [`WorkspaceStore::delete_workspace`] did.

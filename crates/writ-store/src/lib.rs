@@ -129,8 +129,8 @@ fn readers_for(batches_in_flight: usize) -> u32 {
 
 /// Whether every up-migration `migrator` embeds is recorded as applied with the same checksum.
 /// A checksum mismatch counts as "not migrated": the schema is not the one this build expects,
-/// and [`AuditStore::migrate`] would refuse to run. A text listed in `reworded` counts (its SQL is
-/// the same, and `migrate` re-stamps it).
+/// and [`writ_core::AuditLog::migrate`] would refuse to run. A text listed in `reworded` counts
+/// (its SQL is the same, and `migrate` re-stamps it).
 fn migrations_applied(
     migrator: &sqlx::migrate::Migrator,
     applied: &[(i64, Vec<u8>)],

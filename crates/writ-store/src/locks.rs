@@ -272,7 +272,7 @@ async fn release_queued(
 mod tests {
     use super::*;
     use crate::testing::fresh_postgres_url;
-    use writ_core::AuditStore;
+    use writ_core::AuditLog;
     use writ_core::audit::{FileKind, OperationFilter, OperationStatus};
     use writ_core::files::{Provenance, WriteError, WriteMode, WriteSpec, recorded_write};
 

@@ -141,7 +141,7 @@ mod tests {
     use super::*;
     use crate::PgStore;
     use crate::testing::fresh_postgres_url;
-    use writ_core::AuditStore;
+    use writ_core::AuditLog;
 
     /// A key's slot, named by its batch's job.
     trait KeySlots {

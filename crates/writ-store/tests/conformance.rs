@@ -25,7 +25,7 @@ use writ_core::budgets::{Spend, SpendEntry, SpendHolder};
 use writ_core::files::WriteMode;
 use writ_core::sessions::{ChunkAppend, SessionState, SessionTransition, WriteSession};
 use writ_core::workspace_registry::{WorkspaceKind, WorkspaceName, WorkspaceRecord};
-use writ_core::{AuditStore, StoreError};
+use writ_core::{AuditLog, AuditStore, StoreError};
 use writ_store::testing::{fresh_postgres_url, fresh_sqlite_url};
 use writ_store::{Dialect, PgStore, SqlStore, SqliteStore};
 

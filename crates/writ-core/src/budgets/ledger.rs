@@ -34,6 +34,16 @@ pub struct SpendEntry {
     pub cost: f64,
 }
 
+/// The budgets set on keys and workspaces (set through [`crate::keys::KeyStore`] and
+/// [`crate::workspace_registry::WorkspaceStore`]), as admission and a batch's calls read them.
+#[async_trait]
+pub trait BudgetStore: Send + Sync {
+    /// The key's budget; empty when it has none. What it spent is the ledger's.
+    async fn key_budget(&self, id: &str) -> Result<Budget, StoreError>;
+    /// The workspace's budget; empty when it has none. What it spent is the ledger's.
+    async fn workspace_budget(&self, name: &str) -> Result<Budget, StoreError>;
+}
+
 /// Where spend is kept: one store every replica shares, so that a budget holds across them and
 /// across restarts.
 #[async_trait]

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 mod ledger;
 
-pub use ledger::{BatchBudgets, SpendEntry, SpendHolder, SpendLedger, windows};
+pub use ledger::{BatchBudgets, BudgetStore, SpendEntry, SpendHolder, SpendLedger, windows};
 
 /// One key's limits. Every limit is optional; a budget with none limits nothing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -59,7 +59,7 @@ async fn proposed(store: &MemoryStore, files: &[(&str, Option<&str>, &str)]) -> 
         })
         .collect();
     let made = propose(by, files);
-    crate::audit::AuditStore::commit(store, made.writes)
+    crate::audit::AuditLog::commit(store, made.writes)
         .await
         .unwrap();
     made.change.unwrap()
@@ -435,7 +435,7 @@ async fn an_expired_change_set_can_no_longer_be_applied() {
         }],
     );
     let id = made.change.as_ref().unwrap().id.to_string();
-    crate::audit::AuditStore::commit(&store, made.writes)
+    crate::audit::AuditLog::commit(&store, made.writes)
         .await
         .unwrap();
     let settings = ReviewSettings::default();

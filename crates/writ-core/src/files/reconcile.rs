@@ -3,7 +3,9 @@
 
 use chrono::Utc;
 
-use crate::audit::{AuditStore, Operation, OperationKind, OperationOutcome, OperationStatus};
+use crate::audit::{
+    AuditStore, Operation, OperationKind, OperationOutcome, OperationStatus, WriteStore,
+};
 use crate::content::sha256_hex;
 use crate::path::RepoPath;
 use crate::store::StoreError;
@@ -57,7 +59,7 @@ pub async fn reconcile_pending(
 /// pending (its write finished meanwhile). A replica resuming a dead replica's batch settles the
 /// batch's pending operations this way before deciding which files are still to write.
 pub async fn settle_pending(
-    store: &dyn AuditStore,
+    store: &dyn WriteStore,
     workspace: &dyn Workspace,
     op: &Operation,
 ) -> Result<Option<OperationStatus>, StoreError> {
@@ -112,7 +114,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::audit::{FileKind, Operation};
+    use crate::audit::{AuditLog, FileKind, Operation};
     use crate::synthesis::doubles::{MemoryStore, MemoryWorkspace};
     use uuid::Uuid;
 

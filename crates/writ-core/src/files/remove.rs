@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::{Provenance, WriteError, workspace_refusal};
 use crate::audit::{
-    AuditStore, FileKind, Operation, OperationKind, OperationOutcome, OperationStatus,
+    AuditStore, FileKind, Operation, OperationKind, OperationOutcome, OperationStatus, WriteStore,
 };
 use crate::content::sha256_hex;
 use crate::path::RepoPath;
@@ -31,7 +31,7 @@ pub enum RemoveOutcome {
     reason = "a recorded removal needs its record's fields as well as the file's"
 )]
 pub async fn recorded_remove(
-    store: &dyn AuditStore,
+    store: &dyn WriteStore,
     workspace: &dyn Workspace,
     request_id: Uuid,
     kind: FileKind,

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::audit::AuditStore;
+use crate::audit::SynthesisStore;
 use crate::store::StoreError;
 
 /// How long a replica's hold on a job lasts unless renewed. Short enough that a killed
@@ -29,7 +29,7 @@ pub(crate) fn lease_until(now: DateTime<Utc>) -> DateTime<Utc> {
 /// A replica's hold on a job's lease, shared by the task that renews it (`jobs::liveness::keep_alive`) and the
 /// batch's writes, which ask it before each write ([`LeaseHold::confirm`]).
 pub(crate) struct LeaseHold {
-    store: Arc<dyn AuditStore>,
+    store: Arc<dyn SynthesisStore>,
     job_id: Uuid,
     owner: Arc<str>,
     /// Until when the lease is known held, on this process's clock: when the last renewal that
@@ -45,7 +45,7 @@ const WRITE_MARGIN: Duration = RENEW_EVERY;
 
 impl LeaseHold {
     /// The hold on a lease taken (or renewed) just now.
-    pub(crate) fn new(store: Arc<dyn AuditStore>, job_id: Uuid, owner: Arc<str>) -> Arc<Self> {
+    pub(crate) fn new(store: Arc<dyn SynthesisStore>, job_id: Uuid, owner: Arc<str>) -> Arc<Self> {
         Arc::new(LeaseHold {
             store,
             job_id,

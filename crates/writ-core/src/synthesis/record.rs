@@ -20,7 +20,7 @@ use chrono::Utc;
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::audit::{AuditStore, AuditWrite, NewRequest};
+use crate::audit::{AuditWrite, NewRequest, SynthesisStore};
 use crate::jobs::{JobStatus, Lease, NewJob};
 use crate::store::StoreError;
 use crate::synthesis::lease::{LeaseHold, lease_until};
@@ -78,7 +78,7 @@ pub(crate) fn opening(sub: &Submission, is_async: bool, owner: Option<&str>) -> 
 /// written afresh with each try (a lease dated from the first try could have run out by the
 /// time the record commits), and the hold learns it from the try that committed.
 pub(crate) async fn commit_opening(
-    store: &dyn AuditStore,
+    store: &dyn SynthesisStore,
     mut opening: Vec<AuditWrite>,
     lease: Option<&LeaseHold>,
     outage_wait: Duration,
@@ -156,7 +156,7 @@ pub(crate) fn closing(
 /// job's lease is known held.
 pub(crate) async fn commit_closing(
     recorded: &Recorded,
-    store: &dyn AuditStore,
+    store: &dyn SynthesisStore,
     closing: Vec<AuditWrite>,
     outage_wait: Duration,
 ) -> Result<(), StoreError> {

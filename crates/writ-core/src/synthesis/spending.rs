@@ -80,7 +80,7 @@ fn estimated_prompt_tokens(req: &ChatRequest) -> i64 {
 /// The budgets a batch's calls count against: its key's (none with auth off) and its
 /// workspace's.
 pub(crate) async fn budgets_of(
-    store: &dyn crate::audit::AuditStore,
+    store: &dyn crate::audit::SynthesisStore,
     sub: &crate::synthesis::submission::Submission,
 ) -> Result<BatchBudgets, crate::store::StoreError> {
     let key = match &sub.caller {

@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::audit::{AuditStore, CallRecord, CandidateRecord, RecentOperation, Selection};
+use crate::audit::{CallRecord, CandidateRecord, RecentOperation, Selection, SynthesisStore};
 use crate::execution::CommandRunner;
 use crate::model::ModelClient;
 use crate::path::RepoPath;
@@ -159,7 +159,7 @@ impl Default for SynthesisConfig {
 /// whole.
 pub struct Synthesizer {
     pub(crate) models: Arc<dyn ModelClient>,
-    pub(crate) store: Arc<dyn AuditStore>,
+    pub(crate) store: Arc<dyn SynthesisStore>,
     pub(crate) workspace: Arc<dyn Workspace>,
     pub(crate) config: SynthesisConfig,
     /// Runs the caller's tests for `options.validation`; `None` when no sandbox or no
@@ -290,7 +290,7 @@ impl Produced {
 impl Synthesizer {
     pub fn new(
         models: Arc<dyn ModelClient>,
-        store: Arc<dyn AuditStore>,
+        store: Arc<dyn SynthesisStore>,
         workspace: Arc<dyn Workspace>,
         config: SynthesisConfig,
     ) -> Self {

@@ -6,12 +6,13 @@ use async_trait::async_trait;
 use sqlx::types::Json;
 use tracing::Instrument;
 use uuid::Uuid;
+use writ_core::StoreError;
+use writ_core::audit::AuditLog;
 use writ_core::audit::Selection;
 use writ_core::audit::{
     AuditWrite, CandidateRecord, Cursor, NewRequest, Operation, OperationFilter, OperationOutcome,
     OperationPage, RecentOperation, RequestRecord, RequestStatus,
 };
-use writ_core::{AuditStore, StoreError};
 
 use super::{Record, Sql, SqlStore};
 use crate::dialect::Dialect;
@@ -184,7 +185,7 @@ fn request_from_row<D: Dialect>(row: &D::Row) -> Result<RequestRecord, StoreErro
 }
 
 #[async_trait]
-impl<D: Dialect> AuditStore for SqlStore<D> {
+impl<D: Dialect> AuditLog for SqlStore<D> {
     fn backend(&self) -> &'static str {
         D::BACKEND
     }

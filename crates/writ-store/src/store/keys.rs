@@ -127,17 +127,6 @@ impl<D: Dialect> KeyStore for SqlStore<D> {
         sql.execute(self, "set key budget").await?;
         Ok(true)
     }
-
-    async fn key_budget(&self, id: &str) -> Result<Budget, StoreError> {
-        let mut sql = Sql::new(
-            "SELECT daily_cost_micros, daily_tokens, monthly_cost_micros, monthly_tokens, \
-             on_limit, degrade_at_permille FROM key_budgets WHERE key_id = ",
-        );
-        sql.bind(id);
-        let row = sql.fetch_optional(self, "read key budget").await?;
-        row.as_ref()
-            .map_or(Ok(Budget::default()), budget_from_row::<D>)
-    }
 }
 
 /// A budget's limits as a row's values after its owner's (`key_budgets`, `workspace_budgets`),

@@ -1,13 +1,42 @@
+//! [`BudgetStore`] (the key's and the workspace's budgets, set through their own stores) and
 //! [`SpendLedger`] for both backends: the `model_spend` table (postgres 0023, sqlite 0018), a row
 //! per key, workspace and UTC day that each model call adds itself to.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use writ_core::StoreError;
-use writ_core::budgets::{Period, Spend, SpendEntry, SpendHolder, SpendLedger};
+use writ_core::budgets::{
+    Budget, BudgetStore, Period, Spend, SpendEntry, SpendHolder, SpendLedger,
+};
 
+use super::keys::budget_from_row;
 use super::{Record, Sql, SqlStore};
 use crate::dialect::Dialect;
+
+#[async_trait]
+impl<D: Dialect> BudgetStore for SqlStore<D> {
+    async fn key_budget(&self, id: &str) -> Result<Budget, StoreError> {
+        let mut sql = Sql::new(
+            "SELECT daily_cost_micros, daily_tokens, monthly_cost_micros, monthly_tokens, \
+             on_limit, degrade_at_permille FROM key_budgets WHERE key_id = ",
+        );
+        sql.bind(id);
+        let row = sql.fetch_optional(self, "read key budget").await?;
+        row.as_ref()
+            .map_or(Ok(Budget::default()), budget_from_row::<D>)
+    }
+
+    async fn workspace_budget(&self, name: &str) -> Result<Budget, StoreError> {
+        let mut sql = Sql::new(
+            "SELECT daily_cost_micros, daily_tokens, monthly_cost_micros, monthly_tokens, \
+             on_limit, degrade_at_permille FROM workspace_budgets WHERE workspace = ",
+        );
+        sql.bind(name);
+        let row = sql.fetch_optional(self, "read workspace budget").await?;
+        row.as_ref()
+            .map_or(Ok(Budget::default()), budget_from_row::<D>)
+    }
+}
 
 #[async_trait]
 impl<D: Dialect> SpendLedger for SqlStore<D> {

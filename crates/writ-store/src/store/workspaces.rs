@@ -11,7 +11,7 @@ use writ_core::workspace_registry::{
     RUNNING_JOBS_NAMED, WorkspaceDeletion, WorkspaceName, WorkspaceRecord, WorkspaceStore,
 };
 
-use super::keys::{bind_budget, budget_from_row};
+use super::keys::bind_budget;
 use super::{Record, Sql, SqlStore};
 use crate::dialect::Dialect;
 use crate::error::from_sqlx;
@@ -163,17 +163,6 @@ impl<D: Dialect> WorkspaceStore for SqlStore<D> {
         sql.execute(self, "set workspace budget").await?;
         Ok(true)
     }
-
-    async fn workspace_budget(&self, name: &str) -> Result<Budget, StoreError> {
-        let mut sql = Sql::new(
-            "SELECT daily_cost_micros, daily_tokens, monthly_cost_micros, monthly_tokens, \
-             on_limit, degrade_at_permille FROM workspace_budgets WHERE workspace = ",
-        );
-        sql.bind(name);
-        let row = sql.fetch_optional(self, "read workspace budget").await?;
-        row.as_ref()
-            .map_or(Ok(Budget::default()), budget_from_row::<D>)
-    }
 }
 
 /// The two orders in which a batch's opening commit and a deletion of its workspace can meet on
@@ -185,7 +174,7 @@ mod tests {
     use chrono::Utc;
     use sqlx::Connection;
     use uuid::Uuid;
-    use writ_core::AuditStore;
+    use writ_core::AuditLog;
     use writ_core::audit::AuditWrite;
     use writ_core::jobs::{JobStatus, JobStore, NewJob};
     use writ_core::workspace_registry::{

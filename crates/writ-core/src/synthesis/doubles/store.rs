@@ -8,10 +8,10 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::audit::{
-    AuditStore, AuditWrite, Cursor, NewRequest, Operation, OperationFilter, OperationOutcome,
+    AuditLog, AuditWrite, Cursor, NewRequest, Operation, OperationFilter, OperationOutcome,
     OperationPage, RecentOperation, RequestRecord, RequestStatus,
 };
-use crate::budgets::{Spend, SpendEntry, SpendHolder, SpendLedger};
+use crate::budgets::{BudgetStore, Spend, SpendEntry, SpendHolder, SpendLedger};
 use crate::changes::{ChangeFilter, ChangeSet, ChangeStore, FileContents};
 use crate::claims::{Claim, ClaimStore};
 use crate::jobs::{ClaimedJob, Job, JobEvent, JobStatus, JobStore, NewJob};
@@ -75,7 +75,7 @@ fn not_kept() -> StoreError {
 }
 
 #[async_trait]
-impl AuditStore for MemoryStore {
+impl AuditLog for MemoryStore {
     fn backend(&self) -> &'static str {
         "memory"
     }
@@ -343,9 +343,6 @@ impl KeyStore for MemoryStore {
     ) -> Result<bool, StoreError> {
         Err(not_kept())
     }
-    async fn key_budget(&self, _id: &str) -> Result<crate::budgets::Budget, StoreError> {
-        Ok(crate::budgets::Budget::default())
-    }
 }
 
 #[async_trait]
@@ -411,6 +408,14 @@ impl WorkspaceStore for MemoryStore {
         _budget: &crate::budgets::Budget,
     ) -> Result<bool, StoreError> {
         Err(not_kept())
+    }
+}
+
+/// No budgets are set.
+#[async_trait]
+impl BudgetStore for MemoryStore {
+    async fn key_budget(&self, _id: &str) -> Result<crate::budgets::Budget, StoreError> {
+        Ok(crate::budgets::Budget::default())
     }
     async fn workspace_budget(&self, _name: &str) -> Result<crate::budgets::Budget, StoreError> {
         Ok(crate::budgets::Budget::default())

@@ -193,3 +193,156 @@ async fn within_budgets(
         None => Ok(budgets),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::synthesis::doubles::{MemoryStore, MemoryWorkspace, ScriptedModels};
+    use crate::synthesis::jobs::EventHub;
+    use crate::synthesis::stage::SynthesisConfig;
+
+    /// Ports that note which of them admission asked, in order, and refuse at one of them.
+    #[derive(Default)]
+    struct Noting {
+        asked: Mutex<Vec<&'static str>>,
+        refuse_at: Option<&'static str>,
+    }
+
+    #[derive(Debug, PartialEq)]
+    enum Refused {
+        Core(String),
+        Port(&'static str),
+    }
+
+    impl From<AdmitError> for Refused {
+        fn from(e: AdmitError) -> Self {
+            Refused::Core(e.to_string())
+        }
+    }
+
+    impl Noting {
+        fn refusing_at(step: &'static str) -> Self {
+            Noting {
+                refuse_at: Some(step),
+                ..Noting::default()
+            }
+        }
+        fn ask(&self, step: &'static str) -> Result<(), Refused> {
+            self.asked
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(step);
+            match self.refuse_at {
+                Some(at) if at == step => Err(Refused::Port(step)),
+                _ => Ok(()),
+            }
+        }
+        fn asked(&self) -> Vec<&'static str> {
+            self.asked
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+        }
+    }
+
+    #[async_trait]
+    impl AdmissionPorts for Noting {
+        type Refusal = Refused;
+        type Permit = ();
+        fn scope_and_models(&self, _: &Submission) -> Result<(), Refused> {
+            self.ask("scope_and_models")
+        }
+        async fn claims(&self, _: &Submission) -> Result<(), Refused> {
+            self.ask("claims")
+        }
+        async fn slot(&self, _: &Submission) -> Result<(), Refused> {
+            self.ask("slot")
+        }
+    }
+
+    fn jobs(workspace: MemoryWorkspace) -> Jobs {
+        let synthesizer = Synthesizer::new(
+            Arc::new(ScriptedModels::default()),
+            Arc::new(MemoryStore::default()),
+            Arc::new(workspace),
+            SynthesisConfig {
+                candidates: vec!["alpha".into()],
+                ..SynthesisConfig::default()
+            },
+        );
+        Jobs::new(Arc::new(synthesizer), EventHub::default())
+    }
+
+    async fn admit(jobs: &Jobs, body: serde_json::Value, ports: &Noting) -> Result<(), Refused> {
+        let body = body.to_string();
+        let request = BatchRequest {
+            request_id: Uuid::now_v7(),
+            caller: None,
+            scope: None,
+            idempotency_key: None,
+            workspace: crate::workspace_registry::WorkspaceName::DEFAULT.to_owned(),
+            body: body.as_bytes(),
+        };
+        match jobs.admit(request, ports).await? {
+            Begun::Fresh(admitted) => {
+                assert_eq!(admitted.submission().batch.files().len(), 1);
+                Ok(())
+            }
+            Begun::Replayed(_) => panic!("no key was given, so nothing is replayed"),
+        }
+    }
+
+    fn one_file(extra: serde_json::Value) -> serde_json::Value {
+        let mut file = serde_json::json!({"filename": "a.py", "code_description": "d"});
+        if let (Some(file), Some(extra)) = (file.as_object_mut(), extra.as_object()) {
+            file.extend(extra.clone());
+        }
+        serde_json::json!({"command": "write_codebase", "files": [file]})
+    }
+
+    #[tokio::test]
+    async fn a_sound_batch_passes_every_step_in_order_and_takes_its_slot_last() {
+        let jobs = jobs(MemoryWorkspace::default());
+        let ports = Noting::default();
+        assert_eq!(
+            admit(&jobs, one_file(serde_json::json!({})), &ports).await,
+            Ok(())
+        );
+        assert_eq!(ports.asked(), ["scope_and_models", "claims", "slot"]);
+    }
+
+    #[tokio::test]
+    async fn a_bad_body_is_refused_naming_its_field_before_any_port_is_asked() {
+        let jobs = jobs(MemoryWorkspace::default());
+        let ports = Noting::default();
+        let refused = admit(&jobs, one_file(serde_json::json!({"colour": 1})), &ports).await;
+        match refused {
+            Err(Refused::Core(why)) => assert!(why.contains("colour"), "{why}"),
+            other => panic!("refused for its body: {other:?}"),
+        }
+        assert!(ports.asked().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_refusal_at_one_step_asks_none_after_it() {
+        let jobs = jobs(MemoryWorkspace::default());
+        let ports = Noting::refusing_at("claims");
+        let refused = admit(&jobs, one_file(serde_json::json!({})), &ports).await;
+        assert_eq!(refused, Err(Refused::Port("claims")));
+        assert_eq!(ports.asked(), ["scope_and_models", "claims"]);
+    }
+
+    #[tokio::test]
+    async fn a_stale_target_is_refused_after_the_claims_and_before_the_slot_is_taken() {
+        let jobs = jobs(MemoryWorkspace::default().with_file("a.py", "x = 1\n"));
+        let ports = Noting::default();
+        let stale = serde_json::json!({"expected_sha256": "0".repeat(64)});
+        match admit(&jobs, one_file(stale), &ports).await {
+            Err(Refused::Core(why)) => assert!(why.contains("changed"), "{why}"),
+            other => panic!("refused as stale: {other:?}"),
+        }
+        assert_eq!(ports.asked(), ["scope_and_models", "claims"]);
+    }
+}

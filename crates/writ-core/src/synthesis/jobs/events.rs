@@ -42,7 +42,7 @@ pub(super) const EVENT_LINGER: Duration = Duration::from_millis(5);
 /// the events of many batches cost a few commits, and no batch's answer waits for its progress
 /// to be stored.
 pub(super) async fn write_events(
-    store: Arc<dyn AuditStore>,
+    store: Arc<dyn SynthesisStore>,
     hub: EventHub,
     mut rx: mpsc::UnboundedReceiver<JobEvent>,
     progress: Arc<EventProgress>,

@@ -23,7 +23,7 @@ pub(super) async fn raised(mut flag: watch::Receiver<bool>) {
 /// renewal, which would then find no row and take the job for lost. The lease is taken with the
 /// row, so it runs from there.
 pub(super) async fn keep_alive(
-    store: Arc<dyn AuditStore>,
+    store: Arc<dyn SynthesisStore>,
     job_id: Uuid,
     lease: Option<Arc<LeaseHold>>,
     recorded: Recorded,
@@ -59,7 +59,7 @@ pub(super) async fn keep_alive(
 /// The request record is closed too, and a final `done` event ends any stream following it.
 /// Returns how many jobs were failed.
 pub async fn fail_stale_jobs(
-    store: &dyn AuditStore,
+    store: &dyn SynthesisStore,
     older_than: Duration,
     hub: Option<&EventHub>,
     write_path: &std::path::Path,

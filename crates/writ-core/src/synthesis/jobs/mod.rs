@@ -29,7 +29,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::audit::{
-    AuditStore, AuditWrite, CallRecord, FileKind, Operation, OperationFilter, OperationStatus,
+    AuditWrite, CallRecord, FileKind, Operation, OperationFilter, OperationStatus, SynthesisStore,
 };
 use crate::jobs::{ClaimedJob, JobEvent, JobStatus};
 use crate::store::StoreError;

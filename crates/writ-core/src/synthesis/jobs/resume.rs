@@ -173,7 +173,7 @@ pub(super) async fn plan_resume(
 /// Every operation recorded for one batch (a batch has a handful of files, each written at most
 /// a few times across its runs).
 pub(super) async fn batch_operations(
-    store: &dyn AuditStore,
+    store: &dyn SynthesisStore,
     request: Uuid,
 ) -> Result<Vec<Operation>, StoreError> {
     let filter = OperationFilter {
@@ -311,7 +311,7 @@ pub(super) async fn fail_claimed(
 /// others failed with `reason`. Stored like any answer, so a repeat of its `Idempotency-Key`
 /// gets it.
 pub(super) async fn failed_answer(
-    store: &dyn AuditStore,
+    store: &dyn SynthesisStore,
     job: &crate::jobs::Job,
     write_path: String,
     reason: &str,
@@ -343,7 +343,7 @@ pub(super) async fn failed_answer(
 /// The final `done` event of a failed job, after its last stored one, so every stream following
 /// it ends.
 pub(super) async fn announce_failed(
-    store: &dyn AuditStore,
+    store: &dyn SynthesisStore,
     hub: &EventHub,
     job: Uuid,
     reason: &str,

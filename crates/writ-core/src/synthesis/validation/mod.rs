@@ -565,13 +565,7 @@ mod tests {
         .await;
 
         assert!(produced.chosen.is_ok(), "the arbiter chooses among all");
-        assert!(
-            checks
-                .runs
-                .lock()
-                .map(|f| f.is_empty())
-                .unwrap_or(false)
-        );
+        assert!(checks.runs.lock().map(|f| f.is_empty()).unwrap_or(false));
         assert_eq!(models.requests_to("judge").len(), 1);
     }
 

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use std::time::Duration;
 
-use crate::audit::{AuditStore, AuditWrite, CallRecord, CandidateRecord, FileKind};
+use crate::audit::{AuditWrite, CallRecord, CandidateRecord, FileKind, SynthesisStore};
 use crate::changes::ProposedFile;
 use crate::content::sha256_hex;
 use crate::files::{
@@ -69,7 +69,7 @@ struct ToWrite {
 /// The writing stage of one batch: where its files go (the store for their records, the
 /// workspace for their content), under which request, and where their events go.
 pub(crate) struct Writer<'a> {
-    pub store: &'a dyn AuditStore,
+    pub store: &'a dyn SynthesisStore,
     pub workspace: &'a dyn Workspace,
     pub request_id: Uuid,
     pub batch: &'a Batch,

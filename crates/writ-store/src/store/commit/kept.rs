@@ -145,7 +145,7 @@ mod tests {
     use chrono::Utc;
     use futures::future::join_all;
     use uuid::Uuid;
-    use writ_core::audit::{AuditStore, AuditWrite, NewRequest};
+    use writ_core::audit::{AuditLog, AuditWrite, NewRequest};
     use writ_core::jobs::{JobEvent, JobStore};
 
     use crate::testing::{fresh_postgres_url, fresh_sqlite_url};

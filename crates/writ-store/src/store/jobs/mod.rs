@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use uuid::Uuid;
 use writ_core::StoreError;
-use writ_core::audit::{AuditStore, AuditWrite};
+use writ_core::audit::{AuditLog, AuditWrite};
 use writ_core::jobs::{ClaimedJob, Job, JobEvent, JobFilter, JobStatus, JobStore, NewJob};
 
 pub(super) mod statements;
