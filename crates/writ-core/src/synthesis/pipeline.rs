@@ -177,7 +177,7 @@ impl Synthesizer {
     /// One commit of the files the batch wrote, when it is to be committed
     /// ([`crate::commits`]): its message from the descriptions, each file's model and selection
     /// as trailers. Made before the batch answers, so the answer names it. A resumed batch's
-    /// commit holds the files its earlier runs wrote as well: one request, one commit.
+    /// commit holds the files its earlier attempts wrote as well: one request, one commit.
     pub(crate) async fn commit_batch(
         &self,
         sub: &Submission,

@@ -184,9 +184,9 @@ pub(crate) struct Present {
     pub named: Vec<Named>,
     /// What the batch's repository maps look up, once for all its files.
     pub map: MapShared,
-    /// What earlier runs of a resumed batch wrote: the request's one commit holds those files
+    /// What earlier attempts of a resumed batch wrote: the request's one commit holds those files
     /// too, since the run that wrote them may have stopped before committing.
-    pub earlier: Option<EarlierRuns>,
+    pub earlier: Option<EarlierAttempts>,
     /// The recorded outcomes adaptive routing decides from, read once for the batch; `None`
     /// when the batch is not routed.
     pub routing: Option<crate::synthesis::routing::Outcomes>,
@@ -258,9 +258,9 @@ impl BatchFile {
     }
 }
 
-/// The files earlier runs of a resumed batch wrote, and the whole batch they belong to (the
+/// The files earlier attempts of a resumed batch wrote, and the whole batch they belong to (the
 /// commit's message describes every file it holds).
-pub(crate) struct EarlierRuns {
+pub(crate) struct EarlierAttempts {
     pub batch: crate::synthesis::batch::Batch,
     pub files: Vec<crate::commits::CommitFile>,
 }

@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use uuid::Uuid;
 
-use super::{Checked, Jobs};
+use super::{Jobs, Prepared};
 use crate::budgets::{BatchBudgets, BudgetExceeded, BudgetHolder};
 use crate::content::sha256_hex;
 use crate::keys::Scope;
@@ -92,7 +92,7 @@ pub trait AdmissionPorts: Send + Sync {
 /// A batch that passed every step of admission, holding its slot: what [`Jobs::start`] takes.
 pub struct Admitted<P> {
     pub(crate) submission: Submission,
-    pub(crate) checked: Checked,
+    pub(crate) prepared: Prepared,
     pub(crate) permit: P,
 }
 
@@ -137,15 +137,15 @@ impl Jobs {
             .map_err(AdmitError::from)?;
         let budgets = within_budgets(synthesizer.as_ref(), &submission).await?;
         // 6. targets
-        let checked = self
-            .check(synthesizer, &submission, budgets)
+        let prepared = self
+            .admit_targets(synthesizer, &submission, budgets)
             .await
             .map_err(AdmitError::from)?;
         // 7. slot
         let permit = ports.slot(&submission).await?;
         Ok(Begun::Fresh(Admitted {
             submission,
-            checked,
+            prepared,
             permit,
         }))
     }

@@ -123,8 +123,9 @@ pub trait WorkspaceSynthesizers: Send + Sync {
     ) -> Result<Option<Arc<Synthesizer>>, StoreError>;
 }
 
-/// A batch that passed admission's checks ([`Jobs::check`]): what it is started with.
-pub(crate) struct Checked {
+/// A batch whose targets admission let through ([`Jobs::admit_targets`]): what it is started
+/// with.
+pub(crate) struct Prepared {
     synthesizer: Arc<Synthesizer>,
     present: Present,
     budgets: crate::budgets::BatchBudgets,
@@ -403,12 +404,12 @@ impl Jobs {
     /// Admission's targets ([`super::admission`]): the models, the files on disk and their
     /// `expected_sha256`, the validation commands, and how the batch degrades near a limit of
     /// `budgets` (which every model call asks again). Nothing is recorded or taken.
-    pub(crate) async fn check(
+    pub(crate) async fn admit_targets(
         &self,
         synthesizer: Arc<Synthesizer>,
         sub: &Submission,
         budgets: crate::budgets::BatchBudgets,
-    ) -> Result<Checked, SubmitError> {
+    ) -> Result<Prepared, SubmitError> {
         let mut present = synthesizer.check_fresh(sub).await?;
         if let Some(degraded) = budgets
             .degraded(synthesizer.store.as_ref(), Utc::now())
@@ -417,7 +418,7 @@ impl Jobs {
         {
             present.degraded = Some(synthesizer.degrade(sub, degraded).await);
         }
-        Ok(Checked {
+        Ok(Prepared {
             synthesizer,
             present,
             budgets,
@@ -441,8 +442,8 @@ impl Jobs {
     ) -> Result<Begun<BatchHandle>, SubmitError> {
         let Admitted {
             submission: sub,
-            checked:
-                Checked {
+            prepared:
+                Prepared {
                     synthesizer,
                     present,
                     budgets,
@@ -582,7 +583,7 @@ impl Stopped {
 }
 
 /// How one run of a job goes beyond its batch: who holds its lease, what stops it, where its
-/// events continue, and what an earlier run already wrote.
+/// events continue, and what an earlier attempt already wrote.
 struct JobContext {
     /// The lease holder (this replica) where jobs are leased.
     owner: Option<Arc<str>>,
@@ -590,7 +591,7 @@ struct JobContext {
     lease: Option<Arc<LeaseHold>>,
     /// Turns true when this process hands the job back.
     stop: watch::Receiver<bool>,
-    /// The last event number an earlier run stored (0 for a first run).
+    /// The last event number an earlier attempt stored (0 for a first run).
     first_seq: i64,
     resumed: Option<Resumed>,
     /// Whose spend its model calls count in, and the budgets that stop them.
@@ -598,7 +599,7 @@ struct JobContext {
     _running: RunningGuard,
 }
 
-/// What a resumed job's earlier runs settled: the files already written stay as they are and
+/// What a resumed job's earlier attempts settled: the files already written stay as they are and
 /// are part of the one answer.
 struct Resumed {
     /// Each written file's result, with its position in the batch.
@@ -640,7 +641,7 @@ async fn run_job(
     };
     let execute = async {
         if sub.batch.files().is_empty() {
-            // Every file was written by an earlier run; the run that wrote the last of them may
+            // Every file was written by an earlier attempt; the run that wrote the last of them may
             // have stopped before its commit.
             let mut response = BatchResponse::assemble(
                 job_id,

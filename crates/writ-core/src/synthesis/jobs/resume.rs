@@ -4,9 +4,9 @@
 
 use super::*;
 use crate::commits::CommitFile;
-use crate::synthesis::stage::EarlierRuns;
+use crate::synthesis::stage::EarlierAttempts;
 
-/// The one answer of a resumed batch: the files earlier runs wrote, and this run's, in the
+/// The one answer of a resumed batch: the files earlier attempts wrote, and this run's, in the
 /// batch's order; its duration counted from when the batch was accepted.
 pub(super) fn merge_resumed(resumed: &Resumed, latest: BatchResponse) -> BatchResponse {
     let mut results = resumed.written.clone();
@@ -140,7 +140,7 @@ pub(super) async fn plan_resume(
         .await
         .map_err(|e| NotResumed::Never(format!("its files cannot be written now: {e}")))?;
     if !kept.is_empty() {
-        present.earlier = Some(EarlierRuns {
+        present.earlier = Some(EarlierAttempts {
             files: kept
                 .iter()
                 .filter_map(|(at, r)| {
@@ -279,7 +279,7 @@ pub(super) async fn resume(
 }
 
 /// Ends a claimed job `failed` with `reason`. Its answer is still stored once, so a caller
-/// retrying with its `Idempotency-Key` gets it: the files earlier runs wrote, and the others
+/// retrying with its `Idempotency-Key` gets it: the files earlier attempts wrote, and the others
 /// failed with the reason.
 pub(super) async fn fail_claimed(
     synthesizer: &Synthesizer,
@@ -629,7 +629,7 @@ mod remaining {
             Ok(present) => present,
             Err(e) => panic!("the remaining batch is admitted: {e}"),
         };
-        present.earlier = Some(EarlierRuns {
+        present.earlier = Some(EarlierAttempts {
             batch: whole,
             files: vec![CommitFile {
                 path: crate::path::RepoPath::parse("a.py").unwrap(),
@@ -649,7 +649,7 @@ mod remaining {
         assert_eq!(
             paths,
             ["a.py", "b.py", "c.py"],
-            "the earlier run's file too"
+            "the earlier attempt's file too"
         );
         assert!(
             made[0].body.contains("- a.py: does things"),
