@@ -499,7 +499,7 @@ pub struct RequestRecord {
     pub workspace: String,
 }
 
-/// What the prompts say of an earlier operation ([`AuditStore::recent_operations`]).
+/// What the prompts say of an earlier operation ([`AuditLog::recent_operations`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecentOperation {
     pub created_at: DateTime<Utc>,
@@ -580,7 +580,7 @@ pub struct OperationPage {
     pub next_cursor: Option<Cursor>,
 }
 
-/// One change to the records, for [`AuditStore::commit`], which writes several in one
+/// One change to the records, for [`AuditLog::commit`], which writes several in one
 /// transaction. What must be durable together commits together (a batch's request and job; its
 /// last file's completion, its request's closing and its stored answer), and the changes of
 /// concurrent batches share commits instead of queueing for one each.

@@ -58,10 +58,10 @@ pub trait Dialect:
     + Reads<Json<Vec<CandidateRecord>>>
     + Reads<Json<Vec<String>>>
 {
-    /// What [`writ_core::AuditStore::backend`] reports.
+    /// What [`writ_core::AuditLog::backend`] reports.
     const BACKEND: &'static str;
     /// Whether only one process may use a database at a time (SQLite's file and its locks belong
-    /// to one host), for the coming `AuditStore::single_process`.
+    /// to one host), for the coming `AuditLog::single_process`.
     const SINGLE_PROCESS: bool;
     /// Writer tasks committing record writes (see `store::commit`).
     const WRITERS: usize;

@@ -76,7 +76,7 @@ impl Backend {
 ///
 /// SQLite creates the file if it is missing. The connection is tried at once, so a database that
 /// is down fails start-up with [`StoreError::Unavailable`] in a few seconds rather than at the
-/// first write. The schema is not touched: call [`AuditStore::migrate`] for that.
+/// first write. The schema is not touched: call [`writ_core::AuditLog::migrate`] for that.
 pub async fn connect(database_url: &str) -> Result<Arc<dyn AuditStore>, StoreError> {
     connect_for_batches(database_url, postgres::DEFAULT_READERS as usize).await
 }

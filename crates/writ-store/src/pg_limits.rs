@@ -27,7 +27,7 @@ pub struct PgLimits {
 }
 
 impl PgLimits {
-    /// Connects lazily to `database_url` (whose schema `AuditStore::migrate` has set up).
+    /// Connects lazily to `database_url` (whose schema `AuditLog::migrate` has set up).
     pub fn connect(database_url: &str) -> Result<Self, StoreError> {
         let options = crate::postgres::connect_options(database_url)?;
         let pool = PgPoolOptions::new()

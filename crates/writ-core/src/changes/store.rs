@@ -1,4 +1,4 @@
-//! The store port of change sets. They are written through [`crate::audit::AuditStore::commit`]
+//! The store port of change sets. They are written through [`crate::audit::AuditLog::commit`]
 //! (`ProposeChange`, `DecideChange`, `WithdrawDecision`), so a proposal commits with its
 //! request's records and a decision with the writes it makes; this port reads them.
 

@@ -21,7 +21,7 @@ use crate::listing::{decode_cursor, fetch_size, into_page, parse_column};
 
 impl<D: Dialect> SqlStore<D> {
     /// The backend's plan (PostgreSQL's `EXPLAIN` text, SQLite's `EXPLAIN QUERY PLAN` steps), one
-    /// line each, for the exact statement [`AuditStore::list_operations`] would run, so operators
+    /// line each, for the exact statement [`AuditLog::list_operations`] would run, so operators
     /// and tests can check that a filtered listing walks an index.
     pub async fn explain_list_operations(
         &self,

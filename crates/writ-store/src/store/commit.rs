@@ -1,6 +1,6 @@
-//! Group commit: every record write ([`AuditStore::commit`] and the single-record methods that
-//! go through it) is queued for a few writer tasks, and each writer commits whatever has queued
-//! up while the previous commit ran, in one transaction.
+//! Group commit: every record write ([`writ_core::AuditLog::commit`] and the single-record
+//! methods that go through it) is queued for a few writer tasks, and each writer commits whatever
+//! has queued up while the previous commit ran, in one transaction.
 //!
 //! Why: single-row commits would each wait for a pooled connection and a WAL flush of their own,
 //! and under load that chain, not the models, would set a batch's latency. Grouped, the five
