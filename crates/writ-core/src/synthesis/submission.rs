@@ -112,14 +112,14 @@ impl Synthesizer {
     /// `expected_sha256`), its validation commands; with what its prompts show of the present.
     pub(crate) async fn check_fresh(&self, sub: &Submission) -> Result<Present, SubmitError> {
         self.check_models(&sub.batch)?;
-        let (current, recent) = futures::future::join(
-            self.check_targets(&sub.batch),
+        let (files, recent) = futures::future::join(
+            self.read_targets(&sub.batch),
             self.recent_operations(sub.caller.as_deref()),
         )
         .await;
-        let current = current?;
+        let files = files?;
         self.check_validation(&sub.batch)?;
-        self.present(sub, current, recent).await
+        self.present(sub, files, recent).await
     }
 
     /// What a resumed batch's prompts show of the present, its remaining files checked as a
@@ -129,38 +129,43 @@ impl Synthesizer {
     pub(crate) async fn check_resumed(&self, sub: &Submission) -> Result<Present, SubmitError> {
         self.check_models(&sub.batch)?;
         self.check_validation(&sub.batch)?;
-        let (current, recent) = futures::future::join(
-            self.check_targets(&sub.batch),
+        let (files, recent) = futures::future::join(
+            self.read_targets(&sub.batch),
             self.recent_operations(sub.caller.as_deref()),
         )
         .await;
         // The named context is resolved again: the files it names may have changed, or gone.
-        self.present(sub, current?, recent).await
+        self.present(sub, files?, recent).await
     }
 
-    /// Each file's record ([`BatchFile`]), built once from what the checks read — its content,
-    /// checked against its `expected_sha256` — and its named context found on disk; with the
-    /// batch's own.
-    async fn present(
-        &self,
-        sub: &Submission,
-        current: Vec<Option<Vec<u8>>>,
-        recent: Vec<RecentOperation>,
-    ) -> Result<Present, SubmitError> {
-        let batch = &sub.batch;
-        let named = resolve_context(self.workspace.as_ref(), batch).await?;
+    /// Each file's record ([`BatchFile`]), built once from what the target checks read, each
+    /// code file's content checked against its `expected_sha256`.
+    async fn read_targets(&self, batch: &Batch) -> Result<Vec<BatchFile>, SubmitError> {
+        let current = self.check_targets(batch).await?;
         let files: Vec<BatchFile> = batch
             .files()
             .iter()
             .zip(current)
-            .zip(named.files)
-            .map(|((spec, current), named)| {
-                BatchFile::new(spec.clone())
-                    .with_current(current)
-                    .with_named(named)
-            })
+            .map(|(spec, current)| BatchFile::new(spec.clone()).with_current(current))
             .collect();
         check_expected(&files)?;
+        Ok(files)
+    }
+
+    /// What the batch's prompts show of the present: each file's record with its named context
+    /// found on disk, and the batch's own.
+    async fn present(
+        &self,
+        sub: &Submission,
+        files: Vec<BatchFile>,
+        recent: Vec<RecentOperation>,
+    ) -> Result<Present, SubmitError> {
+        let named = resolve_context(self.workspace.as_ref(), &sub.batch).await?;
+        let files: Vec<BatchFile> = files
+            .into_iter()
+            .zip(named.files)
+            .map(|(file, named)| file.with_named(named))
+            .collect();
         Ok(Present {
             recent,
             files,
@@ -620,6 +625,24 @@ mod tests {
             Some(&b"x = 1\n"[..]),
             "the prompts will show what the check read"
         );
+    }
+
+    #[tokio::test]
+    async fn a_stale_file_is_refused_before_validation_that_cannot_run_here() {
+        let s = synthesizer(
+            MemoryWorkspace::default().with_file("a.py", "x = 1\n"),
+            SynthesisConfig::default(),
+        );
+        let b = batch(serde_json::json!({"command": "write_codebase",
+            "files": [{"filename": "a.py", "code_description": "d",
+                       "expected_sha256": "0".repeat(64)}],
+            "options": {"validation": {"commands": [{"name": "pytest"}]}}}));
+        match prepared(&s, b).await {
+            Err(SubmitError::Stale { field, .. }) => {
+                assert_eq!(field, "files[0].expected_sha256");
+            }
+            other => panic!("refused as stale first: {:?}", other.err()),
+        }
     }
 
     #[tokio::test]
