@@ -113,7 +113,7 @@ impl Synthesizer {
     pub(crate) async fn check_fresh(&self, sub: &Submission) -> Result<Present, SubmitError> {
         self.check_models(&sub.batch)?;
         let (files, recent) = futures::future::join(
-            self.read_targets(&sub.batch),
+            self.batch_files(&sub.batch),
             self.recent_operations(sub.caller.as_deref()),
         )
         .await;
@@ -130,7 +130,7 @@ impl Synthesizer {
         self.check_models(&sub.batch)?;
         self.check_validation(&sub.batch)?;
         let (files, recent) = futures::future::join(
-            self.read_targets(&sub.batch),
+            self.batch_files(&sub.batch),
             self.recent_operations(sub.caller.as_deref()),
         )
         .await;
@@ -140,7 +140,7 @@ impl Synthesizer {
 
     /// Each file's record ([`BatchFile`]), built once from what the target checks read, each
     /// code file's content checked against its `expected_sha256`.
-    async fn read_targets(&self, batch: &Batch) -> Result<Vec<BatchFile>, SubmitError> {
+    async fn batch_files(&self, batch: &Batch) -> Result<Vec<BatchFile>, SubmitError> {
         let current = self.check_targets(batch).await?;
         let files: Vec<BatchFile> = batch
             .files()

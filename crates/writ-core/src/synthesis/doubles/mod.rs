@@ -158,6 +158,20 @@ pub fn submission(batch: Batch) -> Submission {
     }
 }
 
+/// A synthesizer over `workspace` whose one candidate model, `alpha`, is never asked: for the
+/// checks made before any model is called.
+pub fn synthesizer(workspace: MemoryWorkspace) -> crate::synthesis::Synthesizer {
+    crate::synthesis::Synthesizer::new(
+        std::sync::Arc::new(ScriptedModels::default()),
+        std::sync::Arc::new(MemoryStore::default()),
+        std::sync::Arc::new(workspace),
+        crate::synthesis::SynthesisConfig {
+            candidates: vec!["alpha".into()],
+            ..crate::synthesis::SynthesisConfig::default()
+        },
+    )
+}
+
 /// What a batch read of a present where none of its files exist and nothing was done before.
 pub fn present(batch: &Batch) -> Present {
     Present {

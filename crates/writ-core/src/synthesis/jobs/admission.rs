@@ -19,7 +19,7 @@
 //!
 //! [`Admitted`] is the only way into [`Jobs::start`]. A batch another replica resumes
 //! ([`super::resume`]) was admitted by the replica that accepted it: it goes through steps 6 again
-//! (`Synthesizer::admit_resumed`; this replica's models may differ), and every model call asks
+//! (`Synthesizer::check_resumed`; this replica's models may differ), and every model call asks
 //! the budgets again; its slot is its job's, held in the store.
 
 use async_trait::async_trait;
@@ -32,7 +32,7 @@ use crate::content::sha256_hex;
 use crate::keys::Scope;
 use crate::synthesis::batch::{Batch, WriteCodebaseRequest};
 use crate::synthesis::spending::budgets_of;
-use crate::synthesis::stage::{Present, Synthesizer};
+use crate::synthesis::stage::Synthesizer;
 use crate::synthesis::submission::{Begun, Submission, SubmitError};
 
 /// One `write_codebase` call as a surface received it.
@@ -151,14 +151,6 @@ impl Jobs {
     }
 }
 
-impl Synthesizer {
-    /// Step 6 for a batch another replica accepted and this one resumes: its remaining files
-    /// checked as a fresh batch's are, with what its prompts show of the present.
-    pub(crate) async fn admit_resumed(&self, sub: &Submission) -> Result<Present, SubmitError> {
-        self.check_resumed(sub).await
-    }
-}
-
 /// Step 1: the body as a validated batch, unknown keys refused, each refusal naming its field.
 /// A surface that cannot run batches at all still refuses a bad body first, with this.
 pub fn parse_request(body: &[u8]) -> Result<Batch, AdmitError> {
@@ -199,9 +191,8 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::synthesis::doubles::{MemoryStore, MemoryWorkspace, ScriptedModels};
+    use crate::synthesis::doubles::{self, MemoryWorkspace};
     use crate::synthesis::jobs::EventHub;
-    use crate::synthesis::stage::SynthesisConfig;
 
     /// Ports that note which of them admission asked, in order, and refuse at one of them.
     #[derive(Default)]
@@ -263,16 +254,10 @@ mod tests {
     }
 
     fn jobs(workspace: MemoryWorkspace) -> Jobs {
-        let synthesizer = Synthesizer::new(
-            Arc::new(ScriptedModels::default()),
-            Arc::new(MemoryStore::default()),
-            Arc::new(workspace),
-            SynthesisConfig {
-                candidates: vec!["alpha".into()],
-                ..SynthesisConfig::default()
-            },
-        );
-        Jobs::new(Arc::new(synthesizer), EventHub::default())
+        Jobs::new(
+            Arc::new(doubles::synthesizer(workspace)),
+            EventHub::default(),
+        )
     }
 
     async fn admit(jobs: &Jobs, body: serde_json::Value, ports: &Noting) -> Result<(), Refused> {

@@ -136,7 +136,7 @@ pub(super) async fn plan_resume(
         workspace: job.workspace.clone(),
     };
     let mut present = synthesizer
-        .admit_resumed(&sub)
+        .check_resumed(&sub)
         .await
         .map_err(|e| NotResumed::Never(format!("its files cannot be written now: {e}")))?;
     if !kept.is_empty() {
@@ -461,19 +461,12 @@ mod remaining {
 
     #[tokio::test]
     async fn a_resumed_batch_refuses_naming_the_files_place_in_the_callers_request() {
-        // a.py was written by the run that died; b.py holds no longer what the caller expected,
-        // and c.py names a context file that is gone.
-        let workspace = MemoryWorkspace::default()
-            .with_file("b.py", "b = 2\n")
-            .with_file("notes/c.md", "c\n");
-        let synthesizer = Synthesizer::new(
-            Arc::new(ScriptedModels::default()),
-            Arc::new(MemoryStore::default()),
-            Arc::new(workspace),
-            SynthesisConfig {
-                candidates: vec!["alpha".into()],
-                ..SynthesisConfig::default()
-            },
+        // a.py was written by the attempt that died; b.py holds no longer what the caller
+        // expected, and c.py names a context file that is gone.
+        let synthesizer = doubles::synthesizer(
+            MemoryWorkspace::default()
+                .with_file("b.py", "b = 2\n")
+                .with_file("notes/c.md", "c\n"),
         );
         let whole = |c_context: &str| {
             doubles::parse(serde_json::json!({"command": "write_codebase", "files": [
@@ -483,7 +476,7 @@ mod remaining {
                 {"filename": "c.py", "code_description": "d", "context": [c_context]}]}))
         };
         let left = whole("notes/c.md").without(|path| path.as_str() == "a.py");
-        match synthesizer.admit_resumed(&doubles::submission(left)).await {
+        match synthesizer.check_resumed(&doubles::submission(left)).await {
             Err(crate::synthesis::SubmitError::Stale { field, path, .. }) => {
                 assert_eq!(
                     (field.as_str(), path.as_str()),
@@ -495,7 +488,7 @@ mod remaining {
 
         let left = whole("notes/gone.md")
             .without(|path| path.as_str() == "a.py" || path.as_str() == "b.py");
-        match synthesizer.admit_resumed(&doubles::submission(left)).await {
+        match synthesizer.check_resumed(&doubles::submission(left)).await {
             Err(crate::synthesis::SubmitError::Invalid(e)) => {
                 assert_eq!(e.field, "files[2].context[0]");
             }
@@ -529,7 +522,7 @@ mod remaining {
         assert_eq!(names, ["b.py", "c.py"]);
         assert!(batch.resumed());
         let sub = doubles::submission(batch);
-        let present = match synthesizer.admit_resumed(&sub).await {
+        let present = match synthesizer.check_resumed(&sub).await {
             Ok(present) => present,
             Err(e) => panic!("the remaining batch is admitted: {e}"),
         };
@@ -625,7 +618,7 @@ mod remaining {
         .with_committer(Some(commits.clone()));
         let whole = batch_with_own_context();
         let sub = doubles::submission(whole.without(|path| path.as_str() == "a.py"));
-        let mut present = match synthesizer.admit_resumed(&sub).await {
+        let mut present = match synthesizer.check_resumed(&sub).await {
             Ok(present) => present,
             Err(e) => panic!("the remaining batch is admitted: {e}"),
         };
